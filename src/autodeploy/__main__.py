@@ -1,0 +1,3 @@
+from autodeploy.cli.app import main
+
+main()

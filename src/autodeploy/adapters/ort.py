@@ -1,0 +1,181 @@
+"""ONNX Runtime (CPU execution provider): fp32, and int8 through ``onnxruntime.quantization``.
+
+Knobs keep ORT's own names (``SessionOptions`` attributes), so they can be checked against
+https://onnxruntime.ai/docs/performance/tune-performance/threading.html.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator, Mapping
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, Runner, TrialConfig
+from autodeploy.errors import BuildError
+
+if TYPE_CHECKING:
+    from autodeploy.device import DeviceInfo
+    from autodeploy.model import ModelInfo
+
+MODEL_FILE = "model.onnx"
+OPT_LEVELS = ("ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL")
+EXECUTION_MODES = ("ORT_SEQUENTIAL", "ORT_PARALLEL")
+#: ``auto`` picks dynamic quantization for MatMul-heavy models (transformers), static QDQ otherwise.
+QUANT_METHODS = ("auto", "static", "dynamic")
+CALIBRATION_BATCH = 8
+
+
+class OnnxRuntimeEngine(Engine):
+    name = "onnxruntime"
+    extra = None  # a core dependency: it also computes the FP32 reference
+    build_knobs = frozenset({"quant_method"})
+
+    def _version(self) -> str | None:
+        try:
+            return version("onnxruntime")
+        except PackageNotFoundError:
+            return None
+
+    def _probe(self, target: DeviceInfo) -> Availability:
+        import onnxruntime as ort
+
+        if "CPUExecutionProvider" not in ort.get_available_providers():
+            return Availability(
+                False,
+                reason="this onnxruntime build has no CPUExecutionProvider",
+                fix="pip install onnxruntime",
+            )
+        return Availability(True, version=ort.__version__)
+
+    def _space(self, target: DeviceInfo, model: ModelInfo) -> EngineSpace:
+        return EngineSpace(
+            precisions=("fp32", "int8"),
+            unsupported={
+                "fp16": "ORT's CPU provider has few fp16 kernels and falls back through casts; "
+                "use openvino or tensorrt for fp16",
+                "bf16": "ORT's CPU provider has no bf16 kernels; use openvino on a CPU with AMX",
+            },
+            knobs={
+                "inter_op_num_threads": (1, 2, 4),
+                "execution_mode": EXECUTION_MODES,
+                "graph_optimization_level": OPT_LEVELS,
+                "quant_method": QUANT_METHODS,
+            },
+            max_threads=target.logical_cores,
+        )
+
+    def _build(
+        self,
+        model: ModelInfo,
+        config: TrialConfig,
+        calibration: Mapping[str, np.ndarray] | None,
+        outdir: Path,
+    ) -> dict[str, Any]:
+        out = outdir / MODEL_FILE
+        if config.precision == "fp32":
+            shutil.copyfile(model.path, out)
+            for name in model.external_files:  # already checked to stay inside the model's folder
+                shutil.copyfile(model.path.parent / name, outdir / name)
+            return {}
+        method = config.knobs.get("quant_method", "auto")
+        if method == "auto":
+            method = "dynamic" if _matmul_heavy(model.path) else "static"
+        if method == "static" and not calibration:
+            raise BuildError(
+                "static int8 quantization needs calibration data", fix="give --data or use synthetic data"
+            )
+        _quantize(model, method, calibration, out)
+        return {"quant_method": method}
+
+    def _load(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> Runner:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = config.threads or 0  # 0: ORT's default (one per physical core)
+        options.inter_op_num_threads = int(config.knobs.get("inter_op_num_threads", 0))
+        options.execution_mode = getattr(
+            ort.ExecutionMode, config.knobs.get("execution_mode", "ORT_SEQUENTIAL")
+        )
+        options.graph_optimization_level = getattr(
+            ort.GraphOptimizationLevel, config.knobs.get("graph_optimization_level", "ORT_ENABLE_ALL")
+        )
+        options.log_severity_level = 3  # warnings from quantized graphs are noise in a benchmark
+        session = ort.InferenceSession(
+            str(artifact.path / MODEL_FILE), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        return _OrtRunner(session, model)
+
+
+class _OrtRunner(Runner):
+    def __init__(self, session: Any, model: ModelInfo) -> None:
+        super().__init__({s.name: np.dtype(s.dtype) for s in model.inputs}, model.output_names)
+        self._session = session
+
+    def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return self._session.run(None, dict(feeds))
+
+    def _close(self) -> None:
+        del self._session
+
+
+def _matmul_heavy(path: Path) -> bool:
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    ops = [n.op_type for n in graph.node]
+    return ops.count("MatMul") > ops.count("Conv")
+
+
+def _quantize(model: ModelInfo, method: str, calibration: Mapping[str, np.ndarray] | None, out: Path) -> None:
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class _Reader(CalibrationDataReader):
+        def __init__(self, data: Mapping[str, np.ndarray]) -> None:
+            # A model with a static batch dim takes one item at a time.
+            self._iter = _calibration_batches(data, CALIBRATION_BATCH if model.batchable() else 1)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self._iter, None)
+
+    prepared = out.with_name("prepared.onnx")
+    try:
+        # ORT's documented first step: shape inference and graph cleanup so more ops quantize.
+        quant_pre_process(str(model.path), str(prepared), skip_symbolic_shape=True)
+        if method == "dynamic":
+            quantize_dynamic(str(prepared), str(out), weight_type=QuantType.QInt8, per_channel=True)
+        else:
+            assert calibration is not None
+            quantize_static(
+                str(prepared),
+                str(out),
+                _Reader(calibration),
+                quant_format=QuantFormat.QDQ,
+                per_channel=True,
+                activation_type=QuantType.QInt8,
+                weight_type=QuantType.QInt8,
+            )
+    except BuildError:
+        raise
+    except Exception as exc:
+        raise BuildError(
+            f"onnxruntime {method} int8 quantization failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    finally:
+        prepared.unlink(missing_ok=True)
+
+
+def _calibration_batches(data: Mapping[str, np.ndarray], batch: int) -> Iterator[dict[str, np.ndarray]]:
+    n = len(next(iter(data.values())))
+    for start in range(0, n, batch):
+        yield {k: np.ascontiguousarray(v[start : start + batch]) for k, v in data.items()}

@@ -1,0 +1,97 @@
+"""Which engines exist: one explicit table, plus plug-ins through entry points.
+
+Engines are named by ``"module:Class"`` strings and imported only when asked for, so a
+broken or missing engine never breaks ``autodeploy`` itself: it becomes a
+:class:`MissingEngine` that reports why. The same string travels to the worker process,
+which imports the engine there.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, Runner, TrialConfig
+from autodeploy.errors import UnknownEngineError
+
+if TYPE_CHECKING:
+    from autodeploy.device import DeviceInfo
+    from autodeploy.model import ModelInfo
+
+#: Built-in engines, in the order the CLI lists them.
+ENGINES: dict[str, str] = {
+    "onnxruntime": "autodeploy.adapters.ort:OnnxRuntimeEngine",
+}
+ENTRY_POINT_GROUP = "autodeploy.engines"
+
+_registered: dict[str, str] = {}
+
+
+def register(name: str, target: str) -> None:
+    """Add an engine at run time (tests, plug-ins loaded by hand). ``target`` is ``"module:Class"``."""
+    if ":" not in target:
+        raise ValueError(f"engine target must be 'module:Class', got {target!r}")
+    _registered[name] = target
+
+
+def unregister(name: str) -> None:
+    _registered.pop(name, None)
+
+
+def targets() -> dict[str, str]:
+    """Every known engine name and its ``"module:Class"``: built-ins, entry points, then run-time."""
+    table = dict(ENGINES)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        table.setdefault(ep.name, ep.value)
+    table.update(_registered)
+    return table
+
+
+def target_of(name: str) -> str:
+    table = targets()
+    if name not in table:
+        raise UnknownEngineError(f"unknown engine {name!r}", fix=f"choose one of {', '.join(table)}")
+    return table[name]
+
+
+def get(name: str) -> Engine:
+    """The engine called ``name``; a :class:`MissingEngine` when its module cannot be imported."""
+    return load_target(name, target_of(name))
+
+
+def load_target(name: str, target: str) -> Engine:
+    module_name, _, attr = target.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        return MissingEngine(name, f"cannot import {target}: {exc}")
+    engine = cls()
+    if engine.name != name:
+        raise ValueError(f"{target} names itself {engine.name!r}, registered as {name!r}")
+    return engine
+
+
+def all_engines() -> list[Engine]:
+    return [load_target(name, target) for name, target in targets().items()]
+
+
+class MissingEngine(Engine):
+    """Stands in for an engine whose module failed to import; it is always unavailable."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name  # type: ignore[misc]  # instance attribute on purpose: one stub per name
+        self.reason = reason
+
+    def _probe(self, target: DeviceInfo) -> Availability:
+        return Availability(False, reason=self.reason, fix="reinstall the plug-in that provides it")
+
+    def _space(self, target: DeviceInfo, model: ModelInfo) -> EngineSpace:
+        return EngineSpace(precisions=())
+
+    def _build(self, model: ModelInfo, config: TrialConfig, calibration: Any, outdir: Path) -> None:
+        raise UnknownEngineError(self.reason)
+
+    def _load(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> Runner:
+        raise UnknownEngineError(self.reason)

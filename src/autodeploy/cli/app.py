@@ -1,0 +1,33 @@
+"""The ``autodeploy`` command: a Typer app that turns library errors into one line and an exit code."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.markup import escape
+
+from autodeploy.cli import bench, engines, results, zoo
+from autodeploy.cli._common import err
+from autodeploy.errors import AutodeployError
+
+app = typer.Typer(
+    name="autodeploy",
+    help="Benchmark a model on this device across engines, precisions, batch sizes and threads; store every result.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,  # library errors become one line below; bugs keep their traceback
+    add_completion=False,
+)
+app.command("engines")(engines.engines)
+app.command("bench")(bench.bench)
+app.add_typer(results.app, name="results")
+app.add_typer(zoo.app, name="zoo")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the console script. Exit codes: 0 ok, 1 failure, 2 bad input."""
+    try:
+        app(args=argv, prog_name="autodeploy")
+    except AutodeployError as error:
+        err.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
+        sys.exit(error.exit_code)

@@ -1,0 +1,24 @@
+"""``autodeploy engines``: which engines can run on this device, and why not."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from rich.table import Table
+
+from autodeploy.adapters.registry import all_engines
+from autodeploy.cli._common import out
+from autodeploy.device import probe_device
+
+
+def engines() -> None:
+    """List every engine with its availability on this device and, when unavailable, the reason and fix."""
+    device = probe_device()
+    table = Table(title=f"Engines on {device.cpu_model} ({device.logical_cores} logical cores)")
+    for column in ("engine", "status", "version", "reason / fix"):
+        table.add_column(column)
+    for engine in all_engines():
+        availability = engine.probe(device)
+        status = "[green]available[/]" if availability.available else "[red]unavailable[/]"
+        note = availability.reason + (f"; fix: {availability.fix}" if availability.fix else "")
+        table.add_row(engine.name, status, availability.version or "-", escape(note))
+    out.print(table)

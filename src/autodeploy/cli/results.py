@@ -1,0 +1,88 @@
+"""``autodeploy results list|show``: read what the store holds."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from autodeploy.cli._common import fmt_ms, out
+from autodeploy.errors import UsageError
+
+app = typer.Typer(help="Read stored trials.", no_args_is_help=True)
+DbOption = Annotated[
+    str | None, typer.Option(help="Results database URL (default: $AUTODEPLOY_DB or the user SQLite file).")
+]
+
+
+@app.command("list")
+def list_(
+    model: Annotated[str | None, typer.Option(help="Only this model (name or SHA-256 prefix).")] = None,
+    engine: Annotated[str | None, typer.Option(help="Only this engine.")] = None,
+    status: Annotated[str | None, typer.Option(help="ok or failed.")] = None,
+    limit: Annotated[int, typer.Option(min=1)] = 50,
+    db: DbOption = None,
+) -> None:
+    """List stored trials, newest first."""
+    from autodeploy.results_db.store import Store
+
+    with Store.open(db, readonly=True) as store:
+        rows = store.list_trials(model=model, engine=engine, status=status, limit=limit)
+    table = Table(title=f"{len(rows)} trial(s)")
+    for column in (
+        "id",
+        "when (UTC)",
+        "model",
+        "config",
+        "status",
+        "median ms [95% CI]",
+        "p90 ms",
+        "items/s",
+    ):
+        table.add_column(column)
+    for r in rows:
+        threads = "default" if r.threads is None else r.threads
+        config = f"{r.engine}/{r.precision}/b{r.batch}/t{threads}"
+        state = "[green]ok[/]" if r.status == "ok" else f"[red]{r.failure_kind}[/]"
+        median = (
+            "-"
+            if r.median_ms is None or r.median_ci is None
+            else (f"{r.median_ms:.3f} [{r.median_ci[0]:.3f}, {r.median_ci[1]:.3f}]")
+        )
+        throughput = "-" if r.throughput is None else f"{r.throughput:.1f}"
+        table.add_row(
+            str(r.id),
+            f"{r.created_at:%Y-%m-%d %H:%M}",
+            escape(r.model_name),
+            escape(config),
+            state,
+            median,
+            fmt_ms(r.p90_ms),
+            throughput,
+        )
+    out.print(table)
+
+
+@app.command("show")
+def show(
+    trial_id: Annotated[int, typer.Argument(help="Trial id from `autodeploy results list`.")],
+    db: DbOption = None,
+) -> None:
+    """Show every stored field of one trial."""
+    from autodeploy.results_db.store import Store
+
+    with Store.open(db, readonly=True) as store:
+        row = store.get_trial(trial_id)
+    if row is None:
+        raise UsageError(f"no trial with id {trial_id}", fix="see `autodeploy results list`")
+    table = Table(title=f"trial {trial_id}", show_header=False)
+    table.add_column("field")
+    table.add_column("value", overflow="fold")
+    for key, value in asdict(row).items():
+        if key == "samples_ms" and value:
+            value = f"{len(value)} samples"
+        table.add_row(key, escape(str(value)))
+    out.print(table)

@@ -1,0 +1,212 @@
+"""Inputs for a trial: the user's data or synthetic data, split into calibration and evaluation.
+
+A :class:`Dataset` holds one array per model input with a leading *item* axis:
+``inputs[name].shape == (n_items, *item_shape)``. Batches are cut from it by the harness.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from autodeploy.errors import DataError, ShapeError
+from autodeploy.model import ModelInfo
+
+DEFAULT_SEED = 0
+#: Synthetic integer inputs are drawn from [0, INT_HIGH): a range every embedding table of a
+#: real model covers. Pin a value with ``--input name=value`` when that is wrong.
+INT_HIGH = 100
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Arrays with a leading item axis, one per model input, plus optional labels."""
+
+    inputs: Mapping[str, np.ndarray]
+    labels: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        sizes = {len(a) for a in self.inputs.values()}
+        if len(sizes) > 1:
+            raise DataError(
+                f"inputs have different item counts: { {k: len(v) for k, v in self.inputs.items()} }"
+            )
+        if self.labels is not None and sizes and len(self.labels) != sizes.pop():
+            raise DataError(f"{len(self.labels)} labels for {len(self)} items")
+
+    def __len__(self) -> int:
+        return len(next(iter(self.inputs.values()))) if self.inputs else 0
+
+    def take(self, index: slice | np.ndarray) -> Dataset:
+        labels = None if self.labels is None else self.labels[index]
+        return Dataset({k: v[index] for k, v in self.inputs.items()}, labels)
+
+    def batches(self, batch: int) -> list[dict[str, np.ndarray]]:
+        """Consecutive batches of ``batch`` items; the last one is padded by repeating its first item.
+
+        Padding keeps every batch the same shape, which engines compiled for a fixed batch
+        need. Callers trim outputs to ``len(self)``.
+        """
+        out = []
+        for start in range(0, len(self), batch):
+            feeds = {}
+            for name, array in self.inputs.items():
+                chunk = array[start : start + batch]
+                if len(chunk) < batch:
+                    pad = np.repeat(chunk[:1], batch - len(chunk), axis=0)
+                    chunk = np.concatenate([chunk, pad])
+                feeds[name] = np.ascontiguousarray(chunk)
+            out.append(feeds)
+        return out
+
+    def sha256(self) -> str:
+        digest = hashlib.sha256()
+        for name in sorted(self.inputs):
+            array = np.ascontiguousarray(self.inputs[name])
+            digest.update(f"{name}:{array.dtype}:{array.shape}".encode())
+            digest.update(array.tobytes())
+        if self.labels is not None:
+            digest.update(np.ascontiguousarray(self.labels).tobytes())
+        return digest.hexdigest()
+
+    def save(self, path: Path) -> None:
+        arrays = {f"input:{k}": v for k, v in self.inputs.items()}
+        if self.labels is not None:
+            arrays["labels"] = self.labels
+        np.savez(path, **arrays)
+
+    @classmethod
+    def load(cls, path: Path) -> Dataset:
+        with np.load(path, allow_pickle=False) as npz:
+            inputs = {k.removeprefix("input:"): npz[k] for k in npz.files if k.startswith("input:")}
+            labels = npz["labels"] if "labels" in npz.files else None
+        return cls(inputs, labels)
+
+
+def parse_input_pins(flags: Sequence[str]) -> dict[str, float]:
+    """Parse ``--input name=value`` flags (a constant for every item, e.g. a sample rate)."""
+    pins: dict[str, float] = {}
+    for flag in flags:
+        name, sep, value = flag.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            pins[name] = float(value)
+        except ValueError:
+            raise DataError(
+                f"cannot parse --input {flag!r}", fix="write it as NAME=NUMBER, e.g. sample_rate=16000"
+            ) from None
+    return pins
+
+
+def synthetic(
+    model: ModelInfo, n: int, *, seed: int = DEFAULT_SEED, pins: Mapping[str, float] | None = None
+) -> Dataset:
+    """Random inputs that respect each input's dtype and shape.
+
+    Floats are standard normal; integer inputs whose name says *mask* are ones, *type* ids
+    are zeros, other integers are uniform in ``[0, INT_HIGH)``; booleans are True. A pinned
+    input is that constant everywhere.
+    """
+    pins = dict(pins or {})
+    for name in pins:
+        model.input(name)  # raises with the list of inputs when the name is wrong
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for spec in model.inputs:
+        shape = (n, *model.item_shape(spec.name))
+        dtype = np.dtype(spec.dtype)
+        lowered = spec.name.lower()
+        if spec.name in pins:
+            array = np.full(shape, pins[spec.name], dtype=dtype)
+        elif dtype.kind == "f":
+            array = rng.standard_normal(shape, dtype=np.float32).astype(dtype)
+        elif dtype.kind == "b":
+            array = np.ones(shape, dtype=dtype)
+        elif dtype.kind in "iu" and "mask" in lowered:
+            array = np.ones(shape, dtype=dtype)
+        elif dtype.kind in "iu" and "type" in lowered:
+            array = np.zeros(shape, dtype=dtype)
+        elif dtype.kind in "iu":
+            array = rng.integers(0, INT_HIGH, size=shape).astype(dtype)
+        else:
+            raise DataError(
+                f"cannot synthesize input {spec.name!r} of dtype {dtype}", fix="give data with --data"
+            )
+        arrays[spec.name] = array
+    return Dataset(arrays)
+
+
+def load_user_data(path: str | Path, model: ModelInfo) -> Dataset:
+    """Read user inputs from a ``.npz`` file or a folder of ``NAME.npy`` files and check them.
+
+    Arrays carry a leading item axis: ``(n_items, *item_shape)``. An array named ``labels``
+    (int, one per item) turns on task accuracy.
+    """
+    path = Path(path)
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        if path.is_dir():
+            for file in sorted(path.glob("*.npy")):
+                arrays[file.stem] = np.load(file, allow_pickle=False)
+        elif path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as npz:
+                arrays = {k: npz[k] for k in npz.files}
+        elif path.suffix == ".npy" and len(model.inputs) == 1:
+            arrays = {model.inputs[0].name: np.load(path, allow_pickle=False)}
+        else:
+            raise DataError(
+                f"cannot read input data {path}",
+                fix="give a .npz file or a folder of NAME.npy files, one per input",
+            )
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read input data {path}: {exc}", fix="save it with numpy.savez") from None
+    labels = arrays.pop("labels", None)
+    missing = [n for n in model.input_names if n not in arrays]
+    unknown = [n for n in arrays if n not in model.input_names]
+    if missing or unknown:
+        raise DataError(
+            f"input data {path} has arrays {sorted(arrays)}, the model wants {list(model.input_names)}",
+            fix="name each array after a model input (plus an optional 'labels')",
+        )
+    for name, array in arrays.items():
+        _check_array(model, name, array)
+    if labels is not None:
+        labels = np.asarray(labels).astype(np.int64).reshape(-1)
+    return Dataset(arrays, labels)
+
+
+def _check_array(model: ModelInfo, name: str, array: np.ndarray) -> None:
+    spec = model.input(name)
+    if array.dtype != np.dtype(spec.dtype):
+        raise DataError(
+            f"input data {name!r} has dtype {array.dtype}, the model wants {spec.dtype}",
+            fix=f"convert it with array.astype(numpy.{spec.dtype})",
+        )
+    try:
+        want = model.item_shape(name)
+    except ShapeError:
+        want = None  # a dynamic non-batch dim: the data decides, checked by the engine
+    if want is not None and tuple(array.shape[1:]) != want:
+        raise DataError(
+            f"input data {name!r} has items of shape {tuple(array.shape[1:])}, the model wants {want}",
+            fix="arrays are (n_items, *item_shape); fix the data or --shape",
+        )
+
+
+def split(data: Dataset, calibration: int, *, seed: int = DEFAULT_SEED) -> tuple[Dataset, Dataset]:
+    """Split into (calibration, evaluation) by a seeded shuffle; the two never share an item.
+
+    With too few items for both, calibration and evaluation overlap entirely and a real
+    dataset should be given; the harness reports the counts.
+    """
+    n = len(data)
+    if n < 2:
+        return data, data
+    order = np.random.default_rng(seed).permutation(n)
+    k = min(calibration, n // 2)
+    return data.take(np.sort(order[:k])), data.take(np.sort(order[k:]))

@@ -1,0 +1,221 @@
+"""Device fingerprint: what this machine is, so results are compared only on like hardware.
+
+:func:`probe_device` never imports an engine (versions come from installed package metadata)
+and never raises on an unknown OS: what it cannot read is ``"unknown"``, 0 or empty.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+#: ISA extensions that decide which engines and precisions pay off (VNNI/AMX for INT8,
+#: AVX512-BF16/AMX-BF16 for bf16, NEON/ASIMD and SVE on Arm).
+RELEVANT_ISA = (
+    "avx2",
+    "avx512f",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "avx_vnni",
+    "neon",
+    "asimd",
+    "sve",
+)
+#: Distributions whose versions are recorded; their metadata is read, they are never imported.
+ENGINE_PACKAGES = (
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "openvino",
+    "ai-edge-litert",
+    "tensorflow",
+    "onnx2tf",
+    "tensorrt",
+    "nncf",
+)
+_UNKNOWN = "unknown"
+_CPUINFO = Path("/proc/cpuinfo")
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One machine's identity plus the engine versions installed on it.
+
+    ``memory_gb`` is total RAM in GiB. ``gpus`` holds one ``"name (compute X.Y)"`` entry per
+    NVIDIA GPU. Only the hardware identity goes into :attr:`fingerprint`; engine versions are
+    stored with each measurement instead, so upgrading an engine does not change the device.
+    """
+
+    cpu_model: str
+    arch: str
+    physical_cores: int
+    logical_cores: int
+    isa: tuple[str, ...]
+    memory_gb: float
+    os: str
+    python: str
+    engines: dict[str, str] = field(default_factory=dict)
+    gpus: tuple[str, ...] = ()
+
+    def has(self, flag: str) -> bool:
+        """Whether the CPU has ISA extension ``flag`` (``"neon"`` and ``"asimd"`` are synonyms)."""
+        flag = flag.lower()
+        if flag in ("neon", "asimd"):
+            return "neon" in self.isa or "asimd" in self.isa
+        return flag in self.isa
+
+    @property
+    def fingerprint(self) -> str:
+        """16 hex digits of SHA-256 over the hardware identity (not engine or Python versions)."""
+        identity = {
+            "cpu_model": self.cpu_model,
+            "arch": self.arch,
+            "physical_cores": self.physical_cores,
+            "logical_cores": self.logical_cores,
+            "isa": sorted(self.isa),
+            "memory_gib": round(self.memory_gb),
+            "os": self.os.split(" ", 1)[0],  # the system only: a kernel update is the same device
+            "gpus": list(self.gpus),
+        }
+        blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; includes ``fingerprint`` for the store (ignored by :meth:`from_dict`)."""
+        d = asdict(self)
+        d["isa"], d["gpus"] = list(self.isa), list(self.gpus)
+        d["fingerprint"] = self.fingerprint
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DeviceInfo:
+        d = {k: v for k, v in d.items() if k != "fingerprint"}
+        d["isa"] = tuple(d.get("isa", ()))
+        d["gpus"] = tuple(d.get("gpus", ()))
+        d["engines"] = dict(d.get("engines", {}))
+        return cls(**d)
+
+
+@functools.lru_cache(maxsize=1)
+def probe_device() -> DeviceInfo:
+    """Describe this machine (cached for the process). Never raises, never imports an engine."""
+    cpu_model, flags = _cpu_model_and_flags()
+    logical = os.cpu_count() or 0
+    return DeviceInfo(
+        cpu_model=cpu_model,
+        arch=platform.machine() or _UNKNOWN,
+        physical_cores=_physical_cores(logical),
+        logical_cores=logical,
+        isa=tuple(sorted(f for f in RELEVANT_ISA if f in flags)),
+        memory_gb=_memory_gb(),
+        os=f"{platform.system() or _UNKNOWN} {platform.release()}".strip(),
+        python=platform.python_version(),
+        engines=_engine_versions(),
+        gpus=_nvidia_gpus(),
+    )
+
+
+def _cpu_model_and_flags() -> tuple[str, set[str]]:
+    system = platform.system()
+    if system == "Linux" and _CPUINFO.is_file():
+        try:
+            return _parse_cpuinfo(_CPUINFO.read_text(errors="replace"))
+        except OSError:
+            pass
+    if system == "Darwin":
+        model = _sysctl("machdep.cpu.brand_string") or platform.processor() or _UNKNOWN
+        features = " ".join(
+            _sysctl(k) for k in ("machdep.cpu.features", "machdep.cpu.leaf7_features")
+        ).lower()
+        flags = set(features.split())
+        if platform.machine() == "arm64":
+            flags.add("asimd")  # every Apple Silicon core has Advanced SIMD
+        return model, flags
+    return platform.processor() or _UNKNOWN, set()
+
+
+def _parse_cpuinfo(text: str) -> tuple[str, set[str]]:
+    """CPU model and feature flags from /proc/cpuinfo (x86 ``flags``, Arm ``Features``)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        key = key.strip()
+        if sep and key not in fields:  # the first processor block is enough
+            fields[key] = value.strip()
+    model = (
+        fields.get("model name")
+        or fields.get("Model")
+        or fields.get("Hardware")
+        or fields.get("cpu model")
+        or platform.processor()
+        or _UNKNOWN
+    )
+    flags = set((fields.get("flags") or fields.get("Features") or "").lower().split())
+    return model, flags
+
+
+def _sysctl(key: str) -> str:
+    if shutil.which("sysctl") is None:
+        return ""
+    try:
+        out = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def _physical_cores(logical: int) -> int:
+    try:
+        return psutil.cpu_count(logical=False) or logical
+    except (OSError, RuntimeError, NotImplementedError):  # topology unreadable: logical is the best guess
+        return logical
+
+
+def _memory_gb() -> float:
+    try:
+        return round(psutil.virtual_memory().total / 2**30, 1)
+    except (OSError, RuntimeError, NotImplementedError):  # unknown platform: 0.0, never a crash
+        return 0.0
+
+
+def _engine_versions() -> dict[str, str]:
+    versions = {}
+    for dist in ENGINE_PACKAGES:
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _nvidia_gpus() -> tuple[str, ...]:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return ()
+    cmd = [exe, "--query-gpu=name,compute_cap", "--format=csv,noheader"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    if out.returncode != 0:
+        return ()  # e.g. driver installed but no GPU visible
+    gpus = []
+    for line in out.stdout.splitlines():
+        name, _, cap = (part.strip() for part in line.partition(","))
+        if name:
+            gpus.append(f"{name} (compute {cap})" if cap else name)
+    return tuple(gpus)

@@ -1,0 +1,344 @@
+"""The parent side of the harness: run each job in a fresh, supervised worker process.
+
+Every job gets its own process group, a wall-clock timeout (SIGTERM, then SIGKILL of the
+whole group) and a memory cap on the resident set of the group. A worker that dies is
+classified by how it died: ``timeout``, ``oom`` or ``crashed`` with the signal. Nothing a
+worker does can take the caller down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.adapters.registry import target_of
+from autodeploy.data import Dataset, split, synthetic
+from autodeploy.harness.result import Accuracy, LatencyStats, TrialResult
+from autodeploy.harness.spec import WorkerSpec
+from autodeploy.harness.timing import TimingPolicy
+from autodeploy.model import ModelInfo
+
+POLL_S = 0.05
+TERM_GRACE_S = 3.0
+REFERENCE_ENGINE = "onnxruntime"
+Progress = Callable[[str], None]
+
+
+def _default_memory_cap_mb() -> int:
+    return int(psutil.virtual_memory().total / 2**20 * 0.75)
+
+
+@dataclass(frozen=True)
+class HarnessSettings:
+    """How trials are run. Defaults are the screening settings of DESIGN.md."""
+
+    workdir: Path
+    policy: TimingPolicy = field(default_factory=TimingPolicy)
+    timeout_s: float = 600.0
+    build_timeout_s: float = 1800.0
+    memory_cap_mb: int = field(default_factory=_default_memory_cap_mb)
+    calibration_items: int = 64
+    evaluation_items: int = 64
+    seed: int = 0
+    max_top1_drop: float = 0.01
+    min_cosine: float = 0.99
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    """Calibration and evaluation inputs saved for the workers, and their hashes."""
+
+    calibration_path: Path
+    calibration_sha256: str
+    evaluation_path: Path
+    evaluation_sha256: str
+    calibration_items: int
+    evaluation_items: int
+    has_labels: bool
+
+
+@dataclass(frozen=True)
+class WorkerOutcome:
+    status: str
+    payload: dict[str, Any]
+    failure_kind: str | None = None
+    failure_message: str | None = None
+
+
+def prepare_data(
+    model: ModelInfo,
+    settings: HarnessSettings,
+    *,
+    data: Dataset | None = None,
+    calibration: Dataset | None = None,
+    pins: dict[str, float] | None = None,
+) -> PreparedData:
+    """Save calibration and evaluation inputs where workers read them.
+
+    With ``data`` only, it is split (seeded) into calibration and evaluation; with neither,
+    synthetic inputs are made for both.
+    """
+    if data is None:
+        total = settings.calibration_items + settings.evaluation_items
+        data = synthetic(model, total, seed=settings.seed, pins=pins)
+    if calibration is None:
+        calibration, evaluation = split(data, settings.calibration_items, seed=settings.seed)
+    else:
+        evaluation = data
+    folder = settings.workdir / "data"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for dataset in (calibration, evaluation):
+        digest = dataset.sha256()
+        path = folder / f"{digest[:24]}.npz"
+        if not path.exists():
+            tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
+            dataset.save(tmp)
+            os.replace(tmp, path)
+        paths.append((path, digest))
+    (cal_path, cal_sha), (ev_path, ev_sha) = paths
+    return PreparedData(
+        cal_path, cal_sha, ev_path, ev_sha, len(calibration), len(evaluation), evaluation.labels is not None
+    )
+
+
+def reference(
+    model: ModelInfo, data: PreparedData, settings: HarnessSettings, progress: Progress | None = None
+) -> Path:
+    """ONNX Runtime FP32 outputs on the evaluation inputs; computed once per model and data, in a worker."""
+    out = settings.workdir / "reference" / f"{model.sha256[:16]}-{data.evaluation_sha256[:16]}.npz"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    batch = 8 if model.batchable() else 1
+    spec = _spec(
+        "reference", model, TrialConfig(REFERENCE_ENGINE, batch=batch), data, settings, output_path=str(out)
+    )
+    outcome = run_worker(spec, settings.build_timeout_s, settings.memory_cap_mb, progress)
+    if outcome.status != "ok":
+        from autodeploy.errors import TrialFailed
+
+        raise TrialFailed(
+            outcome.failure_kind or "crashed",
+            f"the ONNX Runtime FP32 reference could not run: {outcome.failure_message}",
+        )
+    return out
+
+
+def run_trial(
+    model: ModelInfo,
+    config: TrialConfig,
+    data: PreparedData,
+    settings: HarnessSettings,
+    *,
+    progress: Progress | None = None,
+    uid: str | None = None,
+) -> TrialResult:
+    """Build (once, cached) and measure one config; a failure is a result, never an exception."""
+    uid = uid or uuid.uuid4().hex
+    ref = reference(model, data, settings, progress)
+    spec = _spec("build", model, config, data, settings, uid=uid)
+    built = run_worker(spec, settings.build_timeout_s, settings.memory_cap_mb, progress)
+    if built.status != "ok":
+        return TrialResult.failed(
+            uid, config.to_dict(), built.failure_kind or "build_failed", built.failure_message or ""
+        )
+    spec = replace(
+        spec, mode="measure", artifact_path=built.payload["artifact_path"], reference_path=str(ref)
+    )
+    measured = run_worker(spec, settings.timeout_s, settings.memory_cap_mb, progress)
+    if measured.status != "ok":
+        return TrialResult.failed(
+            uid,
+            config.to_dict(),
+            measured.failure_kind or "run_failed",
+            measured.failure_message or "",
+            engine_version=built.payload.get("engine_version"),
+            build_s=built.payload.get("build_s"),
+        )
+    p = measured.payload
+    accuracy = Accuracy.from_dict(p["accuracy"])
+    fields: dict[str, Any] = dict(
+        engine_version=p["engine_version"],
+        latency=LatencyStats.from_dict(p["latency"]),
+        throughput=p["throughput"],
+        samples_ms=tuple(p["samples_ms"]),
+        warmup_calls=p["warmup_calls"],
+        duration_s=p["duration_s"],
+        peak_rss_mb=p["peak_rss_mb"],
+        artifact_mb=p["artifact_mb"],
+        artifact_path=p["artifact_path"],
+        build_s=built.payload["build_s"],
+        accuracy=accuracy,
+        extra=p["extra"],
+    )
+    if not accuracy.passed:
+        return TrialResult.failed(
+            uid,
+            config.to_dict(),
+            "inaccurate",
+            f"breaks the accuracy constraint ({accuracy.constraint})",
+            **fields,
+        )
+    return TrialResult(uid=uid, config=config.to_dict(), status="ok", **fields)
+
+
+def _spec(
+    mode: str,
+    model: ModelInfo,
+    config: TrialConfig,
+    data: PreparedData,
+    settings: HarnessSettings,
+    **extra: Any,
+) -> WorkerSpec:
+    from dataclasses import asdict
+
+    return WorkerSpec(
+        mode=mode,
+        uid=extra.pop("uid", uuid.uuid4().hex),
+        engine_target=target_of(config.engine),
+        config=config.to_dict(),
+        model=model.to_dict(),
+        workdir=str(settings.workdir / "artifacts"),
+        calibration_path=str(data.calibration_path),
+        calibration_sha256=data.calibration_sha256,
+        evaluation_path=str(data.evaluation_path),
+        policy=asdict(settings.policy),
+        max_top1_drop=settings.max_top1_drop,
+        min_cosine=settings.min_cosine,
+        **extra,
+    )
+
+
+def run_worker(
+    spec: WorkerSpec, timeout_s: float, memory_cap_mb: int, progress: Progress | None = None
+) -> WorkerOutcome:
+    """Run one job in a fresh process group and classify how it ended."""
+    with tempfile.TemporaryDirectory(prefix="autodeploy-worker-") as tmp:
+        spec_path, result_path, log_path = (
+            Path(tmp, "spec.json"),
+            Path(tmp, "result.json"),
+            Path(tmp, "stderr.log"),
+        )
+        spec.write(spec_path)
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "autodeploy.harness.worker", str(spec_path), str(result_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=_worker_env(),
+                start_new_session=True,
+            )
+            death = _supervise(proc, timeout_s, memory_cap_mb, result_path, progress)
+        _kill_group(proc.pid, signal.SIGKILL)  # no orphan survives its worker
+        log_tail = _tail(log_path)
+        if death:
+            kind, message = death
+            return WorkerOutcome(
+                "failed", {}, kind, message + (f"; worker log: {log_tail}" if log_tail else "")
+            )
+        if result_path.exists():
+            result = json.loads(result_path.read_text())
+            if result["status"] == "ok":
+                return WorkerOutcome("ok", result)
+            return WorkerOutcome("failed", result, result["failure_kind"], result["failure_message"])
+        if proc.returncode < 0:
+            name = signal.Signals(-proc.returncode).name
+            return WorkerOutcome("failed", {}, "crashed", f"worker killed by {name}; worker log: {log_tail}")
+        return WorkerOutcome(
+            "failed",
+            {},
+            "crashed",
+            f"worker exited with code {proc.returncode} and no result; worker log: {log_tail}",
+        )
+
+
+def _supervise(
+    proc: subprocess.Popen, timeout_s: float, memory_cap_mb: int, result_path: Path, progress: Progress | None
+) -> tuple[str, str] | None:
+    """Wait for the worker; return (kind, message) if we had to kill it."""
+    start = time.monotonic()
+    phase_path = Path(f"{result_path}.phase")
+    last_phase = ""
+    peak_mb = 0.0
+    while True:
+        try:
+            proc.wait(timeout=POLL_S)
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        if progress and phase_path.exists():
+            phase = phase_path.read_text()
+            if phase != last_phase:
+                last_phase = phase
+                progress(phase)
+        rss_mb = _group_rss_mb(proc.pid)
+        peak_mb = max(peak_mb, rss_mb)
+        if rss_mb > memory_cap_mb:
+            _stop(proc)
+            return "oom", f"worker used {rss_mb:.0f} MB, over the memory cap of {memory_cap_mb} MB"
+        if time.monotonic() - start > timeout_s:
+            _stop(proc)
+            return "timeout", f"worker still running after {timeout_s:g} s (phase: {last_phase or 'start'})"
+
+
+def _group_rss_mb(pid: int) -> float:
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total / 2**20
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the group, give it a moment, then SIGKILL."""
+    _kill_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=TERM_GRACE_S)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _kill_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _worker_env() -> dict[str, str]:
+    """The worker sees the modules we see (plug-in and test engines included)."""
+    env = dict(os.environ)
+    paths = [p for p in sys.path if p and os.path.isabs(p) and os.path.exists(p)]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text[-lines:])

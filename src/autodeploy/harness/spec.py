@@ -1,0 +1,42 @@
+"""What the parent tells a worker process: a JSON file, never pickle."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+WORKER_MODES = ("build", "measure", "reference")
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One job for one worker process.
+
+    ``mode`` is ``build`` (make the artifact), ``measure`` (load it, time it, compare with the
+    reference) or ``reference`` (ONNX Runtime FP32 outputs on the evaluation inputs).
+    """
+
+    mode: str
+    uid: str
+    engine_target: str
+    config: dict[str, Any]
+    model: dict[str, Any]
+    workdir: str
+    calibration_path: str | None = None
+    calibration_sha256: str = ""
+    evaluation_path: str | None = None
+    reference_path: str | None = None
+    artifact_path: str | None = None
+    policy: dict[str, Any] = field(default_factory=dict)
+    max_top1_drop: float = 0.01
+    min_cosine: float = 0.99
+    output_path: str | None = None  # reference mode: where to write the outputs
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1))
+
+    @classmethod
+    def read(cls, path: Path) -> WorkerSpec:
+        return cls(**json.loads(Path(path).read_text()))

@@ -1,0 +1,226 @@
+"""The worker process: one job, in its own process, reported as JSON.
+
+Run as ``python -m autodeploy.harness.worker SPEC.json RESULT.json``. The parent
+(:mod:`autodeploy.harness.run`) enforces the timeout and memory cap and classifies deaths
+by signal; this side classifies everything it can catch into a failure kind. The current
+phase is written to ``RESULT.json.phase`` so the parent can show progress.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import gc
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autodeploy.adapters.base import Artifact, Runner, TrialConfig
+from autodeploy.adapters.registry import load_target
+from autodeploy.data import Dataset
+from autodeploy.device import probe_device
+from autodeploy.errors import UnsupportedConfigError
+from autodeploy.harness.accuracy import compare
+from autodeploy.harness.spec import WorkerSpec
+from autodeploy.harness.stats import summarize
+from autodeploy.harness.timing import TimingPolicy, time_calls
+from autodeploy.model import ModelInfo
+
+
+class _Failed(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _step(kind: str, fn: Callable[[], Any]) -> Any:
+    """Run one step; any exception becomes a failure of ``kind`` (MemoryError becomes ``oom``)."""
+    try:
+        return fn()
+    except _Failed:
+        raise
+    except MemoryError as exc:
+        raise _Failed("oom", f"MemoryError: {exc}") from None
+    except UnsupportedConfigError as exc:
+        raise _Failed("unsupported", str(exc)) from None
+    except Exception as exc:
+        text = str(exc).strip().splitlines()
+        raise _Failed(kind, f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")) from None
+
+
+class _Job:
+    def __init__(self, spec: WorkerSpec, result_path: Path) -> None:
+        self.spec = spec
+        self.result_path = result_path
+        self.model = ModelInfo.from_dict(spec.model)
+        self.config = TrialConfig.from_dict(spec.config)
+        self.engine = load_target(self.config.engine, spec.engine_target)
+
+    def phase(self, name: str) -> None:
+        Path(f"{self.result_path}.phase").write_text(name)
+
+    def ready(self) -> str:
+        """Probe and check the config; return the engine version."""
+        availability = self.engine.probe(probe_device())
+        if not availability.available:
+            raise _Failed("unavailable", str(availability).removeprefix("unavailable: "))
+        _step("unsupported", lambda: self.engine.check(probe_device(), self.model, self.config))
+        return availability.version or self.engine.probe_version()
+
+    def build(self) -> dict[str, Any]:
+        version = self.ready()
+        self.phase("build")
+        calibration = None
+        if self.spec.calibration_path:
+            calibration = Dataset.load(Path(self.spec.calibration_path)).inputs
+        start = time.perf_counter()
+        artifact = _step(
+            "build_failed",
+            lambda: self.engine.build(
+                self.model,
+                self.config,
+                calibration,
+                Path(self.spec.workdir),
+                calibration_hash=self.spec.calibration_sha256,
+                version=version,
+            ),
+        )
+        return {
+            "artifact_path": str(artifact.path),
+            "engine_version": version,
+            "build_s": time.perf_counter() - start,
+        }
+
+    def load(self) -> Runner:
+        artifact = Artifact.read(Path(self.spec.artifact_path or ""))
+        self.phase("load")
+        return _step("load_failed", lambda: self.engine.load(artifact, self.config, self.model))
+
+    def measure(self) -> dict[str, Any]:
+        version = self.ready()
+        evaluation = Dataset.load(Path(self.spec.evaluation_path or ""))
+        batches = evaluation.batches(self.config.batch)
+        gc.collect()
+        baseline = _reset_peak_rss()
+        runner = self.load()
+        feeds = batches[0]
+        policy = TimingPolicy(**self.spec.policy)
+        self.phase("warm-up and timing")
+        timed = _step("run_failed", lambda: time_calls(lambda: runner.run(feeds), policy))
+        self.phase("accuracy")
+        outputs = _step("run_failed", lambda: _run_all(runner, batches, len(evaluation)))
+        peak = _peak_rss() - baseline
+        runner.close()
+        reference = dict(np.load(self.spec.reference_path or "", allow_pickle=False))
+        accuracy = _step(
+            "run_failed",
+            lambda: compare(
+                outputs,
+                reference,
+                labels=evaluation.labels,
+                max_top1_drop=self.spec.max_top1_drop,
+                min_cosine=self.spec.min_cosine,
+            ),
+        )
+        latency = summarize(timed.samples_ns)
+        artifact = Artifact.read(Path(self.spec.artifact_path or ""))
+        return {
+            "engine_version": version,
+            "latency": latency,
+            "throughput": self.config.batch * len(timed.samples_ns) / (timed.samples_ns.sum() / 1e9),
+            "samples_ms": tuple(float(x) for x in timed.samples_ns / 1e6),
+            "warmup_calls": timed.warmup_calls,
+            "duration_s": timed.duration_s,
+            "peak_rss_mb": peak / 2**20,
+            "artifact_mb": artifact.size_bytes() / 2**20,
+            "artifact_path": str(artifact.path),
+            "accuracy": accuracy,
+            "extra": {"stopped_by": timed.stopped_by, "eval_items": len(evaluation)},
+        }
+
+    def reference(self) -> dict[str, Any]:
+        """ONNX Runtime FP32 outputs on the evaluation inputs, saved as .npz."""
+        self.ready()
+        artifact_info = self.build()
+        evaluation = Dataset.load(Path(self.spec.evaluation_path or ""))
+        self.spec = WorkerSpec(**{**self.spec.__dict__, "artifact_path": artifact_info["artifact_path"]})
+        runner = self.load()
+        self.phase("reference")
+        outputs = _step(
+            "run_failed", lambda: _run_all(runner, evaluation.batches(self.config.batch), len(evaluation))
+        )
+        runner.close()
+        out = Path(self.spec.output_path or "")
+        tmp = out.with_name(out.name + ".tmp.npz")
+        np.savez(tmp, **outputs)
+        os.replace(tmp, out)
+        return {"reference_path": str(out)}
+
+
+def _run_all(runner: Runner, batches: list[dict[str, np.ndarray]], n: int) -> dict[str, np.ndarray]:
+    """Run every batch and return each output over the items, padding trimmed."""
+    collected: dict[str, list[np.ndarray]] = {}
+    for feeds in batches:
+        for name, value in runner.run(feeds).items():
+            collected.setdefault(name, []).append(np.asarray(value))
+    return {name: np.concatenate(parts)[:n] for name, parts in collected.items()}
+
+
+def _reset_peak_rss() -> int:
+    """Reset the kernel's peak-RSS counter where Linux allows it; return current RSS in bytes."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # 5 resets VmHWM (Linux >= 4.0)
+    except OSError:
+        pass
+    return _status_kb("VmRSS") * 1024
+
+
+def _peak_rss() -> int:
+    peak = _status_kb("VmHWM")
+    if peak:
+        return peak * 1024
+    import resource
+
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is bytes on macOS, KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+def _status_kb(field: str) -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _serialize(value: Any) -> Any:
+    from dataclasses import asdict, is_dataclass
+
+    return asdict(value) if is_dataclass(value) else value
+
+
+def main(argv: list[str]) -> int:
+    faulthandler.enable()  # a segfault in an engine leaves its C stack in our stderr log
+    spec_path, result_path = Path(argv[0]), Path(argv[1])
+    spec = WorkerSpec.read(spec_path)
+    try:
+        job = _Job(spec, result_path)
+        payload = {"build": job.build, "measure": job.measure, "reference": job.reference}[spec.mode]()
+        result = {"status": "ok", **{k: _serialize(v) for k, v in payload.items()}}
+    except _Failed as failure:
+        result = {"status": "failed", "failure_kind": failure.kind, "failure_message": str(failure)}
+    tmp = result_path.with_name(result_path.name + ".tmp")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, result_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,5 @@
+"""The SQL store of every trial: schema, Alembic migrations and the :class:`Store` API."""
+
+from autodeploy.results_db.store import DeviceRecord, ModelRecord, Store, TrialRow, default_url
+
+__all__ = ["DeviceRecord", "ModelRecord", "Store", "TrialRow", "default_url"]

@@ -1,0 +1,133 @@
+"""SQLAlchemy models of the results database (DESIGN.md, "Store").
+
+Portable across SQLite and PostgreSQL: generic types only (``sa.JSON``, timezone-aware
+``DateTime``), every constraint named through :data:`NAMING_CONVENTION` so Alembic
+migrations stay stable. Natural keys (device fingerprint, model SHA-256, trial uid) make
+ingest idempotent.
+
+Any change here needs a new revision in ``migrations/versions/``;
+``tests/results_db/test_schema.py`` fails until the migrations match these models.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+#: Alembic's bookkeeping table. Not the default ``alembic_version``, which Optuna's RDB
+#: storage also uses for its own migrations.
+VERSION_TABLE = "autodeploy_alembic_version"
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: sa.JSON, datetime: sa.DateTime(timezone=True)}
+
+
+class Device(Base):
+    """A machine as the target probe saw it; results compare only under one fingerprint."""
+
+    __tablename__ = "ad_devices"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(unique=True)
+    cpu: Mapped[str]
+    info: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Model(Base):
+    """A model file, identified by the SHA-256 of its bytes (name and path as first seen)."""
+
+    __tablename__ = "ad_models"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    sha256: Mapped[str] = mapped_column(unique=True)
+    name: Mapped[str]
+    path: Mapped[str]
+    inputs: Mapped[list[dict[str, Any]]] = mapped_column(sa.JSON)
+    outputs: Mapped[list[dict[str, Any]]] = mapped_column(sa.JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Trial(Base):
+    """One config run once on one device for one model, successful or not."""
+
+    __tablename__ = "ad_trials"
+    __table_args__ = (
+        sa.Index(None, "model_id", "device_id", "config_key"),
+        sa.CheckConstraint("status IN ('ok', 'failed')", name="status"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    uid: Mapped[str] = mapped_column(unique=True)
+    model_id: Mapped[int] = mapped_column(sa.ForeignKey("ad_models.id"))
+    device_id: Mapped[int] = mapped_column(sa.ForeignKey("ad_devices.id"))
+    study: Mapped[str | None] = mapped_column(index=True)
+    engine: Mapped[str]
+    engine_version: Mapped[str | None]
+    precision: Mapped[str]
+    batch: Mapped[int]
+    threads: Mapped[int | None]
+    config: Mapped[dict[str, Any]]
+    config_key: Mapped[str]
+    status: Mapped[str]
+    failure_kind: Mapped[str | None]
+    failure_message: Mapped[str | None] = mapped_column(sa.Text)
+    command: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Measurement(Base):
+    """What the harness measured for a trial in one scenario (times in milliseconds).
+
+    ``p90``/``p99`` columns are NULL when there were too few samples to claim them.
+    """
+
+    __tablename__ = "ad_measurements"
+    __table_args__ = (sa.UniqueConstraint("trial_id", "scenario"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trial_id: Mapped[int] = mapped_column(sa.ForeignKey("ad_trials.id", ondelete="CASCADE"))
+    scenario: Mapped[str]
+    batch: Mapped[int]
+    n_samples: Mapped[int]
+    median_ms: Mapped[float]
+    mean_ms: Mapped[float]
+    stdev_ms: Mapped[float]
+    cv: Mapped[float]
+    min_ms: Mapped[float]
+    max_ms: Mapped[float]
+    median_ci_low: Mapped[float]
+    median_ci_high: Mapped[float]
+    p90_ms: Mapped[float | None]
+    p90_ci_low: Mapped[float | None]
+    p90_ci_high: Mapped[float | None]
+    p99_ms: Mapped[float | None]
+    p99_ci_low: Mapped[float | None]
+    p99_ci_high: Mapped[float | None]
+    unstable: Mapped[bool]
+    throughput: Mapped[float | None]  # items per second
+    peak_rss_mb: Mapped[float | None]
+    artifact_mb: Mapped[float | None]
+    build_s: Mapped[float | None]
+    accuracy: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))
+    accuracy_passed: Mapped[bool | None]
+    samples_ms: Mapped[list[float]] = mapped_column(sa.JSON)  # raw per-call latencies
+    warmup_calls: Mapped[int]
+    duration_s: Mapped[float]

@@ -1,0 +1,616 @@
+"""The results store: every trial, successful or not, in one SQL database (DESIGN.md, "Store").
+
+SQLite by default (one file, WAL mode, 30 s busy timeout, foreign keys on), any PostgreSQL
+URL for a fleet. The schema is upgraded to head when a store opens read-write; read-only
+stores (the dashboard) never migrate and refuse writes. Every failure to open, read or write
+is a :class:`~autodeploy.errors.StoreError` naming the database and the fix; data that breaks
+the schema is a bug and keeps its SQLAlchemy exception.
+
+Contract: one :class:`Store` may be shared by threads (it holds a connection pool, no
+session state); several processes may write one SQLite file (writes take the lock up front
+with ``BEGIN IMMEDIATE``) but parallel workers belong on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import platformdirs
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, aliased, defer
+
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.errors import StoreError, UsageError
+from autodeploy.harness.result import STATUSES, Accuracy, TrialResult
+from autodeploy.results_db import migrate
+from autodeploy.results_db.schema import Device, Measurement, Model, Trial
+
+ENV_VAR = "AUTODEPLOY_DB"
+BUSY_TIMEOUT_MS = 30_000
+PG_CONNECT_TIMEOUT_S = 10
+FIX_PATH = f"pass --db with a writable path or set {ENV_VAR}"
+FIX_URL = "use sqlite:///path/to/results.db or postgresql+psycopg://user@host/dbname"
+T = TypeVar("T")
+
+#: What a driver's error text means and how to fix it: (text it contains, reason, fix).
+_DIAGNOSES = (
+    ("file is not a database", "the file is not an SQLite database", "pass --db with another path"),
+    (
+        "database or disk is full",
+        "the disk is full",
+        "free disk space or pass --db with a path on another disk",
+    ),
+    ("unable to open database file", "the file cannot be opened or created", FIX_PATH),
+    ("readonly database", "the file or its folder is read-only", FIX_PATH),
+    (
+        "database is locked",
+        f"another process held the write lock for over {BUSY_TIMEOUT_MS // 1000} s",
+        "let the other autodeploy process finish, or use PostgreSQL for parallel workers",
+    ),
+    (
+        "connection refused",
+        "the PostgreSQL server refused the connection",
+        "start the server or fix the host and port in the URL",
+    ),
+    ("could not translate host name", "the PostgreSQL host name does not resolve", "fix the host in the URL"),
+    (
+        "timeout expired",
+        f"PostgreSQL did not answer within {PG_CONNECT_TIMEOUT_S} s",
+        "check the server is up and reachable from here",
+    ),
+    (
+        "password authentication failed",
+        "PostgreSQL rejected the user or password",
+        "fix the user or password",
+    ),
+    (
+        "does not exist",
+        "the PostgreSQL database or role does not exist",
+        "create it (createdb NAME) or fix the URL",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """The model a trial ran, identified by the SHA-256 of its file."""
+
+    sha256: str
+    name: str
+    path: str
+    inputs: list[dict[str, Any]]
+    outputs: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    """The device a trial ran on, identified by its fingerprint."""
+
+    fingerprint: str
+    cpu: str
+    info: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """One stored trial, flattened with its model, device and measurement (times in ms).
+
+    Measurement fields are ``None`` when the trial has no measurement (most failures).
+    ``samples_ms`` is ``None`` unless the query asked for samples.
+    """
+
+    id: int
+    uid: str
+    created_at: datetime
+    status: str
+    failure_kind: str | None
+    failure_message: str | None
+    study: str | None
+    command: str | None
+    engine: str
+    engine_version: str | None
+    precision: str
+    batch: int
+    threads: int | None
+    config: dict[str, Any]
+    config_key: str
+    model_name: str
+    model_sha256: str
+    device_cpu: str
+    device_fingerprint: str
+    scenario: str | None = None
+    n_samples: int | None = None
+    median_ms: float | None = None
+    mean_ms: float | None = None
+    stdev_ms: float | None = None
+    cv: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
+    median_ci: tuple[float, float] | None = None
+    p90_ms: float | None = None
+    p90_ci: tuple[float, float] | None = None
+    p99_ms: float | None = None
+    p99_ci: tuple[float, float] | None = None
+    unstable: bool | None = None
+    throughput: float | None = None
+    peak_rss_mb: float | None = None
+    artifact_mb: float | None = None
+    build_s: float | None = None
+    accuracy: Accuracy | None = None
+    accuracy_passed: bool | None = None
+    samples_ms: tuple[float, ...] | None = None
+    warmup_calls: int | None = None
+    duration_s: float | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.scenario is not None
+
+
+class Store:
+    """The SQL store of every trial. Open with :meth:`Store.open`; use as a context manager."""
+
+    def __init__(self, engine: sa.Engine, url: str, *, readonly: bool) -> None:
+        self.engine = engine
+        self.url = url  # as shown to users: password hidden
+        self.readonly = readonly
+        self._write_engine = engine.execution_options(autodeploy_write=True)
+
+    # -- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, url: str | None = None, *, readonly: bool = False) -> Store:
+        """Open (and, unless ``readonly``, create or upgrade) the results database.
+
+        Args:
+            url: a SQLAlchemy URL (``sqlite:///path``, ``postgresql+psycopg://...``) or a plain
+                file path; default ``$AUTODEPLOY_DB``, else ``results.db`` in the user data folder.
+            readonly: open without migrating; every write raises :class:`StoreError`.
+
+        Raises:
+            StoreError: the database cannot be opened; the message names it and the fix.
+        """
+        target, shown = _resolve_url(url)
+        if target.get_backend_name() == "sqlite":
+            target = _check_sqlite_path(target, shown, readonly=readonly)
+        engine = _create_engine(target, shown, readonly=readonly)
+        store = cls(engine, shown, readonly=readonly)
+        try:
+            store._ensure_schema()
+        except sa.exc.DBAPIError as err:
+            engine.dispose()
+            raise store._error("cannot open", err) from err
+        except StoreError:
+            engine.dispose()
+            raise
+        return store
+
+    def _ensure_schema(self) -> None:
+        with self.engine.connect() as conn:
+            rev = migrate.current_revision(conn)
+        head = migrate.head_revision()
+        if rev == head:
+            return
+        if rev is not None and rev not in migrate.known_revisions():
+            raise StoreError(
+                f"cannot open results database {self.url}: its schema {rev} is newer than this "
+                f"autodeploy's {head}",
+                fix="upgrade autodeploy",
+            )
+        if self.readonly:
+            what = "has no autodeploy schema" if rev is None else f"has schema {rev}, older than {head}"
+            raise StoreError(
+                f"cannot open results database {self.url} read-only: it {what}",
+                fix="open it once read-write (e.g. run a study) to create or upgrade it",
+            )
+        migrate.upgrade(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r}{', readonly' if self.readonly else ''})"
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def add_trial(
+        self,
+        result: TrialResult,
+        *,
+        model: ModelRecord,
+        device: DeviceRecord,
+        command: str | None = None,
+        study: str | None = None,
+    ) -> int:
+        """Store a trial (and its measurement, if any) in one transaction; return its id.
+
+        The device and model are added when their fingerprint / SHA-256 is new, else the stored
+        ones are used unchanged. A result whose ``uid`` is already stored changes nothing and
+        returns the stored id. On any failure the transaction rolls back as a whole.
+
+        Raises:
+            StoreError: the store is read-only, or the database failed (disk full, locked, gone).
+            sqlalchemy.exc.IntegrityError: the result breaks the schema (a bug in its producer).
+        """
+        if self.readonly:
+            raise StoreError(
+                f"cannot store trial {result.uid} in results database {self.url}: it is open read-only",
+                fix="open the store without readonly",
+            )
+        cfg = TrialConfig.from_dict(result.config)
+
+        def insert(s: Session) -> int:
+            return _insert_trial(s, result, cfg, model, device, command=command, study=study)
+
+        what = f"cannot store trial {result.uid} in"
+        try:
+            return self._run(what, insert, write=True)
+        except sa.exc.IntegrityError:
+            # On PostgreSQL a concurrent writer may have stored the same device, model or uid
+            # first; the retry finds its rows. Failing again means bad data: raise it.
+            return self._run(what, insert, write=True)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def get_trial(self, id: int) -> TrialRow | None:
+        """The trial with this id, with its samples; ``None`` when there is none."""
+        rows = self._rows(_select_rows(samples=True).where(Trial.id == id), samples=True)
+        return rows[0] if rows else None
+
+    def list_trials(
+        self,
+        *,
+        model: str | None = None,
+        engine: str | None = None,
+        status: str | None = None,
+        limit: int = 50,
+        samples: bool = False,
+    ) -> list[TrialRow]:
+        """The newest trials first, filtered.
+
+        Args:
+            model: a model name, or a prefix of its SHA-256.
+            engine: an engine name as in the trial config.
+            status: ``"ok"`` or ``"failed"``.
+            limit: at most this many rows.
+            samples: also load the raw per-call latencies (large).
+        """
+        if status is not None and status not in STATUSES:
+            raise UsageError(f"unknown trial status {status!r}; choose from {', '.join(STATUSES)}")
+        query = _select_rows(samples=samples)
+        if model:
+            query = query.where(
+                sa.or_(Model.name == model, Model.sha256.startswith(model.lower(), autoescape=True))
+            )
+        if engine is not None:
+            query = query.where(Trial.engine == engine)
+        if status is not None:
+            query = query.where(Trial.status == status)
+        return self._rows(_newest_first(query).limit(limit), samples=samples)
+
+    def count_trials(self) -> int:
+        return self._run("cannot read", lambda s: s.scalar(sa.select(sa.func.count()).select_from(Trial)))
+
+    def find_measured(
+        self,
+        model_sha256: str,
+        fingerprint: str,
+        config_key: str,
+        engine_version: str | None,
+        *,
+        samples: bool = False,
+    ) -> TrialRow | None:
+        """The newest trial with a measurement for this model, device, config and engine version.
+
+        Failed trials that were measured (``inaccurate``) count: their numbers are still valid.
+        ``config_key`` is :meth:`TrialConfig.key`; ``engine_version=None`` matches only NULL.
+        """
+        query = _select_rows(samples=samples).where(
+            Model.sha256 == model_sha256,
+            Device.fingerprint == fingerprint,
+            Trial.config_key == config_key,
+            Trial.engine_version == engine_version,  # None renders as IS NULL
+            Measurement.id.is_not(None),
+        )
+        rows = self._rows(_newest_first(query).limit(1), samples=samples)
+        return rows[0] if rows else None
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _rows(self, query: sa.Select[Any], *, samples: bool) -> list[TrialRow]:
+        def fetch(s: Session) -> list[TrialRow]:
+            return [_to_row(*r, samples=samples) for r in s.execute(query)]
+
+        return self._run("cannot read", fetch)
+
+    def _run(self, what: str, fn: Callable[[Session], T], *, write: bool = False) -> T:
+        """Run ``fn`` in one transaction; database failures become :class:`StoreError`."""
+        try:
+            with Session(self._write_engine if write else self.engine) as s, s.begin():
+                return fn(s)
+        except sa.exc.OperationalError as err:
+            raise self._error(what, err) from err
+
+    def _error(self, what: str, err: Exception) -> StoreError:
+        reason, fix = _diagnose(err)
+        return StoreError(f"{what} results database {self.url}: {reason}", fix=fix)
+
+
+# -- URLs and engines ----------------------------------------------------------------------
+
+
+def default_url() -> str:
+    """``sqlite:///<user data folder>/results.db``, creating the folder."""
+    folder = Path(platformdirs.user_data_dir("autodeploy"))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise StoreError(
+            f"cannot open results database in {folder}: cannot create the folder ({err.strerror})",
+            fix=FIX_PATH,
+        ) from err
+    return sa.URL.create("sqlite", database=str(folder / "results.db")).render_as_string()
+
+
+def _resolve_url(url: str | None) -> tuple[sa.URL, str]:
+    url = url or os.environ.get(ENV_VAR) or default_url()
+    if "://" not in url:  # a plain file path
+        url = sa.URL.create("sqlite", database=url).render_as_string()
+    try:
+        parsed = sa.make_url(url)
+    except (sa.exc.ArgumentError, ValueError) as err:  # ValueError: a port that is not a number
+        raise StoreError(f"cannot open results database {url!r}: not a database URL", fix=FIX_URL) from err
+    shown = parsed.render_as_string(hide_password=True)
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise StoreError(
+            f"cannot open results database {shown}: unknown URL scheme {parsed.drivername!r} "
+            "(autodeploy stores results in SQLite or PostgreSQL)",
+            fix=FIX_URL,
+        )
+    return parsed, shown
+
+
+def _check_sqlite_path(url: sa.URL, shown: str, *, readonly: bool) -> sa.URL:
+    """Fail early, with the reason, where SQLite would only say 'unable to open'."""
+    if not url.database or url.database == ":memory:" or url.database.startswith("file:"):
+        return url
+
+    def fail(reason: str, fix: str = FIX_PATH) -> StoreError:
+        return StoreError(f"cannot open results database {shown}: {reason}", fix=fix)
+
+    path = Path(url.database).absolute()
+    if path.is_dir():
+        raise fail(f"{path} is a folder, not a database file")
+    if readonly:
+        if not path.is_file():
+            raise fail(
+                "the file does not exist", fix="store a result first (autodeploy bench), or pass --db with an existing database"
+            )
+        return url.set(database=f"file:{quote(str(path))}", query={**url.query, "mode": "ro", "uri": "true"})
+    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
+        raise fail(f"parent {path.parent} is not a writable folder")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise fail("the file is not writable")
+    return url
+
+
+def _create_engine(url: sa.URL, shown: str, *, readonly: bool) -> sa.Engine:
+    kwargs: dict[str, Any] = {}
+    if url.get_backend_name() == "postgresql":
+        connect_args: dict[str, Any] = {}
+        if "connect_timeout" not in url.query:
+            connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+        if readonly:
+            connect_args["options"] = "-c default_transaction_read_only=on"
+        kwargs = {"connect_args": connect_args, "pool_pre_ping": True}
+    elif url.database in (None, "", ":memory:"):
+        kwargs = {"poolclass": sa.pool.StaticPool}  # one in-memory database, not one per connection
+    try:
+        engine = sa.create_engine(url, **kwargs)
+    except ImportError as err:
+        fix = "pip install 'autodeploy[postgres]'" if url.get_backend_name() == "postgresql" else FIX_URL
+        raise StoreError(
+            f"cannot open results database {shown}: its driver is not installed ({err})", fix=fix
+        ) from err
+    except sa.exc.ArgumentError as err:  # includes NoSuchModuleError: unknown driver
+        raise StoreError(f"cannot open results database {shown}: {err}", fix=FIX_URL) from err
+    if url.get_backend_name() == "sqlite":
+        _configure_sqlite(engine, readonly=readonly)
+    return engine
+
+
+def _configure_sqlite(engine: sa.Engine, *, readonly: bool) -> None:
+    @sa.event.listens_for(engine, "connect")
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # The driver's own BEGIN handling is off: on_begin below emits it, so that writes can
+        # take the lock up front instead of failing with "locked" when upgrading a read lock.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS:d}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        if not readonly:
+            cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def on_begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql(
+            "BEGIN IMMEDIATE" if conn.get_execution_options().get("autodeploy_write") else "BEGIN"
+        )
+
+
+def _diagnose(err: Exception) -> tuple[str, str]:
+    text = str(getattr(err, "orig", None) or err)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(err).__name__)
+    for needle, reason, fix in _DIAGNOSES:
+        if needle in text.lower():
+            return f"{reason} ({first[:200]})", fix
+    return first[:300], f"check the database URL (--db or {ENV_VAR})"
+
+
+# -- rows ----------------------------------------------------------------------------------
+
+
+def _insert_trial(
+    s: Session,
+    result: TrialResult,
+    cfg: TrialConfig,
+    model: ModelRecord,
+    device: DeviceRecord,
+    *,
+    command: str | None,
+    study: str | None,
+) -> int:
+    existing = s.scalar(sa.select(Trial.id).where(Trial.uid == result.uid))
+    if existing is not None:
+        return existing
+    trial = Trial(
+        uid=result.uid,
+        model_id=_model_id(s, model),
+        device_id=_device_id(s, device),
+        study=study,
+        engine=cfg.engine,
+        engine_version=result.engine_version,
+        precision=cfg.precision,
+        batch=cfg.batch,
+        threads=cfg.threads,
+        config=result.config,
+        config_key=cfg.key(),
+        status=result.status,
+        failure_kind=result.failure_kind,
+        failure_message=result.failure_message,
+        command=command,
+    )
+    s.add(trial)
+    s.flush()
+    if result.latency is not None:
+        s.add(_measurement(trial.id, result, batch=cfg.batch))
+        s.flush()
+    return trial.id
+
+
+def _device_id(s: Session, device: DeviceRecord) -> int:
+    found = s.scalar(sa.select(Device.id).where(Device.fingerprint == device.fingerprint))
+    if found is not None:
+        return found
+    row = Device(fingerprint=device.fingerprint, cpu=device.cpu, info=dict(device.info))
+    s.add(row)
+    s.flush()
+    return row.id
+
+
+def _model_id(s: Session, model: ModelRecord) -> int:
+    found = s.scalar(sa.select(Model.id).where(Model.sha256 == model.sha256))
+    if found is not None:
+        return found
+    row = Model(
+        sha256=model.sha256,
+        name=model.name,
+        path=model.path,
+        inputs=list(model.inputs),
+        outputs=list(model.outputs),
+    )
+    s.add(row)
+    s.flush()
+    return row.id
+
+
+def _measurement(trial_id: int, result: TrialResult, *, batch: int) -> Measurement:
+    lat, acc = result.latency, result.accuracy
+    assert lat is not None
+    p90_ci, p99_ci = lat.p90_ci or (None, None), lat.p99_ci or (None, None)
+    return Measurement(
+        trial_id=trial_id,
+        scenario=result.scenario,
+        batch=batch,
+        n_samples=lat.n,
+        median_ms=lat.median,
+        mean_ms=lat.mean,
+        stdev_ms=lat.stdev,
+        cv=lat.cv,
+        min_ms=lat.min,
+        max_ms=lat.max,
+        median_ci_low=lat.median_ci[0],
+        median_ci_high=lat.median_ci[1],
+        p90_ms=lat.p90,
+        p90_ci_low=p90_ci[0],
+        p90_ci_high=p90_ci[1],
+        p99_ms=lat.p99,
+        p99_ci_low=p99_ci[0],
+        p99_ci_high=p99_ci[1],
+        unstable=lat.unstable,
+        throughput=result.throughput,
+        peak_rss_mb=result.peak_rss_mb,
+        artifact_mb=result.artifact_mb,
+        build_s=result.build_s,
+        accuracy=None if acc is None else asdict(acc),
+        accuracy_passed=None if acc is None else acc.passed,
+        samples_ms=list(result.samples_ms),
+        warmup_calls=result.warmup_calls,
+        duration_s=result.duration_s,
+    )
+
+
+def _select_rows(*, samples: bool) -> sa.Select[Any]:
+    # A trial has one measurement today; the (trial, scenario) key allows more later, so join
+    # the first one to keep one row per trial.
+    other = aliased(Measurement)
+    first = (
+        sa.select(sa.func.min(other.id)).where(other.trial_id == Trial.id).correlate(Trial).scalar_subquery()
+    )
+    query = (
+        sa.select(Trial, Model, Device, Measurement)
+        .join(Model, Trial.model_id == Model.id)
+        .join(Device, Trial.device_id == Device.id)
+        .outerjoin(Measurement, Measurement.id == first)
+    )
+    return query if samples else query.options(defer(Measurement.samples_ms))
+
+
+def _newest_first(query: sa.Select[Any]) -> sa.Select[Any]:
+    return query.order_by(Trial.created_at.desc(), Trial.id.desc())
+
+
+def _utc(ts: datetime) -> datetime:
+    # SQLite hands back naive datetimes; we only ever write UTC.
+    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
+
+
+def _pair(low: float | None, high: float | None) -> tuple[float, float] | None:
+    return None if low is None or high is None else (low, high)
+
+
+def _to_row(t: Trial, m: Model, d: Device, ms: Measurement | None, *, samples: bool) -> TrialRow:
+    fields: dict[str, Any] = dict(
+        id=t.id, uid=t.uid, created_at=_utc(t.created_at), status=t.status, failure_kind=t.failure_kind,
+        failure_message=t.failure_message, study=t.study, command=t.command, engine=t.engine,
+        engine_version=t.engine_version, precision=t.precision, batch=t.batch, threads=t.threads,
+        config=t.config, config_key=t.config_key, model_name=m.name, model_sha256=m.sha256,
+        device_cpu=d.cpu, device_fingerprint=d.fingerprint,
+    )  # fmt: skip
+    if ms is not None:
+        fields.update(
+            scenario=ms.scenario, n_samples=ms.n_samples, median_ms=ms.median_ms, mean_ms=ms.mean_ms,
+            stdev_ms=ms.stdev_ms, cv=ms.cv, min_ms=ms.min_ms, max_ms=ms.max_ms,
+            median_ci=_pair(ms.median_ci_low, ms.median_ci_high), p90_ms=ms.p90_ms,
+            p90_ci=_pair(ms.p90_ci_low, ms.p90_ci_high), p99_ms=ms.p99_ms,
+            p99_ci=_pair(ms.p99_ci_low, ms.p99_ci_high), unstable=ms.unstable,
+            throughput=ms.throughput, peak_rss_mb=ms.peak_rss_mb, artifact_mb=ms.artifact_mb,
+            build_s=ms.build_s, accuracy_passed=ms.accuracy_passed, warmup_calls=ms.warmup_calls,
+            duration_s=ms.duration_s,
+            accuracy=None if ms.accuracy is None else Accuracy.from_dict(ms.accuracy),
+            samples_ms=tuple(ms.samples_ms) if samples else None,
+        )  # fmt: skip
+    return TrialRow(**fields)

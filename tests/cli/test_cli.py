@@ -1,0 +1,118 @@
+"""The CLI end to end: real workers, a real SQLite file, one clear line for every bad input."""
+
+import re
+
+import numpy as np
+import pytest
+
+from autodeploy.cli import _common
+from autodeploy.cli.app import main
+from autodeploy.results_db.store import Store
+from tests.models import mlp
+
+FAST = ["--min-samples", "64", "--min-duration", "0.2", "--threads", "1"]
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTODEPLOY_CACHE", str(tmp_path / "cache"))
+    db = f"sqlite:///{tmp_path / 'results.db'}"
+    monkeypatch.setenv("AUTODEPLOY_DB", db)
+    monkeypatch.setattr(_common.out, "width", 200)  # wide tables, so cells are not wrapped
+    return tmp_path, db
+
+
+def run(capsys, *argv):
+    """Run the CLI in-process; return (exit code, stdout, stderr)."""
+    try:
+        main(list(argv))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_engines_lists_onnxruntime_available(capsys):
+    code, out, _ = run(capsys, "engines")
+    assert code == 0 and re.search(r"onnxruntime\s+│\s+available", out)
+
+
+def test_bench_prints_statistics_and_stores_the_trial(env, capsys):
+    tmp_path, db = env
+    model = mlp(tmp_path / "m.onnx")
+    code, out, err = run(capsys, "bench", str(model), "--batch", "2", *FAST)
+    assert code == 0, err
+    for word in ("median", "p90", "p99", "95% CI", "top-1 agreement"):
+        assert word in out
+    assert "n/a (needs >= 662 samples)" in out or re.search(r"p99\s+│\s+\d", out)
+    with Store.open(db) as store:
+        rows = store.list_trials()
+    assert len(rows) == 1 and rows[0].status == "ok" and rows[0].batch == 2 and rows[0].n_samples >= 64
+    assert rows[0].command.startswith("autodeploy")
+
+    code, out, _ = run(capsys, "results", "list")
+    assert code == 0 and "m" in out and "onnxruntime/fp32/b2/t1" in out
+    code, out, _ = run(capsys, "results", "show", str(rows[0].id))
+    assert code == 0 and "median_ms" in out
+
+
+def _bad_inputs(tmp_path):
+    good = mlp(tmp_path / "good.onnx")
+    (tmp_path / "text.onnx").write_text("hello, not a model")
+    data = good.read_bytes()
+    (tmp_path / "trunc.onnx").write_bytes(data[: len(data) // 3])
+    np.savez(tmp_path / "f64.npz", x=np.zeros((4, 8), np.float64))
+    (tmp_path / "afile").write_text("")
+    Store.open(f"sqlite:///{tmp_path / 'results.db'}").close()  # an empty store, for "unknown trial"
+    return {
+        "missing file": (["bench", str(tmp_path / "nope.onnx")], "model file not found"),
+        "not onnx": (["bench", str(tmp_path / "text.onnx")], "not a readable ONNX model|holds no ONNX graph"),
+        "truncated": (["bench", str(tmp_path / "trunc.onnx")], "truncated"),
+        "unknown engine": (["bench", str(good), "--engine", "warp"], "unknown engine 'warp'"),
+        "unknown precision": (["bench", str(good), "--precision", "int3"], "cannot run precision 'int3'"),
+        "shape does not fit": (["bench", str(good), "--shape", "x=1x9"], "axis 1 is fixed at 8"),
+        "dtype mismatch": (["bench", str(good), "--data", str(tmp_path / "f64.npz")], "dtype float64"),
+        "unknown zoo model": (["bench", "zoo:nope"], "unknown zoo model"),
+        "unwritable database": (
+            ["bench", str(good), "--db", f"sqlite:///{tmp_path / 'afile' / 'r.db'}"],
+            "results database",
+        ),
+        "unknown trial": (["results", "show", "999"], "no trial with id 999"),
+    }
+
+
+BAD_INPUTS = [
+    "missing file",
+    "not onnx",
+    "truncated",
+    "unknown engine",
+    "unknown precision",
+    "shape does not fit",
+    "dtype mismatch",
+    "unknown zoo model",
+    "unwritable database",
+    "unknown trial",
+]
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_input_gives_one_clear_line(env, capsys, case):
+    tmp_path, _ = env
+    argv, expected = _bad_inputs(tmp_path)[case]
+    code, out, err = run(capsys, *argv)
+    assert code != 0
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error:") and re.search(expected, lines[0]), lines[0]
+    assert "Traceback" not in out + err
+
+
+def test_a_failing_run_loses_nothing_already_stored(env, capsys):
+    tmp_path, db = env
+    model = mlp(tmp_path / "m.onnx")
+    assert run(capsys, "bench", str(model), *FAST)[0] == 0
+    assert run(capsys, "bench", str(model), "--precision", "int3")[0] != 0
+    assert run(capsys, "bench", str(tmp_path / "missing.onnx"))[0] != 0
+    with Store.open(db) as store:
+        assert store.count_trials() == 1

@@ -1,0 +1,95 @@
+"""The harness end to end: real worker processes, real ONNX Runtime, and a misbehaving engine."""
+
+import signal
+import time
+
+import psutil
+import pytest
+
+from autodeploy.adapters import registry
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.harness.run import HarnessSettings, prepare_data, run_trial
+from autodeploy.harness.timing import TimingPolicy
+from autodeploy.model import load_model
+from tests.adapters.faulty import TARGET
+from tests.models import mlp
+
+FAST = TimingPolicy(
+    warmup_min_calls=2, warmup_max_s=0.2, min_samples=64, min_duration_s=0.2, max_duration_s=5
+)
+
+
+@pytest.fixture
+def faulty():
+    registry.register("faulty", TARGET)
+    yield
+    registry.unregister("faulty")
+
+
+@pytest.fixture
+def setup(tmp_path):
+    model = load_model(mlp(tmp_path / "m.onnx"))
+    settings = HarnessSettings(workdir=tmp_path / "work", policy=FAST, timeout_s=4.0, memory_cap_mb=700)
+    return model, settings, prepare_data(model, settings)
+
+
+def _no_orphans():
+    children = psutil.Process().children(recursive=True)
+    return [c for c in children if "autodeploy.harness.worker" in " ".join(c.cmdline())]
+
+
+def test_a_good_trial_reports_every_measurement(setup):
+    model, settings, data = setup
+    result = run_trial(model, TrialConfig("onnxruntime", batch=2, threads=1), data, settings)
+    assert result.ok, result.failure_message
+    lat = result.latency
+    assert lat.n >= 64 and lat.n == len(result.samples_ms) and result.duration_s >= 0.2
+    assert lat.median_ci[0] <= lat.median <= lat.median_ci[1] and lat.p90 is not None
+    assert result.warmup_calls >= 2 and result.throughput > 0 and result.artifact_mb > 0
+    assert result.peak_rss_mb is not None and result.peak_rss_mb >= 0
+    assert result.accuracy.passed and result.accuracy.outputs[0].cosine == pytest.approx(1.0)
+    assert result.engine_version and result.build_s is not None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "fault, kind, message",
+    [
+        ("segfault", "crashed", "SIGSEGV"),
+        ("hang", "timeout", "still running after 4 s"),
+        ("hang_ignoring_sigterm", "timeout", "still running after 4 s"),
+        ("oom", "oom", "over the memory cap of 700 MB"),
+        ("raise_in_run", "run_failed", "deliberate run failure"),
+        ("raise_in_load", "load_failed", "deliberate load failure"),
+        ("wrong_outputs", "inaccurate", "top-1 agreement"),
+    ],
+)
+def test_misbehaving_engine_is_recorded_with_its_kind(faulty, setup, fault, kind, message):
+    model, settings, data = setup
+    start = time.monotonic()
+    result = run_trial(model, TrialConfig("faulty", knobs={"fault": fault}), data, settings)
+    assert not result.ok and result.failure_kind == kind
+    assert message in result.failure_message
+    # Within its timeout (plus the reference, build and SIGTERM grace), and nothing left behind.
+    assert time.monotonic() - start < settings.timeout_s + 15
+    assert _no_orphans() == []
+
+
+def test_unsupported_config_is_a_result_not_an_exception(setup):
+    model, settings, data = setup
+    result = run_trial(model, TrialConfig("onnxruntime", precision="fp16"), data, settings)
+    assert result.failure_kind == "unsupported" and "fp16" in result.failure_message
+
+
+def test_an_unavailable_engine_says_why(setup):
+    model, settings, data = setup
+    registry.register("ghost", "autodeploy.adapters.nothing_here:Ghost")
+    try:
+        result = run_trial(model, TrialConfig("ghost"), data, settings)
+    finally:
+        registry.unregister("ghost")
+    assert result.failure_kind == "unavailable" and "nothing_here" in result.failure_message
+
+
+def test_signal_names_are_reported():
+    assert signal.Signals(11).name == "SIGSEGV"

@@ -1,0 +1,59 @@
+"""The migrations build exactly the schema the models declare, on every backend."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from autodeploy.errors import StoreError
+from autodeploy.results_db import Store, migrate
+from autodeploy.results_db.schema import VERSION_TABLE, Base
+from tests.results_db.factories import DEVICE, MODEL, ok_result
+
+
+def schema_diff(engine: sa.Engine) -> list:
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True, "version_table": VERSION_TABLE})
+        return compare_metadata(ctx, Base.metadata)
+
+
+def test_migrated_database_matches_models(store: Store) -> None:
+    assert schema_diff(store.engine) == []
+    with store.engine.connect() as conn:
+        assert migrate.current_revision(conn) == migrate.head_revision()
+        tables = set(sa.inspect(conn).get_table_names())
+    assert tables == {"ad_devices", "ad_models", "ad_trials", "ad_measurements", VERSION_TABLE}
+
+
+def test_downgrade_to_base_and_back(store: Store) -> None:
+    with store.engine.begin() as conn:
+        command.downgrade(migrate.alembic_config(connection=conn), "base")
+    with store.engine.connect() as conn:
+        assert set(sa.inspect(conn).get_table_names()) == {VERSION_TABLE}
+    migrate.upgrade(store.engine)
+    assert schema_diff(store.engine) == []
+
+
+def test_reopening_keeps_data_and_does_not_migrate(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Store.open(db_url) as first:
+        trial_id = first.add_trial(ok_result(), model=MODEL, device=DEVICE)
+
+    def no_upgrade(engine: sa.Engine) -> None:
+        raise AssertionError("a database at head must not be migrated again")
+
+    monkeypatch.setattr(migrate, "upgrade", no_upgrade)
+    with Store.open(db_url) as second:
+        assert second.count_trials() == 1
+        row = second.get_trial(trial_id)
+        assert row is not None and row.uid == "trial-ok"
+
+
+def test_newer_schema_is_refused(db_url: str) -> None:
+    with Store.open(db_url) as store, store.engine.begin() as conn:
+        conn.execute(sa.table(VERSION_TABLE, sa.column("version_num")).update().values(version_num="9999"))
+    for readonly in (False, True):
+        with pytest.raises(StoreError, match="9999 is newer than this autodeploy.s 0001; fix: upgrade"):
+            Store.open(db_url, readonly=readonly)

@@ -1,0 +1,210 @@
+"""Store conformance: every test runs against SQLite and PostgreSQL (see conftest.db_url)."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import sqlalchemy as sa
+
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.errors import StoreError, UsageError
+from autodeploy.harness.result import TrialResult
+from autodeploy.results_db import DeviceRecord, ModelRecord, Store
+from autodeploy.results_db.schema import Device, Measurement, Model, Trial
+from tests.results_db.factories import DEVICE, MODEL, config, failed_result, ok_result
+
+
+def counts(store: Store) -> dict[str, int]:
+    with store.engine.connect() as conn:
+        return {
+            t.__tablename__.removeprefix("ad_"): conn.scalar(sa.select(sa.func.count()).select_from(t))
+            for t in (Device, Model, Trial, Measurement)
+        }
+
+
+def test_ok_trial_round_trips(store: Store) -> None:
+    result = ok_result()
+    before = datetime.now(timezone.utc) - timedelta(seconds=1)
+    trial_id = store.add_trial(
+        result, model=MODEL, device=DEVICE, command="autodeploy tune m.onnx", study="s1"
+    )
+    row = store.get_trial(trial_id)
+    assert row is not None and row.measured
+    lat = result.latency
+    assert (row.uid, row.status, row.failure_kind, row.study, row.command) == (
+        "trial-ok", "ok", None, "s1", "autodeploy tune m.onnx",
+    )  # fmt: skip
+    assert (row.engine, row.engine_version, row.precision, row.batch, row.threads) == (
+        "onnxruntime", "1.20.0", "fp32", 1, 4,
+    )  # fmt: skip
+    assert row.config == result.config
+    assert row.config_key == TrialConfig.from_dict(result.config).key()
+    assert (row.model_name, row.model_sha256) == (MODEL.name, MODEL.sha256)
+    assert (row.device_cpu, row.device_fingerprint) == (DEVICE.cpu, DEVICE.fingerprint)
+    assert row.scenario == "single-stream" and row.n_samples == lat.n
+    assert (row.median_ms, row.mean_ms, row.stdev_ms, row.cv) == (lat.median, lat.mean, lat.stdev, lat.cv)
+    assert (row.min_ms, row.max_ms) == (lat.min, lat.max)
+    assert (row.median_ci, row.p90_ms, row.p90_ci, row.p99_ms, row.p99_ci) == (
+        lat.median_ci, lat.p90, lat.p90_ci, lat.p99, lat.p99_ci,
+    )  # fmt: skip
+    assert row.unstable is False and row.accuracy_passed is True
+    assert row.accuracy == result.accuracy
+    assert (row.throughput, row.peak_rss_mb, row.artifact_mb, row.build_s) == (800.0, 42.0, 1.5, 0.3)
+    assert (row.warmup_calls, row.duration_s) == (12, 2.5)
+    assert row.samples_ms == result.samples_ms
+    assert row.created_at.tzinfo is not None and before <= row.created_at <= datetime.now(timezone.utc)
+
+
+def test_failed_trial_has_no_measurement(store: Store) -> None:
+    trial_id = store.add_trial(failed_result(), model=MODEL, device=DEVICE)
+    row = store.get_trial(trial_id)
+    assert row is not None and not row.measured
+    assert (row.status, row.failure_kind, row.failure_message) == ("failed", "build_failed", "boom\nline 2")
+    assert (row.engine, row.precision, row.median_ms, row.samples_ms, row.accuracy) == (
+        "openvino", "int8", None, None, None,
+    )  # fmt: skip
+    assert counts(store) == {"devices": 1, "models": 1, "trials": 1, "measurements": 0}
+
+
+def test_measured_failure_keeps_its_measurement(store: Store) -> None:
+    inaccurate = dataclasses.replace(ok_result("inacc"), status="failed", failure_kind="inaccurate")
+    row = store.get_trial(store.add_trial(inaccurate, model=MODEL, device=DEVICE))
+    assert row is not None and row.status == "failed" and row.measured and row.median_ms == 1.25
+
+
+def test_p90_p99_may_be_missing(store: Store) -> None:
+    lat = dataclasses.replace(ok_result().latency, p90=None, p90_ci=None, p99=None, p99_ci=None)
+    row = store.get_trial(store.add_trial(ok_result(latency=lat, accuracy=None), model=MODEL, device=DEVICE))
+    assert row is not None
+    assert (row.p90_ms, row.p90_ci, row.p99_ms, row.p99_ci, row.accuracy, row.accuracy_passed) == (None,) * 6
+
+
+def test_adding_twice_changes_nothing(store: Store) -> None:
+    first = store.add_trial(ok_result(), model=MODEL, device=DEVICE)
+    before = counts(store)
+    other_model = dataclasses.replace(MODEL, sha256="cd" * 32)
+    assert store.add_trial(ok_result(), model=other_model, device=DEVICE, command="again") == first
+    assert counts(store) == before == {"devices": 1, "models": 1, "trials": 1, "measurements": 1}
+    row = store.get_trial(first)
+    assert row is not None and row.command is None and row.model_sha256 == MODEL.sha256
+
+
+def test_device_and_model_are_shared_between_trials(store: Store) -> None:
+    store.add_trial(ok_result("a"), model=MODEL, device=DEVICE)
+    store.add_trial(failed_result("b"), model=MODEL, device=DEVICE)
+    store.add_trial(ok_result("c"), model=MODEL, device=DeviceRecord("fp-other", "Other CPU", {}))
+    assert counts(store) == {"devices": 2, "models": 1, "trials": 3, "measurements": 2}
+
+
+def test_failure_mid_transaction_rolls_back_everything(store: Store) -> None:
+    store.add_trial(ok_result("kept"), model=MODEL, device=DEVICE)
+    before = counts(store)
+    new_model = dataclasses.replace(MODEL, sha256="ef" * 32)
+    new_device = DeviceRecord("fp-new", "New CPU", {})
+    # The device, model and trial rows insert fine; the measurement breaks NOT NULL.
+    with pytest.raises(sa.exc.IntegrityError):
+        store.add_trial(ok_result("broken", median=None), model=new_model, device=new_device)
+    assert counts(store) == before
+    assert [r.uid for r in store.list_trials()] == ["kept"]
+    assert (
+        store.find_measured(new_model.sha256, "fp-new", TrialConfig.from_dict(config()).key(), "1.20.0")
+        is None
+    )
+
+
+def test_hostile_strings_are_stored_verbatim(store: Store) -> None:
+    hostile = "x'); DROP TABLE ad_trials;--"
+    model = ModelRecord(sha256="12" * 32, name=hostile, path=f"/tmp/{hostile}.onnx", inputs=[], outputs=[])
+    device = DeviceRecord(fingerprint=hostile, cpu='"; DELETE FROM devices; --', info={hostile: hostile})
+    trial_id = store.add_trial(
+        ok_result(hostile, config=config(knobs={"k": hostile})), model=model, device=device, command=hostile,
+        study="100%_done\\",
+    )  # fmt: skip
+    row = store.get_trial(trial_id)
+    assert row is not None
+    assert (row.uid, row.model_name, row.device_fingerprint, row.command) == (hostile,) * 4
+    assert row.config["knobs"] == {"k": hostile} and row.study == "100%_done\\"
+    assert [r.id for r in store.list_trials(model=hostile)] == [trial_id]
+    assert store.list_trials(model="%") == [] and store.list_trials(model="_") == []  # LIKE wildcards escaped
+    assert counts(store)["trials"] == 1
+
+
+def test_list_trials_filters_newest_first(store: Store) -> None:
+    other = dataclasses.replace(MODEL, sha256="99" * 32, name="bert-tiny")
+    ids = [
+        store.add_trial(ok_result("t1"), model=MODEL, device=DEVICE),
+        store.add_trial(failed_result("t2"), model=MODEL, device=DEVICE),
+        store.add_trial(ok_result("t3", config=config("tflite")), model=other, device=DEVICE),
+    ]
+    assert [r.id for r in store.list_trials()] == ids[::-1]
+    assert [r.uid for r in store.list_trials(limit=2)] == ["t3", "t2"]
+    assert [r.uid for r in store.list_trials(model="tiny-cnn")] == ["t2", "t1"]
+    assert [r.uid for r in store.list_trials(model="9999")] == ["t3"]  # SHA-256 prefix
+    assert [r.uid for r in store.list_trials(engine="openvino")] == ["t2"]
+    assert [r.uid for r in store.list_trials(status="ok")] == ["t3", "t1"]
+    assert [r.uid for r in store.list_trials(model="tiny-cnn", status="ok")] == ["t1"]
+    assert all(r.samples_ms is None for r in store.list_trials())
+    assert store.list_trials(limit=1, samples=True)[0].samples_ms == ok_result().samples_ms
+    assert store.count_trials() == 3
+    assert store.get_trial(10_000) is None
+    with pytest.raises(UsageError, match="unknown trial status 'done'"):
+        store.list_trials(status="done")
+
+
+def test_find_measured(store: Store) -> None:
+    key = TrialConfig.from_dict(config()).key()
+    assert store.find_measured(MODEL.sha256, DEVICE.fingerprint, key, "1.20.0") is None
+    store.add_trial(ok_result("old"), model=MODEL, device=DEVICE)
+    new_id = store.add_trial(ok_result("new"), model=MODEL, device=DEVICE)
+    crashed = TrialResult.failed("crashed", config(), "crashed", "SIGSEGV", engine_version="1.20.0")
+    store.add_trial(crashed, model=MODEL, device=DEVICE)  # same config, no measurement
+    found = store.find_measured(MODEL.sha256, DEVICE.fingerprint, key, "1.20.0")
+    assert found is not None and found.id == new_id and found.samples_ms is None
+    assert store.find_measured(MODEL.sha256, DEVICE.fingerprint, key, "1.19.0") is None
+    assert store.find_measured(MODEL.sha256, DEVICE.fingerprint, key, None) is None
+    assert store.find_measured(MODEL.sha256, "fp-other", key, "1.20.0") is None
+    no_version = store.add_trial(ok_result("nover", engine_version=None), model=MODEL, device=DEVICE)
+    found = store.find_measured(MODEL.sha256, DEVICE.fingerprint, key, None, samples=True)
+    assert found is not None and found.id == no_version and found.samples_ms
+
+
+def test_readonly_store_refuses_writes(db_url: str) -> None:
+    with Store.open(db_url) as rw:
+        rw.add_trial(ok_result(), model=MODEL, device=DEVICE)
+    with Store.open(db_url, readonly=True) as ro:
+        assert ro.readonly and ro.count_trials() == 1
+        with pytest.raises(
+            StoreError, match=r"cannot store trial t2 in results database .*: it is open read-only"
+        ):
+            ro.add_trial(ok_result("t2"), model=MODEL, device=DEVICE)
+        # The database itself refuses too, not only the Python check.
+        with pytest.raises(sa.exc.DBAPIError, match="(?i)read-?only"), ro.engine.begin() as conn:
+            conn.execute(sa.delete(Trial))
+        assert ro.count_trials() == 1
+
+
+def test_readonly_never_creates_the_schema(db_url: str) -> None:
+    if db_url.startswith("sqlite"):
+        sa.create_engine(db_url).connect().close()  # an empty SQLite file
+    with pytest.raises(
+        StoreError, match="read-only: it has no autodeploy schema; fix: open it once read-write"
+    ):
+        Store.open(db_url, readonly=True)
+
+
+def _write_all(url: str) -> dict[str, int]:
+    with Store.open(url) as store:
+        return {uid: store.add_trial(ok_result(uid), model=MODEL, device=DEVICE) for uid in "abcdefghijklmno"}
+
+
+def test_concurrent_writers_agree(db_url: str) -> None:
+    # Four processes open a new database (racing to migrate it) and store the same trials:
+    # each uid, device and model ends up stored once, and every writer gets the same ids.
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        results = pool.map(_write_all, [db_url] * 4)
+    assert all(r == results[0] for r in results)
+    with Store.open(db_url) as store:
+        assert counts(store) == {"devices": 1, "models": 1, "trials": 15, "measurements": 15}

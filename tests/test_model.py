@@ -1,0 +1,126 @@
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from autodeploy.errors import ModelError, ShapeError
+from autodeploy.model import load_model, parse_shape_flags
+from tests.models import mlp, seq_model, with_external_data
+
+
+def test_loads_specs_and_hash(tmp_path):
+    info = load_model(mlp(tmp_path / "m.onnx"))
+    assert info.input_names == ("x",) and info.output_names == ("logits",)
+    assert info.inputs[0].dtype == "float32" and info.inputs[0].shape == ("N", 8)
+    assert info.batchable() and info.input_shape("x", batch=4) == (4, 8)
+    assert info.opset == 17 and len(info.sha256) == 64
+    assert load_model(tmp_path / "m.onnx").sha256 == info.sha256
+    assert load_model(mlp(tmp_path / "m2.onnx", seed=1)).sha256 != info.sha256
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (b"", "not a readable ONNX model|holds no ONNX graph"),
+        (b"this is not onnx at all\x00\xff\xfe", "not a readable ONNX model|holds no ONNX graph"),
+    ],
+)
+def test_garbage_files_are_refused(tmp_path, content, expected):
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(content)
+    with pytest.raises(ModelError, match=expected):
+        load_model(path)
+
+
+def test_truncated_model_is_refused(tmp_path):
+    data = mlp(tmp_path / "m.onnx").read_bytes()
+    (tmp_path / "t.onnx").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelError, match="truncated"):
+        load_model(tmp_path / "t.onnx")
+
+
+def test_missing_and_directory(tmp_path):
+    with pytest.raises(ModelError, match="not found"):
+        load_model(tmp_path / "nope.onnx")
+    with pytest.raises(ModelError, match="not a file"):
+        load_model(tmp_path)
+
+
+def test_checker_failure_names_the_problem(tmp_path):
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["undefined"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "c.onnx"))
+    with pytest.raises(ModelError, match="fails the ONNX checker"):
+        load_model(tmp_path / "c.onnx")
+
+
+def test_external_data_inside_folder_is_hashed(tmp_path):
+    path = with_external_data(tmp_path / "m.onnx", "weights.bin")
+    info = load_model(path)
+    assert info.external_files == ("weights.bin",)
+    data = bytearray((tmp_path / "weights.bin").read_bytes())
+    data[0] ^= 1
+    (tmp_path / "weights.bin").write_bytes(bytes(data))
+    assert load_model(path).sha256 != info.sha256
+
+
+@pytest.mark.parametrize("location", ["../weights.bin", "/etc/passwd", "sub/../../weights.bin"])
+def test_external_data_outside_folder_is_refused(tmp_path, location):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    path = with_external_data(folder / "m.onnx", location)
+    (tmp_path / "weights.bin").write_bytes((folder / "weights.bin").read_bytes())
+    with pytest.raises(ModelError, match="outside the model's folder"):
+        load_model(path)
+
+
+def test_external_data_symlink_is_refused(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    path = with_external_data(folder / "m.onnx", "link.bin")
+    os.symlink(folder / "weights.bin", folder / "link.bin")
+    with pytest.raises(ModelError, match="outside the model's folder"):
+        load_model(path)
+
+
+def test_shapes_fix_dynamic_dims(tmp_path):
+    path = seq_model(tmp_path / "s.onnx")
+    info = load_model(path)
+    with pytest.raises(ShapeError, match="--shape input_ids=NxS|fix it with --shape input_ids="):
+        info.input_shape("input_ids", batch=1)
+    fixed = load_model(path, parse_shape_flags(["input_ids=1x16", "attention_mask=1x16"]))
+    assert fixed.input_shape("input_ids", batch=3) == (3, 16)
+    assert fixed.item_shape("attention_mask") == (16,)
+
+
+def test_shapes_that_do_not_fit(tmp_path):
+    path = mlp(tmp_path / "m.onnx")
+    with pytest.raises(ShapeError, match="rank"):
+        load_model(path, {"x": (1, 8, 1)})
+    with pytest.raises(ShapeError, match="axis 1 is fixed at 8"):
+        load_model(path, {"x": (1, 9)})
+    with pytest.raises(ShapeError, match="no input 'y'"):
+        load_model(path, {"y": (1, 8)})
+    with pytest.raises(ShapeError, match="cannot parse"):
+        parse_shape_flags(["x=1xfoo"])
+
+
+def test_static_batch_refuses_other_batches(tmp_path):
+    info = load_model(mlp(tmp_path / "m.onnx", batch=1))
+    assert not info.batchable()
+    assert info.input_shape("x", 1) == (1, 8)
+    with pytest.raises(ShapeError, match="static batch dim 1"):
+        info.input_shape("x", 2)
+
+
+def test_model_info_round_trips(tmp_path):
+    info = load_model(seq_model(tmp_path / "s.onnx"), {"input_ids": (1, 4), "attention_mask": (1, 4)})
+    again = type(info).from_dict(info.to_dict())
+    assert again == info
+    assert np.dtype(again.inputs[0].dtype) == np.int64
