@@ -116,3 +116,14 @@ def test_a_failing_run_loses_nothing_already_stored(env, capsys):
     assert run(capsys, "bench", str(tmp_path / "missing.onnx"))[0] != 0
     with Store.open(db) as store:
         assert store.count_trials() == 1
+
+
+def test_help_and_zoo_commands(env, capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and "bench" in out and "engines" in out
+    code, out, _ = run(capsys, "zoo", "list")
+    assert code == 0 and "resnet50" in out and "digits" in out
+    tmp_path, _ = env
+    code, out, _ = run(capsys, "zoo", "build", "tiny-cnn")
+    assert code == 0 and "zoo:tiny-cnn" in out
+    assert (tmp_path / "cache" / "zoo").is_dir() and list((tmp_path / "cache" / "zoo").glob("tiny-cnn*.onnx"))
