@@ -220,6 +220,8 @@ class Engine(ABC):
     extra: ClassVar[str | None] = None
     #: Knobs that change the built artifact (others only change how it is run).
     build_knobs: ClassVar[frozenset[str]] = frozenset()
+    #: Knobs a study searches by default (others keep the engine's default unless the study lists them).
+    search_knobs: ClassVar[frozenset[str]] = frozenset()
 
     # -- public API: checks, then hooks -------------------------------------------------
 

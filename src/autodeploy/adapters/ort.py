@@ -33,6 +33,8 @@ class OnnxRuntimeEngine(Engine):
     name = "onnxruntime"
     extra = None  # a core dependency: it also computes the FP32 reference
     build_knobs = frozenset({"quant_method"})
+    # Parallel execution of independent branches is the one session option that often pays off.
+    search_knobs = frozenset({"execution_mode"})
 
     def _version(self) -> str | None:
         try:

@@ -96,14 +96,8 @@ def bench(
     with store:
         trial_id = store.add_trial(
             result,
-            model=ModelRecord(
-                info.sha256,
-                info.name,
-                str(info.path),
-                [s.to_dict() for s in info.inputs],
-                [s.to_dict() for s in info.outputs],
-            ),
-            device=DeviceRecord(device.fingerprint, device.cpu_model, device.to_dict()),
+            model=ModelRecord.of(info),
+            device=DeviceRecord.of(device),
             command=command_line(),
         )
     _print_result(result, trial_id, info.name)

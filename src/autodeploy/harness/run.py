@@ -146,11 +146,19 @@ def run_trial(
     *,
     progress: Progress | None = None,
     uid: str | None = None,
+    scenario: str = "single-stream",
+    sla_ms: float | None = None,
 ) -> TrialResult:
-    """Build (once, cached) and measure one config; a failure is a result, never an exception."""
+    """Build (once, cached) and measure one config; a failure is a result, never an exception.
+
+    ``scenario="server"`` also finds the highest Poisson query rate whose p99 stays under ``sla_ms``
+    (``result.extra["server"]``).
+    """
+    if scenario not in ("single-stream", "server") or (scenario == "server" and not sla_ms):
+        raise ValueError(f"scenario {scenario!r} needs to be single-stream, or server with sla_ms")
     uid = uid or uuid.uuid4().hex
     ref = reference(model, data, settings, progress)
-    spec = _spec("build", model, config, data, settings, uid=uid)
+    spec = _spec("build", model, config, data, settings, uid=uid, scenario=scenario, sla_ms=sla_ms)
     built = run_worker(spec, settings.build_timeout_s, settings.memory_cap_mb, progress)
     if built.status != "ok":
         return TrialResult.failed(
@@ -191,9 +199,10 @@ def run_trial(
             config.to_dict(),
             "inaccurate",
             f"breaks the accuracy constraint ({accuracy.constraint})",
+            scenario=scenario,
             **fields,
         )
-    return TrialResult(uid=uid, config=config.to_dict(), status="ok", **fields)
+    return TrialResult(uid=uid, config=config.to_dict(), status="ok", scenario=scenario, **fields)
 
 
 def _spec(

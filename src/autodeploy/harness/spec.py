@@ -33,6 +33,8 @@ class WorkerSpec:
     max_top1_drop: float = 0.01
     min_cosine: float = 0.99
     output_path: str | None = None  # reference mode: where to write the outputs
+    scenario: str = "single-stream"  # or "server": also find the highest Poisson rate under sla_ms
+    sla_ms: float | None = None
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))

@@ -26,6 +26,7 @@ from autodeploy.data import Dataset
 from autodeploy.device import probe_device
 from autodeploy.errors import UnsupportedConfigError
 from autodeploy.harness.accuracy import compare
+from autodeploy.harness.scenarios import max_rate_under_sla
 from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.stats import summarize
 from autodeploy.harness.timing import TimingPolicy, time_calls
@@ -112,6 +113,12 @@ class _Job:
         policy = TimingPolicy(**self.spec.policy)
         self.phase("warm-up and timing")
         timed = _step("run_failed", lambda: time_calls(lambda: runner.run(feeds), policy))
+        server = None
+        if self.spec.scenario == "server":
+            self.phase("server scenario")
+            service_ms = float(np.median(timed.samples_ns)) / 1e6
+            server = _step("run_failed", lambda: max_rate_under_sla(
+                lambda: runner.run(feeds), self.spec.sla_ms or 0.0, service_ms))
         self.phase("accuracy")
         outputs = _step("run_failed", lambda: _run_all(runner, batches, len(evaluation)))
         peak = _peak_rss() - baseline
@@ -140,7 +147,8 @@ class _Job:
             "artifact_mb": artifact.size_bytes() / 2**20,
             "artifact_path": str(artifact.path),
             "accuracy": accuracy,
-            "extra": {"stopped_by": timed.stopped_by, "eval_items": len(evaluation)},
+            "extra": {"stopped_by": timed.stopped_by, "eval_items": len(evaluation),
+                      **({"server": server.to_dict()} if server else {})},
         }
 
     def reference(self) -> dict[str, Any]:

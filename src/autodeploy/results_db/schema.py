@@ -79,6 +79,7 @@ class Trial(Base):
     model_id: Mapped[int] = mapped_column(sa.ForeignKey("ad_models.id"))
     device_id: Mapped[int] = mapped_column(sa.ForeignKey("ad_devices.id"))
     study: Mapped[str | None] = mapped_column(index=True)
+    phase: Mapped[str | None]  # "screening" or "finalist" inside a study; NULL for a plain bench
     engine: Mapped[str]
     engine_version: Mapped[str | None]
     precision: Mapped[str]
@@ -90,7 +91,26 @@ class Trial(Base):
     failure_kind: Mapped[str | None]
     failure_message: Mapped[str | None] = mapped_column(sa.Text)
     command: Mapped[str | None] = mapped_column(sa.Text)
+    artifact_path: Mapped[str | None] = mapped_column(sa.Text)  # the artifact as benchmarked, on that machine
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Study(Base):
+    """A named search for one model on one device; ``summary`` holds the finalists and the winner."""
+
+    __tablename__ = "ad_studies"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(unique=True)
+    model_id: Mapped[int] = mapped_column(sa.ForeignKey("ad_models.id"))
+    device_id: Mapped[int] = mapped_column(sa.ForeignKey("ad_devices.id"))
+    objective: Mapped[str]
+    settings: Mapped[dict[str, Any]]
+    command: Mapped[str | None] = mapped_column(sa.Text)
+    winner_uid: Mapped[str | None]
+    summary: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 
 class Measurement(Base):

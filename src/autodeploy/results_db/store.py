@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import platformdirs
@@ -29,7 +29,11 @@ from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import StoreError, UsageError
 from autodeploy.harness.result import STATUSES, Accuracy, TrialResult
 from autodeploy.results_db import migrate
-from autodeploy.results_db.schema import Device, Measurement, Model, Trial
+from autodeploy.results_db.schema import Device, Measurement, Model, Study, Trial
+
+if TYPE_CHECKING:
+    from autodeploy.device import DeviceInfo
+    from autodeploy.model import ModelInfo
 
 ENV_VAR = "AUTODEPLOY_DB"
 BUSY_TIMEOUT_MS = 30_000
@@ -87,6 +91,11 @@ class ModelRecord:
     inputs: list[dict[str, Any]]
     outputs: list[dict[str, Any]]
 
+    @classmethod
+    def of(cls, info: ModelInfo) -> ModelRecord:
+        return cls(info.sha256, info.name, str(info.path), [s.to_dict() for s in info.inputs],
+                   [s.to_dict() for s in info.outputs])  # fmt: skip
+
 
 @dataclass(frozen=True)
 class DeviceRecord:
@@ -95,6 +104,28 @@ class DeviceRecord:
     fingerprint: str
     cpu: str
     info: dict[str, Any]
+
+    @classmethod
+    def of(cls, device: DeviceInfo) -> DeviceRecord:
+        return cls(device.fingerprint, device.cpu_model, device.to_dict())
+
+
+@dataclass(frozen=True)
+class StudyRow:
+    """One stored study: what was searched, and (once finished) its winner and finalists."""
+
+    id: int
+    name: str
+    objective: str
+    settings: dict[str, Any]
+    command: str | None
+    winner_uid: str | None
+    summary: dict[str, Any] | None
+    model_name: str
+    model_sha256: str
+    device_fingerprint: str
+    created_at: datetime
+    updated_at: datetime
 
 
 @dataclass(frozen=True)
@@ -112,7 +143,9 @@ class TrialRow:
     failure_kind: str | None
     failure_message: str | None
     study: str | None
+    phase: str | None
     command: str | None
+    artifact_path: str | None
     engine: str
     engine_version: str | None
     precision: str
@@ -233,6 +266,7 @@ class Store:
         device: DeviceRecord,
         command: str | None = None,
         study: str | None = None,
+        phase: str | None = None,
     ) -> int:
         """Store a trial (and its measurement, if any) in one transaction; return its id.
 
@@ -252,7 +286,7 @@ class Store:
         cfg = TrialConfig.from_dict(result.config)
 
         def insert(s: Session) -> int:
-            return _insert_trial(s, result, cfg, model, device, command=command, study=study)
+            return _insert_trial(s, result, cfg, model, device, command=command, study=study, phase=phase)
 
         what = f"cannot store trial {result.uid} in"
         try:
@@ -326,6 +360,69 @@ class Store:
         )
         rows = self._rows(_newest_first(query).limit(1), samples=samples)
         return rows[0] if rows else None
+
+    # -- studies ---------------------------------------------------------------------------
+
+    def save_study(
+        self, name: str, *, model: ModelRecord, device: DeviceRecord, objective: str,
+        settings: dict[str, Any], command: str | None,
+    ) -> int:  # fmt: skip
+        """Create the study ``name``, or refresh its settings and command when it exists (resume)."""
+        self._check_writable(f"cannot save study {name!r} in")
+
+        def upsert(s: Session) -> int:
+            study = s.scalar(sa.select(Study).where(Study.name == name))
+            if study is None:
+                study = Study(name=name, model_id=_model_id(s, model), device_id=_device_id(s, device),
+                              objective=objective, settings=settings, command=command)  # fmt: skip
+                s.add(study)
+            else:
+                study.settings, study.command = settings, command
+            s.flush()
+            return study.id
+
+        return self._run(f"cannot save study {name!r} in", upsert, write=True)
+
+    def finish_study(self, name: str, *, winner_uid: str | None, summary: dict[str, Any]) -> None:
+        """Record the outcome of a study: the winning trial (or none) and the finalists' numbers."""
+        self._check_writable(f"cannot save study {name!r} in")
+
+        def update(s: Session) -> None:
+            s.execute(sa.update(Study).where(Study.name == name).values(
+                winner_uid=winner_uid, summary=summary, updated_at=datetime.now(timezone.utc)))  # fmt: skip
+
+        self._run(f"cannot save study {name!r} in", update, write=True)
+
+    def get_study(self, name: str) -> StudyRow | None:
+        rows = self._studies(sa.select(Study, Model, Device).where(Study.name == name))
+        return rows[0] if rows else None
+
+    def list_studies(self, limit: int = 50) -> list[StudyRow]:
+        return self._studies(sa.select(Study, Model, Device).order_by(Study.updated_at.desc()).limit(limit))
+
+    def study_trials(self, name: str, *, phase: str | None = None, samples: bool = False) -> list[TrialRow]:
+        """Every trial of a study, oldest first."""
+        query = _select_rows(samples=samples).where(Trial.study == name)
+        if phase is not None:
+            query = query.where(Trial.phase == phase)
+        return self._rows(query.order_by(Trial.id), samples=samples)
+
+    def _studies(self, query: sa.Select[Any]) -> list[StudyRow]:
+        query = query.join(Model, Study.model_id == Model.id).join(Device, Study.device_id == Device.id)
+
+        def fetch(s: Session) -> list[StudyRow]:
+            return [
+                StudyRow(st.id, st.name, st.objective, st.settings, st.command, st.winner_uid, st.summary,
+                         m.name, m.sha256, d.fingerprint, _utc(st.created_at), _utc(st.updated_at))  # fmt: skip
+                for st, m, d in s.execute(query)
+            ]
+
+        return self._run("cannot read", fetch)
+
+    def _check_writable(self, what: str) -> None:
+        if self.readonly:
+            raise StoreError(f"{what} results database {self.url}: it is open read-only",
+                             fix="open the store without readonly")  # fmt: skip
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -472,6 +569,7 @@ def _insert_trial(
     *,
     command: str | None,
     study: str | None,
+    phase: str | None,
 ) -> int:
     existing = s.scalar(sa.select(Trial.id).where(Trial.uid == result.uid))
     if existing is not None:
@@ -481,6 +579,7 @@ def _insert_trial(
         model_id=_model_id(s, model),
         device_id=_device_id(s, device),
         study=study,
+        phase=phase,
         engine=cfg.engine,
         engine_version=result.engine_version,
         precision=cfg.precision,
@@ -492,6 +591,7 @@ def _insert_trial(
         failure_kind=result.failure_kind,
         failure_message=result.failure_message,
         command=command,
+        artifact_path=result.artifact_path,
     )
     s.add(trial)
     s.flush()
@@ -595,7 +695,8 @@ def _pair(low: float | None, high: float | None) -> tuple[float, float] | None:
 def _to_row(t: Trial, m: Model, d: Device, ms: Measurement | None, *, samples: bool) -> TrialRow:
     fields: dict[str, Any] = dict(
         id=t.id, uid=t.uid, created_at=_utc(t.created_at), status=t.status, failure_kind=t.failure_kind,
-        failure_message=t.failure_message, study=t.study, command=t.command, engine=t.engine,
+        failure_message=t.failure_message, study=t.study, phase=t.phase, command=t.command,
+        artifact_path=t.artifact_path, engine=t.engine,
         engine_version=t.engine_version, precision=t.precision, batch=t.batch, threads=t.threads,
         config=t.config, config_key=t.config_key, model_name=m.name, model_sha256=m.sha256,
         device_cpu=d.cpu, device_fingerprint=d.fingerprint,

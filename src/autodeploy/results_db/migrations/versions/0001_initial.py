@@ -60,6 +60,7 @@ def upgrade() -> None:
         sa.Column("model_id", sa.Integer(), nullable=False),
         sa.Column("device_id", sa.Integer(), nullable=False),
         sa.Column("study", sa.String(), nullable=True),
+        sa.Column("phase", sa.String(), nullable=True),
         sa.Column("engine", sa.String(), nullable=False),
         sa.Column("engine_version", sa.String(), nullable=True),
         sa.Column("precision", sa.String(), nullable=False),
@@ -71,6 +72,7 @@ def upgrade() -> None:
         sa.Column("failure_kind", sa.String(), nullable=True),
         sa.Column("failure_message", sa.Text(), nullable=True),
         sa.Column("command", sa.Text(), nullable=True),
+        sa.Column("artifact_path", sa.Text(), nullable=True),
         _created_at(),
         sa.CheckConstraint("status IN ('ok', 'failed')", name=op.f("ck_ad_trials_status")),
         sa.ForeignKeyConstraint(["device_id"], ["ad_devices.id"], name=op.f("fk_ad_trials_device_id_ad_devices")),
@@ -82,6 +84,24 @@ def upgrade() -> None:
         op.f("ix_ad_trials_model_id_device_id_config_key"), "ad_trials", ["model_id", "device_id", "config_key"]
     )
     op.create_index(op.f("ix_ad_trials_study"), "ad_trials", ["study"])
+    op.create_table(
+        "ad_studies",
+        _id(),
+        sa.Column("name", sa.String(), nullable=False),
+        sa.Column("model_id", sa.Integer(), nullable=False),
+        sa.Column("device_id", sa.Integer(), nullable=False),
+        sa.Column("objective", sa.String(), nullable=False),
+        sa.Column("settings", sa.JSON(), nullable=False),
+        sa.Column("command", sa.Text(), nullable=True),
+        sa.Column("winner_uid", sa.String(), nullable=True),
+        sa.Column("summary", sa.JSON(none_as_null=True), nullable=True),
+        _created_at(),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(["device_id"], ["ad_devices.id"], name=op.f("fk_ad_studies_device_id_ad_devices")),
+        sa.ForeignKeyConstraint(["model_id"], ["ad_models.id"], name=op.f("fk_ad_studies_model_id_ad_models")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_ad_studies")),
+        sa.UniqueConstraint("name", name=op.f("uq_ad_studies_name")),
+    )
     op.create_table(
         "ad_measurements",
         _id(),
@@ -109,6 +129,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("ad_measurements")
+    op.drop_table("ad_studies")
     op.drop_index(op.f("ix_ad_trials_study"), table_name="ad_trials")
     op.drop_index(op.f("ix_ad_trials_model_id_device_id_config_key"), table_name="ad_trials")
     op.drop_table("ad_trials")

@@ -1,0 +1,119 @@
+"""Study configuration: validated once (pydantic, ``extra="forbid"``), then frozen.
+
+Precedence: CLI flags > YAML file > defaults.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from autodeploy.errors import UsageError
+
+Objective = Literal["latency", "throughput", "server", "pareto"]
+Sampler = Literal["tpe", "grid", "random", "nsga2"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Constraints(_Strict):
+    """A trial that breaks one of these is never a winner."""
+
+    max_accuracy_drop: float = Field(0.01, ge=0, le=1, description="top-1 agreement drop (else 1 - cosine)")
+    max_memory_mb: float | None = Field(None, gt=0, description="peak RSS of the worker over its baseline")
+    sla_ms: float | None = Field(None, gt=0, description="p99 latency bound of the server objective")
+
+
+class Screening(_Strict):
+    """Timing of each search trial: short, the top few are re-measured anyway."""
+
+    min_samples: int = Field(64, ge=2)
+    min_duration_s: float = Field(1.0, ge=0)
+    max_duration_s: float = Field(30.0, gt=0)
+    timeout_s: float = Field(600.0, gt=0)
+
+
+class Finalists(_Strict):
+    """Re-measurement of the best screening trials, interleaved A B A B … in longer runs."""
+
+    count: int = Field(3, ge=0, description="0 skips re-measurement (e.g. distributed workers)")
+    rounds: int = Field(3, ge=1)
+    min_samples: int = Field(200, ge=2)
+    min_duration_s: float = Field(2.0, ge=0)
+
+
+class StudyConfig(_Strict):
+    """Everything that defines a study. Field names are the YAML keys."""
+
+    model: str
+    name: str | None = None
+    objective: Objective = "latency"
+    engines: list[str] | None = None  # None: every engine available on this device
+    precisions: list[str] | None = None  # None: every precision each engine offers here
+    batches: list[int] | None = None  # None: [1] for latency/server, 1..32 for throughput/pareto
+    threads: list[int] | None = None  # None: powers of two up to the logical cores, and the core count
+    knobs: dict[str, dict[str, list[Any]]] | None = None  # {engine: {knob: [choices]}}; None: engine's own
+    trials: int | None = Field(None, ge=0, description="None: 30, or the whole grid with sampler grid")
+    timeout_s: float | None = Field(None, gt=0, description="stop starting trials after this many seconds")
+    sampler: Sampler = "tpe"
+    seed: int = 0
+    fresh: bool = False
+    constraints: Constraints = Constraints()
+    screening: Screening = Screening()
+    finalists: Finalists = Finalists()
+    shapes: dict[str, list[int]] = {}
+    data: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> StudyConfig:
+        if self.objective == "server" and self.constraints.sla_ms is None:
+            raise ValueError("the server objective needs constraints.sla_ms (--sla-ms)")
+        for name, values in (("batches", self.batches), ("threads", self.threads)):
+            if values is not None and (not values or min(values) < 1):
+                raise ValueError(f"{name} must be a non-empty list of positive integers")
+        return self
+
+    def default_batches(self) -> list[int]:
+        if self.batches is not None:
+            return sorted(set(self.batches))
+        return [1] if self.objective in ("latency", "server") else [1, 2, 4, 8, 16, 32]
+
+
+def load(path: str | Path | None, overrides: dict[str, Any], base: dict[str, Any] | None = None) -> StudyConfig:
+    """Read a YAML study config (if any), apply CLI overrides (``None`` values are ignored), validate.
+
+    ``base`` (the stored settings of a study being resumed) sits under the YAML and the flags,
+    so a resumed study keeps its search space unless told otherwise.
+
+    Raises:
+        UsageError: unreadable YAML or a config that does not validate, with the field named.
+    """
+    data: dict[str, Any] = dict(base or {})
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise UsageError(f"cannot read study config {path}: {exc}".splitlines()[0]) from None
+        if not isinstance(loaded, dict):
+            raise UsageError(f"study config {path} must be a mapping of keys to values")
+        data.update(loaded)
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if "." in key:  # nested: "constraints.sla_ms"
+            outer, inner = key.split(".", 1)
+            data[outer] = {**data.get(outer, {}), inner: value}
+        else:
+            data[key] = value
+    try:
+        return StudyConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "config"
+        raise UsageError(f"invalid study config: {where}: {first['msg']}",
+                         fix="see configs/ for examples") from None  # fmt: skip

@@ -1,0 +1,117 @@
+"""The search space of one study on one device, and the define-by-run suggestion.
+
+Parameter names are per engine where the choices differ (``onnxruntime.precision``,
+``openvino.PERFORMANCE_HINT``), so every Optuna distribution keeps one fixed set of choices.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from autodeploy.adapters import registry
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.errors import ShapeError, UnsupportedConfigError, UsageError
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autodeploy.device import DeviceInfo
+    from autodeploy.model import ModelInfo
+    from autodeploy.search.config import StudyConfig
+
+
+@dataclass(frozen=True)
+class EngineChoices:
+    precisions: tuple[str, ...]
+    knobs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What the study may suggest; ``skipped`` says why an engine is left out."""
+
+    engines: dict[str, EngineChoices]
+    batches: tuple[int, ...]
+    threads: tuple[int, ...]
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def size(self) -> int:
+        per_engine = (
+            len(c.precisions) * _product(len(v) for v in c.knobs.values()) for c in self.engines.values()
+        )
+        return sum(per_engine) * len(self.batches) * len(self.threads)
+
+    def grid(self) -> list[dict[str, Any]]:
+        """Every combination, as Optuna params (for ``study.enqueue_trial``)."""
+        points = []
+        for engine, choices in self.engines.items():
+            knob_names = list(choices.knobs)
+            for precision, batch, threads, *knobs in itertools.product(
+                choices.precisions, self.batches, self.threads, *choices.knobs.values()
+            ):
+                params = {"engine": engine, f"{engine}.precision": precision, "batch": batch, "threads": threads}
+                params.update({f"{engine}.{k}": v for k, v in zip(knob_names, knobs, strict=True)})
+                points.append(params)
+        return points
+
+
+def default_threads(logical_cores: int) -> tuple[int, ...]:
+    """Powers of two up to the logical core count, and the core count itself."""
+    values = {1, logical_cores}
+    values.update(2**i for i in range(1, 8) if 2**i < logical_cores)
+    return tuple(sorted(values))
+
+
+def build_space(config: StudyConfig, device: DeviceInfo, model: ModelInfo) -> SearchSpace:
+    """The engines available here and what each offers; user-asked precisions the engine lacks stay in, to be pruned with the reason."""
+    engines: dict[str, EngineChoices] = {}
+    skipped: dict[str, str] = {}
+    for name in config.engines or list(registry.targets()):
+        engine = registry.get(name)  # unknown name: UnknownEngineError listing the known ones
+        availability = engine.probe(device)
+        if not availability.available:
+            skipped[name] = str(availability)
+            continue
+        offered = engine.space(device, model)
+        precisions = tuple(config.precisions or offered.precisions)
+        if config.knobs and name in config.knobs:
+            knobs = {k: tuple(v) for k, v in config.knobs[name].items()}
+        else:
+            knobs = {k: tuple(offered.knobs[k]) for k in sorted(engine.search_knobs) if k in offered.knobs}
+        engines[name] = EngineChoices(precisions, knobs)
+    if not engines:
+        reasons = "; ".join(f"{k}: {v}" for k, v in skipped.items())
+        raise UsageError(f"no engine to search on this device ({reasons})", fix="see `autodeploy engines`")
+    threads = tuple(sorted(set(config.threads))) if config.threads else default_threads(device.logical_cores)
+    return SearchSpace(engines, tuple(config.default_batches()), threads, skipped)
+
+
+def suggest(trial: optuna.Trial, space: SearchSpace) -> TrialConfig:
+    """Define-by-run: engine → precision → batch → threads → that engine's knobs."""
+    engine = trial.suggest_categorical("engine", list(space.engines))
+    choices = space.engines[engine]
+    precision = trial.suggest_categorical(f"{engine}.precision", list(choices.precisions))
+    batch = trial.suggest_categorical("batch", list(space.batches))
+    threads = trial.suggest_categorical("threads", list(space.threads))
+    knobs = {k: trial.suggest_categorical(f"{engine}.{k}", list(v)) for k, v in choices.knobs.items()}
+    return TrialConfig(engine, precision, batch, threads, knobs)
+
+
+def unsupported_reason(config: TrialConfig, device: DeviceInfo, model: ModelInfo) -> str | None:
+    """Why this combination cannot run here (the study prunes it), or ``None``."""
+    try:
+        registry.get(config.engine).check(device, model, config)
+        for spec in model.inputs:
+            model.input_shape(spec.name, config.batch)
+    except (UnsupportedConfigError, ShapeError) as exc:
+        return str(exc)
+    return None
+
+
+def _product(values: Any) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out

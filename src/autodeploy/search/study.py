@@ -1,0 +1,363 @@
+"""The study driver: screen configs with Optuna, re-measure the finalists interleaved, pick the winner.
+
+Plain Optuna through ask-and-tell, so each trial can be pruned with its reason, failed with
+its kind, or taken from the store, and the loop can stop cleanly at any point.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from autodeploy.adapters import registry
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.errors import StoreError, UsageError
+from autodeploy.harness.run import HarnessSettings, PreparedData, run_trial
+from autodeploy.harness.stats import summarize
+from autodeploy.harness.timing import TimingPolicy
+from autodeploy.results_db.store import DeviceRecord, ModelRecord, Store
+from autodeploy.search.config import StudyConfig
+from autodeploy.search.objective import DIRECTIONS, Metrics, values, violations
+from autodeploy.search.space import SearchSpace, build_space, suggest, unsupported_reason
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autodeploy.device import DeviceInfo
+    from autodeploy.model import ModelInfo
+
+BASELINE = TrialConfig("onnxruntime", "fp32", batch=1, threads=None)
+DEFAULT_TRIALS = 30
+
+
+@dataclass(frozen=True)
+class StudyContext:
+    """Everything a study run needs, resolved and validated by the caller (the CLI)."""
+
+    config: StudyConfig
+    name: str
+    model: ModelInfo
+    device: DeviceInfo
+    data: PreparedData
+    settings: HarnessSettings
+    store: Store
+    storage: str  # Optuna's RDB storage URL (by default the results database itself)
+    command: str
+    resume: bool = False
+
+
+class Reporter:
+    """Progress hooks; the CLI draws a progress bar, tests pass this silent one."""
+
+    def start(self, total: int, space: SearchSpace) -> None: ...
+    def phase(self, text: str) -> None: ...
+    def trial_done(self, done: int, best: str | None) -> None: ...
+
+
+@dataclass(frozen=True)
+class Finalist:
+    config: dict[str, Any]
+    label: str
+    statistic: float | None  # p90 ms (latency) or items/s (throughput) over all rounds; screening value otherwise
+    ci: tuple[float, float] | None
+    n_samples: int
+    uids: list[str]
+    baseline: bool = False
+    failure: str | None = None
+
+
+@dataclass(frozen=True)
+class StudySummary:
+    name: str
+    objective: str
+    trials: dict[str, int]  # state -> count, over the whole study
+    finalists: list[Finalist]
+    winner: Finalist | None
+    tie_with: list[str] = field(default_factory=list)  # labels statistically tied with the winner
+    speedup_vs_baseline: float | None = None
+    note: str = ""  # e.g. "no trial meets the constraints: best-so-far shown"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySummary:
+    """Run (or resume) the study ``ctx.name``: screening trials, then finalists and the winner."""
+    reporter = reporter or Reporter()
+    cfg = ctx.config
+    study = _open_study(ctx)
+    ctx.store.save_study(ctx.name, model=ModelRecord.of(ctx.model), device=DeviceRecord.of(ctx.device),
+                         objective=cfg.objective, settings=cfg.model_dump(mode="json"), command=ctx.command)  # fmt: skip
+    space = build_space(cfg, ctx.device, ctx.model)
+    budget = cfg.trials if cfg.trials is not None else DEFAULT_TRIALS
+    if cfg.sampler == "grid":
+        budget = min(cfg.trials if cfg.trials is not None else 10**9, _enqueue_grid(study, space))
+    reporter.start(budget, space)
+    started = time.monotonic()
+    for done in range(budget):
+        if cfg.timeout_s is not None and time.monotonic() - started > cfg.timeout_s:
+            break
+        trial = study.ask()
+        try:
+            _screen(ctx, study, trial, space, reporter)
+        except ValueError as exc:
+            study.tell(trial, state=_state().FAIL)
+            if "dynamic value space" not in str(exc):
+                raise
+            raise UsageError(f"study {ctx.name!r} was created with another search space",
+                             fix="resume it with the same engines, precisions, batches, threads and knobs, "
+                             "or choose another --name") from None  # fmt: skip
+        except BaseException:  # Ctrl-C or a bug: close the Optuna trial so a resume starts clean
+            study.tell(trial, state=_state().FAIL)
+            raise
+        reporter.trial_done(done + 1, best_label(study, cfg.objective))
+    summary = _finalize(ctx, study, reporter)
+    ctx.store.finish_study(ctx.name, winner_uid=summary.winner.uids[-1] if summary.winner and summary.winner.uids else None,
+                           summary=summary.to_dict())  # fmt: skip
+    return summary
+
+
+# -- screening ----------------------------------------------------------------------------
+
+
+def _open_study(ctx: StudyContext) -> optuna.Study:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        existing = optuna.study.get_all_study_names(storage=ctx.storage)
+    except Exception as exc:  # Optuna wraps SQLAlchemy errors in several types
+        raise StoreError(f"cannot open the study storage {ctx.storage}: {str(exc).splitlines()[0]}",
+                         fix="pass --storage or --db with a reachable database") from None  # fmt: skip
+    if ctx.name in existing and not ctx.resume:
+        raise UsageError(f"study {ctx.name!r} already exists",
+                         fix="add --resume to add trials to it, or choose another --name")  # fmt: skip
+    # A resumed or joined study must not replay the same seeded suggestions as the first run.
+    seed = ctx.config.seed if ctx.name not in existing else ctx.config.seed + os.getpid()
+    study = optuna.create_study(study_name=ctx.name, storage=ctx.storage, load_if_exists=True,
+                                directions=DIRECTIONS[ctx.config.objective], sampler=_sampler(ctx.config, seed))  # fmt: skip
+    want = [d.upper() for d in DIRECTIONS[ctx.config.objective]]
+    if [d.name for d in study.directions] != want:
+        raise UsageError(f"study {ctx.name!r} was created for another objective",
+                         fix="resume it with its own --objective, or choose another --name")  # fmt: skip
+    return study
+
+
+def _sampler(cfg: StudyConfig, seed: int) -> optuna.samplers.BaseSampler:
+    """Samplers take the constraints from each trial (``Trial.set_constraint``), so none needs a constraints_func."""
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if cfg.sampler == "tpe":
+            # multivariate + group model the conditional (per-engine) parameters jointly.
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)
+        if cfg.sampler == "nsga2":
+            return optuna.samplers.NSGAIISampler(seed=seed)
+        return optuna.samplers.RandomSampler(seed=seed)  # "random", and "grid" (grid points are enqueued)
+
+
+def _enqueue_grid(study: optuna.Study, space: SearchSpace) -> int:
+    """Enqueue every grid point the study has not run yet; return how many."""
+    seen = [t.params for t in study.get_trials(deepcopy=False)]
+    missing = [p for p in space.grid() if p not in seen]
+    for params in missing:
+        study.enqueue_trial(params, skip_if_exists=True)
+    return len(missing)
+
+
+def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: SearchSpace,
+            reporter: Reporter) -> None:  # fmt: skip
+    state = _state()
+    config = suggest(trial, space)
+    trial.set_user_attr("config", config.to_dict())
+    reason = unsupported_reason(config, ctx.device, ctx.model)
+    if reason:
+        trial.set_user_attr("pruned_reason", reason)
+        study.tell(trial, state=state.PRUNED)
+        return
+    measured = _measure(ctx, config, reporter)
+    trial.set_user_attr("uid", measured.uid)
+    trial.set_user_attr("reused", measured.reused)
+    if measured.metrics is None:
+        trial.set_user_attr("failure", measured.failure)
+        study.tell(trial, state=state.FAIL)
+        return
+    for key, value in violations(measured.metrics, ctx.config.constraints, ctx.config.objective).items():
+        trial.set_constraint(key, value)  # the samplers read these (Optuna >= 5)
+    study.tell(trial, values(measured.metrics, ctx.config.objective))
+
+
+@dataclass(frozen=True)
+class _Measured:
+    metrics: Metrics | None
+    uid: str
+    failure: str | None = None
+    reused: bool = False
+    samples_ms: tuple[float, ...] = ()
+
+
+def _measure(ctx: StudyContext, config: TrialConfig, reporter: Reporter, phase: str = "screening") -> _Measured:
+    """Metrics of ``config``: from the store when measured before here, else a fresh trial (stored)."""
+    cfg = ctx.config
+    if not cfg.fresh and cfg.objective != "server" and phase == "screening":
+        version = registry.get(config.engine).probe_version()
+        row = ctx.store.find_measured(ctx.model.sha256, ctx.device.fingerprint, config.key(), version)
+        if row is not None and row.accuracy is not None:
+            return _Measured(Metrics.of_row(row), row.uid, reused=True)
+    reporter.phase(f"{config.label()}: starting")
+    result = run_trial(ctx.model, config, ctx.data, ctx.settings, progress=lambda p: reporter.phase(f"{config.label()}: {p}"),
+                       scenario="server" if cfg.objective == "server" else "single-stream",
+                       sla_ms=cfg.constraints.sla_ms if cfg.objective == "server" else None)  # fmt: skip
+    ctx.store.add_trial(result, model=ModelRecord.of(ctx.model), device=DeviceRecord.of(ctx.device),
+                        command=ctx.command, study=ctx.name, phase=phase)  # fmt: skip
+    if result.latency is None or result.accuracy is None:
+        return _Measured(None, result.uid, f"{result.failure_kind}: {result.failure_message}")
+    return _Measured(Metrics.of_result(result), result.uid, samples_ms=result.samples_ms)
+
+
+def _state() -> Any:
+    from optuna.trial import TrialState
+
+    return TrialState
+
+
+def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    done = study.get_trials(deepcopy=False, states=(_state().COMPLETE,))
+    return [t for t in done if t.constraints and all(v <= 0 for v in t.constraints.values())]
+
+
+def ranked(study: optuna.Study, objective: str) -> list[optuna.trial.FrozenTrial]:
+    """Feasible trials best first, one per config (Pareto front by latency for ``pareto``)."""
+    trials = feasible_trials(study)
+    if objective == "pareto":
+        trials = [t for t in trials if not any(_dominates(o.values, t.values) for o in trials)]
+        trials.sort(key=lambda t: t.values[0])
+    else:
+        trials.sort(key=lambda t: t.values[0], reverse=objective in ("throughput", "server"))
+    unique, seen = [], set()
+    for t in trials:
+        key = TrialConfig.from_dict(t.user_attrs["config"]).key()
+        if key not in seen:
+            seen.add(key)
+            unique.append(t)
+    return unique
+
+
+def best_label(study: optuna.Study, objective: str) -> str | None:
+    top = ranked(study, objective)
+    if not top:
+        return None
+    t = top[0]
+    return f"{TrialConfig.from_dict(t.user_attrs['config']).label()} = {', '.join(f'{v:.4g}' for v in t.values)}"
+
+
+def _dominates(a: list[float], b: list[float]) -> bool:
+    return all(x <= y for x, y in zip(a, b, strict=True)) and any(x < y for x, y in zip(a, b, strict=True))
+
+
+# -- finalists and the winner ------------------------------------------------------------
+
+
+def _finalize(ctx: StudyContext, study: optuna.Study, reporter: Reporter) -> StudySummary:
+    cfg = ctx.config
+    counts: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
+    top = ranked(study, cfg.objective)[: max(cfg.finalists.count, 1)]
+    if not top:
+        return _best_so_far(study, cfg.objective, counts, ctx.name)
+    remeasure = cfg.finalists.count > 0 and cfg.objective in ("latency", "throughput")
+    if not remeasure:
+        finalists = [_from_screening(t) for t in top]
+        return StudySummary(ctx.name, cfg.objective, counts, finalists, finalists[0],
+                            note="winner from screening values (not re-measured)")  # fmt: skip
+    configs = [TrialConfig.from_dict(t.user_attrs["config"]) for t in top]
+    baseline_ok = registry.get(BASELINE.engine).probe(ctx.device).available
+    with_baseline = baseline_ok and BASELINE.key() not in {c.key() for c in configs}
+    finalists = _interleaved(ctx, [*configs, *([BASELINE] if with_baseline else [])], reporter, with_baseline)
+    return _choose(ctx.name, cfg.objective, counts, finalists)
+
+
+def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Reporter,
+                 with_baseline: bool) -> list[Finalist]:  # fmt: skip
+    """A B C A B C …: every round runs each config once, in a rotated order, so drift hits all alike."""
+    f = ctx.config.finalists
+    policy = TimingPolicy(min_samples=f.min_samples, min_duration_s=f.min_duration_s,
+                          max_duration_s=max(60.0, 4 * f.min_duration_s))  # fmt: skip
+    long_ctx = replace(ctx, settings=replace(ctx.settings, policy=policy))
+    samples: list[list[float]] = [[] for _ in configs]
+    uids: list[list[str]] = [[] for _ in configs]
+    failures: list[str | None] = [None for _ in configs]
+    for r in range(f.rounds):
+        for i in [(j + r) % len(configs) for j in range(len(configs))]:
+            reporter.phase(f"finalists round {r + 1}/{f.rounds}: {configs[i].label()}")
+            measured = _measure(long_ctx, configs[i], reporter, phase="finalist")
+            uids[i].append(measured.uid)
+            if measured.metrics is None:
+                failures[i] = measured.failure
+                continue
+            samples[i].extend(measured.samples_ms)
+    out = []
+    for i, config in enumerate(configs):
+        stat, ci = _statistic(samples[i], config.batch, ctx.config.objective)
+        is_baseline = with_baseline and i == len(configs) - 1
+        out.append(Finalist(config.to_dict(), config.label(), stat, ci, len(samples[i]), uids[i], is_baseline, failures[i]))
+    return out
+
+
+def _statistic(samples_ms: list[float], batch: int, objective: str) -> tuple[float | None, tuple[float, float] | None]:
+    """p90 ms with its bootstrap CI (latency), or items/s from the mean latency with a bootstrap CI (throughput)."""
+    if len(samples_ms) < 2:
+        return None, None
+    if objective == "latency":
+        stats = summarize(np.asarray(samples_ms) * 1e6)
+        if stats.p90 is not None:
+            return stats.p90, stats.p90_ci
+        return stats.median, stats.median_ci
+    values_ms = np.asarray(samples_ms)
+    rng = np.random.default_rng(0)
+    means = values_ms[rng.integers(0, len(values_ms), (2000, len(values_ms)))].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return batch * 1000 / values_ms.mean(), (batch * 1000 / high, batch * 1000 / low)
+
+
+def _choose(name: str, objective: str, counts: dict[str, int], finalists: list[Finalist]) -> StudySummary:
+    """Best statistic wins; finalists whose CI overlaps the best's are a tie, and the cheapest of the tie wins."""
+    candidates = [f for f in finalists if not f.baseline and f.statistic is not None and f.ci is not None]
+    baseline = next((f for f in finalists if f.baseline), None)
+    if not candidates:
+        return StudySummary(name, objective, counts, finalists, None, note="every finalist failed its re-measurement")
+    higher_is_better = objective == "throughput"
+    best = max(candidates, key=lambda f: f.statistic) if higher_is_better else min(candidates, key=lambda f: f.statistic)
+    tied = [f for f in candidates if f.ci[0] <= best.ci[1] and best.ci[0] <= f.ci[1]]
+
+    def cost(f: Finalist) -> tuple[int, int]:
+        return (f.config.get("threads") or 0, f.config.get("batch", 1))
+
+    winner = min(tied, key=cost)
+    speedup = None
+    if baseline is not None and baseline.statistic:
+        speedup = winner.statistic / baseline.statistic if higher_is_better else baseline.statistic / winner.statistic
+    return StudySummary(name, objective, counts, finalists, winner, [f.label for f in tied if f is not winner], speedup)
+
+
+def _from_screening(t: optuna.trial.FrozenTrial) -> Finalist:
+    config = TrialConfig.from_dict(t.user_attrs["config"])
+    return Finalist(config.to_dict(), config.label(), t.values[0], None, 0, [t.user_attrs.get("uid", "")])
+
+
+def _best_so_far(study: optuna.Study, objective: str, counts: dict[str, int], name: str) -> StudySummary:
+    """No trial meets the constraints: show the best measured one anyway, labelled."""
+    done = study.get_trials(deepcopy=False, states=(_state().COMPLETE,))
+    if not done:
+        return StudySummary(name, objective, counts, [], None, note="no trial produced a measurement")
+    best = sorted(done, key=lambda t: t.values[0], reverse=objective in ("throughput", "server"))[0]
+    return StudySummary(name, objective, counts, [_from_screening(best)], None,
+                        note="no trial meets the constraints; the best-so-far is shown and is not a winner")  # fmt: skip
+

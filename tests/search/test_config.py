@@ -1,0 +1,50 @@
+from pathlib import Path
+
+import pytest
+
+from autodeploy.errors import UsageError
+from autodeploy.search.config import StudyConfig, load
+
+CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_example_config_validates(path):
+    config = load(path, {})
+    assert config.model.startswith("zoo:")
+
+
+def test_there_are_example_configs():
+    assert len(CONFIGS) >= 4
+
+
+def test_flags_override_yaml_and_defaults(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("model: zoo:mlp\ntrials: 5\nconstraints:\n  max_accuracy_drop: 0.05\n  max_memory_mb: 100\n")
+    config = load(path, {"trials": 7, "constraints.max_memory_mb": 50, "sampler": None})
+    assert config.trials == 7 and config.sampler == "tpe"
+    assert config.constraints.max_memory_mb == 50 and config.constraints.max_accuracy_drop == 0.05
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("model: m\ntrails: 5\n", "trails: Extra inputs are not permitted"),
+        ("model: m\nobjective: fastest\n", "objective: Input should be"),
+        ("model: m\nobjective: server\n", "needs constraints.sla_ms"),
+        ("model: m\nbatches: []\n", "batches must be a non-empty list"),
+        ("- a list\n", "must be a mapping"),
+        ("model: [unclosed\n", "cannot read study config"),
+    ],
+)
+def test_bad_configs_name_the_problem(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=message):
+        load(path, {})
+
+
+def test_default_batches_follow_the_objective():
+    assert StudyConfig(model="m").default_batches() == [1]
+    assert StudyConfig(model="m", objective="throughput").default_batches() == [1, 2, 4, 8, 16, 32]
+    assert StudyConfig(model="m", batches=[4, 1, 4]).default_batches() == [1, 4]

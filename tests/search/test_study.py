@@ -1,0 +1,110 @@
+"""Real studies on a tiny model: every trial stored, pruned and failed trials kept, resume adds trials."""
+
+import subprocess
+import sys
+
+import optuna
+import pytest
+
+from autodeploy.adapters import registry
+from autodeploy.device import probe_device
+from autodeploy.errors import UsageError
+from autodeploy.harness.run import HarnessSettings, prepare_data
+from autodeploy.harness.timing import TimingPolicy
+from autodeploy.model import load_model
+from autodeploy.results_db import Store
+from autodeploy.search.config import StudyConfig
+from autodeploy.search.study import StudyContext, run_study
+from tests.adapters.faulty import TARGET
+from tests.models import mlp
+
+FAST = TimingPolicy(warmup_min_calls=2, warmup_max_s=0.2, min_samples=64, min_duration_s=0.1, max_duration_s=5)
+FAST_FINALISTS = {"count": 2, "rounds": 2, "min_samples": 64, "min_duration_s": 0.1}
+
+
+def make_ctx(tmp_path, db, *, name="s", resume=False, **config):
+    model = load_model(mlp(tmp_path / "m.onnx"))
+    settings = HarnessSettings(workdir=tmp_path / "work", policy=FAST, timeout_s=20)
+    cfg = StudyConfig(model=str(model.path), **{"engines": ["onnxruntime"], "threads": [1], **config})
+    store = Store.open(db)
+    return StudyContext(cfg, name, model, probe_device(), prepare_data(model, settings), settings, store,
+                        db, "autodeploy tune test", resume)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_study_finalists_winner_and_resume(tmp_path):
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    ctx = make_ctx(tmp_path, db, trials=4, precisions=["fp32", "fp16"], finalists=FAST_FINALISTS,
+                   constraints={"max_accuracy_drop": 0.5})  # fmt: skip
+    summary = run_study(ctx)
+    study = optuna.load_study(study_name="s", storage=db)
+    assert len(study.trials) == 4 and sum(summary.trials.values()) == 4
+    pruned = [t for t in study.trials if t.state.name == "PRUNED"]
+    assert all("fp16" in t.user_attrs["pruned_reason"] for t in pruned)
+    assert summary.winner is not None and summary.winner.ci is not None and summary.winner.n_samples >= 64
+    assert any(f.baseline for f in summary.finalists) or summary.winner.config["precision"] == "fp32"
+    assert summary.speedup_vs_baseline is None or summary.speedup_vs_baseline > 0
+    stored = ctx.store.study_trials("s")
+    measured = [t for t in study.trials if t.state.name == "COMPLETE" and not t.user_attrs["reused"]]
+    assert len(ctx.store.study_trials("s", phase="screening")) == len(measured)
+    assert len(ctx.store.study_trials("s", phase="finalist")) == sum(len(f.uids) for f in summary.finalists)
+    assert {t.user_attrs["uid"] for t in study.trials if "uid" in t.user_attrs} <= {r.uid for r in stored} | {
+        r.uid for r in ctx.store.list_trials(limit=1000)}
+    assert ctx.store.get_study("s").winner_uid in {r.uid for r in stored}
+
+    with pytest.raises(UsageError, match="already exists"):
+        run_study(make_ctx(tmp_path, db, trials=1))
+    changed = make_ctx(tmp_path, db, resume=True, trials=1, precisions=["fp32", "int8"], finalists={"count": 0})
+    with pytest.raises(UsageError, match="another search space"):
+        run_study(changed)
+    again = make_ctx(tmp_path, db, resume=True, trials=2, precisions=["fp32", "fp16"], finalists={"count": 0})
+    run_study(again)
+    assert len(optuna.load_study(study_name="s", storage=db).trials) == 4 + 1 + 2
+
+
+@pytest.mark.slow
+def test_failures_are_recorded_and_the_study_goes_on(tmp_path):
+    registry.register("faulty", TARGET)
+    try:
+        db = f"sqlite:///{tmp_path / 'r.db'}"
+        ctx = make_ctx(tmp_path, db, engines=["faulty"], sampler="grid", precisions=["fp32"],
+                       knobs={"faulty": {"fault": ["raise_in_run", "none"]}}, finalists={"count": 0})  # fmt: skip
+        summary = run_study(ctx)
+    finally:
+        registry.unregister("faulty")
+    study = optuna.load_study(study_name="s", storage=db)
+    states = sorted(t.state.name for t in study.trials)
+    assert states == ["COMPLETE", "FAIL"]
+    failed = next(t for t in study.trials if t.state.name == "FAIL")
+    assert failed.user_attrs["failure"].startswith("run_failed: RuntimeError: deliberate run failure")
+    assert summary.winner is not None and summary.winner.config["knobs"] == {"fault": "none"}
+    kinds = sorted(str(r.failure_kind) for r in ctx.store.study_trials("s"))
+    assert kinds == ["None", "run_failed"]
+
+
+@pytest.mark.slow
+def test_no_feasible_trial_leaves_a_labelled_best_so_far(tmp_path):
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    ctx = make_ctx(tmp_path, db, trials=1, precisions=["fp32"], constraints={"max_memory_mb": 0.001})
+    summary = run_study(ctx)
+    assert summary.winner is None and "best-so-far" in summary.note and len(summary.finalists) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_three_workers_share_one_study_on_postgres(tmp_path, postgres_url):
+    model = mlp(tmp_path / "m.onnx")
+    cmd = [sys.executable, "-m", "autodeploy", "tune", str(model), "--name", "shared", "--resume", "--fresh",
+           "--engine", "onnxruntime", "--threads", "1", "--trials", "3", "--finalists", "0",
+           "--min-duration", "0.1", "--db", postgres_url, "--storage", postgres_url]  # fmt: skip
+    env = {**__import__("os").environ, "AUTODEPLOY_CACHE": str(tmp_path / "cache")}
+    workers = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(3)]
+    outputs = [w.communicate(timeout=600)[0] for w in workers]
+    assert all(w.returncode == 0 for w in workers), outputs
+    study = optuna.load_study(study_name="shared", storage=postgres_url)
+    assert len(study.trials) == 9 and all(t.state.is_finished() for t in study.trials)
+    with Store.open(postgres_url) as store:
+        rows = store.study_trials("shared")
+    uids = [t.user_attrs["uid"] for t in study.trials if "uid" in t.user_attrs]
+    assert len(rows) == len(uids) == len(set(uids)) == 9 - sum(t.state.name == "PRUNED" for t in study.trials)
+    assert {r.uid for r in rows} == set(uids)
