@@ -20,7 +20,9 @@ def test_there_are_example_configs():
 
 def test_flags_override_yaml_and_defaults(tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text("model: zoo:mlp\ntrials: 5\nconstraints:\n  max_accuracy_drop: 0.05\n  max_memory_mb: 100\n")
+    path.write_text(
+        "model: zoo:mlp\ntrials: 5\nconstraints:\n  max_accuracy_drop: 0.05\n  max_memory_mb: 100\n"
+    )
     config = load(path, {"trials": 7, "constraints.max_memory_mb": 50, "sampler": None})
     assert config.trials == 7 and config.sampler == "tpe"
     assert config.constraints.max_memory_mb == 50 and config.constraints.max_accuracy_drop == 0.05

@@ -22,7 +22,9 @@ def test_default_threads():
 
 
 def test_space_from_the_engines_offer(model):
-    space = build_space(StudyConfig(model="m", engines=["onnxruntime"], threads=[1, 2]), probe_device(), model)
+    space = build_space(
+        StudyConfig(model="m", engines=["onnxruntime"], threads=[1, 2]), probe_device(), model
+    )
     ort = space.engines["onnxruntime"]
     assert ort.precisions == ("fp32", "int8") and "execution_mode" in ort.knobs
     assert space.batches == (1,) and space.threads == (1, 2)
@@ -44,20 +46,30 @@ def test_unknown_and_unavailable_engines(model):
 
 
 def test_suggest_is_define_by_run(model):
-    space = build_space(StudyConfig(model="m", engines=["onnxruntime"], knobs={"onnxruntime": {}}), probe_device(), model)
+    space = build_space(
+        StudyConfig(model="m", engines=["onnxruntime"], knobs={"onnxruntime": {}}), probe_device(), model
+    )
     params = {"engine": "onnxruntime", "onnxruntime.precision": "int8", "batch": 1, "threads": 2}
     config = suggest(optuna.trial.FixedTrial(params), space)
     assert (config.engine, config.precision, config.batch, config.threads, dict(config.knobs)) == (
-        "onnxruntime", "int8", 1, 2, {}
+        "onnxruntime",
+        "int8",
+        1,
+        2,
+        {},
     )
 
 
 def test_unsupported_combinations_have_a_reason(tmp_path, model):
-    space = build_space(StudyConfig(model="m", engines=["onnxruntime"], precisions=["fp16"]), probe_device(), model)
+    space = build_space(
+        StudyConfig(model="m", engines=["onnxruntime"], precisions=["fp16"]), probe_device(), model
+    )
     params = {"engine": "onnxruntime", "onnxruntime.precision": "fp16", "batch": 1, "threads": 1,
               "onnxruntime.execution_mode": "ORT_SEQUENTIAL"}  # fmt: skip
     config = suggest(optuna.trial.FixedTrial(params), space)
     assert "fp16" in unsupported_reason(config, probe_device(), model)
     static = load_model(mlp(tmp_path / "static.onnx", batch=1))
     assert unsupported_reason(TrialConfig("onnxruntime", batch=1), probe_device(), static) is None
-    assert "static batch dim 1" in unsupported_reason(TrialConfig("onnxruntime", batch=4), probe_device(), static)
+    assert "static batch dim 1" in unsupported_reason(
+        TrialConfig("onnxruntime", batch=4), probe_device(), static
+    )

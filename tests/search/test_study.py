@@ -18,7 +18,9 @@ from autodeploy.search.study import StudyContext, run_study
 from tests.adapters.faulty import TARGET
 from tests.models import mlp
 
-FAST = TimingPolicy(warmup_min_calls=2, warmup_max_s=0.2, min_samples=64, min_duration_s=0.1, max_duration_s=5)
+FAST = TimingPolicy(
+    warmup_min_calls=2, warmup_max_s=0.2, min_samples=64, min_duration_s=0.1, max_duration_s=5
+)
 FAST_FINALISTS = {"count": 2, "rounds": 2, "min_samples": 64, "min_duration_s": 0.1}
 
 
@@ -49,12 +51,15 @@ def test_study_finalists_winner_and_resume(tmp_path):
     assert len(ctx.store.study_trials("s", phase="screening")) == len(measured)
     assert len(ctx.store.study_trials("s", phase="finalist")) == sum(len(f.uids) for f in summary.finalists)
     assert {t.user_attrs["uid"] for t in study.trials if "uid" in t.user_attrs} <= {r.uid for r in stored} | {
-        r.uid for r in ctx.store.list_trials(limit=1000)}
+        r.uid for r in ctx.store.list_trials(limit=1000)
+    }
     assert ctx.store.get_study("s").winner_uid in {r.uid for r in stored}
 
     with pytest.raises(UsageError, match="already exists"):
         run_study(make_ctx(tmp_path, db, trials=1))
-    changed = make_ctx(tmp_path, db, resume=True, trials=1, precisions=["fp32", "int8"], finalists={"count": 0})
+    changed = make_ctx(
+        tmp_path, db, resume=True, trials=1, precisions=["fp32", "int8"], finalists={"count": 0}
+    )
     with pytest.raises(UsageError, match="another search space"):
         run_study(changed)
     again = make_ctx(tmp_path, db, resume=True, trials=2, precisions=["fp32", "fp16"], finalists={"count": 0})
@@ -98,7 +103,10 @@ def test_three_workers_share_one_study_on_postgres(tmp_path, postgres_url):
            "--engine", "onnxruntime", "--threads", "1", "--trials", "3", "--finalists", "0",
            "--min-duration", "0.1", "--db", postgres_url, "--storage", postgres_url]  # fmt: skip
     env = {**__import__("os").environ, "AUTODEPLOY_CACHE": str(tmp_path / "cache")}
-    workers = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(3)]
+    workers = [
+        subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(3)
+    ]
     outputs = [w.communicate(timeout=600)[0] for w in workers]
     assert all(w.returncode == 0 for w in workers), outputs
     study = optuna.load_study(study_name="shared", storage=postgres_url)

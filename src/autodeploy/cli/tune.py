@@ -8,7 +8,14 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from autodeploy.cli._common import cache_dir, command_line, err, out, resolve_model
@@ -18,31 +25,65 @@ Many = list[str] | None
 
 
 def tune(
-    model: Annotated[str | None, typer.Argument(help="An .onnx file or zoo:NAME (or `model:` in --config).")] = None,
-    config: Annotated[Path | None, typer.Option(help="Study config YAML (see configs/); flags override it.")] = None,
+    model: Annotated[
+        str | None, typer.Argument(help="An .onnx file or zoo:NAME (or `model:` in --config).")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="Study config YAML (see configs/); flags override it.")
+    ] = None,
     name: Annotated[str | None, typer.Option(help="Study name (default: MODEL-OBJECTIVE-DEVICE).")] = None,
     objective: Annotated[str | None, typer.Option(help="latency | throughput | server | pareto.")] = None,
-    engine: Annotated[Many, typer.Option(help="Engines to search (default: all available); repeatable.")] = None,
-    precision: Annotated[Many, typer.Option(help="Precisions to search (default: each engine's); repeatable.")] = None,
+    engine: Annotated[
+        Many, typer.Option(help="Engines to search (default: all available); repeatable.")
+    ] = None,
+    precision: Annotated[
+        Many, typer.Option(help="Precisions to search (default: each engine's); repeatable.")
+    ] = None,
     batch: Annotated[list[int] | None, typer.Option(help="Batch sizes to search; repeatable.")] = None,
     threads: Annotated[list[int] | None, typer.Option(help="Thread counts to search; repeatable.")] = None,
-    trials: Annotated[int | None, typer.Option(help="Trials this run adds (default 30; the whole grid for --sampler grid).")] = None,
+    trials: Annotated[
+        int | None, typer.Option(help="Trials this run adds (default 30; the whole grid for --sampler grid).")
+    ] = None,
     timeout: Annotated[float | None, typer.Option(help="Start no new trial after this many seconds.")] = None,
-    sampler: Annotated[str | None, typer.Option(help="tpe (default, seeded) | grid | random | nsga2.")] = None,
+    sampler: Annotated[
+        str | None, typer.Option(help="tpe (default, seeded) | grid | random | nsga2.")
+    ] = None,
     seed: Annotated[int | None, typer.Option()] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="Re-measure configs already in the store.")] = False,
-    resume: Annotated[bool, typer.Option("--resume", help="Add trials to an existing study (or join it from another worker).")] = False,
-    max_accuracy_drop: Annotated[float | None, typer.Option(help="Top-1 agreement drop allowed (default 0.01).")] = None,
+    resume: Annotated[
+        bool,
+        typer.Option("--resume", help="Add trials to an existing study (or join it from another worker)."),
+    ] = False,
+    max_accuracy_drop: Annotated[
+        float | None, typer.Option(help="Top-1 agreement drop allowed (default 0.01).")
+    ] = None,
     max_memory_mb: Annotated[float | None, typer.Option(help="Peak worker memory allowed, MB.")] = None,
-    sla_ms: Annotated[float | None, typer.Option(help="p99 latency bound (needed by --objective server).")] = None,
-    finalists: Annotated[int | None, typer.Option(help="Finalists re-measured interleaved (default 3; 0: none).")] = None,
-    rounds: Annotated[int | None, typer.Option(help="Interleaved rounds for the finalists (default 3).")] = None,
-    min_samples: Annotated[int | None, typer.Option(help="Timed calls per screening trial, at least (default 64).")] = None,
-    min_duration: Annotated[float | None, typer.Option(help="Timed seconds per screening trial, at least (default 1).")] = None,
+    sla_ms: Annotated[
+        float | None, typer.Option(help="p99 latency bound (needed by --objective server).")
+    ] = None,
+    finalists: Annotated[
+        int | None, typer.Option(help="Finalists re-measured interleaved (default 3; 0: none).")
+    ] = None,
+    rounds: Annotated[
+        int | None, typer.Option(help="Interleaved rounds for the finalists (default 3).")
+    ] = None,
+    min_samples: Annotated[
+        int | None, typer.Option(help="Timed calls per screening trial, at least (default 64).")
+    ] = None,
+    min_duration: Annotated[
+        float | None, typer.Option(help="Timed seconds per screening trial, at least (default 1).")
+    ] = None,
     shape: Annotated[Many, typer.Option(help="Fix an input shape, NAME=1x3x224x224; repeatable.")] = None,
-    data: Annotated[Path | None, typer.Option(help="Input data (.npz or folder of NAME.npy, optional 'labels').")] = None,
-    db: Annotated[str | None, typer.Option(help="Results database URL (default: $AUTODEPLOY_DB or the user SQLite file).")] = None,
-    storage: Annotated[str | None, typer.Option(help="Optuna storage URL shared by workers (default: the results database).")] = None,
+    data: Annotated[
+        Path | None, typer.Option(help="Input data (.npz or folder of NAME.npy, optional 'labels').")
+    ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(help="Results database URL (default: $AUTODEPLOY_DB or the user SQLite file)."),
+    ] = None,
+    storage: Annotated[
+        str | None, typer.Option(help="Optuna storage URL shared by workers (default: the results database).")
+    ] = None,
 ) -> None:
     """Search the fastest config for a model on this device, re-measure the finalists and report the winner."""
     from autodeploy.data import load_user_data
@@ -79,7 +120,9 @@ def tune(
                                policy=TimingPolicy(min_samples=s.min_samples, min_duration_s=s.min_duration_s,
                                                    max_duration_s=s.max_duration_s))  # fmt: skip
     user_data = load_user_data(cfg.data, info) if cfg.data else resolved.data
-    prepared = prepare_data(info, settings, data=user_data, calibration=None if cfg.data else resolved.calibration)
+    prepared = prepare_data(
+        info, settings, data=user_data, calibration=None if cfg.data else resolved.calibration
+    )
     ctx = StudyContext(cfg, study_name, info, device, prepared, settings, store, storage or store.engine.url.render_as_string(hide_password=False),
                        command_line(), resume)  # fmt: skip
     with store, _ProgressReporter() as reporter:
@@ -133,7 +176,9 @@ def _print_summary(summary, study_name: str) -> None:  # noqa: ANN001 - StudySum
     out.print(f"study [bold]{escape(study_name)}[/] ({summary.objective}): {counts}")
     if summary.finalists:
         unit = {"latency": "p90 ms", "throughput": "items/s"}.get(summary.objective, "value")
-        table = Table(title="finalists (re-measured interleaved)" if summary.finalists[0].n_samples else "best configs")
+        table = Table(
+            title="finalists (re-measured interleaved)" if summary.finalists[0].n_samples else "best configs"
+        )
         for column in ("config", unit, "95% CI", "samples", "note"):
             table.add_column(column)
         for f in summary.finalists:
@@ -153,7 +198,9 @@ def _print_summary(summary, study_name: str) -> None:  # noqa: ANN001 - StudySum
         return
     line = f"winner: [bold]{escape(summary.winner.label)}[/]"
     if summary.tie_with:
-        line += f" (statistical tie with {escape(', '.join(summary.tie_with))}; the cheaper config is preferred)"
+        line += (
+            f" (statistical tie with {escape(', '.join(summary.tie_with))}; the cheaper config is preferred)"
+        )
     if summary.speedup_vs_baseline is not None:
         line += f"; {summary.speedup_vs_baseline:.2f}x vs ONNX Runtime fp32 default"
     out.print(line)

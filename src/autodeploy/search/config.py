@@ -84,7 +84,9 @@ class StudyConfig(_Strict):
         return [1] if self.objective in ("latency", "server") else [1, 2, 4, 8, 16, 32]
 
 
-def load(path: str | Path | None, overrides: dict[str, Any], base: dict[str, Any] | None = None) -> StudyConfig:
+def load(
+    path: str | Path | None, overrides: dict[str, Any], base: dict[str, Any] | None = None
+) -> StudyConfig:
     """Read a YAML study config (if any), apply CLI overrides (``None`` values are ignored), validate.
 
     ``base`` (the stored settings of a study being resumed) sits under the YAML and the flags,

@@ -51,7 +51,12 @@ class SearchSpace:
             for precision, batch, threads, *knobs in itertools.product(
                 choices.precisions, self.batches, self.threads, *choices.knobs.values()
             ):
-                params = {"engine": engine, f"{engine}.precision": precision, "batch": batch, "threads": threads}
+                params = {
+                    "engine": engine,
+                    f"{engine}.precision": precision,
+                    "batch": batch,
+                    "threads": threads,
+                }
                 params.update({f"{engine}.{k}": v for k, v in zip(knob_names, knobs, strict=True)})
                 points.append(params)
         return points

@@ -63,7 +63,9 @@ class Reporter:
 class Finalist:
     config: dict[str, Any]
     label: str
-    statistic: float | None  # p90 ms (latency) or items/s (throughput) over all rounds; screening value otherwise
+    statistic: (
+        float | None
+    )  # p90 ms (latency) or items/s (throughput) over all rounds; screening value otherwise
     ci: tuple[float, float] | None
     n_samples: int
     uids: list[str]
@@ -202,7 +204,9 @@ class _Measured:
     samples_ms: tuple[float, ...] = ()
 
 
-def _measure(ctx: StudyContext, config: TrialConfig, reporter: Reporter, phase: str = "screening") -> _Measured:
+def _measure(
+    ctx: StudyContext, config: TrialConfig, reporter: Reporter, phase: str = "screening"
+) -> _Measured:
     """Metrics of ``config``: from the store when measured before here, else a fresh trial (stored)."""
     cfg = ctx.config
     if not cfg.fresh and cfg.objective != "server" and phase == "screening":
@@ -254,7 +258,9 @@ def best_label(study: optuna.Study, objective: str) -> str | None:
     if not top:
         return None
     t = top[0]
-    return f"{TrialConfig.from_dict(t.user_attrs['config']).label()} = {', '.join(f'{v:.4g}' for v in t.values)}"
+    return (
+        f"{TrialConfig.from_dict(t.user_attrs['config']).label()} = {', '.join(f'{v:.4g}' for v in t.values)}"
+    )
 
 
 def _dominates(a: list[float], b: list[float]) -> bool:
@@ -307,11 +313,17 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
     for i, config in enumerate(configs):
         stat, ci = _statistic(samples[i], config.batch, ctx.config.objective)
         is_baseline = with_baseline and i == len(configs) - 1
-        out.append(Finalist(config.to_dict(), config.label(), stat, ci, len(samples[i]), uids[i], is_baseline, failures[i]))
+        out.append(
+            Finalist(
+                config.to_dict(), config.label(), stat, ci, len(samples[i]), uids[i], is_baseline, failures[i]
+            )
+        )
     return out
 
 
-def _statistic(samples_ms: list[float], batch: int, objective: str) -> tuple[float | None, tuple[float, float] | None]:
+def _statistic(
+    samples_ms: list[float], batch: int, objective: str
+) -> tuple[float | None, tuple[float, float] | None]:
     """p90 ms with its bootstrap CI (latency), or items/s from the mean latency with a bootstrap CI (throughput)."""
     if len(samples_ms) < 2:
         return None, None
@@ -332,9 +344,15 @@ def _choose(name: str, objective: str, counts: dict[str, int], finalists: list[F
     candidates = [f for f in finalists if not f.baseline and f.statistic is not None and f.ci is not None]
     baseline = next((f for f in finalists if f.baseline), None)
     if not candidates:
-        return StudySummary(name, objective, counts, finalists, None, note="every finalist failed its re-measurement")
+        return StudySummary(
+            name, objective, counts, finalists, None, note="every finalist failed its re-measurement"
+        )
     higher_is_better = objective == "throughput"
-    best = max(candidates, key=lambda f: f.statistic) if higher_is_better else min(candidates, key=lambda f: f.statistic)
+    best = (
+        max(candidates, key=lambda f: f.statistic)
+        if higher_is_better
+        else min(candidates, key=lambda f: f.statistic)
+    )
     tied = [f for f in candidates if f.ci[0] <= best.ci[1] and best.ci[0] <= f.ci[1]]
 
     def cost(f: Finalist) -> tuple[int, int]:
@@ -343,8 +361,14 @@ def _choose(name: str, objective: str, counts: dict[str, int], finalists: list[F
     winner = min(tied, key=cost)
     speedup = None
     if baseline is not None and baseline.statistic:
-        speedup = winner.statistic / baseline.statistic if higher_is_better else baseline.statistic / winner.statistic
-    return StudySummary(name, objective, counts, finalists, winner, [f.label for f in tied if f is not winner], speedup)
+        speedup = (
+            winner.statistic / baseline.statistic
+            if higher_is_better
+            else baseline.statistic / winner.statistic
+        )
+    return StudySummary(
+        name, objective, counts, finalists, winner, [f.label for f in tied if f is not winner], speedup
+    )
 
 
 def _from_screening(t: optuna.trial.FrozenTrial) -> Finalist:
@@ -360,4 +384,3 @@ def _best_so_far(study: optuna.Study, objective: str, counts: dict[str, int], na
     best = sorted(done, key=lambda t: t.values[0], reverse=objective in ("throughput", "server"))[0]
     return StudySummary(name, objective, counts, [_from_screening(best)], None,
                         note="no trial meets the constraints; the best-so-far is shown and is not a winner")  # fmt: skip
-
