@@ -55,6 +55,8 @@ def test_bench_prints_statistics_and_stores_the_trial(env, capsys):
     assert code == 0 and "m" in out and "onnxruntime/fp32/b2/t1" in out
     code, out, _ = run(capsys, "results", "show", str(rows[0].id))
     assert code == 0 and "median_ms" in out
+    code, out, _ = run(capsys, "results", "studies")
+    assert code == 0 and "0 study(ies)" in out
 
 
 def _bad_inputs(tmp_path):

@@ -23,6 +23,7 @@ def list_(
     model: Annotated[str | None, typer.Option(help="Only this model (name or SHA-256 prefix).")] = None,
     engine: Annotated[str | None, typer.Option(help="Only this engine.")] = None,
     status: Annotated[str | None, typer.Option(help="ok or failed.")] = None,
+    study: Annotated[str | None, typer.Option(help="Only this study's trials (oldest first).")] = None,
     limit: Annotated[int, typer.Option(min=1)] = 50,
     db: DbOption = None,
 ) -> None:
@@ -30,7 +31,10 @@ def list_(
     from autodeploy.results_db.store import Store
 
     with Store.open(db, readonly=True) as store:
-        rows = store.list_trials(model=model, engine=engine, status=status, limit=limit)
+        if study is not None:
+            rows = store.study_trials(study)[:limit]
+        else:
+            rows = store.list_trials(model=model, engine=engine, status=status, limit=limit)
     table = Table(title=f"{len(rows)} trial(s)")
     for column in (
         "id",
@@ -85,4 +89,26 @@ def show(
         if key == "samples_ms" and value:
             value = f"{len(value)} samples"
         table.add_row(key, escape(str(value)))
+    out.print(table)
+
+
+@app.command("studies")
+def studies(limit: Annotated[int, typer.Option(min=1)] = 50, db: DbOption = None) -> None:
+    """List stored studies with their objective and winner."""
+    from autodeploy.results_db.store import Store
+
+    with Store.open(db, readonly=True) as store:
+        rows = store.list_studies(limit=limit)
+    table = Table(title=f"{len(rows)} study(ies)")
+    for column in ("name", "model", "objective", "updated (UTC)", "winner", "speedup vs ORT fp32"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        summary = r.summary or {}
+        winner = (summary.get("winner") or {}).get(
+            "label"
+        ) or f"[yellow]{escape(summary.get('note') or 'not finished')}[/]"
+        speedup = summary.get("speedup_vs_baseline")
+        table.add_row(escape(r.name), escape(r.model_name), r.objective, f"{r.updated_at:%Y-%m-%d %H:%M}",
+                      winner if winner.startswith("[yellow]") else escape(winner),
+                      "-" if speedup is None else f"{speedup:.2f}x")  # fmt: skip
     out.print(table)
