@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 #: Built-in engines, in the order the CLI lists them.
 ENGINES: dict[str, str] = {
     "onnxruntime": "autodeploy.adapters.ort:OnnxRuntimeEngine",
+    "openvino": "autodeploy.adapters.openvino:OpenVinoEngine",
 }
 ENTRY_POINT_GROUP = "autodeploy.engines"
 

@@ -1,0 +1,245 @@
+"""OpenVINO (CPU plugin): fp32, bf16 and fp16 as run-time precisions, int8 through NNCF.
+
+The artifact is OpenVINO IR (``model.xml`` + ``model.bin``), kept in fp32 (or int8 with
+``FakeQuantize`` for int8): bf16/fp16 are ``INFERENCE_PRECISION_HINT`` at compile time, not
+different files. The hint is *always* set, because the CPU plugin silently runs bf16 on CPUs
+with AMX unless told otherwise, and then "fp32" would not mean fp32.
+
+Knobs keep OpenVINO's own names (``PERFORMANCE_HINT``, ``NUM_STREAMS``), so they can be
+checked against https://docs.openvino.ai/2024/openvino-workflow/running-inference/optimize-inference.html.
+``threads`` maps to ``INFERENCE_NUM_THREADS``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+from collections.abc import Iterator, Mapping
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, Runner, TrialConfig
+from autodeploy.errors import BuildError, EngineError
+
+if TYPE_CHECKING:
+    from autodeploy.device import DeviceInfo
+    from autodeploy.model import ModelInfo
+
+IR_FILE = "model.xml"
+DEVICE = "CPU"
+INSTALL_HINT = "pip install 'autodeploy[openvino]'"
+#: Our precision names -> OpenVINO's ``INFERENCE_PRECISION_HINT`` values. int8 IR keeps its
+#: non-quantized parts in f32 (the plugin would otherwise pick bf16 for them on AMX).
+INFERENCE_PRECISION = {"fp32": "f32", "bf16": "bf16", "fp16": "f16", "int8": "f32"}
+PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT")
+NUM_STREAMS = (1, 2, "AUTO")
+#: Infer requests for the offline scenario (async); the runner itself runs one sync request.
+NUM_REQUESTS = (1, 2, 4)
+BF16_ISA = ("avx512_bf16", "amx_bf16")
+
+
+class OpenVinoEngine(Engine):
+    name = "openvino"
+    extra = "openvino"
+
+    def _version(self) -> str | None:
+        try:
+            return version("openvino")
+        except PackageNotFoundError:
+            return None
+
+    def _probe(self, target: DeviceInfo) -> Availability:
+        import openvino as ov
+
+        devices = _core().available_devices
+        if DEVICE not in devices:
+            return Availability(
+                False,
+                reason=f"OpenVINO sees no CPU device (devices: {', '.join(devices) or 'none'})",
+                fix="OpenVINO's CPU plugin needs an x86-64 or Arm64 CPU; reinstall openvino",
+            )
+        return Availability(True, version=self._version() or ov.__version__)
+
+    def _space(self, target: DeviceInfo, model: ModelInfo) -> EngineSpace:
+        precisions = ["fp32"]
+        unsupported: dict[str, str] = {}
+        for precision, reason in (
+            ("bf16", _bf16_unsupported(target)),
+            ("fp16", _fp16_unsupported()),
+            ("int8", None if _has_nncf() else f"int8 needs NNCF, which is not installed; {INSTALL_HINT}"),
+        ):
+            if reason:
+                unsupported[precision] = reason
+            else:
+                precisions.append(precision)
+        return EngineSpace(
+            precisions=tuple(precisions),
+            unsupported=unsupported,
+            knobs={
+                "PERFORMANCE_HINT": PERFORMANCE_HINTS,
+                "NUM_STREAMS": NUM_STREAMS,
+                "num_requests": NUM_REQUESTS,
+            },
+            max_threads=target.logical_cores,
+        )
+
+    def _build(
+        self,
+        model: ModelInfo,
+        config: TrialConfig,
+        calibration: Mapping[str, np.ndarray] | None,
+        outdir: Path,
+    ) -> dict[str, Any]:
+        import openvino as ov
+
+        try:
+            ov_model = ov.convert_model(str(model.path))
+        except Exception as exc:
+            raise BuildError(
+                f"openvino could not convert {model.path.name}: {type(exc).__name__}: {exc}"
+            ) from exc
+        meta: dict[str, Any] = {"ir": IR_FILE}
+        if config.precision == "int8":
+            if not calibration:
+                raise BuildError(
+                    "int8 quantization with NNCF needs calibration data",
+                    fix="give --data or use synthetic data",
+                )
+            ov_model = _quantize(ov_model, model, calibration)
+            meta["quantizer"] = f"nncf {version('nncf')}"
+        # fp32 weights on disk: bf16/fp16 are chosen when compiling, so one IR serves all three.
+        ov.save_model(ov_model, str(outdir / IR_FILE), compress_to_fp16=False)
+        return meta
+
+    def _load(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> Runner:
+        ov_model = _core().read_model(str(artifact.path / IR_FILE))
+        return _OvRunner(ov_model, model, config)
+
+
+class _OvRunner(Runner):
+    """One compiled model and one sync infer request at the trial's static input shapes.
+
+    Feeds of another shape (e.g. a last, smaller batch) get their own compiled model, built on
+    first use and kept; the timed calls always hit the one compiled at load.
+    """
+
+    def __init__(self, ov_model: Any, model: ModelInfo, config: TrialConfig) -> None:
+        super().__init__({s.name: np.dtype(s.dtype) for s in model.inputs}, model.output_names)
+        self._model = ov_model
+        self._properties = compile_properties(config)
+        shapes = {name: model.input_shape(name, config.batch) for name in model.input_names}
+        self.compiled_model = self._compile(shapes)
+        self._requests = {_signature(shapes): self._request(self.compiled_model)}
+
+    def _compile(self, shapes: Mapping[str, tuple[int, ...]]) -> Any:
+        ov_model = self._model
+        if ov_model.is_dynamic() or any(
+            list(ov_model.input(name).get_shape()) != list(shape) for name, shape in shapes.items()
+        ):
+            # A static graph, as benchmark_app measures it: the plugin plans memory once.
+            ov_model = ov_model.clone()
+            ov_model.reshape({name: list(shape) for name, shape in shapes.items()})
+        return _core().compile_model(ov_model, DEVICE, self._properties)
+
+    def _request(self, compiled: Any) -> tuple[Any, list[Any]]:
+        """An infer request and the output ports in the ONNX model's output order (by name)."""
+        names = {name for port in compiled.outputs for name in port.get_names()}
+        missing = [name for name in self.output_names if name not in names]
+        if missing:
+            raise EngineError(
+                f"the OpenVINO model lost output names {missing} in conversion; it has {sorted(names)}"
+            )
+        return compiled.create_infer_request(), [compiled.output(name) for name in self.output_names]
+
+    def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        key = _signature({name: array.shape for name, array in feeds.items()})
+        if key not in self._requests:
+            self._requests[key] = self._request(self._compile({k: v.shape for k, v in feeds.items()}))
+        request, ports = self._requests[key]
+        # share_inputs: the sync call reads the caller's arrays in place, like benchmark_app's
+        # preset tensors; outputs are copied because the next call overwrites them.
+        results = request.infer(dict(feeds), share_inputs=True, share_outputs=False)
+        return [results[port] for port in ports]
+
+    def _close(self) -> None:
+        self._requests.clear()
+        del self.compiled_model, self._model
+
+
+def compile_properties(config: TrialConfig) -> dict[str, Any]:
+    """OpenVINO ``compile_model`` properties for ``config``, in OpenVINO's own words."""
+    properties: dict[str, Any] = {
+        "INFERENCE_PRECISION_HINT": INFERENCE_PRECISION[config.precision],
+        "PERFORMANCE_HINT": str(config.knobs.get("PERFORMANCE_HINT", "LATENCY")),
+    }
+    if "NUM_STREAMS" in config.knobs:
+        properties["NUM_STREAMS"] = str(config.knobs["NUM_STREAMS"])
+    if config.threads is not None:
+        properties["INFERENCE_NUM_THREADS"] = config.threads
+    return properties
+
+
+@functools.lru_cache(maxsize=1)
+def _core() -> Any:
+    """One ``ov.Core`` per process (it is thread-safe and loading the CPU plugin takes a while)."""
+    import openvino as ov
+
+    return ov.Core()
+
+
+def _capabilities() -> tuple[str, ...]:
+    """The CPU plugin's OPTIMIZATION_CAPABILITIES, or () when openvino is not installed."""
+    try:
+        return tuple(_core().get_property(DEVICE, "OPTIMIZATION_CAPABILITIES"))
+    except ImportError:
+        return ()
+
+
+def _bf16_unsupported(target: DeviceInfo) -> str | None:
+    """Why bf16 cannot run here, or None. Needs both OpenVINO's word and the ISA to agree."""
+    reported = "BF16" in _capabilities()
+    native = any(target.has(flag) for flag in BF16_ISA)
+    if reported and native:
+        return None
+    if not native:
+        return "this CPU has no bf16 support (needs AVX512_BF16 or AMX)"
+    return "OpenVINO's CPU plugin does not report BF16 in OPTIMIZATION_CAPABILITIES on this CPU"
+
+
+def _fp16_unsupported() -> str | None:
+    if "FP16" in _capabilities():
+        return None
+    return "OpenVINO's CPU plugin reports no FP16 support on this CPU (needs AVX512_FP16 or AMX-FP16)"
+
+
+def _has_nncf() -> bool:
+    return importlib.util.find_spec("nncf") is not None
+
+
+def _quantize(ov_model: Any, model: ModelInfo, calibration: Mapping[str, np.ndarray]) -> Any:
+    """NNCF post-training quantization (its default: symmetric int8, FakeQuantize in the IR)."""
+    import nncf
+
+    nncf.set_log_level(logging.ERROR)  # per-layer progress is noise in a worker log
+    # NNCF recommends batch 1 for calibration; a model with a static batch dim takes its own.
+    first = model.inputs[0].shape[0] if model.inputs[0].shape else 1
+    batch = first if isinstance(first, int) else 1
+    batches = list(_calibration_batches(calibration, batch))
+    try:
+        return nncf.quantize(ov_model, nncf.Dataset(batches), subset_size=len(batches))
+    except Exception as exc:
+        raise BuildError(f"NNCF int8 quantization failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _calibration_batches(data: Mapping[str, np.ndarray], batch: int) -> Iterator[dict[str, np.ndarray]]:
+    n = len(next(iter(data.values())))
+    for start in range(0, n - batch + 1, batch):
+        yield {k: np.ascontiguousarray(v[start : start + batch]) for k, v in data.items()}
+
+
+def _signature(shapes: Mapping[str, tuple[int, ...]]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    return tuple(sorted((name, tuple(shape)) for name, shape in shapes.items()))
