@@ -114,8 +114,17 @@ def _parse_knobs(flags: list[str]) -> dict[str, object]:
                 f"cannot parse --knob {flag!r}",
                 fix="write it as NAME=VALUE, e.g. execution_mode=ORT_PARALLEL",
             )
-        knobs[name] = int(value) if value.lstrip("-").isdigit() else value
+        knobs[name] = _knob_value(value)
     return knobs
+
+
+def _knob_value(text: str) -> object:
+    """Knob values as the engines expect them: integers, booleans (true/false), else the text."""
+    if text.lstrip("-").isdigit():
+        return int(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return text
 
 
 def _print_result(result: TrialResult, trial_id: int, model_name: str) -> None:

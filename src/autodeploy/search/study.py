@@ -93,9 +93,13 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     reporter = reporter or Reporter()
     cfg = ctx.config
     study = _open_study(ctx)
-    ctx.store.save_study(ctx.name, model=ModelRecord.of(ctx.model), device=DeviceRecord.of(ctx.device),
-                         objective=cfg.objective, settings=cfg.model_dump(mode="json"), command=ctx.command)  # fmt: skip
     space = build_space(cfg, ctx.device, ctx.model)
+    # Store the resolved space, so a resume searches the same one even if engines were installed since.
+    settings = {**cfg.model_dump(mode="json"), "engines": list(space.engines), "threads": list(space.threads),
+                "batches": list(space.batches),
+                "knobs": {e: {k: list(v) for k, v in c.knobs.items()} for e, c in space.engines.items()}}  # fmt: skip
+    ctx.store.save_study(ctx.name, model=ModelRecord.of(ctx.model), device=DeviceRecord.of(ctx.device),
+                         objective=cfg.objective, settings=settings, command=ctx.command)  # fmt: skip
     budget = cfg.trials if cfg.trials is not None else DEFAULT_TRIALS
     if cfg.sampler == "grid":
         budget = min(cfg.trials if cfg.trials is not None else 10**9, _enqueue_grid(study, space))
