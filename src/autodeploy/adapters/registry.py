@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 ENGINES: dict[str, str] = {
     "onnxruntime": "autodeploy.adapters.ort:OnnxRuntimeEngine",
     "openvino": "autodeploy.adapters.openvino:OpenVinoEngine",
+    "tflite": "autodeploy.adapters.tflite:TfliteEngine",
+    "tensorrt": "autodeploy.adapters.tensorrt:TensorRTEngine",
 }
 ENTRY_POINT_GROUP = "autodeploy.engines"
 

@@ -1,0 +1,296 @@
+"""NVIDIA TensorRT 10: ONNX → serialized engine plan, run through an execution context.
+
+The build is TensorRT's documented Python flow: ``Builder`` → network (TensorRT 10 networks are
+always explicit-batch) → ``OnnxParser`` → ``BuilderConfig`` with ``BuilderFlag`` FP16/BF16/INT8
+and one optimization profile → ``build_serialized_network``. INT8 is *explicit* quantization
+only: the ONNX model must carry QuantizeLinear/DequantizeLinear nodes (e.g. from
+``autodeploy.inhouse`` or ``onnxruntime.quantization`` in QDQ format); TensorRT 10 deprecated
+implicit calibration.
+
+A plan only runs under the TensorRT version and GPU architecture that built it, so the artifact
+records both (``meta.tensorrt``, ``meta.compute_capability``) and loading refuses a mismatch
+before deserializing. Device memory and copies go through ``cuda-python``'s runtime bindings;
+tensors are bound by name (``set_tensor_address``) and run with ``execute_async_v3``.
+
+The pure parts (profile shapes, compatibility check, GPU parsing) import nothing from
+TensorRT, so they are tested on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+from collections.abc import Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, Runner, TrialConfig
+from autodeploy.errors import BuildError, UnsupportedConfigError
+
+if TYPE_CHECKING:
+    from autodeploy.device import DeviceInfo
+    from autodeploy.model import ModelInfo
+
+PLAN_FILE = "model.plan"
+#: The largest batch a plan accepts is at least this, so one plan serves small batches too.
+MIN_MAX_BATCH = 8
+NO_GPU_REASON = "TensorRT needs an NVIDIA GPU; none found"
+NO_GPU_FIX = "run on a machine with an NVIDIA GPU and its driver (nvidia-smi must list it)"
+#: BF16 kernels exist from Ampere (compute capability 8.0) on.
+BF16_MIN_CAPABILITY = (8, 0)
+
+Shape = tuple[int, ...]
+
+
+class TensorRTEngine(Engine):
+    name = "tensorrt"
+    extra = "tensorrt"
+
+    def _version(self) -> str | None:
+        for dist in ("tensorrt", "tensorrt-cu12", "tensorrt-cu13"):
+            try:
+                return version(dist)
+            except PackageNotFoundError:
+                continue
+        return None
+
+    def _probe(self, target: DeviceInfo) -> Availability:
+        if not target.gpus:
+            where = "nvidia-smi absent" if shutil.which("nvidia-smi") is None else "nvidia-smi lists none"
+            return Availability(False, reason=f"{NO_GPU_REASON} ({where})", fix=NO_GPU_FIX)
+        import tensorrt as trt
+
+        _cudart()  # the runner needs cuda-python; a missing one is an ImportError with the install hint
+        return Availability(True, version=trt.__version__)
+
+    def _space(self, target: DeviceInfo, model: ModelInfo) -> EngineSpace:
+        precisions = ["fp32", "fp16"]
+        unsupported: dict[str, str] = {}
+        capability = compute_capability(target.gpus)
+        if capability is not None and capability >= BF16_MIN_CAPABILITY:
+            precisions.append("bf16")
+        else:
+            unsupported["bf16"] = (
+                f"TensorRT bf16 needs compute capability >= 8.0, this GPU has {_cc(capability)}"
+            )
+        if _has_qdq(model.path):
+            precisions.append("int8")
+        else:
+            unsupported["int8"] = (
+                "TensorRT 10 runs int8 only from explicitly quantized models and this ONNX has no "
+                "QuantizeLinear nodes; quantize it to QDQ first (implicit calibration is deprecated)"
+            )
+        return EngineSpace(precisions=tuple(precisions), unsupported=unsupported, max_threads=1)
+
+    def build_key(self, model: ModelInfo, config: TrialConfig, version: str, calibration_hash: str) -> str:
+        # The plan's optimization profile is tuned for the trial batch, so batch joins the key.
+        base = super().build_key(model, config, version, calibration_hash)
+        return hashlib.sha256(f"{base}/b{config.batch}".encode()).hexdigest()[:24]
+
+    def _build(
+        self,
+        model: ModelInfo,
+        config: TrialConfig,
+        calibration: Mapping[str, np.ndarray] | None,
+        outdir: Path,
+    ) -> dict[str, Any]:
+        import tensorrt as trt
+
+        logger = trt.Logger(trt.Logger.ERROR)
+        builder = trt.Builder(logger)
+        network = builder.create_network(0)  # explicit batch is the only mode in TensorRT 10
+        parser = trt.OnnxParser(network, logger)
+        if not parser.parse_from_file(str(model.path)):
+            errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+            raise BuildError(f"TensorRT's ONNX parser rejected {model.name}: {errors}")
+        builder_config = builder.create_builder_config()
+        for flag in PRECISION_FLAGS[config.precision]:
+            builder_config.set_flag(getattr(trt.BuilderFlag, flag))
+        profile = builder.create_optimization_profile()
+        for name, (low, opt, high) in profile_shapes(model, config.batch).items():
+            profile.set_shape(name, low, opt, high)
+        builder_config.add_optimization_profile(profile)
+        plan = builder.build_serialized_network(network, builder_config)
+        if plan is None:
+            raise BuildError(f"TensorRT could not build a {config.precision} engine for {model.name}")
+        (outdir / PLAN_FILE).write_bytes(bytes(plan))
+        return {"tensorrt": trt.__version__, "compute_capability": _device_capability()}
+
+    def _load(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> Runner:
+        import tensorrt as trt
+
+        check_plan_compatible(artifact.meta, trt.__version__, _device_capability())
+        logger = trt.Logger(trt.Logger.ERROR)
+        engine = trt.Runtime(logger).deserialize_cuda_engine((artifact.path / PLAN_FILE).read_bytes())
+        if engine is None:
+            raise BuildError(f"TensorRT could not deserialize {artifact.path / PLAN_FILE}")
+        return _TrtRunner(engine, model)
+
+
+#: Builder flags per precision; fp32 needs none. INT8 only takes effect with QDQ nodes.
+PRECISION_FLAGS: dict[str, tuple[str, ...]] = {
+    "fp32": (),
+    "fp16": ("FP16",),
+    "bf16": ("BF16",),
+    "int8": ("INT8",),
+}
+
+
+# -- pure parts (no TensorRT needed) -------------------------------------------------------
+
+
+def profile_shapes(model: ModelInfo, batch: int) -> dict[str, tuple[Shape, Shape, Shape]]:
+    """Min/opt/max shape of every input for the optimization profile.
+
+    The batch axis runs from 1 through ``batch`` (opt) to ``max(batch, 8)``; a static batch
+    dim stays what the model says. Other dims come from the model or the user's ``--shape``.
+    """
+    shapes = {}
+    for spec in model.inputs:
+        static_batch = bool(spec.shape) and isinstance(spec.shape[0], int)
+        if static_batch or not spec.shape:
+            fixed = model.input_shape(spec.name, spec.shape[0] if spec.shape else 1)  # type: ignore[arg-type]
+            shapes[spec.name] = (fixed, fixed, fixed)
+            continue
+        shapes[spec.name] = (
+            model.input_shape(spec.name, 1),
+            model.input_shape(spec.name, batch),
+            model.input_shape(spec.name, max(batch, MIN_MAX_BATCH)),
+        )
+    return shapes
+
+
+def check_plan_compatible(meta: Mapping[str, Any], trt_version: str, capability: str) -> None:
+    """Refuse a plan built by another TensorRT version or for another GPU architecture.
+
+    TensorRT plans are not portable across either; checking first turns a crash or an opaque
+    deserialization error into a message that says what to rebuild.
+    """
+    built_version, built_cc = meta.get("tensorrt"), meta.get("compute_capability")
+    if built_version is None or built_cc is None:
+        raise UnsupportedConfigError(
+            "the TensorRT artifact does not record the TensorRT version and compute capability it was built for",
+            fix="rebuild the artifact on this machine",
+        )
+    if built_version != trt_version:
+        raise UnsupportedConfigError(
+            f"the TensorRT plan was built with TensorRT {built_version}, this machine has {trt_version}",
+            fix=f"rebuild it here, or install tensorrt=={built_version}",
+        )
+    if str(built_cc) != str(capability):
+        raise UnsupportedConfigError(
+            f"the TensorRT plan was built for compute capability {built_cc}, this GPU is {capability}",
+            fix="rebuild it on a GPU of this architecture",
+        )
+
+
+def compute_capability(gpus: Sequence[str]) -> tuple[int, int] | None:
+    """``(major, minor)`` of the first GPU in :attr:`DeviceInfo.gpus` (``"NAME (compute X.Y)"``)."""
+    for gpu in gpus:
+        found = re.search(r"\(compute (\d+)\.(\d+)\)", gpu)
+        if found:
+            return int(found.group(1)), int(found.group(2))
+    return None
+
+
+def _cc(capability: tuple[int, int] | None) -> str:
+    return "an unknown one" if capability is None else f"{capability[0]}.{capability[1]}"
+
+
+def _has_qdq(path: Path) -> bool:
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return any(node.op_type == "QuantizeLinear" for node in graph.node)
+
+
+# -- CUDA through cuda-python ------------------------------------------------------------
+
+
+def _cudart() -> Any:
+    try:
+        from cuda.bindings import runtime  # cuda-python >= 12.6
+    except ImportError:
+        from cuda import cudart as runtime  # older cuda-python
+    return runtime
+
+
+def _check(result: Any) -> Any:
+    """cuda-python returns ``(error, *values)``; raise on an error, return the values."""
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        raise RuntimeError(f"CUDA call failed: {err}")
+    return values[0] if len(values) == 1 else values
+
+
+def _device_capability() -> str:
+    cudart = _cudart()
+    device = _check(cudart.cudaGetDevice())
+    props = _check(cudart.cudaGetDeviceProperties(device))
+    return f"{props.major}.{props.minor}"
+
+
+class _TrtRunner(Runner):
+    """Binds device buffers by tensor name; regrows them when a bigger batch arrives."""
+
+    def __init__(self, engine: Any, model: ModelInfo) -> None:
+        import tensorrt as trt
+
+        super().__init__({s.name: np.dtype(s.dtype) for s in model.inputs}, model.output_names)
+        self._trt = trt
+        self._cudart = _cudart()
+        self._engine = engine
+        self._context = engine.create_execution_context()
+        self._stream = _check(self._cudart.cudaStreamCreate())
+        self._buffers: dict[str, tuple[int, int]] = {}  # name -> (device pointer, bytes)
+
+    def _device(self, name: str, nbytes: int) -> int:
+        pointer, size = self._buffers.get(name, (0, 0))
+        if size < nbytes:
+            if pointer:
+                _check(self._cudart.cudaFree(pointer))
+            pointer = int(_check(self._cudart.cudaMalloc(max(nbytes, 1))))
+            self._buffers[name] = (pointer, nbytes)
+            self._context.set_tensor_address(name, pointer)
+        return pointer
+
+    def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        cudart, kind = self._cudart, self._cudart.cudaMemcpyKind
+        for name, value in feeds.items():
+            dtype = self._trt.nptype(self._engine.get_tensor_dtype(name))
+            host = np.ascontiguousarray(value, dtype=dtype)
+            self._context.set_input_shape(name, host.shape)
+            pointer = self._device(name, host.nbytes)
+            _check(
+                cudart.cudaMemcpyAsync(
+                    pointer, host.ctypes.data, host.nbytes, kind.cudaMemcpyHostToDevice, self._stream
+                )
+            )
+        outputs = []
+        for name in self.output_names:
+            shape = tuple(self._context.get_tensor_shape(name))
+            host = np.empty(shape, dtype=self._trt.nptype(self._engine.get_tensor_dtype(name)))
+            self._device(name, host.nbytes)
+            outputs.append(host)
+        if not self._context.execute_async_v3(self._stream):
+            raise RuntimeError("TensorRT execute_async_v3 failed")
+        for name, host in zip(self.output_names, outputs, strict=True):
+            pointer = self._buffers[name][0]
+            _check(
+                cudart.cudaMemcpyAsync(
+                    host.ctypes.data, pointer, host.nbytes, kind.cudaMemcpyDeviceToHost, self._stream
+                )
+            )
+        _check(cudart.cudaStreamSynchronize(self._stream))
+        return outputs
+
+    def _close(self) -> None:
+        for pointer, _ in self._buffers.values():
+            self._cudart.cudaFree(pointer)
+        self._buffers.clear()
+        self._cudart.cudaStreamDestroy(self._stream)
+        del self._context, self._engine

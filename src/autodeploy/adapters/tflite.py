@@ -1,0 +1,389 @@
+"""TensorFlow Lite (LiteRT): ONNX → TFLite through onnx2tf, run by ``ai-edge-litert``'s Interpreter.
+
+Precisions are TFLite's post-training quantization modes
+(https://ai.google.dev/edge/litert/models/post_training_quantization):
+
+* ``fp32``: the plain conversion.
+* ``fp16``: float16 weights (half the size); CPU kernels compute in fp32.
+* ``int8-dynamic``: *dynamic range* quantization: int8 weights, activations quantized on the
+  fly per call; needs no calibration data.
+* ``int8``: full integer quantization of weights and activations, calibrated on the
+  ``calibration`` inputs given to :meth:`~autodeploy.adapters.base.Engine.build`; inputs and
+  outputs stay float32.
+
+Knobs: ``num_threads`` is :attr:`TrialConfig.threads`; ``xnnpack`` (True/False) picks the
+interpreter's op resolver: ``AUTO`` applies the default XNNPACK delegate,
+``BUILTIN_WITHOUT_DEFAULT_DELEGATES`` runs TFLite's own kernels.
+
+onnx2tf turns channels-first tensors (rank 3-5) into channels-last ones. The build records
+the mapping in ``layout.json`` (per input and output: the TFLite tensor name and the axis
+permutation), and the runner applies it, so callers feed and get the ONNX layout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, Runner, TrialConfig
+from autodeploy.errors import BuildError, UnsupportedConfigError
+
+if TYPE_CHECKING:
+    from autodeploy.device import DeviceInfo
+    from autodeploy.model import ModelInfo
+
+MODEL_FILE = "model.tflite"
+LAYOUT_FILE = "layout.json"
+#: Which of onnx2tf's output files holds each precision.
+ONNX2TF_SUFFIX = {
+    "fp32": "_float32.tflite",
+    "fp16": "_float16.tflite",
+    "int8-dynamic": "_dynamic_range_quant.tflite",
+    "int8": "_integer_quant.tflite",  # int8 inside, float32 inputs and outputs
+}
+#: onnx2tf fetches this sample file over the network unless it lies in its working folder; it
+#: only feeds onnx2tf's own dummy inference, so random images do.
+ONNX2TF_SAMPLE = "calibration_image_sample_data_20x128x128x3_float32.npy"
+#: Run in a child process: onnx2tf calls sys.exit on errors and prints freely.
+_DRIVER = "import json, sys, onnx2tf; onnx2tf.convert(**json.load(open(sys.argv[1])))"
+_QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "PYTHONWARNINGS": "ignore"}
+
+
+class TfliteEngine(Engine):
+    name = "tflite"
+    extra = "tflite"
+
+    def _version(self) -> str | None:
+        try:
+            return version("ai-edge-litert")
+        except PackageNotFoundError:
+            return None
+
+    def _probe(self, target: DeviceInfo) -> Availability:
+        import importlib.util
+
+        from ai_edge_litert import interpreter  # noqa: F401 - the runtime must import
+
+        # The converter is only needed to build; find it without importing TensorFlow (slow).
+        missing = [m for m in ("onnx2tf", "tensorflow") if importlib.util.find_spec(m) is None]
+        if missing:
+            return Availability(
+                False,
+                reason=f"the ONNX → TFLite converter is missing ({', '.join(missing)} not installed)",
+                fix="pip install 'autodeploy[tflite]'",
+            )
+        return Availability(True, version=self._version() or "unknown")
+
+    def _space(self, target: DeviceInfo, model: ModelInfo) -> EngineSpace:
+        unsupported = {
+            "bf16": "TFLite has no bf16 kernels on CPU; use openvino on a CPU with AMX",
+        }
+        precisions = list(ONNX2TF_SUFFIX)
+        non_float = [s.name for s in model.inputs if s.dtype != "float32"]
+        if non_float:
+            # onnx2tf feeds calibration data as float32 to every input.
+            precisions.remove("int8")
+            unsupported["int8"] = (
+                f"full int8 calibration through onnx2tf needs float32 inputs; {', '.join(non_float)} "
+                "are not (int8-dynamic needs no calibration)"
+            )
+        return EngineSpace(
+            precisions=tuple(precisions),
+            unsupported=unsupported,
+            knobs={"xnnpack": (True, False)},
+            max_threads=target.logical_cores,
+        )
+
+    def _build(
+        self,
+        model: ModelInfo,
+        config: TrialConfig,
+        calibration: Mapping[str, np.ndarray] | None,
+        outdir: Path,
+    ) -> dict[str, Any]:
+        if config.precision == "int8" and not calibration:
+            raise BuildError(
+                "full int8 TFLite quantization needs calibration data",
+                fix="give --data or use synthetic data",
+            )
+        with tempfile.TemporaryDirectory(prefix="autodeploy-onnx2tf-") as scratch:
+            converted = _convert(model, config.precision, calibration, Path(scratch))
+            chosen = _variant(converted, model, config.precision)
+            layout = _resolve_layout(model, chosen)
+            shutil.copyfile(chosen, outdir / MODEL_FILE)
+        (outdir / LAYOUT_FILE).write_text(json.dumps(layout, indent=2))
+        return {"converter": {d: version(d) for d in ("onnx2tf", "tensorflow")}}
+
+    def _load(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> Runner:
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+        resolver = (
+            OpResolverType.AUTO
+            if config.knobs.get("xnnpack", True)
+            else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+        )
+        interpreter = Interpreter(
+            model_path=str(artifact.path / MODEL_FILE),
+            num_threads=config.threads,  # None: TFLite's default
+            experimental_op_resolver_type=resolver,
+        )
+        layout = json.loads((artifact.path / LAYOUT_FILE).read_text())
+        return _TfliteRunner(interpreter, model, layout)
+
+
+class _TfliteRunner(Runner):
+    """Feeds ONNX-layout inputs, returns ONNX-layout outputs; resizes when the batch changes."""
+
+    def __init__(self, interpreter: Any, model: ModelInfo, layout: Mapping[str, Any]) -> None:
+        super().__init__({s.name: np.dtype(s.dtype) for s in model.inputs}, model.output_names)
+        self._it = interpreter
+        by_name = {d["name"]: d for d in interpreter.get_input_details()}
+        out_by_name = {d["name"]: d for d in interpreter.get_output_details()}
+        self._inputs = [(e["name"], by_name[e["tflite"]], e["perm"]) for e in layout["inputs"]]
+        out_dtypes = {s.name: np.dtype(s.dtype) for s in model.outputs}
+        self._outputs = [
+            (out_by_name[e["tflite"]]["index"], e["perm"], out_dtypes[e["name"]]) for e in layout["outputs"]
+        ]
+        self._shapes: dict[int, tuple[int, ...]] = {}
+
+    def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        arrays = [
+            (detail, np.ascontiguousarray(_permute(feeds[name], perm), dtype=detail["dtype"]))
+            for name, detail, perm in self._inputs
+        ]
+        if any(self._shapes.get(d["index"]) != a.shape for d, a in arrays):
+            self._resize(arrays)
+        for detail, array in arrays:
+            self._it.set_tensor(detail["index"], array)
+        self._it.invoke()
+        return [
+            np.ascontiguousarray(_permute(self._it.get_tensor(index), perm)).astype(dtype, copy=False)
+            for index, perm, dtype in self._outputs
+        ]
+
+    def _resize(self, arrays: Sequence[tuple[Mapping[str, Any], np.ndarray]]) -> None:
+        for detail, array in arrays:
+            signature = tuple(int(d) for d in detail["shape_signature"])
+            fits = len(signature) == array.ndim and all(
+                s in (-1, a) for s, a in zip(signature, array.shape, strict=True)
+            )
+            if not fits:
+                raise UnsupportedConfigError(
+                    f"TFLite input {detail['name']!r} is fixed at {list(signature)}, got {list(array.shape)}",
+                    fix="use the batch the model was exported with, or export it with a dynamic batch",
+                )
+            self._it.resize_tensor_input(detail["index"], list(array.shape))
+            self._shapes[detail["index"]] = array.shape
+        self._it.allocate_tensors()
+
+    def _close(self) -> None:
+        del self._it
+
+
+def _permute(array: np.ndarray, perm: Sequence[int] | None) -> np.ndarray:
+    return array if perm is None else array.transpose(perm)
+
+
+def _channels_last(rank: int) -> list[int] | None:
+    """The permutation onnx2tf applies to a rank-3..5 tensor: N C D... → N D... C."""
+    return [0, *range(2, rank), 1] if 3 <= rank <= 5 else None
+
+
+def _inverse(perm: Sequence[int] | None) -> list[int] | None:
+    return None if perm is None else [int(i) for i in np.argsort(perm)]
+
+
+# -- conversion --------------------------------------------------------------------------
+
+
+def _convert(
+    model: ModelInfo, precision: str, calibration: Mapping[str, np.ndarray] | None, scratch: Path
+) -> Path:
+    """Run onnx2tf in a child process; return the folder holding its .tflite files."""
+    out = scratch / "tf"
+    kwargs: dict[str, Any] = {
+        "input_onnx_file_path": str(model.path),
+        "output_folder_path": str(out),
+        "non_verbose": True,
+        "output_dynamic_range_quantized_tflite": precision == "int8-dynamic",
+    }
+    overrides = _shape_overrides(model)
+    if overrides:
+        kwargs["overwrite_input_shape"] = overrides
+    if precision == "int8":
+        assert calibration is not None
+        kwargs["output_integer_quantized_tflite"] = True
+        kwargs["custom_input_op_name_np_data_path"] = _write_calibration(model, calibration, scratch)
+    rng = np.random.default_rng(0)
+    np.save(scratch / ONNX2TF_SAMPLE, rng.random((20, 128, 128, 3), dtype=np.float32))
+    (scratch / "convert.json").write_text(json.dumps(kwargs))
+    log = scratch / "onnx2tf.log"
+    with open(log, "wb") as sink:
+        done = subprocess.run(
+            [sys.executable, "-c", _DRIVER, "convert.json"],
+            cwd=scratch,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **_QUIET_ENV},
+            check=False,
+        )
+    expected = _variant(out, model, precision)
+    if done.returncode != 0 or not expected.is_file():
+        raise BuildError(
+            f"onnx2tf could not convert {model.name} to TFLite {precision} (exit {done.returncode}): "
+            + _log_tail(log),
+            fix="check the model's ops against onnx2tf's supported list, or try another engine",
+        )
+    return out
+
+
+def _variant(folder: Path, model: ModelInfo, precision: str) -> Path:
+    """onnx2tf names its files after the ONNX file: ``<stem>_float32.tflite`` and so on."""
+    return folder / f"{model.path.stem}{ONNX2TF_SUFFIX[precision]}"
+
+
+def _shape_overrides(model: ModelInfo) -> list[str]:
+    """``NAME:d0,d1,...`` for inputs whose non-batch dims are dynamic (fixed by the user)."""
+    overrides = []
+    for spec in model.inputs:
+        if any(not isinstance(d, int) for d in spec.shape[1:]):
+            shape = model.input_shape(spec.name, batch=1)
+            overrides.append(f"{spec.name}:{','.join(map(str, shape))}")
+    return overrides
+
+
+def _write_calibration(
+    model: ModelInfo, calibration: Mapping[str, np.ndarray], scratch: Path
+) -> list[list[Any]]:
+    """onnx2tf's ``-cind`` entries: input name, .npy in TF (channels-last) layout, mean 0, std 1."""
+    entries = []
+    for spec in model.inputs:
+        data = np.asarray(calibration[spec.name], dtype=np.float32)
+        path = scratch / f"calibration_{len(entries)}.npy"
+        np.save(path, np.ascontiguousarray(_permute(data, _channels_last(data.ndim))))
+        entries.append([spec.name, str(path), [0.0], [1.0]])
+    return entries
+
+
+def _log_tail(log: Path, lines: int = 8) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace"))
+    kept = [line for line in text.splitlines() if line.strip() and not line.startswith(("I0000", "W0000"))]
+    return " | ".join(kept[-lines:]) or "no output"
+
+
+# -- layout ------------------------------------------------------------------------------
+
+
+def _resolve_layout(model: ModelInfo, tflite_file: Path) -> dict[str, Any]:
+    """Map each ONNX input/output to a TFLite tensor and an axis permutation.
+
+    Inputs are matched by name and shape. Outputs are renamed by TensorFlow (``Identity_N``,
+    ``PartitionedCall:N``), so each is matched numerically: the TFLite model and ONNX Runtime
+    run one probe input, and each ONNX output takes the TFLite output (and permutation)
+    closest to it.
+    """
+    import onnxruntime as ort
+    from ai_edge_litert.interpreter import Interpreter
+
+    from autodeploy.data import synthetic
+
+    interpreter = Interpreter(model_path=str(tflite_file))
+    batch = 2 if model.batchable() else model.input_shape(model.inputs[0].name, batch=1)[0]
+    feeds = synthetic(model, batch, seed=7).inputs
+    inputs = _match_inputs(model, interpreter.get_input_details(), feeds)
+    for entry in inputs:
+        detail = next(d for d in interpreter.get_input_details() if d["name"] == entry["tflite"])
+        array = _permute(feeds[entry["name"]], entry["perm"])
+        interpreter.resize_tensor_input(detail["index"], list(array.shape))
+    interpreter.allocate_tensors()
+    for entry in inputs:
+        detail = next(d for d in interpreter.get_input_details() if d["name"] == entry["tflite"])
+        array = _permute(feeds[entry["name"]], entry["perm"])
+        interpreter.set_tensor(detail["index"], np.ascontiguousarray(array, dtype=detail["dtype"]))
+    interpreter.invoke()
+    got = {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
+    session = ort.InferenceSession(str(model.path), providers=["CPUExecutionProvider"])
+    want = dict(zip(model.output_names, session.run(None, feeds), strict=True))
+    return {"inputs": inputs, "outputs": _match_outputs(want, got)}
+
+
+def _match_inputs(
+    model: ModelInfo, details: Sequence[Mapping[str, Any]], feeds: Mapping[str, np.ndarray]
+) -> list[dict[str, Any]]:
+    def key(name: str) -> str:
+        # Quantized files name inputs after the SavedModel signature: serving_default_<name>:0.
+        name = re.sub(r"^serving_default_|:\d+$", "", name)
+        return re.sub(r"\W", "_", name).lower()
+
+    entries = []
+    for spec in model.inputs:
+        named = [d for d in details if key(d["name"]) == key(spec.name)]
+        if not named and len(details) == len(model.inputs) == 1:
+            named = list(details)
+        if not named:
+            raise BuildError(
+                f"onnx2tf's TFLite model has no input for {spec.name!r}; it has {[d['name'] for d in details]}"
+            )
+        detail = named[0]
+        perm = _layout_of(feeds[spec.name].shape, tuple(int(d) for d in detail["shape_signature"]))
+        if perm is False:
+            raise BuildError(
+                f"TFLite input {detail['name']!r} has shape {detail['shape_signature'].tolist()}, "
+                f"which is not ONNX input {spec.name!r} {list(feeds[spec.name].shape)} in any layout onnx2tf uses"
+            )
+        entries.append({"name": spec.name, "tflite": detail["name"], "perm": perm})
+    return entries
+
+
+def _layout_of(onnx_shape: Sequence[int], signature: Sequence[int]) -> list[int] | None | bool:
+    """The permutation taking an ONNX-layout array to ``signature`` (-1: any size); False if none fits."""
+
+    def fits(shape: Sequence[int]) -> bool:
+        return len(shape) == len(signature) and all(
+            s in (-1, d) for s, d in zip(signature, shape, strict=True)
+        )
+
+    last = _channels_last(len(onnx_shape))
+    if last is not None and fits([onnx_shape[i] for i in last]):
+        return last  # onnx2tf's default; wins when both fit (e.g. all dims equal)
+    if fits(onnx_shape):
+        return None
+    return False
+
+
+def _match_outputs(want: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
+    entries, free = [], dict(got)
+    for name, reference in want.items():
+        best: tuple[float, str, list[int] | None] | None = None
+        for tname, value in free.items():
+            perm = _inverse(_channels_last(value.ndim))
+            for candidate in (None, perm) if perm is not None else (None,):
+                arranged = _permute(value, candidate)
+                if arranged.shape != reference.shape:
+                    continue
+                err = float(np.abs(arranged.astype(np.float64) - reference).max()) if reference.size else 0.0
+                if best is None or err < best[0]:
+                    best = (err, tname, candidate)
+        if best is None:
+            raise BuildError(
+                f"no TFLite output has the shape of ONNX output {name!r} {list(reference.shape)}; "
+                f"TFLite outputs: {_shapes(free)}"
+            )
+        entries.append({"name": name, "tflite": best[1], "perm": best[2], "probe_max_abs_error": best[0]})
+        del free[best[1]]
+    return entries
+
+
+def _shapes(arrays: Mapping[str, np.ndarray]) -> dict[str, list[int]]:
+    return {k: list(v.shape) for k, v in arrays.items()}

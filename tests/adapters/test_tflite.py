@@ -1,0 +1,145 @@
+"""TFLite specifics: layout (NCHW ↔ NHWC), variant sizes, full int8, XNNPACK knob, reload.
+
+Conversions through onnx2tf take 10-30 s each, so one module-scoped set of artifacts of
+zoo:tiny-cnn serves every slow test. The pure layout helpers need no converter.
+"""
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from autodeploy import zoo
+from autodeploy.adapters import tflite
+from autodeploy.adapters.base import Artifact, TrialConfig
+from autodeploy.data import synthetic
+from autodeploy.device import probe_device
+from autodeploy.model import load_model
+from tests.models import seq_model
+
+ENGINE = tflite.TfliteEngine()
+PRECISIONS = ("fp32", "fp16", "int8-dynamic", "int8")
+
+
+def _needs_engine():
+    availability = ENGINE.probe(probe_device())
+    if not availability.available:
+        pytest.skip(f"tflite: {availability}")
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory):
+    _needs_engine()
+    return load_model(zoo.get("tiny-cnn", tmp_path_factory.mktemp("zoo")))
+
+
+@pytest.fixture(scope="module")
+def artifacts(cnn, tmp_path_factory):
+    work = tmp_path_factory.mktemp("artifacts")
+    calibration = synthetic(cnn, 64, seed=1).inputs
+    return {
+        p: ENGINE.build(cnn, TrialConfig("tflite", p), calibration, work, calibration_hash="c1")
+        for p in PRECISIONS
+    }
+
+
+def _run(cnn, artifact, feeds, **config):
+    with ENGINE.load(artifact, TrialConfig("tflite", artifact.precision, **config), cnn) as runner:
+        return runner.run(feeds)
+
+
+def _reference(cnn, feeds):
+    session = ort.InferenceSession(str(cnn.path), providers=["CPUExecutionProvider"])
+    return dict(zip(cnn.output_names, session.run(None, feeds), strict=True))
+
+
+def _cosine(a, b):
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.mark.slow
+def test_cnn_takes_and_returns_onnx_layout(cnn, artifacts):
+    layout = json.loads((artifacts["fp32"].path / tflite.LAYOUT_FILE).read_text())
+    assert layout["inputs"][0]["perm"] == [0, 2, 3, 1], "onnx2tf made the NCHW input NHWC"
+    assert artifacts["fp32"].files == (tflite.LAYOUT_FILE, tflite.MODEL_FILE)
+    for batch in (3, 1):  # a new batch size resizes the interpreter's inputs
+        feeds = synthetic(cnn, batch, seed=batch).inputs
+        got, want = _run(cnn, artifacts["fp32"], feeds, batch=batch), _reference(cnn, feeds)
+        assert list(got) == list(cnn.output_names)
+        for name in cnn.output_names:
+            assert got[name].shape == want[name].shape and got[name].dtype == want[name].dtype
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_quantized_variants_are_smaller_than_fp32(artifacts):
+    fp32 = artifacts["fp32"].size_bytes()
+    for precision in ("fp16", "int8-dynamic", "int8"):
+        assert artifacts[precision].size_bytes() < fp32, precision
+    assert artifacts["int8-dynamic"].size_bytes() < artifacts["fp16"].size_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision,min_cosine", [("fp16", 0.9999), ("int8-dynamic", 0.99), ("int8", 0.99)])
+def test_reduced_precisions_stay_close(cnn, artifacts, precision, min_cosine):
+    feeds = synthetic(cnn, 16, seed=2).inputs
+    got, want = _run(cnn, artifacts[precision], feeds)["logits"], _reference(cnn, feeds)["logits"]
+    assert _cosine(got, want) > min_cosine
+    assert (got.argmax(1) == want.argmax(1)).mean() >= 0.9
+    if precision == "int8":
+        assert np.abs(got - want).max() > 0, "int8 equals fp32 exactly: nothing was quantized"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("xnnpack", [True, False])
+def test_xnnpack_on_and_off_both_run(cnn, artifacts, xnnpack):
+    feeds = synthetic(cnn, 2, seed=3).inputs
+    ENGINE.check(probe_device(), cnn, TrialConfig("tflite", knobs={"xnnpack": xnnpack}))
+    got = _run(cnn, artifacts["fp32"], feeds, threads=2, knobs={"xnnpack": xnnpack})
+    np.testing.assert_allclose(got["logits"], _reference(cnn, feeds)["logits"], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_artifact_reloads_and_is_cached(cnn, artifacts):
+    first = artifacts["int8"]
+    again = ENGINE.build(cnn, TrialConfig("tflite", "int8"), None, first.path.parent, calibration_hash="c1")
+    assert again.path == first.path, "same key: the cached artifact, no rebuild (no calibration needed)"
+    reread = Artifact.read(first.path)
+    assert reread.meta["converter"]["onnx2tf"] and reread.meta["converter"]["tensorflow"]
+    feeds = synthetic(cnn, 4, seed=4).inputs
+    config = TrialConfig("tflite", "int8")
+    with tflite.TfliteEngine().load(reread, config, cnn) as fresh:
+        np.testing.assert_array_equal(fresh.run(feeds)["logits"], _run(cnn, first, feeds)["logits"])
+
+
+# -- pure helpers: no converter needed -----------------------------------------------------
+
+
+def test_int8_is_pruned_for_integer_inputs(tmp_path):
+    model = load_model(seq_model(tmp_path / "seq.onnx"))
+    space = ENGINE.space(probe_device(), model)
+    assert "int8" not in space.precisions and "float32" in space.unsupported["int8"]
+    assert "int8-dynamic" in space.precisions and space.knobs["xnnpack"] == (True, False)
+    assert "bf16" in space.unsupported
+
+
+def test_layout_of_prefers_channels_last_and_refuses_misfits():
+    assert tflite._layout_of((2, 3, 32, 32), (-1, 32, 32, 3)) == [0, 2, 3, 1]
+    assert tflite._layout_of((2, 3, 3, 3), (-1, 3, 3, 3)) == [0, 2, 3, 1]
+    assert tflite._layout_of((2, 10), (-1, 10)) is None
+    assert tflite._layout_of((2, 5, 7), (-1, 7, 5)) == [0, 2, 1]
+    assert tflite._layout_of((2, 3, 32, 32), (-1, 16, 16, 3)) is False
+
+
+def test_outputs_are_matched_by_value_and_transposed_back():
+    rng = np.random.default_rng(0)
+    feature = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)  # NCHW
+    logits = rng.standard_normal((2, 10)).astype(np.float32)
+    got = {"Identity": logits + 1e-6, "Identity_1": feature.transpose(0, 2, 3, 1)}
+    entries = tflite._match_outputs({"features": feature, "logits": logits}, got)
+    assert [(e["name"], e["tflite"], e["perm"]) for e in entries] == [
+        ("features", "Identity_1", [0, 3, 1, 2]),
+        ("logits", "Identity", None),
+    ]
