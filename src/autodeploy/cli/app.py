@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from autodeploy.cli import bench, engines, results, tune, zoo
+from autodeploy.cli import bench, bundle, engines, export, results, tune, zoo
 from autodeploy.cli._common import err
 from autodeploy.errors import AutodeployError
 
@@ -21,8 +21,10 @@ app = typer.Typer(
 app.command("engines")(engines.engines)
 app.command("bench")(bench.bench)
 app.command("tune")(tune.tune)
+app.command("export")(export.export)
 app.add_typer(results.app, name="results")
 app.add_typer(zoo.app, name="zoo")
+app.add_typer(bundle.app, name="bundle")
 
 
 def main(argv: list[str] | None = None) -> None:

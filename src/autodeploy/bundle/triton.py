@@ -1,0 +1,148 @@
+"""Export the winner as a Triton Inference Server model repository.
+
+Layout: ``<repo>/<model>/config.pbtxt`` plus ``<repo>/<model>/1/model.<ext>`` (the artifact's
+files, unchanged) and ``<repo>/<model>/manifest.json`` (the bundle manifest, which Triton
+ignores). ``config.pbtxt`` carries the winner's settings in each backend's own words:
+
+* onnxruntime (platform ``onnxruntime_onnx``): ``intra_op_thread_count``,
+  ``inter_op_thread_count``, ``execution_mode`` and ``optimization.graph.level``
+  (-1 basic, 1 extended, 2 disabled; unset means all, as in the Triton ORT backend).
+* openvino (backend ``openvino``): ``INFERENCE_NUM_THREADS``, ``NUM_STREAMS``,
+  ``PERFORMANCE_HINT`` and ``HINT_BF16`` for a bf16 winner; ``num_requests`` becomes the
+  instance count.
+* tensorrt (platform ``tensorrt_plan``): the plan; one GPU instance.
+
+The batch axis becomes ``max_batch_size`` (the winner's batch; a TensorRT plan's profile
+maximum) with dynamic batching preferring the winner's batch; a model with a static batch
+dim gets ``max_batch_size: 0`` and its full shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from autodeploy.adapters.base import Artifact
+from autodeploy.bundle.export import Source, artifact_of, build_manifest, staged
+from autodeploy.bundle.loader import BundleError, sha256_file
+
+PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "tensorrt": "tensorrt_plan"}
+BACKENDS = {"onnxruntime": "onnxruntime", "openvino": "openvino", "tensorrt": "tensorrt"}
+ORT_GRAPH_LEVEL = {"ORT_ENABLE_BASIC": -1, "ORT_ENABLE_EXTENDED": 1, "ORT_DISABLE_ALL": 2}
+TRITON_DTYPES = {"float16": "TYPE_FP16", "float32": "TYPE_FP32", "float64": "TYPE_FP64", "bool": "TYPE_BOOL",
+                 "int8": "TYPE_INT8", "int16": "TYPE_INT16", "int32": "TYPE_INT32", "int64": "TYPE_INT64",
+                 "uint8": "TYPE_UINT8", "uint16": "TYPE_UINT16", "uint32": "TYPE_UINT32", "uint64": "TYPE_UINT64",
+                 "bfloat16": "TYPE_BF16", "object": "TYPE_STRING", "str": "TYPE_STRING"}  # fmt: skip
+MAX_QUEUE_DELAY_US = 100
+
+
+def model_name_of(name: str) -> str:
+    """A Triton model folder name from a model name (``zoo:mlp`` -> ``zoo-mlp``)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "model"
+
+
+def write_repository(source: Source, dest: str | Path, *, tar: bool = False, model_name: str | None = None,
+                     command: str | None = None) -> Path:  # fmt: skip
+    """Write a Triton model repository for the winner at ``dest`` (atomically, like a bundle)."""
+    dest = Path(dest)
+    engine = source.trial.engine
+    if engine not in BACKENDS:
+        raise BundleError(f"Triton has no backend for {engine} winners (only {', '.join(BACKENDS)})",
+                          fix="ship the bundle instead (autodeploy export without --format), "
+                          "or tune with --engine onnxruntime/openvino/tensorrt")  # fmt: skip
+    artifact = artifact_of(source)
+    manifest = build_manifest(source, artifact, command=command)
+    name = model_name_of(model_name or manifest["model"]["name"])
+    with staged(dest, tar=tar) as stage:
+        version = stage / name / "1"
+        version.mkdir(parents=True)
+        for file in artifact.files:  # model.onnx (+ external data), model.xml/.bin, or model.plan
+            (version / file).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(artifact.path / file, version / file)
+        (stage / name / "config.pbtxt").write_text(config_pbtxt(manifest, name, artifact))
+        manifest["format"] = "triton"
+        manifest["files"] = {p.relative_to(stage / name).as_posix(): {"sha256": sha256_file(p), "size": p.stat().st_size}
+                             for p in sorted((stage / name).rglob("*")) if p.is_file()}  # fmt: skip
+        (stage / name / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return dest
+
+
+def config_pbtxt(manifest: dict[str, Any], name: str, artifact: Artifact) -> str:
+    """The model configuration (protobuf text format) for the winner described by ``manifest``."""
+    engine, settings = manifest["engine"]["name"], manifest["settings"]
+    model = manifest["model"]
+    batchable = all(s["shape"] and not isinstance(s["shape"][0], int) for s in model["inputs"])
+    max_batch = _max_batch(engine, settings["batch"], artifact) if batchable else 0
+    lines = [f"# autodeploy winner {settings['engine']}/{settings['precision']}/b{settings['batch']}"
+             f"/t{settings['threads'] or 'default'}: {manifest['measurements']['median_ms']:.3f} ms median "
+             f"on {manifest['device']['cpu']} (fingerprint {manifest['device']['fingerprint']})",
+             f'name: "{name}"']  # fmt: skip
+    if engine in PLATFORMS:
+        lines.append(f'platform: "{PLATFORMS[engine]}"')
+    lines += [f'backend: "{BACKENDS[engine]}"', f"max_batch_size: {max_batch}"]
+    shapes = model.get("shapes") or {}
+    lines += _tensors("input", model["inputs"], shapes, batchable)
+    lines += _tensors("output", model["outputs"], {}, batchable)
+    kind = "KIND_GPU" if engine == "tensorrt" else "KIND_CPU"
+    count = int(settings["knobs"].get("num_requests", 1)) if engine == "openvino" else 1
+    lines.append(f"instance_group [\n  {{\n    count: {count}\n    kind: {kind}\n  }}\n]")
+    if max_batch > 0:
+        lines.append(f"dynamic_batching {{\n  preferred_batch_size: [ {settings['batch']} ]\n"
+                     f"  max_queue_delay_microseconds: {MAX_QUEUE_DELAY_US}\n}}")  # fmt: skip
+    params, level = _parameters(engine, settings)
+    if level is not None:
+        lines.append(f"optimization {{\n  graph {{\n    level: {level}\n  }}\n}}")
+    for key, value in params.items():
+        lines.append(f'parameters {{\n  key: "{key}"\n  value: {{\n    string_value: "{value}"\n  }}\n}}')
+    return "\n".join(lines) + "\n"
+
+
+def _max_batch(engine: str, batch: int, artifact: Artifact) -> int:
+    if engine == "tensorrt":  # the plan's optimization profile goes up to max(batch, MIN_MAX_BATCH)
+        from autodeploy.adapters.tensorrt import MIN_MAX_BATCH
+
+        return max(batch, MIN_MAX_BATCH)
+    return batch
+
+
+def _tensors(
+    kind: str, specs: list[dict[str, Any]], shapes: dict[str, list[int]], batchable: bool
+) -> list[str]:
+    blocks = []
+    for spec in specs:
+        shape = list(shapes.get(spec["name"], spec["shape"]))
+        dims = shape[1:] if batchable else shape
+        dims_text = ", ".join(str(d) if isinstance(d, int) else "-1" for d in dims)
+        dtype = TRITON_DTYPES.get(spec["dtype"])
+        if dtype is None:
+            raise BundleError(f"Triton has no data type for {kind} {spec['name']!r} of dtype {spec['dtype']}")
+        blocks.append(
+            f'  {{\n    name: "{spec["name"]}"\n    data_type: {dtype}\n    dims: [ {dims_text} ]\n  }}'
+        )
+    return [f"{kind} [\n" + ",\n".join(blocks) + "\n]"]
+
+
+def _parameters(engine: str, settings: dict[str, Any]) -> tuple[dict[str, str], int | None]:
+    """Backend parameters and the ORT graph optimization level, from the winner's settings."""
+    threads, knobs = settings["threads"], settings["knobs"]
+    params: dict[str, str] = {}
+    if engine == "onnxruntime":
+        if threads:
+            params["intra_op_thread_count"] = str(threads)
+        if knobs.get("inter_op_num_threads"):
+            params["inter_op_thread_count"] = str(knobs["inter_op_num_threads"])
+        if knobs.get("execution_mode") == "ORT_PARALLEL":
+            params["execution_mode"] = "1"
+        return params, ORT_GRAPH_LEVEL.get(knobs.get("graph_optimization_level", "ORT_ENABLE_ALL"))
+    if engine == "openvino":
+        if threads:
+            params["INFERENCE_NUM_THREADS"] = str(threads)
+        params["PERFORMANCE_HINT"] = str(knobs.get("PERFORMANCE_HINT", "LATENCY"))
+        if "NUM_STREAMS" in knobs:
+            params["NUM_STREAMS"] = str(knobs["NUM_STREAMS"])
+        if settings["precision"] == "bf16":
+            params["HINT_BF16"] = "YES"
+    return params, None

@@ -1,0 +1,177 @@
+"""``autodeploy bundle verify|info|run``: check, describe and measure an exported bundle (folder or .tar.gz)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from autodeploy.cli._common import err, fmt_ms, out
+
+app = typer.Typer(
+    help="Check, describe and measure an exported bundle (folder or .tar.gz).", no_args_is_help=True
+)
+
+BundlePath = Annotated[Path, typer.Argument(help="A bundle folder or .tar.gz made by `autodeploy export`.")]
+
+
+@app.command()
+def verify(path: BundlePath) -> None:
+    """Check every file against the manifest's SHA-256 and size, and whether this machine can run it."""
+    from autodeploy.bundle import BundleError, check_compatible, opened
+    from autodeploy.bundle import verify as verify_files
+
+    with opened(path) as root:
+        manifest = verify_files(root)
+    files = manifest["files"]
+    size = sum(f["size"] for f in files.values())
+    out.print(
+        f"[green]ok[/]: {escape(str(path))}: {len(files) + 2} files match the manifest ({size / 2**20:.2f} MB)"
+    )
+    try:
+        warnings = check_compatible(manifest)
+    except BundleError as error:
+        err.print(f"[yellow]cannot run on this machine[/]: {escape(str(error))}")
+        return
+    out.print("runs on this machine" + ("" if warnings else " as benchmarked"))
+    for warning in warnings:
+        err.print(f"[yellow]warning[/]: {escape(warning)}")
+
+
+@app.command()
+def info(path: BundlePath) -> None:
+    """What the bundle holds: model, engine, tuned settings, the measurements that chose it, its files."""
+    from autodeploy.bundle import BundleError, check_compatible, opened, read_manifest
+    from autodeploy.device import probe_device
+
+    with opened(path) as root:
+        m = read_manifest(root)
+    s, meas, src = m["settings"], m["measurements"], m["source"]
+    table = Table(title=f"bundle {escape(str(path))}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    rows = [
+        ("model", f"{m['model']['name']} (sha256 {m['model']['sha256'][:16]}…)"),
+        ("inputs", ", ".join(_spec(i) for i in m["model"]["inputs"])),
+        ("outputs", ", ".join(_spec(o) for o in m["model"]["outputs"])),
+        ("engine", f"{m['engine']['name']} {m['engine']['version']}"),
+        (
+            "settings",
+            f"precision {s['precision']}, batch {s['batch']}, threads {s['threads'] or 'default'}, "
+            f"knobs {s['knobs'] or '{}'}",
+        ),  # fmt: skip
+        ("runtime", ", ".join(f"{k}={v}" for k, v in m["runtime"].items())),
+        ("measured on", f"{m['device']['cpu']} (fingerprint {m['device']['fingerprint']})"),
+        (
+            "latency",
+            f"median {fmt_ms(meas['median_ms'])} ms, p90 {fmt_ms(meas['p90_ms'])} ms, "
+            f"p99 {fmt_ms(meas['p99_ms'])} ms ({meas['n_samples']} samples, {meas['scenario']})",
+        ),  # fmt: skip
+        ("throughput", f"{meas['throughput'] or 0:.1f} items/s; peak RSS {meas['peak_rss_mb'] or 0:.1f} MB"),
+        ("accuracy", _accuracy(m["accuracy"])),
+        (
+            "constraints",
+            ", ".join(f"{k}: {'pass' if v['passed'] else 'FAIL'}" for k, v in m["constraints"].items()),
+        ),
+        ("chosen by", _selection(m.get("selection"), src)),
+        ("reproduce", src["reproduce"] or "-"),
+        (
+            "files",
+            f"{len(m['files'])} + manifest, {sum(f['size'] for f in m['files'].values()) / 2**20:.2f} MB",
+        ),
+    ]
+    for field, value in rows:
+        table.add_row(field, escape(str(value)))
+    out.print(table)
+    here = probe_device().fingerprint
+    if here != m["device"]["fingerprint"]:
+        err.print(f"[yellow]warning[/]: this machine's fingerprint is {here}, not the one measured "
+                  f"({m['device']['fingerprint']}): expect other numbers")  # fmt: skip
+    try:
+        for warning in check_compatible(m):
+            err.print(f"[yellow]warning[/]: {escape(warning)}")
+    except BundleError as error:
+        err.print(f"[yellow]cannot run on this machine[/]: {escape(str(error))}")
+
+
+@app.command()
+def run(
+    path: BundlePath,
+    data: Annotated[Path | None, typer.Option(help="Inputs (.npz or folder of NAME.npy); default: synthetic.")] = None,
+    min_samples: Annotated[int, typer.Option(min=2, help="Timed calls at least.")] = 64,
+    min_duration: Annotated[float, typer.Option(help="Timed seconds at least.")] = 2.0,
+    max_duration: Annotated[float, typer.Option(help="Timed seconds at most.")] = 60.0,
+    allow_other_version: Annotated[bool, typer.Option("--allow-other-version",
+                                   help="Run under another engine version than benchmarked (warns).")] = False,
+) -> None:  # fmt: skip
+    """Load the bundle (verified), time it here, and show this machine's latency next to the manifest's."""
+    from autodeploy.bundle import loader, opened
+    from autodeploy.device import probe_device
+    from autodeploy.harness.stats import summarize
+    from autodeploy.harness.timing import TimingPolicy, time_calls
+
+    policy = TimingPolicy(min_samples=min_samples, min_duration_s=min_duration, max_duration_s=max_duration)
+    with opened(path) as root:
+        with loader.load(root, allow_other_version=allow_other_version) as predictor:
+            m = predictor.manifest
+            feeds = _feeds(m, root, data)
+            with err.status(f"timing {escape(str(path))} ({len(next(iter(feeds.values())))} items per call)"):
+                timed = time_calls(lambda: predictor.run(feeds), policy)
+    for warning in predictor.warnings:
+        err.print(f"[yellow]warning[/]: {escape(warning)}")
+    here, stats, meas = probe_device(), summarize(timed.samples_ns), m["measurements"]
+    batch = m["settings"]["batch"]
+    throughput = batch * len(timed.samples_ns) / (timed.samples_ns.sum() / 1e9)
+    table = Table(
+        title=f"{escape(m['model']['name'])}  {m['engine']['name']}/{m['settings']['precision']}/b{batch}"
+    )
+    table.add_column("statistic")
+    table.add_column(f"manifest ({m['device']['fingerprint'][:8]})", justify="right")
+    table.add_column(f"this machine ({here.fingerprint[:8]})", justify="right")
+    table.add_column("this / manifest", justify="right")
+    for label, theirs, ours in (("median ms", meas["median_ms"], stats.median), ("p90 ms", meas["p90_ms"], stats.p90),
+                                ("p99 ms", meas["p99_ms"], stats.p99), ("items/s", meas["throughput"], throughput)):  # fmt: skip
+        ratio = "-" if not theirs or ours is None else f"{ours / theirs:.3g}x"
+        table.add_row(label, fmt_ms(theirs), fmt_ms(ours), ratio)
+    table.add_row("samples", str(meas["n_samples"]), f"{stats.n} (+{timed.warmup_calls} warm-up)", "")
+    out.print(table)
+    if here.fingerprint != m["device"]["fingerprint"]:
+        err.print(f"[yellow]note[/]: measured on another device ({escape(m['device']['cpu'])}); "
+                  f"this is {escape(here.cpu_model)}")  # fmt: skip
+
+
+def _feeds(manifest: dict[str, Any], root: Path, data: Path | None) -> dict[str, Any]:
+    """One batch at the bundle's batch size: the user's first items, or synthetic ones."""
+    from autodeploy.data import load_user_data, synthetic
+    from autodeploy.model import ModelInfo
+
+    model = manifest["model"]
+    info = ModelInfo.from_dict({**model, "path": str(root), "opset": 0, "external_files": []})
+    batch = manifest["settings"]["batch"]
+    dataset = load_user_data(data, info) if data else synthetic(info, batch)
+    return dataset.batches(batch)[0]
+
+
+def _spec(s: dict[str, Any]) -> str:
+    return f"{s['name']} {s['dtype']}[{'x'.join('?' if d is None else str(d) for d in s['shape'])}]"
+
+
+def _accuracy(acc: dict[str, Any] | None) -> str:
+    if not acc:
+        return "-"
+    worst = min(acc["outputs"], key=lambda o: o["cosine"])
+    top1 = "" if worst.get("top1_agreement") is None else f", top-1 agreement {worst['top1_agreement']:.2%}"
+    return f"{acc['constraint']}: {'pass' if acc['passed'] else 'FAIL'} (cosine {worst['cosine']:.6f}{top1}, {acc['n_samples']} items)"
+
+
+def _selection(selection: dict[str, Any] | None, source: dict[str, Any]) -> str:
+    if not selection or not selection.get("winner"):
+        return f"single trial {source['trial_id']} (not a study)"
+    w = selection["winner"]
+    ci = "" if not w.get("ci") else f" [{w['ci'][0]:.4g}, {w['ci'][1]:.4g}]"
+    speedup = selection.get("speedup_vs_baseline")
+    return (f"study {source['study']!r} ({selection['objective']}): {w['statistic']:.4g}{ci} over {w['n_samples']} samples"
+            + (f", {speedup:.2f}x vs ORT fp32 default" if speedup else ""))  # fmt: skip

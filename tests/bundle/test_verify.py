@@ -1,0 +1,181 @@
+"""A one-byte change anywhere makes verify and load fail naming the file; the loader runs alone."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import venv
+
+import numpy as np
+import pytest
+
+import autodeploy.bundle
+from autodeploy.bundle import BundleError, export, loader
+from tests.bundle.conftest import feeds
+from tests.cli.test_cli import run as run_cli
+
+FILES = ["model/model.onnx", "model/artifact.json", "loader.py", "requirements.txt", "README.md",
+         "manifest.json", "manifest.sha256"]  # fmt: skip
+
+
+def flip_one_byte(path, offset=None):
+    data = bytearray(path.read_bytes())
+    i = len(data) // 2 if offset is None else offset
+    data[i] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_one_byte_changed_in_any_file_fails_verify_and_load_naming_it(bundle, name):
+    flip_one_byte(bundle / name)
+    # The manifest and its digest vouch for each other; every other file is named itself.
+    named = (
+        "manifest.json does not match manifest.sha256"
+        if name.startswith("manifest")
+        else f"{name} does not match its SHA-256"
+    )
+    with pytest.raises(BundleError, match=named):
+        loader.verify(bundle)
+    with pytest.raises(BundleError, match=named):
+        autodeploy.bundle.load(bundle)
+
+
+def test_a_valid_json_edit_of_the_manifest_is_caught(bundle):
+    path = bundle / "manifest.json"
+    m = json.loads(path.read_text())
+    m["measurements"]["median_ms"] = 0.001  # a flattering number, still valid JSON
+    path.write_text(json.dumps(m, indent=2) + "\n")
+    with pytest.raises(BundleError, match="manifest.json does not match manifest.sha256"):
+        loader.verify(bundle)
+
+
+def test_a_missing_truncated_or_extra_file_is_named(stored, bundle, tmp_path):
+    (bundle / "README.md").unlink()
+    with pytest.raises(BundleError, match="README.md is missing"):
+        loader.verify(bundle)
+    other = export.write_bundle(stored.source(), tmp_path / "other")
+    with open(other / "model/model.onnx", "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(BundleError, match=r"model/model.onnx has \d+ bytes, the manifest says \d+"):
+        loader.verify(other)
+    third = export.write_bundle(stored.source(), tmp_path / "third")
+    (third / "model" / "sneaky.so").write_bytes(b"x")
+    with pytest.raises(BundleError, match="model/sneaky.so is not listed in the manifest"):
+        loader.verify(third)
+
+
+def test_cli_verify_info_run_on_a_real_bundle_and_a_damaged_one(stored, bundle, capsys, monkeypatch):
+    from autodeploy.cli import _common
+
+    monkeypatch.setattr(_common.out, "width", 200)
+    code, out, err = run_cli(capsys, "bundle", "verify", str(bundle))
+    assert code == 0 and "ok" in out and "7 files match the manifest" in out, err
+    code, out, err = run_cli(capsys, "bundle", "info", str(bundle))
+    assert (
+        code == 0 and "onnxruntime" in out and "ORT_PARALLEL" in out and "autodeploy bench m.onnx" in out
+    ), err
+    code, out, err = run_cli(
+        capsys, "bundle", "run", str(bundle), "--min-samples", "8", "--min-duration", "0.05"
+    )
+    assert code == 0 and "this machine" in out and "median ms" in out and "items/s" in out, err
+    flip_one_byte(bundle / "model" / "model.onnx")
+    code, out, err = run_cli(capsys, "bundle", "verify", str(bundle))
+    assert code == 1 and "model/model.onnx does not match its SHA-256" in err
+    code, out, err = run_cli(capsys, "bundle", "run", str(bundle))
+    assert code == 1 and "model/model.onnx does not match its SHA-256" in err
+
+
+def test_cli_export_of_a_trial_as_tar_then_verify(stored, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("AUTODEPLOY_DB", stored.db)
+    code, out, err = run_cli(
+        capsys, "export", "--trial", str(stored.trial_id), "-o", str(tmp_path / "w"), "--tar"
+    )
+    assert code == 0 and "w.tar.gz" in out, err
+    code, out, err = run_cli(capsys, "bundle", "verify", str(tmp_path / "w.tar.gz"))
+    assert code == 0 and "match the manifest" in out, err
+    code, _, err = run_cli(capsys, "export", "-o", str(tmp_path / "x"))
+    assert code == 2 and "give a study name or --trial ID" in err
+
+
+BLOCKER = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("autodeploy", "sqlalchemy", "optuna", "streamlit", "typer", "onnx", "psutil"):
+            raise ImportError(f"{name} is not installed here")
+sys.meta_path.insert(0, Block())
+"""
+
+
+def test_the_shipped_loader_needs_only_numpy_and_the_engine(stored, bundle, tmp_path):
+    x = feeds(batch=3, seed=1)
+    np.save(tmp_path / "x.npy", x["x"])
+    script = BLOCKER + textwrap.dedent(f"""
+        import numpy as np
+        sys.path.insert(0, {str(bundle)!r})
+        import loader
+        p = loader.load({str(bundle)!r})
+        np.save({str(tmp_path / "y.npy")!r}, p.run({{"x": np.load({str(tmp_path / "x.npy")!r})}})["logits"])
+        heavy = [m for m in ("autodeploy", "sqlalchemy", "optuna", "streamlit", "onnx") if m in sys.modules]
+        assert not heavy, heavy
+        assert issubclass(loader.BundleError, Exception)
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert np.array_equal(np.load(tmp_path / "y.npy"), stored.reference_outputs(x)["logits"])
+    # Importing the loader from the bundle leaves bytecode there; the bundle still verifies.
+    loader.verify(bundle)
+
+
+def test_autodeploy_bundle_imports_no_heavy_package():
+    code = "import sys, autodeploy.bundle; print(sorted(m for m in ('sqlalchemy', 'optuna', 'streamlit', 'onnxruntime') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})  # fmt: skip
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_bundle_runs_in_a_fresh_virtualenv_with_only_numpy_and_the_engine(stored, bundle, tmp_path):
+    """The issue's 'done when': a new venv, `pip install -r requirements.txt`, nothing else."""
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True, clear=True)
+    python = env_dir / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(bundle / "requirements.txt")],
+                         capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    if pip.returncode != 0:
+        pytest.skip(f"cannot install the bundle's requirements here: {pip.stderr.strip()[-300:]}")
+    listed = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, env=env
+    )
+    installed = {line.split("==")[0].lower() for line in listed.stdout.split()}
+    assert not installed & {"autodeploy", "optuna", "sqlalchemy", "streamlit", "onnx"}, installed
+    copy = shutil.copytree(bundle, tmp_path / "shipped")  # a bundle copied elsewhere still verifies
+    x = feeds(batch=5, seed=2)
+    np.save(tmp_path / "x.npy", x["x"])
+    script = textwrap.dedent(f"""
+        import sys, numpy as np
+        sys.path.insert(0, {str(copy)!r})
+        import loader
+        p = loader.load({str(copy)!r})
+        np.save({str(tmp_path / "y.npy")!r}, p.run({{"x": np.load({str(tmp_path / "x.npy")!r})}})["logits"])
+    """)
+    proc = subprocess.run(
+        [str(python), "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert np.array_equal(np.load(tmp_path / "y.npy"), stored.reference_outputs(x)["logits"])
+    check = subprocess.run(
+        [str(python), str(copy / "loader.py")], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert check.returncode == 0 and "every file verified; runs here" in check.stdout, check.stderr
+    flip_one_byte(copy / "model" / "model.onnx")
+    proc = subprocess.run(
+        [str(python), "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
+    assert proc.returncode != 0 and "model/model.onnx does not match its SHA-256" in proc.stderr
