@@ -116,7 +116,10 @@ def tune(
     if stored is not None:  # resume within the study's own search space; flags still win
         cfg = study_config.load(config, overrides, base={**stored.settings, "trials": None, "fresh": False})
     s = cfg.screening
-    settings = HarnessSettings(workdir=cache_dir() / "work", timeout_s=s.timeout_s,
+    # The harness labels a trial "inaccurate" by the same budget the study constrains on.
+    drop = cfg.constraints.max_accuracy_drop
+    settings = HarnessSettings(workdir=cache_dir() / "work", timeout_s=s.timeout_s, max_top1_drop=drop,
+                               min_cosine=1.0 - drop,
                                policy=TimingPolicy(min_samples=s.min_samples, min_duration_s=s.min_duration_s,
                                                    max_duration_s=s.max_duration_s))  # fmt: skip
     user_data = load_user_data(cfg.data, info) if cfg.data else resolved.data

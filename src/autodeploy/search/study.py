@@ -344,8 +344,11 @@ def _statistic(
 
 
 def _choose(name: str, objective: str, counts: dict[str, int], finalists: list[Finalist]) -> StudySummary:
-    """Best statistic wins; finalists whose CI overlaps the best's are a tie, and the cheapest of the tie wins."""
-    candidates = [f for f in finalists if not f.baseline and f.statistic is not None and f.ci is not None]
+    """Best statistic wins; finalists whose CI overlaps the best's are a tie, and the cheapest of the tie wins.
+
+    The baseline (ORT fp32 default) competes too: when nothing the search found beats it, it is the winner.
+    """
+    candidates = [f for f in finalists if f.statistic is not None and f.ci is not None]
     baseline = next((f for f in finalists if f.baseline), None)
     if not candidates:
         return StudySummary(
@@ -360,7 +363,8 @@ def _choose(name: str, objective: str, counts: dict[str, int], finalists: list[F
     tied = [f for f in candidates if f.ci[0] <= best.ci[1] and best.ci[0] <= f.ci[1]]
 
     def cost(f: Finalist) -> tuple[int, int]:
-        return (f.config.get("threads") or 0, f.config.get("batch", 1))
+        # Fewer threads, then smaller batch; the engine's default thread count means "all cores".
+        return (f.config.get("threads") or 10**6, f.config.get("batch", 1))
 
     winner = min(tied, key=cost)
     speedup = None
