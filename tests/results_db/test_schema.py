@@ -25,7 +25,9 @@ def test_migrated_database_matches_models(store: Store) -> None:
     with store.engine.connect() as conn:
         assert migrate.current_revision(conn) == migrate.head_revision()
         tables = set(sa.inspect(conn).get_table_names())
-    assert tables == {"ad_devices", "ad_models", "ad_trials", "ad_studies", "ad_measurements", VERSION_TABLE}
+    assert tables == {
+        "ad_devices", "ad_models", "ad_trials", "ad_studies", "ad_measurements", "ad_gate_runs", VERSION_TABLE,
+    }
 
 
 def test_downgrade_to_base_and_back(store: Store) -> None:

@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from autodeploy.cli import bench, bundle, engines, export, results, tune, zoo
+from autodeploy.cli import bench, bundle, engines, export, gate, results, tune, zoo
 from autodeploy.cli._common import err
 from autodeploy.errors import AutodeployError
 
@@ -22,6 +22,7 @@ app.command("engines")(engines.engines)
 app.command("bench")(bench.bench)
 app.command("tune")(tune.tune)
 app.command("export")(export.export)
+app.command("gate", cls=gate.GateCommand)(gate.gate)
 app.add_typer(results.app, name="results")
 app.add_typer(zoo.app, name="zoo")
 app.add_typer(bundle.app, name="bundle")

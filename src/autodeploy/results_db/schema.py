@@ -151,3 +151,35 @@ class Measurement(Base):
     samples_ms: Mapped[list[float]] = mapped_column(sa.JSON)  # raw per-call latencies
     warmup_calls: Mapped[int]
     duration_s: Mapped[float]
+
+
+class GateRun(Base):
+    """One ``autodeploy gate`` verdict: baseline vs candidate on one device, per-metric statistics.
+
+    ``mode`` is ``interleaved`` (both measured A B A B … in this run) or ``against-db`` (the
+    candidate measured now against the stored history of the baseline: weaker, no interleaving).
+    ``metrics`` holds one entry per metric (values, change and its CI, p-values, verdict, reason).
+    """
+
+    __tablename__ = "ad_gate_runs"
+    __table_args__ = (
+        sa.CheckConstraint("verdict IN ('pass', 'fail', 'inconclusive')", name="verdict"),
+        sa.CheckConstraint("mode IN ('interleaved', 'against-db')", name="mode"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    device_id: Mapped[int] = mapped_column(sa.ForeignKey("ad_devices.id"), index=True)
+    mode: Mapped[str]
+    verdict: Mapped[str]
+    baseline_ref: Mapped[str] = mapped_column(sa.Text)
+    baseline_sha256: Mapped[str]
+    baseline_config: Mapped[dict[str, Any]]
+    candidate_ref: Mapped[str] = mapped_column(sa.Text)
+    candidate_sha256: Mapped[str]
+    candidate_config: Mapped[dict[str, Any]]
+    settings: Mapped[dict[str, Any]]
+    metrics: Mapped[list[dict[str, Any]]] = mapped_column(sa.JSON)
+    notes: Mapped[list[str]] = mapped_column(sa.JSON)
+    wall_s: Mapped[float]
+    command: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

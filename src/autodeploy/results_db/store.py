@@ -29,7 +29,7 @@ from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import StoreError, UsageError
 from autodeploy.harness.result import STATUSES, Accuracy, TrialResult
 from autodeploy.results_db import migrate
-from autodeploy.results_db.schema import Device, Measurement, Model, Study, Trial
+from autodeploy.results_db.schema import Device, GateRun, Measurement, Model, Study, Trial
 
 if TYPE_CHECKING:
     from autodeploy.device import DeviceInfo
@@ -126,6 +126,34 @@ class StudyRow:
     device_fingerprint: str
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True)
+class GateRunRecord:
+    """One gate verdict to store (see :class:`~autodeploy.results_db.schema.GateRun`)."""
+
+    mode: str  # "interleaved" or "against-db"
+    verdict: str  # "pass", "fail" or "inconclusive"
+    baseline_ref: str
+    baseline_sha256: str
+    baseline_config: dict[str, Any]
+    candidate_ref: str
+    candidate_sha256: str
+    candidate_config: dict[str, Any]
+    settings: dict[str, Any]
+    metrics: list[dict[str, Any]]
+    notes: list[str]
+    wall_s: float
+
+
+@dataclass(frozen=True)
+class GateRunRow(GateRunRecord):
+    """One stored gate verdict, with its device and time."""
+
+    id: int = 0
+    device_fingerprint: str = ""
+    command: str | None = None
+    created_at: datetime = datetime.min.replace(tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -360,6 +388,57 @@ class Store:
         )
         rows = self._rows(_newest_first(query).limit(1), samples=samples)
         return rows[0] if rows else None
+
+    def history(
+        self, model_sha256: str, fingerprint: str, config_key: str, *, limit: int = 50
+    ) -> list[TrialRow]:
+        """Measured trials of this model, config and device, newest first: one row per worker run.
+
+        Trials that failed after being measured (``inaccurate``) count, as in :meth:`find_measured`.
+        """
+        query = _select_rows(samples=False).where(
+            Model.sha256 == model_sha256,
+            Device.fingerprint == fingerprint,
+            Trial.config_key == config_key,
+            Measurement.id.is_not(None),
+        )
+        return self._rows(_newest_first(query).limit(limit), samples=False)
+
+    # -- gate runs -------------------------------------------------------------------------
+
+    def add_gate_run(self, run: GateRunRecord, *, device: DeviceRecord, command: str | None = None) -> int:
+        """Store one gate verdict; return its id."""
+        self._check_writable("cannot store a gate run in")
+
+        def insert(s: Session) -> int:
+            row = GateRun(device_id=_device_id(s, device), command=command, **asdict(run))
+            s.add(row)
+            s.flush()
+            return row.id
+
+        return self._run("cannot store a gate run in", insert, write=True)
+
+    def list_gate_runs(
+        self, *, limit: int = 50, verdict: str | None = None, candidate_sha256: str | None = None
+    ) -> list[GateRunRow]:
+        """Stored gate verdicts, newest first, optionally filtered by verdict or candidate model."""
+        query = sa.select(GateRun, Device.fingerprint).join(Device, GateRun.device_id == Device.id)
+        if verdict is not None:
+            query = query.where(GateRun.verdict == verdict)
+        if candidate_sha256 is not None:
+            query = query.where(GateRun.candidate_sha256 == candidate_sha256)
+        query = query.order_by(GateRun.created_at.desc(), GateRun.id.desc()).limit(limit)
+        fields = [f for f in GateRunRecord.__dataclass_fields__]
+
+        def row(g: GateRun, fingerprint: str) -> GateRunRow:
+            stored = {f: getattr(g, f) for f in fields}
+            return GateRunRow(**stored, id=g.id, device_fingerprint=fingerprint, command=g.command,
+                              created_at=_utc(g.created_at))  # fmt: skip
+
+        def fetch(s: Session) -> list[GateRunRow]:
+            return [row(g, fingerprint) for g, fingerprint in s.execute(query)]
+
+        return self._run("cannot read", fetch)
 
     # -- studies ---------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Initial schema: devices, models, trials, measurements.
+"""Initial schema: devices, models, trials, measurements, studies, gate runs.
 
 Revision ID: 0001
 Revises:
@@ -126,8 +126,39 @@ def upgrade() -> None:
         sa.UniqueConstraint("trial_id", "scenario", name=op.f("uq_ad_measurements_trial_id_scenario")),
     )
 
+    op.create_table(
+        "ad_gate_runs",
+        _id(),
+        sa.Column("device_id", sa.Integer(), nullable=False),
+        sa.Column("mode", sa.String(), nullable=False),
+        sa.Column("verdict", sa.String(), nullable=False),
+        sa.Column("baseline_ref", sa.Text(), nullable=False),
+        sa.Column("baseline_sha256", sa.String(), nullable=False),
+        sa.Column("baseline_config", sa.JSON(), nullable=False),
+        sa.Column("candidate_ref", sa.Text(), nullable=False),
+        sa.Column("candidate_sha256", sa.String(), nullable=False),
+        sa.Column("candidate_config", sa.JSON(), nullable=False),
+        sa.Column("settings", sa.JSON(), nullable=False),
+        sa.Column("metrics", sa.JSON(), nullable=False),
+        sa.Column("notes", sa.JSON(), nullable=False),
+        sa.Column("wall_s", sa.Double(), nullable=False),
+        sa.Column("command", sa.Text(), nullable=True),
+        _created_at(),
+        sa.CheckConstraint("mode IN ('interleaved', 'against-db')", name=op.f("ck_ad_gate_runs_mode")),
+        sa.CheckConstraint(
+            "verdict IN ('pass', 'fail', 'inconclusive')", name=op.f("ck_ad_gate_runs_verdict")
+        ),
+        sa.ForeignKeyConstraint(
+            ["device_id"], ["ad_devices.id"], name=op.f("fk_ad_gate_runs_device_id_ad_devices")
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_ad_gate_runs")),
+    )
+    op.create_index(op.f("ix_ad_gate_runs_device_id"), "ad_gate_runs", ["device_id"])
+
 
 def downgrade() -> None:
+    op.drop_index(op.f("ix_ad_gate_runs_device_id"), table_name="ad_gate_runs")
+    op.drop_table("ad_gate_runs")
     op.drop_table("ad_measurements")
     op.drop_table("ad_studies")
     op.drop_index(op.f("ix_ad_trials_study"), table_name="ad_trials")

@@ -1,0 +1,196 @@
+"""``autodeploy gate``: a CI regression gate, baseline vs candidate, with a statistical verdict.
+
+Exit codes (documented in ``--help`` and the README): 0 pass, 1 fail, 2 inconclusive,
+64 bad input (flags, a missing or invalid model or bundle), 70 an error that stopped the gate
+(engine unavailable, reference failed, results database). A CI job that only wants "no proven
+regression" can treat 2 as success; one that wants a proven non-regression treats it as failure.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+from rich.markup import escape
+from typer.core import TyperCommand
+
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.bundle.loader import BundleError
+from autodeploy.cli._common import cache_dir, command_line, err, out, resolve_model
+from autodeploy.errors import AutodeployError, DataError, ModelError, UnsupportedConfigError, UsageError
+from autodeploy.gate.core import DEFAULT_METRICS, EXIT_ERROR, EXIT_USAGE, LATENCY_METRICS
+
+#: Library errors that mean the user's input is wrong (exit 64); any other stops the gate (exit 70).
+BAD_INPUT = (UsageError, ModelError, DataError, UnsupportedConfigError, BundleError)
+
+
+#: Click's usage error; newer Typer vendors its own copy of click, so take both.
+_CLICK_USAGE = tuple(
+    {click.UsageError, *(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")}
+)
+
+
+class GateCommand(TyperCommand):
+    """Click's own usage errors exit 2, which is *inconclusive* here: make them 64 (EX_USAGE)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except _CLICK_USAGE as exc:
+            exc.exit_code = EXIT_USAGE
+            raise
+
+
+def gate(
+    baseline: Annotated[str, typer.Option(help="Baseline: an .onnx file, zoo:NAME, or a bundle folder/.tar.gz.")],
+    candidate: Annotated[str, typer.Option(help="Candidate: an .onnx file, zoo:NAME, or a bundle folder/.tar.gz.")],
+    max_regression: Annotated[str, typer.Option(help="Largest tolerated latency increase, e.g. 5% or 0.05.")] = "5%",
+    max_accuracy_drop: Annotated[str, typer.Option(help="Largest tolerated accuracy drop, e.g. 1% or 0.01.")] = "1%",
+    rounds: Annotated[int, typer.Option(min=1, help="Worker runs per side, interleaved A B, B A, ...")] = 10,
+    min_samples: Annotated[int, typer.Option(min=1, help="Fewer runs per side than this: inconclusive.")] = 5,
+    max_cv: Annotated[float, typer.Option(min=0.0, help="Per-run CV above this (and no proven regression): inconclusive.")] = 0.10,
+    alpha: Annotated[float, typer.Option(min=1e-9, max=0.5, help="Significance level for the whole family of metrics.")] = 0.01,
+    metric: Annotated[list[str] | None, typer.Option(help=f"Latency metric per run: {', '.join(LATENCY_METRICS)}; repeatable (default: median, p90).")] = None,
+    against_db: Annotated[bool, typer.Option("--against-db", help="Weaker: compare the candidate with the stored trials of the baseline's model and config on this device; the baseline is not run.")] = False,
+    engine: Annotated[str, typer.Option(help="Engine for model arms (bundles use their own).")] = "onnxruntime",
+    precision: Annotated[str, typer.Option(help="Precision for model arms.")] = "fp32",
+    batch: Annotated[int, typer.Option(min=1, help="Items per call for model arms.")] = 1,
+    threads: Annotated[int, typer.Option(min=1, help="Engine threads for model arms (one thread is the least noisy).")] = 1,
+    shape: Annotated[list[str] | None, typer.Option(help="Fix an input shape, NAME=1x3x224x224; repeatable.")] = None,
+    data: Annotated[Path | None, typer.Option(help="Evaluation inputs (.npz or folder of NAME.npy, optional 'labels').")] = None,
+    reference_model: Annotated[Path | None, typer.Option(help="Source ONNX model for a bundle's accuracy reference.")] = None,
+    calls: Annotated[int, typer.Option(min=2, help="Timed calls per run at least.")] = 100,
+    duration: Annotated[float, typer.Option(min=0.0, help="Timed seconds per run at least.")] = 0.5,
+    timeout: Annotated[float, typer.Option(help="Seconds before a worker is killed.")] = 300.0,
+    markdown: Annotated[Path | None, typer.Option(help="Also write the markdown summary to this file.")] = None,
+    junit: Annotated[Path | None, typer.Option(help="Write JUnit XML here: one testcase per metric.")] = None,
+    store: Annotated[bool, typer.Option("--store/--no-store", help="Store the gate run for the dashboard.")] = True,
+    db: Annotated[str | None, typer.Option(help="Results database URL (default: $AUTODEPLOY_DB or the user SQLite file).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of synthetic inputs and of the bootstrap.")] = 0,
+) -> None:  # fmt: skip
+    """Gate a candidate against a baseline: interleaved A/B runs on this machine, a statistical verdict.
+
+    Fail needs a significant slowdown (one-sided Mann-Whitney U over per-run values,
+    Holm-corrected over the metrics) AND a change beyond --max-regression, or an accuracy
+    drop beyond --max-accuracy-drop. 0 pass, 1 fail, 2 inconclusive, 64 bad input, 70 the gate could not run.
+    """
+    try:
+        result = _run(locals())
+    except BAD_INPUT as error:
+        _die(error, EXIT_USAGE)
+    except AutodeployError as error:
+        _die(error, EXIT_ERROR)
+    _report(result, markdown, junit)
+    raise typer.Exit(result.exit_code)
+
+
+def _run(o: dict[str, Any]) -> Any:
+    from autodeploy.device import probe_device
+    from autodeploy.gate.core import GateSettings, run_gate
+    from autodeploy.gate.stats import Criteria
+    from autodeploy.harness.run import HarnessSettings
+    from autodeploy.harness.timing import TimingPolicy
+    from autodeploy.results_db.store import DeviceRecord, Store
+
+    metrics = tuple(o["metric"] or DEFAULT_METRICS)
+    unknown = [m for m in metrics if m not in LATENCY_METRICS]
+    if unknown:
+        raise UsageError(
+            f"unknown --metric {', '.join(unknown)}", fix=f"choose from {', '.join(LATENCY_METRICS)}"
+        )
+    if o["min_samples"] < 2:
+        raise UsageError(
+            "--min-samples must be >= 2: a rank test needs two runs per side", fix="--min-samples 2"
+        )
+    criteria = Criteria(max_regression=parse_fraction(o["max_regression"], "--max-regression"),
+                        max_accuracy_drop=parse_fraction(o["max_accuracy_drop"], "--max-accuracy-drop"),
+                        alpha=o["alpha"], min_rounds=o["min_samples"], max_cv=o["max_cv"], seed=o["seed"])  # fmt: skip
+    settings = GateSettings(
+        rounds=o["rounds"], metrics=metrics, criteria=criteria, against_db=o["against_db"]
+    )
+    policy = TimingPolicy(warmup_min_calls=10, warmup_max_s=2.0, min_samples=o["calls"],
+                          min_duration_s=o["duration"], max_duration_s=max(30.0, 4 * o["duration"]))  # fmt: skip
+    harness = HarnessSettings(
+        workdir=cache_dir() / "work", policy=policy, timeout_s=o["timeout"], seed=o["seed"]
+    )
+    config = TrialConfig(engine=o["engine"], precision=o["precision"], batch=o["batch"], threads=o["threads"])
+    device = probe_device()
+    with ExitStack() as stack:
+        db = stack.enter_context(Store.open(o["db"])) if o["store"] or o["against_db"] else None
+        arms = [_arm(role, o[role], config, o, stack) for role in ("baseline", "candidate")]
+        for arm in arms:
+            if arm.kind == "model":
+                from autodeploy.adapters import registry
+
+                registry.get(arm.config.engine).check(device, arm.model, arm.config)
+                arm.model.input_shape(arm.model.inputs[0].name, arm.config.batch)
+        with err.status("gate: starting") as status:
+            result = run_gate(*arms, settings, harness, device=device, store=db,
+                              progress=lambda phase: status.update(f"gate: {phase}"))  # fmt: skip
+        if db is not None and o["store"]:
+            gate_id = db.add_gate_run(
+                result.to_record(), device=DeviceRecord.of(device), command=command_line()
+            )
+            err.print(f"stored as gate run {gate_id} in {escape(db.url)}")
+    return result
+
+
+def _arm(role: str, ref: str, config: TrialConfig, o: dict[str, Any], stack: ExitStack) -> Any:
+    from autodeploy.data import load_user_data
+    from autodeploy.gate.measure import bundle_arm, model_arm
+    from autodeploy.model import load_model, parse_shape_flags
+
+    shapes = parse_shape_flags(o["shape"] or [])
+    path = Path(ref)
+    if path.is_dir() or ref.endswith((".tar.gz", ".tgz")):
+        from autodeploy import bundle
+
+        root = stack.enter_context(bundle.opened(path))
+        reference = load_model(o["reference_model"], shapes) if o["reference_model"] else None
+        return bundle_arm(role, ref, root, reference_model=reference)
+    resolved = resolve_model(ref, shapes)
+    user = load_user_data(o["data"], resolved.info) if o["data"] else None
+    return model_arm(role, ref, resolved.info, config, data=user or resolved.data,
+                     calibration=None if user else resolved.calibration)  # fmt: skip
+
+
+def parse_fraction(text: str, flag: str) -> float:
+    """``5%`` or ``0.05`` -> 0.05; a bare number of 1 or more is refused (ambiguous)."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise UsageError(
+            f"cannot parse {flag} {text!r}", fix=f"write it as a percentage or fraction, e.g. {flag} 5%"
+        ) from None
+    if not raw.endswith("%") and value >= 1:
+        raise UsageError(
+            f"{flag} {text!r} is ambiguous (a fraction of {value:g}?)",
+            fix=f"write {flag} {raw}% or {flag} {value / 100:g}",
+        )
+    if not 0 <= value < 10:
+        raise UsageError(f"{flag} {text!r} is out of range", fix="give a value between 0% and 1000%")
+    return value
+
+
+def _report(result: Any, markdown: Path | None, junit: Path | None) -> None:
+    from autodeploy.gate import report
+
+    text = report.markdown(result)
+    out.print(text, markup=False, highlight=False, soft_wrap=True)
+    try:
+        if markdown is not None:
+            markdown.write_text(text)
+        if junit is not None:
+            junit.write_text(report.junit_xml(result))
+    except OSError as exc:
+        err.print(f"[red]error:[/red] cannot write a report: {escape(str(exc))}")
+        raise typer.Exit(EXIT_ERROR) from None
+
+
+def _die(error: AutodeployError, code: int) -> None:
+    err.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
+    raise typer.Exit(code)

@@ -1,0 +1,235 @@
+"""What the gate measures: two arms (a model + config, or a bundle), round by round.
+
+An :class:`Arm` is either an ONNX model measured with a :class:`TrialConfig`, or an exported
+bundle measured with its manifest's engine and settings and its shipped artifact (exactly as
+benchmarked; the artifact is never rebuilt). :func:`run_rounds` runs them interleaved, each
+round in a fresh harness worker process, alternating which arm goes first (A B, B A, A B, …)
+so a slow drift of the machine and any order effect hit both arms alike. Every worker run
+becomes one :class:`Round`: the unit of the gate's statistics (see :mod:`autodeploy.gate.stats`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autodeploy.adapters.base import Artifact, TrialConfig
+from autodeploy.data import Dataset
+from autodeploy.errors import UsageError
+from autodeploy.harness.run import HarnessSettings, PreparedData, _spec, reference, run_worker
+from autodeploy.harness.stats import MIN_SAMPLES_P90
+from autodeploy.model import ModelInfo, TensorSpec
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One side of the comparison.
+
+    ``model`` describes the interface and identity (for a bundle: its source model's SHA-256
+    from the manifest). ``reference_model`` is the ONNX file whose ONNX Runtime FP32 outputs
+    accuracy is measured against; ``artifact`` is set for bundles (and after the build for models).
+    """
+
+    role: str  # "baseline" or "candidate"
+    ref: str
+    kind: str  # "model" or "bundle"
+    model: ModelInfo
+    config: TrialConfig
+    reference_model: ModelInfo | None
+    artifact: Path | None = None
+    data: Dataset | None = None  # a zoo model's own (labelled) evaluation data
+    calibration: Dataset | None = None
+    notes: tuple[str, ...] = ()
+
+    def describe(self) -> dict[str, Any]:
+        return {"ref": self.ref, "kind": self.kind, "name": self.model.name, "sha256": self.model.sha256,
+                "config": self.config.to_dict(), "label": self.config.label()}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Round:
+    """One worker run of one arm: its per-call statistics, or why it failed."""
+
+    role: str
+    index: int
+    median_ms: float | None = None
+    p90_ms: float | None = None  # None below 64 calls (DESIGN.md)
+    mean_ms: float | None = None
+    calls: int = 0
+    accuracy: float | None = None
+    accuracy_metric: str | None = None
+    eval_items: int | None = None
+    engine_version: str | None = None
+    failure: str | None = None
+    source: str = "measured"  # or "stored trial N" (--against-db)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass
+class Rounds:
+    """Every round of both arms, in the order they ran."""
+
+    baseline: list[Round] = field(default_factory=list)
+    candidate: list[Round] = field(default_factory=list)
+
+
+def model_arm(role: str, ref: str, info: ModelInfo, config: TrialConfig, *, data: Dataset | None = None,
+              calibration: Dataset | None = None) -> Arm:  # fmt: skip
+    """An ONNX model measured with ``config`` (built once, in a worker, before the rounds)."""
+    return Arm(role, ref, "model", info, config, info, data=data, calibration=calibration)
+
+
+def bundle_arm(role: str, ref: str, root: Path, *, reference_model: ModelInfo | None) -> Arm:
+    """A bundle folder measured with its manifest's engine, settings and shipped artifact.
+
+    The files are verified against the manifest first. ``reference_model`` is the source ONNX
+    model for the accuracy reference; without it, an ONNX Runtime fp32 bundle's own model file
+    serves when its SHA-256 is the source model's.
+
+    Raises:
+        BundleError: the bundle is damaged or cannot run here.
+        UsageError: no source model for the accuracy reference.
+    """
+    from autodeploy import bundle
+    from autodeploy.model import load_model
+
+    manifest = bundle.verify(root)
+    notes = tuple(bundle.check_compatible(manifest, allow_other_version=True))
+    m = manifest["model"]
+    artifact = Artifact.read(root / "model")
+    info = ModelInfo(path=root / "model" / artifact.files[0], name=m["name"], sha256=m["sha256"],
+                     inputs=_specs(m["inputs"]), outputs=_specs(m["outputs"]), opset=0,
+                     shapes={k: tuple(v) for k, v in (m.get("shapes") or {}).items()})  # fmt: skip
+    if reference_model is None and artifact.engine == "onnxruntime" and artifact.precision == "fp32":
+        own = load_model(root / "model" / "model.onnx", info.shapes, name=info.name)
+        reference_model = own if own.sha256 == info.sha256 else None
+    if reference_model is None:
+        raise UsageError(
+            f"bundle {ref} ships a {artifact.engine} {artifact.precision} artifact, not its source ONNX model, "
+            "so its accuracy reference cannot be computed",
+            fix="gate it against its source model (--baseline model.onnx), or pass --reference-model model.onnx",
+        )
+    if reference_model.sha256 != info.sha256:
+        notes += (
+            f"{ref}: accuracy is measured against {reference_model.name}, not the bundle's source model",
+        )
+    config = TrialConfig.from_dict(manifest["settings"])
+    return Arm(role, ref, "bundle", info, config, reference_model, artifact=root / "model", notes=notes)
+
+
+def _specs(items: list[dict[str, Any]]) -> tuple[TensorSpec, ...]:
+    return tuple(TensorSpec(i["name"], i["dtype"], tuple(i["shape"])) for i in items)
+
+
+def check_same_inputs(baseline: Arm, candidate: Arm) -> None:
+    """Both arms are fed the same evaluation inputs, so their inputs must agree."""
+
+    def sig(arm: Arm) -> list[tuple[str, str]]:
+        return sorted((s.name, s.dtype) for s in arm.model.inputs)
+
+    if sig(baseline) != sig(candidate):
+        raise UsageError(
+            f"baseline and candidate take different inputs: {sig(baseline)} vs {sig(candidate)}",
+            fix="gate two versions of the same model interface",
+        )
+
+
+def run_rounds(
+    arms: list[Arm],
+    rounds: int,
+    data: PreparedData,
+    settings: HarnessSettings,
+    progress: Progress | None = None,
+) -> Rounds:
+    """Build what needs building, then measure ``rounds`` rounds of each arm, interleaved.
+
+    A failed build or round is recorded in its :class:`Round` (``failure``), never raised.
+    """
+    say = progress or (lambda _: None)
+    specs, failures, prepared = {}, {}, {}
+    for arm in arms:
+        key = (arm.model.sha256, arm.config.key(), str(arm.artifact))
+        if key not in prepared:  # the same model and config twice (an A/A run) is built once
+            say(f"{arm.role}: reference and build")
+            prepared[key] = _measure_spec(arm, data, settings)
+        specs[arm.role], failures[arm.role] = prepared[key]
+    out = Rounds()
+    for r in range(rounds):
+        order = arms if r % 2 == 0 else arms[::-1]
+        for arm in order:
+            say(f"round {r + 1}/{rounds}: {arm.role}")
+            done = _round(arm.role, r, specs[arm.role], failures[arm.role], settings)
+            getattr(out, arm.role).append(done)
+    return out
+
+
+def _measure_spec(arm: Arm, data: PreparedData, settings: HarnessSettings) -> tuple[Any, str | None]:
+    assert arm.reference_model is not None
+    ref = reference(arm.reference_model, data, settings)
+    artifact = arm.artifact
+    if artifact is None:
+        built = run_worker(_spec("build", arm.model, arm.config, data, settings),
+                           settings.build_timeout_s, settings.memory_cap_mb)  # fmt: skip
+        if built.status != "ok":
+            return None, f"build failed ({built.failure_kind}): {built.failure_message}"
+        artifact = Path(built.payload["artifact_path"])
+    spec = _spec("measure", arm.model, arm.config, data, settings)
+    return replace(spec, artifact_path=str(artifact), reference_path=str(ref)), None
+
+
+def _round(role: str, index: int, spec: Any, failure: str | None, settings: HarnessSettings) -> Round:
+    if spec is None:
+        return Round(role, index, failure=failure)
+    outcome = run_worker(spec, settings.timeout_s, settings.memory_cap_mb)
+    if outcome.status != "ok":
+        return Round(role, index, failure=f"{outcome.failure_kind}: {outcome.failure_message}")
+    p = outcome.payload
+    samples = np.asarray(p["samples_ms"], dtype=float)
+    score, metric = accuracy_score(p["accuracy"])
+    return Round(
+        role, index, median_ms=float(np.median(samples)),
+        p90_ms=float(np.percentile(samples, 90)) if samples.size >= MIN_SAMPLES_P90 else None,
+        mean_ms=float(samples.mean()), calls=int(samples.size), accuracy=score, accuracy_metric=metric,
+        eval_items=p["accuracy"]["n_samples"], engine_version=p["engine_version"],
+    )  # fmt: skip
+
+
+def accuracy_score(accuracy: dict[str, Any] | None) -> tuple[float | None, str | None]:
+    """One 0..1 score per run, the worst over outputs: task accuracy where there are labels, else
+    top-1 agreement with the FP32 reference for classifiers, else cosine similarity."""
+    if not accuracy or not accuracy.get("outputs"):
+        return None, None
+    outputs = accuracy["outputs"]
+    for key, label in (("task_accuracy", "task accuracy"), ("top1_agreement", "top-1 agreement vs FP32"),
+                       ("cosine", "cosine vs FP32")):  # fmt: skip
+        values = [o[key] for o in outputs if o.get(key) is not None]
+        if values:
+            return float(min(values)), label
+    return None, None
+
+
+def history_rounds(store: Any, arm: Arm, fingerprint: str, *, limit: int) -> list[Round]:
+    """The stored trials of ``arm``'s model and config on this device, as rounds (newest first)."""
+    from dataclasses import asdict
+
+    rows = store.history(arm.model.sha256, fingerprint, arm.config.key(), limit=limit)
+    out = []
+    for i, row in enumerate(rows):
+        score, metric = accuracy_score(asdict(row.accuracy) if row.accuracy else None)
+        out.append(Round(arm.role, i, median_ms=row.median_ms, p90_ms=row.p90_ms, mean_ms=row.mean_ms,
+                         calls=row.n_samples or 0, accuracy=score, accuracy_metric=metric,
+                         eval_items=row.accuracy.n_samples if row.accuracy else None,
+                         engine_version=row.engine_version, source=f"stored trial {row.id}"))  # fmt: skip
+    return out

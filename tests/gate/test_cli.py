@@ -1,0 +1,149 @@
+"""``autodeploy gate`` end to end: real workers, real ONNX Runtime, a real SQLite file.
+
+The machine CI runs on is shared and noisy, so the pass test allows any CV (``--max-cv 1``):
+it checks that a model against itself is never judged slower, not that this machine is quiet.
+The slow model does 5x the work of the baseline, far beyond any noise.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from autodeploy.cli import _common
+from autodeploy.cli.app import main
+from autodeploy.results_db.store import Store
+from tests.gate.models import matmul_chain
+
+FAST = ["--rounds", "5", "--min-samples", "5", "--calls", "64", "--duration", "0.05", "--metric", "median"]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gate")
+    base = matmul_chain(folder / "base.onnx", layers=6, width=64)
+    slow = matmul_chain(folder / "slow.onnx", layers=30, width=64)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AUTODEPLOY_CACHE", str(folder / "cache"))  # shared: references and builds once
+        yield folder, base, slow
+
+
+@pytest.fixture
+def db(models, tmp_path, monkeypatch):
+    monkeypatch.setattr(_common.out, "width", 250)
+    return f"sqlite:///{tmp_path / 'results.db'}"
+
+
+def gate(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        main(["gate", *argv])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.slow
+def test_a_model_against_itself_passes(models, db, tmp_path, capsys):
+    _, base, _ = models
+    junit, md = tmp_path / "gate.xml", tmp_path / "gate.md"
+    code, out, err = gate(capsys, "--baseline", str(base), "--candidate", str(base), *FAST, "--max-cv", "1",
+                          "--db", db, "--junit", str(junit), "--markdown", str(md))  # fmt: skip
+    assert code == 0, out + err
+    assert "autodeploy gate: PASS (interleaved A/B)" in out and md.read_text() in out
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("failures") == "0" and suite.get("skipped") == "0"
+    assert [c.get("name") for c in suite.findall("testcase")] == [
+        "latency median",
+        "accuracy (top-1 agreement vs FP32)",
+    ]
+    with Store.open(db) as store:
+        (row,) = store.list_gate_runs()
+    assert row.verdict == "pass" and row.baseline_sha256 == row.candidate_sha256
+    assert len(row.settings["rounds_measured"]["candidate"]) == 5 and row.command.startswith("autodeploy")
+
+
+@pytest.mark.slow
+def test_a_slower_model_fails(models, db, tmp_path, capsys):
+    _, base, slow = models
+    junit = tmp_path / "gate.xml"
+    code, out, err = gate(capsys, "--baseline", str(base), "--candidate", str(slow), *FAST, "--db", db,
+                          "--junit", str(junit))  # fmt: skip
+    assert code == 1, out + err
+    assert "autodeploy gate: FAIL" in out and "slower (limit 5%)" in out
+    suite = ET.parse(junit).getroot().find("testsuite")
+    (failed,) = [c for c in suite.findall("testcase") if c.find("failure") is not None]
+    assert failed.get("name") == "latency median"
+    with Store.open(db) as store:
+        assert [r.verdict for r in store.list_gate_runs()] == ["fail"]
+
+
+@pytest.mark.slow
+def test_too_few_samples_are_inconclusive(models, db, tmp_path, capsys):
+    _, base, slow = models
+    junit = tmp_path / "gate.xml"
+    code, out, err = gate(capsys, "--baseline", str(base), "--candidate", str(slow), "--rounds", "1",
+                          "--min-samples", "2", "--calls", "64", "--duration", "0.05", "--db", db,
+                          "--junit", str(junit))  # fmt: skip
+    assert code == 2, out + err
+    assert "INCONCLUSIVE" in out and "too few samples" in out
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("skipped") == "2" and suite.get("failures") == "0"
+
+
+@pytest.mark.slow
+def test_against_db_compares_with_stored_trials_and_says_it_is_weaker(models, db, capsys):
+    _, base, _ = models
+    for _ in range(2):
+        assert main_bench(capsys, str(base), db) == 0
+    code, out, err = gate(capsys, "--baseline", str(base), "--candidate", str(base), "--against-db",
+                          "--rounds", "2", "--min-samples", "2", "--calls", "64", "--duration", "0.05",
+                          "--metric", "median", "--db", db)  # fmt: skip
+    assert code == 2, out + err  # 2 stored and 2 fresh runs can never be significant
+    assert "weaker: against stored history" in out and "2 stored trials" in out
+    with Store.open(db) as store:
+        (row,) = store.list_gate_runs()
+    assert row.mode == "against-db" and len(row.settings["rounds_measured"]["baseline"]) == 2
+
+
+def main_bench(capsys, model: str, db: str) -> int:
+    try:
+        main(["bench", model, "--threads", "1", "--min-samples", "64", "--min-duration", "0.05", "--db", db])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    capsys.readouterr()
+    return code
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--baseline", "missing.onnx", "--candidate", "missing.onnx"], "model file not found"),
+        (["--baseline", "x.onnx", "--candidate", "x.onnx", "--max-regression", "5"], "ambiguous"),
+        (["--baseline", "x.onnx"], "Missing option"),
+        (["--baseline", "x.onnx", "--candidate", "x.onnx", "--metric", "p42"], "unknown --metric p42"),
+    ],
+)
+def test_bad_input_exits_64_not_an_inconclusive_2(db, argv, message, capsys):
+    code, out, err = gate(capsys, *argv, "--no-store")
+    assert code == 64 and message in out + err
+
+
+@pytest.mark.slow
+def test_a_bundle_is_measured_with_its_own_artifact_and_settings(models, db, tmp_path, capsys):
+    folder, base, slow = models
+    assert main_bench(capsys, str(base), db) == 0
+    with Store.open(db) as store:
+        trial = store.list_trials(limit=1)[0].id
+    try:
+        main(["export", "--trial", str(trial), "-o", str(tmp_path / "b.tar.gz"), "--tar", "--db", db])
+    except SystemExit as exc:
+        assert exc.code == 0
+    capsys.readouterr()
+    code, out, err = gate(capsys, "--baseline", str(tmp_path / "b.tar.gz"), "--candidate", str(slow), *FAST,
+                          "--db", db)  # fmt: skip
+    assert code == 1, out + err
+    assert "(bundle, `onnxruntime/fp32/b1/t1`" in out and "(model, " in out
