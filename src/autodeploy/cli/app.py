@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from autodeploy.cli import bench, bundle, engines, export, gate, results, tune, zoo
+from autodeploy.cli import bench, bundle, dashboard, engines, export, gate, results, tune, zoo
 from autodeploy.cli._common import err
 from autodeploy.errors import AutodeployError
 
@@ -21,6 +21,7 @@ app = typer.Typer(
 app.command("engines")(engines.engines)
 app.command("bench")(bench.bench)
 app.command("tune")(tune.tune)
+app.command("dashboard")(dashboard.dashboard)
 app.command("export")(export.export)
 app.command("gate", cls=gate.GateCommand)(gate.gate)
 app.add_typer(results.app, name="results")

@@ -1,0 +1,34 @@
+"""Devices: one model across device fingerprints (results compare only under one fingerprint)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from autodeploy.dashboard import cache, charts, queries
+
+st.title("Devices")
+url, filters = cache.db_url(), cache.filters()
+opts = cache.options(url)
+devices = cache.devices(url)
+st.dataframe(devices, hide_index=True)
+
+models = dict(opts.models)
+if not models:
+    st.info("No model in the store yet.")
+    st.stop()
+keys = list(models)
+model = st.selectbox("Model", keys, index=keys.index(filters.model) if filters.model in models else 0,
+                     key="devices_model", format_func=lambda k: f"{models[k]} ({k[:8]})")  # fmt: skip
+metric = queries.METRICS["latency"]
+df = cache.trials(url, queries.Filters(model=model, engines=filters.engines, scenario=filters.scenario),
+                  measured_only=True)  # fmt: skip
+ok = df[queries.measured(df)]
+if ok.empty:
+    st.info(f"No successful measurement of {models[model]} yet.")
+    st.stop()
+best = ok.sort_values("latency_ms").drop_duplicates(["device", "engine", "precision"])
+seen = best["device"].nunique()
+st.caption(f"{models[model]} measured on {seen} device fingerprint{'s' if seen != 1 else ''}.")
+st.plotly_chart(charts.across_devices(best, metric), key="devices_bars")
+st.dataframe(best[["device", "cpu", "engine", "engine_version", "precision", "config_label", "latency_ms",
+                   "latency_ci_low", "latency_ci_high", "throughput", "trial_id"]], hide_index=True)  # fmt: skip

@@ -1,0 +1,75 @@
+"""Overview: the studies with their winners, the devices, and the winner's bundle or CSV."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from autodeploy.dashboard import cache
+from autodeploy.errors import AutodeployError
+
+st.title("Overview")
+url, filters = cache.db_url(), cache.filters()
+studies = cache.studies(url, filters)
+trials = cache.trials(url, filters)
+devices = cache.devices(url)
+
+cols = st.columns(4)
+cols[0].metric("Studies", len(studies))
+cols[1].metric("Trials", len(trials))
+cols[2].metric("Failed trials", int((trials["status"] != "ok").sum()))
+cols[3].metric("Devices", len(devices))
+
+st.subheader("Studies")
+if studies.empty:
+    st.info("No study matches the filters. Run one with `autodeploy tune MODEL`; single runs from "
+            "`autodeploy bench` show on the Compare page.")  # fmt: skip
+else:
+    st.dataframe(
+        studies[
+            [
+                "name",
+                "objective",
+                "model",
+                "cpu",
+                "winner",
+                "tie_with",
+                "speedup_vs_baseline",
+                "trials",
+                "note",
+            ]
+        ],
+        hide_index=True,
+        column_config={
+            "speedup_vs_baseline": st.column_config.NumberColumn("speed-up vs ORT fp32", format="%.2fx")
+        },
+    )
+
+st.subheader("Devices")
+st.dataframe(devices, hide_index=True)
+
+st.subheader("Winner")
+name = cache.study_picker(list(studies["name"]), key="overview_study")
+if name is not None:
+    row = studies[studies["name"] == name].iloc[0]
+    if row["winner"]:
+        st.success(f"**{row['winner']}**" + (f" (tie with {row['tie_with']})" if row["tie_with"] else ""))
+    else:
+        st.warning(f"No winner: {row['note']}")
+    study_trials = cache.trials(url, cache.Filters(study=name))
+    cache.csv_button(
+        study_trials, f"{name}-trials.csv", key="overview_csv", label="Download the study's trials (CSV)"
+    )
+    exporter = cache.bundle_exporter()
+    if row["winner"] and exporter is not None:
+        if st.button("Build the winner's bundle", key="overview_bundle"):
+            try:
+                with st.spinner("exporting the bundle"):
+                    data, file_name = cache.build_bundle(exporter, name)
+            except AutodeployError as error:  # shown in the page, with the exporter's fix
+                st.error(f"cannot export the winner of {name}: {error}")
+            else:
+                st.download_button("Download the bundle (.tar.gz)", data, file_name=file_name,
+                                   mime="application/gzip", key="overview_bundle_download")  # fmt: skip
+    elif row["winner"]:
+        st.caption("The bundle exporter is not installed here; export the winner from a shell:")
+        st.code(cache.export_command(name), language="bash")

@@ -1,0 +1,51 @@
+"""Pareto: latency vs accuracy drop vs memory; the winner, the front, and every rejected config with its reason."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+import streamlit as st
+
+from autodeploy.dashboard import cache, charts, queries
+
+st.title("Pareto")
+url, filters = cache.db_url(), cache.filters()
+studies = cache.studies(url, filters)
+name = cache.study_picker(list(studies["name"]), key="pareto_study")
+if name is None:
+    st.stop()
+info = cache.study(url, name) or {}
+constraints = (info.get("settings") or {}).get("constraints") or {}
+winner = ((info.get("summary") or {}).get("winner") or {}).get("label")
+df = queries.verdicts(cache.trials(url, replace(filters, study=name)), constraints, winner)
+
+limits = [f"accuracy drop ≤ {constraints.get('max_accuracy_drop', 0.01):.2%}"]
+if constraints.get("max_memory_mb") is not None:
+    limits.append(f"memory ≤ {constraints['max_memory_mb']:g} MB")
+if constraints.get("sla_ms") is not None:
+    limits.append(f"p99 ≤ {constraints['sla_ms']:g} ms")
+st.caption(f"Constraints of {name}: {', '.join(limits)}. Winner: {winner or 'none'}.")
+
+if df["latency_ms"].notna().any():
+    st.plotly_chart(charts.pareto(df), key="pareto_scatter")
+else:
+    st.info("No trial of this study has a measurement yet.")
+
+st.subheader("Configs on the front")
+front = df[df["verdict"].isin(["winner", "pareto"])]
+st.dataframe(front[["verdict", "config_label", "phase", "latency_ms", "accuracy_drop", "peak_rss_mb", "trial_id"]],
+             hide_index=True)  # fmt: skip
+
+st.subheader("Rejected configs")
+rejected = df[df["verdict"] == "rejected"][["config_label", "phase", "reason", "trial_id"]]
+history = cache.optuna_trials(url, name)
+if history is not None:  # configs the search pruned never reached the store: Optuna holds their reason
+    pruned = history[history["state"] == "pruned"]
+    rejected = pd.concat([rejected, pd.DataFrame({"config_label": pruned["config"], "phase": "screening",
+                                                  "reason": "pruned: " + pruned["reason"], "trial_id": None})])  # fmt: skip
+if rejected.empty:
+    st.success("No config was rejected: every trial met the constraints.")
+else:
+    st.dataframe(rejected, hide_index=True)
+cache.csv_button(df, f"{name}-verdicts.csv", key="pareto_csv")

@@ -1,0 +1,42 @@
+"""Trials: the Optuna history of a study, parameter importance, and every trial as stored."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import streamlit as st
+
+from autodeploy.dashboard import cache, charts
+from autodeploy.search.objective import OBJECTIVE_LABELS
+
+st.title("Trials")
+url, filters = cache.db_url(), cache.filters()
+studies = cache.studies(url, filters)
+name = cache.study_picker(list(studies["name"]), key="trials_study")
+if name is None:
+    st.stop()
+objective = studies.loc[studies["name"] == name, "objective"].iloc[0]
+
+history = cache.optuna_trials(url, name)
+if history is None:
+    st.warning(f"Optuna has no study {name!r} in this database (it may use another --storage).")
+else:
+    states = history["state"].value_counts().to_dict()
+    st.caption(", ".join(f"{v} {k}" for k, v in sorted(states.items())))
+    value_label = OBJECTIVE_LABELS.get(objective, "value").split(",")[0]
+    st.plotly_chart(charts.history(history, value_label), key="trials_history")
+    st.dataframe(history, hide_index=True)
+
+st.subheader("Parameter importance")
+importance, reason = cache.param_importance(url, name)
+if importance is None:
+    st.info(f"No parameter importance: {reason}.")
+else:
+    st.plotly_chart(charts.importance(importance), key="trials_importance")
+    st.dataframe(importance, hide_index=True)
+
+st.subheader("Stored trials")
+stored = cache.trials(url, replace(filters, study=name))
+st.dataframe(stored[["trial_id", "phase", "status", "failure_kind", "config_label", "latency_ms", "median_ms",
+                     "n_samples", "accuracy_drop", "peak_rss_mb", "created_at"]], hide_index=True)  # fmt: skip
+cache.csv_button(stored, f"{name}-trials.csv", key="trials_csv")

@@ -1,0 +1,69 @@
+"""A results store filled by a real small study, shared by the dashboard tests (session scope).
+
+ONNX Runtime fp32 and int8 on a tiny MLP, one thread, 4 screening trials and 2 finalists
+with short timing (about 30-40 s in all). int8 breaks the default 1% accuracy budget on
+this model, so the Pareto page has a rejected config with its reason. One more real fp32
+trial is stored under a second, made-up device fingerprint so the devices page has two
+machines to compare (the numbers are this machine's; only the fingerprint differs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.device import probe_device
+from autodeploy.harness.run import HarnessSettings, prepare_data, run_trial
+from autodeploy.harness.timing import TimingPolicy
+from autodeploy.model import load_model
+from autodeploy.results_db import DeviceRecord, ModelRecord, Store
+from autodeploy.search.config import StudyConfig
+from autodeploy.search.study import StudyContext, StudySummary, run_study
+from tests.models import mlp
+
+STUDY = "mlp-latency"
+SECOND_DEVICE = DeviceRecord(
+    "0000second000000", "Second Test CPU", {"cpu_model": "Second Test CPU", "logical_cores": 4}
+)
+FAST = TimingPolicy(
+    warmup_min_calls=2, warmup_max_s=0.2, min_samples=64, min_duration_s=0.1, max_duration_s=5
+)
+
+
+@dataclass(frozen=True)
+class StudyDB:
+    url: str
+    summary: StudySummary
+    engines: tuple[str, ...]
+    precisions: tuple[str, ...]
+
+
+@pytest.fixture(scope="session")
+def study_db(tmp_path_factory: pytest.TempPathFactory) -> StudyDB:
+    tmp = tmp_path_factory.mktemp("dashboard")
+    url = f"sqlite:///{tmp / 'results.db'}"
+    model = load_model(mlp(tmp / "mlp.onnx"))
+    settings = HarnessSettings(workdir=tmp / "work", policy=FAST, timeout_s=30)
+    config = StudyConfig(model=str(model.path), engines=["onnxruntime"], precisions=["fp32", "int8"], threads=[1],
+                         trials=4, finalists={"count": 2, "rounds": 1, "min_samples": 64, "min_duration_s": 0.1})  # fmt: skip
+    data = prepare_data(model, settings)
+    with Store.open(url) as store:
+        ctx = StudyContext(
+            config, STUDY, model, probe_device(), data, settings, store, url, "autodeploy tune test"
+        )
+        summary = run_study(ctx)
+        other = run_trial(model, TrialConfig("onnxruntime", "fp32", batch=1, threads=1), data, settings)
+        store.add_trial(
+            other, model=ModelRecord.of(model), device=SECOND_DEVICE, command="autodeploy bench test"
+        )
+    return StudyDB(url, summary, ("onnxruntime",), ("fp32", "int8"))
+
+
+def artifacts_dir() -> Path:
+    """Where the browser test leaves its screenshot (git-ignored)."""
+    path = Path(__file__).parent / "artifacts"
+    path.mkdir(exist_ok=True)
+    return path

@@ -1,0 +1,36 @@
+"""``autodeploy dashboard``: checks the store, then runs Streamlit bound to 127.0.0.1 with usage stats off."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from autodeploy.cli.app import main
+from autodeploy.dashboard import APP, DB_ENV
+from autodeploy.results_db import Store
+
+
+def test_dashboard_execs_streamlit_on_localhost_without_usage_stats(tmp_path, monkeypatch):
+    pytest.importorskip("streamlit", reason="pip install 'autodeploy[dashboard]'")
+    pytest.importorskip("plotly", reason="pip install 'autodeploy[dashboard]'")
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    Store.open(url).close()
+    calls = []
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: calls.append((path, argv, env)))
+    with pytest.raises(SystemExit) as exc:  # Typer's exit after the command returns (here: execve did not)
+        main(["dashboard", "--db", url, "--port", "8765"])
+    assert exc.value.code == 0
+    ((_, argv, env),) = calls
+    assert argv[1:5] == ["-m", "streamlit", "run", str(APP)]
+    flags = dict(zip(argv[5::2], argv[6::2], strict=True))
+    assert flags == {"--server.address": "127.0.0.1", "--server.port": "8765", "--server.headless": "true",
+                     "--browser.gatherUsageStats": "false", "--client.toolbarMode": "minimal"}  # fmt: skip
+    assert env[DB_ENV] == url
+
+
+def test_dashboard_on_a_missing_database_fails_before_starting(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(os, "execve", lambda *a: pytest.fail("must not start streamlit"))
+    with pytest.raises(SystemExit) as exc:
+        main(["dashboard", "--db", f"sqlite:///{tmp_path / 'none.db'}"])
+    assert exc.value.code == 1 and "the file does not exist" in capsys.readouterr().err

@@ -1,0 +1,187 @@
+"""Each page in Streamlit's AppTest, on the store a real small study filled (``study_db``).
+
+AppTest runs the entry point (sidebar filters, navigation) and then the page, in-process.
+Checks are on what rendered: titles, tables, chart specs, messages, and that nothing raised.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("streamlit", reason="the dashboard needs streamlit: pip install 'autodeploy[dashboard]'")
+pytest.importorskip("plotly", reason="the dashboard needs plotly: pip install 'autodeploy[dashboard]'")
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from autodeploy.dashboard import APP, DB_ENV  # noqa: E402
+from autodeploy.results_db import Store  # noqa: E402
+from tests.dashboard.conftest import SECOND_DEVICE, STUDY  # noqa: E402
+
+TIMEOUT_S = 60
+
+
+def open_page(monkeypatch: pytest.MonkeyPatch, url: str, page: str | None = None) -> AppTest:
+    monkeypatch.setenv(DB_ENV, url)
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT_S)
+    at.run()
+    if page is not None:
+        at.switch_page(f"app_pages/{page}.py")
+        at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def chart_specs(at: AppTest) -> list[dict]:
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def titles(at: AppTest) -> list[str]:
+    return [t.value for t in at.title]
+
+
+@pytest.mark.slow
+def test_overview_lists_the_study_its_winner_and_both_devices(monkeypatch, study_db):
+    at = open_page(monkeypatch, study_db.url)
+    assert titles(at) == ["Overview"]
+    studies = at.dataframe[0].value
+    assert list(studies["name"]) == [STUDY]
+    assert studies["winner"][0] == study_db.summary.winner.label
+    devices = at.dataframe[1].value
+    assert SECOND_DEVICE.fingerprint in set(devices["fingerprint"]) and len(devices) == 2
+    assert any(study_db.summary.winner.label in s.value for s in at.success)
+    labels = [d.proto.label for d in at.get("download_button")]
+    assert "Download the study's trials (CSV)" in labels
+
+
+@pytest.mark.slow
+def test_overview_exports_the_winner_bundle_or_shows_the_command(monkeypatch, study_db):
+    at = open_page(monkeypatch, study_db.url)
+    buttons = [b for b in at.button if b.key == "overview_bundle"]
+    if not buttons:  # the bundle exporter is not installed: the command to run instead
+        assert any(c.value.startswith(f"autodeploy export {STUDY}") for c in at.code)
+        return
+    buttons[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    assert "Download the bundle (.tar.gz)" in [d.proto.label for d in at.get("download_button")]
+
+
+@pytest.mark.slow
+def test_compare_shows_engine_by_precision_heatmap_ci_bars_and_distributions(monkeypatch, study_db):
+    at = open_page(monkeypatch, study_db.url, "compare")
+    assert titles(at) == ["Compare"]
+    heatmap, bars, boxes = chart_specs(at)
+    assert heatmap["data"][0]["type"] == "heatmap"
+    assert tuple(heatmap["data"][0]["y"]) == study_db.engines
+    assert set(heatmap["data"][0]["x"]) == set(study_db.precisions)
+    assert bars["data"][0]["type"] == "bar" and bars["data"][0]["error_x"]["visible"]
+    assert all(t["type"] == "box" for t in boxes["data"])
+    best = at.dataframe[0].value
+    assert set(best["precision"]) == set(study_db.precisions)
+    assert list(best["latency_ms"]) == sorted(best["latency_ms"])  # best first
+    assert study_db.summary.winner.label in set(best["config_label"])
+
+
+@pytest.mark.slow
+def test_compare_filters_by_engine_and_metric(monkeypatch, study_db):
+    at = open_page(monkeypatch, study_db.url, "compare")
+    at.selectbox(key="compare_metric").set_value("throughput").run()
+    heatmap = chart_specs(at)[0]
+    assert "throughput" in heatmap["layout"]["title"]["text"]
+    at.multiselect(key="f_engines").set_value(["onnxruntime"]).run()
+    assert not at.exception and set(at.dataframe[0].value["engine"]) == {"onnxruntime"}
+
+
+@pytest.mark.slow
+def test_pareto_marks_the_winner_and_rejects_int8_for_its_accuracy_drop(monkeypatch, study_db):
+    at = open_page(monkeypatch, study_db.url, "pareto")
+    assert titles(at) == ["Pareto"]
+    (scatter,) = chart_specs(at)
+    assert {t["name"] for t in scatter["data"]} >= {"winner", "rejected"}
+    front, rejected = at.dataframe[0].value, at.dataframe[1].value
+    assert study_db.summary.winner.label in set(front.loc[front["verdict"] == "winner", "config_label"])
+    int8 = rejected[rejected["config_label"].str.contains("/int8/")]
+    assert len(int8) and all(r.startswith("accuracy drop ") and r.endswith("> 1.00%") for r in int8["reason"])
+
+
+@pytest.mark.slow
+def test_trials_shows_the_optuna_history_and_parameter_importance(monkeypatch, study_db):
+    at = open_page(monkeypatch, study_db.url, "trials")
+    assert titles(at) == ["Trials"]
+    history, importance = chart_specs(at)
+    assert history["layout"]["title"]["text"] == "Optimization history"
+    assert importance["data"][0]["type"] == "bar"
+    optuna_table = at.dataframe[0].value
+    assert list(optuna_table["number"]) == [0, 1, 2, 3]
+    assert set(optuna_table["state"]) <= {"complete", "pruned", "fail"}
+    params = at.dataframe[1].value
+    assert "onnxruntime.precision" in set(params["param"])
+    stored = at.dataframe[2].value
+    assert {"screening", "finalist"} <= set(stored["phase"])
+
+
+@pytest.mark.slow
+def test_devices_compares_one_model_across_fingerprints(monkeypatch, study_db):
+    at = open_page(monkeypatch, study_db.url, "devices")
+    assert titles(at) == ["Devices"]
+    assert any("measured on 2 device fingerprints" in c.value for c in at.caption)
+    (bars,) = chart_specs(at)
+    assert len(bars["data"]) == 2  # one bar group per device
+    per_device = at.dataframe[1].value
+    assert SECOND_DEVICE.fingerprint in set(per_device["device"])
+
+
+@pytest.mark.slow
+def test_regressions_on_the_study_store_says_the_gate_has_not_run(monkeypatch, study_db):
+    at = open_page(monkeypatch, study_db.url, "regressions")
+    assert titles(at) == ["Regressions"]
+    assert any("gate has not run on this store" in i.value for i in at.info)
+    assert not at.dataframe
+
+
+def test_regressions_on_a_store_from_before_the_gate_says_so(monkeypatch, tmp_path):
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    with Store.open(url) as store, store.engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE IF EXISTS ad_gate_runs")  # as a store made before the gate
+    at = open_page(monkeypatch, url, "regressions")
+    assert any("no `ad_gate_runs` table" in i.value and "issue 8" in i.value for i in at.info)
+
+
+def test_regressions_shows_stored_gate_verdicts(monkeypatch, tmp_path):
+    store_module = pytest.importorskip("autodeploy.results_db.store")
+    if not hasattr(store_module, "GateRunRecord"):
+        pytest.skip("this store has no gate runs yet (issue 8)")
+    url = f"sqlite:///{tmp_path / 'gate.db'}"
+    metric = {"name": "p90", "unit": "ms", "verdict": "fail", "reason": "p90 is 12% slower (CI 8%..16%) > 5%",
+              "change": 0.12, "change_ci": [0.08, 0.16], "baseline": 1.0, "candidate": 1.12}  # fmt: skip
+    run = store_module.GateRunRecord(
+        mode="interleaved", verdict="fail", baseline_ref="a.onnx", baseline_sha256="a" * 64, baseline_config={},
+        candidate_ref="b.onnx", candidate_sha256="b" * 64, candidate_config={}, settings={}, metrics=[metric],
+        notes=["a note"], wall_s=3.0,
+    )  # fmt: skip
+    with Store.open(url) as store:
+        store.add_gate_run(run, device=SECOND_DEVICE, command="autodeploy gate a.onnx b.onnx")
+    at = open_page(monkeypatch, url, "regressions")
+    assert [m.value for m in at.metric] == ["0", "1", "0"]
+    runs, per_metric = at.dataframe[0].value, at.dataframe[1].value
+    assert runs["verdict"].tolist() == ["fail"] and "p90: p90 is 12% slower" in runs["failing"][0]
+    assert per_metric[["metric", "verdict", "change_ci_high"]].values.tolist() == [["p90", "fail", 0.16]]
+    assert len(at.get("plotly_chart")) == 1
+
+
+@pytest.mark.parametrize("page", ["overview", "compare", "pareto", "trials", "devices", "regressions"])
+def test_every_page_renders_an_empty_store(monkeypatch, tmp_path, page):
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    Store.open(url).close()  # create the schema; the dashboard itself never writes
+    at = open_page(monkeypatch, url, page)
+    assert titles(at) == [page.capitalize()]
+
+
+def test_a_missing_store_is_one_error_line(monkeypatch, tmp_path):
+    monkeypatch.setenv(DB_ENV, f"sqlite:///{tmp_path / 'none.db'}")
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT_S).run()
+    assert not at.exception
+    assert "the file does not exist" in at.error[0].value
+    assert not (tmp_path / "none.db").exists()

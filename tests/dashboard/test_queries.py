@@ -1,0 +1,88 @@
+"""The query module on its own: bound parameters, read-only, and the Pareto verdicts."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("pandas", reason="the dashboard needs pandas (it comes with streamlit)")
+
+from autodeploy.dashboard import queries  # noqa: E402
+from autodeploy.dashboard.queries import Filters  # noqa: E402
+from autodeploy.results_db import Store  # noqa: E402
+from tests.dashboard.conftest import STUDY  # noqa: E402
+
+
+def test_import_autodeploy_and_the_cli_load_no_streamlit_plotly_or_pandas():
+    code = ("import sys, autodeploy, autodeploy.dashboard, autodeploy.cli.app; "
+            "print(sorted(m for m in ('streamlit', 'plotly', 'pandas') if m in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def _row(
+    label: str, latency: float, drop: float, mb: float, status: str = "ok", kind: str | None = None
+) -> dict:
+    return {"config_label": label, "uid": label, "status": status, "failure_kind": kind, "failure_message": "boom",
+            "latency_ms": latency, "accuracy_drop": drop, "peak_rss_mb": mb}  # fmt: skip
+
+
+def test_verdicts_mark_winner_front_and_reasons():
+    df = pd.DataFrame([
+        _row("a", 1.0, 0.0, 10.0),  # winner
+        _row("b", 0.5, 0.005, 12.0),  # faster, slightly less accurate: on the front
+        _row("c", 2.0, 0.0, 11.0),  # dominated by a
+        _row("d", 0.4, 0.05, 9.0, "failed", "inaccurate"),  # breaks the 1% budget
+        _row("e", 0.3, 0.0, 300.0),  # breaks the memory budget
+        {**_row("f", float("nan"), float("nan"), float("nan"), "failed", "timeout")},
+    ])  # fmt: skip
+    out = queries.verdicts(df, {"max_accuracy_drop": 0.01, "max_memory_mb": 100}, winner="a").set_index("uid")
+    assert out["verdict"].to_dict() == {"a": "winner", "b": "pareto", "c": "feasible", "d": "rejected",
+                                        "e": "rejected", "f": "rejected"}  # fmt: skip
+    assert out.loc["d", "reason"] == "accuracy drop 5.00% > 1.00%"
+    assert out.loc["e", "reason"] == "memory 300.0 MB > 100 MB"
+    assert out.loc["f", "reason"] == "timeout: boom"
+
+
+def test_an_inaccurate_trial_within_the_study_budget_is_feasible():
+    df = pd.DataFrame([_row("d", 0.4, 0.03, 9.0, "failed", "inaccurate")])
+    assert queries.verdicts(df, {"max_accuracy_drop": 0.05}, winner=None)["verdict"].tolist() == ["pareto"]
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("results.db*"))}
+
+
+@pytest.mark.slow
+def test_queries_on_the_study_store_bind_their_parameters_and_write_nothing(study_db):
+    folder = Path(study_db.url.removeprefix("sqlite:///")).parent
+    before = _digest(folder)
+    with Store.open(study_db.url, readonly=True) as store:
+        engine = store.engine
+        opts = queries.options(engine)
+        assert opts.engines == ("onnxruntime",) and opts.studies == (STUDY,) and len(opts.devices) == 2
+        everything = queries.trials(engine)
+        assert len(everything) == len(queries.trials(engine, Filters(engines=("onnxruntime",))))
+        hostile = "x' OR '1'='1"  # a bound parameter matches nothing; spliced SQL would match everything
+        for f in (Filters(model=hostile), Filters(device=hostile), Filters(engines=(hostile,)),
+                  Filters(scenario=hostile), Filters(study=hostile)):  # fmt: skip
+            assert queries.trials(engine, f).empty
+        assert queries.study(engine, hostile) is None
+        in_study = queries.trials(engine, Filters(study=STUDY), measured_only=True)
+        samples = queries.samples(engine, tuple(int(i) for i in in_study["trial_id"]))
+        assert samples.groupby("trial_id").size().to_dict() == dict(
+            zip(in_study["trial_id"], in_study["n_samples"], strict=True)
+        )
+        runs = queries.gate_runs(engine, Filters(device=hostile))
+        assert runs is None or runs.empty
+        storage = queries.optuna_storage(engine)
+        history = queries.optuna_trials(storage, STUDY)
+        assert len(history) == 4 and queries.optuna_trials(storage, hostile) is None
+        importance, reason = queries.param_importance(storage, STUDY)
+        assert importance is not None and reason == ""
+    assert _digest(folder) == before
