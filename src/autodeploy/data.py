@@ -7,6 +7,7 @@ A :class:`Dataset` holds one array per model input with a leading *item* axis:
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,6 +121,7 @@ def synthetic(
     for spec in model.inputs:
         shape = (n, *model.item_shape(spec.name))
         dtype = np.dtype(spec.dtype)
+        _check_size(spec.name, shape, dtype)
         lowered = spec.name.lower()
         if spec.name in pins:
             array = np.full(shape, pins[spec.name], dtype=dtype)
@@ -139,6 +141,20 @@ def synthetic(
             )
         arrays[spec.name] = array
     return Dataset(arrays)
+
+
+def _check_size(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """Refuse synthetic inputs that cannot fit in memory (a model may declare absurd static dims)."""
+    import psutil
+
+    need = math.prod(shape) * dtype.itemsize  # Python ints: no overflow for dims like 2**62
+    limit = psutil.virtual_memory().total // 2
+    if need > limit:
+        raise DataError(
+            f"synthetic input {name!r} of shape {'x'.join(map(str, shape))} would take {need / 2**30:.3g} GiB, "
+            f"more than half of this machine's memory ({limit / 2**30:.3g} GiB)",
+            fix="fix smaller dims with --shape, or give --data",
+        )
 
 
 def load_user_data(path: str | Path, model: ModelInfo) -> Dataset:

@@ -184,6 +184,8 @@ def load_model(
         )
     if not path.is_file():
         raise ModelError(f"model path is not a file: {path}", fix="point to the .onnx file itself")
+    if not str(path).isascii() and not _utf8(str(path)):  # ONNX's C++ checker takes UTF-8 paths only
+        raise ModelError(f"model path {path} is not valid UTF-8", fix="rename the file (or its folder)")
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError, RuntimeWarning or others on garbage
@@ -203,6 +205,9 @@ def load_model(
             f"{path} fails the ONNX checker: {first_line}", fix="fix or re-export the model"
         ) from None
     inputs, outputs = _specs(proto)
+    if not inputs or not outputs:
+        what = "inputs (every graph input is an initializer)" if not inputs else "outputs"
+        raise ModelError(f"{path} has no {what}; there is nothing to benchmark", fix="re-export the model")
     opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
     info = ModelInfo(
         path=path.resolve(),
@@ -256,10 +261,21 @@ def _specs(proto: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
         ttype = value.type.tensor_type
         if not value.type.HasField("tensor_type"):
             raise ModelError(f"input/output {value.name!r} is not a tensor; only tensor inputs are supported")
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(ttype.elem_type)).name
+        try:
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(ttype.elem_type)).name
+        except (KeyError, TypeError):  # elem_type 0 (UNDEFINED) or a number ONNX does not define
+            raise ModelError(
+                f"input/output {value.name!r} has element type {ttype.elem_type}, not an ONNX tensor type",
+                fix="re-export the model",
+            ) from None
         dims: list[Dim] = []
         for d in ttype.shape.dim:
             if d.HasField("dim_value"):
+                if d.dim_value < 0:
+                    raise ModelError(
+                        f"input/output {value.name!r} declares a negative dim {d.dim_value}",
+                        fix="re-export the model",
+                    )
                 dims.append(int(d.dim_value))
             else:
                 dims.append(d.dim_param or None)
@@ -286,6 +302,14 @@ def _with_shapes(info: ModelInfo, shapes: Mapping[str, tuple[int, ...]]) -> Mode
                     f"({spec.shape_str()}): axis {axis} is fixed at {want}"
                 )
     return ModelInfo(**{**info.__dict__, "shapes": dict(shapes)})
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes of a file name, kept as surrogates
+        return False
+    return True
 
 
 def _sha256(files: Sequence[Path]) -> str:

@@ -96,3 +96,52 @@ def test_an_unavailable_engine_says_why(setup):
 
 def test_signal_names_are_reported():
     assert signal.Signals(11).name == "SIGSEGV"
+
+
+@pytest.mark.slow
+def test_a_worker_dies_with_its_parent(faulty, tmp_path):
+    """kill -9 of the process running a trial leaves no worker behind (nothing would enforce its timeout)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent(f"""
+        from autodeploy.adapters import registry
+        from autodeploy.adapters.base import TrialConfig
+        from autodeploy.harness.run import HarnessSettings, prepare_data, run_trial
+        from autodeploy.model import load_model
+        registry.register("faulty", "{TARGET}")
+        model = load_model({str(mlp(tmp_path / "m.onnx"))!r})
+        settings = HarnessSettings(workdir=__import__("pathlib").Path({str(tmp_path / "work")!r}), timeout_s=600)
+        run_trial(model, TrialConfig("faulty", knobs={{"fault": "hang"}}), prepare_data(model, settings), settings)
+    """))
+    parent = subprocess.Popen([sys.executable, str(script)])
+    deadline = time.monotonic() + 60
+    workers = []
+    while time.monotonic() < deadline and not workers:
+        time.sleep(0.5)
+        try:
+            children = psutil.Process(parent.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            break
+        workers = [c for c in children if _is_measure_worker(c)]
+    assert workers, "the hanging worker never started"
+    time.sleep(2)  # let it reach the hang
+    parent.kill()
+    parent.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=10)
+    assert alive == [], f"workers outlived their parent: {[p.pid for p in alive]}"
+
+
+def _is_measure_worker(proc: psutil.Process) -> bool:
+    import json
+    from pathlib import Path
+
+    try:
+        cmd = proc.cmdline()
+        if "autodeploy.harness.worker" not in cmd:
+            return False
+        return json.loads(Path(cmd[-2]).read_text())["mode"] == "measure"
+    except (psutil.Error, OSError, ValueError, KeyError, IndexError):
+        return False

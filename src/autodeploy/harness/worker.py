@@ -163,6 +163,12 @@ class _Job:
             "run_failed", lambda: _run_all(runner, evaluation.batches(self.config.batch), len(evaluation))
         )
         runner.close()
+        # A non-finite reference cannot judge anything: every trial would read as "inaccurate".
+        bad = [k for k, v in outputs.items() if v.dtype.kind in "fc" and not np.isfinite(v).all()]
+        if bad:
+            raise _Failed("run_failed", f"output(s) {', '.join(map(repr, bad))} hold NaN or inf on the "
+                          "evaluation inputs (NaN/inf weights, or inputs outside the model's range); "
+                          "fix the model's weights, or give --data it was made for")  # fmt: skip
         out = Path(self.spec.output_path or "")
         tmp = out.with_name(out.name + ".tmp.npz")
         np.savez(tmp, **outputs)
@@ -214,8 +220,24 @@ def _serialize(value: Any) -> Any:
     return asdict(value) if is_dataclass(value) else value
 
 
+def _die_with_parent() -> None:
+    """Kill our process group if the parent dies (kill -9 of ``tune``): nobody would enforce our timeout."""
+    import signal
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def main(argv: list[str]) -> int:
     faulthandler.enable()  # a segfault in an engine leaves its C stack in our stderr log
+    _die_with_parent()
     spec_path, result_path = Path(argv[0]), Path(argv[1])
     spec = WorkerSpec.read(spec_path)
     try:

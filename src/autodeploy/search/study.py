@@ -7,8 +7,11 @@ its kind, or taken from the store, and the loop can stop cleanly at any point.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +36,10 @@ if TYPE_CHECKING:
 
 BASELINE = TrialConfig("onnxruntime", "fp32", batch=1, threads=None)
 DEFAULT_TRIALS = 30
+# A running trial beats every HEARTBEAT_S; one silent for GRACE_S (its process was killed) is
+# failed by the next run or worker of the study (Optuna's fail_stale_trials).
+HEARTBEAT_S = 5
+GRACE_S = 20
 
 
 @dataclass(frozen=True)
@@ -108,9 +115,14 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     for done in range(budget):
         if cfg.timeout_s is not None and time.monotonic() - started > cfg.timeout_s:
             break
-        trial = study.ask()
+        _fail_stale_trials(study)
+        with warnings.catch_warnings():
+            # "Heartbeat ... is supposed to be used with Study.optimize": _heartbeat beats for us.
+            warnings.filterwarnings("ignore", "Heartbeat of storage")
+            trial = study.ask()
         try:
-            _screen(ctx, study, trial, space, reporter)
+            with _heartbeat(study, trial):
+                _screen(ctx, study, trial, space, reporter)
         except ValueError as exc:
             study.tell(trial, state=_state().FAIL)
             if "dynamic value space" not in str(exc):
@@ -136,7 +148,12 @@ def _open_study(ctx: StudyContext) -> optuna.Study:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        existing = optuna.study.get_all_study_names(storage=ctx.storage)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat_interval
+            storage = optuna.storages.RDBStorage(
+                ctx.storage, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
+            )
+        existing = optuna.study.get_all_study_names(storage=storage)
     except Exception as exc:  # Optuna wraps SQLAlchemy errors in several types
         raise StoreError(f"cannot open the study storage {ctx.storage}: {str(exc).splitlines()[0]}",
                          fix="pass --storage or --db with a reachable database") from None  # fmt: skip
@@ -145,13 +162,42 @@ def _open_study(ctx: StudyContext) -> optuna.Study:
                          fix="add --resume to add trials to it, or choose another --name")  # fmt: skip
     # A resumed or joined study must not replay the same seeded suggestions as the first run.
     seed = ctx.config.seed if ctx.name not in existing else ctx.config.seed + os.getpid()
-    study = optuna.create_study(study_name=ctx.name, storage=ctx.storage, load_if_exists=True,
+    study = optuna.create_study(study_name=ctx.name, storage=storage, load_if_exists=True,
                                 directions=DIRECTIONS[ctx.config.objective], sampler=_sampler(ctx.config, seed))  # fmt: skip
     want = [d.upper() for d in DIRECTIONS[ctx.config.objective]]
     if [d.name for d in study.directions] != want:
         raise UsageError(f"study {ctx.name!r} was created for another objective",
                          fix="resume it with its own --objective, or choose another --name")  # fmt: skip
     return study
+
+
+def _fail_stale_trials(study: optuna.Study) -> None:
+    """Fail the trials left RUNNING by a killed run or worker, so the study can go on without them."""
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+@contextmanager
+def _heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
+    """Record the trial's heartbeat from a thread while it runs (what ``Study.optimize`` does for its trials)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            study._storage.record_heartbeat(trial._trial_id)
+            if stop.wait(HEARTBEAT_S):
+                return
+
+    thread = threading.Thread(target=beat, name="optuna-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _sampler(cfg: StudyConfig, seed: int) -> optuna.samplers.BaseSampler:
