@@ -148,11 +148,7 @@ def _open_study(ctx: StudyContext) -> optuna.Study:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat_interval
-            storage = optuna.storages.RDBStorage(
-                ctx.storage, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
-            )
+        storage = _rdb_storage(ctx.storage)
         existing = optuna.study.get_all_study_names(storage=storage)
     except Exception as exc:  # Optuna wraps SQLAlchemy errors in several types
         raise StoreError(f"cannot open the study storage {ctx.storage}: {str(exc).splitlines()[0]}",
@@ -169,6 +165,24 @@ def _open_study(ctx: StudyContext) -> optuna.Study:
         raise UsageError(f"study {ctx.name!r} was created for another objective",
                          fix="resume it with its own --objective, or choose another --name")  # fmt: skip
     return study
+
+
+def _rdb_storage(url: str, attempts: int = 5) -> optuna.storages.RDBStorage:
+    """Optuna's storage with heartbeats. Workers starting together race to create Optuna's tables
+    (PostgreSQL then raises a unique violation on pg_type): the loser retries and finds them made."""
+    import optuna
+
+    for attempt in range(attempts):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat_interval
+                return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
+        except Exception as exc:
+            text = str(exc)
+            if attempt == attempts - 1 or not ("already exists" in text or "unique constraint" in text):
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def _fail_stale_trials(study: optuna.Study) -> None:
