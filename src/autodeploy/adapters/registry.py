@@ -26,6 +26,7 @@ ENGINES: dict[str, str] = {
     "openvino": "autodeploy.adapters.openvino:OpenVinoEngine",
     "tflite": "autodeploy.adapters.tflite:TfliteEngine",
     "tensorrt": "autodeploy.adapters.tensorrt:TensorRTEngine",
+    "inhouse": "autodeploy.inhouse.engine:InhouseEngine",
 }
 ENTRY_POINT_GROUP = "autodeploy.engines"
 

@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from autodeploy.cli import bench, bundle, dashboard, engines, export, gate, results, tune, zoo
+from autodeploy.cli import bench, bundle, dashboard, engines, export, gate, inhouse, results, tune, zoo
 from autodeploy.cli._common import err
 from autodeploy.errors import AutodeployError
 
@@ -26,6 +26,7 @@ app.command("export")(export.export)
 app.command("gate", cls=gate.GateCommand)(gate.gate)
 app.add_typer(results.app, name="results")
 app.add_typer(zoo.app, name="zoo")
+app.add_typer(inhouse.app, name="inhouse")
 app.add_typer(bundle.app, name="bundle")
 
 

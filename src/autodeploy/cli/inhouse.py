@@ -1,0 +1,182 @@
+"""``autodeploy inhouse optimize|quantize|passes``: our graph passes, INT8 quantizer and memory plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from autodeploy.cli._common import err, out, resolve_model
+from autodeploy.errors import UsageError
+
+if TYPE_CHECKING:
+    from autodeploy.inhouse.memory import MemoryPlan
+    from autodeploy.inhouse.passes import PipelineReport
+
+app = typer.Typer(
+    help="The in-house toolchain: graph passes, INT8 quantizer and memory planner (ONNX -> ONNX).",
+    no_args_is_help=True,
+)
+
+
+@app.command("passes")
+def passes() -> None:
+    """List the graph passes, default pipeline first."""
+    from autodeploy.inhouse.passes import DEFAULT_PIPELINE, PASSES
+
+    table = Table(title="graph passes (default pipeline in this order)")
+    for column in ("pass", "default", "what it does"):
+        table.add_column(column)
+    for name, graph_pass in PASSES.items():
+        table.add_row(name, "yes" if name in DEFAULT_PIPELINE else "", escape(graph_pass.purpose))
+    out.print(table)
+
+
+@app.command("optimize")
+def optimize(
+    model: Annotated[str, typer.Argument(help="An .onnx file, or zoo:NAME.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the optimized model.")],
+    passes: Annotated[
+        str | None, typer.Option(help="Comma-separated pass names (default: the default pipeline).")
+    ] = None,
+    target: Annotated[
+        str, typer.Option(help="onnx: standard ops only; onnxruntime: may use ORT's fused contrib ops.")
+    ] = "onnx",
+    dim: Annotated[
+        list[str] | None, typer.Option(help="Symbolic dim for the memory plan, NAME=VALUE (default 1).")
+    ] = None,
+) -> None:
+    """Run the graph passes, write the result, print what each pass did and the memory plan."""
+    import onnx
+
+    from autodeploy.inhouse.memory import plan_memory
+    from autodeploy.inhouse.passes import optimize as run_passes
+    from autodeploy.inhouse.passes import parse_passes
+
+    names = parse_passes([p.strip() for p in passes.split(",") if p.strip()] if passes else None)
+    info = resolve_model(model, {}).info
+    proto = onnx.load(str(info.path))
+    with err.status("running passes"):
+        optimized, report = run_passes(proto, names, target=target)  # type: ignore[arg-type]
+    _save(optimized, output)
+    _print_passes(report)
+    dims = _parse_dims(dim or [])
+    _print_memory(plan_memory(proto, dims), plan_memory(optimized, dims))
+    out.print(f"wrote {escape(str(output))}")
+
+
+@app.command("quantize")
+def quantize(
+    model: Annotated[str, typer.Argument(help="An .onnx file, or zoo:NAME.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the QDQ model.")],
+    calibration: Annotated[str, typer.Option(help="minmax, percentile or entropy.")] = "percentile",
+    symmetric: Annotated[bool, typer.Option(help="Symmetric int8 activations.")] = False,
+    fallback: Annotated[bool, typer.Option(help="Keep sensitive layers in float to meet the budget.")] = True,
+    reduce_range: Annotated[
+        bool, typer.Option(help="7-bit weights (for ONNX Runtime on x86 CPUs without VNNI).")
+    ] = False,
+    budget: Annotated[float, typer.Option(help="Allowed top-1 agreement drop on calibration data.")] = 0.01,
+    data: Annotated[
+        Path | None, typer.Option(help="Calibration inputs: .npz or a folder of NAME.npy.")
+    ] = None,
+    items: Annotated[
+        int, typer.Option(min=1, help="Synthetic calibration items when no data is given.")
+    ] = 64,
+) -> None:
+    """Optimize, then quantize to QDQ INT8 (runs in ONNX Runtime and OpenVINO); print the report."""
+    import onnx
+
+    from autodeploy.data import load_user_data, synthetic
+    from autodeploy.inhouse.passes import optimize as run_passes
+    from autodeploy.inhouse.quantize import QuantConfig
+    from autodeploy.inhouse.quantize import quantize as run_quantizer
+
+    resolved = resolve_model(model, {})
+    if data is not None:
+        cal = load_user_data(data, resolved.info).inputs
+    elif resolved.calibration is not None:
+        cal = resolved.calibration.inputs
+    else:
+        cal = synthetic(resolved.info, items, seed=1).inputs
+    config = QuantConfig(
+        calibration=calibration,
+        activation_symmetric=symmetric,
+        reduce_range=reduce_range,
+        accuracy_budget=budget if fallback else None,
+    )
+    with err.status("optimizing"):
+        optimized, report = run_passes(onnx.load(str(resolved.info.path)))
+    with err.status(f"calibrating ({calibration}) and quantizing"):
+        quantized, quant = run_quantizer(optimized, cal, config)
+    _save(quantized, output)
+    _print_passes(report)
+    table = Table(title=f"int8 quantization ({calibration}, {'symmetric' if symmetric else 'asymmetric'})")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    table.add_row("calibration items", str(quant.calibration_items))
+    table.add_row("quantized nodes / tensors", f"{quant.quantized_nodes} / {quant.quantized_tensors}")
+    table.add_row("layers kept in float", ", ".join(quant.kept_float) or "none")
+    for key, value in quant.agreement_final.items():
+        table.add_row(escape(key), f"{value:.4f}")
+    table.add_row("budget met (calibration data)", "yes" if quant.budget_met else "[red]no[/red]")
+    out.print(table)
+    out.print(f"wrote {escape(str(output))}")
+
+
+def _save(model: object, path: Path) -> None:
+    import onnx
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))  # type: ignore[arg-type]
+
+
+def _parse_dims(flags: list[str]) -> dict[str, int]:
+    dims = {}
+    for flag in flags:
+        name, sep, value = flag.partition("=")
+        if not sep or not value.isdigit():
+            raise UsageError(f"cannot parse --dim {flag!r}", fix="write it as NAME=VALUE, e.g. N=8")
+        dims[name] = int(value)
+    return dims
+
+
+def _print_passes(report: PipelineReport) -> None:
+    table = Table(
+        title=f"passes (target {report.target}): {report.nodes_before} -> {report.nodes_after} nodes"
+    )
+    for column in ("pass", "rewrites", "detail"):
+        table.add_column(column, justify="right" if column == "rewrites" else "left")
+    for p in report.passes:
+        if p.rolled_back:
+            detail = f"[yellow]rolled back[/yellow]: {escape(p.rolled_back)}"
+        else:
+            detail = ", ".join(f"{k} x{v}" for k, v in p.detail.items())
+            refused = "; ".join(f"{escape(k)} (x{v})" for k, v in p.refused.items())
+            detail = "; ".join(x for x in (detail, f"[dim]refused: {refused}[/dim]" if refused else "") if x)
+        table.add_row(p.name, str(p.rewrites), detail or "-")
+    out.print(table)
+
+
+def _print_memory(before: MemoryPlan, after: MemoryPlan) -> None:
+    dims = ", ".join(f"{k}={v}" for k, v in after.dims.items()) or "static shapes"
+    table = Table(title=f"activation memory ({dims})")
+    for column in ("", "before passes", "after passes"):
+        table.add_column(column, justify="right" if column else "left")
+    rows = (
+        ("tensors planned", lambda p: str(len(p.tensors))),
+        ("peak without reuse", lambda p: _mb(p.no_reuse)),
+        ("peak with reuse (arena)", lambda p: _mb(p.arena)),
+        ("lower bound (max live)", lambda p: _mb(p.lower_bound)),
+        ("saved by reuse", lambda p: f"{p.saving:.1%}"),
+        ("tensors of unknown size", lambda p: str(len(p.unknown))),
+    )
+    for label, fmt in rows:
+        table.add_row(label, fmt(before), fmt(after))
+    out.print(table)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.2f} MB ({n:,} B)"

@@ -1,0 +1,166 @@
+"""The ``inhouse`` engine: our graph passes (fp32) plus our INT8 quantizer (int8), run by ONNX Runtime.
+
+Build knobs:
+
+* ``calibration``: ``minmax``, ``percentile`` or ``entropy`` (int8 only);
+* ``activation_symmetric``: symmetric int8 activations instead of asymmetric (int8 only);
+* ``fallback``: keep the most sensitive layers in float until the accuracy budget holds (int8);
+* ``reduce_range``: 7-bit weights; ``auto`` turns it on for x86 CPUs without VNNI, where the
+  int8 kernels of both ONNX Runtime and OpenVINO saturate with full-range weights (int8);
+* ``runtime``: ``onnxruntime`` (default; fp32 passes may use ORT's fused contrib ops) or
+  ``openvino`` (standard ops only; the QDQ model is read by OpenVINO's ONNX frontend).
+
+Run-time knobs are ONNX Runtime's (``adapters/ort.py``), whose session code is reused here.
+The artifact is ``model.onnx`` plus ``inhouse.json``: what each pass did, the quantization
+report and the memory plan.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Mapping
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, Runner, TrialConfig
+from autodeploy.adapters.ort import EXECUTION_MODES, MODEL_FILE, OPT_LEVELS, OnnxRuntimeEngine
+from autodeploy.errors import BuildError
+
+if TYPE_CHECKING:
+    from autodeploy.device import DeviceInfo
+    from autodeploy.model import ModelInfo
+
+REPORT_FILE = "inhouse.json"
+CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
+DEFAULT_CALIBRATION = "percentile"
+#: The accuracy budget of the fallback: DESIGN.md's default constraint (top-1 drop <= 1%).
+ACCURACY_BUDGET = 0.01
+
+
+class InhouseEngine(Engine):
+    name = "inhouse"
+    extra = None  # onnxscript is a core dependency, and ONNX Runtime runs the result
+    build_knobs = frozenset({"calibration", "activation_symmetric", "fallback", "reduce_range", "runtime"})
+
+    def _version(self) -> str | None:
+        try:
+            return f"autodeploy-{version('autodeploy')}+onnxscript-{version('onnxscript')}"
+        except PackageNotFoundError:
+            return None
+
+    def _probe(self, target: DeviceInfo) -> Availability:
+        import onnxruntime as ort
+        import onnxscript
+
+        if "CPUExecutionProvider" not in ort.get_available_providers():
+            return Availability(False, reason="this onnxruntime build has no CPUExecutionProvider")
+        return Availability(True, version=self._version() or f"onnxscript-{onnxscript.__version__}")
+
+    def _space(self, target: DeviceInfo, model: ModelInfo) -> EngineSpace:
+        runtimes = ("onnxruntime", "openvino") if importlib.util.find_spec("openvino") else ("onnxruntime",)
+        return EngineSpace(
+            precisions=("fp32", "int8"),
+            unsupported={
+                "fp16": "the in-house path quantizes to int8 only; use openvino or tensorrt for fp16",
+                "bf16": "the in-house path quantizes to int8 only; use openvino on a CPU with AMX",
+            },
+            knobs={
+                "calibration": CALIBRATION_METHODS,
+                "activation_symmetric": (False, True),
+                "fallback": (True, False),
+                "reduce_range": ("auto", True, False),
+                "runtime": runtimes,
+                "inter_op_num_threads": (1, 2, 4),
+                "execution_mode": EXECUTION_MODES,
+                "graph_optimization_level": OPT_LEVELS,
+            },
+            max_threads=target.logical_cores,
+        )
+
+    def _build(
+        self,
+        model: ModelInfo,
+        config: TrialConfig,
+        calibration: Mapping[str, np.ndarray] | None,
+        outdir: Path,
+    ) -> dict[str, Any]:
+        import onnx
+
+        from autodeploy.inhouse.memory import plan_memory
+        from autodeploy.inhouse.passes import optimize
+
+        runtime = config.knobs.get("runtime", "onnxruntime")
+        # int8 keeps standard ops: the quantizer and every QDQ consumer understand them.
+        target = "onnxruntime" if config.precision == "fp32" and runtime == "onnxruntime" else "onnx"
+        proto = onnx.load(str(model.path))
+        optimized, pass_report = optimize(proto, target=target)
+        report: dict[str, Any] = {"passes": pass_report.to_dict()}
+        meta: dict[str, Any] = {
+            "target": target,
+            "passes": {p.name: p.rewrites for p in pass_report.passes if p.changed},
+        }
+        if config.precision == "int8":
+            optimized, quant = _quantize(optimized, config, calibration)
+            report["quantization"] = quant
+            meta.update(
+                calibration=quant["calibration"],
+                reduce_range=quant["reduce_range"],
+                kept_float=len(quant["kept_float"]),
+                budget_met=quant["budget_met"],
+            )
+        onnx.save(optimized, str(outdir / MODEL_FILE))
+        report["memory"] = plan_memory(optimized, dims=_batch_dims(model)).to_dict(tensors=False)
+        (outdir / REPORT_FILE).write_text(json.dumps(report, indent=2))
+        return meta
+
+    def _load(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> Runner:
+        if config.knobs.get("runtime", "onnxruntime") == "openvino":
+            from autodeploy.adapters.openvino import _core, _OvRunner
+
+            return _OvRunner(_core().read_model(str(artifact.path / MODEL_FILE)), model, config)
+        # ORT reads only its own knobs (threads, execution mode, optimization level) from config.
+        return OnnxRuntimeEngine()._load(artifact, config, model)
+
+
+def _quantize(
+    model: Any, config: TrialConfig, calibration: Mapping[str, np.ndarray] | None
+) -> tuple[Any, dict[str, Any]]:
+    from autodeploy.inhouse.quantize import QuantConfig, quantize
+
+    if not calibration:
+        raise BuildError("in-house int8 needs calibration data", fix="give --data or use synthetic data")
+    reduce_range = config.knobs.get("reduce_range", "auto")
+    if reduce_range == "auto":
+        reduce_range = _saturating_cpu()
+    settings = QuantConfig(
+        calibration=config.knobs.get("calibration", DEFAULT_CALIBRATION),
+        activation_symmetric=bool(config.knobs.get("activation_symmetric", False)),
+        reduce_range=bool(reduce_range),
+        accuracy_budget=ACCURACY_BUDGET if config.knobs.get("fallback", True) else None,
+    )
+    quantized, report = quantize(model, calibration, settings)
+    return quantized, report.to_dict()
+
+
+def _saturating_cpu() -> bool:
+    """x86 without VNNI: u8s8 int8 kernels (ORT's, OpenVINO's) add product pairs in int16 and can saturate."""
+    from autodeploy.device import probe_device
+
+    device = probe_device()
+    x86 = device.arch.lower() in ("x86_64", "amd64", "x86", "i686")
+    return x86 and not any(device.has(f) for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
+
+
+def _batch_dims(model: ModelInfo) -> dict[str, int]:
+    """Symbolic dims fixed for the memory plan: the batch dim at 1, others as the user fixed them."""
+    dims: dict[str, int] = {}
+    for spec in model.inputs:
+        fixed = model.shapes.get(spec.name)
+        for axis, dim in enumerate(spec.shape):
+            if isinstance(dim, str):
+                dims.setdefault(dim, fixed[axis] if fixed else 1)
+    return dims

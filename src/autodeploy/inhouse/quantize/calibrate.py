@@ -1,0 +1,145 @@
+"""Calibration: the range of each activation tensor over calibration data.
+
+The model runs under ONNX Runtime with the tensors of interest added as graph outputs. A first
+pass records min/max; ``percentile`` and ``entropy`` need a second pass that fills histograms
+over those ranges. Methods:
+
+* ``minmax``: the observed range.
+* ``percentile``: the range between the ``100 - p`` and ``p`` percentiles (of ``|x|`` when
+  activations are symmetric), which drops rare outliers.
+* ``entropy``: the ``|x|`` threshold that minimizes the KL divergence between the histogram
+  and its quantized copy (TensorRT's calibrator; 128 levels, 256 for a non-negative tensor
+  with asymmetric activations), clipped to the observed range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import onnx
+
+METHODS = ("minmax", "percentile", "entropy")
+BINS = 2048
+QUANT_LEVELS = 128
+KL_STRIDE = 8
+
+Range = tuple[float, float]
+Batches = Sequence[Mapping[str, np.ndarray]]
+
+
+def run_with_outputs(model: onnx.ModelProto, names: Sequence[str], batches: Batches) -> Iterable[dict]:
+    """Yield ``{name: array}`` for ``names`` (intermediate tensors included), one dict per batch."""
+    import onnxruntime as ort
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    existing = {o.name for o in probe.graph.output}
+    for name in names:
+        if name not in existing:
+            probe.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.log_severity_level = 3
+    session = ort.InferenceSession(
+        probe.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"]
+    )
+    for feeds in batches:
+        yield dict(zip(names, session.run(list(names), dict(feeds)), strict=True))
+
+
+def collect_ranges(
+    model: onnx.ModelProto,
+    names: Sequence[str],
+    batches: Batches,
+    *,
+    method: str = "minmax",
+    percentile: float = 99.99,
+    symmetric: bool = False,
+) -> dict[str, Range]:
+    """The calibrated range of each tensor in ``names`` (float32 activations) over ``batches``."""
+    if method not in METHODS:
+        raise ValueError(f"unknown calibration method {method!r}; choose one of {', '.join(METHODS)}")
+    lo = {n: np.inf for n in names}
+    hi = {n: -np.inf for n in names}
+    for outputs in run_with_outputs(model, names, batches):
+        for name, array in outputs.items():
+            if array.size:
+                lo[name] = min(lo[name], float(array.min()))
+                hi[name] = max(hi[name], float(array.max()))
+    seen = [n for n in names if np.isfinite(lo[n]) and np.isfinite(hi[n])]
+    ranges = {n: (lo[n], hi[n]) for n in seen}
+    if method == "minmax" or not seen:
+        return ranges
+    signed = {n: np.zeros(BINS) for n in seen}
+    absolute = {n: np.zeros(BINS) for n in seen}
+    for outputs in run_with_outputs(model, seen, batches):
+        for name, array in outputs.items():
+            a, b = ranges[name]
+            amax = max(-a, b)
+            if b > a:
+                signed[name] += np.histogram(array, BINS, (a, b))[0]
+            if amax > 0:
+                absolute[name] += np.histogram(np.abs(array), BINS, (0.0, amax))[0]
+    for name in seen:
+        a, b = ranges[name]
+        amax = max(-a, b)
+        if method == "percentile" and not symmetric:
+            ranges[name] = _percentile_range(signed[name], a, b, percentile)
+        else:
+            if method == "percentile":
+                t = _quantile(absolute[name], 0.0, amax, percentile / 100)
+            else:
+                # A non-negative tensor with asymmetric int8 gets all 256 levels on [0, t].
+                levels = 2 * QUANT_LEVELS if a >= 0 and not symmetric else QUANT_LEVELS
+                t = kl_threshold(absolute[name], amax, levels)
+            ranges[name] = (max(a, -t), min(b, t))
+    return ranges
+
+
+def _quantile(hist: np.ndarray, lo: float, hi: float, q: float) -> float:
+    """The value below which a fraction ``q`` of the histogram's mass lies (upper bin edge)."""
+    total = hist.sum()
+    if total == 0 or hi <= lo:
+        return hi
+    index = int(np.searchsorted(np.cumsum(hist), q * total))
+    return lo + (hi - lo) * min(index + 1, len(hist)) / len(hist)
+
+
+def _percentile_range(hist: np.ndarray, lo: float, hi: float, percentile: float) -> Range:
+    tail = (100.0 - percentile) / 100
+    return _quantile(hist, lo, hi, tail), _quantile(hist, lo, hi, 1 - tail)
+
+
+def kl_threshold(hist: np.ndarray, amax: float, levels: int = QUANT_LEVELS, stride: int = KL_STRIDE) -> float:
+    """The ``|x|`` threshold whose ``levels``-bin quantization loses the least information (min KL)."""
+    n = len(hist)
+    if amax <= 0 or hist.sum() == 0:
+        return amax
+    hist = hist.astype(np.float64)
+    # Exact zeros (half of every ReLU output) are exact at any threshold; their spike would
+    # otherwise dominate the divergence and pull the threshold far too low.
+    hist[0] = 0.0
+    if hist.sum() == 0:
+        return amax
+    best_kl, best_i = np.inf, n
+    for i in range(levels, n + 1, stride):
+        p = hist[:i].copy()
+        p[i - 1] += hist[i:].sum()  # outliers are clipped into the last bin
+        nonzero = hist[:i] > 0
+        bucket = (np.arange(i) * levels) // i
+        sums = np.bincount(bucket, weights=hist[:i], minlength=levels)
+        counts = np.bincount(bucket, weights=nonzero, minlength=levels)
+        q = np.where(nonzero, sums[bucket] / np.maximum(counts[bucket], 1), 0.0)
+        kl = _kl(p, q)
+        if kl < best_kl:
+            best_kl, best_i = kl, i
+    return amax * best_i / n
+
+
+def _kl(p: np.ndarray, q: np.ndarray) -> float:
+    p = p / p.sum()
+    q = q / max(q.sum(), 1e-12)
+    mask = p > 0
+    # A bin with mass in p and none in q would make KL infinite; a small floor keeps it comparable.
+    return float(np.sum(p[mask] * np.log(p[mask] / np.maximum(q[mask], 1e-10))))

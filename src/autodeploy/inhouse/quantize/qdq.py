@@ -1,0 +1,475 @@
+"""QDQ insertion: QuantizeLinear/DequantizeLinear pairs on activations, int8 weights, int32 biases.
+
+Activations are uint8 when asymmetric (ONNX Runtime's recommended U8S8: with int8 activations
+its x86 fusions left 15 of MobileNetV2's 52 Conv and all its Adds unfused), int8 when symmetric.
+
+Which tensors are quantized (the layout ONNX Runtime's and OpenVINO's QDQ fusions expect):
+
+* the float activation inputs and outputs of :data:`QUANT_OPS` nodes, once per tensor; every
+  consumer reads the dequantized copy except nodes kept in float by the fallback;
+* weights of Conv/Gemm/MatMul: int8, symmetric, per output channel (or per tensor);
+* biases of Conv and Gemm: int32 with scale ``input_scale * weight_scale`` (zero point 0);
+* data-movement ops (:data:`SHARED_SCALE_OPS`) give their output the input's scale, so the
+  runtime can run them on int8 unchanged;
+* with asymmetric activations, a ``Relu`` or ``Clip(0, hi)`` right after a quantized node is
+  folded into that node's output quantization (its zero point is the uint8 minimum, so the
+  saturating QuantizeLinear is the activation) - what ORT's quantizer does too;
+* graph outputs stay float.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+#: Ops whose inputs/outputs get QDQ. Weighted ops map to (weight input, bias input or None).
+WEIGHTED_OPS = {"Conv": (1, 2), "Gemm": (1, 2), "MatMul": (1, None)}
+QUANT_OPS = frozenset(
+    {
+        *WEIGHTED_OPS,
+        "Add",
+        "Relu",
+        "Clip",
+        "MaxPool",
+        "AveragePool",
+        "GlobalAveragePool",
+        "Concat",
+        "Flatten",
+        "Reshape",
+        "Transpose",
+        "Squeeze",
+        "Unsqueeze",
+    }
+)
+SHARED_SCALE_OPS = frozenset({"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze"})
+INT8_MIN, INT8_MAX = -128, 127
+UINT8_MAX = 255
+WEIGHT_MAX = 127  # symmetric weights use [-127, 127] so the range is centered on zero
+#: 7-bit weights: u8s8/s8s8 kernels on x86 CPUs without VNNI add pairs of products in int16
+#: and saturate with full-range weights; ONNX Runtime's docs advise reduce_range there.
+REDUCED_WEIGHT_MAX = 63
+
+
+@dataclass(frozen=True)
+class QParams:
+    scale: float
+    zero_point: int
+    unsigned: bool = False  # uint8 (asymmetric activations) or int8 (symmetric, weights)
+
+
+def activation_qparams(lo: float, hi: float, symmetric: bool) -> QParams:
+    """Scale and zero point covering ``[lo, hi]`` (widened to include 0).
+
+    Asymmetric activations are uint8 (ONNX Runtime's recommended U8S8 on x86; OpenVINO takes
+    either), symmetric ones int8 with zero point 0.
+    """
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    if symmetric:
+        scale = max(-lo, hi) / INT8_MAX
+        zero_point = 0
+    else:
+        scale = (hi - lo) / UINT8_MAX
+        zero_point = int(np.clip(round(-lo / scale), 0, UINT8_MAX)) if scale > 0 else 0
+    if not np.isfinite(scale) or scale <= 0:
+        return QParams(1.0, 0, not symmetric)
+    return QParams(float(np.float32(scale)), zero_point, not symmetric)
+
+
+def quantize_weight(w: np.ndarray, axis: int | None, qmax: int = WEIGHT_MAX) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 weights in ``[-qmax, qmax]``: (int8 array, float32 scales per channel along ``axis`` or one)."""
+    if axis is None:
+        amax = np.array(np.abs(w).max(initial=0.0))
+    else:
+        amax = np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)).max(axis=1, initial=0.0)
+    scale = np.where(amax > 0, amax / qmax, 1.0).astype(np.float32)
+    shape = [1] * w.ndim
+    if axis is not None:
+        shape[axis] = -1
+    q = np.clip(np.round(w / scale.reshape(shape)), -qmax, qmax).astype(np.int8)
+    return q, scale
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to quantize in one model: nodes (by name) and activation tensors."""
+
+    nodes: tuple[str, ...]
+    weighted: tuple[str, ...]
+    tensors: tuple[str, ...]
+    foldable: Mapping[str, float] = field(default_factory=dict)  # Relu/Clip output -> upper bound
+
+
+def name_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy where every node has a unique name (fallback and reports refer to nodes by name)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    seen: set[str] = set()
+    for i, node in enumerate(out.graph.node):
+        if not node.name or node.name in seen:
+            node.name = f"{node.op_type}_{i}"
+        seen.add(node.name)
+    return out
+
+
+def plan(model: onnx.ModelProto) -> Plan:
+    """The candidate nodes and tensors of a model whose nodes are named (see :func:`name_nodes`)."""
+    graph = model.graph
+    consts = constants(graph)
+    floats = _float_tensors(model)
+    outputs = {o.name for o in graph.output}
+    nodes = [n for n in graph.node if n.op_type in QUANT_OPS and n.domain in ("", "ai.onnx")]
+    tensors: list[str] = []
+    for node in nodes:
+        for name in _activation_inputs(node, consts) + list(node.output[:1]):
+            if name and name in floats and name not in consts and name not in tensors:
+                tensors.append(name)
+    weighted = tuple(n.name for n in nodes if _weight(n, consts) is not None)
+    return Plan(
+        tuple(n.name for n in nodes),
+        weighted,
+        tuple(t for t in tensors if t not in outputs),
+        _foldable(graph, consts, outputs),
+    )
+
+
+def insert_qdq(
+    model: onnx.ModelProto,
+    the_plan: Plan,
+    ranges: Mapping[str, tuple[float, float]],
+    *,
+    symmetric: bool,
+    per_channel: bool = True,
+    reduce_range: bool = False,
+    keep_float: Collection[str] = (),
+) -> onnx.ModelProto:
+    """A QDQ copy of ``model`` (nodes named) quantizing ``the_plan`` except the ``keep_float`` nodes."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    consts = constants(graph)
+    active = {n for n in the_plan.nodes if n not in keep_float}
+    folded = {} if symmetric else _fold_activations(graph, active, the_plan.foldable, ranges)
+    by_name = {n.name: n for n in graph.node}  # after folding: it rebuilds the node list
+    qparams = _tensor_qparams(graph, active, the_plan, ranges, folded, symmetric)
+    builder = _Builder(graph)
+    for name in active & set(the_plan.weighted):
+        _quantize_weights(by_name[name], consts, qparams, builder, per_channel, reduce_range)
+    readers = _rewire(graph, qparams, keep_float, folded)
+    builder.emit(graph, {t: q for t, q in qparams.items() if t in readers}, readers)
+    _drop_unused_initializers(graph)
+    _ensure_opset(out, 13)
+    return out
+
+
+# -- planning helpers -----------------------------------------------------------------------
+
+
+def constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """Initializers (not overridable by an input) and Constant outputs, as arrays."""
+    inputs = {i.name for i in graph.input}
+    consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name not in inputs}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    return consts
+
+
+def _float_tensors(model: onnx.ModelProto) -> set[str]:
+    inferred = onnx.shape_inference.infer_shapes(model)
+    infos = [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
+    return {v.name for v in infos if v.type.tensor_type.elem_type == TensorProto.FLOAT}
+
+
+def _activation_inputs(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> list[str]:
+    if node.op_type in WEIGHTED_OPS:
+        return [i for i in node.input[:2] if i and i not in consts]
+    if node.op_type in ("Reshape", "Clip", "Squeeze", "Unsqueeze"):
+        return list(node.input[:1])
+    return [i for i in node.input if i]
+
+
+def _weight(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> str | None:
+    if node.op_type not in WEIGHTED_OPS or len(node.input) < 2:
+        return None
+    if node.input[0] in consts:
+        return None  # a constant left operand (MatMul(W, x)) is left to ORT
+    w = node.input[1]
+    return w if w in consts and consts[w].dtype == np.float32 and consts[w].ndim >= 2 else None
+
+
+def _foldable(
+    graph: onnx.GraphProto, consts: Mapping[str, np.ndarray], outputs: set[str]
+) -> dict[str, float]:
+    """Relu / Clip(0, hi) outputs whose input comes from another node used only by them."""
+    uses: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            uses[name] = uses.get(name, 0) + 1
+    producers = {o: n for n in graph.node for o in n.output}
+    foldable = {}
+    for node in graph.node:
+        if node.op_type not in ("Relu", "Clip") or node.input[0] not in producers:
+            continue
+        if uses.get(node.input[0], 0) != 1 or node.input[0] in outputs or node.output[0] in outputs:
+            continue
+        upper = _relu_upper(node, consts)
+        if upper is not None:
+            foldable[node.output[0]] = upper
+    return foldable
+
+
+def _relu_upper(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> float | None:
+    if node.op_type == "Relu":
+        return float("inf")
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if attrs:  # opset < 11 Clip
+        lo, hi = attrs.get("min", float(np.finfo(np.float32).min)), attrs.get("max", float("inf"))
+    else:
+        bounds = [consts.get(i) if i else None for i in (list(node.input[1:]) + ["", ""])[:2]]
+        if any(i and b is None for i, b in zip(node.input[1:3], bounds, strict=False)):
+            return None
+        lo = float(bounds[0]) if bounds[0] is not None else float(np.finfo(np.float32).min)
+        hi = float(bounds[1]) if bounds[1] is not None else float("inf")
+    return hi if lo == 0.0 else None
+
+
+def _fold_activations(
+    graph: onnx.GraphProto,
+    active: set[str],
+    foldable: Mapping[str, float],
+    ranges: Mapping[str, tuple[float, float]],
+) -> dict[str, float]:
+    """Drop each foldable Relu/Clip whose producer is quantized; return {output: upper bound}."""
+    producers = {o: n for n in graph.node for o in n.output}
+    folded: dict[str, float] = {}
+    keep = []
+    for node in graph.node:
+        upper = foldable.get(node.output[0]) if node.output else None
+        producer = producers.get(node.input[0]) if node.input else None
+        if (
+            upper is not None
+            and node.name in active
+            and producer is not None
+            and producer.name in active
+            and node.output[0] in ranges
+        ):
+            producer.output[list(producer.output).index(node.input[0])] = node.output[0]
+            folded[node.output[0]] = upper
+            continue
+        keep.append(node)
+    del graph.node[:]
+    graph.node.extend(keep)
+    return folded
+
+
+def _tensor_qparams(
+    graph: onnx.GraphProto,
+    active: set[str],
+    the_plan: Plan,
+    ranges: Mapping[str, tuple[float, float]],
+    folded: Mapping[str, float],
+    symmetric: bool,
+) -> dict[str, QParams]:
+    """Quantization parameters of every tensor that gets a QDQ pair, in graph order."""
+    wanted = set(the_plan.tensors)
+    touching: set[str] = set()
+    for node in graph.node:
+        if node.name in active:
+            touching.update(node.input)
+            touching.update(node.output[:1])
+    qparams: dict[str, QParams] = {}
+    for name in the_plan.tensors:
+        if name in touching and name in ranges and name in wanted:
+            lo, hi = ranges[name]
+            if name in folded:  # the QuantizeLinear is the activation: exact zero, clipped top
+                lo, hi = 0.0, min(hi, folded[name])
+            qparams[name] = activation_qparams(lo, hi, symmetric)
+    for node in graph.node:  # data movement keeps its input's scale
+        if node.name in active and node.op_type in SHARED_SCALE_OPS and node.input[0] in qparams:
+            if node.output[0] in qparams:
+                qparams[node.output[0]] = qparams[node.input[0]]
+    return qparams
+
+
+# -- emitting ---------------------------------------------------------------------------------
+
+
+class _Builder:
+    """Collects new initializers and the nodes to insert after each producer."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self.taken = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
+        self.taken |= {i.name for i in graph.input}
+        self.initializers: list[onnx.TensorProto] = []
+        self.weight_nodes: dict[str, list[onnx.NodeProto]] = {}  # consumer node -> DQ nodes before it
+
+    def unique(self, base: str) -> str:
+        name, i = base, 0
+        while name in self.taken:
+            i += 1
+            name = f"{base}_{i}"
+        self.taken.add(name)
+        return name
+
+    def constant(self, base: str, array: np.ndarray) -> str:
+        name = self.unique(base)
+        self.initializers.append(numpy_helper.from_array(array, name))
+        return name
+
+    def emit(
+        self, graph: onnx.GraphProto, qparams: Mapping[str, QParams], readers: Mapping[str, str]
+    ) -> None:
+        pairs: dict[str, list[onnx.NodeProto]] = {}
+        for tensor, q in qparams.items():
+            scale = self.constant(f"{tensor}_scale", np.array(q.scale, np.float32))
+            zero = self.constant(
+                f"{tensor}_zero_point", np.array(q.zero_point, np.uint8 if q.unsigned else np.int8)
+            )
+            quantized = self.unique(f"{tensor}_quantized")
+            pairs[tensor] = [
+                helper.make_node(
+                    "QuantizeLinear", [tensor, scale, zero], [quantized], self.unique(f"{tensor}_Q")
+                ),
+                helper.make_node(
+                    "DequantizeLinear",
+                    [quantized, scale, zero],
+                    [readers[tensor]],
+                    self.unique(f"{tensor}_DQ"),
+                ),
+            ]
+        graph.initializer.extend(self.initializers)
+        nodes: list[onnx.NodeProto] = []
+        for name in (i.name for i in graph.input):
+            nodes.extend(pairs.pop(name, []))
+        for node in graph.node:
+            nodes.extend(self.weight_nodes.get(node.name, []))
+            nodes.append(node)
+            for output in node.output:
+                nodes.extend(pairs.pop(output, []))
+        del graph.node[:]
+        graph.node.extend(nodes)
+
+
+def _rewire(
+    graph: onnx.GraphProto,
+    qparams: Mapping[str, QParams],
+    keep_float: Collection[str],
+    folded: Collection[str],
+) -> dict[str, str]:
+    """Point consumers at the dequantized tensors; return tensor -> dequantized name.
+
+    Tensors that no consumer reads dequantized (all of them kept in float) are left out.
+    """
+    taken = {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+    readers: dict[str, str] = {}
+    for node in graph.node:
+        # A float node reads the float tensor, unless a folded activation made the float tensor
+        # the pre-activation value: then only the dequantized one is correct.
+        for i, name in enumerate(node.input):
+            if name in qparams and (node.name not in keep_float or name in folded):
+                if name not in readers:
+                    readers[name] = _unique(f"{name}_dequantized", taken)
+                node.input[i] = readers[name]
+    return readers
+
+
+def _unique(base: str, taken: set[str]) -> str:
+    name, i = base, 0
+    while name in taken:
+        i += 1
+        name = f"{base}_{i}"
+    taken.add(name)
+    return name
+
+
+def _quantize_weights(
+    node: onnx.NodeProto,
+    consts: Mapping[str, np.ndarray],
+    qparams: Mapping[str, QParams],
+    builder: _Builder,
+    per_channel: bool,
+    reduce_range: bool,
+) -> None:
+    w_name = node.input[1]
+    w = consts[w_name]
+    axis = _channel_axis(node, w) if per_channel else None
+    q, scale = quantize_weight(w, axis, REDUCED_WEIGHT_MAX if reduce_range else WEIGHT_MAX)
+    nodes = [_dequantize(builder, f"{w_name}_{node.name}", q, scale, axis, np.int8, node, 1)]
+    bias = _bias(node, consts)
+    x_q = qparams.get(node.input[0])
+    if bias is not None and x_q is not None:
+        b_scale = (x_q.scale * scale * np.ones(len(consts[bias]))).astype(np.float32)
+        b_q = np.round(consts[bias] / b_scale)
+        if np.abs(b_q).max(initial=0) < 2**31 - 1:
+            nodes.append(
+                _dequantize(
+                    builder, f"{bias}_{node.name}", b_q.astype(np.int32), b_scale, 0, np.int32, node, 2
+                )
+            )
+    builder.weight_nodes[node.name] = nodes
+
+
+def _dequantize(
+    builder: _Builder,
+    base: str,
+    q: np.ndarray,
+    scale: np.ndarray,
+    axis: int | None,
+    dtype: type,
+    node: onnx.NodeProto,
+    index: int,
+) -> onnx.NodeProto:
+    q_name = builder.constant(f"{base}_quantized", q)
+    s_name = builder.constant(f"{base}_scale", scale.astype(np.float32))
+    z_name = builder.constant(f"{base}_zero_point", np.zeros(scale.shape, dtype))
+    out = builder.unique(f"{base}_dequantized")
+    node.input[index] = out
+    attrs = {"axis": axis} if axis is not None and scale.ndim == 1 else {}
+    return helper.make_node(
+        "DequantizeLinear", [q_name, s_name, z_name], [out], builder.unique(f"{base}_DQ"), **attrs
+    )
+
+
+def _channel_axis(node: onnx.NodeProto, w: np.ndarray) -> int:
+    if node.op_type == "Conv":
+        return 0
+    if node.op_type == "Gemm":
+        trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
+        return 0 if trans_b else 1
+    return w.ndim - 1  # MatMul: one scale per output column
+
+
+def _bias(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> str | None:
+    index = WEIGHTED_OPS[node.op_type][1]
+    if index is None or len(node.input) <= index or node.input[index] not in consts:
+        return None
+    bias = consts[node.input[index]]
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if (
+        bias.ndim != 1
+        or bias.dtype != np.float32
+        or attrs.get("alpha", 1.0) != 1.0
+        or attrs.get("beta", 1.0) != 1.0
+    ):
+        return None
+    return node.input[index]
+
+
+def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
+    used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+    used |= {i for n in graph.node for a in n.attribute if a.g.node for m in a.g.node for i in m.input}
+    keep = [t for t in graph.initializer if t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+
+
+def _ensure_opset(model: onnx.ModelProto, version: int) -> None:
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx") and imp.version < version:
+            raise ValueError(
+                f"QDQ per-channel quantization needs opset {version}, the model has {imp.version}"
+            )

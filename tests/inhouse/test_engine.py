@@ -1,0 +1,56 @@
+"""What the ``inhouse`` engine adds to the conformance suite: its report, knobs and OpenVINO runtime."""
+
+import json
+
+import numpy as np
+import pytest
+
+from autodeploy.adapters import registry
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.data import synthetic
+from autodeploy.device import probe_device
+from autodeploy.inhouse.engine import REPORT_FILE
+from autodeploy.model import load_model
+from tests.models import mlp
+
+
+@pytest.fixture
+def model(tmp_path):
+    return load_model(mlp(tmp_path / "m.onnx", in_features=16, classes=8))
+
+
+def test_registered_and_builds_report(model, tmp_path):
+    engine = registry.get("inhouse")
+    assert engine.probe(probe_device()).available
+    config = TrialConfig("inhouse", "int8", knobs={"calibration": "entropy", "activation_symmetric": True})
+    engine.check(probe_device(), model, config)
+    artifact = engine.build(model, config, synthetic(model, 64, seed=1).inputs, tmp_path / "a")
+    report = json.loads((artifact.path / REPORT_FILE).read_text())
+    assert report["quantization"]["calibration"] == "entropy"
+    assert report["quantization"]["activation_symmetric"] is True
+    assert report["memory"]["arena_bytes"] <= report["memory"]["no_reuse_bytes"]
+    assert any(p["name"] == "matmul-add-to-gemm" and p["rewrites"] == 1 for p in report["passes"]["passes"])
+    assert artifact.meta["calibration"] == "entropy" and "matmul-add-to-gemm" in artifact.meta["passes"]
+
+
+def test_calibration_knob_changes_the_build_key(model):
+    engine = registry.get("inhouse")
+    a = engine.build_key(model, TrialConfig("inhouse", "int8", knobs={"calibration": "minmax"}), "v", "c")
+    b = engine.build_key(model, TrialConfig("inhouse", "int8", knobs={"calibration": "entropy"}), "v", "c")
+    c = engine.build_key(model, TrialConfig("inhouse", "int8", knobs={"graph_optimization_level": "ORT_ENABLE_BASIC"}), "v", "c")  # fmt: skip
+    assert a != b and c == engine.build_key(model, TrialConfig("inhouse", "int8"), "v", "c")
+
+
+def test_qdq_model_runs_on_openvino_runtime(model, tmp_path):
+    pytest.importorskip("openvino")
+    engine = registry.get("inhouse")
+    config = TrialConfig("inhouse", "int8", batch=4, knobs={"runtime": "openvino"})
+    engine.check(probe_device(), model, config)
+    artifact = engine.build(model, config, synthetic(model, 64, seed=1).inputs, tmp_path / "a")
+    feeds = {"x": synthetic(model, 4, seed=2).inputs["x"]}
+    with engine.load(artifact, config, model) as runner:
+        got = runner.run(feeds)["logits"]
+    ort_config = TrialConfig("inhouse", "int8", batch=4)
+    with engine.load(artifact, ort_config, model) as runner:
+        want = runner.run(feeds)["logits"]
+    np.testing.assert_allclose(got, want, rtol=0.05, atol=0.05 * np.abs(want).max())
