@@ -218,6 +218,8 @@ class Engine(ABC):
     name: ClassVar[str]
     #: The pip extra that installs the engine: ``pip install 'autodeploy[<extra>]'``.
     extra: ClassVar[str | None] = None
+    #: Distributions whose installed version is the engine version (first found wins).
+    packages: ClassVar[tuple[str, ...]] = ()
     #: Knobs that change the built artifact (others only change how it is run).
     build_knobs: ClassVar[frozenset[str]] = frozenset()
     #: Knobs a study searches by default (others keep the engine's default unless the study lists them).
@@ -347,4 +349,12 @@ class Engine(ABC):
     def _load(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> Runner: ...
 
     def _version(self) -> str | None:
+        """The first installed distribution of :attr:`packages`, from metadata (nothing is imported)."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        for dist in self.packages:
+            try:
+                return version(dist)
+            except PackageNotFoundError:
+                continue
         return None

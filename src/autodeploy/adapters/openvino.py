@@ -16,7 +16,7 @@ import functools
 import importlib.util
 import logging
 from collections.abc import Iterator, Mapping
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,12 +45,7 @@ BF16_ISA = ("avx512_bf16", "amx_bf16")
 class OpenVinoEngine(Engine):
     name = "openvino"
     extra = "openvino"
-
-    def _version(self) -> str | None:
-        try:
-            return version("openvino")
-        except PackageNotFoundError:
-            return None
+    packages = ("openvino",)
 
     def _probe(self, target: DeviceInfo) -> Availability:
         import openvino as ov

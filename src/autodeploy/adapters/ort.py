@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator, Mapping
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,15 +31,10 @@ CALIBRATION_BATCH = 8
 class OnnxRuntimeEngine(Engine):
     name = "onnxruntime"
     extra = None  # a core dependency: it also computes the FP32 reference
+    packages = ("onnxruntime",)
     build_knobs = frozenset({"quant_method"})
     # Parallel execution of independent branches is the one session option that often pays off.
     search_knobs = frozenset({"execution_mode"})
-
-    def _version(self) -> str | None:
-        try:
-            return version("onnxruntime")
-        except PackageNotFoundError:
-            return None
 
     def _probe(self, target: DeviceInfo) -> Availability:
         import onnxruntime as ort

@@ -22,7 +22,6 @@ import hashlib
 import re
 import shutil
 from collections.abc import Mapping, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,14 +48,7 @@ Shape = tuple[int, ...]
 class TensorRTEngine(Engine):
     name = "tensorrt"
     extra = "tensorrt"
-
-    def _version(self) -> str | None:
-        for dist in ("tensorrt", "tensorrt-cu12", "tensorrt-cu13"):
-            try:
-                return version(dist)
-            except PackageNotFoundError:
-                continue
-        return None
+    packages = ("tensorrt", "tensorrt-cu12", "tensorrt-cu13")
 
     def _probe(self, target: DeviceInfo) -> Availability:
         if not target.gpus:

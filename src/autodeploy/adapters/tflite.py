@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,12 +63,7 @@ _QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "PYTHON
 class TfliteEngine(Engine):
     name = "tflite"
     extra = "tflite"
-
-    def _version(self) -> str | None:
-        try:
-            return version("ai-edge-litert")
-        except PackageNotFoundError:
-            return None
+    packages = ("ai-edge-litert",)
 
     def _probe(self, target: DeviceInfo) -> Availability:
         import importlib.util
