@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from autodeploy.cli import _common
-from autodeploy.cli.app import main
 from autodeploy.results_db.store import Store
+from tests.cli_runner import run_cli
 from tests.models import mlp
 
 FAST = ["--min-samples", "64", "--min-duration", "0.2", "--threads", "1"]
@@ -23,14 +23,7 @@ def env(tmp_path, monkeypatch):
 
 
 def run(capsys, *argv):
-    """Run the CLI in-process; return (exit code, stdout, stderr)."""
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_cli(capsys, *argv)
 
 
 def test_engines_lists_onnxruntime_available(capsys):

@@ -14,6 +14,7 @@ import pytest
 from autodeploy.cli import _common
 from autodeploy.cli.app import main
 from autodeploy.results_db.store import Store
+from tests.cli_runner import run_cli
 from tests.gate.models import matmul_chain
 
 FAST = ["--rounds", "5", "--min-samples", "5", "--calls", "64", "--duration", "0.05", "--metric", "median"]
@@ -36,13 +37,7 @@ def db(models, tmp_path, monkeypatch):
 
 
 def gate(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        main(["gate", *argv])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_cli(capsys, "gate", *argv)
 
 
 @pytest.mark.slow

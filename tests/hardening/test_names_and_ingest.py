@@ -16,9 +16,9 @@ import pytest
 import sqlalchemy as sa
 
 from autodeploy.cli import _common
-from autodeploy.cli.app import main
 from autodeploy.results_db import Store
 from autodeploy.results_db import store as store_module
+from tests.cli_runner import run_cli
 from tests.models import mlp
 
 FAST = ["--engine", "onnxruntime", "--threads", "1", "--precision", "fp32", "--batch", "1",
@@ -38,13 +38,7 @@ def env(tmp_path, monkeypatch):
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_cli(capsys, *argv)
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ import onnx
 import pytest
 
 from autodeploy.cli import _common
-from autodeploy.cli.app import main
+from tests.cli_runner import run_cli
 from tests.models import mlp
 
 
@@ -15,13 +15,7 @@ def wide(monkeypatch, tmp_path):
 
 
 def run(capsys, *argv):
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_cli(capsys, *argv)
 
 
 def test_optimize_prints_passes_and_memory_plan(capsys, tmp_path):
