@@ -19,7 +19,7 @@ from autodeploy.gate.stats import (
     relative_change,
 )
 
-LOOSE = Criteria(max_cv=1.0)
+LOOSE = Criteria()
 
 
 def rounds(rng: np.random.Generator, n: int, *, median: float = 1.0, cv: float = 0.03) -> list[float]:
@@ -55,7 +55,8 @@ def test_relative_change_and_its_bootstrap_interval():
 def test_same_distribution_passes():
     rng = np.random.default_rng(0)
     v = one(rounds(rng, 10), rounds(rng, 10))
-    assert v.verdict == "pass" and "no significant regression" in v.reason
+    assert v.verdict == "pass" and "no regression beyond 5%" in v.reason
+    assert v.change_ci[1] <= 0.05  # a pass is a bound, not just a missing test result
 
 
 def test_a_clear_slowdown_fails_with_its_effect():
@@ -81,17 +82,40 @@ def test_too_few_rounds_are_inconclusive(n):
 
 def test_rounds_that_cannot_reach_significance_are_inconclusive():
     # 3 against 3: the smallest possible p is 1/20, far above alpha, whatever the data.
-    v = one([1.0, 1.0, 1.0], [9.0, 9.0, 9.0], Criteria(min_rounds=2, max_cv=1.0))
+    v = one([1.0, 1.0, 1.0], [9.0, 9.0, 9.0], Criteria(min_rounds=2))
     assert v.verdict == "inconclusive" and "smallest possible p" in v.reason
 
 
-def test_noise_above_the_cv_bound_is_inconclusive_unless_a_regression_is_proven():
+def test_noise_too_high_for_the_rounds_is_inconclusive_unless_a_regression_is_proven():
     rng = np.random.default_rng(4)
-    noisy = Criteria(max_cv=0.10)
-    v = one(rounds(rng, 10, cv=0.3), rounds(rng, 10, cv=0.3), noisy)
-    assert v.verdict == "inconclusive" and "too noisy" in v.reason
-    v = one(rounds(rng, 10, cv=0.3), rounds(rng, 10, median=5.0, cv=0.3), noisy)
+    v = one(rounds(rng, 10, cv=0.3), rounds(rng, 10, cv=0.3))
+    assert v.verdict == "inconclusive" and "too noisy" in v.reason and v.change_ci[1] > 0.05
+    v = one(rounds(rng, 10, cv=0.3), rounds(rng, 10, median=5.0, cv=0.3))
     assert v.verdict == "fail"
+
+
+def test_more_rounds_turn_noise_into_a_verdict():
+    """The bound narrows with the rounds: A/A noise that is mostly inconclusive at 6 rounds passes at 40
+    (per-round CV 5%; rates over 300 draws: 62% inconclusive at 6 rounds, 97% pass at 40)."""
+    rng = np.random.default_rng(8)
+    few = [one(rounds(rng, 6, cv=0.05), rounds(rng, 6, cv=0.05)) for _ in range(30)]
+    many = [one(rounds(rng, 40, cv=0.05), rounds(rng, 40, cv=0.05)) for _ in range(30)]
+    assert sum(v.verdict == "inconclusive" for v in few) >= 12
+    assert sum(v.verdict == "pass" for v in many) >= 26
+
+    def width(v: MetricVerdict) -> float:
+        return v.change_ci[1] - v.change_ci[0]
+
+    assert np.median([width(v) for v in many]) < np.median([width(v) for v in few]) / 2
+
+
+def test_one_slow_round_does_not_make_a_steady_metric_inconclusive():
+    """A fixed CV cap would: one process 60% slower in 16 lifts the CV past 10%, not the medians."""
+    rng = np.random.default_rng(9)
+    b, c = rounds(rng, 16, cv=0.02), rounds(rng, 16, cv=0.02)
+    c[5] *= 1.6
+    v = one(b, c)
+    assert v.cv_candidate > 0.10 and v.verdict == "pass"
 
 
 def test_holm_correction_spans_the_metrics():

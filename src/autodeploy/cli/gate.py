@@ -49,11 +49,10 @@ def gate(
     candidate: Annotated[str, typer.Option(help="Candidate: an .onnx file, zoo:NAME, or a bundle folder/.tar.gz.")],
     max_regression: Annotated[str, typer.Option(help="Largest tolerated latency increase, e.g. 5% or 0.05.")] = "5%",
     max_accuracy_drop: Annotated[str, typer.Option(help="Largest tolerated accuracy drop, e.g. 1% or 0.01.")] = "1%",
-    rounds: Annotated[int, typer.Option(min=1, help="Worker runs per side, interleaved A B, B A, ...")] = 10,
+    rounds: Annotated[int, typer.Option(min=1, help="Worker runs per side, interleaved A B, B A, ...")] = 16,
     min_samples: Annotated[int, typer.Option(min=1, help="Fewer runs per side than this: inconclusive.")] = 5,
-    max_cv: Annotated[float, typer.Option(min=0.0, help="Per-run CV above this (and no proven regression): inconclusive.")] = 0.10,
     alpha: Annotated[float, typer.Option(min=1e-9, max=0.5, help="Significance level for the whole family of metrics.")] = 0.01,
-    metric: Annotated[list[str] | None, typer.Option(help=f"Latency metric per run: {', '.join(LATENCY_METRICS)}; repeatable (default: median, p90).")] = None,
+    metric: Annotated[list[str] | None, typer.Option(help=f"Latency metric per run: {', '.join(LATENCY_METRICS)}; repeatable (default: p10, median).")] = None,
     against_db: Annotated[bool, typer.Option("--against-db", help="Weaker: compare the candidate with the stored trials of the baseline's model and config on this device; the baseline is not run.")] = False,
     engine: Annotated[str, typer.Option(help="Engine for model arms (bundles use their own).")] = "onnxruntime",
     precision: Annotated[str, typer.Option(help="Precision for model arms.")] = "fp32",
@@ -63,7 +62,7 @@ def gate(
     data: Annotated[Path | None, typer.Option(help="Evaluation inputs (.npz or folder of NAME.npy, optional 'labels').")] = None,
     reference_model: Annotated[Path | None, typer.Option(help="Source ONNX model for a bundle's accuracy reference.")] = None,
     calls: Annotated[int, typer.Option(min=2, help="Timed calls per run at least.")] = 100,
-    duration: Annotated[float, typer.Option(min=0.0, help="Timed seconds per run at least.")] = 0.5,
+    duration: Annotated[float, typer.Option(min=0.0, help="Timed seconds per run at least (more runs beat longer runs).")] = 0.1,
     timeout: Annotated[float, typer.Option(help="Seconds before a worker is killed.")] = 300.0,
     markdown: Annotated[Path | None, typer.Option(help="Also write the markdown summary to this file.")] = None,
     junit: Annotated[Path | None, typer.Option(help="Write JUnit XML here: one testcase per metric.")] = None,
@@ -75,7 +74,8 @@ def gate(
 
     Fail needs a significant slowdown (one-sided Mann-Whitney U over per-run values,
     Holm-corrected over the metrics) AND a change beyond --max-regression, or an accuracy
-    drop beyond --max-accuracy-drop. 0 pass, 1 fail, 2 inconclusive, 64 bad input, 70 the gate could not run.
+    drop beyond --max-accuracy-drop. Pass needs the upper 95% bound of every latency change within
+    --max-regression; too few or too noisy runs for that are inconclusive. 0 pass, 1 fail, 2 inconclusive, 64 bad input, 70 the gate could not run.
     """
     try:
         result = _run(locals())
@@ -107,7 +107,7 @@ def _run(o: dict[str, Any]) -> Any:
         )
     criteria = Criteria(max_regression=parse_fraction(o["max_regression"], "--max-regression"),
                         max_accuracy_drop=parse_fraction(o["max_accuracy_drop"], "--max-accuracy-drop"),
-                        alpha=o["alpha"], min_rounds=o["min_samples"], max_cv=o["max_cv"], seed=o["seed"])  # fmt: skip
+                        alpha=o["alpha"], min_rounds=o["min_samples"], seed=o["seed"])  # fmt: skip
     settings = GateSettings(
         rounds=o["rounds"], metrics=metrics, criteria=criteria, against_db=o["against_db"]
     )

@@ -149,5 +149,8 @@ def gate_changes(metrics: pd.DataFrame) -> go.Figure:
                      color_discrete_map={"pass": "#2ca02c", "fail": "#d62728", "inconclusive": "#ff7f0e"},
                      labels={"change": "change vs baseline (latency: relative; accuracy: drop)", "created_at": ""})  # fmt: skip
     fig.add_hline(y=0, line_dash="dot", line_color="grey")
-    fig.update_layout(title="Gate history: change per metric with 95% CI", height=420)
+    fig.update_layout(
+        title="Gate history: change per metric with its interval (90%: upper end = one-sided 95% bound)",
+        height=420,
+    )
     return fig

@@ -58,6 +58,7 @@ class Round:
 
     role: str
     index: int
+    p10_ms: float | None = None
     median_ms: float | None = None
     p90_ms: float | None = None  # None below 64 calls (DESIGN.md)
     mean_ms: float | None = None
@@ -199,7 +200,7 @@ def _round(role: str, index: int, spec: Any, failure: str | None, settings: Harn
     samples = np.asarray(p["samples_ms"], dtype=float)
     score, metric = accuracy_score(p["accuracy"])
     return Round(
-        role, index, median_ms=float(np.median(samples)),
+        role, index, p10_ms=float(np.percentile(samples, 10)), median_ms=float(np.median(samples)),
         p90_ms=float(np.percentile(samples, 90)) if samples.size >= MIN_SAMPLES_P90 else None,
         mean_ms=float(samples.mean()), calls=int(samples.size), accuracy=score, accuracy_metric=metric,
         eval_items=p["accuracy"]["n_samples"], engine_version=p["engine_version"],
@@ -224,11 +225,12 @@ def history_rounds(store: Any, arm: Arm, fingerprint: str, *, limit: int) -> lis
     """The stored trials of ``arm``'s model and config on this device, as rounds (newest first)."""
     from dataclasses import asdict
 
-    rows = store.history(arm.model.sha256, fingerprint, arm.config.key(), limit=limit)
+    rows = store.history(arm.model.sha256, fingerprint, arm.config.key(), limit=limit, samples=True)
     out = []
     for i, row in enumerate(rows):
         score, metric = accuracy_score(asdict(row.accuracy) if row.accuracy else None)
-        out.append(Round(arm.role, i, median_ms=row.median_ms, p90_ms=row.p90_ms, mean_ms=row.mean_ms,
+        p10 = float(np.percentile(row.samples_ms, 10)) if row.samples_ms else None
+        out.append(Round(arm.role, i, p10_ms=p10, median_ms=row.median_ms, p90_ms=row.p90_ms, mean_ms=row.mean_ms,
                          calls=row.n_samples or 0, accuracy=score, accuracy_metric=metric,
                          eval_items=row.accuracy.n_samples if row.accuracy else None,
                          engine_version=row.engine_version, source=f"stored trial {row.id}"))  # fmt: skip

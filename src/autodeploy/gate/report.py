@@ -28,10 +28,10 @@ def markdown(result: GateResult) -> str:
         f"- **candidate**: `{c['ref']}` ({c['kind']}, `{c['label']}`, sha256 `{c['sha256'][:12]}`): {n_c} runs",
         f"- device `{result.device['cpu']}` (fingerprint `{result.device['fingerprint']}`)",
         f"- fail = Holm-corrected p <= {s['alpha']:g} **and** latency change > {s['max_regression']:.1%}, or "
-        f"accuracy drop > {s['max_accuracy_drop']:.2%}; inconclusive below {s['min_samples']} runs per side or "
-        f"with a per-run CV above {s['max_cv']:.0%}; wall time {result.wall_s:.0f} s",
+        f"accuracy drop > {s['max_accuracy_drop']:.2%}; pass needs the upper 95% bound of each latency change "
+        f"<= {s['max_regression']:.1%}; inconclusive below {s['min_samples']} runs per side or when too noisy; wall time {result.wall_s:.0f} s",
         "",
-        "| metric | baseline | candidate | change (95% CI) | p (Holm) | verdict | why |",
+        "| metric | baseline | candidate | change (90% CI) | p (Holm) | verdict | why |",
         "|---|---|---|---|---|---|---|",
     ]
     lines += [_row(m) for m in result.metrics]

@@ -390,19 +390,19 @@ class Store:
         return rows[0] if rows else None
 
     def history(
-        self, model_sha256: str, fingerprint: str, config_key: str, *, limit: int = 50
+        self, model_sha256: str, fingerprint: str, config_key: str, *, limit: int = 50, samples: bool = False
     ) -> list[TrialRow]:
         """Measured trials of this model, config and device, newest first: one row per worker run.
 
         Trials that failed after being measured (``inaccurate``) count, as in :meth:`find_measured`.
         """
-        query = _select_rows(samples=False).where(
+        query = _select_rows(samples=samples).where(
             Model.sha256 == model_sha256,
             Device.fingerprint == fingerprint,
             Trial.config_key == config_key,
             Measurement.id.is_not(None),
         )
-        return self._rows(_newest_first(query).limit(limit), samples=False)
+        return self._rows(_newest_first(query).limit(limit), samples=samples)
 
     # -- gate runs -------------------------------------------------------------------------
 
