@@ -3,13 +3,14 @@
 import signal
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import psutil
 import pytest
 
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.harness.run import HarnessSettings, prepare_data, run_trial
+from autodeploy.harness.run import HarnessSettings, measure, prepare, prepare_data, reference, run_trial
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import load_model
 from tests.adapters.faulty import TARGET
@@ -50,6 +51,30 @@ def test_a_good_trial_reports_every_measurement(setup):
     assert result.peak_rss_mb is not None and result.peak_rss_mb >= 0
     assert result.accuracy.passed and result.accuracy.outputs[0].cosine == pytest.approx(1.0)
     assert result.engine_version and result.build_s is not None
+
+
+def test_one_build_measured_in_several_fresh_workers(setup):
+    """What the gate does: build once, then measure the same artifact round after round."""
+    model, settings, data = setup
+    config = TrialConfig("onnxruntime", threads=1)
+    prepared = prepare(model, config, data, settings)
+    assert prepared.spec is not None and prepared.build_s is not None
+    runs = [measure(prepared, settings) for _ in range(2)]
+    assert all(r.ok for r in runs), [r.failure_message for r in runs]
+    assert runs[0].artifact_path == runs[1].artifact_path and runs[0].samples_ms != runs[1].samples_ms
+    # A given artifact (a bundle's) is measured as it is: nothing is built.
+    again = prepare(model, config, data, settings, artifact=Path(runs[0].artifact_path))
+    assert again.build_s is None and measure(again, settings).ok
+
+
+def test_a_failed_build_is_a_failed_result_on_every_measure(setup):
+    model, settings, data = setup
+    reference(model, data, settings)  # cached, so only the build meets the damaged file
+    model.path.write_bytes(b"not an onnx model")
+    prepared = prepare(model, TrialConfig("onnxruntime", "int8", threads=1), data, settings)
+    assert prepared.spec is None and prepared.failure is not None
+    result = measure(prepared, settings)
+    assert not result.ok and result.failure_kind == prepared.failure[0] and not result.samples_ms
 
 
 @pytest.mark.slow
@@ -109,7 +134,7 @@ def test_a_worker_dies_with_its_parent(faulty, tmp_path):
     script.write_text(textwrap.dedent(f"""
         from autodeploy.adapters import registry
         from autodeploy.adapters.base import TrialConfig
-        from autodeploy.harness.run import HarnessSettings, prepare_data, run_trial
+        from autodeploy.harness.run import HarnessSettings, measure, prepare, prepare_data, reference, run_trial
         from autodeploy.model import load_model
         registry.register("faulty", "{TARGET}")
         model = load_model({str(mlp(tmp_path / "m.onnx"))!r})

@@ -99,6 +99,15 @@ def test_device_and_model_are_shared_between_trials(store: Store) -> None:
     assert counts(store) == {"devices": 2, "models": 1, "trials": 3, "measurements": 2}
 
 
+def test_model_interface_and_device_info_of_a_stored_trial(store: Store) -> None:
+    assert store.model_interface(MODEL.sha256) is None and store.device_info(DEVICE.fingerprint) is None
+    store.add_trial(ok_result("a"), model=MODEL, device=DEVICE)
+    assert store.model_interface(MODEL.sha256) == {
+        "name": MODEL.name, "sha256": MODEL.sha256, "inputs": MODEL.inputs, "outputs": MODEL.outputs,
+    }  # fmt: skip
+    assert store.device_info(DEVICE.fingerprint) == DEVICE.info
+
+
 def test_failure_mid_transaction_rolls_back_everything(store: Store) -> None:
     store.add_trial(ok_result("kept"), model=MODEL, device=DEVICE)
     before = counts(store)

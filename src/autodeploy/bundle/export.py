@@ -120,19 +120,12 @@ def _source(store: Store, trial: TrialRow, study: StudyRow | None) -> Source:
 
 
 def _records(store: Store, model_sha256: str, fingerprint: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The stored model interface and device info (the row types do not carry them)."""
-    import sqlalchemy as sa
-
-    from autodeploy.results_db.schema import Device, Model
-
-    try:
-        with store.engine.connect() as conn:
-            m = conn.execute(sa.select(Model.name, Model.sha256, Model.inputs, Model.outputs)
-                             .where(Model.sha256 == model_sha256)).one()  # fmt: skip
-            info = conn.execute(sa.select(Device.info).where(Device.fingerprint == fingerprint)).scalar_one()
-    except sa.exc.SQLAlchemyError as err:
-        raise StoreError(f"cannot read the model and device of a trial from {store.url}: {err}") from err
-    return {"name": m.name, "sha256": m.sha256, "inputs": m.inputs, "outputs": m.outputs}, dict(info)
+    """The stored model interface and device info (the trial rows do not carry them)."""
+    model, device = store.model_interface(model_sha256), store.device_info(fingerprint)
+    if model is None or device is None:
+        raise StoreError(f"{store.url} lacks the model or device of a trial: the database is inconsistent",
+                         fix="re-run the trial into a fresh database")  # fmt: skip
+    return model, device
 
 
 def artifact_of(source: Source) -> Artifact:

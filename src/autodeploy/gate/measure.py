@@ -11,7 +11,7 @@ becomes one :class:`Round`: the unit of the gate's statistics (see :mod:`autodep
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import numpy as np
 from autodeploy.adapters.base import Artifact, TrialConfig
 from autodeploy.data import Dataset
 from autodeploy.errors import UsageError
-from autodeploy.harness.run import HarnessSettings, PreparedData, _spec, reference, run_worker
+from autodeploy.harness.run import HarnessSettings, Prepared, PreparedData, measure, prepare
 from autodeploy.harness.stats import MIN_SAMPLES_P90
 from autodeploy.model import ModelInfo, TensorSpec
 
@@ -159,51 +159,36 @@ def run_rounds(
     A failed build or round is recorded in its :class:`Round` (``failure``), never raised.
     """
     say = progress or (lambda _: None)
-    specs, failures, prepared = {}, {}, {}
+    prepared: dict[str, Prepared] = {}  # by role
+    built: dict[tuple[str, str, str], Prepared] = {}
     for arm in arms:
         key = (arm.model.sha256, arm.config.key(), str(arm.artifact))
-        if key not in prepared:  # the same model and config twice (an A/A run) is built once
+        if key not in built:  # the same model and config twice (an A/A run) is built once
             say(f"{arm.role}: reference and build")
-            prepared[key] = _measure_spec(arm, data, settings)
-        specs[arm.role], failures[arm.role] = prepared[key]
+            built[key] = prepare(arm.model, arm.config, data, settings, artifact=arm.artifact,
+                                 reference_model=arm.reference_model)  # fmt: skip
+        prepared[arm.role] = built[key]
     out = Rounds()
     for r in range(rounds):
         order = arms if r % 2 == 0 else arms[::-1]
         for arm in order:
             say(f"round {r + 1}/{rounds}: {arm.role}")
-            done = _round(arm.role, r, specs[arm.role], failures[arm.role], settings)
-            getattr(out, arm.role).append(done)
+            getattr(out, arm.role).append(_round(arm.role, r, prepared[arm.role], settings))
     return out
 
 
-def _measure_spec(arm: Arm, data: PreparedData, settings: HarnessSettings) -> tuple[Any, str | None]:
-    assert arm.reference_model is not None
-    ref = reference(arm.reference_model, data, settings)
-    artifact = arm.artifact
-    if artifact is None:
-        built = run_worker(_spec("build", arm.model, arm.config, data, settings),
-                           settings.build_timeout_s, settings.memory_cap_mb)  # fmt: skip
-        if built.status != "ok":
-            return None, f"build failed ({built.failure_kind}): {built.failure_message}"
-        artifact = Path(built.payload["artifact_path"])
-    spec = _spec("measure", arm.model, arm.config, data, settings)
-    return replace(spec, artifact_path=str(artifact), reference_path=str(ref)), None
-
-
-def _round(role: str, index: int, spec: Any, failure: str | None, settings: HarnessSettings) -> Round:
-    if spec is None:
-        return Round(role, index, failure=failure)
-    outcome = run_worker(spec, settings.timeout_s, settings.memory_cap_mb)
-    if outcome.status != "ok":
-        return Round(role, index, failure=f"{outcome.failure_kind}: {outcome.failure_message}")
-    p = outcome.payload
-    samples = np.asarray(p["samples_ms"], dtype=float)
-    score, metric = accuracy_score(p["accuracy"])
+def _round(role: str, index: int, prepared: Prepared, settings: HarnessSettings) -> Round:
+    result = measure(prepared, settings)
+    if not result.samples_ms:  # the build or the run failed; "inaccurate" runs were measured
+        stage = f"build failed ({result.failure_kind})" if prepared.spec is None else result.failure_kind
+        return Round(role, index, failure=f"{stage}: {result.failure_message}")
+    samples = np.asarray(result.samples_ms, dtype=float)
+    score, metric = accuracy_score(asdict(result.accuracy) if result.accuracy else None)
     return Round(
         role, index, p10_ms=float(np.percentile(samples, 10)), median_ms=float(np.median(samples)),
         p90_ms=float(np.percentile(samples, 90)) if samples.size >= MIN_SAMPLES_P90 else None,
         mean_ms=float(samples.mean()), calls=int(samples.size), accuracy=score, accuracy_metric=metric,
-        eval_items=p["accuracy"]["n_samples"], engine_version=p["engine_version"],
+        eval_items=result.accuracy.n_samples if result.accuracy else None, engine_version=result.engine_version,
     )  # fmt: skip
 
 
@@ -223,8 +208,6 @@ def accuracy_score(accuracy: dict[str, Any] | None) -> tuple[float | None, str |
 
 def history_rounds(store: Any, arm: Arm, fingerprint: str, *, limit: int) -> list[Round]:
     """The stored trials of ``arm``'s model and config on this device, as rounds (newest first)."""
-    from dataclasses import asdict
-
     rows = store.history(arm.model.sha256, fingerprint, arm.config.key(), limit=limit, samples=True)
     out = []
     for i, row in enumerate(rows):

@@ -138,6 +138,104 @@ def reference(
     return out
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A config built (or an artifact given) and its reference computed: ready to be measured,
+    once by :func:`run_trial` or again and again in fresh workers (the gate's rounds).
+
+    ``failure`` is set, and ``spec`` is ``None``, when the build failed; :func:`measure` then
+    returns that failure as a result.
+    """
+
+    uid: str
+    config: TrialConfig
+    scenario: str
+    spec: WorkerSpec | None
+    build_s: float | None = None
+    engine_version: str | None = None
+    failure: tuple[str, str] | None = None  # (kind, message)
+
+
+def prepare(
+    model: ModelInfo,
+    config: TrialConfig,
+    data: PreparedData,
+    settings: HarnessSettings,
+    *,
+    artifact: Path | None = None,
+    reference_model: ModelInfo | None = None,
+    progress: Progress | None = None,
+    uid: str | None = None,
+    scenario: str = "single-stream",
+    sla_ms: float | None = None,
+) -> Prepared:
+    """Compute the FP32 reference of ``reference_model`` (default ``model``) and build ``config``
+    in a worker (cached by the adapter), unless ``artifact`` is given: a folder built earlier,
+    e.g. a bundle's, measured exactly as it is.
+
+    Raises:
+        TrialFailed: the reference could not be computed (nothing to judge accuracy against).
+    """
+    if scenario not in ("single-stream", "server") or (scenario == "server" and not sla_ms):
+        raise ValueError(f"scenario {scenario!r} needs to be single-stream, or server with sla_ms")
+    uid = uid or uuid.uuid4().hex
+    ref = reference(reference_model or model, data, settings, progress)
+    spec = _spec("build", model, config, data, settings, uid=uid, scenario=scenario, sla_ms=sla_ms)
+    build_s = engine_version = None
+    if artifact is None:
+        built = run_worker(spec, settings.build_timeout_s, settings.memory_cap_mb, progress)
+        if built.status != "ok":
+            failure = (built.failure_kind or "build_failed", built.failure_message or "")
+            return Prepared(uid, config, scenario, None, failure=failure)
+        artifact = Path(built.payload["artifact_path"])
+        build_s, engine_version = built.payload["build_s"], built.payload.get("engine_version")
+    spec = replace(spec, mode="measure", artifact_path=str(artifact), reference_path=str(ref))
+    return Prepared(uid, config, scenario, spec, build_s, engine_version)
+
+
+def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | None = None) -> TrialResult:
+    """Measure a prepared config in one fresh worker; a failure is a result, never an exception.
+
+    A run whose outputs break the accuracy constraint is measured all the same and returned as
+    failed with kind ``inaccurate``, its latency and accuracy filled in.
+    """
+    uid, config = prepared.uid, prepared.config.to_dict()
+    if prepared.spec is None:
+        kind, message = prepared.failure or ("build_failed", "not built")
+        return TrialResult.failed(uid, config, kind, message)
+    measured = run_worker(prepared.spec, settings.timeout_s, settings.memory_cap_mb, progress)
+    if measured.status != "ok":
+        return TrialResult.failed(
+            uid,
+            config,
+            measured.failure_kind or "run_failed",
+            measured.failure_message or "",
+            engine_version=prepared.engine_version,
+            build_s=prepared.build_s,
+        )
+    p = measured.payload
+    accuracy = Accuracy.from_dict(p["accuracy"])
+    fields: dict[str, Any] = dict(
+        engine_version=p["engine_version"],
+        latency=LatencyStats.from_dict(p["latency"]),
+        throughput=p["throughput"],
+        samples_ms=tuple(p["samples_ms"]),
+        warmup_calls=p["warmup_calls"],
+        duration_s=p["duration_s"],
+        peak_rss_mb=p["peak_rss_mb"],
+        artifact_mb=p["artifact_mb"],
+        artifact_path=p["artifact_path"],
+        build_s=prepared.build_s,
+        accuracy=accuracy,
+        extra=p["extra"],
+        scenario=prepared.scenario,
+    )
+    if not accuracy.passed:
+        message = f"breaks the accuracy constraint ({accuracy.constraint})"
+        return TrialResult.failed(uid, config, "inaccurate", message, **fields)
+    return TrialResult(uid=uid, config=config, status="ok", **fields)
+
+
 def run_trial(
     model: ModelInfo,
     config: TrialConfig,
@@ -154,55 +252,10 @@ def run_trial(
     ``scenario="server"`` also finds the highest Poisson query rate whose p99 stays under ``sla_ms``
     (``result.extra["server"]``).
     """
-    if scenario not in ("single-stream", "server") or (scenario == "server" and not sla_ms):
-        raise ValueError(f"scenario {scenario!r} needs to be single-stream, or server with sla_ms")
-    uid = uid or uuid.uuid4().hex
-    ref = reference(model, data, settings, progress)
-    spec = _spec("build", model, config, data, settings, uid=uid, scenario=scenario, sla_ms=sla_ms)
-    built = run_worker(spec, settings.build_timeout_s, settings.memory_cap_mb, progress)
-    if built.status != "ok":
-        return TrialResult.failed(
-            uid, config.to_dict(), built.failure_kind or "build_failed", built.failure_message or ""
-        )
-    spec = replace(
-        spec, mode="measure", artifact_path=built.payload["artifact_path"], reference_path=str(ref)
+    prepared = prepare(
+        model, config, data, settings, progress=progress, uid=uid, scenario=scenario, sla_ms=sla_ms
     )
-    measured = run_worker(spec, settings.timeout_s, settings.memory_cap_mb, progress)
-    if measured.status != "ok":
-        return TrialResult.failed(
-            uid,
-            config.to_dict(),
-            measured.failure_kind or "run_failed",
-            measured.failure_message or "",
-            engine_version=built.payload.get("engine_version"),
-            build_s=built.payload.get("build_s"),
-        )
-    p = measured.payload
-    accuracy = Accuracy.from_dict(p["accuracy"])
-    fields: dict[str, Any] = dict(
-        engine_version=p["engine_version"],
-        latency=LatencyStats.from_dict(p["latency"]),
-        throughput=p["throughput"],
-        samples_ms=tuple(p["samples_ms"]),
-        warmup_calls=p["warmup_calls"],
-        duration_s=p["duration_s"],
-        peak_rss_mb=p["peak_rss_mb"],
-        artifact_mb=p["artifact_mb"],
-        artifact_path=p["artifact_path"],
-        build_s=built.payload["build_s"],
-        accuracy=accuracy,
-        extra=p["extra"],
-    )
-    if not accuracy.passed:
-        return TrialResult.failed(
-            uid,
-            config.to_dict(),
-            "inaccurate",
-            f"breaks the accuracy constraint ({accuracy.constraint})",
-            scenario=scenario,
-            **fields,
-        )
-    return TrialResult(uid=uid, config=config.to_dict(), status="ok", scenario=scenario, **fields)
+    return measure(prepared, settings, progress)
 
 
 def _spec(

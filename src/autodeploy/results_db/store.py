@@ -331,6 +331,25 @@ class Store:
         rows = self._rows(_select_rows(samples=True).where(Trial.id == id), samples=True)
         return rows[0] if rows else None
 
+    def model_interface(self, sha256: str) -> dict[str, Any] | None:
+        """A stored model's name, SHA-256, inputs and outputs; ``None`` when it is not stored."""
+
+        def fetch(s: Session) -> dict[str, Any] | None:
+            m = s.execute(sa.select(Model).where(Model.sha256 == sha256)).scalar_one_or_none()
+            return m and {"name": m.name, "sha256": m.sha256, "inputs": m.inputs, "outputs": m.outputs}
+
+        return self._run("cannot read", fetch)
+
+    def device_info(self, fingerprint: str) -> dict[str, Any] | None:
+        """A stored device's description (CPU, ISA, cores, memory, ...); ``None`` when it is not stored."""
+
+        def fetch(s: Session) -> dict[str, Any] | None:
+            query = sa.select(Device.info).where(Device.fingerprint == fingerprint)
+            info = s.execute(query).scalar_one_or_none()
+            return None if info is None else dict(info)
+
+        return self._run("cannot read", fetch)
+
     def list_trials(
         self,
         *,
