@@ -55,8 +55,6 @@ ONNX2TF_SUFFIX = {
 #: onnx2tf fetches this sample file over the network unless it lies in its working folder; it
 #: only feeds onnx2tf's own dummy inference, so random images do.
 ONNX2TF_SAMPLE = "calibration_image_sample_data_20x128x128x3_float32.npy"
-#: Run in a child process: onnx2tf calls sys.exit on errors and prints freely.
-_DRIVER = "import json, sys, onnx2tf; onnx2tf.convert(**json.load(open(sys.argv[1])))"
 _QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "PYTHONWARNINGS": "ignore"}
 
 
@@ -205,7 +203,8 @@ def _inverse(perm: Sequence[int] | None) -> list[int] | None:
 def _convert(
     model: ModelInfo, precision: str, calibration: Mapping[str, np.ndarray] | None, scratch: Path
 ) -> Path:
-    """Run onnx2tf in a child process; return the folder holding its .tflite files."""
+    """Convert in a child process (:mod:`autodeploy.adapters.tflite_convert`); return the folder
+    holding the .tflite files, named as onnx2tf names them."""
     out = scratch / "tf"
     kwargs: dict[str, Any] = {
         "input_onnx_file_path": str(model.path),
@@ -216,17 +215,21 @@ def _convert(
     overrides = _shape_overrides(model)
     if overrides:
         kwargs["overwrite_input_shape"] = overrides
-    if precision == "int8":
+    job: dict[str, Any] = {"onnx2tf": kwargs}
+    if precision == "int8":  # one int8 conversion of the SavedModel, not onnx2tf's five
         assert calibration is not None
-        kwargs["output_integer_quantized_tflite"] = True
-        kwargs["custom_input_op_name_np_data_path"] = _write_calibration(model, calibration, scratch)
+        kwargs["output_signaturedefs"] = True
+        job["int8"] = {
+            "output": str(_variant(out, model, precision)),
+            "calibration": _write_calibration(model, calibration, scratch),
+        }
     rng = np.random.default_rng(0)
     np.save(scratch / ONNX2TF_SAMPLE, rng.random((20, 128, 128, 3), dtype=np.float32))
-    (scratch / "convert.json").write_text(json.dumps(kwargs))
+    (scratch / "convert.json").write_text(json.dumps(job))
     log = scratch / "onnx2tf.log"
     with open(log, "wb") as sink:
         done = subprocess.run(
-            [sys.executable, "-c", _DRIVER, "convert.json"],
+            [sys.executable, "-m", "autodeploy.adapters.tflite_convert", "convert.json"],
             cwd=scratch,
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -260,15 +263,15 @@ def _shape_overrides(model: ModelInfo) -> list[str]:
 
 def _write_calibration(
     model: ModelInfo, calibration: Mapping[str, np.ndarray], scratch: Path
-) -> list[list[Any]]:
-    """onnx2tf's ``-cind`` entries: input name, .npy in TF (channels-last) layout, mean 0, std 1."""
-    entries = []
-    for spec in model.inputs:
+) -> dict[str, str]:
+    """One .npy per input in TF's channels-last layout; returns input name → path."""
+    paths = {}
+    for i, spec in enumerate(model.inputs):
         data = np.asarray(calibration[spec.name], dtype=np.float32)
-        path = scratch / f"calibration_{len(entries)}.npy"
+        path = scratch / f"calibration_{i}.npy"
         np.save(path, np.ascontiguousarray(_permute(data, _channels_last(data.ndim))))
-        entries.append([spec.name, str(path), [0.0], [1.0]])
-    return entries
+        paths[spec.name] = str(path)
+    return paths
 
 
 def _log_tail(log: Path, lines: int = 8) -> str:
