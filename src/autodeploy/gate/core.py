@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 #: Latency metrics the gate can judge: the per-round statistic each one takes.
 LATENCY_METRICS = {"p10": "p10_ms", "median": "median_ms", "p90": "p90_ms", "mean": "mean_ms"}
-#: p10 and median by default. Measured on a 2-core shared VM (benchmarks/gate_false_positives.py):
+#: p10 and median by default. Measured over 150 fresh worker processes per model on a 2-core shared VM:
 #: across fresh processes of the same model, per-run p10 varies by 3-5% (CV), the median by 6-11%
 #: (a few slow processes), p90 by 11-16%; p90 needs several times the rounds to judge at 5%.
 DEFAULT_METRICS = ("p10", "median")
