@@ -1,6 +1,7 @@
 """Device fingerprint: what this machine is, so results are compared only on like hardware.
 
-:func:`probe_device` never imports an engine (versions come from installed package metadata)
+The CPU, GPU and version probes are :mod:`autodeploy.runtime.machine`, shared with the bundle
+loader. :func:`probe_device` never imports an engine (versions come from installed package metadata)
 and never raises on an unknown OS: what it cannot read is ``"unknown"``, 0 or empty.
 """
 
@@ -11,14 +12,12 @@ import hashlib
 import json
 import os
 import platform
-import shutil
-import subprocess
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 import psutil
+
+from autodeploy.runtime import machine
 
 #: ISA extensions that decide which engines and precisions pay off (VNNI/AMX for INT8,
 #: AVX512-BF16/AMX-BF16 for bf16, NEON/ASIMD and SVE on Arm).
@@ -36,19 +35,7 @@ RELEVANT_ISA = (
     "asimd",
     "sve",
 )
-#: Distributions whose versions are recorded; their metadata is read, they are never imported.
-ENGINE_PACKAGES = (
-    "onnxruntime",
-    "onnxruntime-gpu",
-    "openvino",
-    "ai-edge-litert",
-    "tensorflow",
-    "onnx2tf",
-    "tensorrt",
-    "nncf",
-)
 _UNKNOWN = "unknown"
-_CPUINFO = Path("/proc/cpuinfo")
 
 
 @dataclass(frozen=True)
@@ -113,8 +100,9 @@ class DeviceInfo:
 @functools.lru_cache(maxsize=1)
 def probe_device() -> DeviceInfo:
     """Describe this machine (cached for the process). Never raises, never imports an engine."""
-    cpu_model, flags = _cpu_model_and_flags()
+    cpu_model, flags = machine.cpu()
     logical = os.cpu_count() or 0
+    gpus = machine.nvidia_gpus() or []
     return DeviceInfo(
         cpu_model=cpu_model,
         arch=platform.machine() or _UNKNOWN,
@@ -124,58 +112,22 @@ def probe_device() -> DeviceInfo:
         memory_gb=_memory_gb(),
         os=f"{platform.system() or _UNKNOWN} {platform.release()}".strip(),
         python=platform.python_version(),
-        engines=_engine_versions(),
-        gpus=_nvidia_gpus(),
+        engines=engine_versions(),
+        gpus=tuple(f"{name} (compute {cc})" if cc else name for name, cc in gpus),
     )
 
 
-def _cpu_model_and_flags() -> tuple[str, set[str]]:
-    system = platform.system()
-    if system == "Linux" and _CPUINFO.is_file():
-        try:
-            return _parse_cpuinfo(_CPUINFO.read_text(errors="replace"))
-        except OSError:
-            pass
-    if system == "Darwin":
-        model = _sysctl("machdep.cpu.brand_string") or platform.processor() or _UNKNOWN
-        features = " ".join(
-            _sysctl(k) for k in ("machdep.cpu.features", "machdep.cpu.leaf7_features")
-        ).lower()
-        flags = set(features.split())
-        if platform.machine() == "arm64":
-            flags.add("asimd")  # every Apple Silicon core has Advanced SIMD
-        return model, flags
-    return platform.processor() or _UNKNOWN, set()
+def engine_versions() -> dict[str, str]:
+    """Installed versions of every registered engine's runtime and build tools, by distribution."""
+    from autodeploy.adapters import registry
 
-
-def _parse_cpuinfo(text: str) -> tuple[str, set[str]]:
-    """CPU model and feature flags from /proc/cpuinfo (x86 ``flags``, Arm ``Features``)."""
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        key = key.strip()
-        if sep and key not in fields:  # the first processor block is enough
-            fields[key] = value.strip()
-    model = (
-        fields.get("model name")
-        or fields.get("Model")
-        or fields.get("Hardware")
-        or fields.get("cpu model")
-        or platform.processor()
-        or _UNKNOWN
-    )
-    flags = set((fields.get("flags") or fields.get("Features") or "").lower().split())
-    return model, flags
-
-
-def _sysctl(key: str) -> str:
-    if shutil.which("sysctl") is None:
-        return ""
-    try:
-        out = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return out.stdout.strip() if out.returncode == 0 else ""
+    versions = {}
+    for engine in registry.all_engines():
+        for dist in (*engine.packages, *engine.build_packages):
+            found = machine.installed_version([dist])
+            if found is not None:
+                versions[dist] = found
+    return versions
 
 
 def _physical_cores(logical: int) -> int:
@@ -190,32 +142,3 @@ def _memory_gb() -> float:
         return round(psutil.virtual_memory().total / 2**30, 1)
     except (OSError, RuntimeError, NotImplementedError):  # unknown platform: 0.0, never a crash
         return 0.0
-
-
-def _engine_versions() -> dict[str, str]:
-    versions = {}
-    for dist in ENGINE_PACKAGES:
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return versions
-
-
-def _nvidia_gpus() -> tuple[str, ...]:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return ()
-    cmd = [exe, "--query-gpu=name,compute_cap", "--format=csv,noheader"]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    if out.returncode != 0:
-        return ()  # e.g. driver installed but no GPU visible
-    gpus = []
-    for line in out.stdout.splitlines():
-        name, _, cap = (part.strip() for part in line.partition(","))
-        if name:
-            gpus.append(f"{name} (compute {cap})" if cap else name)
-    return tuple(gpus)

@@ -1,7 +1,8 @@
 """A deliberately misbehaving engine, for testing the harness's isolation. Test-only.
 
 It is ONNX Runtime underneath (real outputs, real accuracy), plus a ``fault`` knob that
-makes ``load`` or ``run`` crash, hang or eat memory the way a broken engine would.
+makes opening or running crash, hang or eat memory the way a broken engine would. Like any
+engine it is an adapter (:class:`FaultyEngine`) plus a runtime (this module's :func:`open`).
 Registered through the registry by the tests: ``registry.register("faulty", TARGET)``.
 """
 
@@ -10,12 +11,15 @@ from __future__ import annotations
 import ctypes
 import signal
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from autodeploy.adapters.base import Artifact, EngineSpace, Runner, TrialConfig
+from autodeploy.adapters.base import Artifact, EngineSpace, TrialConfig
 from autodeploy.adapters.ort import OnnxRuntimeEngine
+from autodeploy.runtime import onnxruntime
+from autodeploy.runtime.base import IO, Runner
 
 TARGET = "tests.adapters.faulty:FaultyEngine"
 FAULTS = (
@@ -32,24 +36,26 @@ FAULTS = (
 
 class FaultyEngine(OnnxRuntimeEngine):
     name = "faulty"
+    runtime = __name__
 
     def _space(self, target: Any, model: Any) -> EngineSpace:
         space = super()._space(target, model)
-        return EngineSpace(
-            space.precisions, space.unsupported, {**space.knobs, "fault": FAULTS}, space.max_threads
-        )
+        return EngineSpace(space.precisions, space.unsupported, {**space.knobs, "fault": FAULTS})
 
-    def _load(self, artifact: Artifact, config: TrialConfig, model: Any) -> Runner:
-        fault = config.knobs.get("fault", "none")
-        if fault == "raise_in_load":
-            raise RuntimeError("deliberate load failure")
-        inner = super()._load(artifact, config, model)
-        return _FaultyRunner(inner, fault)
+    def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: Any) -> dict[str, Any]:
+        return {**super()._runtime_settings(artifact, config, model), "fault": config.knobs.get("fault", "none")}
+
+
+def open(model_dir: Path, settings: Mapping[str, Any], io: IO) -> Runner:  # noqa: A001 - the runtime interface
+    fault = settings["fault"]
+    if fault == "raise_in_load":
+        raise RuntimeError("deliberate load failure")
+    return _FaultyRunner(onnxruntime.open(model_dir, settings, io), fault)
 
 
 class _FaultyRunner(Runner):
     def __init__(self, inner: Runner, fault: str) -> None:
-        super().__init__(inner.input_dtypes, inner.output_names)
+        super().__init__(inner.io)
         self._inner = inner
         self._fault = fault
 

@@ -4,8 +4,10 @@ import pytest
 
 from autodeploy.adapters.base import Artifact, TrialConfig
 from autodeploy.bundle import BundleError, check_compatible, export, loader
+from autodeploy.model import load_model
+from tests.models import mlp
 
-ORT_VERSION = loader.installed_version("onnxruntime")
+ORT_VERSION = loader.installed_version(["onnxruntime"])
 AMX_CPU = ("Intel Xeon Sapphire Rapids", frozenset({"avx512f", "amx_bf16", "amx_tile"}))
 OLD_CPU = ("AMD EPYC", frozenset({"avx2", "avx512f", "avx512_vnni"}))
 
@@ -20,7 +22,7 @@ def test_a_plain_bundle_runs_here():
 
 
 def test_bf16_winner_is_refused_on_a_cpu_without_bf16(monkeypatch):
-    monkeypatch.setattr(loader, "installed_version", lambda engine: "2025.1.0")
+    monkeypatch.setattr(loader, "installed_version", lambda packages: "2025.1.0")
     requires = {
         "isa_any_of": ["avx512_bf16", "amx_bf16"],
         "why": "OpenVINO runs bf16 natively only with AVX512-BF16 or AMX",
@@ -62,7 +64,7 @@ def test_missing_engine_package_says_how_to_install():
 
 
 def test_tensorrt_checks_version_and_compute_capability(monkeypatch):
-    monkeypatch.setattr(loader, "installed_version", lambda engine: "10.7.0")
+    monkeypatch.setattr(loader, "installed_version", lambda packages: "10.7.0")
     m = manifest("tensorrt", "10.7.0", "fp16", {"gpu_compute_capability": "9.0"})
     assert check_compatible(m, cpu=OLD_CPU, gpus=["9.0"]) == []
     with pytest.raises(BundleError, match="built for compute capability 9.0, this machine's GPUs are 8.6"):
@@ -95,11 +97,18 @@ def test_export_records_what_each_engine_needs():
     )
 
 
-def test_runtime_settings_use_each_engines_own_words():
-    ov = export.runtime_settings(TrialConfig("openvino", "bf16", threads=4, knobs={"NUM_STREAMS": 2}), None)
+def test_runtime_settings_use_each_engines_own_words(tmp_path):
+    model = load_model(mlp(tmp_path / "m.onnx", in_features=16))
+
+    def art(engine):
+        return Artifact(path=None, engine=engine, engine_version="1", precision="x", key="k", files=())
+
+    config = TrialConfig("openvino", "bf16", batch=2, threads=4, knobs={"NUM_STREAMS": 2})
+    ov = export.runtime_settings(config, art("openvino"), model)
     assert ov["properties"] == {"INFERENCE_PRECISION_HINT": "bf16", "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "2",
                                 "INFERENCE_NUM_THREADS": 4}  # fmt: skip
-    tfl = export.runtime_settings(TrialConfig("tflite", "int8", threads=2, knobs={"xnnpack": False}), None)
+    assert ov["shapes"] == {"x": [2, 16]}  # compiled at the measured batch, as the harness did
+    tfl = export.runtime_settings(TrialConfig("tflite", "int8", threads=2, knobs={"xnnpack": False}), art("tflite"), model)
     assert tfl == {
         "model_file": "model.tflite",
         "layout_file": "layout.json",
@@ -107,4 +116,4 @@ def test_runtime_settings_use_each_engines_own_words():
         "xnnpack": False,
     }
     with pytest.raises(BundleError, match="no runner for it"):
-        export.runtime_settings(TrialConfig("warp"), None)
+        export.runtime_settings(TrialConfig("warp"), art("warp"), model)

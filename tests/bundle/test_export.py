@@ -18,7 +18,8 @@ from tests.bundle.conftest import feeds
 def test_bundle_holds_the_artifact_unchanged_and_a_complete_manifest(stored, bundle):
     names = sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file())
     assert names == ["README.md", "loader.py", "manifest.json", "manifest.sha256", "model/artifact.json",
-                     "model/model.onnx", "requirements.txt"]  # fmt: skip
+                     "model/model.onnx", "requirements.txt", "runtime/__init__.py", "runtime/base.py",
+                     "runtime/machine.py", "runtime/onnxruntime.py"]  # fmt: skip
     for name in ("artifact.json", "model.onnx"):
         assert (bundle / "model" / name).read_bytes() == (stored.artifact.path / name).read_bytes()
     m = json.loads((bundle / "manifest.json").read_text())
@@ -27,6 +28,8 @@ def test_bundle_holds_the_artifact_unchanged_and_a_complete_manifest(stored, bun
         "name": "onnxruntime",
         "version": stored.artifact.engine_version,
         "package": "onnxruntime",
+        "packages": ["onnxruntime"],
+        "runtime": "onnxruntime",
     }
     assert m["settings"] == stored.config.to_dict()
     assert m["runtime"]["intra_op_num_threads"] == 1 and m["runtime"]["execution_mode"] == "ORT_PARALLEL"
@@ -44,6 +47,9 @@ def test_bundle_holds_the_artifact_unchanged_and_a_complete_manifest(stored, bun
         in (bundle / "requirements.txt").read_text().splitlines()
     )
     assert (bundle / "loader.py").read_bytes() == open(loader.__file__, "rb").read()
+    import autodeploy.runtime.onnxruntime as shipped  # the runtime the harness measured with, verbatim
+
+    assert (bundle / "runtime" / "onnxruntime.py").read_bytes() == open(shipped.__file__, "rb").read()
 
 
 def test_loaded_bundle_gives_the_benchmarked_artifacts_outputs(stored, bundle):

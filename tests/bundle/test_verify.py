@@ -17,6 +17,7 @@ from tests.bundle.conftest import feeds
 from tests.cli.test_cli import run as run_cli
 
 FILES = ["model/model.onnx", "model/artifact.json", "loader.py", "requirements.txt", "README.md",
+         "runtime/onnxruntime.py", "runtime/base.py", "runtime/machine.py",
          "manifest.json", "manifest.sha256"]  # fmt: skip
 
 
@@ -71,7 +72,7 @@ def test_cli_verify_info_run_on_a_real_bundle_and_a_damaged_one(stored, bundle, 
 
     monkeypatch.setattr(_common.out, "width", 200)
     code, out, err = run_cli(capsys, "bundle", "verify", str(bundle))
-    assert code == 0 and "ok" in out and "7 files match the manifest" in out, err
+    assert code == 0 and "ok" in out and "11 files match the manifest" in out, err
     code, out, err = run_cli(capsys, "bundle", "info", str(bundle))
     assert (
         code == 0 and "onnxruntime" in out and "ORT_PARALLEL" in out and "autodeploy bench m.onnx" in out

@@ -2,8 +2,10 @@
 
 An engine is one module in ``autodeploy.adapters`` with one :class:`Engine` subclass. The
 public methods here check inputs and state, then call a protected hook (``_probe``,
-``_space``, ``_build``, ``_load``, ``Runner._run``), so each adapter stays small and cannot
-skip the checks (the pattern of Polygraphy's backends).
+``_space``, ``_build``, ``_runtime_settings``), so each adapter stays small and cannot skip the
+checks (the pattern of Polygraphy's backends). Running an artifact is not the adapter's job: :meth:`Engine.load`
+opens it with the engine's module in :mod:`autodeploy.runtime`, the same code a bundle ships,
+with the settings :meth:`Engine.runtime_settings` derives from the trial config.
 
 Contract for adapters:
 
@@ -12,14 +14,15 @@ Contract for adapters:
 * ``_probe`` may raise anything: :meth:`Engine.probe` turns it into an *unavailable* result.
 * ``_build`` writes engine-native files into an empty folder it is given; it must not time
   itself (timing lives in ``autodeploy.harness``).
-* ``Runner._run`` gets feeds already checked for names, dtypes and rank, and returns one
-  array per model output, in the model's output order.
+* ``_runtime_settings`` turns a config into the runtime's settings, in the engine's own option
+  names; they are stored in a bundle's manifest and applied by the same runtime there.
 * Engines are stateless; one instance may be shared.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import shutil
@@ -32,7 +35,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from autodeploy.errors import BuildError, ShapeError, UnsupportedConfigError
+from autodeploy.errors import BuildError, UnsupportedConfigError, UsageError
+from autodeploy.runtime import machine
+from autodeploy.runtime.base import IO, Runner
+
+__all__ = ["ARTIFACT_FILE", "IO", "Artifact", "Availability", "Engine", "EngineSpace", "Runner", "TrialConfig",
+           "io_of"]  # fmt: skip
 
 if TYPE_CHECKING:
     from autodeploy.device import DeviceInfo
@@ -69,7 +77,8 @@ class EngineSpace:
     precisions: tuple[str, ...]
     unsupported: Mapping[str, str] = field(default_factory=dict)
     knobs: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
-    max_threads: int | None = None
+    #: Whether the thread count changes anything (False for a GPU engine: the search keeps the default).
+    threads: bool = True
 
 
 @dataclass(frozen=True)
@@ -88,9 +97,9 @@ class TrialConfig:
 
     def __post_init__(self) -> None:
         if self.batch < 1:
-            raise ShapeError(f"batch must be >= 1, got {self.batch}")
+            raise UsageError(f"batch must be >= 1, got {self.batch}", fix="pass --batch 1 or more")
         if self.threads is not None and self.threads < 1:
-            raise ShapeError(f"threads must be >= 1, got {self.threads}")
+            raise UsageError(f"threads must be >= 1, got {self.threads}", fix="pass --threads 1 or more")
         # Freeze the knobs so the config is hashable and cannot change under a running trial.
         object.__setattr__(self, "knobs", dict(sorted(self.knobs.items())))
 
@@ -166,49 +175,10 @@ class Artifact:
         )
 
 
-class Runner(ABC):
-    """A loaded model ready to run. Used by the harness worker and the bundle loader."""
-
-    def __init__(self, inputs: Mapping[str, np.dtype], output_names: tuple[str, ...]) -> None:
-        self.input_dtypes = dict(inputs)
-        self.output_names = output_names
-        self._closed = False
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run one batch. Checks input names and dtypes, then calls :meth:`_run`."""
-        if self._closed:
-            raise RuntimeError("Runner.run called after close()")
-        missing = set(self.input_dtypes) - set(feeds)
-        extra = set(feeds) - set(self.input_dtypes)
-        if missing or extra:
-            raise ShapeError(
-                f"feeds do not match the model inputs: missing {sorted(missing)}, unexpected {sorted(extra)}; "
-                f"expected {sorted(self.input_dtypes)}"
-            )
-        for name, array in feeds.items():
-            if array.dtype != self.input_dtypes[name]:
-                raise ShapeError(
-                    f"input '{name}' has dtype {array.dtype}, the model wants {self.input_dtypes[name]}"
-                )
-        outputs = self._run(feeds)
-        return dict(zip(self.output_names, outputs, strict=True))
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._close()
-
-    def __enter__(self) -> Runner:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @abstractmethod
-    def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]: ...
-
-    def _close(self) -> None:  # noqa: B027 - optional hook
-        pass
+def io_of(model: ModelInfo) -> IO:
+    """The runtime's view of a model: input and output names, dtypes and shapes."""
+    return IO.from_dict({"inputs": [t.to_dict() for t in model.inputs],
+                         "outputs": [t.to_dict() for t in model.outputs]})  # fmt: skip
 
 
 class Engine(ABC):
@@ -218,8 +188,12 @@ class Engine(ABC):
     name: ClassVar[str]
     #: The pip extra that installs the engine: ``pip install 'autodeploy[<extra>]'``.
     extra: ClassVar[str | None] = None
-    #: Distributions whose installed version is the engine version (first found wins).
+    #: The module in :mod:`autodeploy.runtime` (or a plug-in's) that opens and runs this engine's artifacts.
+    runtime: ClassVar[str]
+    #: Distributions whose installed version is the engine version (first found wins): the runtime's ``PACKAGES``.
     packages: ClassVar[tuple[str, ...]] = ()
+    #: Distributions that only build artifacts (converters, quantizers); their versions are recorded per device.
+    build_packages: ClassVar[tuple[str, ...]] = ()
     #: Knobs that change the built artifact (others only change how it is run).
     build_knobs: ClassVar[frozenset[str]] = frozenset()
     #: Knobs a study searches by default (others keep the engine's default unless the study lists them).
@@ -318,11 +292,34 @@ class Engine(ABC):
             raise
         return Artifact.read(final)
 
-    def load(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> Runner:
-        """Load a built artifact with the runtime settings of ``config`` (threads, knobs)."""
+    def runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
+        """The runtime's settings for ``config``, in the engine's own option names.
+
+        JSON-ready: a bundle's manifest stores them and its loader applies them unchanged.
+        """
         if artifact.engine != self.name:
             raise ValueError(f"artifact of {artifact.engine!r} given to {self.name!r}")
-        return self._load(artifact, config, model)
+        return self._runtime_settings(artifact, config, model)
+
+    def runtime_module(self, config: TrialConfig) -> str:
+        """The module that runs ``config``'s artifact (an engine may run on another's runtime)."""
+        return self.runtime
+
+    def load(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> Runner:
+        """Open a built artifact with the runtime settings of ``config`` (threads, knobs)."""
+        settings = self.runtime_settings(artifact, config, model)
+        runtime = importlib.import_module(self.runtime_module(config))
+        return runtime.open(artifact.path, settings, io_of(model))
+
+    def requirements(self, artifact: Artifact, config: TrialConfig, device: Mapping[str, Any]) -> dict[str, Any]:
+        """What a target must have for the artifact to run at all (not merely fast); ``{}`` if nothing.
+
+        ``device`` is the stored description of the device it was measured on (``DeviceInfo.to_dict()``).
+
+        ``{"isa_any_of": [...], "why": ...}`` or ``{"gpu_compute_capability": "9.0", "why": ...}``:
+        a bundle's loader refuses a machine that lacks them.
+        """
+        return {}
 
     def probe_version(self) -> str:
         """The installed engine version, from package metadata (imports nothing)."""
@@ -346,15 +343,8 @@ class Engine(ABC):
     ) -> Mapping[str, Any] | None: ...
 
     @abstractmethod
-    def _load(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> Runner: ...
+    def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]: ...
 
     def _version(self) -> str | None:
         """The first installed distribution of :attr:`packages`, from metadata (nothing is imported)."""
-        from importlib.metadata import PackageNotFoundError, version
-
-        for dist in self.packages:
-            try:
-                return version(dist)
-            except PackageNotFoundError:
-                continue
-        return None
+        return machine.installed_version(self.packages)

@@ -12,7 +12,6 @@ checked against https://docs.openvino.ai/2024/openvino-workflow/running-inferenc
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import logging
 from collections.abc import Iterator, Mapping
@@ -22,22 +21,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, Runner, TrialConfig
-from autodeploy.errors import BuildError, EngineError
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
+from autodeploy.errors import BuildError
+from autodeploy.runtime import openvino as rt
 
 if TYPE_CHECKING:
     from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
 
-IR_FILE = "model.xml"
-DEVICE = "CPU"
+IR_FILE = rt.MODEL_FILE
+DEVICE = rt.DEVICE
 INSTALL_HINT = "pip install 'autodeploy[openvino]'"
 #: Our precision names -> OpenVINO's ``INFERENCE_PRECISION_HINT`` values. int8 IR keeps its
 #: non-quantized parts in f32 (the plugin would otherwise pick bf16 for them on AMX).
 INFERENCE_PRECISION = {"fp32": "f32", "bf16": "bf16", "fp16": "f16", "int8": "f32"}
 PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT")
 NUM_STREAMS = (1, 2, "AUTO")
-#: Infer requests for the offline scenario (async); the runner itself runs one sync request.
+#: Infer requests for the offline scenario (async); the runtime itself runs one sync request.
 NUM_REQUESTS = (1, 2, 4)
 BF16_ISA = ("avx512_bf16", "amx_bf16")
 
@@ -45,12 +45,14 @@ BF16_ISA = ("avx512_bf16", "amx_bf16")
 class OpenVinoEngine(Engine):
     name = "openvino"
     extra = "openvino"
-    packages = ("openvino",)
+    runtime = rt.__name__
+    packages = rt.PACKAGES
+    build_packages = ("nncf",)
 
     def _probe(self, target: DeviceInfo) -> Availability:
         import openvino as ov
 
-        devices = _core().available_devices
+        devices = rt.core().available_devices
         if DEVICE not in devices:
             return Availability(
                 False,
@@ -79,7 +81,6 @@ class OpenVinoEngine(Engine):
                 "NUM_STREAMS": NUM_STREAMS,
                 "num_requests": NUM_REQUESTS,
             },
-            max_threads=target.logical_cores,
         )
 
     def _build(
@@ -110,59 +111,21 @@ class OpenVinoEngine(Engine):
         ov.save_model(ov_model, str(outdir / IR_FILE), compress_to_fp16=False)
         return meta
 
-    def _load(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> Runner:
-        ov_model = _core().read_model(str(artifact.path / IR_FILE))
-        return _OvRunner(ov_model, model, config)
+    def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
+        return runtime_settings(config, model)
+
+    def requirements(self, artifact: Artifact, config: TrialConfig, device: Mapping[str, Any]) -> dict[str, Any]:
+        if config.precision == "bf16":
+            return {"isa_any_of": list(BF16_ISA), "why": "OpenVINO runs bf16 natively only with AVX512-BF16 or AMX"}
+        if config.precision == "fp16" and device.get("arch") in ("x86_64", "AMD64"):
+            return {"isa_any_of": ["avx512_fp16", "amx_fp16"], "why": "OpenVINO fp16 on x86 needs AVX512-FP16 or AMX-FP16"}
+        return {}  # int8 VNNI/AMX only changes speed: a warning at most, never a refusal
 
 
-class _OvRunner(Runner):
-    """One compiled model and one sync infer request at the trial's static input shapes.
-
-    Feeds of another shape (e.g. a last, smaller batch) get their own compiled model, built on
-    first use and kept; the timed calls always hit the one compiled at load.
-    """
-
-    def __init__(self, ov_model: Any, model: ModelInfo, config: TrialConfig) -> None:
-        super().__init__({s.name: np.dtype(s.dtype) for s in model.inputs}, model.output_names)
-        self._model = ov_model
-        self._properties = compile_properties(config)
-        shapes = {name: model.input_shape(name, config.batch) for name in model.input_names}
-        self.compiled_model = self._compile(shapes)
-        self._requests = {_signature(shapes): self._request(self.compiled_model)}
-
-    def _compile(self, shapes: Mapping[str, tuple[int, ...]]) -> Any:
-        ov_model = self._model
-        if ov_model.is_dynamic() or any(
-            list(ov_model.input(name).get_shape()) != list(shape) for name, shape in shapes.items()
-        ):
-            # A static graph, as benchmark_app measures it: the plugin plans memory once.
-            ov_model = ov_model.clone()
-            ov_model.reshape({name: list(shape) for name, shape in shapes.items()})
-        return _core().compile_model(ov_model, DEVICE, self._properties)
-
-    def _request(self, compiled: Any) -> tuple[Any, list[Any]]:
-        """An infer request and the output ports in the ONNX model's output order (by name)."""
-        names = {name for port in compiled.outputs for name in port.get_names()}
-        missing = [name for name in self.output_names if name not in names]
-        if missing:
-            raise EngineError(
-                f"the OpenVINO model lost output names {missing} in conversion; it has {sorted(names)}"
-            )
-        return compiled.create_infer_request(), [compiled.output(name) for name in self.output_names]
-
-    def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        key = _signature({name: array.shape for name, array in feeds.items()})
-        if key not in self._requests:
-            self._requests[key] = self._request(self._compile({k: v.shape for k, v in feeds.items()}))
-        request, ports = self._requests[key]
-        # share_inputs: the sync call reads the caller's arrays in place, like benchmark_app's
-        # preset tensors; outputs are copied because the next call overwrites them.
-        results = request.infer(dict(feeds), share_inputs=True, share_outputs=False)
-        return [results[port] for port in ports]
-
-    def _close(self) -> None:
-        self._requests.clear()
-        del self.compiled_model, self._model
+def runtime_settings(config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
+    """The IR, its compile properties and the static input shapes of ``config``'s batch."""
+    shapes = {name: list(model.input_shape(name, config.batch)) for name in model.input_names}
+    return {"model_file": IR_FILE, "properties": compile_properties(config), "shapes": shapes}
 
 
 def compile_properties(config: TrialConfig) -> dict[str, Any]:
@@ -178,18 +141,10 @@ def compile_properties(config: TrialConfig) -> dict[str, Any]:
     return properties
 
 
-@functools.lru_cache(maxsize=1)
-def _core() -> Any:
-    """One ``ov.Core`` per process (it is thread-safe and loading the CPU plugin takes a while)."""
-    import openvino as ov
-
-    return ov.Core()
-
-
 def _capabilities() -> tuple[str, ...]:
     """The CPU plugin's OPTIMIZATION_CAPABILITIES, or () when openvino is not installed."""
     try:
-        return tuple(_core().get_property(DEVICE, "OPTIMIZATION_CAPABILITIES"))
+        return tuple(rt.core().get_property(DEVICE, "OPTIMIZATION_CAPABILITIES"))
     except ImportError:
         return ()
 
@@ -235,6 +190,3 @@ def _calibration_batches(data: Mapping[str, np.ndarray], batch: int) -> Iterator
     for start in range(0, n - batch + 1, batch):
         yield {k: np.ascontiguousarray(v[start : start + batch]) for k, v in data.items()}
 
-
-def _signature(shapes: Mapping[str, tuple[int, ...]]) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    return tuple(sorted((name, tuple(shape)) for name, shape in shapes.items()))

@@ -13,14 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, Runner, TrialConfig
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
 from autodeploy.errors import BuildError
+from autodeploy.runtime import onnxruntime as rt
 
 if TYPE_CHECKING:
     from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
 
-MODEL_FILE = "model.onnx"
+MODEL_FILE = rt.MODEL_FILE
 OPT_LEVELS = ("ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL")
 EXECUTION_MODES = ("ORT_SEQUENTIAL", "ORT_PARALLEL")
 #: ``auto`` picks dynamic quantization for MatMul-heavy models (transformers), static QDQ otherwise.
@@ -31,7 +32,8 @@ CALIBRATION_BATCH = 8
 class OnnxRuntimeEngine(Engine):
     name = "onnxruntime"
     extra = None  # a core dependency: it also computes the FP32 reference
-    packages = ("onnxruntime",)
+    runtime = rt.__name__
+    packages = rt.PACKAGES
     build_knobs = frozenset({"quant_method"})
     # Parallel execution of independent branches is the one session option that often pays off.
     search_knobs = frozenset({"execution_mode"})
@@ -61,7 +63,6 @@ class OnnxRuntimeEngine(Engine):
                 "graph_optimization_level": OPT_LEVELS,
                 "quant_method": QUANT_METHODS,
             },
-            max_threads=target.logical_cores,
         )
 
     def _build(
@@ -87,35 +88,20 @@ class OnnxRuntimeEngine(Engine):
         _quantize(model, method, calibration, out)
         return {"quant_method": method}
 
-    def _load(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> Runner:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = config.threads or 0  # 0: ORT's default (one per physical core)
-        options.inter_op_num_threads = int(config.knobs.get("inter_op_num_threads", 0))
-        options.execution_mode = getattr(
-            ort.ExecutionMode, config.knobs.get("execution_mode", "ORT_SEQUENTIAL")
-        )
-        options.graph_optimization_level = getattr(
-            ort.GraphOptimizationLevel, config.knobs.get("graph_optimization_level", "ORT_ENABLE_ALL")
-        )
-        options.log_severity_level = 3  # warnings from quantized graphs are noise in a benchmark
-        session = ort.InferenceSession(
-            str(artifact.path / MODEL_FILE), sess_options=options, providers=["CPUExecutionProvider"]
-        )
-        return _OrtRunner(session, model)
+    def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
+        return session_settings(config)
 
 
-class _OrtRunner(Runner):
-    def __init__(self, session: Any, model: ModelInfo) -> None:
-        super().__init__({s.name: np.dtype(s.dtype) for s in model.inputs}, model.output_names)
-        self._session = session
-
-    def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        return self._session.run(None, dict(feeds))
-
-    def _close(self) -> None:
-        del self._session
+def session_settings(config: TrialConfig) -> dict[str, Any]:
+    """ONNX Runtime ``SessionOptions`` for ``config``, in ORT's own words (also the in-house engine's)."""
+    knobs = config.knobs
+    return {
+        "model_file": MODEL_FILE,
+        "intra_op_num_threads": config.threads or 0,  # 0: ORT's default (one per physical core)
+        "inter_op_num_threads": int(knobs.get("inter_op_num_threads", 0)),
+        "execution_mode": knobs.get("execution_mode", "ORT_SEQUENTIAL"),
+        "graph_optimization_level": knobs.get("graph_optimization_level", "ORT_ENABLE_ALL"),
+    }
 
 
 def _matmul_heavy(path: Path) -> bool:

@@ -13,7 +13,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, Runner, TrialConfig
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
 from autodeploy.errors import UnknownEngineError
 
 if TYPE_CHECKING:
@@ -84,6 +84,8 @@ def all_engines() -> list[Engine]:
 class MissingEngine(Engine):
     """Stands in for an engine whose module failed to import; it is always unavailable."""
 
+    runtime = ""
+
     def __init__(self, name: str, reason: str) -> None:
         self.name = name  # type: ignore[misc]  # instance attribute on purpose: one stub per name
         self.reason = reason
@@ -97,5 +99,5 @@ class MissingEngine(Engine):
     def _build(self, model: ModelInfo, config: TrialConfig, calibration: Any, outdir: Path) -> None:
         raise UnknownEngineError(self.reason)
 
-    def _load(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> Runner:
+    def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
         raise UnknownEngineError(self.reason)

@@ -27,14 +27,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, Runner, TrialConfig
-from autodeploy.errors import BuildError, UnsupportedConfigError
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
+from autodeploy.errors import BuildError
+from autodeploy.runtime import tensorrt as rt
+from autodeploy.runtime.tensorrt import check_plan_compatible
+
+__all__ = ["PLAN_FILE", "TensorRTEngine", "check_plan_compatible", "compute_capability", "profile_shapes"]
 
 if TYPE_CHECKING:
     from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
 
-PLAN_FILE = "model.plan"
+PLAN_FILE = rt.MODEL_FILE
 #: The largest batch a plan accepts is at least this, so one plan serves small batches too.
 MIN_MAX_BATCH = 8
 NO_GPU_REASON = "TensorRT needs an NVIDIA GPU; none found"
@@ -48,7 +52,9 @@ Shape = tuple[int, ...]
 class TensorRTEngine(Engine):
     name = "tensorrt"
     extra = "tensorrt"
-    packages = ("tensorrt", "tensorrt-cu12", "tensorrt-cu13")
+    runtime = rt.__name__
+    packages = rt.PACKAGES
+    build_packages = ("cuda-python",)
 
     def _probe(self, target: DeviceInfo) -> Availability:
         if not target.gpus:
@@ -56,7 +62,7 @@ class TensorRTEngine(Engine):
             return Availability(False, reason=f"{NO_GPU_REASON} ({where})", fix=NO_GPU_FIX)
         import tensorrt as trt
 
-        _cudart()  # the runner needs cuda-python; a missing one is an ImportError with the install hint
+        rt.cudart()  # the runtime needs cuda-python; a missing one is an ImportError with the install hint
         return Availability(True, version=trt.__version__)
 
     def _space(self, target: DeviceInfo, model: ModelInfo) -> EngineSpace:
@@ -76,7 +82,8 @@ class TensorRTEngine(Engine):
                 "TensorRT 10 runs int8 only from explicitly quantized models and this ONNX has no "
                 "QuantizeLinear nodes; quantize it to QDQ first (implicit calibration is deprecated)"
             )
-        return EngineSpace(precisions=tuple(precisions), unsupported=unsupported, max_threads=1)
+        # The GPU does the work: a CPU thread count is not a TensorRT setting, so it is not searched.
+        return EngineSpace(precisions=tuple(precisions), unsupported=unsupported, threads=False)
 
     def build_key(self, model: ModelInfo, config: TrialConfig, version: str, calibration_hash: str) -> str:
         # The plan's optimization profile is tuned for the trial batch, so batch joins the key.
@@ -110,17 +117,20 @@ class TensorRTEngine(Engine):
         if plan is None:
             raise BuildError(f"TensorRT could not build a {config.precision} engine for {model.name}")
         (outdir / PLAN_FILE).write_bytes(bytes(plan))
-        return {"tensorrt": trt.__version__, "compute_capability": _device_capability()}
+        return {"tensorrt": trt.__version__, "compute_capability": rt.device_capability()}
 
-    def _load(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> Runner:
-        import tensorrt as trt
+    def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
+        # Precision and the optimization profile are baked into the plan; what it needs is recorded.
+        meta = artifact.meta
+        return {"model_file": PLAN_FILE, "tensorrt": meta.get("tensorrt"),
+                "compute_capability": meta.get("compute_capability")}  # fmt: skip
 
-        check_plan_compatible(artifact.meta, trt.__version__, _device_capability())
-        logger = trt.Logger(trt.Logger.ERROR)
-        engine = trt.Runtime(logger).deserialize_cuda_engine((artifact.path / PLAN_FILE).read_bytes())
-        if engine is None:
-            raise BuildError(f"TensorRT could not deserialize {artifact.path / PLAN_FILE}")
-        return _TrtRunner(engine, model)
+    def requirements(self, artifact: Artifact, config: TrialConfig, device: Mapping[str, Any]) -> dict[str, Any]:
+        cc = artifact.meta.get("compute_capability")
+        if cc is None:
+            raise BuildError("the TensorRT artifact does not record the compute capability it was built for",
+                             fix="rebuild it with this autodeploy (autodeploy bench --engine tensorrt)")  # fmt: skip
+        return {"gpu_compute_capability": str(cc), "why": "a TensorRT plan runs only on the GPU architecture that built it"}
 
 
 #: Builder flags per precision; fp32 needs none. INT8 only takes effect with QDQ nodes.
@@ -156,30 +166,6 @@ def profile_shapes(model: ModelInfo, batch: int) -> dict[str, tuple[Shape, Shape
     return shapes
 
 
-def check_plan_compatible(meta: Mapping[str, Any], trt_version: str, capability: str) -> None:
-    """Refuse a plan built by another TensorRT version or for another GPU architecture.
-
-    TensorRT plans are not portable across either; checking first turns a crash or an opaque
-    deserialization error into a message that says what to rebuild.
-    """
-    built_version, built_cc = meta.get("tensorrt"), meta.get("compute_capability")
-    if built_version is None or built_cc is None:
-        raise UnsupportedConfigError(
-            "the TensorRT artifact does not record the TensorRT version and compute capability it was built for",
-            fix="rebuild the artifact on this machine",
-        )
-    if built_version != trt_version:
-        raise UnsupportedConfigError(
-            f"the TensorRT plan was built with TensorRT {built_version}, this machine has {trt_version}",
-            fix=f"rebuild it here, or install tensorrt=={built_version}",
-        )
-    if str(built_cc) != str(capability):
-        raise UnsupportedConfigError(
-            f"the TensorRT plan was built for compute capability {built_cc}, this GPU is {capability}",
-            fix="rebuild it on a GPU of this architecture",
-        )
-
-
 def compute_capability(gpus: Sequence[str]) -> tuple[int, int] | None:
     """``(major, minor)`` of the first GPU in :attr:`DeviceInfo.gpus` (``"NAME (compute X.Y)"``)."""
     for gpu in gpus:
@@ -198,91 +184,3 @@ def _has_qdq(path: Path) -> bool:
 
     graph = onnx.load(str(path), load_external_data=False).graph
     return any(node.op_type == "QuantizeLinear" for node in graph.node)
-
-
-# -- CUDA through cuda-python ------------------------------------------------------------
-
-
-def _cudart() -> Any:
-    try:
-        from cuda.bindings import runtime  # cuda-python >= 12.6
-    except ImportError:
-        from cuda import cudart as runtime  # older cuda-python
-    return runtime
-
-
-def _check(result: Any) -> Any:
-    """cuda-python returns ``(error, *values)``; raise on an error, return the values."""
-    err, *values = result if isinstance(result, tuple) else (result,)
-    if int(err) != 0:
-        raise RuntimeError(f"CUDA call failed: {err}")
-    return values[0] if len(values) == 1 else values
-
-
-def _device_capability() -> str:
-    cudart = _cudart()
-    device = _check(cudart.cudaGetDevice())
-    props = _check(cudart.cudaGetDeviceProperties(device))
-    return f"{props.major}.{props.minor}"
-
-
-class _TrtRunner(Runner):
-    """Binds device buffers by tensor name; regrows them when a bigger batch arrives."""
-
-    def __init__(self, engine: Any, model: ModelInfo) -> None:
-        import tensorrt as trt
-
-        super().__init__({s.name: np.dtype(s.dtype) for s in model.inputs}, model.output_names)
-        self._trt = trt
-        self._cudart = _cudart()
-        self._engine = engine
-        self._context = engine.create_execution_context()
-        self._stream = _check(self._cudart.cudaStreamCreate())
-        self._buffers: dict[str, tuple[int, int]] = {}  # name -> (device pointer, bytes)
-
-    def _device(self, name: str, nbytes: int) -> int:
-        pointer, size = self._buffers.get(name, (0, 0))
-        if size < nbytes:
-            if pointer:
-                _check(self._cudart.cudaFree(pointer))
-            pointer = int(_check(self._cudart.cudaMalloc(max(nbytes, 1))))
-            self._buffers[name] = (pointer, nbytes)
-            self._context.set_tensor_address(name, pointer)
-        return pointer
-
-    def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        cudart, kind = self._cudart, self._cudart.cudaMemcpyKind
-        for name, value in feeds.items():
-            dtype = self._trt.nptype(self._engine.get_tensor_dtype(name))
-            host = np.ascontiguousarray(value, dtype=dtype)
-            self._context.set_input_shape(name, host.shape)
-            pointer = self._device(name, host.nbytes)
-            _check(
-                cudart.cudaMemcpyAsync(
-                    pointer, host.ctypes.data, host.nbytes, kind.cudaMemcpyHostToDevice, self._stream
-                )
-            )
-        outputs = []
-        for name in self.output_names:
-            shape = tuple(self._context.get_tensor_shape(name))
-            host = np.empty(shape, dtype=self._trt.nptype(self._engine.get_tensor_dtype(name)))
-            self._device(name, host.nbytes)
-            outputs.append(host)
-        if not self._context.execute_async_v3(self._stream):
-            raise RuntimeError("TensorRT execute_async_v3 failed")
-        for name, host in zip(self.output_names, outputs, strict=True):
-            pointer = self._buffers[name][0]
-            _check(
-                cudart.cudaMemcpyAsync(
-                    host.ctypes.data, pointer, host.nbytes, kind.cudaMemcpyDeviceToHost, self._stream
-                )
-            )
-        _check(cudart.cudaStreamSynchronize(self._stream))
-        return outputs
-
-    def _close(self) -> None:
-        for pointer, _ in self._buffers.values():
-            self._cudart.cudaFree(pointer)
-        self._buffers.clear()
-        self._cudart.cudaStreamDestroy(self._stream)
-        del self._context, self._engine

@@ -36,15 +36,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, Runner, TrialConfig
-from autodeploy.errors import BuildError, UnsupportedConfigError
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
+from autodeploy.errors import BuildError
+from autodeploy.runtime import tflite as rt
+from autodeploy.runtime.tflite import permute as _permute
 
 if TYPE_CHECKING:
     from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
 
-MODEL_FILE = "model.tflite"
-LAYOUT_FILE = "layout.json"
+MODEL_FILE = rt.MODEL_FILE
+LAYOUT_FILE = rt.LAYOUT_FILE
 #: Which of onnx2tf's output files holds each precision.
 ONNX2TF_SUFFIX = {
     "fp32": "_float32.tflite",
@@ -61,7 +63,9 @@ _QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "PYTHON
 class TfliteEngine(Engine):
     name = "tflite"
     extra = "tflite"
-    packages = ("ai-edge-litert",)
+    runtime = rt.__name__
+    packages = rt.PACKAGES
+    build_packages = ("onnx2tf", "tensorflow")
 
     def _probe(self, target: DeviceInfo) -> Availability:
         import importlib.util
@@ -95,7 +99,6 @@ class TfliteEngine(Engine):
             precisions=tuple(precisions),
             unsupported=unsupported,
             knobs={"xnnpack": (True, False)},
-            max_threads=target.logical_cores,
         )
 
     def _build(
@@ -118,74 +121,13 @@ class TfliteEngine(Engine):
         (outdir / LAYOUT_FILE).write_text(json.dumps(layout, indent=2))
         return {"converter": {d: version(d) for d in ("onnx2tf", "tensorflow")}}
 
-    def _load(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> Runner:
-        from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-        resolver = (
-            OpResolverType.AUTO
-            if config.knobs.get("xnnpack", True)
-            else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-        )
-        interpreter = Interpreter(
-            model_path=str(artifact.path / MODEL_FILE),
-            num_threads=config.threads,  # None: TFLite's default
-            experimental_op_resolver_type=resolver,
-        )
-        layout = json.loads((artifact.path / LAYOUT_FILE).read_text())
-        return _TfliteRunner(interpreter, model, layout)
-
-
-class _TfliteRunner(Runner):
-    """Feeds ONNX-layout inputs, returns ONNX-layout outputs; resizes when the batch changes."""
-
-    def __init__(self, interpreter: Any, model: ModelInfo, layout: Mapping[str, Any]) -> None:
-        super().__init__({s.name: np.dtype(s.dtype) for s in model.inputs}, model.output_names)
-        self._it = interpreter
-        by_name = {d["name"]: d for d in interpreter.get_input_details()}
-        out_by_name = {d["name"]: d for d in interpreter.get_output_details()}
-        self._inputs = [(e["name"], by_name[e["tflite"]], e["perm"]) for e in layout["inputs"]]
-        out_dtypes = {s.name: np.dtype(s.dtype) for s in model.outputs}
-        self._outputs = [
-            (out_by_name[e["tflite"]]["index"], e["perm"], out_dtypes[e["name"]]) for e in layout["outputs"]
-        ]
-        self._shapes: dict[int, tuple[int, ...]] = {}
-
-    def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        arrays = [
-            (detail, np.ascontiguousarray(_permute(feeds[name], perm), dtype=detail["dtype"]))
-            for name, detail, perm in self._inputs
-        ]
-        if any(self._shapes.get(d["index"]) != a.shape for d, a in arrays):
-            self._resize(arrays)
-        for detail, array in arrays:
-            self._it.set_tensor(detail["index"], array)
-        self._it.invoke()
-        return [
-            np.ascontiguousarray(_permute(self._it.get_tensor(index), perm)).astype(dtype, copy=False)
-            for index, perm, dtype in self._outputs
-        ]
-
-    def _resize(self, arrays: Sequence[tuple[Mapping[str, Any], np.ndarray]]) -> None:
-        for detail, array in arrays:
-            signature = tuple(int(d) for d in detail["shape_signature"])
-            fits = len(signature) == array.ndim and all(
-                s in (-1, a) for s, a in zip(signature, array.shape, strict=True)
-            )
-            if not fits:
-                raise UnsupportedConfigError(
-                    f"TFLite input {detail['name']!r} is fixed at {list(signature)}, got {list(array.shape)}",
-                    fix="use the batch the model was exported with, or export it with a dynamic batch",
-                )
-            self._it.resize_tensor_input(detail["index"], list(array.shape))
-            self._shapes[detail["index"]] = array.shape
-        self._it.allocate_tensors()
-
-    def _close(self) -> None:
-        del self._it
-
-
-def _permute(array: np.ndarray, perm: Sequence[int] | None) -> np.ndarray:
-    return array if perm is None else array.transpose(perm)
+    def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
+        return {
+            "model_file": MODEL_FILE,
+            "layout_file": LAYOUT_FILE,
+            "num_threads": config.threads,  # None: TFLite's default
+            "xnnpack": bool(config.knobs.get("xnnpack", True)),
+        }
 
 
 def _channels_last(rank: int) -> list[int] | None:

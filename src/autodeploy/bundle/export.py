@@ -23,20 +23,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autodeploy import __version__
-from autodeploy.adapters.base import ARTIFACT_FILE, Artifact, TrialConfig
+from autodeploy import __version__, runtime
+from autodeploy.adapters import registry
+from autodeploy.adapters.base import ARTIFACT_FILE, Artifact, Engine, TrialConfig
 from autodeploy.bundle import loader
 from autodeploy.bundle.archive import write_tar
 from autodeploy.bundle.loader import KIND, MANIFEST, MANIFEST_DIGEST, MODEL_DIR, SCHEMA, BundleError
-from autodeploy.errors import StoreError, UsageError
+from autodeploy.errors import BuildError, StoreError, UnknownEngineError, UsageError
+from autodeploy.model import ModelInfo, TensorSpec
 
 if TYPE_CHECKING:
     from autodeploy.results_db.store import Store, StudyRow, TrialRow
 
 REQUIREMENTS = "requirements.txt"
 README = "README.md"
-#: Extra runtime packages an engine's runner imports besides the engine itself.
+#: Extra runtime packages an engine's runtime imports besides the engine itself.
 RUNNER_EXTRAS = {"tensorrt": ("cuda-python",)}
+#: The runtime modules every bundle ships besides its engine's (the shared base and machine probe).
+RUNTIME_COMMON = ("__init__", "base", "machine")
 MEASUREMENT_FIELDS = ("scenario", "batch", "n_samples", "median_ms", "mean_ms", "stdev_ms", "cv", "min_ms", "max_ms",
                       "median_ci", "p90_ms", "p90_ci", "p99_ms", "p99_ci", "unstable", "throughput", "peak_rss_mb",
                       "artifact_mb", "build_s", "warmup_calls", "duration_s")  # fmt: skip
@@ -150,59 +154,43 @@ def artifact_of(source: Source) -> Artifact:
 # -- 2. describe it ------------------------------------------------------------------------
 
 
-def runtime_settings(config: TrialConfig, artifact: Artifact) -> dict[str, Any]:
-    """The settings the loader applies, in the engine's own words, exactly as the adapter sets them."""
-    knobs = config.knobs
-    if config.engine == "onnxruntime":  # mirrors adapters/ort.py OnnxRuntimeEngine._load
-        return {"model_file": "model.onnx", "intra_op_num_threads": config.threads or 0,
-                "inter_op_num_threads": int(knobs.get("inter_op_num_threads", 0)),
-                "execution_mode": knobs.get("execution_mode", "ORT_SEQUENTIAL"),
-                "graph_optimization_level": knobs.get("graph_optimization_level", "ORT_ENABLE_ALL")}  # fmt: skip
-    if config.engine == "openvino":
-        from autodeploy.adapters.openvino import IR_FILE, compile_properties
+def shipped_engine(config: TrialConfig) -> Engine:
+    """The adapter of a config whose artifact a bundle can run: its runtime ships in :mod:`autodeploy.runtime`."""
+    reason = None
+    try:
+        engine = registry.get(config.engine)
+    except UnknownEngineError:
+        reason = "the bundle loader has no runner for it"
+    else:
+        runtime_package = f"{runtime.__name__}."
+        if not engine.runtime_module(config).startswith(runtime_package) or not engine.packages:
+            # The in-house engine's version is autodeploy's, not its runtime's: nothing to pin or check.
+            reason = "the bundle loader has no runner for it (its runtime version cannot be pinned)"
+    if reason:
+        raise BundleError(f"cannot bundle engine {config.engine!r}: {reason}",
+                          fix="export a winner on onnxruntime, openvino, tflite or tensorrt")  # fmt: skip
+    return engine
 
-        return {"model_file": IR_FILE, "properties": compile_properties(config)}
-    if config.engine == "tflite":
-        from autodeploy.adapters.tflite import LAYOUT_FILE, MODEL_FILE
 
-        return {"model_file": MODEL_FILE, "layout_file": LAYOUT_FILE, "num_threads": config.threads,
-                "xnnpack": bool(knobs.get("xnnpack", True))}  # fmt: skip
-    if config.engine == "tensorrt":
-        from autodeploy.adapters.tensorrt import PLAN_FILE
-
-        return {"model_file": PLAN_FILE}  # precision and profile are baked into the plan
-    raise BundleError(f"cannot bundle engine {config.engine!r}: the bundle loader has no runner for it",
-                      fix="export a winner on onnxruntime, openvino, tflite or tensorrt")  # fmt: skip
+def runtime_settings(config: TrialConfig, artifact: Artifact, model: ModelInfo) -> dict[str, Any]:
+    """The settings the bundle's runtime applies: the adapter's own, exactly as the harness applied them."""
+    return shipped_engine(config).runtime_settings(artifact, config, model)
 
 
 def device_requirements(config: TrialConfig, artifact: Artifact, device: dict[str, Any]) -> dict[str, Any]:
     """What the target must have for the artifact to run at all (not merely fast)."""
-    if config.engine == "openvino" and config.precision == "bf16":
-        from autodeploy.adapters.openvino import BF16_ISA
+    try:
+        return shipped_engine(config).requirements(artifact, config, device)
+    except BuildError as exc:
+        raise BundleError(exc.message, fix=exc.fix) from None
 
-        return {
-            "isa_any_of": list(BF16_ISA),
-            "why": "OpenVINO runs bf16 natively only with AVX512-BF16 or AMX",
-        }
-    if (
-        config.engine == "openvino"
-        and config.precision == "fp16"
-        and device.get("arch") in ("x86_64", "AMD64")
-    ):
-        return {
-            "isa_any_of": ["avx512_fp16", "amx_fp16"],
-            "why": "OpenVINO fp16 on x86 needs AVX512-FP16 or AMX-FP16",
-        }
-    if config.engine == "tensorrt":
-        cc = artifact.meta.get("compute_capability")
-        if cc is None:
-            raise BundleError("the TensorRT artifact does not record the compute capability it was built for",
-                              fix="rebuild it with this autodeploy (autodeploy bench --engine tensorrt)")  # fmt: skip
-        return {
-            "gpu_compute_capability": str(cc),
-            "why": "a TensorRT plan runs only on the GPU architecture that built it",
-        }
-    return {}  # int8 VNNI/AMX only changes speed: a warning at most, never a refusal
+
+def model_info(source: Source) -> ModelInfo:
+    """The shipped model's interface as the trial ran it (the study's fixed shapes, if any)."""
+    m, shapes = source.model, (source.study.settings.get("shapes") or {}) if source.study else {}
+    specs = [tuple(TensorSpec(t["name"], t["dtype"], tuple(t["shape"])) for t in m[k]) for k in ("inputs", "outputs")]
+    return ModelInfo(path=Path(m.get("path") or m["name"]), name=m["name"], sha256=m["sha256"], inputs=specs[0],
+                     outputs=specs[1], opset=0, shapes={k: tuple(v) for k, v in shapes.items()})  # fmt: skip
 
 
 def constraint_verdicts(source: Source) -> dict[str, Any]:
@@ -232,6 +220,7 @@ def constraint_verdicts(source: Source) -> dict[str, Any]:
 def build_manifest(source: Source, artifact: Artifact, *, command: str | None = None) -> dict[str, Any]:
     """Everything about the shipped trial except the file list (the writer adds it)."""
     trial, study, config = source.trial, source.study, source.config
+    engine = shipped_engine(config)
     selection = None
     if study is not None and study.summary:
         summary = study.summary
@@ -258,10 +247,12 @@ def build_manifest(source: Source, artifact: Artifact, *, command: str | None = 
         "engine": {
             "name": trial.engine,
             "version": trial.engine_version,
-            "package": loader.PACKAGES.get(trial.engine, (trial.engine,))[0],
+            "package": engine.packages[0],
+            "packages": list(engine.packages),
+            "runtime": engine.runtime_module(config).rpartition(".")[2],
         },  # fmt: skip
         "settings": config.to_dict(),
-        "runtime": runtime_settings(config, artifact),
+        "runtime": runtime_settings(config, artifact, model_info(source)),
         "artifact": {k: v for k, v in artifact.to_dict().items() if k != "schema"},
         "device": {
             "fingerprint": trial.device_fingerprint,
@@ -342,6 +333,10 @@ def write_bundle(source: Source, dest: str | Path, *, tar: bool = False, command
             (stage / MODEL_DIR / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(artifact.path / name, stage / MODEL_DIR / name)
         shutil.copyfile(Path(loader.__file__), stage / loader.LOADER)
+        (stage / loader.RUNTIME_DIR).mkdir()
+        for name in (*RUNTIME_COMMON, manifest["engine"]["runtime"]):  # the same files the harness ran
+            source_file = Path(runtime.__file__).with_name(f"{name}.py")
+            shutil.copyfile(source_file, stage / loader.RUNTIME_DIR / source_file.name)
         (stage / REQUIREMENTS).write_text(requirements_txt(manifest))
         (stage / README).write_text(readme_md(manifest))
         seal(stage, manifest)

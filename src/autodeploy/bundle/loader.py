@@ -1,30 +1,36 @@
 """Load an autodeploy bundle with nothing installed but numpy and the engine's own package.
 
-Every bundle ships a copy of this file at its root, so this works in a bare environment::
+Every bundle ships a copy of this file at its root, next to ``runtime/``: the engine runtime
+of :mod:`autodeploy.runtime` that the harness measured with, copied verbatim. So this works
+in a bare environment::
 
     import sys; sys.path.insert(0, BUNDLE)
     import loader
     predictor = loader.load(BUNDLE)
     outputs = predictor.run({"x": batch})
 
-That is why this module imports only the standard library and numpy at module level, the
-engine package inside its runner, and never the rest of autodeploy (only its exception base,
-when it happens to be installed). :func:`load` first verifies every file against the
-manifest's SHA-256 and size, then checks that the engine version and this machine fit (CPU
-features a bf16 winner needs, the GPU architecture a TensorRT plan was built for), then opens
-the engine with the tuned settings recorded in the manifest (``runtime``: the engine's own
-option names, exactly as the benchmark applied them).
+That is why this module imports only the standard library and numpy at module level, and
+never the rest of autodeploy (only its exception base, when it happens to be installed).
+:func:`load` first verifies every file against the manifest's SHA-256 and size, then checks
+that the engine version and this machine fit (CPU features a bf16 winner needs, the GPU
+architecture a TensorRT plan was built for), then opens the artifact with the engine's
+runtime and the tuned settings recorded in the manifest (``runtime``: the engine's own option
+names, exactly as the benchmark applied them). Inside autodeploy that runtime is
+:mod:`autodeploy.runtime`; shipped, it is the bundle's ``runtime/`` folder, whose files are
+executed from the bytes checked against the manifest (never from cached bytecode).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.abc
+import importlib.util
 import json
-import platform
-import shutil
-import subprocess
-from collections.abc import Callable, Mapping
-from importlib import metadata
+import re
+import sys
+import types
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +43,9 @@ MANIFEST = "manifest.json"
 MANIFEST_DIGEST = "manifest.sha256"
 MODEL_DIR = "model"
 LOADER = "loader.py"
+RUNTIME_DIR = "runtime"
 #: Importing the shipped loader from the bundle folder writes its bytecode here; it is not bundle content.
 IGNORED_DIRS = frozenset({"__pycache__"})
-#: The distributions that provide each engine's runtime (TensorRT ships under several names).
-PACKAGES: dict[str, tuple[str, ...]] = {
-    "onnxruntime": ("onnxruntime",),
-    "openvino": ("openvino",),
-    "tflite": ("ai-edge-litert",),
-    "tensorrt": ("tensorrt", "tensorrt-cu12", "tensorrt-cu13"),
-}
 #: Engines whose artifacts only run under the exact version that built them.
 VERSION_LOCKED = frozenset({"tensorrt"})
 REEXPORT = "export the bundle again from the results store (autodeploy export)"
@@ -151,43 +151,21 @@ def verify(root: str | Path) -> dict[str, Any]:
 # -- compatibility -------------------------------------------------------------------------
 
 
-def installed_version(engine: str) -> str | None:
-    """The installed version of ``engine``'s runtime package, from metadata (imports nothing)."""
-    for dist in PACKAGES.get(engine, ()):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
+def installed_version(packages: Sequence[str]) -> str | None:
+    """The installed version of the first of ``packages`` (an engine's runtime), from metadata."""
+    return _runtime("machine").installed_version(packages)
 
 
 def cpu_info() -> tuple[str, frozenset[str]] | None:
-    """This CPU's model name and feature flags (Linux ``/proc/cpuinfo``); ``None`` when unreadable."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return None
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip() not in fields:  # the first processor block is enough
-            fields[key.strip()] = value.strip()
-    flags = fields.get("flags") or fields.get("Features") or ""
-    model = fields.get("model name") or fields.get("Model") or platform.processor() or "unknown"
-    return model, frozenset(flags.lower().split())
+    """This CPU's model name and feature flags; ``None`` when they cannot be read."""
+    model, flags = _runtime("machine").cpu()
+    return (model, flags) if flags else None
 
 
 def gpu_capabilities() -> list[str] | None:
     """Compute capability (``"8.9"``) of each NVIDIA GPU from nvidia-smi; ``None`` without nvidia-smi."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        out = subprocess.run([exe, "--query-gpu=compute_cap", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10, check=False)  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+    gpus = _runtime("machine").nvidia_gpus()
+    return None if gpus is None else [capability for _, capability in gpus]
 
 
 def check_compatible(
@@ -207,7 +185,7 @@ def check_compatible(
     engine, want = manifest["engine"]["name"], manifest["engine"]["version"]
     precision = manifest["settings"]["precision"]
     fix_install = "pip install -r requirements.txt (in the bundle folder)"
-    have = installed_version(engine)
+    have = installed_version(manifest["engine"].get("packages") or [manifest["engine"].get("package", engine)])
     if have is None:
         raise BundleError(f"this bundle runs on {engine} {want}, which is not installed", fix=fix_install)
     warnings: list[str] = []
@@ -257,16 +235,10 @@ class Predictor:
 
     def __init__(self, root: Path, manifest: dict[str, Any], warnings: list[str]) -> None:
         self.root, self.manifest, self.warnings = root, manifest, warnings
-        model = manifest["model"]
-        self.input_dtypes = {s["name"]: np.dtype(s["dtype"]) for s in model["inputs"]}
-        self.output_names = tuple(s["name"] for s in model["outputs"])
-        engine = manifest["engine"]["name"]
-        if engine not in _OPENERS:
-            raise BundleError(
-                f"this loader has no runner for engine {engine!r}", fix="use a newer autodeploy"
-            )
-        self._run, self._close = _OPENERS[engine](root / MODEL_DIR, manifest, self.output_names)
-        self._closed = False
+        runtime = _runtime(manifest["engine"].get("runtime", manifest["engine"]["name"]), manifest)
+        io = _runtime("base", manifest).IO.from_dict(manifest["model"])
+        self._runner = runtime.open(root / MODEL_DIR, manifest["runtime"], io)
+        self.input_dtypes, self.output_names = self._runner.input_dtypes, self._runner.output_names
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -275,23 +247,13 @@ class Predictor:
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one batch; feeds must match the model's input names and dtypes."""
-        if self._closed:
-            raise RuntimeError("Predictor.run called after close()")
-        missing, extra = set(self.input_dtypes) - set(feeds), set(feeds) - set(self.input_dtypes)
-        if missing or extra:
-            raise BundleError(f"feeds do not match the model inputs: missing {sorted(missing)}, unexpected {sorted(extra)}",
-                              fix=f"pass exactly {sorted(self.input_dtypes)}")  # fmt: skip
-        for name, array in feeds.items():
-            if np.asarray(array).dtype != self.input_dtypes[name]:
-                raise BundleError(f"input {name!r} has dtype {np.asarray(array).dtype}, the model wants {self.input_dtypes[name]}",
-                                  fix=f"cast it with .astype({str(self.input_dtypes[name])!r})")  # fmt: skip
-        outputs = self._run({k: np.asarray(v) for k, v in feeds.items()})
-        return dict(zip(self.output_names, outputs, strict=True))
+        try:
+            return self._runner.run({k: np.asarray(v) for k, v in feeds.items()})
+        except _runtime("base", self.manifest).FeedError as exc:
+            raise BundleError(exc.message, fix=exc.fix) from None
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._close()
+        self._runner.close()
 
     def __enter__(self) -> Predictor:
         return self
@@ -311,163 +273,76 @@ def load(path: str | Path, *, allow_other_version: bool = False) -> Predictor:
         raise BundleError(f"{root} is not a bundle folder",
                           fix="pass the exported folder (autodeploy.bundle.load also opens .tar.gz)")  # fmt: skip
     manifest = verify(root)
+    _runtime("machine", manifest)  # the shipped probe, from the bytes just verified
     warnings = check_compatible(manifest, allow_other_version=allow_other_version)
     return Predictor(root, manifest, warnings)
 
 
-# -- one small runner per engine: (run(feeds) -> outputs in model order, close()) --------------
-
-Opened = tuple[Callable[[Mapping[str, np.ndarray]], list[np.ndarray]], Callable[[], None]]
+# -- the engine runtime ----------------------------------------------------------------------
 
 
-def _open_onnxruntime(model_dir: Path, manifest: Mapping[str, Any], outputs: tuple[str, ...]) -> Opened:
-    import onnxruntime as ort
+def _runtime(name: str, manifest: Mapping[str, Any] | None = None) -> types.ModuleType:
+    """Module ``name`` of the engine runtime: :mod:`autodeploy.runtime` inside autodeploy, else the
+    ``runtime/`` folder next to this file, executed from bytes that match ``manifest`` when given."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise BundleError(f"the manifest names runtime {name!r}, which is not a runtime module name", fix=REEXPORT)
+    if __name__.startswith("autodeploy."):
+        try:
+            return importlib.import_module(f"autodeploy.runtime.{name}")
+        except ModuleNotFoundError:
+            raise BundleError(f"this autodeploy has no runtime for {name!r}", fix="use a newer autodeploy") from None
+    folder = Path(__file__).resolve().parent / RUNTIME_DIR
+    package = f"_autodeploy_runtime_{hashlib.sha256(str(folder).encode()).hexdigest()[:12]}"
+    if package not in sys.modules:
+        _exec_source(package, folder / "__init__.py", manifest, is_package=True)
+    for module in ("base", "machine", name):  # the shared modules first: the engine's imports them
+        if f"{package}.{module}" not in sys.modules:
+            _exec_source(f"{package}.{module}", folder / f"{module}.py", manifest)
+    return sys.modules[f"{package}.{name}"]
 
-    rt = manifest["runtime"]
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = int(rt["intra_op_num_threads"])
-    options.inter_op_num_threads = int(rt["inter_op_num_threads"])
-    options.execution_mode = getattr(ort.ExecutionMode, rt["execution_mode"])
-    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, rt["graph_optimization_level"])
-    options.log_severity_level = 3
-    session = ort.InferenceSession(
-        str(model_dir / rt["model_file"]), sess_options=options, providers=["CPUExecutionProvider"]
+
+def _exec_source(qualname: str, path: Path, manifest: Mapping[str, Any] | None, *, is_package: bool = False) -> None:
+    """Import one shipped source file as module ``qualname``; with ``manifest``, only if its bytes match."""
+    if not path.is_file() or path.is_symlink():
+        raise BundleError(f"bundle {path.parent.parent}: {RUNTIME_DIR}/{path.name} is missing", fix=REEXPORT)
+    entry = (manifest.get("files") or {}).get(f"{RUNTIME_DIR}/{path.name}") or {} if manifest else None
+    loader = _VerifiedSource(path, None if entry is None else entry.get("sha256", ""))
+    spec = importlib.util.spec_from_file_location(
+        qualname, path, loader=loader, submodule_search_locations=[str(path.parent)] if is_package else None
     )
-    return (lambda feeds: session.run(list(outputs), dict(feeds))), (lambda: None)
-
-
-def _open_openvino(model_dir: Path, manifest: Mapping[str, Any], outputs: tuple[str, ...]) -> Opened:
-    import openvino as ov
-
-    core = ov.Core()
-    ov_model = core.read_model(str(model_dir / manifest["runtime"]["model_file"]))
-    properties = dict(manifest["runtime"]["properties"])
-    compiled: dict[
-        tuple[Any, ...], tuple[Any, list[Any]]
-    ] = {}  # one static compile per feed shape, as benchmarked
-
-    def run(feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        key = tuple(sorted((name, a.shape) for name, a in feeds.items()))
-        if key not in compiled:
-            m = ov_model
-            if m.is_dynamic():
-                m = m.clone()
-                m.reshape({name: list(a.shape) for name, a in feeds.items()})
-            c = core.compile_model(m, "CPU", properties)
-            compiled[key] = (c.create_infer_request(), [c.output(name) for name in outputs])
-        request, ports = compiled[key]
-        results = request.infer(dict(feeds), share_inputs=True, share_outputs=False)
-        return [results[port] for port in ports]
-
-    return run, compiled.clear
-
-
-def _open_tflite(model_dir: Path, manifest: Mapping[str, Any], outputs: tuple[str, ...]) -> Opened:
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    rt = manifest["runtime"]
-    resolver = OpResolverType.AUTO if rt["xnnpack"] else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-    it = Interpreter(model_path=str(model_dir / rt["model_file"]), num_threads=rt["num_threads"],
-                     experimental_op_resolver_type=resolver)  # fmt: skip
-    layout = json.loads((model_dir / rt["layout_file"]).read_text())
-    by_name = {d["name"]: d for d in it.get_input_details()}
-    out_by_name = {d["name"]: d for d in it.get_output_details()}
-    dtypes = {s["name"]: np.dtype(s["dtype"]) for s in manifest["model"]["outputs"]}
-    shapes: dict[int, tuple[int, ...]] = {}
-
-    def permute(a: np.ndarray, perm: list[int] | None) -> np.ndarray:
-        return a if perm is None else a.transpose(perm)
-
-    def run(feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        arrays = [(by_name[e["tflite"]], np.ascontiguousarray(permute(feeds[e["name"]], e["perm"]),
-                   dtype=by_name[e["tflite"]]["dtype"])) for e in layout["inputs"]]  # fmt: skip
-        if any(shapes.get(d["index"]) != a.shape for d, a in arrays):
-            for d, a in arrays:
-                it.resize_tensor_input(d["index"], list(a.shape))
-                shapes[d["index"]] = a.shape
-            it.allocate_tensors()
-        for d, a in arrays:
-            it.set_tensor(d["index"], a)
-        it.invoke()
-        by_out = {e["name"]: e for e in layout["outputs"]}
-        return [np.ascontiguousarray(permute(it.get_tensor(out_by_name[by_out[n]["tflite"]]["index"]), by_out[n]["perm"]))
-                .astype(dtypes[n], copy=False) for n in outputs]  # fmt: skip
-
-    return run, (lambda: None)
-
-
-def _open_tensorrt(model_dir: Path, manifest: Mapping[str, Any], outputs: tuple[str, ...]) -> Opened:
-    import tensorrt as trt
-
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[qualname] = module
     try:
-        from cuda.bindings import runtime as cudart  # cuda-python >= 12.6
-    except ImportError:
-        from cuda import cudart  # older cuda-python
-
-    def check(result: Any) -> Any:
-        err, *values = result if isinstance(result, tuple) else (result,)
-        if int(err) != 0:
-            raise BundleError(f"CUDA call failed: {err}")
-        return values[0] if len(values) == 1 else values
-
-    props = check(cudart.cudaGetDeviceProperties(check(cudart.cudaGetDevice())))
-    built = str(manifest["requires"]["gpu_compute_capability"])
-    if f"{props.major}.{props.minor}" != built:
-        raise BundleError(f"this TensorRT plan was built for compute capability {built}, the current GPU is "
-                          f"{props.major}.{props.minor}", fix="select a GPU of that architecture (CUDA_VISIBLE_DEVICES)")  # fmt: skip
-    plan = (model_dir / manifest["runtime"]["model_file"]).read_bytes()
-    engine = trt.Runtime(trt.Logger(trt.Logger.ERROR)).deserialize_cuda_engine(plan)
-    if engine is None:
-        raise BundleError("TensorRT could not deserialize the plan", fix=REEXPORT)
-    context, stream = engine.create_execution_context(), check(cudart.cudaStreamCreate())
-    buffers: dict[str, tuple[int, int]] = {}
-    h2d, d2h = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
-
-    def device(name: str, nbytes: int) -> int:
-        pointer, size = buffers.get(name, (0, 0))
-        if size < nbytes:
-            if pointer:
-                check(cudart.cudaFree(pointer))
-            pointer = int(check(cudart.cudaMalloc(max(nbytes, 1))))
-            buffers[name] = (pointer, nbytes)
-            context.set_tensor_address(name, pointer)
-        return pointer
-
-    def run(feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        for name, value in feeds.items():
-            host = np.ascontiguousarray(value, dtype=trt.nptype(engine.get_tensor_dtype(name)))
-            context.set_input_shape(name, host.shape)
-            check(
-                cudart.cudaMemcpyAsync(device(name, host.nbytes), host.ctypes.data, host.nbytes, h2d, stream)
-            )
-        hosts = [np.empty(tuple(context.get_tensor_shape(n)), dtype=trt.nptype(engine.get_tensor_dtype(n)))
-                 for n in outputs]  # fmt: skip
-        for name, host in zip(outputs, hosts, strict=True):
-            device(name, host.nbytes)
-        if not context.execute_async_v3(stream):
-            raise BundleError("TensorRT execute_async_v3 failed")
-        for name, host in zip(outputs, hosts, strict=True):
-            check(cudart.cudaMemcpyAsync(host.ctypes.data, buffers[name][0], host.nbytes, d2h, stream))
-        check(cudart.cudaStreamSynchronize(stream))
-        return hosts
-
-    def close() -> None:
-        for pointer, _ in buffers.values():
-            cudart.cudaFree(pointer)
-        buffers.clear()
-        cudart.cudaStreamDestroy(stream)
-
-    return run, close
+        loader.exec_module(module)
+    except BaseException:
+        del sys.modules[qualname]
+        raise
 
 
-_OPENERS: dict[str, Callable[[Path, Mapping[str, Any], tuple[str, ...]], Opened]] = {
-    "onnxruntime": _open_onnxruntime,
-    "openvino": _open_openvino,
-    "tflite": _open_tflite,
-    "tensorrt": _open_tensorrt,
-}
+class _VerifiedSource(importlib.abc.SourceLoader):
+    """Loads one file from its source bytes, checked against ``sha256`` when given.
+
+    A ``SourceLoader`` without ``path_stats`` never reads or writes cached bytecode, so a
+    ``__pycache__`` planted in the bundle cannot replace the verified source.
+    """
+
+    def __init__(self, path: Path, sha256: str | None) -> None:
+        self.path, self.sha256 = path, sha256
+
+    def get_filename(self, fullname: str) -> str:
+        return str(self.path)
+
+    def get_data(self, path: str) -> bytes:
+        data = Path(path).read_bytes()
+        if self.sha256 is not None and hashlib.sha256(data).hexdigest() != self.sha256:
+            raise BundleError(f"bundle {self.path.parent.parent}: {RUNTIME_DIR}/{self.path.name} does not match "
+                              "its SHA-256 in the manifest (changed or corrupted)", fix=REEXPORT)  # fmt: skip
+        return data
+
 
 if __name__ == "__main__":  # `python loader.py` inside a bundle: verify it and say whether it runs here
     here = Path(__file__).resolve().parent
-    found = check_compatible(verify(here))
+    verified = verify(here)
+    _runtime("machine", verified)
+    found = check_compatible(verified)
     print(f"{here}: every file verified; runs here" + "".join(f"\nwarning: {w}" for w in found))

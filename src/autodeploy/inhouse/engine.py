@@ -10,7 +10,8 @@ Build knobs:
 * ``runtime``: ``onnxruntime`` (default; fp32 passes may use ORT's fused contrib ops) or
   ``openvino`` (standard ops only; the QDQ model is read by OpenVINO's ONNX frontend).
 
-Run-time knobs are ONNX Runtime's (``adapters/ort.py``), whose session code is reused here.
+Run-time knobs are ONNX Runtime's (``adapters/ort.py``); the artifact runs on the ``runtime``
+knob's engine runtime (:mod:`autodeploy.runtime`), with the settings that engine's adapter derives.
 The artifact is ``model.onnx`` plus ``inhouse.json``: what each pass did, the quantization
 report and the memory plan.
 """
@@ -26,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, Runner, TrialConfig
-from autodeploy.adapters.ort import EXECUTION_MODES, MODEL_FILE, OPT_LEVELS, OnnxRuntimeEngine
+from autodeploy.adapters import ort
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
+from autodeploy.adapters.ort import EXECUTION_MODES, MODEL_FILE, OPT_LEVELS
 from autodeploy.errors import BuildError
 
 if TYPE_CHECKING:
@@ -45,6 +47,8 @@ class InhouseEngine(Engine):
     name = "inhouse"
     extra = None  # onnxscript is a core dependency, and ONNX Runtime runs the result
     build_knobs = frozenset({"calibration", "activation_symmetric", "fallback", "reduce_range", "runtime"})
+    runtime = ort.rt.__name__  # or OpenVINO's, with the ``runtime`` knob (see runtime_module)
+    build_packages = ("onnxscript",)
 
     def _version(self) -> str | None:
         try:
@@ -78,7 +82,6 @@ class InhouseEngine(Engine):
                 "execution_mode": EXECUTION_MODES,
                 "graph_optimization_level": OPT_LEVELS,
             },
-            max_threads=target.logical_cores,
         )
 
     def _build(
@@ -117,13 +120,20 @@ class InhouseEngine(Engine):
         (outdir / REPORT_FILE).write_text(json.dumps(report, indent=2))
         return meta
 
-    def _load(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> Runner:
+    def runtime_module(self, config: TrialConfig) -> str:
         if config.knobs.get("runtime", "onnxruntime") == "openvino":
-            from autodeploy.adapters.openvino import _core, _OvRunner
+            from autodeploy.runtime import openvino
 
-            return _OvRunner(_core().read_model(str(artifact.path / MODEL_FILE)), model, config)
-        # ORT reads only its own knobs (threads, execution mode, optimization level) from config.
-        return OnnxRuntimeEngine()._load(artifact, config, model)
+            return openvino.__name__
+        return self.runtime
+
+    def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
+        if config.knobs.get("runtime", "onnxruntime") == "openvino":
+            from autodeploy.adapters.openvino import runtime_settings
+
+            # OpenVINO's ONNX frontend reads the QDQ model directly; its settings are OpenVINO's own.
+            return {**runtime_settings(config, model), "model_file": MODEL_FILE}
+        return ort.session_settings(config)
 
 
 def _quantize(

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 class EngineChoices:
     precisions: tuple[str, ...]
     knobs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    #: False for engines whose speed does not depend on a CPU thread count (TensorRT): threads stay default.
+    threads: bool = True
 
 
 @dataclass(frozen=True)
@@ -39,9 +41,14 @@ class SearchSpace:
 
     def size(self) -> int:
         per_engine = (
-            len(c.precisions) * _product(len(v) for v in c.knobs.values()) for c in self.engines.values()
+            len(c.precisions) * len(self.threads_of(c)) * _product(len(v) for v in c.knobs.values())
+            for c in self.engines.values()
         )
-        return sum(per_engine) * len(self.batches) * len(self.threads)
+        return sum(per_engine) * len(self.batches)
+
+    def threads_of(self, choices: EngineChoices) -> tuple[int | None, ...]:
+        """The thread counts an engine is searched over: ``(None,)`` (its default) when threads do not apply."""
+        return self.threads if choices.threads else (None,)
 
     def grid(self) -> list[dict[str, Any]]:
         """Every combination, as Optuna params (for ``study.enqueue_trial``)."""
@@ -49,14 +56,11 @@ class SearchSpace:
         for engine, choices in self.engines.items():
             knob_names = list(choices.knobs)
             for precision, batch, threads, *knobs in itertools.product(
-                choices.precisions, self.batches, self.threads, *choices.knobs.values()
+                choices.precisions, self.batches, self.threads_of(choices), *choices.knobs.values()
             ):
-                params = {
-                    "engine": engine,
-                    f"{engine}.precision": precision,
-                    "batch": batch,
-                    "threads": threads,
-                }
+                params = {"engine": engine, f"{engine}.precision": precision, "batch": batch}
+                if threads is not None:
+                    params["threads"] = threads
                 params.update({f"{engine}.{k}": v for k, v in zip(knob_names, knobs, strict=True)})
                 points.append(params)
         return points
@@ -85,7 +89,7 @@ def build_space(config: StudyConfig, device: DeviceInfo, model: ModelInfo) -> Se
             knobs = {k: tuple(v) for k, v in config.knobs[name].items()}
         else:
             knobs = {k: tuple(offered.knobs[k]) for k in sorted(engine.search_knobs) if k in offered.knobs}
-        engines[name] = EngineChoices(precisions, knobs)
+        engines[name] = EngineChoices(precisions, knobs, offered.threads)
     if not engines:
         reasons = "; ".join(f"{k}: {v}" for k, v in skipped.items())
         raise UsageError(f"no engine to search on this device ({reasons})", fix="see `autodeploy engines`")
@@ -94,12 +98,12 @@ def build_space(config: StudyConfig, device: DeviceInfo, model: ModelInfo) -> Se
 
 
 def suggest(trial: optuna.Trial, space: SearchSpace) -> TrialConfig:
-    """Define-by-run: engine → precision → batch → threads → that engine's knobs."""
+    """Define-by-run: engine → precision → batch → threads (where they apply) → that engine's knobs."""
     engine = trial.suggest_categorical("engine", list(space.engines))
     choices = space.engines[engine]
     precision = trial.suggest_categorical(f"{engine}.precision", list(choices.precisions))
     batch = trial.suggest_categorical("batch", list(space.batches))
-    threads = trial.suggest_categorical("threads", list(space.threads))
+    threads = trial.suggest_categorical("threads", list(space.threads)) if choices.threads else None
     knobs = {k: trial.suggest_categorical(f"{engine}.{k}", list(v)) for k, v in choices.knobs.items()}
     return TrialConfig(engine, precision, batch, threads, knobs)
 

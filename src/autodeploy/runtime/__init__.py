@@ -1,0 +1,13 @@
+"""One runtime per engine: open an artifact folder with tuned settings and run it.
+
+``runtime/<engine>.py`` holds ``PACKAGES`` (the distributions whose version is the engine
+version) and ``open(model_dir, settings, io) -> Runner``. ``settings`` are the engine's own
+option names (ONNX Runtime ``intra_op_num_threads``, OpenVINO ``compile_model`` properties,
+...), exactly as an adapter derives them from a trial config and as a bundle's manifest
+records them. The harness worker (through the adapters' ``load``) and the bundle loader run
+these same files; a bundle ships them verbatim in its ``runtime/`` folder.
+
+Contract for every module here: it imports only the standard library, numpy and, inside
+``open``, its own engine; other modules of this package only by relative import, so the
+package runs unchanged outside autodeploy. Importing this package imports nothing.
+"""

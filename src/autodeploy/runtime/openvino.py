@@ -1,0 +1,96 @@
+"""OpenVINO (CPU plugin).
+
+``settings``: ``model_file`` (the IR's ``.xml``), ``properties`` (``compile_model`` properties in
+OpenVINO's own words: ``INFERENCE_PRECISION_HINT``, ``PERFORMANCE_HINT``, ``NUM_STREAMS``,
+``INFERENCE_NUM_THREADS``) and ``shapes`` (input name -> static shape; the model is compiled
+at these shapes when opened, as benchmark_app measures it, so the plugin plans memory once).
+Feeds of another shape (e.g. a last, smaller batch) get their own compiled model on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .base import IO, Runner, RuntimeFailure
+
+PACKAGES = ("openvino",)
+MODEL_FILE = "model.xml"
+DEVICE = "CPU"
+
+_core_instance: Any = None
+
+
+def core() -> Any:
+    """One ``ov.Core`` per process (it is thread-safe and loading the CPU plugin takes a while)."""
+    global _core_instance
+    if _core_instance is None:
+        import openvino as ov
+
+        _core_instance = ov.Core()
+    return _core_instance
+
+
+def open(model_dir: Path, settings: Mapping[str, Any], io: IO) -> Runner:  # noqa: A001 - the runtime interface
+    ov_model = core().read_model(str(Path(model_dir) / settings.get("model_file", MODEL_FILE)))
+    shapes = {name: tuple(shape) for name, shape in (settings.get("shapes") or {}).items()}
+    return _OvRunner(ov_model, dict(settings.get("properties") or {}), shapes, io)
+
+
+class _OvRunner(Runner):
+    """One compiled model and one sync infer request per feed signature."""
+
+    def __init__(self, ov_model: Any, properties: dict[str, Any], shapes: Mapping[str, tuple[int, ...]],
+                 io: IO) -> None:  # fmt: skip
+        super().__init__(io)
+        self._model = ov_model
+        self.properties = properties
+        self._requests: dict[tuple[Any, ...], tuple[Any, list[Any]]] = {}
+        self.compiled_model = None
+        if shapes:
+            self.compiled_model = self._compile(shapes)
+            self._requests[_signature(shapes)] = self._request(self.compiled_model)
+
+    def _compile(self, shapes: Mapping[str, tuple[int, ...]]) -> Any:
+        ov_model = self._model
+        if ov_model.is_dynamic() or any(
+            list(ov_model.input(name).get_shape()) != list(shape) for name, shape in shapes.items()
+        ):
+            ov_model = ov_model.clone()
+            ov_model.reshape({name: list(shape) for name, shape in shapes.items()})
+        return core().compile_model(ov_model, DEVICE, self.properties)
+
+    def _request(self, compiled: Any) -> tuple[Any, list[Any]]:
+        """An infer request and the output ports in the ONNX model's output order (by name)."""
+        names = {name for port in compiled.outputs for name in port.get_names()}
+        missing = [name for name in self.output_names if name not in names]
+        if missing:
+            raise RuntimeFailure(
+                f"the OpenVINO model lost output names {missing} in conversion; it has {sorted(names)}",
+                fix="convert the model again with this OpenVINO, or use another engine",
+            )
+        return compiled.create_infer_request(), [compiled.output(name) for name in self.output_names]
+
+    def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        key = _signature({name: array.shape for name, array in feeds.items()})
+        if key not in self._requests:
+            compiled = self._compile({name: array.shape for name, array in feeds.items()})
+            self.compiled_model = self.compiled_model or compiled
+            self._requests[key] = self._request(compiled)
+        request, ports = self._requests[key]
+        # share_inputs: the sync call reads the caller's arrays in place, like benchmark_app's
+        # preset tensors; outputs are copied because the next call overwrites them.
+        results = request.infer(dict(feeds), share_inputs=True, share_outputs=False)
+        return [results[port] for port in ports]
+
+    def _close(self) -> None:
+        self._requests.clear()
+        self.compiled_model = None
+        del self._model
+
+
+def _signature(shapes: Mapping[str, tuple[int, ...]]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    return tuple(sorted((name, tuple(shape)) for name, shape in shapes.items()))

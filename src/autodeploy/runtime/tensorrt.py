@@ -1,0 +1,130 @@
+"""NVIDIA TensorRT 10: a serialized engine plan run through one execution context.
+
+``settings``: ``model_file`` (the plan), ``tensorrt`` (the version that built it) and
+``compute_capability`` (the GPU architecture it was built for). A plan only runs under both,
+so :func:`open` checks them before deserializing and turns a crash or an opaque error into a
+message saying what to rebuild. Device memory and copies go through ``cuda-python``'s runtime
+bindings; tensors are bound by name (``set_tensor_address``) and run with ``execute_async_v3``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .base import IO, Runner, RuntimeFailure, Unsupported
+
+PACKAGES = ("tensorrt", "tensorrt-cu12", "tensorrt-cu13")
+MODEL_FILE = "model.plan"
+
+
+def open(model_dir: Path, settings: Mapping[str, Any], io: IO) -> Runner:  # noqa: A001 - the runtime interface
+    import tensorrt as trt
+
+    check_plan_compatible(settings, trt.__version__, device_capability())
+    plan = (Path(model_dir) / settings.get("model_file", MODEL_FILE)).read_bytes()
+    engine = trt.Runtime(trt.Logger(trt.Logger.ERROR)).deserialize_cuda_engine(plan)
+    if engine is None:
+        raise RuntimeFailure("TensorRT could not deserialize the plan", fix="rebuild the artifact")
+    return _TrtRunner(engine, io)
+
+
+def check_plan_compatible(settings: Mapping[str, Any], trt_version: str, capability: str) -> None:
+    """Refuse a plan built by another TensorRT version or for another GPU architecture."""
+    built_version, built_cc = settings.get("tensorrt"), settings.get("compute_capability")
+    if built_version is None or built_cc is None:
+        raise Unsupported(
+            "the TensorRT artifact does not record the TensorRT version and compute capability it was built for",
+            fix="rebuild the artifact on this machine",
+        )
+    if built_version != trt_version:
+        raise Unsupported(
+            f"the TensorRT plan was built with TensorRT {built_version}, this machine has {trt_version}",
+            fix=f"rebuild it here, or install tensorrt=={built_version}",
+        )
+    if str(built_cc) != str(capability):
+        raise Unsupported(
+            f"the TensorRT plan was built for compute capability {built_cc}, this GPU is {capability}",
+            fix="rebuild it on a GPU of this architecture (or select one with CUDA_VISIBLE_DEVICES)",
+        )
+
+
+def cudart() -> Any:
+    """cuda-python's runtime bindings (the module moved in cuda-python 12.6)."""
+    try:
+        from cuda.bindings import runtime  # cuda-python >= 12.6
+    except ImportError:
+        from cuda import cudart as runtime  # older cuda-python
+    return runtime
+
+
+def check(result: Any) -> Any:
+    """cuda-python returns ``(error, *values)``; raise on an error, return the values."""
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        raise RuntimeFailure(f"CUDA call failed: {err}")
+    return values[0] if len(values) == 1 else values
+
+
+def device_capability() -> str:
+    """Compute capability (``"9.0"``) of the current CUDA device."""
+    rt = cudart()
+    props = check(rt.cudaGetDeviceProperties(check(rt.cudaGetDevice())))
+    return f"{props.major}.{props.minor}"
+
+
+class _TrtRunner(Runner):
+    """Binds device buffers by tensor name; regrows them when a bigger batch arrives."""
+
+    def __init__(self, engine: Any, io: IO) -> None:
+        import tensorrt as trt
+
+        super().__init__(io)
+        self._trt, self._cudart, self._engine = trt, cudart(), engine
+        self._context = engine.create_execution_context()
+        self._stream = check(self._cudart.cudaStreamCreate())
+        self._buffers: dict[str, tuple[int, int]] = {}  # name -> (device pointer, bytes)
+
+    def _device(self, name: str, nbytes: int) -> int:
+        pointer, size = self._buffers.get(name, (0, 0))
+        if size < nbytes:
+            if pointer:
+                check(self._cudart.cudaFree(pointer))
+            pointer = int(check(self._cudart.cudaMalloc(max(nbytes, 1))))
+            self._buffers[name] = (pointer, nbytes)
+            self._context.set_tensor_address(name, pointer)
+        return pointer
+
+    def _dtype(self, name: str) -> np.dtype:
+        return np.dtype(self._trt.nptype(self._engine.get_tensor_dtype(name)))
+
+    def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        rt, kind = self._cudart, self._cudart.cudaMemcpyKind
+        for name, value in feeds.items():
+            host = np.ascontiguousarray(value, dtype=self._dtype(name))
+            self._context.set_input_shape(name, host.shape)
+            pointer = self._device(name, host.nbytes)
+            check(rt.cudaMemcpyAsync(pointer, host.ctypes.data, host.nbytes, kind.cudaMemcpyHostToDevice,
+                                     self._stream))  # fmt: skip
+        outputs = []
+        for name in self.output_names:
+            host = np.empty(tuple(self._context.get_tensor_shape(name)), dtype=self._dtype(name))
+            self._device(name, host.nbytes)
+            outputs.append(host)
+        if not self._context.execute_async_v3(self._stream):
+            raise RuntimeFailure("TensorRT execute_async_v3 failed")
+        for name, host in zip(self.output_names, outputs, strict=True):
+            check(rt.cudaMemcpyAsync(host.ctypes.data, self._buffers[name][0], host.nbytes,
+                                     kind.cudaMemcpyDeviceToHost, self._stream))  # fmt: skip
+        check(rt.cudaStreamSynchronize(self._stream))
+        return outputs
+
+    def _close(self) -> None:
+        for pointer, _ in self._buffers.values():
+            self._cudart.cudaFree(pointer)
+        self._buffers.clear()
+        self._cudart.cudaStreamDestroy(self._stream)
+        del self._context, self._engine

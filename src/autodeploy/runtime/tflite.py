@@ -1,0 +1,96 @@
+"""TensorFlow Lite (LiteRT) through ``ai-edge-litert``'s Interpreter.
+
+``settings``: ``model_file``, ``layout_file`` (per ONNX input and output: the TFLite tensor name
+and the axis permutation between the ONNX layout and onnx2tf's channels-last one), ``num_threads``
+(``None``: TFLite's default) and ``xnnpack`` (True: the ``AUTO`` op resolver with the default
+XNNPACK delegate; False: TFLite's own builtin kernels). Callers feed and get the ONNX layout.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .base import IO, Runner, Unsupported
+
+PACKAGES = ("ai-edge-litert",)
+MODEL_FILE = "model.tflite"
+LAYOUT_FILE = "layout.json"
+
+
+def open(model_dir: Path, settings: Mapping[str, Any], io: IO) -> Runner:  # noqa: A001 - the runtime interface
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    model_dir = Path(model_dir)
+    resolver = (
+        OpResolverType.AUTO
+        if settings.get("xnnpack", True)
+        else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    )
+    interpreter = Interpreter(
+        model_path=str(model_dir / settings.get("model_file", MODEL_FILE)),
+        num_threads=settings.get("num_threads"),
+        experimental_op_resolver_type=resolver,
+    )
+    layout = json.loads((model_dir / settings.get("layout_file", LAYOUT_FILE)).read_text())
+    return _TfliteRunner(interpreter, layout, io)
+
+
+class _TfliteRunner(Runner):
+    """Feeds ONNX-layout inputs, returns ONNX-layout outputs; resizes when the batch changes."""
+
+    def __init__(self, interpreter: Any, layout: Mapping[str, Any], io: IO) -> None:
+        super().__init__(io)
+        self._it = interpreter
+        by_name = {d["name"]: d for d in interpreter.get_input_details()}
+        out_by_name = {d["name"]: d for d in interpreter.get_output_details()}
+        self._inputs = [(e["name"], by_name[e["tflite"]], e["perm"]) for e in layout["inputs"]]
+        outputs = {e["name"]: e for e in layout["outputs"]}
+        dtypes = io.output_dtypes
+        self._outputs = [
+            (out_by_name[outputs[name]["tflite"]]["index"], outputs[name]["perm"], dtypes[name])
+            for name in self.output_names
+        ]
+        self._shapes: dict[int, tuple[int, ...]] = {}
+
+    def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        arrays = [
+            (detail, np.ascontiguousarray(permute(feeds[name], perm), dtype=detail["dtype"]))
+            for name, detail, perm in self._inputs
+        ]
+        if any(self._shapes.get(d["index"]) != a.shape for d, a in arrays):
+            self._resize(arrays)
+        for detail, array in arrays:
+            self._it.set_tensor(detail["index"], array)
+        self._it.invoke()
+        return [
+            np.ascontiguousarray(permute(self._it.get_tensor(index), perm)).astype(dtype, copy=False)
+            for index, perm, dtype in self._outputs
+        ]
+
+    def _resize(self, arrays: Sequence[tuple[Mapping[str, Any], np.ndarray]]) -> None:
+        for detail, array in arrays:
+            signature = tuple(int(d) for d in detail["shape_signature"])
+            fits = len(signature) == array.ndim and all(
+                s in (-1, a) for s, a in zip(signature, array.shape, strict=True)
+            )
+            if not fits:
+                raise Unsupported(
+                    f"TFLite input {detail['name']!r} is fixed at {list(signature)}, got {list(array.shape)}",
+                    fix="use the batch the model was exported with, or export it with a dynamic batch",
+                )
+            self._it.resize_tensor_input(detail["index"], list(array.shape))
+            self._shapes[detail["index"]] = array.shape
+        self._it.allocate_tensors()
+
+    def _close(self) -> None:
+        del self._it
+
+
+def permute(array: np.ndarray, perm: Sequence[int] | None) -> np.ndarray:
+    """``array`` with its axes in the order ``perm`` (``None``: unchanged)."""
+    return array if perm is None else array.transpose(perm)
