@@ -137,9 +137,13 @@ class Limits:
         with the same attributes (e.g. the study config's ``Constraints``)."""
         if constraints is None:
             return cls()
-        get = constraints.get if isinstance(constraints, Mapping) else (lambda k: getattr(constraints, k, None))
+        get = (
+            constraints.get if isinstance(constraints, Mapping) else (lambda k: getattr(constraints, k, None))
+        )
         drop = get("max_accuracy_drop")
-        return cls(DEFAULT_MAX_ACCURACY_DROP if drop is None else float(drop), get("max_memory_mb"), get("sla_ms"))
+        return cls(
+            DEFAULT_MAX_ACCURACY_DROP if drop is None else float(drop), get("max_memory_mb"), get("sla_ms")
+        )
 
 
 @dataclass(frozen=True)
