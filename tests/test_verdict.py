@@ -121,6 +121,9 @@ def test_gate_score_prefers_task_then_top1_then_cosine():
     assert verdict.accuracy_score(rows) == (0.97, "top-1 agreement vs FP32")
     assert verdict.accuracy_score([{"cosine": 0.9, "task_accuracy": 0.5}]) == (0.5, "task accuracy")
     assert verdict.accuracy_score([]) == (None, None)
+    nan = float("nan")
+    assert verdict.accuracy_score([{"cosine": 0.9}, {"cosine": nan}]) == (0.0, "cosine vs FP32")
+    assert verdict.accuracy_score([{"cosine": nan}, {"cosine": 0.9}]) == (0.0, "cosine vs FP32")
 
 
 # -- constraints ---------------------------------------------------------------------------

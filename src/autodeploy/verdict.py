@@ -111,10 +111,11 @@ def _task_drops(outputs: Sequence[OutputAccuracy]) -> list[float]:
 def accuracy_score(outputs: Sequence[Mapping[str, Any]]) -> tuple[float | None, str | None]:
     """One 0..1 score (higher is better) for comparing two runs, and what it is: the worst output's
     task accuracy where there are labels, else its top-1 agreement with FP32 for classifiers,
-    else its cosine similarity with FP32. ``(None, None)`` without outputs."""
+    else its cosine similarity with FP32. A non-finite value scores 0 (a total loss, as in
+    :func:`accuracy_drop`). ``(None, None)`` without outputs."""
     for key, label in (("task_accuracy", "task accuracy"), ("top1_agreement", "top-1 agreement vs FP32"),
                        ("cosine", "cosine vs FP32")):  # fmt: skip
-        values = [o[key] for o in outputs if o.get(key) is not None]
+        values = [o[key] if math.isfinite(o[key]) else 0.0 for o in outputs if o.get(key) is not None]
         if values:
             return float(min(values)), label
     return None, None
