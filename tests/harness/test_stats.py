@@ -1,7 +1,14 @@
 import numpy as np
 import pytest
 
-from autodeploy.harness.stats import MIN_SAMPLES_P90, MIN_SAMPLES_P99, UNSTABLE_CV, summarize
+from autodeploy.harness.stats import (
+    MIN_SAMPLES_P90,
+    MIN_SAMPLES_P99,
+    UNSTABLE_CV,
+    bootstrap_change_ci,
+    bootstrap_mean_ci,
+    summarize,
+)
 
 MEDIAN_NS = 2_000_000  # 2 ms: the true median of the generating lognormal
 
@@ -92,3 +99,34 @@ def test_constant_samples():
 def test_rejects_too_few_or_malformed(bad):
     with pytest.raises(ValueError):
         summarize(bad)
+
+
+def test_mean_ci_is_the_textbook_bootstrap_drawn_in_blocks():
+    # Blocks of resamples draw the same stream as one n_boot x n array: the same interval, bounded memory.
+    ms = lognormal_ns(5000, seed=2) / 1e6
+    means = ms[np.random.default_rng(0).integers(0, ms.size, (2000, ms.size))].mean(axis=1)
+    assert bootstrap_mean_ci(ms, seed=0) == pytest.approx(tuple(np.percentile(means, [2.5, 97.5])))
+    low, high = bootstrap_mean_ci(ms, seed=1, level=0.5)
+    assert low < ms.mean() < high and bootstrap_mean_ci(ms, seed=1, level=0.5) == (low, high)
+
+
+def test_change_ci_matches_naive_resampling_of_both_samples():
+    rng = np.random.default_rng(5)
+    b, c = rng.lognormal(0.0, 0.1, 41), rng.lognormal(0.1, 0.1, 41)
+    draw = np.random.default_rng(11)
+    mb = np.median(b[draw.integers(0, b.size, (20_000, b.size))], axis=1)
+    mc = np.median(c[draw.integers(0, c.size, (20_000, c.size))], axis=1)
+    naive = np.percentile(mc / mb - 1.0, [5, 95])
+    ci = bootstrap_change_ci(b, c, n_boot=20_000, level=0.90)
+    point = np.median(c) / np.median(b) - 1.0
+    assert ci[0] < point < ci[1] and np.abs(np.array(ci) - naive).max() < 0.1 * (naive[1] - naive[0])
+    ninety = bootstrap_change_ci(b, c, q=90.0, seed=3)
+    assert ninety[0] < np.percentile(c, 90) / np.percentile(b, 90) - 1.0 < ninety[1]
+
+
+def test_change_ci_of_a_million_samples_is_fast_and_rejects_empty_samples():
+    big = lognormal_ns(1_000_000).astype(float)
+    low, high = bootstrap_change_ci(big, big * 1.1)
+    assert low == pytest.approx(0.1, abs=0.01) and high == pytest.approx(0.1, abs=0.01)
+    with pytest.raises(ValueError, match="non-empty"):
+        bootstrap_change_ci([], [1.0])

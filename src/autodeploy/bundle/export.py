@@ -194,27 +194,21 @@ def model_info(source: Source) -> ModelInfo:
 
 
 def constraint_verdicts(source: Source) -> dict[str, Any]:
-    """Each constraint that chose the trial: its limit, the measured value and whether it held."""
+    """Each constraint that chose the trial: its limit, the measured value and whether it held
+    (:func:`autodeploy.verdict.constraint_verdicts`, the study's own rule)."""
     acc = source.trial.accuracy
     assert acc is not None
     verdicts: dict[str, Any] = {"accuracy": {"constraint": acc.constraint, "passed": acc.passed}}
     if source.study is None:
         return verdicts
+    from autodeploy import verdict
     from autodeploy.search.config import Constraints
-    from autodeploy.search.objective import Metrics, violations
+    from autodeploy.search.objective import Metrics
 
-    limits = Constraints(**(source.study.settings.get("constraints") or {}))
-    found = violations(Metrics.of_row(source.trial), limits, source.study.objective)
-    limit_of = {
-        "accuracy_drop": limits.max_accuracy_drop,
-        "memory_mb": limits.max_memory_mb,
-        "latency_ms": limits.sla_ms,
-    }
-    for key, violation in found.items():
-        limit = limit_of.get(key)
-        verdicts[key] = {"limit": limit, "measured": None if limit is None else limit + violation,
-                         "passed": violation <= 0}  # fmt: skip
-    return verdicts
+    limits = verdict.Limits.of(Constraints(**(source.study.settings.get("constraints") or {})))
+    # The store keeps no server rate: a server study's rate constraint is the study's to judge.
+    measured = Metrics.of_row(source.trial).measured(server_rate=None)
+    return {**verdicts, **verdict.constraint_verdicts(measured, limits, source.study.objective)}
 
 
 def build_manifest(source: Source, artifact: Artifact, *, command: str | None = None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ regression" can treat 2 as success; one that wants a proven non-regression treat
 from __future__ import annotations
 
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +23,7 @@ from autodeploy.bundle.loader import BundleError
 from autodeploy.cli._common import cache_dir, command_line, err, out, resolve_model
 from autodeploy.errors import AutodeployError, DataError, ModelError, UnsupportedConfigError, UsageError
 from autodeploy.gate.core import DEFAULT_METRICS, EXIT_ERROR, EXIT_USAGE, LATENCY_METRICS
+from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 #: Library errors that mean the user's input is wrong (exit 64); any other stops the gate (exit 70).
 BAD_INPUT = (UsageError, ModelError, DataError, UnsupportedConfigError, BundleError)
@@ -31,6 +33,34 @@ BAD_INPUT = (UsageError, ModelError, DataError, UnsupportedConfigError, BundleEr
 _CLICK_USAGE = tuple(
     {click.UsageError, *(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")}
 )
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    """The gate's command-line options as given (fractions still text), validated by :func:`_run`."""
+
+    baseline: str
+    candidate: str
+    max_regression: str
+    max_accuracy_drop: str
+    rounds: int
+    min_samples: int
+    alpha: float
+    metric: tuple[str, ...]
+    against_db: bool
+    engine: str
+    precision: str
+    batch: int
+    threads: int
+    shape: tuple[str, ...]
+    data: Path | None
+    reference_model: Path | None
+    calls: int
+    duration: float
+    timeout: float
+    store: bool
+    db: str | None
+    seed: int
 
 
 class GateCommand(TyperCommand):
@@ -48,7 +78,7 @@ def gate(
     baseline: Annotated[str, typer.Option(help="Baseline: an .onnx file, zoo:NAME, or a bundle folder/.tar.gz.")],
     candidate: Annotated[str, typer.Option(help="Candidate: an .onnx file, zoo:NAME, or a bundle folder/.tar.gz.")],
     max_regression: Annotated[str, typer.Option(help="Largest tolerated latency increase, e.g. 5% or 0.05.")] = "5%",
-    max_accuracy_drop: Annotated[str, typer.Option(help="Largest tolerated accuracy drop, e.g. 1% or 0.01.")] = "1%",
+    max_accuracy_drop: Annotated[str, typer.Option(help="Largest tolerated accuracy drop, e.g. 1% or 0.01.")] = f"{DEFAULT_MAX_ACCURACY_DROP:.0%}",
     rounds: Annotated[int, typer.Option(min=1, help="Worker runs per side, interleaved A B, B A, ...")] = 16,
     min_samples: Annotated[int, typer.Option(min=1, help="Fewer runs per side than this: inconclusive.")] = 5,
     alpha: Annotated[float, typer.Option(min=1e-9, max=0.5, help="Significance level for the whole family of metrics.")] = 0.01,
@@ -77,8 +107,15 @@ def gate(
     drop beyond --max-accuracy-drop. Pass needs the upper 95% bound of every latency change within
     --max-regression; too few or too noisy runs for that are inconclusive. 0 pass, 1 fail, 2 inconclusive, 64 bad input, 70 the gate could not run.
     """
+    options = GateOptions(
+        baseline=baseline, candidate=candidate, max_regression=max_regression, max_accuracy_drop=max_accuracy_drop,
+        rounds=rounds, min_samples=min_samples, alpha=alpha, metric=tuple(metric or ()), against_db=against_db,
+        engine=engine, precision=precision, batch=batch, threads=threads, shape=tuple(shape or ()), data=data,
+        reference_model=reference_model, calls=calls, duration=duration, timeout=timeout, store=store, db=db,
+        seed=seed,
+    )  # fmt: skip
     try:
-        result = _run(locals())
+        result = _run(options)
     except BAD_INPUT as error:
         _die(error, EXIT_USAGE)
     except AutodeployError as error:
@@ -87,7 +124,7 @@ def gate(
     raise typer.Exit(result.exit_code)
 
 
-def _run(o: dict[str, Any]) -> Any:
+def _run(o: GateOptions) -> Any:
     from autodeploy.device import probe_device
     from autodeploy.gate.core import GateSettings, run_gate
     from autodeploy.gate.stats import Criteria
@@ -95,32 +132,31 @@ def _run(o: dict[str, Any]) -> Any:
     from autodeploy.harness.timing import TimingPolicy
     from autodeploy.results_db.store import DeviceRecord, Store
 
-    metrics = tuple(o["metric"] or DEFAULT_METRICS)
+    metrics = o.metric or DEFAULT_METRICS
     unknown = [m for m in metrics if m not in LATENCY_METRICS]
     if unknown:
         raise UsageError(
             f"unknown --metric {', '.join(unknown)}", fix=f"choose from {', '.join(LATENCY_METRICS)}"
         )
-    if o["min_samples"] < 2:
+    if o.min_samples < 2:
         raise UsageError(
             "--min-samples must be >= 2: a rank test needs two runs per side", fix="--min-samples 2"
         )
-    criteria = Criteria(max_regression=parse_fraction(o["max_regression"], "--max-regression"),
-                        max_accuracy_drop=parse_fraction(o["max_accuracy_drop"], "--max-accuracy-drop"),
-                        alpha=o["alpha"], min_rounds=o["min_samples"], seed=o["seed"])  # fmt: skip
-    settings = GateSettings(
-        rounds=o["rounds"], metrics=metrics, criteria=criteria, against_db=o["against_db"]
-    )
-    policy = TimingPolicy(warmup_min_calls=10, warmup_max_s=2.0, min_samples=o["calls"],
-                          min_duration_s=o["duration"], max_duration_s=max(30.0, 4 * o["duration"]))  # fmt: skip
-    harness = HarnessSettings(
-        workdir=cache_dir() / "work", policy=policy, timeout_s=o["timeout"], seed=o["seed"]
-    )
-    config = TrialConfig(engine=o["engine"], precision=o["precision"], batch=o["batch"], threads=o["threads"])
+    criteria = Criteria(max_regression=parse_fraction(o.max_regression, "--max-regression"),
+                        max_accuracy_drop=parse_fraction(o.max_accuracy_drop, "--max-accuracy-drop"),
+                        alpha=o.alpha, min_rounds=o.min_samples, seed=o.seed)  # fmt: skip
+    settings = GateSettings(rounds=o.rounds, metrics=metrics, criteria=criteria, against_db=o.against_db)
+    policy = TimingPolicy(warmup_min_calls=10, warmup_max_s=2.0, min_samples=o.calls,
+                          min_duration_s=o.duration, max_duration_s=max(30.0, 4 * o.duration))  # fmt: skip
+    harness = HarnessSettings(workdir=cache_dir() / "work", policy=policy, timeout_s=o.timeout, seed=o.seed)
+    config = TrialConfig(engine=o.engine, precision=o.precision, batch=o.batch, threads=o.threads)
     device = probe_device()
     with ExitStack() as stack:
-        db = stack.enter_context(Store.open(o["db"])) if o["store"] or o["against_db"] else None
-        arms = [_arm(role, o[role], config, o, stack) for role in ("baseline", "candidate")]
+        db = stack.enter_context(Store.open(o.db)) if o.store or o.against_db else None
+        arms = [
+            _arm(role, ref, config, o, stack)
+            for role, ref in (("baseline", o.baseline), ("candidate", o.candidate))
+        ]
         for arm in arms:
             if arm.kind == "model":
                 from autodeploy.adapters import registry
@@ -130,7 +166,7 @@ def _run(o: dict[str, Any]) -> Any:
         with err.status("gate: starting") as status:
             result = run_gate(*arms, settings, harness, device=device, store=db,
                               progress=lambda phase: status.update(f"gate: {phase}"))  # fmt: skip
-        if db is not None and o["store"]:
+        if db is not None and o.store:
             gate_id = db.add_gate_run(
                 result.to_record(), device=DeviceRecord.of(device), command=command_line()
             )
@@ -138,21 +174,21 @@ def _run(o: dict[str, Any]) -> Any:
     return result
 
 
-def _arm(role: str, ref: str, config: TrialConfig, o: dict[str, Any], stack: ExitStack) -> Any:
+def _arm(role: str, ref: str, config: TrialConfig, o: GateOptions, stack: ExitStack) -> Any:
     from autodeploy.data import load_user_data
     from autodeploy.gate.measure import bundle_arm, model_arm
     from autodeploy.model import load_model, parse_shape_flags
 
-    shapes = parse_shape_flags(o["shape"] or [])
+    shapes = parse_shape_flags(list(o.shape))
     path = Path(ref)
     if path.is_dir() or ref.endswith((".tar.gz", ".tgz")):
         from autodeploy import bundle
 
         root = stack.enter_context(bundle.opened(path))
-        reference = load_model(o["reference_model"], shapes) if o["reference_model"] else None
+        reference = load_model(o.reference_model, shapes) if o.reference_model else None
         return bundle_arm(role, ref, root, reference_model=reference)
     resolved = resolve_model(ref, shapes)
-    user = load_user_data(o["data"], resolved.info) if o["data"] else None
+    user = load_user_data(o.data, resolved.info) if o.data else None
     return model_arm(role, ref, resolved.info, config, data=user or resolved.data,
                      calibration=None if user else resolved.calibration)  # fmt: skip
 

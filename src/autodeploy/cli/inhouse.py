@@ -11,6 +11,7 @@ from rich.table import Table
 
 from autodeploy.cli._common import err, out, resolve_model
 from autodeploy.errors import UsageError
+from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 if TYPE_CHECKING:
     from autodeploy.inhouse.memory import MemoryPlan
@@ -78,7 +79,7 @@ def quantize(
     reduce_range: Annotated[
         bool, typer.Option(help="7-bit weights (for ONNX Runtime on x86 CPUs without VNNI).")
     ] = False,
-    budget: Annotated[float, typer.Option(help="Allowed top-1 agreement drop on calibration data.")] = 0.01,
+    budget: Annotated[float, typer.Option(help="Allowed top-1 agreement drop on calibration data.")] = DEFAULT_MAX_ACCURACY_DROP,
     data: Annotated[
         Path | None, typer.Option(help="Calibration inputs: .npz or a folder of NAME.npy.")
     ] = None,

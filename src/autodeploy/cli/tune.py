@@ -20,6 +20,7 @@ from rich.table import Table
 
 from autodeploy.cli._common import cache_dir, command_line, err, out, resolve_model
 from autodeploy.errors import UsageError
+from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 Many = list[str] | None
 
@@ -55,7 +56,7 @@ def tune(
         typer.Option("--resume", help="Add trials to an existing study (or join it from another worker)."),
     ] = False,
     max_accuracy_drop: Annotated[
-        float | None, typer.Option(help="Top-1 agreement drop allowed (default 0.01).")
+        float | None, typer.Option(help=f"Top-1 agreement drop allowed (default {DEFAULT_MAX_ACCURACY_DROP:g}).")
     ] = None,
     max_memory_mb: Annotated[float | None, typer.Option(help="Peak worker memory allowed, MB.")] = None,
     sla_ms: Annotated[

@@ -16,10 +16,11 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.orm import aliased
 
+from autodeploy import verdict
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.harness.result import Accuracy
 from autodeploy.results_db.schema import Device, Measurement, Model, Study, Trial
-from autodeploy.search.objective import accuracy_drop
+from autodeploy.verdict import accuracy_drop
 
 if TYPE_CHECKING:
     import optuna
@@ -445,40 +446,39 @@ def param_importance(storage: optuna.storages.BaseStorage, name: str) -> tuple[p
 # -- verdicts (the Pareto page) ----------------------------------------------------------------
 
 
-def verdicts(df: pd.DataFrame, constraints: dict[str, Any], winner: str | None) -> pd.DataFrame:
+def verdicts(
+    df: pd.DataFrame, constraints: dict[str, Any], winner: str | None, objective: str | None = None
+) -> pd.DataFrame:
     """``df`` (from :func:`trials`) with ``verdict`` (winner, pareto, feasible, rejected) and ``reason``.
 
     A trial is rejected when it failed (its kind and message) or breaks one of the study's
-    ``constraints`` (``max_accuracy_drop``, default 0.01; ``max_memory_mb``; ``sla_ms``). Among
-    the rest, ``pareto`` marks those no other feasible trial beats on latency, accuracy drop and
-    memory at once; ``winner`` (a config label) marks every trial of the winning config.
+    ``constraints`` (``max_accuracy_drop``, default :data:`~autodeploy.verdict.DEFAULT_MAX_ACCURACY_DROP`;
+    ``max_memory_mb``; ``sla_ms``, a latency bound unless ``objective`` is ``server``), judged
+    by :mod:`autodeploy.verdict` as the study judges them. Among the rest, ``pareto`` marks those
+    no other feasible trial beats on latency, accuracy drop and memory at once; ``winner`` (a
+    config label) marks every trial of the winning config.
     """
-    max_drop = constraints.get("max_accuracy_drop", 0.01)
-    max_mb, sla = constraints.get("max_memory_mb"), constraints.get("sla_ms")
+    limits = verdict.Limits.of(constraints)
     out = df.copy()
-    reasons = [_reason(r, max_drop, max_mb, sla) for r in out.itertuples()]
+    reasons = [_reason(r, limits, objective or "") for r in out.itertuples()]
     out["reason"] = reasons
     out["verdict"] = ["rejected" if reason else "feasible" for reason in reasons]
     feasible = out[out["verdict"] == "feasible"]
-    points = feasible[["latency_ms", "accuracy_drop", "peak_rss_mb"]].fillna(0.0).to_numpy()
-    for index, p in zip(feasible.index, points, strict=True):
-        if not any((q <= p).all() and (q < p).any() for q in points):
-            out.loc[index, "verdict"] = "pareto"
+    points = feasible[["latency_ms", "accuracy_drop", "peak_rss_mb"]].fillna(0.0).to_numpy().tolist()
+    out.loc[feasible.index[verdict.pareto_front(points)], "verdict"] = "pareto"
     if winner is not None:
         out.loc[(out["config_label"] == winner) & (out["verdict"] != "rejected"), "verdict"] = "winner"
     return out
 
 
-def _reason(r: Any, max_drop: float, max_mb: float | None, sla: float | None) -> str:
+def _reason(r: Any, limits: verdict.Limits, objective: str) -> str:
     if r.status != "ok" and r.failure_kind != "inaccurate":  # inaccurate: the study's budget decides below
         return f"{r.failure_kind}: {r.failure_message or ''}".strip()
     if pd.isna(r.latency_ms):
         return "no measurement"
-    breaks = []
-    if r.accuracy_drop is not None and not pd.isna(r.accuracy_drop) and r.accuracy_drop > max_drop:
-        breaks.append(f"accuracy drop {r.accuracy_drop:.2%} > {max_drop:.2%}")
-    if max_mb is not None and r.peak_rss_mb is not None and r.peak_rss_mb > max_mb:
-        breaks.append(f"memory {r.peak_rss_mb:.1f} MB > {max_mb:g} MB")
-    if sla is not None and r.latency_ms > sla:
-        breaks.append(f"latency {r.latency_ms:.3f} ms > SLA {sla:g} ms")
-    return "; ".join(breaks)
+    measured = verdict.Measured(r.latency_ms, _number(r.accuracy_drop), _number(r.peak_rss_mb))
+    return "; ".join(verdict.reasons(measured, limits, objective))
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from autodeploy import verdict
 from autodeploy.adapters.base import Artifact, TrialConfig
 from autodeploy.data import Dataset
 from autodeploy.errors import UsageError
@@ -193,17 +194,8 @@ def _round(role: str, index: int, prepared: Prepared, settings: HarnessSettings)
 
 
 def accuracy_score(accuracy: dict[str, Any] | None) -> tuple[float | None, str | None]:
-    """One 0..1 score per run, the worst over outputs: task accuracy where there are labels, else
-    top-1 agreement with the FP32 reference for classifiers, else cosine similarity."""
-    if not accuracy or not accuracy.get("outputs"):
-        return None, None
-    outputs = accuracy["outputs"]
-    for key, label in (("task_accuracy", "task accuracy"), ("top1_agreement", "top-1 agreement vs FP32"),
-                       ("cosine", "cosine vs FP32")):  # fmt: skip
-        values = [o[key] for o in outputs if o.get(key) is not None]
-        if values:
-            return float(min(values)), label
-    return None, None
+    """One 0..1 score per run (:func:`autodeploy.verdict.accuracy_score`), from a stored accuracy dict."""
+    return verdict.accuracy_score((accuracy or {}).get("outputs") or ())
 
 
 def history_rounds(store: Any, arm: Arm, fingerprint: str, *, limit: int) -> list[Round]:

@@ -33,7 +33,9 @@ from math import comb
 
 import numpy as np
 
-VERDICTS = ("pass", "fail", "inconclusive")
+from autodeploy.harness import stats
+from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, within
+
 ALPHA = 0.01
 MIN_ROUNDS = 5
 #: Two-sided level of the change's interval; its upper end is the one-sided 95% bound a pass needs.
@@ -47,7 +49,7 @@ class Criteria:
     """What the gate judges by (validated by the caller, e.g. the CLI)."""
 
     max_regression: float = 0.05  # relative, 0.05 = 5%
-    max_accuracy_drop: float = 0.01  # absolute, on a 0..1 score
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP  # absolute, on a 0..1 score
     alpha: float = ALPHA
     min_rounds: int = MIN_ROUNDS
     seed: int = 0
@@ -100,14 +102,9 @@ def bootstrap_change_ci(
     n_boot: int = 4000,
     level: float = CHANGE_CI_LEVEL,
 ) -> tuple[float, float]:
-    """Percentile-bootstrap interval of :func:`relative_change`, resampling each arm's rounds."""
-    b, c = np.asarray(baseline, dtype=float), np.asarray(candidate, dtype=float)
-    rng = np.random.default_rng(seed)
-    mb = np.median(b[rng.integers(0, b.size, (n_boot, b.size))], axis=1)
-    mc = np.median(c[rng.integers(0, c.size, (n_boot, c.size))], axis=1)
-    tail = 100 * (1 - level) / 2
-    low, high = np.percentile(mc / mb - 1.0, [tail, 100 - tail])
-    return float(low), float(high)
+    """Percentile-bootstrap interval of :func:`relative_change`, resampling each arm's rounds
+    (:func:`autodeploy.harness.stats.bootstrap_change_ci` of the medians)."""
+    return stats.bootstrap_change_ci(baseline, candidate, q=50.0, seed=seed, n_boot=n_boot, level=level)
 
 
 def p_greater(baseline: Sequence[float], candidate: Sequence[float]) -> float:
@@ -194,7 +191,7 @@ def judge_accuracy(
     """Accuracy score (0..1, higher is better): fail when it drops by more than ``max_accuracy_drop``."""
     drop, limit = baseline - candidate, criteria.max_accuracy_drop
     on = f" on {n_items} evaluation items" if n_items else ""
-    failed = drop > limit + 1e-12
+    failed = not within(drop, limit)
     reason = f"drop {drop:+.2%}{on} {'>' if failed else '<='} limit {limit:.2%}"
     return MetricVerdict(name=name, unit="score", verdict="fail" if failed else "pass", reason=reason,
                          test=TEST_THRESHOLD, threshold=limit, n_baseline=1, n_candidate=1,

@@ -11,7 +11,8 @@ Metrics per output, all computed in float64:
 * ``top1_agreement``: for classifier-shaped outputs ``[N, C]`` with ``C > 1``, the fraction of
   rows whose argmax over the last axis matches the reference's.
 
-NaN or inf in either array makes ``cosine`` NaN and fails the constraint.
+NaN or inf in either array makes ``cosine`` NaN and fails the constraint. The pass/fail rule
+itself is :func:`autodeploy.verdict.accuracy_verdict`; this module only measures.
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ from dataclasses import replace
 import numpy as np
 
 from autodeploy.harness.result import Accuracy, OutputAccuracy
+from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE, accuracy_verdict
 
 _EPS = 1e-12
-# Slack for comparing fractions such as 99/100 with thresholds such as 1 - 0.01.
-_TOL = 1e-9
 
 
 def compare(
@@ -33,15 +33,16 @@ def compare(
     reference: Mapping[str, np.ndarray],
     *,
     labels: np.ndarray | None = None,
-    max_top1_drop: float = 0.01,
-    min_cosine: float = 0.99,
+    max_top1_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+    min_cosine: float = DEFAULT_MIN_COSINE,
 ) -> Accuracy:
     """Compare ``outputs`` with ``reference`` and check the accuracy constraint.
 
-    The constraint (DESIGN.md default): when any output is classifier-shaped, every top-1
-    agreement must be ``>= 1 - max_top1_drop`` and, with ``labels``, the task accuracy may
-    drop by at most ``max_top1_drop`` from the reference's; otherwise every output's cosine
-    similarity must be ``>= min_cosine``. Non-finite values always fail.
+    The constraint is :func:`autodeploy.verdict.accuracy_verdict` (DESIGN.md default): when any
+    output is classifier-shaped, every top-1 agreement must be ``>= 1 - max_top1_drop`` and,
+    with ``labels``, the task accuracy may drop by at most ``max_top1_drop`` from the
+    reference's; otherwise every output's cosine similarity must be ``>= min_cosine``.
+    Non-finite values always fail.
 
     Args:
         outputs: Output name -> array with a leading sample axis ``N``.
@@ -60,26 +61,10 @@ def compare(
     results = [
         _compare_one(name, np.asarray(outputs[name]), np.asarray(reference[name])) for name in reference
     ]
-    finite = all(_finite(outputs[k]) and _finite(reference[k]) for k in reference)
-
     if labels is not None:
         results = _with_task_accuracy(results, outputs, reference, labels, n)
-
-    agreements = [r.top1_agreement for r in results if r.top1_agreement is not None]
-    if agreements:
-        constraint = f"top-1 agreement >= {1 - max_top1_drop:g}"
-        passed = all(a >= 1 - max_top1_drop - _TOL for a in agreements)
-        scored = next((r for r in results if r.task_accuracy is not None), None)
-        if scored is not None:
-            constraint += f" and task accuracy drop <= {max_top1_drop:g}"
-            drop = scored.reference_task_accuracy - scored.task_accuracy
-            passed = passed and drop <= max_top1_drop + _TOL
-    else:
-        constraint = f"cosine >= {min_cosine:g}"
-        passed = all(r.cosine >= min_cosine for r in results)  # NaN compares False
-    return Accuracy(
-        outputs=tuple(results), n_samples=n, constraint=constraint, passed=bool(passed and finite)
-    )
+    verdict = accuracy_verdict(results, max_drop=max_top1_drop, min_cosine=min_cosine)
+    return Accuracy(outputs=tuple(results), n_samples=n, constraint=verdict.constraint, passed=verdict.passed)
 
 
 def _check_inputs(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> int:
@@ -103,10 +88,6 @@ def _check_inputs(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.
     if n == 0:
         raise ValueError("outputs have 0 samples; accuracy needs at least one evaluation input")
     return int(n)
-
-
-def _finite(a: np.ndarray) -> bool:
-    return bool(np.all(np.isfinite(np.asarray(a, dtype=np.float64))))
 
 
 def _is_classifier(a: np.ndarray) -> bool:

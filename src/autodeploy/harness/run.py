@@ -30,6 +30,7 @@ from autodeploy.harness.result import Accuracy, LatencyStats, TrialResult
 from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import ModelInfo
+from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
 
 POLL_S = 0.05
 TERM_GRACE_S = 3.0
@@ -53,8 +54,8 @@ class HarnessSettings:
     calibration_items: int = 64
     evaluation_items: int = 64
     seed: int = 0
-    max_top1_drop: float = 0.01
-    min_cosine: float = 0.99
+    max_top1_drop: float = DEFAULT_MAX_ACCURACY_DROP
+    min_cosine: float = DEFAULT_MIN_COSINE
 
 
 @dataclass(frozen=True)

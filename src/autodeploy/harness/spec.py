@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
+
 WORKER_MODES = ("build", "measure", "reference")
 
 
@@ -30,8 +32,8 @@ class WorkerSpec:
     reference_path: str | None = None
     artifact_path: str | None = None
     policy: dict[str, Any] = field(default_factory=dict)
-    max_top1_drop: float = 0.01
-    min_cosine: float = 0.99
+    max_top1_drop: float = DEFAULT_MAX_ACCURACY_DROP
+    min_cosine: float = DEFAULT_MIN_COSINE
     output_path: str | None = None  # reference mode: where to write the outputs
     scenario: str = "single-stream"  # or "server": also find the highest Poisson rate under sla_ms
     sla_ms: float | None = None

@@ -31,6 +31,7 @@ from autodeploy.adapters import ort
 from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
 from autodeploy.adapters.ort import EXECUTION_MODES, MODEL_FILE, OPT_LEVELS
 from autodeploy.errors import BuildError
+from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 if TYPE_CHECKING:
     from autodeploy.device import DeviceInfo
@@ -40,7 +41,7 @@ REPORT_FILE = "inhouse.json"
 CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
 DEFAULT_CALIBRATION = "percentile"
 #: The accuracy budget of the fallback: DESIGN.md's default constraint (top-1 drop <= 1%).
-ACCURACY_BUDGET = 0.01
+ACCURACY_BUDGET = DEFAULT_MAX_ACCURACY_DROP
 
 
 class InhouseEngine(Engine):

@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autodeploy.errors import UsageError
+from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 Objective = Literal["latency", "throughput", "server", "pareto"]
 Sampler = Literal["tpe", "grid", "random", "nsga2"]
@@ -24,7 +25,7 @@ class _Strict(BaseModel):
 class Constraints(_Strict):
     """A trial that breaks one of these is never a winner."""
 
-    max_accuracy_drop: float = Field(0.01, ge=0, le=1, description="top-1 agreement drop (else 1 - cosine)")
+    max_accuracy_drop: float = Field(DEFAULT_MAX_ACCURACY_DROP, ge=0, le=1, description="top-1 agreement drop (else 1 - cosine)")
     max_memory_mb: float | None = Field(None, gt=0, description="peak RSS of the worker over its baseline")
     sla_ms: float | None = Field(None, gt=0, description="p99 latency bound of the server objective")
 

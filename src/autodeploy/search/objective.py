@@ -1,14 +1,23 @@
-"""From a measurement to what Optuna optimizes: objective values and constraint violations."""
+"""From a measurement to what Optuna optimizes: objective values and constraint violations.
+
+The rules (accuracy drop, constraints, feasibility) live in :mod:`autodeploy.verdict`;
+``accuracy_drop`` is re-exported here for the callers that import it from the search.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from autodeploy import verdict
+from autodeploy.verdict import SERVER, Limits, Measured, accuracy_drop
+
 if TYPE_CHECKING:
-    from autodeploy.harness.result import Accuracy, TrialResult
+    from autodeploy.harness.result import TrialResult
     from autodeploy.results_db.store import TrialRow
     from autodeploy.search.config import Constraints
+
+__all__ = ["DIRECTIONS", "OBJECTIVE_LABELS", "Metrics", "accuracy_drop", "values", "violations"]
 
 DIRECTIONS: dict[str, list[str]] = {
     "latency": ["minimize"],  # single-stream p90, ms
@@ -49,16 +58,9 @@ class Metrics:
         """p90 where there are samples enough to claim it, else the median."""
         return self.p90_ms if self.p90_ms is not None else self.median_ms
 
-
-def accuracy_drop(accuracy: Accuracy) -> float:
-    """The worst output's loss: 1 - top-1 agreement for classifiers (and task accuracy lost, with labels), else 1 - cosine."""
-    drops = []
-    for o in accuracy.outputs:
-        drop = 1.0 - o.top1_agreement if o.top1_agreement is not None else 1.0 - o.cosine
-        if o.task_accuracy is not None and o.reference_task_accuracy is not None:
-            drop = max(drop, o.reference_task_accuracy - o.task_accuracy)
-        drops.append(drop if drop == drop else 1.0)  # NaN (non-finite outputs) is a total loss
-    return max(drops, default=0.0)
+    def measured(self, server_rate: float | None = None) -> Measured:
+        """What the constraints judge (:mod:`autodeploy.verdict`)."""
+        return Measured(self.latency_ms, self.accuracy_drop, self.peak_rss_mb, server_rate)
 
 
 def values(m: Metrics, objective: str) -> list[float]:
@@ -72,12 +74,10 @@ def values(m: Metrics, objective: str) -> list[float]:
 
 
 def violations(m: Metrics, constraints: Constraints, objective: str) -> dict[str, float]:
-    """One number per constraint, <= 0 when it holds (Optuna's ``Trial.set_constraint`` convention)."""
-    out = {"accuracy_drop": m.accuracy_drop - constraints.max_accuracy_drop}
-    if constraints.max_memory_mb is not None:
-        out["memory_mb"] = (m.peak_rss_mb or 0.0) - constraints.max_memory_mb
-    if constraints.sla_ms is not None and objective != "server":
-        out["latency_ms"] = m.latency_ms - constraints.sla_ms
-    if objective == "server":
-        out["server_rate"] = 0.0 if (m.server_rate or 0.0) > 0 else 1.0  # no rate meets the SLA
-    return out
+    """One number per constraint, <= 0 when it holds (Optuna's ``Trial.set_constraint`` convention).
+
+    The rule is :func:`autodeploy.verdict.violations`. Every trial of a ``server`` study ran the
+    server scenario, so a missing rate there means no rate met the SLA.
+    """
+    rate = (m.server_rate or 0.0) if objective == SERVER else None
+    return verdict.violations(m.measured(rate), Limits.of(constraints), objective)

@@ -21,12 +21,13 @@ from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import StoreError, UsageError
 from autodeploy.harness.run import HarnessSettings, PreparedData, run_trial
-from autodeploy.harness.stats import summarize
+from autodeploy.harness.stats import bootstrap_mean_ci, summarize
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.results_db.store import DeviceRecord, ModelRecord, Store
 from autodeploy.search.config import StudyConfig
 from autodeploy.search.objective import DIRECTIONS, Metrics, values, violations
 from autodeploy.search.space import SearchSpace, build_space, suggest, unsupported_reason
+from autodeploy.verdict import feasible, pareto_front
 
 if TYPE_CHECKING:
     import optuna
@@ -297,14 +298,14 @@ def _state() -> Any:
 
 def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     done = study.get_trials(deepcopy=False, states=(_state().COMPLETE,))
-    return [t for t in done if t.constraints and all(v <= 0 for v in t.constraints.values())]
+    return [t for t in done if t.constraints and feasible(t.constraints)]
 
 
 def ranked(study: optuna.Study, objective: str) -> list[optuna.trial.FrozenTrial]:
     """Feasible trials best first, one per config (Pareto front by latency for ``pareto``)."""
     trials = feasible_trials(study)
     if objective == "pareto":
-        trials = [t for t in trials if not any(_dominates(o.values, t.values) for o in trials)]
+        trials = [trials[i] for i in pareto_front([t.values for t in trials])]
         trials.sort(key=lambda t: t.values[0])
     else:
         trials.sort(key=lambda t: t.values[0], reverse=objective in ("throughput", "server"))
@@ -325,10 +326,6 @@ def best_label(study: optuna.Study, objective: str) -> str | None:
     return (
         f"{TrialConfig.from_dict(t.user_attrs['config']).label()} = {', '.join(f'{v:.4g}' for v in t.values)}"
     )
-
-
-def _dominates(a: list[float], b: list[float]) -> bool:
-    return all(x <= y for x, y in zip(a, b, strict=True)) and any(x < y for x, y in zip(a, b, strict=True))
 
 
 # -- finalists and the winner ------------------------------------------------------------
@@ -396,11 +393,9 @@ def _statistic(
         if stats.p90 is not None:
             return stats.p90, stats.p90_ci
         return stats.median, stats.median_ci
-    values_ms = np.asarray(samples_ms)
-    rng = np.random.default_rng(0)
-    means = values_ms[rng.integers(0, len(values_ms), (2000, len(values_ms)))].mean(axis=1)
-    low, high = np.percentile(means, [2.5, 97.5])
-    return batch * 1000 / values_ms.mean(), (batch * 1000 / high, batch * 1000 / low)
+    mean_ms = float(np.mean(samples_ms))
+    low, high = bootstrap_mean_ci(samples_ms, seed=0, n_boot=2000)
+    return batch * 1000 / mean_ms, (batch * 1000 / high, batch * 1000 / low)
 
 
 def _choose(name: str, objective: str, counts: dict[str, int], finalists: list[Finalist]) -> StudySummary:

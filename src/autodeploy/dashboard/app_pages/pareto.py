@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from autodeploy.dashboard import cache, charts, queries
+from autodeploy.verdict import Limits
 
 st.title("Pareto")
 url, filters = cache.db_url(), cache.filters()
@@ -18,13 +19,16 @@ if name is None:
 info = cache.study(url, name) or {}
 constraints = (info.get("settings") or {}).get("constraints") or {}
 winner = ((info.get("summary") or {}).get("winner") or {}).get("label")
-df = queries.verdicts(cache.trials(url, replace(filters, study=name)), constraints, winner)
+objective = info.get("objective")
+df = queries.verdicts(cache.trials(url, replace(filters, study=name)), constraints, winner, objective)
 
-limits = [f"accuracy drop ≤ {constraints.get('max_accuracy_drop', 0.01):.2%}"]
-if constraints.get("max_memory_mb") is not None:
-    limits.append(f"memory ≤ {constraints['max_memory_mb']:g} MB")
-if constraints.get("sla_ms") is not None:
-    limits.append(f"p99 ≤ {constraints['sla_ms']:g} ms")
+budget = Limits.of(constraints)
+limits = [f"accuracy drop ≤ {budget.max_accuracy_drop:.2%}"]
+if budget.max_memory_mb is not None:
+    limits.append(f"memory ≤ {budget.max_memory_mb:g} MB")
+if budget.sla_ms is not None:
+    # The study's rule: the server objective is the rate under the SLA; elsewhere the SLA bounds latency.
+    limits.append(f"p99 ≤ {budget.sla_ms:g} ms" if objective == "server" else f"latency ≤ {budget.sla_ms:g} ms")
 st.caption(f"Constraints of {name}: {', '.join(limits)}. Winner: {winner or 'none'}.")
 
 if df["latency_ms"].notna().any():

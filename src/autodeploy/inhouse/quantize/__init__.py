@@ -27,6 +27,7 @@ import onnx
 
 from autodeploy.errors import BuildError
 from autodeploy.inhouse.quantize import calibrate, qdq
+from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
 
 METHODS = calibrate.METHODS
 #: Calibration items used to rank layers; the budget itself is checked on all of them.
@@ -57,8 +58,8 @@ class QuantConfig:
     activation_symmetric: bool = False
     per_channel: bool = True
     reduce_range: bool = False
-    accuracy_budget: float | None = 0.01
-    min_cosine: float = 0.99
+    accuracy_budget: float | None = DEFAULT_MAX_ACCURACY_DROP
+    min_cosine: float = DEFAULT_MIN_COSINE
     max_float_fraction: float = 0.5
     batch: int = 8
 

@@ -1,0 +1,227 @@
+"""The one place "accurate enough" and "better" are decided: the rules, and every caller agreeing on them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from autodeploy import verdict
+from autodeploy.harness.accuracy import compare
+from autodeploy.harness.result import Accuracy, OutputAccuracy
+from autodeploy.search.config import Constraints
+from autodeploy.search.objective import Metrics, values, violations
+from autodeploy.verdict import (
+    DEFAULT_MAX_ACCURACY_DROP,
+    DEFAULT_MIN_COSINE,
+    Limits,
+    Measured,
+    accuracy_drop,
+    accuracy_verdict,
+    constraint_verdicts,
+    dominates,
+    feasible,
+    pareto_front,
+    reasons,
+)
+from tests.harness.test_accuracy import flip_argmax, logits
+
+
+def out(name="y", cosine=1.0, top1=None, task=None, ref_task=None) -> OutputAccuracy:
+    return OutputAccuracy(name, 0.0, 0.0, cosine, top1, task, ref_task)
+
+
+def accuracy(*outputs: OutputAccuracy) -> Accuracy:
+    return Accuracy(outputs, 100, "", True)
+
+
+def test_defaults_are_the_design_budget():
+    assert DEFAULT_MAX_ACCURACY_DROP == 0.01 and DEFAULT_MIN_COSINE == pytest.approx(0.99)
+    assert Limits() == Limits(0.01, None, None)
+    assert Constraints().max_accuracy_drop == DEFAULT_MAX_ACCURACY_DROP
+
+
+def test_import_loads_no_heavy_package():
+    code = "import sys, autodeploy.verdict; print(sorted(m for m in ('optuna', 'sqlalchemy', 'pandas', 'numpy') if m in sys.modules))"
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert printed.strip() == "[]"
+
+
+# -- the accuracy rule ---------------------------------------------------------------------
+
+
+def test_classifier_outputs_are_judged_on_top1_only():
+    """A classifier output decides; a non-classifier beside it (an embedding) does not."""
+    ref = {"logits": logits(), "embedding": logits(classes=1)}
+    noisy = {"logits": flip_argmax(ref["logits"], 2), "embedding": -ref["embedding"]}  # cosine -1
+    acc = compare(noisy, ref)
+    assert acc.constraint == "top-1 agreement >= 0.99" and acc.passed
+    assert accuracy_drop(acc) == pytest.approx(0.01)  # the embedding's 1 - cosine = 2 does not count
+    assert not compare({**noisy, "logits": flip_argmax(ref["logits"], 3)}, ref).passed
+
+
+def test_non_classifier_outputs_are_judged_on_cosine():
+    v = accuracy_verdict([out(cosine=0.995), out("z", cosine=0.985)])
+    assert v == verdict.AccuracyVerdict("cosine >= 0.99", False)
+    assert accuracy_verdict([out(cosine=0.995)], min_cosine=0.99).passed
+    assert accuracy_drop(accuracy(out(cosine=0.995), out("z", cosine=0.985))) == pytest.approx(0.015)
+
+
+def test_exactly_at_the_budget_passes_everywhere():
+    """99 of 100 rows agree at a 1% budget: float rounding (1 - 0.99 > 0.01) must not fail it anywhere."""
+    at = accuracy(out(top1=0.99))
+    assert accuracy_verdict(at.outputs).passed
+    drop = accuracy_drop(at)
+    assert drop > 0.01  # 0.010000000000000009: the rounding the tolerance absorbs
+    assert violations(_metrics(drop=drop), Constraints(), "latency")["accuracy_drop"] == 0.0
+    assert reasons(Measured(1.0, drop), Limits(), "latency") == []
+    assert not accuracy_verdict([out(top1=0.989)]).passed
+
+
+def test_labels_add_the_task_accuracy_drop():
+    ref = logits()
+    labels = np.argmax(ref, axis=-1)
+    acc = compare({"logits": flip_argmax(ref, 2)}, {"logits": ref}, labels=labels)
+    assert acc.constraint == "top-1 agreement >= 0.99 and task accuracy drop <= 0.01" and acc.passed
+    worse = [out(top1=1.0, task=0.90, ref_task=0.95)]
+    assert not accuracy_verdict(worse).passed and accuracy_verdict(worse, max_drop=0.05).passed
+    assert accuracy_drop(accuracy(*worse)) == pytest.approx(0.05)
+
+
+def test_non_finite_outputs_always_fail():
+    ref = logits()
+    bad = ref.copy()
+    bad[0, 0] = np.nan  # argmax still agrees on every row: top-1 alone would pass it
+    acc = compare({"logits": bad}, {"logits": ref})
+    assert acc.outputs[0].top1_agreement >= 0.99 and not acc.passed
+    assert accuracy_drop(acc) == 1.0
+    found = violations(_metrics(drop=accuracy_drop(acc)), Constraints(max_accuracy_drop=0.5), "latency")
+    assert found["accuracy_drop"] > 0  # even a loose budget: the study never picks it
+    assert not accuracy_verdict([out(cosine=float("nan"))], min_cosine=-1.0).passed
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_pass_rule_and_the_drop_agree(seed):
+    """With min_cosine = 1 - max_drop, compare() passes exactly when accuracy_drop is within the budget."""
+    rng = np.random.default_rng(seed)
+    outputs = [
+        out(f"o{i}", cosine=float(rng.uniform(0.97, 1.0)),
+            top1=float(rng.uniform(0.97, 1.0)) if rng.random() < 0.5 else None)
+        for i in range(int(rng.integers(1, 4)))
+    ]  # fmt: skip
+    max_drop = float(rng.uniform(0.0, 0.03))
+    passed = accuracy_verdict(outputs, max_drop=max_drop, min_cosine=1 - max_drop).passed
+    assert passed == verdict.within(accuracy_drop(accuracy(*outputs)), max_drop)
+
+
+def test_gate_score_prefers_task_then_top1_then_cosine():
+    rows = [{"cosine": 0.9, "top1_agreement": 0.97, "task_accuracy": None}, {"cosine": 0.8}]
+    assert verdict.accuracy_score(rows) == (0.97, "top-1 agreement vs FP32")
+    assert verdict.accuracy_score([{"cosine": 0.9, "task_accuracy": 0.5}]) == (0.5, "task accuracy")
+    assert verdict.accuracy_score([]) == (None, None)
+    nan = float("nan")
+    assert verdict.accuracy_score([{"cosine": 0.9}, {"cosine": nan}]) == (0.0, "cosine vs FP32")
+    assert verdict.accuracy_score([{"cosine": nan}, {"cosine": 0.9}]) == (0.0, "cosine vs FP32")
+
+
+# -- constraints ---------------------------------------------------------------------------
+
+
+def _metrics(latency=2.0, drop=0.0, mb=50.0, rate=None, uid="u") -> Metrics:
+    return Metrics(uid, median_ms=latency, p90_ms=latency, throughput=None, peak_rss_mb=mb, accuracy_drop=drop,
+                   server_rate=rate)  # fmt: skip
+
+
+def test_the_sla_bounds_latency_except_for_the_server_objective():
+    limits = Constraints(sla_ms=1.0)
+    slow = _metrics(latency=2.0, rate=100.0)
+    for objective in ("latency", "throughput", "pareto"):
+        assert violations(slow, limits, objective)["latency_ms"] == 1.0
+    server = violations(slow, limits, "server")
+    assert "latency_ms" not in server and server["server_rate"] == 0.0 and feasible(server)
+    assert violations(_metrics(rate=0.0), limits, "server")["server_rate"] == 1.0
+    # Outside the study the server rate is not recorded: its constraint is not judged, not failed.
+    assert "server_rate" not in verdict.violations(Measured(2.0, 0.0), Limits(sla_ms=1.0), "server")
+    assert reasons(Measured(2.0, 0.0), Limits(sla_ms=1.0), "latency") == ["latency 2.000 ms > SLA 1 ms"]
+    assert reasons(Measured(2.0, 0.0, server_rate=0.0), Limits(sla_ms=1.0), "server") == [
+        "no rate meets the SLA of 1 ms"
+    ]
+
+
+def test_limits_from_stored_settings_and_from_the_config():
+    assert Limits.of({"max_memory_mb": 100}) == Limits(0.01, 100, None)
+    assert Limits.of({"max_accuracy_drop": None, "sla_ms": 5}) == Limits(0.01, None, 5)
+    assert Limits.of(Constraints(max_accuracy_drop=0.05, sla_ms=2)) == Limits(0.05, None, 2)
+    assert Limits.of(None) == Limits()
+
+
+def test_constraint_verdicts_state_limit_measured_and_passed():
+    found = constraint_verdicts(Measured(2.0, 0.02, 80.0), Limits(0.01, 100.0, 1.0), "latency")
+    assert found == {
+        "accuracy_drop": {"limit": 0.01, "measured": 0.02, "passed": False},
+        "memory_mb": {"limit": 100.0, "measured": 80.0, "passed": True},
+        "latency_ms": {"limit": 1.0, "measured": 2.0, "passed": False},
+    }
+    assert set(constraint_verdicts(Measured(2.0, 0.0), Limits(sla_ms=1.0), "server")) == {"accuracy_drop"}
+    assert feasible({}) and not feasible({"a": 0.0, "b": 1e-6})
+
+
+# -- Pareto --------------------------------------------------------------------------------
+
+
+def test_dominance_and_the_front_on_a_hand_made_set():
+    points = [
+        [1.0, 0.00, 10.0],  # 0: front
+        [0.5, 0.01, 12.0],  # 1: front (faster, less accurate)
+        [2.0, 0.00, 11.0],  # 2: dominated by 0
+        [1.0, 0.00, 10.0],  # 3: equal to 0: neither dominates, both on the front
+        [0.5, 0.02, 12.0],  # 4: dominated by 1
+        [3.0, 0.00, 5.0],  # 5: front (least memory)
+    ]
+    assert pareto_front(points) == [0, 1, 3, 5]
+    assert dominates(points[0], points[2]) and not dominates(points[0], points[3])
+    assert not dominates(points[1], points[0]) and not dominates(points[0], points[1])
+    assert pareto_front([]) == []
+
+
+# -- the dashboard and the study agree -----------------------------------------------------
+
+
+ROWS = [  # uid, p90 ms, accuracy drop, MB, server rate
+    ("a", 1.0, 0.000, 40.0, 90.0),
+    ("b", 0.5, 0.005, 60.0, 120.0),
+    ("c", 2.0, 0.000, 45.0, 50.0),  # dominated by a
+    ("d", 0.4, 0.030, 30.0, 150.0),  # breaks the 1% accuracy budget
+    ("e", 0.3, 0.000, 300.0, 200.0),  # breaks the memory budget
+    ("f", 1.5, 0.010, 20.0, 70.0),  # exactly at the accuracy budget; breaks a 1.2 ms SLA
+    ("g", 0.9, 0.0099999999999, 35.0, 80.0),
+]
+
+
+@pytest.mark.parametrize("objective", ["latency", "throughput", "pareto", "server"])
+@pytest.mark.parametrize("constraints", [{"max_accuracy_drop": 0.01, "max_memory_mb": 100},
+                                         {"max_accuracy_drop": 0.01, "max_memory_mb": 100, "sla_ms": 1.2},
+                                         {"max_accuracy_drop": 0.05}])  # fmt: skip
+def test_dashboard_and_study_agree_on_the_same_rows(objective, constraints):
+    pd = pytest.importorskip("pandas")
+    from autodeploy.dashboard import queries
+
+    metrics = [_metrics(latency, drop, mb, rate, uid) for uid, latency, drop, mb, rate in ROWS]
+    study = Constraints(**constraints)
+    feasible_uids = {m.uid for m in metrics if feasible(violations(m, study, objective))}
+    ok = [m for m in metrics if m.uid in feasible_uids]
+    front_uids = {ok[i].uid for i in pareto_front([values(m, "pareto") for m in ok])}
+
+    df = pd.DataFrame([{"config_label": uid, "uid": uid, "status": "ok", "failure_kind": None, "failure_message": None,
+                        "latency_ms": latency, "accuracy_drop": drop, "peak_rss_mb": mb}
+                       for uid, latency, drop, mb, _ in ROWS])  # fmt: skip
+    shown = queries.verdicts(df, constraints, winner=None, objective=objective).set_index("uid")["verdict"]
+    assert set(shown[shown != "rejected"].index) == feasible_uids
+    assert set(shown[shown == "pareto"].index) == front_uids
+    sla_binds = "sla_ms" in constraints and objective != "server"
+    budget = constraints["max_accuracy_drop"]
+    rejected = ({"d", "e"} if budget == 0.01 else set()) | ({"c", "f"} if sla_binds else set())
+    expected = set("abcdefg") - rejected
+    assert feasible_uids == expected
