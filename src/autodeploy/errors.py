@@ -61,7 +61,7 @@ class StoreError(AutodeployError):
 
 
 class TrialFailed(AutodeployError):
-    """A trial did not produce a measurement; ``kind`` is one of ``harness.FAILURE_KINDS``."""
+    """A trial did not produce a measurement; ``kind`` is one of :data:`autodeploy.harness.result.FAILURE_KINDS`."""
 
     def __init__(self, kind: str, message: str) -> None:
         self.kind = kind

@@ -82,3 +82,35 @@ def test_runner_checks_feeds(engine, model, tmp_path):
             runner.run({"y": np.zeros((1, 16), np.float32)})
         with pytest.raises(ShapeError, match="dtype float64"):
             runner.run({"x": np.zeros((1, 16), np.float64)})
+
+
+def test_the_shipped_runtime_runs_the_artifact_as_the_harness_does(engine, model, tmp_path):
+    """The runtime files a bundle ships, imported the way the shipped loader imports them."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    import autodeploy.bundle.loader
+    import autodeploy.runtime
+
+    config = TrialConfig(engine.name, "fp32", batch=4, threads=1)
+    artifact = engine.build(model, config, None, tmp_path / "artifacts")
+    name = engine.runtime_module(config).rpartition(".")[2]
+    shipped = tmp_path / "shipped"
+    (shipped / "runtime").mkdir(parents=True)
+    shutil.copyfile(autodeploy.bundle.loader.__file__, shipped / "loader.py")
+    for module in ("__init__", "base", "machine", name):
+        shutil.copyfile(Path(autodeploy.runtime.__file__).with_name(f"{module}.py"), shipped / "runtime" / f"{module}.py")
+    spec = importlib.util.spec_from_file_location(f"shipped_loader_{engine.name}", shipped / "loader.py")
+    loader = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loader)
+    runtime = loader._runtime(name)
+    assert Path(runtime.__file__).parent == shipped / "runtime"  # not autodeploy's own copy
+    feeds = {"x": synthetic(model, 4).inputs["x"]}
+    settings = engine.runtime_settings(artifact, config, model)
+    with runtime.open(artifact.path, settings, loader._runtime("base").IO.from_dict(model.to_dict())) as runner:
+        got = runner.run(feeds)
+    with engine.load(artifact, config, model) as runner:
+        want = runner.run(feeds)
+    assert list(got) == list(want) == ["logits"]
+    np.testing.assert_array_equal(got["logits"], want["logits"])

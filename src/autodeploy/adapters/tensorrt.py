@@ -8,9 +8,9 @@ only: the ONNX model must carry QuantizeLinear/DequantizeLinear nodes (e.g. from
 implicit calibration.
 
 A plan only runs under the TensorRT version and GPU architecture that built it, so the artifact
-records both (``meta.tensorrt``, ``meta.compute_capability``) and loading refuses a mismatch
-before deserializing. Device memory and copies go through ``cuda-python``'s runtime bindings;
-tensors are bound by name (``set_tensor_address``) and run with ``execute_async_v3``.
+records both (``meta.tensorrt``, ``meta.compute_capability``); they become the runtime settings,
+and :mod:`autodeploy.runtime.tensorrt` refuses a mismatch before deserializing. A GPU engine's
+speed does not depend on a CPU thread count, so threads are not searched for it.
 
 The pure parts (profile shapes, compatibility check, GPU parsing) import nothing from
 TensorRT, so they are tested on machines without a GPU.

@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
-
-WORKER_MODES = ("build", "measure", "reference")
 
 
 @dataclass(frozen=True)
@@ -20,7 +18,7 @@ class WorkerSpec:
     reference) or ``reference`` (ONNX Runtime FP32 outputs on the evaluation inputs).
     """
 
-    mode: str
+    mode: Literal["build", "measure", "reference"]
     uid: str
     engine_target: str
     config: dict[str, Any]

@@ -1,0 +1,7 @@
+"""A plug-in engine that autodeploy knows nothing about: onnx's own reference evaluator.
+
+It is what adding an engine takes: one adapter file (:mod:`.adapter`), one runtime file
+(:mod:`.runtime`) and one registry entry, here an ``autodeploy.engines`` entry point of an
+installed distribution (``tests/adapters/test_plugin.py`` installs one into a temporary
+site folder). Nothing in ``src/`` names it.
+"""
