@@ -107,6 +107,8 @@ def _unsafe(member: tarfile.TarInfo) -> str | None:
         return "is a FIFO"
     if not (member.isfile() or member.isdir()):
         return f"is not a plain file or folder (tar type {member.type!r})"
+    if member.size < 0:
+        return f"declares a negative size ({member.size})"
     return None
 
 
@@ -134,6 +136,7 @@ def safe_extract(
                 tar.extractall(tmp, members=members, filter="data")
             else:  # every member was checked above
                 tar.extractall(tmp, members=members)  # noqa: S202
+        _check_written(tmp, archive.name, max_bytes)
         os.rename(tmp, dest)
     except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:  # damaged gzip streams
         shutil.rmtree(tmp, ignore_errors=True)
@@ -143,6 +146,14 @@ def safe_extract(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return bundle_root(dest)
+
+
+def _check_written(folder: Path, name: str, max_bytes: int) -> None:
+    """The cap counts the bytes on disk too, not only what the headers declare."""
+    written = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+    if written > max_bytes:
+        raise UnsafeArchiveError(f"refusing archive {name}: it extracts to {written:,} bytes, over the "
+                                 f"{max_bytes:,}-byte cap", fix="raise max_bytes only for an archive you trust")  # fmt: skip
 
 
 def bundle_root(folder: Path) -> Path:

@@ -297,14 +297,14 @@ median {m["median_ms"]:.3f} ms, p90 {p90}, {m["throughput"]:.1f} items/s at batc
 
 ```bash
 pip install -r requirements.txt          # numpy and {e["package"]}=={e["version"]}, nothing else
-python loader.py                         # verify every file and check this machine can run it
+python -I loader.py                      # verify every file and check this machine can run it
 ```
 
 ```python
-import sys; sys.path.insert(0, "path/to/this/folder")
-import loader
-predictor = loader.load("path/to/this/folder")   # verifies checksums, engine version, CPU/GPU features
-outputs = predictor.run({{name: array, ...}})      # inputs: {inputs}
+import runpy
+loader = runpy.run_path("path/to/this/folder/loader.py")   # from source; the folder is not put on sys.path
+predictor = loader["load"]("path/to/this/folder")   # verifies checksums, engine version, CPU/GPU features
+outputs = predictor.run({{name: array, ...}})          # inputs: {inputs}
 ```
 
 `manifest.json` holds the tuned settings, the measurements and accuracy that chose this

@@ -2,11 +2,14 @@
 
 Every bundle ships a copy of this file at its root, next to ``runtime/``: the engine runtime
 of :mod:`autodeploy.runtime` that the harness measured with, copied verbatim. So this works
-in a bare environment::
+in a bare environment, without putting the bundle folder on ``sys.path`` (where a file planted
+next to the loader could shadow a module it imports) and without cached bytecode::
 
-    import sys; sys.path.insert(0, BUNDLE)
-    import loader
-    predictor = loader.load(BUNDLE)
+    python -I BUNDLE/loader.py             # verify every file and check this machine can run it
+
+    import runpy
+    loader = runpy.run_path("BUNDLE/loader.py")   # compiled from source; sys.path unchanged
+    predictor = loader["load"]("BUNDLE")
     outputs = predictor.run({"x": batch})
 
 That is why this module imports only the standard library and numpy at module level, and
@@ -44,8 +47,6 @@ MANIFEST_DIGEST = "manifest.sha256"
 MODEL_DIR = "model"
 LOADER = "loader.py"
 RUNTIME_DIR = "runtime"
-#: Importing the shipped loader from the bundle folder writes its bytecode here; it is not bundle content.
-IGNORED_DIRS = frozenset({"__pycache__"})
 #: Engines whose artifacts only run under the exact version that built them.
 VERSION_LOCKED = frozenset({"tensorrt"})
 REEXPORT = "export the bundle again from the results store (autodeploy export)"
@@ -139,9 +140,9 @@ def verify(root: str | Path) -> dict[str, Any]:
                 fix=REEXPORT,
             )
     expected = set(files) | {MANIFEST, MANIFEST_DIGEST}
-    for path in sorted(root.rglob("*")):
+    for path in sorted(root.rglob("*")):  # __pycache__ too: bytecode could stand in for a verified source
         rel = path.relative_to(root)
-        if IGNORED_DIRS.intersection(rel.parts) or (path.is_dir() and not path.is_symlink()):
+        if path.is_dir() and not path.is_symlink():
             continue
         if rel.as_posix() not in expected:
             raise BundleError(f"bundle {root}: {rel.as_posix()} is not listed in the manifest", fix=REEXPORT)
@@ -235,6 +236,7 @@ class Predictor:
 
     def __init__(self, root: Path, manifest: dict[str, Any], warnings: list[str]) -> None:
         self.root, self.manifest, self.warnings = root, manifest, warnings
+        _check_runtime_files(root, manifest)
         runtime = _runtime(manifest["engine"].get("runtime", manifest["engine"]["name"]), manifest)
         io = _runtime("base", manifest).IO.from_dict(manifest["model"])
         self._runner = runtime.open(root / MODEL_DIR, manifest["runtime"], io)
@@ -279,6 +281,21 @@ def load(path: str | Path, *, allow_other_version: bool = False) -> Predictor:
 
 
 # -- the engine runtime ----------------------------------------------------------------------
+
+#: Runtime settings that name a file: each must be a file of ``model/`` listed in the manifest.
+FILE_SETTINGS = ("model_file", "layout_file")
+
+
+def _check_runtime_files(root: Path, manifest: Mapping[str, Any]) -> None:
+    """Refuse runtime settings that point at anything but a verified file of the artifact."""
+    listed = manifest.get("files") or {}
+    for key in FILE_SETTINGS:
+        name = (manifest.get("runtime") or {}).get(key)
+        if name is None:
+            continue
+        if not isinstance(name, str) or f"{MODEL_DIR}/{name}" not in listed or ".." in Path(name).parts:
+            raise BundleError(f"bundle {root}: runtime.{key} {name!r} is not a file of {MODEL_DIR}/ listed in the "
+                              "manifest", fix=REEXPORT)  # fmt: skip
 
 
 def _runtime(name: str, manifest: Mapping[str, Any] | None = None) -> types.ModuleType:

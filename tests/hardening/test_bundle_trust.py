@@ -1,0 +1,75 @@
+"""Red-team cases against bundles: no bundle code runs before the bundle is verified, and the
+manifest cannot point outside the bundle. Each case is one an attacker tried (issue: ship exactly
+what was measured)."""
+
+import json
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+import autodeploy.bundle
+from autodeploy.bundle import BundleError, loader
+from autodeploy.bundle.archive import UnsafeArchiveError, safe_extract
+from tests.bundle.conftest import bundle, stored  # noqa: F401 - fixtures
+
+
+def _rewrite_manifest(root, change):
+    """Change the manifest and its digest consistently, as an attacker with write access can."""
+    manifest = json.loads((root / "manifest.json").read_text())
+    change(manifest)
+    data = (json.dumps(manifest, indent=2) + "\n").encode()
+    (root / "manifest.json").write_bytes(data)
+    (root / "manifest.sha256").write_text(loader.digest_line(data))
+
+
+def test_planted_bytecode_for_the_loader_is_refused(bundle):  # noqa: F811
+    cache = bundle / "__pycache__"
+    cache.mkdir()
+    (cache / f"loader.cpython-{sys.version_info.major}{sys.version_info.minor}.pyc").write_bytes(b"\x00" * 64)
+    with pytest.raises(BundleError, match="__pycache__/loader.cpython-.*is not listed in the manifest"):
+        loader.verify(bundle)
+
+
+def test_planted_module_next_to_the_loader_never_runs(bundle, tmp_path):  # noqa: F811
+    marker = tmp_path / "pwned"
+    (bundle / "platform.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nfrom os import *\n")
+    proc = subprocess.run([sys.executable, "-I", str(bundle / "loader.py")], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)  # fmt: skip
+    assert proc.returncode != 0 and "platform.py is not listed in the manifest" in proc.stderr
+    assert not marker.exists(), "a file planted in the bundle ran"
+
+
+@pytest.mark.parametrize("value", ["/etc/passwd", "../../etc/passwd", "../model/model.onnx", "unlisted.onnx"])
+def test_runtime_model_file_outside_the_listed_artifact_is_refused(bundle, value):  # noqa: F811
+    _rewrite_manifest(bundle, lambda m: m["runtime"].update(model_file=value))
+    with pytest.raises(BundleError, match="runtime.model_file .* is not a file of model/ listed in the manifest"):
+        autodeploy.bundle.load(bundle)
+
+
+def test_shipped_runtime_changed_after_verification_is_not_run(bundle, tmp_path):  # noqa: F811
+    """The shipped loader executes runtime files from bytes it checks against the manifest."""
+    manifest = loader.verify(bundle)
+    (bundle / "runtime" / "onnxruntime.py").write_text("raise SystemExit('substituted runtime ran')\n")
+    script = (
+        "import runpy, json, sys\n"
+        f"ns = runpy.run_path({str(bundle / 'loader.py')!r})\n"
+        f"manifest = json.loads({json.dumps(json.dumps(manifest))})\n"
+        "try:\n"
+        "    ns['_runtime']('onnxruntime', manifest)\n"
+        "except ns['BundleError'] as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    proc = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=120)
+    assert "refused:" in proc.stdout and "runtime/onnxruntime.py does not match its SHA-256" in proc.stdout, proc.stderr
+
+
+def test_archive_member_with_a_negative_size_is_refused(tmp_path):
+    info = tarfile.TarInfo("bundle/manifest.json")
+    info.size = -(1 << 40)
+    with tarfile.open(tmp_path / "b.tar.gz", "w:gz", format=tarfile.GNU_FORMAT) as tar:
+        tar.addfile(info)
+    with pytest.raises(UnsafeArchiveError, match="declares a negative size"):
+        safe_extract(tmp_path / "b.tar.gz", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
