@@ -8,8 +8,10 @@ data whose location leaves the model's folder (``..``, an absolute path, a symli
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,7 +214,7 @@ def load_model(
     info = ModelInfo(
         path=path.resolve(),
         name=name or path.stem,
-        sha256=_sha256([path, *(path.parent / f for f in external)]),
+        sha256=_sha256([path.resolve(), *(path.parent / f for f in external)]),
         inputs=inputs,
         outputs=outputs,
         opset=opset,
@@ -312,10 +314,36 @@ def _utf8(text: str) -> bool:
     return True
 
 
-def _sha256(files: Sequence[Path]) -> str:
+def _sha256(files: Sequence[Path], copy_to: Sequence[Path] | None = None) -> str:
+    """SHA-256 over ``files`` in order, read without following a final symlink; optionally copied as read.
+
+    The model file itself is passed resolved (a link to a model is fine); its external data is
+    read as the plain files that intake checked, never through a link swapped in later.
+    """
     digest = hashlib.sha256()
-    for file in files:
-        with open(file, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
+    for i, file in enumerate(files):
+        try:
+            fd = os.open(file, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError as exc:
+            raise ModelError(f"cannot read {file}: {exc.strerror or exc}",
+                             fix="keep the model and its external data as plain files, not links") from None  # fmt: skip
+        with os.fdopen(fd, "rb") as fh, (open(copy_to[i], "wb") if copy_to else contextlib.nullcontext()) as out:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):  # noqa: B023 - fh is this iteration's
                 digest.update(chunk)
+                if out is not None:
+                    out.write(chunk)
     return digest.hexdigest()
+
+
+def copy_unchanged(model: ModelInfo, folder: Path, name: str) -> None:
+    """Copy the model (as ``name``) and its external data into ``folder``, exactly as taken in at intake.
+
+    Files are read once, without following links, and hashed as they are copied; a model that
+    changed since intake (a file replaced, a link swapped in) is refused, so an artifact never
+    holds bytes other than the ones the reference was computed from.
+    """
+    sources = [model.path.resolve(), *(model.path.parent / f for f in model.external_files)]
+    targets = [folder / name, *(folder / f for f in model.external_files)]
+    if _sha256(sources, copy_to=targets) != model.sha256:
+        raise ModelError(f"{model.path} or its external data changed since it was taken in",
+                         fix="run the command again, and keep the model unchanged while it runs")  # fmt: skip

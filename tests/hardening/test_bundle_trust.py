@@ -73,3 +73,47 @@ def test_archive_member_with_a_negative_size_is_refused(tmp_path):
     with pytest.raises(UnsafeArchiveError, match="declares a negative size"):
         safe_extract(tmp_path / "b.tar.gz", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_external_data_swapped_for_a_link_after_intake_never_reaches_the_artifact(tmp_path):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from autodeploy.adapters import registry
+    from autodeploy.adapters.base import TrialConfig
+    from autodeploy.errors import ModelError
+    from autodeploy.model import load_model
+
+    weights = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])], [weights])  # fmt: skip
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(proto, str(model_dir / "m.onnx"), save_as_external_data=True, location="w.bin", size_threshold=0)
+    model = load_model(model_dir / "m.onnx")
+    assert model.external_files == ("w.bin",)
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes((model_dir / "w.bin").read_bytes())  # same bytes: only the link gives it away
+    (model_dir / "w.bin").unlink()
+    (model_dir / "w.bin").symlink_to(secret)
+    with pytest.raises(ModelError, match="w.bin: .*not links|cannot read"):
+        registry.get("onnxruntime").build(model, TrialConfig("onnxruntime"), None, tmp_path / "artifacts")
+    assert not list((tmp_path / "artifacts").glob("*/w.bin"))
+
+
+@pytest.mark.parametrize("name", ["../../outside.txt", "/etc/passwd", ""])
+def test_artifact_json_cannot_list_files_outside_its_folder(stored, tmp_path, name):  # noqa: F811
+    import shutil
+
+    from autodeploy.adapters.base import ARTIFACT_FILE, Artifact
+    from autodeploy.errors import BuildError
+
+    copy = shutil.copytree(stored.artifact.path, tmp_path / "artifact")
+    data = json.loads((copy / ARTIFACT_FILE).read_text())
+    data["files"].append(name)
+    (copy / ARTIFACT_FILE).write_text(json.dumps(data))
+    with pytest.raises(BuildError, match="outside the artifact folder"):
+        Artifact.read(copy)

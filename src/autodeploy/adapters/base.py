@@ -163,7 +163,12 @@ class Artifact:
 
     @classmethod
     def read(cls, path: Path) -> Artifact:
+        """The artifact described by ``path/artifact.json``; its files must lie inside ``path``."""
         data = json.loads((path / ARTIFACT_FILE).read_text())
+        for name in data["files"]:
+            if not isinstance(name, str) or Path(name).is_absolute() or ".." in Path(name).parts or not name:
+                raise BuildError(f"{path / ARTIFACT_FILE} lists {name!r}, which is outside the artifact folder",
+                                 fix="delete the artifact folder; the next run rebuilds it")  # fmt: skip
         return cls(
             path=path,
             engine=data["engine"],

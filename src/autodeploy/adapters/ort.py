@@ -6,7 +6,6 @@ https://onnxruntime.ai/docs/performance/tune-performance/threading.html.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,6 +14,7 @@ import numpy as np
 
 from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
 from autodeploy.errors import BuildError
+from autodeploy.model import copy_unchanged
 from autodeploy.runtime import onnxruntime as rt
 
 if TYPE_CHECKING:
@@ -74,9 +74,7 @@ class OnnxRuntimeEngine(Engine):
     ) -> dict[str, Any]:
         out = outdir / MODEL_FILE
         if config.precision == "fp32":
-            shutil.copyfile(model.path, out)
-            for name in model.external_files:  # already checked to stay inside the model's folder
-                shutil.copyfile(model.path.parent / name, outdir / name)
+            copy_unchanged(model, outdir, MODEL_FILE)  # no links followed; the intake hash re-checked
             return {}
         method = config.knobs.get("quant_method", "auto")
         if method == "auto":

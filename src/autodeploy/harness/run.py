@@ -399,9 +399,15 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
+#: Only the end of a worker's log is read (a quantizer can write megabytes of warnings).
+LOG_TAIL_BYTES = 16 * 1024
+
+
 def _tail(path: Path, lines: int = 3) -> str:
     try:
-        text = path.read_text(errors="replace").strip().splitlines()
+        with open(path, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            text = log.read().decode(errors="replace").strip().splitlines()
     except OSError:
         return ""
     return " | ".join(line.strip() for line in text[-lines:])
