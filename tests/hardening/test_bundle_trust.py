@@ -117,3 +117,81 @@ def test_artifact_json_cannot_list_files_outside_its_folder(stored, tmp_path, na
     (copy / ARTIFACT_FILE).write_text(json.dumps(data))
     with pytest.raises(BuildError, match="outside the artifact folder"):
         Artifact.read(copy)
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    """Two elliptic-curve key pairs (PEM): the publisher's and someone else's."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    folder = tmp_path_factory.mktemp("keys")
+    paths = {}
+    for who in ("publisher", "other"):
+        key = ec.generate_private_key(ec.SECP256R1())
+        (folder / f"{who}.pem").write_bytes(key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+        (folder / f"{who}.pub").write_bytes(key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))  # fmt: skip
+        paths[who] = (folder / f"{who}.pem", folder / f"{who}.pub")
+    return paths
+
+
+@pytest.fixture
+def signed(stored, keys, tmp_path):  # noqa: F811
+    from autodeploy.bundle import export
+
+    return export.write_bundle(stored.source(), tmp_path / "signed", sign_key=keys["publisher"][0])
+
+
+def test_a_signed_bundle_loads_with_its_publishers_key(signed, keys, stored):  # noqa: F811
+    from tests.bundle.conftest import feeds
+
+    assert (signed / loader.SIGNATURE).is_file()
+    loader.verify(signed)  # the signature file is the one file the manifest cannot list
+    with autodeploy.bundle.load(signed, trust=keys["publisher"][1]) as predictor:
+        got = predictor.run(feeds())
+    assert (got["logits"] == stored.reference_outputs(feeds())["logits"]).all()
+
+
+def test_a_substituted_model_with_a_consistent_manifest_passes_integrity_but_not_trust(signed, keys):
+    """The red-team case: swap model.onnx, rewrite manifest.json and manifest.sha256 to match."""
+    import hashlib
+
+    model = signed / "model" / "model.onnx"
+    model.write_bytes(model.read_bytes() + b"\x00")  # any other model; trailing bytes keep it loadable
+
+    def relist(m):
+        m["files"]["model/model.onnx"] = {"sha256": hashlib.sha256(model.read_bytes()).hexdigest(),
+                                          "size": model.stat().st_size}  # fmt: skip
+
+    _rewrite_manifest(signed, relist)
+    loader.verify(signed)  # integrity only: consistent, so it passes; this is why --trust exists
+    with pytest.raises(BundleError, match="signature does not verify .*model/model.onnx"):
+        loader.verify(signed, trust=keys["publisher"][1])
+    with pytest.raises(BundleError, match="signature does not verify"):
+        autodeploy.bundle.load(signed, trust=keys["publisher"][1])
+
+
+def test_another_key_or_no_signature_is_refused(signed, bundle, keys):  # noqa: F811
+    with pytest.raises(BundleError, match="signature does not verify"):
+        loader.verify(signed, trust=keys["other"][1])
+    with pytest.raises(BundleError, match="is not signed"):
+        loader.verify(bundle, trust=keys["publisher"][1])
+
+
+def test_a_file_added_to_a_signed_bundle_is_refused(signed, keys):
+    (signed / "model" / "extra.bin").write_bytes(b"payload")
+    with pytest.raises(BundleError, match="signature does not verify|not listed"):
+        loader.verify(signed, trust=keys["publisher"][1])
+
+
+def test_cli_verify_says_integrity_only_without_a_key_and_checks_the_signature_with_one(signed, keys, capsys):
+    from tests.cli.test_cli import run as run_cli
+
+    code, out, err = run_cli(capsys, "bundle", "verify", str(signed))
+    assert code == 0 and "integrity only" in out, err
+    code, out, err = run_cli(capsys, "bundle", "verify", str(signed), "--trust", str(keys["publisher"][1]))
+    assert code == 0 and "signature over every file verifies" in out, err
+    code, out, err = run_cli(capsys, "bundle", "verify", str(signed), "--trust", str(keys["other"][1]))
+    assert code != 0 and "signature does not verify" in err and len(err.strip().splitlines()) == 1

@@ -26,22 +26,24 @@ __all__ = ["BundleError", "Predictor", "UnsafeArchiveError", "check_compatible",
            "read_manifest", "safe_extract", "verify"]  # fmt: skip
 
 
-def load(path: str | Path, *, allow_other_version: bool = False, max_bytes: int = MAX_BYTES,
-         max_members: int = MAX_MEMBERS) -> Predictor:  # fmt: skip
+def load(path: str | Path, *, allow_other_version: bool = False, trust: str | Path | None = None,
+         max_bytes: int = MAX_BYTES, max_members: int = MAX_MEMBERS) -> Predictor:  # fmt: skip
     """Open the bundle at ``path`` (a folder, or a ``.tar.gz`` extracted safely to a temporary folder).
 
-    Every file is checked against the manifest and the engine version and this machine's
-    CPU/GPU against what the bundle needs, before the engine loads anything.
+    Every file is checked against the manifest (and, with ``trust``, a PEM public key, the
+    bundle's signature), and the engine version and this machine's CPU/GPU against what the
+    bundle needs, before the engine loads anything. Nothing from the bundle is imported: the
+    engine runs on :mod:`autodeploy.runtime`, the code the harness measured with.
 
     Raises:
         BundleError: the bundle is damaged, unsafe or cannot run here; the message names why.
     """
     if not is_archive(path):
-        return _load_folder(path, allow_other_version=allow_other_version)
+        return _load_folder(path, allow_other_version=allow_other_version, trust=trust)
     scratch = Path(tempfile.mkdtemp(prefix="autodeploy-bundle-"))
     try:
         root = safe_extract(path, scratch / "bundle", max_bytes=max_bytes, max_members=max_members)
-        predictor = _load_folder(root, allow_other_version=allow_other_version)
+        predictor = _load_folder(root, allow_other_version=allow_other_version, trust=trust)
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise

@@ -316,8 +316,12 @@ config, the constraint verdicts, every file's SHA-256, and the command that repr
 # -- 3. write it atomically ------------------------------------------------------------------
 
 
-def write_bundle(source: Source, dest: str | Path, *, tar: bool = False, command: str | None = None) -> Path:
-    """Write the bundle folder (or, with ``tar``, a ``.tar.gz`` of it) at ``dest``; return ``dest``."""
+def write_bundle(source: Source, dest: str | Path, *, tar: bool = False, command: str | None = None,
+                 sign_key: str | Path | None = None) -> Path:  # fmt: skip
+    """Write the bundle folder (or, with ``tar``, a ``.tar.gz`` of it) at ``dest``; return ``dest``.
+
+    With ``sign_key`` (a PEM elliptic-curve private key) the bundle is also signed (:func:`sign`).
+    """
     dest = Path(dest)
     artifact = artifact_of(source)
     manifest = build_manifest(source, artifact, command=command)
@@ -334,7 +338,30 @@ def write_bundle(source: Source, dest: str | Path, *, tar: bool = False, command
         (stage / REQUIREMENTS).write_text(requirements_txt(manifest))
         (stage / README).write_text(readme_md(manifest))
         seal(stage, manifest)
+        if sign_key is not None:
+            sign(stage, sign_key)
     return dest
+
+
+def sign(folder: Path, private_key: str | Path) -> None:
+    """Sign every file of a sealed bundle with OpenSSF model-signing into ``bundle.sig``.
+
+    model-signing is the ML ecosystem's signing format (a Sigstore bundle holding a DSSE-signed
+    in-toto statement of every file's SHA-256), so a bundle can be checked with its own
+    ``model_signing verify key`` command as well as with ``autodeploy bundle verify --trust``.
+    """
+    try:
+        from model_signing import hashing, signing
+    except ImportError as exc:
+        raise UsageError(f"--sign needs model-signing, which cannot be imported ({exc})",
+                         fix=loader.SIGN_INSTALL) from None  # fmt: skip
+    config = signing.Config().use_elliptic_key_signer(private_key=Path(private_key))
+    config.set_hashing_config(hashing.Config().set_ignored_paths(paths=[loader.SIGNATURE], ignore_git_paths=False))
+    try:
+        config.sign(folder, folder / loader.SIGNATURE)
+    except (OSError, ValueError, TypeError) as exc:  # unreadable or wrong kind of key
+        raise UsageError(f"cannot sign with {private_key}: {type(exc).__name__}: {exc}",
+                         fix="pass a PEM elliptic-curve private key (openssl ecparam -genkey -name prime256v1)") from None  # fmt: skip
 
 
 def seal(folder: Path, manifest: dict[str, Any]) -> None:

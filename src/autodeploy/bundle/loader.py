@@ -44,6 +44,9 @@ KIND = "autodeploy-bundle"
 MANIFEST = "manifest.json"
 #: ``"<sha256 of manifest.json>  manifest.json"``: the manifest cannot hold its own digest.
 MANIFEST_DIGEST = "manifest.sha256"
+#: The signature over every other file (OpenSSF model-signing, a Sigstore bundle); present only when signed.
+SIGNATURE = "bundle.sig"
+SIGN_INSTALL = "pip install model-signing pyopenssl (or 'autodeploy[sign]')"
 MODEL_DIR = "model"
 LOADER = "loader.py"
 RUNTIME_DIR = "runtime"
@@ -111,13 +114,21 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
     return manifest
 
 
-def verify(root: str | Path) -> dict[str, Any]:
+def verify(root: str | Path, *, trust: str | Path | None = None) -> dict[str, Any]:
     """Check every file of the bundle against the manifest (SHA-256 and size); return the manifest.
 
+    Without ``trust`` this checks integrity only: the files are the ones the manifest lists,
+    but anyone can write a consistent manifest. With ``trust`` (a PEM public key) the bundle
+    must also carry a valid signature by its private key (``autodeploy export --sign``) over
+    every file, checked first.
+
     Raises:
-        BundleError: naming the first file that is missing, changed, or not in the manifest.
+        BundleError: naming the first file that is missing, changed, or not in the manifest,
+            or a signature that is missing or does not verify with ``trust``.
     """
     root = Path(root)
+    if trust is not None:
+        verify_signature(root, trust)
     manifest = read_manifest(root)
     files: Mapping[str, Mapping[str, Any]] = manifest.get("files") or {}
     for rel, entry in sorted(files.items()):
@@ -139,7 +150,7 @@ def verify(root: str | Path) -> dict[str, Any]:
                 f"bundle {root}: {rel} does not match its SHA-256 in the manifest (changed or corrupted)",
                 fix=REEXPORT,
             )
-    expected = set(files) | {MANIFEST, MANIFEST_DIGEST}
+    expected = set(files) | {MANIFEST, MANIFEST_DIGEST} | ({SIGNATURE} if (root / SIGNATURE).is_file() else set())
     for path in sorted(root.rglob("*")):  # __pycache__ too: bytecode could stand in for a verified source
         rel = path.relative_to(root)
         if path.is_dir() and not path.is_symlink():
@@ -147,6 +158,40 @@ def verify(root: str | Path) -> dict[str, Any]:
         if rel.as_posix() not in expected:
             raise BundleError(f"bundle {root}: {rel.as_posix()} is not listed in the manifest", fix=REEXPORT)
     return manifest
+
+
+def verify_signature(root: Path, public_key: str | Path) -> None:
+    """Check the bundle's signature (OpenSSF model-signing, elliptic-curve key) over every file.
+
+    model-signing hashes every file of the folder, refuses files it did not sign, and checks
+    the DSSE signature of that list with ``public_key``; nothing from the bundle is imported.
+    """
+    if not (root / SIGNATURE).is_file() or (root / SIGNATURE).is_symlink():
+        raise BundleError(f"bundle {root} is not signed ({SIGNATURE} is missing), but a trust key was given",
+                          fix="export it again with --sign KEY, or verify without --trust (integrity only)")  # fmt: skip
+    try:
+        from model_signing import hashing, verifying
+    except ImportError as exc:
+        raise BundleError(f"checking a signature needs model-signing, which cannot be imported ({exc})",
+                          fix=SIGN_INSTALL) from None  # fmt: skip
+    config = verifying.Config().use_elliptic_key_verifier(public_key=Path(public_key))
+    config.set_hashing_config(hashing.Config().set_ignored_paths(paths=[SIGNATURE], ignore_git_paths=False))
+    try:
+        config.verify(root, root / SIGNATURE)
+    except Exception as exc:  # model-signing raises ValueError and others; every one means "not trusted"
+        reason = _signature_reason(str(exc))
+        raise BundleError(f"bundle {root}: the signature does not verify with {public_key}: {reason}",
+                          fix="get the bundle again from its publisher; never run a bundle that fails this") from None  # fmt: skip
+
+
+def _signature_reason(text: str) -> str:
+    """model-signing's mismatch report, shortened to the files it names."""
+    changed = re.findall(r"Hash mismatch for \\?'([^'\\]+)\\?'", text)  # a list's repr may escape the quotes
+    extra = re.findall(r"Extra files found in model '[^']*': ([^\"\]]+)", text)
+    missing = re.findall(r"Missing files in model '[^']*': ([^\"\]]+)", text)
+    parts = [f"changed: {', '.join(changed)}"] if changed else []
+    parts += [f"not signed: {e.strip()}" for e in extra] + [f"missing: {m.strip()}" for m in missing]
+    return "; ".join(parts) or " ".join(text.split())[:300]
 
 
 # -- compatibility -------------------------------------------------------------------------
@@ -264,8 +309,8 @@ class Predictor:
         self.close()
 
 
-def load(path: str | Path, *, allow_other_version: bool = False) -> Predictor:
-    """Verify the bundle folder at ``path``, check it fits this machine, and open it.
+def load(path: str | Path, *, allow_other_version: bool = False, trust: str | Path | None = None) -> Predictor:
+    """Verify the bundle folder at ``path`` (and its signature with ``trust``), check it fits this machine, and open it.
 
     Raises:
         BundleError: a file is missing or changed, or this machine cannot run the bundle.
@@ -274,7 +319,7 @@ def load(path: str | Path, *, allow_other_version: bool = False) -> Predictor:
     if not root.is_dir():
         raise BundleError(f"{root} is not a bundle folder",
                           fix="pass the exported folder (autodeploy.bundle.load also opens .tar.gz)")  # fmt: skip
-    manifest = verify(root)
+    manifest = verify(root, trust=trust)
     _runtime("machine", manifest)  # the shipped probe, from the bytes just verified
     warnings = check_compatible(manifest, allow_other_version=allow_other_version)
     return Predictor(root, manifest, warnings)

@@ -16,21 +16,29 @@ app = typer.Typer(
 )
 
 BundlePath = Annotated[Path, typer.Argument(help="A bundle folder or .tar.gz made by `autodeploy export`.")]
+TrustOption = Annotated[Path | None, typer.Option(
+    "--trust", help="PEM public key of the publisher: the bundle's signature (export --sign) must verify with it.")]  # fmt: skip
 
 
 @app.command()
-def verify(path: BundlePath) -> None:
-    """Check every file against the manifest's SHA-256 and size, and whether this machine can run it."""
+def verify(path: BundlePath, trust: TrustOption = None) -> None:
+    """Check every file against the manifest's SHA-256 and size (and the signature with --trust), and
+    whether this machine can run it."""
     from autodeploy.bundle import BundleError, check_compatible, opened
     from autodeploy.bundle import verify as verify_files
 
     with opened(path) as root:
-        manifest = verify_files(root)
+        manifest = verify_files(root, trust=trust)
     files = manifest["files"]
     size = sum(f["size"] for f in files.values())
     out.print(
         f"[green]ok[/]: {escape(str(path))}: {len(files) + 2} files match the manifest ({size / 2**20:.2f} MB)"
     )
+    if trust is None:
+        out.print("integrity only: the files are the ones the manifest lists, but anyone can write a manifest; "
+                  "pass --trust PUBKEY to check who made it")  # fmt: skip
+    else:
+        out.print(f"signed: the signature over every file verifies with {escape(str(trust))}")
     try:
         warnings = check_compatible(manifest)
     except BundleError as error:
@@ -106,6 +114,7 @@ def run(
     max_duration: Annotated[float, typer.Option(help="Timed seconds at most.")] = 60.0,
     allow_other_version: Annotated[bool, typer.Option("--allow-other-version",
                                    help="Run under another engine version than benchmarked (warns).")] = False,
+    trust: TrustOption = None,
 ) -> None:  # fmt: skip
     """Load the bundle (verified), time it here, and show this machine's latency next to the manifest's."""
     from autodeploy.bundle import loader, opened
@@ -115,7 +124,7 @@ def run(
 
     policy = TimingPolicy(min_samples=min_samples, min_duration_s=min_duration, max_duration_s=max_duration)
     with opened(path) as root:
-        with loader.load(root, allow_other_version=allow_other_version) as predictor:
+        with loader.load(root, allow_other_version=allow_other_version, trust=trust) as predictor:
             m = predictor.manifest
             feeds = _feeds(m, root, data)
             with err.status(f"timing {escape(str(path))} ({len(next(iter(feeds.values())))} items per call)"):
