@@ -8,10 +8,9 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from autodeploy import api
 from autodeploy.cli._common import command_line, fmt_ms, out
 from autodeploy.errors import UsageError
-
-FORMATS = ("bundle", "triton")
 
 
 def export(
@@ -24,30 +23,17 @@ def export(
     db: Annotated[str | None, typer.Option(help="Results database URL (default: $AUTODEPLOY_DB or the user SQLite file).")] = None,
 ) -> None:  # fmt: skip
     """Write the winner's artifact exactly as benchmarked, with a verified manifest, atomically."""
-    from autodeploy.bundle import export as exporter
-    from autodeploy.bundle import triton
-    from autodeploy.results_db.store import Store
-
     if (study is None) == (trial is None):
         raise UsageError(
             "give a study name or --trial ID (one of them)", fix="autodeploy export STUDY -o DIR"
         )
     if output is None:
         raise UsageError("no destination given", fix="add -o DIR (or -o FILE.tar.gz with --tar)")
-    if format not in FORMATS:
-        raise UsageError(f"unknown --format {format!r}", fix=f"choose one of {', '.join(FORMATS)}")
-    if tar and not output.name.endswith((".tar.gz", ".tgz")):
-        output = output.with_name(output.name + ".tar.gz")
-    with Store.open(db, readonly=True) as store:
-        source = (
-            exporter.stored_trial(store, trial)
-            if trial is not None
-            else exporter.study_winner(store, study or "")
-        )
-    if format == "triton":
-        path = triton.write_repository(source, output, tar=tar, model_name=model_name, command=command_line())
-    else:
-        path = exporter.write_bundle(source, output, tar=tar, command=command_line())
+    if format not in api.FORMATS:
+        raise UsageError(f"unknown --format {format!r}", fix=f"choose one of {', '.join(api.FORMATS)}")
+    source = api.find_source(study, trial=trial, db=db)
+    path = api.export(output=output, source=source, tar=tar, format=format, model_name=model_name,
+                      command=command_line())  # fmt: skip
     t = source.trial
     size = (
         sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
