@@ -159,6 +159,7 @@ def bench(
     # 3. open the store before measuring: a bad database fails in a second, not after a run
     with _store(db) as store:
         # 4. prepare the data
+        report("preparing data")
         prepared = _prepare_data(resolved, settings, data, pins)
         # 5. run the trial in a fresh worker
         report(f"{label}: starting worker")
@@ -238,6 +239,10 @@ def tune(
     """
     from autodeploy.search.study import Reporter, StudyContext, run_study
 
+    if model is None and config is None:
+        raise UsageError(
+            "no model given", fix="pass a model (an .onnx path or zoo:NAME), or `model` in the config"
+        )
     reporter = reporter or Reporter()
     arguments = {"model": model, "name": name, "objective": objective, "engines": engines, "precisions": precisions,
                  "batches": batches, "threads": threads, "knobs": knobs, "trials": trials, "timeout_s": timeout_s,
@@ -248,10 +253,6 @@ def tune(
     given = {k: v for k, v in arguments.items() if k != "model"}
     command = command or _python_call("tune", model, config=config, **given)
     overrides = _study_overrides(arguments)
-    if model is None and config is None:
-        raise UsageError(
-            "no model given", fix="pass a model (an .onnx path or zoo:NAME), or `model` in the config"
-        )
     # 1. the config as asked: the YAML read once, the arguments over it
     keys = dict(config) if isinstance(config, Mapping) else study_config.read(config)
     cfg = study_config.validate(keys, overrides)
@@ -273,6 +274,7 @@ def tune(
         # 5. screening settings; the harness labels a trial "inaccurate" by the study's own budget
         settings = _screening_settings(cfg, cache / "work")
         # 6. prepare the data
+        reporter.phase("preparing data")
         prepared = _prepare_data(resolved, settings, cfg.data)
         # 7. run the study: screening, finalists, winner; every trial stored
         storage = storage or store.engine.url.render_as_string(hide_password=False)
