@@ -18,6 +18,7 @@ from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import resolve_model
 from autodeploy.results_db import Store
 from autodeploy.search.study import Reporter
+from tests.models import seq_model
 
 FAST = TimingPolicy(
     warmup_min_calls=2, warmup_max_s=0.2, min_samples=64, min_duration_s=0.1, max_duration_s=5
@@ -142,3 +143,14 @@ def test_tune_then_export_then_load_and_run_the_bundle(env):
     assert {(t.user_attrs["config"]["engine"], t.user_attrs["config"]["threads"]) for t in trials} == {
         ("onnxruntime", 1)
     }
+
+
+@pytest.mark.slow
+def test_a_resumed_study_keeps_its_input_shapes(env):
+    tmp_path, db = env
+    model = seq_model(tmp_path / "seq.onnx")  # [N, S] inputs: S must be fixed
+    fixed = {"input_ids": (1, 8), "attention_mask": (1, 8)}
+    common = {"name": "seq", "trials": 1, "finalists": 0, "min_samples": 64, "min_duration_s": 0.1, "db": db}
+    autodeploy.tune(model, engines=["onnxruntime"], precisions=["fp32"], threads=[1], shapes=fixed, **common)
+    again = autodeploy.tune(model, resume=True, **common)  # no shapes: the study's own apply
+    assert sum(again.trials.values()) == 2
