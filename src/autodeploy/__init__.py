@@ -1,6 +1,33 @@
 """autodeploy: find the fastest engine, precision, batch and threads for a model on each device, then ship it.
 
-Importing this package imports no inference engine; engines load lazily inside adapters.
+    import autodeploy
+    summary = autodeploy.tune("zoo:tiny-cnn", engines=["onnxruntime"], trials=3)
+    path = autodeploy.export(summary, "ship")
+    predictor = autodeploy.bundle.load(path)
+
+Importing this package imports no inference engine, Optuna or SQLAlchemy: ``bench``, ``tune``
+and ``export`` (:mod:`autodeploy.api`) and ``bundle`` load on first use.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autodeploy import bundle
+    from autodeploy.api import bench, export, tune
+
 __version__ = "0.1.0"
+__all__ = ["__version__", "bench", "bundle", "export", "tune"]
+
+_API = ("bench", "tune", "export")
+
+
+def __getattr__(name: str) -> Any:
+    """``autodeploy.bench/tune/export`` and ``autodeploy.bundle``, imported on first use."""
+    if name in _API:
+        return getattr(importlib.import_module("autodeploy.api"), name)
+    if name == "bundle":
+        return importlib.import_module("autodeploy.bundle")
+    raise AttributeError(f"module 'autodeploy' has no attribute {name!r}")

@@ -56,6 +56,11 @@ class AccuracyVerdict:
     passed: bool
 
 
+def cosine_for_drop(max_drop: float) -> float:
+    """The cosine a drop budget asks of outputs where top-1 does not apply (their drop is ``1 - cosine``)."""
+    return 1.0 - max_drop
+
+
 def within(value: float, limit: float) -> bool:
     """``value <= limit`` up to :data:`TOLERANCE`; NaN is never within."""
     return value <= limit + TOLERANCE

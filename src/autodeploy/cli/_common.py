@@ -1,54 +1,50 @@
-"""Helpers shared by commands: consoles, model references, the store, the cache folder."""
+"""Helpers shared by commands: consoles, a spinner, model references, the command line."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from rich.console import Console
+from rich.markup import escape
+from rich.status import Status
 
-from autodeploy.data import Dataset
-from autodeploy.model import ModelInfo, load_model
+from autodeploy import model
+from autodeploy.api import cache_dir
+from autodeploy.model import ResolvedModel
+
+__all__ = ["ResolvedModel", "cache_dir", "command_line", "err", "fmt_ms", "out", "resolve_model", "spinner"]
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
 
-def cache_dir() -> Path:
-    """Where zoo models, data and artifacts are cached: ``$AUTODEPLOY_CACHE`` or the user cache folder."""
-    from platformdirs import user_cache_dir
-
-    return Path(os.environ.get("AUTODEPLOY_CACHE") or user_cache_dir("autodeploy"))
-
-
-@dataclass(frozen=True)
-class ResolvedModel:
-    info: ModelInfo
-    data: Dataset | None = None  # a zoo model's own labelled evaluation data
-    calibration: Dataset | None = None
-
-
 def resolve_model(ref: str, shapes: dict[str, tuple[int, ...]]) -> ResolvedModel:
-    """Load ``PATH.onnx`` or ``zoo:NAME`` (built on first use), with the zoo's dataset if it has one."""
-    from autodeploy import zoo
+    """:func:`autodeploy.model.resolve_model`, with a spinner while a zoo model is built."""
+    with spinner() as show:
+        return model.resolve_model(ref, shapes, progress=show)
 
-    name = zoo.parse_ref(ref)
-    if name is None:
-        return ResolvedModel(load_model(ref, shapes))
-    with err.status(f"building zoo:{name} (first use only)"):
-        path = zoo.get(name)
-        dataset = zoo.dataset(name)
-    info = load_model(path, shapes, name=f"zoo:{name}")
-    if dataset is None:
-        return ResolvedModel(info)
-    return ResolvedModel(
-        info,
-        Dataset(dataset["inputs"], dataset.get("labels")),
-        Dataset(dataset["calibration"]) if dataset.get("calibration") is not None else None,
-    )
+
+@contextmanager
+def spinner() -> Iterator[Callable[[str], None]]:
+    """A spinner on stderr that appears on the first message and is gone at the end."""
+    status: Status | None = None
+
+    def show(text: str) -> None:
+        nonlocal status
+        if status is None:
+            status = err.status(escape(text))
+            status.start()
+        else:
+            status.update(escape(text))
+
+    try:
+        yield show
+    finally:
+        if status is not None:
+            status.stop()
 
 
 def command_line() -> str:

@@ -9,14 +9,12 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from autodeploy.adapters import registry
+from autodeploy import api
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.cli._common import cache_dir, command_line, err, fmt_ms, out, resolve_model
-from autodeploy.data import load_user_data, parse_input_pins
-from autodeploy.device import probe_device
+from autodeploy.cli._common import command_line, err, fmt_ms, out, spinner
+from autodeploy.data import parse_input_pins
 from autodeploy.errors import UsageError
 from autodeploy.harness.result import TrialResult
-from autodeploy.harness.run import HarnessSettings, prepare_data, run_trial
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import parse_shape_flags
 
@@ -59,49 +57,14 @@ def bench(
     ] = None,
 ) -> None:
     """Measure one engine/precision/batch/threads config in an isolated worker and store the result."""
-    from autodeploy.results_db.store import DeviceRecord, ModelRecord, Store
-
-    resolved = resolve_model(model, parse_shape_flags(shape or []))
-    info = resolved.info
-    config = TrialConfig(
-        engine=engine, precision=precision, batch=batch, threads=threads, knobs=_parse_knobs(knob or [])
-    )
-    device = probe_device()
-    registry.get(engine).check(device, info, config)  # unknown engine/precision/knob: fail before any work
-    info.input_shape(info.inputs[0].name, batch)  # dynamic dims left unfixed: fail with the --shape fix now
-    policy = TimingPolicy(min_samples=min_samples, min_duration_s=min_duration, max_duration_s=max_duration)
-    settings = HarnessSettings(
-        workdir=cache_dir() / "work",
-        policy=policy,
-        timeout_s=timeout,
-        **({"memory_cap_mb": memory_cap_mb} if memory_cap_mb else {}),
-    )
-    store = Store.open(db)  # open before measuring: a bad database path fails in a second, not after a run
-    user_data = load_user_data(data, info) if data else resolved.data
-    prepared = prepare_data(
-        info,
-        settings,
-        data=user_data,
-        calibration=resolved.calibration if not data else None,
-        pins=parse_input_pins(input or []),
-    )
-    with err.status(f"{config.label()}: starting worker") as status:
-        result = run_trial(
-            info,
-            config,
-            prepared,
-            settings,
-            progress=lambda phase: status.update(f"{config.label()}: {phase}"),
-        )
-    with store:
-        trial_id = store.add_trial(
-            result,
-            model=ModelRecord.of(info),
-            device=DeviceRecord.of(device),
-            command=command_line(),
-        )
-    _print_result(result, trial_id, info.name)
-    if not result.ok:
+    timing = TimingPolicy(min_samples=min_samples, min_duration_s=min_duration, max_duration_s=max_duration)
+    with spinner() as show:
+        record = api.bench(model, engine=engine, precision=precision, batch=batch, threads=threads,
+                           knobs=_parse_knobs(knob or []), shapes=parse_shape_flags(shape or []), data=data,
+                           pins=parse_input_pins(input or []), timing=timing, timeout_s=timeout,
+                           memory_cap_mb=memory_cap_mb, db=db, progress=show, command=command_line())  # fmt: skip
+    _print_result(record.result, record.id, record.model.name)
+    if not record.ok:
         raise typer.Exit(1)
 
 

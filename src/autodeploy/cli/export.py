@@ -8,10 +8,9 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from autodeploy import api
 from autodeploy.cli._common import command_line, fmt_ms, out
 from autodeploy.errors import UsageError
-
-FORMATS = ("bundle", "triton")
 
 
 def export(
@@ -22,32 +21,22 @@ def export(
     format: Annotated[str, typer.Option("--format", help="bundle (folder with manifest and loader) or triton (model repository).")] = "bundle",
     model_name: Annotated[str | None, typer.Option(help="Triton model name (default: from the model name).")] = None,
     db: Annotated[str | None, typer.Option(help="Results database URL (default: $AUTODEPLOY_DB or the user SQLite file).")] = None,
+    sign: Annotated[Path | None, typer.Option("--sign", help="Sign the bundle with this PEM elliptic-curve private key (OpenSSF model-signing); check it with `bundle verify --trust PUBKEY`.")] = None,
 ) -> None:  # fmt: skip
     """Write the winner's artifact exactly as benchmarked, with a verified manifest, atomically."""
-    from autodeploy.bundle import export as exporter
-    from autodeploy.bundle import triton
-    from autodeploy.results_db.store import Store
-
     if (study is None) == (trial is None):
         raise UsageError(
             "give a study name or --trial ID (one of them)", fix="autodeploy export STUDY -o DIR"
         )
     if output is None:
         raise UsageError("no destination given", fix="add -o DIR (or -o FILE.tar.gz with --tar)")
-    if format not in FORMATS:
-        raise UsageError(f"unknown --format {format!r}", fix=f"choose one of {', '.join(FORMATS)}")
-    if tar and not output.name.endswith((".tar.gz", ".tgz")):
-        output = output.with_name(output.name + ".tar.gz")
-    with Store.open(db, readonly=True) as store:
-        source = (
-            exporter.stored_trial(store, trial)
-            if trial is not None
-            else exporter.study_winner(store, study or "")
-        )
-    if format == "triton":
-        path = triton.write_repository(source, output, tar=tar, model_name=model_name, command=command_line())
-    else:
-        path = exporter.write_bundle(source, output, tar=tar, command=command_line())
+    if format not in api.FORMATS:
+        raise UsageError(f"unknown --format {format!r}", fix=f"choose one of {', '.join(api.FORMATS)}")
+    if sign is not None and format != "bundle":
+        raise UsageError("--sign signs bundles only", fix="drop --sign, or export without --format triton")
+    source = api.find_source(study, trial=trial, db=db)
+    path = api.export(output=output, source=source, tar=tar, format=format, model_name=model_name,
+                      command=command_line(), sign_key=sign)  # fmt: skip
     t = source.trial
     size = (
         sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
@@ -59,4 +48,5 @@ def export(
     out.print(f"measured on {escape(t.device_cpu)} (fingerprint {t.device_fingerprint}): median {fmt_ms(t.median_ms)} ms, "
               f"p90 {fmt_ms(t.p90_ms)} ms, {t.throughput or 0:.1f} items/s; accuracy {t.accuracy.constraint if t.accuracy else '-'}")  # fmt: skip
     if format == "bundle":
-        out.print(f"check it with: autodeploy bundle verify {escape(str(path))}")
+        trust = " --trust PUBLIC_KEY" if sign else ""
+        out.print(f"check it with: autodeploy bundle verify {escape(str(path))}{trust}")

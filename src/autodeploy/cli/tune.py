@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated
 
@@ -16,10 +15,13 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.status import Status
 from rich.table import Table
 
-from autodeploy.cli._common import cache_dir, command_line, err, out, resolve_model
+from autodeploy import api
+from autodeploy.cli._common import command_line, err, out
 from autodeploy.errors import UsageError
+from autodeploy.model import parse_shape_flags
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 Many = list[str] | None
@@ -87,85 +89,62 @@ def tune(
     ] = None,
 ) -> None:
     """Search the fastest config for a model on this device, re-measure the finalists and report the winner."""
-    from autodeploy.data import load_user_data
-    from autodeploy.device import probe_device
-    from autodeploy.harness.run import HarnessSettings, prepare_data
-    from autodeploy.harness.timing import TimingPolicy
-    from autodeploy.model import parse_shape_flags
-    from autodeploy.results_db.store import Store
-    from autodeploy.search import config as study_config
-    from autodeploy.search.study import StudyContext, run_study
-
-    overrides = {
-        "model": model, "name": name, "objective": objective, "engines": engine, "precisions": precision,
-        "batches": batch, "threads": threads, "trials": trials, "timeout_s": timeout, "sampler": sampler,
-        "seed": seed, "fresh": fresh or None, "constraints.max_accuracy_drop": max_accuracy_drop,
-        "constraints.max_memory_mb": max_memory_mb, "constraints.sla_ms": sla_ms, "finalists.count": finalists,
-        "finalists.rounds": rounds, "screening.min_samples": min_samples, "screening.min_duration_s": min_duration,
-        "data": str(data) if data else None,
-    }  # fmt: skip
-    if shape:
-        overrides["shapes"] = {k: list(v) for k, v in parse_shape_flags(shape).items()}
     if model is None and config is None:
         raise UsageError("no model given", fix="autodeploy tune MODEL, or put `model:` in --config")
-    cfg = study_config.load(config, overrides)
-    store = Store.open(db)
-    resolved = resolve_model(cfg.model, {k: tuple(v) for k, v in cfg.shapes.items()})
-    info, device = resolved.info, probe_device()
-    study_name = cfg.name or _default_name(info.name, cfg.objective, device.fingerprint)
-    stored = store.get_study(study_name) if resume else None
-    if stored is not None:  # resume within the study's own search space; flags still win
-        cfg = study_config.load(config, overrides, base={**stored.settings, "trials": None, "fresh": False})
-    s = cfg.screening
-    # The harness labels a trial "inaccurate" by the same budget the study constrains on.
-    drop = cfg.constraints.max_accuracy_drop
-    settings = HarnessSettings(workdir=cache_dir() / "work", timeout_s=s.timeout_s, max_top1_drop=drop,
-                               min_cosine=1.0 - drop,
-                               policy=TimingPolicy(min_samples=s.min_samples, min_duration_s=s.min_duration_s,
-                                                   max_duration_s=s.max_duration_s))  # fmt: skip
-    user_data = load_user_data(cfg.data, info) if cfg.data else resolved.data
-    prepared = prepare_data(
-        info, settings, data=user_data, calibration=None if cfg.data else resolved.calibration
-    )
-    ctx = StudyContext(cfg, study_name, info, device, prepared, settings, store, storage or store.engine.url.render_as_string(hide_password=False),
-                       command_line(), resume)  # fmt: skip
-    with store, _ProgressReporter() as reporter:
-        summary = run_study(ctx, reporter)
-    _print_summary(summary, study_name)
+    with _ProgressReporter() as reporter:
+        summary = api.tune(model, config=config, name=name, objective=objective, engines=engine, precisions=precision,
+                           batches=batch, threads=threads, trials=trials, timeout_s=timeout, sampler=sampler, seed=seed,
+                           fresh=fresh, resume=resume, max_accuracy_drop=max_accuracy_drop, max_memory_mb=max_memory_mb,
+                           sla_ms=sla_ms, finalists=finalists, rounds=rounds, min_samples=min_samples,
+                           min_duration_s=min_duration, shapes=parse_shape_flags(shape or []), data=data, db=db,
+                           storage=storage, reporter=reporter, command=command_line())  # fmt: skip
+    _print_summary(summary, summary.name)
     if summary.winner is None:
         raise typer.Exit(1)
 
 
-def _default_name(model_name: str, objective: str, fingerprint: str) -> str:
-    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', model_name).strip('-')}-{objective}-{fingerprint[:8]}"
-
-
 class _ProgressReporter:
-    """A Rich progress bar: trials done of the budget, the best so far, the current phase, ETA."""
+    """A spinner while the study is prepared, then a Rich progress bar: trials done of the budget, the best so
+    far, the current phase, ETA."""
 
     def __init__(self) -> None:
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TextColumn("eta {task.fields[eta]}"), console=err,
                                  transient=False)  # fmt: skip
+        self.status: Status | None = None  # before the study starts (e.g. a zoo model being built)
         self.task = None
         self.best = "none yet"
 
     def __enter__(self) -> _ProgressReporter:
-        self.progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+        self._stop_status()
+        if self.task is not None:
+            self.progress.stop()
 
     def start(self, total: int, space: object) -> None:
+        self._stop_status()
         skipped = getattr(space, "skipped", {})
         for engine, reason in skipped.items():
             err.print(f"[yellow]skipping {escape(engine)}[/]: {escape(reason)}")
+        self.progress.start()
         self.task = self.progress.add_task("screening", total=total, eta="-")
 
     def phase(self, text: str) -> None:
-        if self.task is not None:
-            self.progress.update(self.task, description=escape(f"best: {self.best} | {text}"[:110]))
+        if self.task is None:
+            if self.status is None:
+                self.status = err.status(escape(text))
+                self.status.start()
+            else:
+                self.status.update(escape(text))
+            return
+        self.progress.update(self.task, description=escape(f"best: {self.best} | {text}"[:110]))
+
+    def _stop_status(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
 
     def trial_done(self, done: int, best: str | None) -> None:
         self.best = best or "none meets the constraints"

@@ -5,6 +5,7 @@ Precedence: CLI flags > YAML file > defaults.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -86,7 +87,7 @@ class StudyConfig(_Strict):
 
 
 def load(
-    path: str | Path | None, overrides: dict[str, Any], base: dict[str, Any] | None = None
+    path: str | Path | None, overrides: Mapping[str, Any], base: Mapping[str, Any] | None = None
 ) -> StudyConfig:
     """Read a YAML study config (if any), apply CLI overrides (``None`` values are ignored), validate.
 
@@ -96,15 +97,38 @@ def load(
     Raises:
         UsageError: unreadable YAML or a config that does not validate, with the field named.
     """
-    data: dict[str, Any] = dict(base or {})
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise UsageError(f"cannot read study config {path}: {exc}".splitlines()[0]) from None
-        if not isinstance(loaded, dict):
-            raise UsageError(f"study config {path} must be a mapping of keys to values")
-        data.update(loaded)
+    return validate(read(path), overrides, base)
+
+
+def read(path: str | Path | None) -> dict[str, Any]:
+    """The keys of the YAML study config at ``path`` (none for ``None``), not validated yet.
+
+    Raises:
+        UsageError: the file cannot be read, is not YAML, or is not a mapping.
+    """
+    if path is None:
+        return {}
+    try:
+        loaded = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"cannot read study config {path}: {exc}".splitlines()[0]) from None
+    if not isinstance(loaded, dict):
+        raise UsageError(f"study config {path} must be a mapping of keys to values")
+    return loaded
+
+
+def validate(
+    keys: Mapping[str, Any], overrides: Mapping[str, Any], base: Mapping[str, Any] | None = None
+) -> StudyConfig:
+    """Layer ``base`` < ``keys`` (a study config's top-level keys) < ``overrides``, then validate.
+
+    ``overrides`` are flags or arguments: ``None`` values are ignored, and a dotted key
+    (``"constraints.sla_ms"``) sets one field of a nested section.
+
+    Raises:
+        UsageError: the config does not validate, with the field named.
+    """
+    data: dict[str, Any] = {**(base or {}), **keys}
     for key, value in overrides.items():
         if value is None:
             continue

@@ -1,0 +1,156 @@
+"""The library entry points end to end: ``autodeploy.bench``, ``tune`` and ``export`` on zoo:tiny-cnn
+with ONNX Runtime, into a temporary SQLite store, and the exported bundle loaded and run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import optuna
+import pytest
+
+import autodeploy
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.errors import UnknownEngineError, UsageError
+from autodeploy.harness.timing import TimingPolicy
+from autodeploy.model import resolve_model
+from autodeploy.results_db import Store
+from autodeploy.search.study import Reporter
+from tests.models import seq_model
+
+FAST = TimingPolicy(
+    warmup_min_calls=2, warmup_max_s=0.2, min_samples=64, min_duration_s=0.1, max_duration_s=5
+)
+SMALL_FINALISTS = {"finalists": {"count": 1, "rounds": 1, "min_samples": 64, "min_duration_s": 0.1}}
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTODEPLOY_CACHE", str(tmp_path / "cache"))
+    return tmp_path, f"sqlite:///{tmp_path / 'r.db'}"
+
+
+class Recorder(Reporter):
+    def __init__(self) -> None:
+        self.phases: list[str] = []
+        self.done: list[int] = []
+
+    def phase(self, text: str) -> None:
+        self.phases.append(text)
+
+    def trial_done(self, done: int, best: str | None) -> None:
+        self.done.append(done)
+
+
+def test_import_autodeploy_stays_light_and_loads_the_api_on_first_use():
+    code = (
+        "import sys, autodeploy; before = 'autodeploy.api' in sys.modules; autodeploy.bench; autodeploy.bundle; "
+        "heavy = [m for m in ('onnxruntime', 'openvino', 'tensorrt', 'tensorflow', 'torch', 'streamlit', 'optuna')"
+        " if m in sys.modules]; print(before, 'autodeploy.api' in sys.modules, heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False True []"
+    assert autodeploy.tune.__module__ == "autodeploy.api"
+
+
+def test_bench_returns_the_trial_as_stored(env):
+    tmp_path, db = env
+    progress: list[str] = []
+    record = autodeploy.bench("zoo:tiny-cnn", engine="onnxruntime", threads=1, timing=FAST, db=db,
+                              progress=progress.append)  # fmt: skip
+    assert (
+        record.ok
+        and record.model.name == "zoo:tiny-cnn"
+        and record.config.label() == "onnxruntime/fp32/b1/t1"
+    )
+    assert progress[0] == "building zoo:tiny-cnn (first use only)"
+    assert any(p.startswith("onnxruntime/fp32/b1/t1: ") for p in progress)
+    result = record.result
+    with Store.open(db, readonly=True) as store:
+        row = store.get_trial(record.id)
+        assert store.count_trials() == 1
+    assert row.uid == result.uid and row.status == "ok" and row.config == result.config
+    assert row.model_name == "zoo:tiny-cnn" and row.model_sha256 == record.model.sha256
+    assert row.device_fingerprint == record.device.fingerprint
+    assert row.n_samples == result.latency.n >= 64
+    assert row.median_ms == pytest.approx(result.latency.median)
+    assert row.p90_ms == pytest.approx(result.latency.p90)
+    assert row.samples_ms == pytest.approx(result.samples_ms)
+    assert row.accuracy == result.accuracy and row.accuracy.passed
+    assert row.command.startswith("autodeploy.bench('zoo:tiny-cnn', engine='onnxruntime', threads=1")
+
+
+def test_bench_takes_a_trial_config_and_an_open_store(env):
+    tmp_path, db = env
+    with Store.open(db) as store:
+        config = TrialConfig("onnxruntime", batch=2, threads=1)
+        record = autodeploy.bench("zoo:tiny-cnn", config, timing=FAST, db=store, command="by hand")
+        row = store.get_trial(record.id)  # the store is left open
+    assert row.batch == 2 and row.command == "by hand" and record.config == config
+
+
+def test_bad_arguments_raise_autodeploy_errors_before_any_work(env):
+    tmp_path, db = env
+    with pytest.raises(UnknownEngineError, match="unknown engine 'warp'"):
+        autodeploy.bench("zoo:tiny-cnn", engine="warp", db=db)
+    with pytest.raises(UsageError, match="not both"):
+        autodeploy.bench("zoo:tiny-cnn", TrialConfig("onnxruntime"), batch=2, db=db)
+    with pytest.raises(UsageError, match="no model given"):
+        autodeploy.tune(db=db)
+    with pytest.raises(UsageError, match="invalid study config: objective"):
+        autodeploy.tune("zoo:tiny-cnn", objective="fastest", db=db)
+    with pytest.raises(UsageError, match="one of them"):
+        autodeploy.export(output=tmp_path / "ship", db=db)
+    Store.open(db).close()  # an empty store
+    with pytest.raises(UsageError, match="no study named 'nope'"):
+        autodeploy.export("nope", tmp_path / "ship", db=db)
+    assert not (tmp_path / "ship").exists()
+
+
+@pytest.mark.slow
+def test_tune_then_export_then_load_and_run_the_bundle(env):
+    tmp_path, db = env
+    reporter = Recorder()
+    summary = autodeploy.tune("zoo:tiny-cnn", config=SMALL_FINALISTS, name="api", engines=["onnxruntime"],
+                              precisions=["fp32"], threads=[1], trials=2, min_samples=64, min_duration_s=0.1,
+                              db=db, reporter=reporter)  # fmt: skip
+    assert summary.name == "api" and summary.winner is not None and sum(summary.trials.values()) == 2
+    assert reporter.done == [1, 2] and "building zoo:tiny-cnn (first use only)" in reporter.phases
+
+    path = autodeploy.export(summary, tmp_path / "ship", db=db)
+    assert path == tmp_path / "ship"
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["source"]["study"] == "api" and manifest["settings"] == summary.winner.config
+    reproduce = manifest["source"]["reproduce"]
+    assert (
+        reproduce.startswith("autodeploy.tune('zoo:tiny-cnn', config={'finalists': ")
+        and "name='api'" in reproduce
+    )
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    with autodeploy.bundle.load(path) as predictor:
+        logits = predictor.run({"input": x})["logits"]
+    import onnxruntime as ort
+
+    expected = ort.InferenceSession(str(resolve_model("zoo:tiny-cnn").info.path)).run(None, {"input": x})[0]
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5)
+
+    # Resume with the model and name only: the stored search space and screening settings apply.
+    again = autodeploy.tune("zoo:tiny-cnn", name="api", resume=True, trials=1, finalists=0, db=db)
+    assert sum(again.trials.values()) == 3
+    trials = optuna.load_study(study_name="api", storage=db).trials
+    assert {(t.user_attrs["config"]["engine"], t.user_attrs["config"]["threads"]) for t in trials} == {
+        ("onnxruntime", 1)
+    }
+
+
+@pytest.mark.slow
+def test_a_resumed_study_keeps_its_input_shapes(env):
+    tmp_path, db = env
+    model = seq_model(tmp_path / "seq.onnx")  # [N, S] inputs: S must be fixed
+    fixed = {"input_ids": (1, 8), "attention_mask": (1, 8)}
+    common = {"name": "seq", "trials": 1, "finalists": 0, "min_samples": 64, "min_duration_s": 0.1, "db": db}
+    autodeploy.tune(model, engines=["onnxruntime"], precisions=["fp32"], threads=[1], shapes=fixed, **common)
+    again = autodeploy.tune(model, resume=True, **common)  # no shapes: the study's own apply
+    assert sum(again.trials.values()) == 2
