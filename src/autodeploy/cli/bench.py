@@ -128,7 +128,7 @@ def _knob_value(text: str) -> object:
 
 
 def _print_result(result: TrialResult, trial_id: int, model_name: str) -> None:
-    config = TrialConfig.from_dict(result.config)
+    config = result.config
     title = f"{model_name}  {config.label()}  (trial {trial_id})"
     if result.latency is None:
         err.print(
