@@ -211,6 +211,10 @@ class TrialRow:
         return None if self.measurement is None else self.measurement.accuracy
 
     @property
+    def n_samples(self) -> int | None:
+        return None if self.measurement is None else self.measurement.latency.n
+
+    @property
     def median_ms(self) -> float | None:
         return None if self.measurement is None else self.measurement.latency.median
 
