@@ -100,6 +100,8 @@ LATENCY_KEYS = {"n": "n_samples", "median": "median_ms", "mean": "mean_ms", "std
                 "p99": "p99_ms", "p99_ci": "p99_ci", "unstable": "unstable"}  # fmt: skip
 #: The sample counts that a p90 / p99 claim needs (DESIGN.md; harness/stats.py applies them).
 _CLAIMS = (("p90", 64), ("p99", 662))
+#: Measurement fields whose flat form is not the value itself.
+_NESTED = ("latency", "accuracy", "samples_ms")
 
 
 def _insufficient(n: int) -> tuple[str, ...]:
@@ -132,18 +134,13 @@ class Measurement:
     samples_ms: tuple[float, ...] | None = None
 
     def to_dict(self, *, samples: bool = True) -> dict[str, Any]:
-        """The flat, JSON-ready form: ``scenario``, ``batch``, the :data:`LATENCY_KEYS`, then the
-        other fields in declaration order (``accuracy`` as a dict); ``samples_ms`` only with ``samples``."""
-        lat = asdict(self.latency)
-        out: dict[str, Any] = {"scenario": self.scenario, "batch": self.batch}
-        out.update({key: lat[name] for name, key in LATENCY_KEYS.items()})
-        for f in fields(self):
-            if f.name not in ("scenario", "batch", "latency", "accuracy", "samples_ms"):
-                out[f.name] = getattr(self, f.name)
-        out["accuracy"] = None if self.accuracy is None else asdict(self.accuracy)
-        if samples:
-            out["samples_ms"] = None if self.samples_ms is None else list(self.samples_ms)
-        return out
+        """The flat, JSON-ready form, keys in :meth:`keys` order: the latency statistics under their
+        :data:`LATENCY_KEYS`, ``accuracy`` as a dict, ``samples_ms`` only with ``samples``."""
+        flat = {key: getattr(self.latency, name) for name, key in LATENCY_KEYS.items()}
+        flat.update({f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NESTED})
+        flat["accuracy"] = None if self.accuracy is None else asdict(self.accuracy)
+        flat["samples_ms"] = None if self.samples_ms is None else list(self.samples_ms)
+        return {key: flat[key] for key in self.keys(samples=samples)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Measurement:
@@ -152,7 +149,7 @@ class Measurement:
         for name in ("median_ci", "p90_ci", "p99_ci"):
             lat[name] = _pair(lat[name])
         latency = LatencyStats(**lat, insufficient=_insufficient(lat["n"]))
-        rest = {f.name: d[f.name] for f in fields(cls) if f.name not in ("latency", "accuracy", "samples_ms")}
+        rest = {f.name: d[f.name] for f in fields(cls) if f.name not in _NESTED}
         samples = d.get("samples_ms")
         accuracy = None if d.get("accuracy") is None else Accuracy.from_dict(d["accuracy"])
         return cls(**rest, latency=latency, accuracy=accuracy,
@@ -160,10 +157,9 @@ class Measurement:
 
     @classmethod
     def keys(cls, *, samples: bool = True) -> tuple[str, ...]:
-        """The keys of :meth:`to_dict`, in its order (for tables that list measurements)."""
-        rest = tuple(f.name for f in fields(cls) if f.name not in ("scenario", "batch", "latency", "accuracy",
-                                                                    "samples_ms"))  # fmt: skip
-        return ("scenario", "batch", *LATENCY_KEYS.values(), *rest, "accuracy", *(("samples_ms",) if samples else ()))
+        """The keys of :meth:`to_dict`, in order (the bundle manifest's order since schema 1)."""
+        own = tuple(f.name for f in fields(cls) if f.name not in _NESTED and f.name not in ("scenario", "batch"))
+        return ("scenario", "batch", *LATENCY_KEYS.values(), *own, "accuracy", *(("samples_ms",) if samples else ()))
 
 
 @dataclass(frozen=True)

@@ -183,7 +183,7 @@ class TrialRow:
     model_sha256: str
     device_cpu: str
     device_fingerprint: str
-    measurement: Measurement | None = None
+    measurement: MeasurementRecord | None = None
 
     @property
     def measured(self) -> bool:
