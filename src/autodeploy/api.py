@@ -78,7 +78,7 @@ class StoredTrial:
 
     @property
     def config(self) -> TrialConfig:
-        return TrialConfig.from_dict(self.result.config)
+        return self.result.config
 
 
 def cache_dir() -> Path:

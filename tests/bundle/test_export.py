@@ -148,7 +148,7 @@ def test_a_failed_trial_is_refused(stored, tmp_path):
     from autodeploy.harness.result import TrialResult
     from autodeploy.results_db.store import DeviceRecord, ModelRecord
 
-    failed = TrialResult.failed("f" * 32, stored.config.to_dict(), "run_failed", "boom")
+    failed = TrialResult.failed("f" * 32, stored.config, "run_failed", "boom")
     with Store.open(stored.db) as store:
         trial_id = store.add_trial(failed, model=ModelRecord.of(stored.model),
                                    device=DeviceRecord.of(__import__("autodeploy.device").device.probe_device()))  # fmt: skip

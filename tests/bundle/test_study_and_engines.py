@@ -37,7 +37,7 @@ def test_study_winner_exports_verifies_and_loads(tmp_path, capsys, monkeypatch):
     )
     drop = m["constraints"]["accuracy_drop"]
     assert drop["limit"] == 0.5 and 0 <= drop["measured"] <= 0.5 and drop["passed"]
-    assert m["settings"] == summary.winner.config
+    assert m["settings"] == summary.winner.config.to_dict()
     code, out, err = run_cli(capsys, "bundle", "verify", str(tmp_path / "ship"))
     assert code == 0, err
     code, out, err = run_cli(capsys, "bundle", "info", str(tmp_path / "ship"))

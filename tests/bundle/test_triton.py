@@ -87,7 +87,8 @@ def test_tflite_winner_is_refused_with_the_alternative(stored, tmp_path):
     import dataclasses
 
     source = stored.source()
-    tfl = dataclasses.replace(source, trial=dataclasses.replace(source.trial, engine="tflite"))
+    config = dataclasses.replace(source.trial.config, engine="tflite")
+    tfl = dataclasses.replace(source, trial=dataclasses.replace(source.trial, config=config))
     with pytest.raises(
         BundleError, match="Triton has no backend for tflite winners.*ship the bundle instead"
     ):

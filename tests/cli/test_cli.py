@@ -41,7 +41,7 @@ def test_bench_prints_statistics_and_stores_the_trial(env, capsys):
     assert "n/a (needs >= 662 samples)" in out or re.search(r"p99\s+│\s+\d", out)
     with Store.open(db) as store:
         rows = store.list_trials()
-    assert len(rows) == 1 and rows[0].status == "ok" and rows[0].batch == 2 and rows[0].n_samples >= 64
+    assert len(rows) == 1 and rows[0].status == "ok" and rows[0].batch == 2 and rows[0].measurement.latency.n >= 64
     assert rows[0].command.startswith("autodeploy")
 
     code, out, _ = run(capsys, "results", "list")

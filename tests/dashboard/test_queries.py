@@ -25,6 +25,14 @@ def test_import_autodeploy_and_the_cli_load_no_streamlit_plotly_or_pandas():
     assert out.strip() == "[]"
 
 
+def test_the_query_module_holds_no_sql_and_no_copied_column_list():
+    source = Path(queries.__file__).read_text()
+    assert "sqlalchemy" not in source and "schema import" not in source  # every read goes through the Store
+    columns = queries.trial_columns()  # derived from the records: every stored number has a column
+    assert {"n_samples", "median_ms", "median_ci_low", "p99_ci_high", "build_s", "duration_s"} <= set(columns)
+    assert not hasattr(queries, "TRIAL_COLUMNS")
+
+
 def _row(
     label: str, latency: float, drop: float, mb: float, status: str = "ok", kind: str | None = None
 ) -> dict:
@@ -63,24 +71,23 @@ def test_queries_on_the_study_store_bind_their_parameters_and_write_nothing(stud
     folder = Path(study_db.url.removeprefix("sqlite:///")).parent
     before = _digest(folder)
     with Store.open(study_db.url, readonly=True) as store:
-        engine = store.engine
-        opts = queries.options(engine)
+        opts = queries.options(store)
         assert opts.engines == ("onnxruntime",) and opts.studies == (STUDY,) and len(opts.devices) == 2
-        everything = queries.trials(engine)
-        assert len(everything) == len(queries.trials(engine, Filters(engines=("onnxruntime",))))
+        everything = queries.trials(store)
+        assert len(everything) == len(queries.trials(store, Filters(engines=("onnxruntime",))))
         hostile = "x' OR '1'='1"  # a bound parameter matches nothing; spliced SQL would match everything
         for f in (Filters(model=hostile), Filters(device=hostile), Filters(engines=(hostile,)),
                   Filters(scenario=hostile), Filters(study=hostile)):  # fmt: skip
-            assert queries.trials(engine, f).empty
-        assert queries.study(engine, hostile) is None
-        in_study = queries.trials(engine, Filters(study=STUDY), measured_only=True)
-        samples = queries.samples(engine, tuple(int(i) for i in in_study["trial_id"]))
+            assert queries.trials(store, f).empty
+        assert queries.study(store, hostile) is None
+        in_study = queries.trials(store, Filters(study=STUDY), measured_only=True)
+        samples = queries.samples(store, tuple(int(i) for i in in_study["trial_id"]))
         assert samples.groupby("trial_id").size().to_dict() == dict(
             zip(in_study["trial_id"], in_study["n_samples"], strict=True)
         )
-        runs = queries.gate_runs(engine, Filters(device=hostile))
+        runs = queries.gate_runs(store, Filters(device=hostile))
         assert runs is None or runs.empty
-        storage = queries.optuna_storage(engine)
+        storage = queries.optuna_storage(store)
         history = queries.optuna_trials(storage, STUDY)
         assert len(history) == 4 and queries.optuna_trials(storage, hostile) is None
         importance, reason = queries.param_importance(storage, STUDY)

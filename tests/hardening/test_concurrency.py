@@ -42,15 +42,14 @@ def _read_while(url: str, writers: list[multiprocessing.Process]) -> tuple[list[
     """Run the dashboard's queries in a loop until the writers are done; return the counts seen and any errors."""
     seen, errors = [], []
     with Store.open(url, readonly=True) as store:
-        engine = store.engine
         while True:
             done = not any(w.is_alive() for w in writers)
             try:
-                trials = queries.trials(engine, queries.Filters(study=STUDY))
-                queries.options(engine)
-                queries.studies(engine)
-                queries.devices(engine)
-                queries.samples(engine, tuple(int(i) for i in trials["trial_id"][:3]))
+                trials = queries.trials(store, queries.Filters(study=STUDY))
+                queries.options(store)
+                queries.studies(store)
+                queries.devices(store)
+                queries.samples(store, tuple(int(i) for i in trials["trial_id"][:3]))
                 store.list_trials(limit=20)
                 seen.append(store.count_trials())
                 assert len(trials) <= seen[-1]
@@ -83,7 +82,7 @@ def _hammer(url: str) -> None:
         assert store.count_trials() == len(rows) == WRITERS * PER_WRITER
         assert len({r.uid for r in rows}) == WRITERS * PER_WRITER
         assert sum(r.measured for r in rows) == WRITERS * (PER_WRITER - PER_WRITER // 5)
-        df = queries.trials(store.engine)
+        df = queries.trials(store)
         assert len(df) == WRITERS * PER_WRITER and df["uid"].is_unique
 
 

@@ -141,12 +141,12 @@ def test_crash_hang_and_oom_trials_are_recorded_and_the_search_goes_on(tmp_path)
 
     study = optuna.load_study(study_name="faults", storage=db)
     assert len(study.trials) == 4 and all(t.state.is_finished() for t in study.trials)
-    kinds = {r.config["knobs"]["fault"]: (r.failure_kind, r.failure_message) for r in rows}
+    kinds = {r.config.knobs["fault"]: (r.failure_kind, r.failure_message) for r in rows}
     assert kinds["segfault"][0] == "crashed" and "SIGSEGV" in kinds["segfault"][1]
     assert kinds["hang"][0] == "timeout" and f"after {timeout_s:g} s" in kinds["hang"][1]
     assert kinds["oom"][0] == "oom" and f"memory cap of {cap_mb} MB" in kinds["oom"][1]
     assert kinds["none"] == (None, None)
-    assert summary.winner is not None and summary.winner.config["knobs"] == {"fault": "none"}
+    assert summary.winner is not None and summary.winner.config.knobs == {"fault": "none"}
     # Each within its timeout, plus a build worker and the SIGTERM grace (the reference is shared).
     assert len(timings) == 4 and all(t < timeout_s + TERM_GRACE_S + 20 for t in timings.values()), timings
     leftovers = [c for c in psutil.Process().children(recursive=True) if c.is_running()]

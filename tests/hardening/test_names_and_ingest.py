@@ -71,9 +71,9 @@ def test_hostile_names_are_stored_and_shown_verbatim(env, capsys):
 
     queries = pytest.importorskip("autodeploy.dashboard.queries")
     with Store.open(db, readonly=True) as store:
-        assert set(queries.trials(store.engine)["model"]) == {HOSTILE_MODEL}
-        assert list(queries.studies(store.engine)["name"]) == [HOSTILE_STUDY]
-        assert queries.study(store.engine, HOSTILE_STUDY)["model"] == HOSTILE_MODEL
+        assert set(queries.trials(store)["model"]) == {HOSTILE_MODEL}
+        assert list(queries.studies(store)["name"]) == [HOSTILE_STUDY]
+        assert queries.study(store, HOSTILE_STUDY)["model"] == HOSTILE_MODEL
 
 
 def _snapshot(db: str) -> list[dict]:

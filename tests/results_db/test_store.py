@@ -12,8 +12,9 @@ import sqlalchemy as sa
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import StoreError, UsageError
 from autodeploy.harness.result import TrialResult
-from autodeploy.results_db import DeviceRecord, ModelRecord, Store
+from autodeploy.results_db import Catalog, DeviceRecord, ModelRecord, Store, TrialFilter
 from autodeploy.results_db.schema import Device, Measurement, Model, Trial
+from autodeploy.results_db.store import GateRunRecord
 from tests.results_db.factories import DEVICE, MODEL, config, failed_result, ok_result
 
 
@@ -41,19 +42,20 @@ def test_ok_trial_round_trips(store: Store) -> None:
         "onnxruntime", "1.20.0", "fp32", 1, 4,
     )  # fmt: skip
     assert row.config == result.config
-    assert row.config_key == TrialConfig.from_dict(result.config).key()
+    assert row.config_key == result.config.key()
     assert (row.model_name, row.model_sha256) == (MODEL.name, MODEL.sha256)
     assert (row.device_cpu, row.device_fingerprint) == (DEVICE.cpu, DEVICE.fingerprint)
-    assert row.scenario == "single-stream" and row.n_samples == lat.n
-    assert (row.median_ms, row.mean_ms, row.stdev_ms, row.cv) == (lat.median, lat.mean, lat.stdev, lat.cv)
-    assert (row.min_ms, row.max_ms) == (lat.min, lat.max)
-    assert (row.median_ci, row.p90_ms, row.p90_ci, row.p99_ms, row.p99_ci) == (
+    m, got = row.measurement, row.measurement.latency
+    assert m.scenario == "single-stream" and got.n == lat.n
+    assert (got.median, got.mean, got.stdev, got.cv) == (lat.median, lat.mean, lat.stdev, lat.cv)
+    assert (got.min, got.max) == (lat.min, lat.max)
+    assert (got.median_ci, got.p90, got.p90_ci, got.p99, got.p99_ci) == (
         lat.median_ci, lat.p90, lat.p90_ci, lat.p99, lat.p99_ci,
     )  # fmt: skip
-    assert row.unstable is False and row.accuracy_passed is True
+    assert got.unstable is False and m.accuracy.passed is True
     assert row.accuracy == result.accuracy
-    assert (row.throughput, row.peak_rss_mb, row.artifact_mb, row.build_s) == (800.0, 42.0, 1.5, 0.3)
-    assert (row.warmup_calls, row.duration_s) == (12, 2.5)
+    assert (m.throughput, m.peak_rss_mb, m.artifact_mb, m.build_s) == (800.0, 42.0, 1.5, 0.3)
+    assert (m.warmup_calls, m.duration_s) == (12, 2.5)
     assert row.samples_ms == result.samples_ms
     assert row.created_at.tzinfo is not None and before <= row.created_at <= datetime.now(timezone.utc)
 
@@ -79,7 +81,10 @@ def test_p90_p99_may_be_missing(store: Store) -> None:
     lat = dataclasses.replace(ok_result().latency, p90=None, p90_ci=None, p99=None, p99_ci=None)
     row = store.get_trial(store.add_trial(ok_result(latency=lat, accuracy=None), model=MODEL, device=DEVICE))
     assert row is not None
-    assert (row.p90_ms, row.p90_ci, row.p99_ms, row.p99_ci, row.accuracy, row.accuracy_passed) == (None,) * 6
+    got = row.measurement.latency
+    with store.engine.connect() as conn:
+        accuracy_passed = conn.scalar(sa.select(Measurement.accuracy_passed))
+    assert (got.p90, got.p90_ci, got.p99, got.p99_ci, row.accuracy, accuracy_passed) == (None,) * 6
 
 
 def test_adding_twice_changes_nothing(store: Store) -> None:
@@ -135,7 +140,7 @@ def test_hostile_strings_are_stored_verbatim(store: Store) -> None:
     row = store.get_trial(trial_id)
     assert row is not None
     assert (row.uid, row.model_name, row.device_fingerprint, row.command) == (hostile,) * 4
-    assert row.config["knobs"] == {"k": hostile} and row.study == "100%_done\\"
+    assert row.config.knobs == {"k": hostile} and row.study == "100%_done\\"
     assert [r.id for r in store.list_trials(model=hostile)] == [trial_id]
     assert store.list_trials(model="%") == [] and store.list_trials(model="_") == []  # LIKE wildcards escaped
     assert counts(store)["trials"] == 1
@@ -164,11 +169,12 @@ def test_list_trials_filters_newest_first(store: Store) -> None:
 
 
 def test_find_measured(store: Store) -> None:
-    key = TrialConfig.from_dict(config()).key()
+    key_config = TrialConfig.from_dict(config())
+    key = key_config.key()
     assert store.find_measured(MODEL.sha256, DEVICE.fingerprint, key, "1.20.0") is None
     store.add_trial(ok_result("old"), model=MODEL, device=DEVICE)
     new_id = store.add_trial(ok_result("new"), model=MODEL, device=DEVICE)
-    crashed = TrialResult.failed("crashed", config(), "crashed", "SIGSEGV", engine_version="1.20.0")
+    crashed = TrialResult.failed("crashed", key_config, "crashed", "SIGSEGV", engine_version="1.20.0")
     store.add_trial(crashed, model=MODEL, device=DEVICE)  # same config, no measurement
     found = store.find_measured(MODEL.sha256, DEVICE.fingerprint, key, "1.20.0")
     assert found is not None and found.id == new_id and found.samples_ms is None
@@ -217,3 +223,67 @@ def test_concurrent_writers_agree(db_url: str) -> None:
     assert all(r == results[0] for r in results)
     with Store.open(db_url) as store:
         assert counts(store) == {"devices": 1, "models": 1, "trials": 15, "measurements": 15}
+
+
+def test_a_trial_is_found_by_its_uid(store: Store) -> None:
+    assert store.trial("a") is None
+    ok_id = store.add_trial(ok_result("a"), model=MODEL, device=DEVICE, study="s1", phase="finalist")
+    failed_id = store.add_trial(failed_result("b"), model=MODEL, device=DEVICE)
+    row = store.trial("a")
+    assert row is not None and (row.id, row.uid, row.study, row.phase) == (ok_id, "a", "s1", "finalist")
+    assert row == store.get_trial(ok_id) and row.samples_ms == ok_result().samples_ms
+    assert store.trial("a", samples=False).samples_ms is None
+    failed = store.trial("b")
+    assert failed is not None and failed.id == failed_id and failed.measurement is None
+    for hostile in ("a' OR '1'='1", "%", "_", "A"):  # bound, exact, case-sensitive
+        assert store.trial(hostile) is None
+
+
+def test_the_dashboards_reads(store: Store) -> None:
+    other_device = DeviceRecord("fp-other", "Other CPU", {"logical_cores": 2})
+    a = store.add_trial(ok_result("a"), model=MODEL, device=DEVICE, study="s1")
+    b = store.add_trial(failed_result("b"), model=MODEL, device=DEVICE, study="s1")
+    c = store.add_trial(ok_result("c", config=config("tflite")), model=MODEL, device=other_device)
+    assert [r.id for r in store.find_trials()] == [a, b, c]  # oldest first
+    assert [r.uid for r in store.find_trials(TrialFilter(study="s1", measured_only=True))] == ["a"]
+    assert [r.uid for r in store.find_trials(TrialFilter(device="fp-other"))] == ["c"]
+    assert [r.uid for r in store.find_trials(TrialFilter(engines=("openvino", "tflite")))] == ["b", "c"]
+    assert [r.uid for r in store.find_trials(TrialFilter(model_sha256=MODEL.sha256, scenario="single-stream"))] == [
+        "a", "c",
+    ]  # fmt: skip
+    hostile = "x' OR '1'='1"
+    for where in (TrialFilter(model_sha256=hostile), TrialFilter(device=hostile), TrialFilter(engines=(hostile,)),
+                  TrialFilter(scenario=hostile), TrialFilter(study=hostile)):  # fmt: skip
+        assert store.find_trials(where) == []
+    assert store.samples((a, b, c)) == {a: ok_result().samples_ms, c: ok_result().samples_ms}
+    assert store.samples(()) == {}
+    assert store.catalog() == Catalog(
+        models=((MODEL.sha256, MODEL.name),), devices=((DEVICE.fingerprint, DEVICE.cpu), ("fp-other", "Other CPU")),
+        engines=("onnxruntime", "openvino", "tflite"), scenarios=("single-stream",), studies=(),
+    )  # fmt: skip
+    devices = store.list_devices()
+    assert [(d.fingerprint, d.cpu, d.info, d.trials) for d in devices] == [
+        (DEVICE.fingerprint, DEVICE.cpu, DEVICE.info, 2), ("fp-other", "Other CPU", {"logical_cores": 2}, 1),
+    ]  # fmt: skip
+    assert all(d.created_at.tzinfo is not None for d in devices)
+    assert store.has_tables("ad_trials", "ad_gate_runs") and not store.has_tables("ad_trials", "no_such_table")
+
+
+def test_studies_filter_by_model_and_device(store: Store) -> None:
+    other_device = DeviceRecord("fp-other", "Other CPU", {})
+    store.save_study("s1", model=MODEL, device=DEVICE, objective="latency", settings={}, command=None)
+    store.save_study("s2", model=MODEL, device=other_device, objective="latency", settings={}, command=None)
+    assert {s.name for s in store.list_studies(limit=None)} == {"s1", "s2"}
+    assert [(s.name, s.device_cpu) for s in store.list_studies(device="fp-other")] == [("s2", "Other CPU")]
+    assert store.list_studies(model_sha256="x' OR '1'='1") == []
+
+
+def test_gate_runs_filter_by_device(store: Store) -> None:
+    run = GateRunRecord("interleaved", "pass", "a.onnx", "ab" * 32, config(), "b.onnx", "cd" * 32, config(),
+                        settings={}, metrics=[], notes=[], wall_s=1.0)  # fmt: skip
+    store.add_gate_run(run, device=DEVICE)
+    store.add_gate_run(run, device=DeviceRecord("fp-other", "Other CPU", {}))
+    assert [(r.device_fingerprint, r.device_cpu) for r in store.list_gate_runs(device="fp-other")] == [
+        ("fp-other", "Other CPU")
+    ]
+    assert len(store.list_gate_runs()) == 2 and store.list_gate_runs(device="x' OR '1'='1") == []

@@ -44,7 +44,7 @@ def test_study_finalists_winner_and_resume(tmp_path):
     pruned = [t for t in study.trials if t.state.name == "PRUNED"]
     assert all("fp16" in t.user_attrs["pruned_reason"] for t in pruned)
     assert summary.winner is not None and summary.winner.ci is not None and summary.winner.n_samples >= 64
-    assert any(f.baseline for f in summary.finalists) or summary.winner.config["precision"] == "fp32"
+    assert any(f.baseline for f in summary.finalists) or summary.winner.config.precision == "fp32"
     assert summary.speedup_vs_baseline is None or summary.speedup_vs_baseline > 0
     stored = ctx.store.study_trials("s")
     measured = [t for t in study.trials if t.state.name == "COMPLETE" and not t.user_attrs["reused"]]
@@ -82,7 +82,7 @@ def test_failures_are_recorded_and_the_study_goes_on(tmp_path):
     assert states == ["COMPLETE", "FAIL"]
     failed = next(t for t in study.trials if t.state.name == "FAIL")
     assert failed.user_attrs["failure"].startswith("run_failed: RuntimeError: deliberate run failure")
-    assert summary.winner is not None and summary.winner.config["knobs"] == {"fault": "none"}
+    assert summary.winner is not None and summary.winner.config.knobs == {"fault": "none"}
     kinds = sorted(str(r.failure_kind) for r in ctx.store.study_trials("s"))
     assert kinds == ["None", "run_failed"]
 

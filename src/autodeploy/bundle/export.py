@@ -18,7 +18,7 @@ import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,9 +41,6 @@ README = "README.md"
 RUNNER_EXTRAS = {"tensorrt": ("cuda-python",)}
 #: The runtime modules every bundle ships besides its engine's (the shared base and machine probe).
 RUNTIME_COMMON = ("__init__", "base", "machine")
-MEASUREMENT_FIELDS = ("scenario", "batch", "n_samples", "median_ms", "mean_ms", "stdev_ms", "cv", "min_ms", "max_ms",
-                      "median_ci", "p90_ms", "p90_ci", "p99_ms", "p99_ci", "unstable", "throughput", "peak_rss_mb",
-                      "artifact_mb", "build_s", "warmup_calls", "duration_s")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -57,7 +54,7 @@ class Source:
 
     @property
     def config(self) -> TrialConfig:
-        return TrialConfig.from_dict(self.trial.config)
+        return self.trial.config
 
     @property
     def what(self) -> str:
@@ -80,10 +77,7 @@ def study_winner(store: Store, name: str) -> Source:
         raise BundleError(f"study {name!r} has no winner: {note}",
                           fix="relax the constraints or add trials (autodeploy tune --resume), "
                           "or export one measured trial with --trial ID")  # fmt: skip
-    trial = next((t for t in store.study_trials(name) if t.uid == study.winner_uid), None)
-    if trial is None:  # the winner may be a measurement reused from an earlier run
-        candidates = store.list_trials(model=study.model_sha256, limit=1_000_000)
-        trial = next((t for t in candidates if t.uid == study.winner_uid), None)
+    trial = store.trial(study.winner_uid, samples=False)  # may be a measurement reused from an earlier run
     if trial is None:
         raise StoreError(f"study {name!r} names winner trial {study.winner_uid}, which is not in the store",
                          fix="run the study again (autodeploy tune --resume)")  # fmt: skip
@@ -223,6 +217,9 @@ def build_manifest(source: Source, artifact: Artifact, *, command: str | None = 
                      "trials": summary.get("trials"),
                      "baseline": next((f for f in summary.get("finalists", []) if f.get("baseline")), None)}  # fmt: skip
     d = source.device
+    assert trial.measurement is not None  # _source ships measured trials only
+    measurements = trial.measurement.to_dict(samples=False)
+    accuracy = measurements.pop("accuracy")  # a section of its own
     return {
         "schema": SCHEMA,
         "kind": KIND,
@@ -257,9 +254,9 @@ def build_manifest(source: Source, artifact: Artifact, *, command: str | None = 
             },
         },  # fmt: skip
         "requires": device_requirements(config, artifact, d),
-        "measurements": {k: getattr(trial, k) for k in MEASUREMENT_FIELDS},
+        "measurements": measurements,
         "selection": selection,
-        "accuracy": asdict(trial.accuracy) if trial.accuracy else None,
+        "accuracy": accuracy,
         "constraints": constraint_verdicts(source),
         "files": {},
     }

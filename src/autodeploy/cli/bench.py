@@ -10,7 +10,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from autodeploy import api
-from autodeploy.adapters.base import TrialConfig
 from autodeploy.cli._common import command_line, err, fmt_ms, out, spinner
 from autodeploy.data import parse_input_pins
 from autodeploy.errors import UsageError
@@ -91,7 +90,7 @@ def _knob_value(text: str) -> object:
 
 
 def _print_result(result: TrialResult, trial_id: int, model_name: str) -> None:
-    config = TrialConfig.from_dict(result.config)
+    config = result.config
     title = f"{model_name}  {config.label()}  (trial {trial_id})"
     if result.latency is None:
         err.print(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import fields
 from typing import Annotated
 
 import typer
@@ -51,11 +51,8 @@ def list_(
         threads = "default" if r.threads is None else r.threads
         config = f"{r.engine}/{r.precision}/b{r.batch}/t{threads}"
         state = "[green]ok[/]" if r.status == "ok" else f"[red]{r.failure_kind}[/]"
-        median = (
-            "-"
-            if r.median_ms is None or r.median_ci is None
-            else (f"{r.median_ms:.3f} [{r.median_ci[0]:.3f}, {r.median_ci[1]:.3f}]")
-        )
+        lat = None if r.measurement is None else r.measurement.latency
+        median = "-" if lat is None else f"{lat.median:.3f} [{lat.median_ci[0]:.3f}, {lat.median_ci[1]:.3f}]"
         throughput = "-" if r.throughput is None else f"{r.throughput:.1f}"
         table.add_row(
             str(r.id),
@@ -85,7 +82,9 @@ def show(
     table = Table(title=f"trial {trial_id}", show_header=False)
     table.add_column("field")
     table.add_column("value", overflow="fold")
-    for key, value in asdict(row).items():
+    stored = {f.name: getattr(row, f.name) for f in fields(row) if f.name not in ("config", "measurement")}
+    measured = {} if row.measurement is None else row.measurement.to_dict()
+    for key, value in {**stored, **row.config.to_dict(), **measured}.items():
         if key == "samples_ms" and value:
             value = f"{len(value)} samples"
         table.add_row(key, escape(str(value)))

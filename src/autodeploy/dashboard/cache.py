@@ -38,54 +38,54 @@ def store(url: str | None) -> Store:
 
 @st.cache_resource(show_spinner=False)
 def _optuna_storage(url: str | None) -> Any:
-    return queries.optuna_storage(store(url).engine)
+    return queries.optuna_storage(store(url))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def options(url: str | None) -> Options:
-    return queries.options(store(url).engine)
+    return queries.options(store(url))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def trials(url: str | None, filters: Filters, measured_only: bool = False) -> pd.DataFrame:
-    return queries.trials(store(url).engine, filters, measured_only=measured_only)
+    return queries.trials(store(url), filters, measured_only=measured_only)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def samples(url: str | None, trial_ids: tuple[int, ...]) -> pd.DataFrame:
-    return queries.samples(store(url).engine, trial_ids)
+    return queries.samples(store(url), trial_ids)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def studies(url: str | None, filters: Filters) -> pd.DataFrame:
-    return queries.studies(store(url).engine, filters)
+    return queries.studies(store(url), filters)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def study(url: str | None, name: str) -> dict[str, Any] | None:
-    return queries.study(store(url).engine, name)
+    return queries.study(store(url), name)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def devices(url: str | None) -> pd.DataFrame:
-    return queries.devices(store(url).engine)
+    return queries.devices(store(url))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def gate_runs(url: str | None, filters: Filters) -> pd.DataFrame | None:
-    return queries.gate_runs(store(url).engine, filters)
+    return queries.gate_runs(store(url), filters)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def optuna_trials(url: str | None, name: str) -> pd.DataFrame | None:
-    if not queries.has_optuna(store(url).engine):
+    if not queries.has_optuna(store(url)):
         return None
     return queries.optuna_trials(_optuna_storage(url), name)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def param_importance(url: str | None, name: str) -> tuple[pd.DataFrame | None, str]:
-    if not queries.has_optuna(store(url).engine):
+    if not queries.has_optuna(store(url)):
         return None, "this database has no Optuna tables: no study ran here"
     return queries.param_importance(_optuna_storage(url), name)
 

@@ -1,25 +1,25 @@
-"""Every query the dashboard runs: SQLAlchemy Core selects over the store, bound parameters only.
+"""What the dashboard shows: the store's records as pandas DataFrames, ready for the pages.
 
-Plain functions of an engine (or an Optuna storage) and plain values that return pandas
-DataFrames or plain values, so they are tested without Streamlit; ``cache.py`` caches them.
-Nothing here writes: the engine comes from a read-only :class:`~autodeploy.results_db.Store`
-and the Optuna storage is opened without table creation (read-only on PostgreSQL too).
+Plain functions of a read-only :class:`~autodeploy.results_db.Store` (or an Optuna storage)
+and plain values, so they are tested without Streamlit; ``cache.py`` caches them. Every read
+goes through the store's API (bound parameters, no SQL here); the columns come from the
+records (:class:`~autodeploy.results_db.TrialRow`, :class:`~autodeploy.harness.result.Measurement`),
+renamed only where the pages use shorter words. The Optuna storage is opened without table
+creation (read-only on PostgreSQL too).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import sqlalchemy as sa
-from sqlalchemy.orm import aliased
 
 from autodeploy import verdict
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.harness.result import Accuracy
-from autodeploy.results_db.schema import Device, Measurement, Model, Study, Trial
+from autodeploy.harness.result import Measurement
+from autodeploy.results_db.store import Catalog, Store, TrialFilter, TrialRow
 from autodeploy.verdict import accuracy_drop
 
 if TYPE_CHECKING:
@@ -43,15 +43,8 @@ class Filters:
     study: str | None = None
 
 
-@dataclass(frozen=True)
-class Options:
-    """The values each filter can take, as stored."""
-
-    models: tuple[tuple[str, str], ...]  # (sha256, name)
-    devices: tuple[tuple[str, str], ...]  # (fingerprint, cpu)
-    engines: tuple[str, ...]
-    scenarios: tuple[str, ...]
-    studies: tuple[str, ...]
+#: The values each filter can take, as stored.
+Options = Catalog
 
 
 @dataclass(frozen=True)
@@ -77,134 +70,79 @@ OBJECTIVE_METRIC = {
     "pareto": "latency",
 }
 
-TRIAL_COLUMNS = [
-    "trial_id", "uid", "created_at", "study", "phase", "status", "failure_kind", "failure_message",
-    "engine", "engine_version", "precision", "batch", "threads", "config_label", "knobs", "artifact_path",
-    "model", "model_sha256", "device", "cpu", "scenario", "n_samples", "median_ms", "median_ci_low",
-    "median_ci_high", "p90_ms", "p90_ci_low", "p90_ci_high", "p99_ms", "latency_ms", "latency_ci_low",
-    "latency_ci_high", "cv", "unstable", "throughput", "peak_rss_mb", "artifact_mb", "accuracy_passed",
-    "accuracy_drop", "accuracy_constraint",
-]  # fmt: skip
+#: Record fields the pages call by shorter names (a trial's ``id`` is ``trial_id``).
+RENAMED = {"model_name": "model", "device_fingerprint": "device", "device_cpu": "cpu"}
+TRIAL_RENAMED = {**RENAMED, "id": "trial_id"}
+#: Columns the dashboard adds to the stored ones.
+DERIVED = ("config_label", "knobs", "latency_ms", "latency_ci_low", "latency_ci_high", "accuracy_passed",
+           "accuracy_drop", "accuracy_constraint")  # fmt: skip
 
 
-def options(engine: sa.Engine) -> Options:
-    with engine.connect() as conn:
-        models = conn.execute(sa.select(Model.sha256, Model.name).order_by(Model.name)).all()
-        devices = conn.execute(sa.select(Device.fingerprint, Device.cpu).order_by(Device.id)).all()
-        engines = conn.scalars(sa.select(Trial.engine).distinct().order_by(Trial.engine)).all()
-        scenarios = conn.scalars(
-            sa.select(Measurement.scenario).distinct().order_by(Measurement.scenario)
-        ).all()
-        studies = conn.scalars(sa.select(Study.name).order_by(Study.updated_at.desc())).all()
-    return Options(tuple(map(tuple, models)), tuple(map(tuple, devices)), tuple(engines), tuple(scenarios),
-                   tuple(studies))  # fmt: skip
+def options(store: Store) -> Options:
+    return store.catalog()
 
 
 # -- trials and their measurements ----------------------------------------------------------
 
 
-def trials(engine: sa.Engine, filters: Filters = Filters(), *, measured_only: bool = False) -> pd.DataFrame:
-    """One row per trial (oldest first) with its first measurement; columns are :data:`TRIAL_COLUMNS`.
+def trials(store: Store, filters: Filters = Filters(), *, measured_only: bool = False) -> pd.DataFrame:
+    """One row per trial (oldest first) with its first measurement; columns are :func:`trial_columns`.
 
     ``latency_ms`` is the p90 where there were samples enough to claim it, else the median
     (as the search ranks trials); ``accuracy_drop`` is the search's own measure of loss.
     """
-    other = aliased(Measurement)
-    first = (
-        sa.select(sa.func.min(other.id)).where(other.trial_id == Trial.id).correlate(Trial).scalar_subquery()
-    )
-    m = Measurement
-    query = (
-        sa.select(
-            Trial.id.label("trial_id"),
-            Trial.uid,
-            Trial.created_at,
-            Trial.study,
-            Trial.phase,
-            Trial.status,
-            Trial.failure_kind,
-            Trial.failure_message,
-            Trial.engine,
-            Trial.engine_version,
-            Trial.precision,
-            Trial.batch,
-            Trial.threads,
-            Trial.config,
-            Trial.artifact_path,
-            Model.name.label("model"),
-            Model.sha256.label("model_sha256"),
-            Device.fingerprint.label("device"),
-            Device.cpu,
-            m.scenario,
-            m.n_samples,
-            m.median_ms,
-            m.median_ci_low,
-            m.median_ci_high,
-            m.p90_ms,
-            m.p90_ci_low,
-            m.p90_ci_high,
-            m.p99_ms,
-            m.cv,
-            m.unstable,
-            m.throughput,
-            m.peak_rss_mb,
-            m.artifact_mb,
-            m.accuracy,
-            m.accuracy_passed,
-        )  # fmt: skip
-        .join(Model, Trial.model_id == Model.id)
-        .join(Device, Trial.device_id == Device.id)
-        .outerjoin(m, m.id == first)
-        .order_by(Trial.id)
-    )
-    query = _filtered(query, filters)
-    if measured_only:
-        query = query.where(m.id.is_not(None))
-    with engine.connect() as conn:
-        rows = [dict(r) for r in conn.execute(query).mappings()]
-    return pd.DataFrame([_trial_row(r) for r in rows], columns=TRIAL_COLUMNS)
+    where = TrialFilter(filters.model, filters.device, filters.engines, filters.scenario, filters.study,
+                        measured_only=measured_only)  # fmt: skip
+    return pd.DataFrame([_trial_row(r) for r in store.find_trials(where)], columns=trial_columns())
 
 
-def _filtered(query: sa.Select[Any], f: Filters) -> sa.Select[Any]:
-    if f.model:
-        query = query.where(Model.sha256 == f.model)
-    if f.device:
-        query = query.where(Device.fingerprint == f.device)
-    if f.engines:
-        query = query.where(Trial.engine.in_(f.engines))
-    if f.scenario:
-        query = query.where(Measurement.scenario == f.scenario)
-    if f.study:
-        query = query.where(Trial.study == f.study)
-    return query
+def trial_columns() -> list[str]:
+    """The trial table's columns: the stored trial, its config, its measurement (each CI pair as
+    ``*_low``/``*_high``; no samples, accuracy as three numbers), then :data:`DERIVED`."""
+    trial = [TRIAL_RENAMED.get(f.name, f.name) for f in fields(TrialRow) if f.name not in ("config", "measurement")]
+    config = [name for name in _config_fields() if name != "knobs"]
+    measured = [c for k in Measurement.keys(samples=False) if k != "accuracy" for c in _split(k, None)]
+    return list(dict.fromkeys([*trial, *config, *measured, *DERIVED]))
 
 
-def _trial_row(r: dict[str, Any]) -> dict[str, Any]:
-    config = TrialConfig.from_dict(r.pop("config"))
-    acc = r.pop("accuracy")
-    accuracy = None if acc is None else Accuracy.from_dict(acc)
-    p90 = r["p90_ms"] is not None
-    return {
-        **r,
-        "config_label": config.label(),
-        "knobs": json.dumps(dict(config.knobs), sort_keys=True) if config.knobs else "",
-        "latency_ms": r["p90_ms"] if p90 else r["median_ms"],
-        "latency_ci_low": r["p90_ci_low"] if p90 else r["median_ci_low"],
-        "latency_ci_high": r["p90_ci_high"] if p90 else r["median_ci_high"],
-        "accuracy_drop": None if accuracy is None else accuracy_drop(accuracy),
-        "accuracy_constraint": None if accuracy is None else accuracy.constraint,
-    }
+def _config_fields() -> list[str]:
+    return [f.name for f in fields(TrialConfig)]
 
 
-def samples(engine: sa.Engine, trial_ids: tuple[int, ...]) -> pd.DataFrame:
+def _split(key: str, value: Any) -> dict[str, Any]:
+    """A flat measurement entry as columns: a ``*_ci`` pair becomes ``*_ci_low`` and ``*_ci_high``."""
+    if not key.endswith("_ci"):
+        return {key: value}
+    low, high = value or (None, None)
+    return {f"{key}_low": low, f"{key}_high": high}
+
+
+def _trial_row(row: TrialRow) -> dict[str, Any]:
+    out = {TRIAL_RENAMED.get(f.name, f.name): getattr(row, f.name) for f in fields(row)
+           if f.name not in ("config", "measurement")}  # fmt: skip
+    config, m = row.config, row.measurement
+    out.update({name: getattr(config, name) for name in _config_fields() if name != "knobs"})
+    out.update(config_label=config.label(), knobs=json.dumps(dict(config.knobs), sort_keys=True) if config.knobs else "")
+    if m is None:
+        return out
+    for key, value in m.to_dict(samples=False).items():
+        if key != "accuracy":
+            out.update(_split(key, value))
+    lat = m.latency
+    p90 = lat.p90 is not None
+    latency_ci = (lat.p90_ci if p90 else lat.median_ci) or (None, None)
+    out.update(latency_ms=lat.p90 if p90 else lat.median, latency_ci_low=latency_ci[0], latency_ci_high=latency_ci[1])
+    if m.accuracy is not None:
+        out.update(accuracy_passed=m.accuracy.passed, accuracy_drop=accuracy_drop(m.accuracy),
+                   accuracy_constraint=m.accuracy.constraint)  # fmt: skip
+    return out
+
+
+def samples(store: Store, trial_ids: tuple[int, ...]) -> pd.DataFrame:
     """The raw per-call latencies of these trials, long form: ``trial_id``, ``latency_ms``."""
-    if not trial_ids:
-        return pd.DataFrame(columns=["trial_id", "latency_ms"])
-    query = sa.select(Measurement.trial_id, Measurement.samples_ms).where(Measurement.trial_id.in_(trial_ids))
-    with engine.connect() as conn:
-        rows = conn.execute(query).all()
+    by_trial = store.samples(trial_ids) if trial_ids else {}
     return pd.DataFrame(
-        [(trial_id, float(v)) for trial_id, values in rows for v in values],
+        [(trial_id, float(v)) for trial_id, values in by_trial.items() for v in values],
         columns=["trial_id", "latency_ms"],
     )
 
@@ -228,35 +166,16 @@ def best_per_config(df: pd.DataFrame, metric: Metric) -> pd.DataFrame:
 # -- studies and devices ------------------------------------------------------------------
 
 
-def studies(engine: sa.Engine, filters: Filters = Filters()) -> pd.DataFrame:
+def studies(store: Store, filters: Filters = Filters()) -> pd.DataFrame:
     """Every study, newest first, with its winner, tie and speed-up vs the ONNX Runtime FP32 default."""
-    query = (
-        sa.select(
-            Study.name,
-            Study.objective,
-            Study.winner_uid,
-            Study.summary,
-            Study.command,
-            Study.created_at,
-            Study.updated_at,
-            Model.name.label("model"),
-            Model.sha256.label("model_sha256"),
-            Device.fingerprint.label("device"),
-            Device.cpu,
-        )  # fmt: skip
-        .join(Model, Study.model_id == Model.id)
-        .join(Device, Study.device_id == Device.id)
-        .order_by(Study.updated_at.desc())
-    )
-    if filters.model:
-        query = query.where(Model.sha256 == filters.model)
-    if filters.device:
-        query = query.where(Device.fingerprint == filters.device)
-    with engine.connect() as conn:
-        rows = [dict(r) for r in conn.execute(query).mappings()]
+    rows = store.list_studies(limit=None, model_sha256=filters.model, device=filters.device)
     columns = ["name", "objective", "model", "device", "cpu", "winner", "tie_with", "speedup_vs_baseline",
                "trials", "note", "winner_uid", "command", "model_sha256", "created_at", "updated_at"]  # fmt: skip
-    return pd.DataFrame([_study_row(r) for r in rows], columns=columns)
+    return pd.DataFrame([_study_row(_renamed(asdict(r))) for r in rows], columns=columns)
+
+
+def _renamed(d: dict[str, Any]) -> dict[str, Any]:
+    return {RENAMED.get(k, k): v for k, v in d.items()}
 
 
 def _study_row(r: dict[str, Any]) -> dict[str, Any]:
@@ -273,78 +192,44 @@ def _study_row(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def study(engine: sa.Engine, name: str) -> dict[str, Any] | None:
+def study(store: Store, name: str) -> dict[str, Any] | None:
     """One study's settings and summary (finalists, winner, tie), or ``None`` when there is none."""
-    query = (
-        sa.select(
-            Study.name,
-            Study.objective,
-            Study.settings,
-            Study.summary,
-            Study.winner_uid,
-            Study.command,
-            Model.name.label("model"),
-            Device.fingerprint.label("device"),
-        )  # fmt: skip
-        .join(Model, Study.model_id == Model.id)
-        .join(Device, Study.device_id == Device.id)
-        .where(Study.name == name)
-    )
-    with engine.connect() as conn:
-        row = conn.execute(query).mappings().first()
-    return None if row is None else dict(row)
+    row = store.get_study(name)
+    return None if row is None else _renamed(asdict(row))
 
 
-def devices(engine: sa.Engine) -> pd.DataFrame:
+def devices(store: Store) -> pd.DataFrame:
     """Every device fingerprint with what the probe saw and how many trials ran on it."""
-    counts = sa.select(Trial.device_id, sa.func.count().label("trials")).group_by(Trial.device_id).subquery()
-    query = (
-        sa.select(Device.fingerprint, Device.cpu, Device.info, Device.created_at, counts.c.trials)
-        .outerjoin(counts, counts.c.device_id == Device.id)
-        .order_by(Device.id)
-    )
-    with engine.connect() as conn:
-        rows = conn.execute(query).all()
     out = []
-    for fingerprint, cpu, info, created_at, n in rows:
-        engines = info.get("engines") or {}
+    for d in store.list_devices():
+        info, engines = d.info, d.info.get("engines") or {}
         out.append({
-            "fingerprint": fingerprint, "cpu": cpu, "cores": info.get("logical_cores"),
+            "fingerprint": d.fingerprint, "cpu": d.cpu, "cores": info.get("logical_cores"),
             "memory_gb": info.get("memory_gb"), "isa": " ".join(info.get("isa") or []),
             "gpus": ", ".join(str(g.get("name", g)) if isinstance(g, dict) else str(g) for g in info.get("gpus") or []),
             "engines": ", ".join(f"{k} {v}" for k, v in sorted(engines.items())),
-            "trials": int(n or 0), "first_seen": created_at,
+            "trials": d.trials, "first_seen": d.created_at,
         })  # fmt: skip
     columns = ["fingerprint", "cpu", "cores", "memory_gb", "isa", "gpus", "engines", "trials", "first_seen"]
     return pd.DataFrame(out, columns=columns)
 
 
-def gate_runs(engine: sa.Engine, filters: Filters = Filters()) -> pd.DataFrame | None:
+def gate_runs(store: Store, filters: Filters = Filters()) -> pd.DataFrame | None:
     """The regression gate's verdicts, newest first; ``None`` while the store has no gate table.
 
-    The table is read by reflection, so this page follows the gate's schema as it grows;
     ``metrics`` (one dict per judged metric) is flattened by :func:`gate_metrics`.
     """
-    if not sa.inspect(engine).has_table(GATE_TABLE):
+    if not store.has_tables(GATE_TABLE):
         return None
-    gate = sa.Table(GATE_TABLE, sa.MetaData(), autoload_with=engine)
-    query = sa.select(gate, Device.fingerprint.label("device"), Device.cpu).join(
-        Device, gate.c.device_id == Device.id
-    )
-    if filters.device:
-        query = query.where(Device.fingerprint == filters.device)
-    if filters.model and "candidate_sha256" in gate.c:
-        query = query.where(gate.c.candidate_sha256 == filters.model)
-    query = query.order_by(gate.c.created_at.desc(), gate.c.id.desc()).limit(GATE_LIMIT)
-    with engine.connect() as conn:
-        rows = [dict(r) for r in conn.execute(query).mappings()]
-    for r in rows:
-        metrics = _json(r.get("metrics")) or []
-        r["metrics"] = metrics
+    runs = store.list_gate_runs(limit=GATE_LIMIT, candidate_sha256=filters.model, device=filters.device)
+    rows = []
+    for run in runs:
+        r = _renamed(asdict(run))
         r["failing"] = "; ".join(
-            f"{m.get('name')}: {m.get('reason')}" for m in metrics if m.get("verdict") != "pass"
+            f"{m.get('name')}: {m.get('reason')}" for m in run.metrics if m.get("verdict") != "pass"
         )
-        r["notes"] = "; ".join(_json(r.get("notes")) or [])
+        r["notes"] = "; ".join(run.notes)
+        rows.append(r)
     return pd.DataFrame(rows)
 
 
@@ -361,30 +246,26 @@ def gate_metrics(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=columns)
 
 
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
-
-
 # -- Optuna --------------------------------------------------------------------------------
 
 
-def has_optuna(engine: sa.Engine) -> bool:
+def has_optuna(store: Store) -> bool:
     """Whether Optuna's tables are in this database (a study ran here)."""
-    inspector = sa.inspect(engine)
-    return all(inspector.has_table(t) for t in OPTUNA_TABLES)
+    return store.has_tables(*OPTUNA_TABLES)
 
 
-def optuna_storage(engine: sa.Engine) -> optuna.storages.RDBStorage:
+def optuna_storage(store: Store) -> optuna.storages.RDBStorage:
     """Optuna's storage on the same database, read-only: no table creation, read-only transactions."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     kwargs: dict[str, Any] = {}
-    if engine.url.get_backend_name() == "postgresql":
+    url = store.engine.url
+    if url.get_backend_name() == "postgresql":
         kwargs = {"connect_args": {"options": "-c default_transaction_read_only=on"}, "pool_pre_ping": True}
     # For SQLite the store's URL is already the read-only URI (mode=ro).
-    url = engine.url.render_as_string(hide_password=False)
-    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, skip_table_creation=True)
+    return optuna.storages.RDBStorage(url.render_as_string(hide_password=False), engine_kwargs=kwargs,
+                                      skip_table_creation=True)  # fmt: skip
 
 
 def optuna_trials(storage: optuna.storages.BaseStorage, name: str) -> pd.DataFrame | None:

@@ -1,9 +1,18 @@
-"""What a trial produces. Plain dataclasses that round-trip through JSON (never pickle)."""
+"""What a trial produces: typed records that round-trip through JSON (never pickle).
+
+A trial's numbers have one shape from the worker to the bundle: :class:`Measurement`. Its
+:meth:`Measurement.to_dict` (flat keys, times in ms: ``median_ms``, ``p90_ci``, ...) is the
+worker's JSON, the source of the store's measurement columns and the bundle manifest's
+``measurements``; :meth:`Measurement.from_dict` reads any of them back.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from autodeploy.adapters.base import TrialConfig
 
 #: Why a trial produced no usable measurement (DESIGN.md, "Measurement rules").
 FAILURE_KINDS = (
@@ -84,53 +93,152 @@ class Accuracy:
         )
 
 
+#: :class:`LatencyStats` field -> its key in a measurement's flat dict (store columns, manifest).
+#: ``insufficient`` is not kept: it follows from ``n`` (see :func:`_insufficient`).
+LATENCY_KEYS = {"n": "n_samples", "median": "median_ms", "mean": "mean_ms", "stdev": "stdev_ms", "cv": "cv",
+                "min": "min_ms", "max": "max_ms", "median_ci": "median_ci", "p90": "p90_ms", "p90_ci": "p90_ci",
+                "p99": "p99_ms", "p99_ci": "p99_ci", "unstable": "unstable"}  # fmt: skip
+#: The sample counts that a p90 / p99 claim needs (DESIGN.md; harness/stats.py applies them).
+_CLAIMS = (("p90", 64), ("p99", 662))
+#: Measurement fields whose flat form is not the value itself.
+_NESTED = ("latency", "accuracy", "samples_ms")
+
+
+def _insufficient(n: int) -> tuple[str, ...]:
+    """The claims ``n`` samples cannot support, worded as :func:`~autodeploy.harness.stats.summarize` words them."""
+    return tuple(f"{name} needs >= {need} samples, have {n}" for name, need in _CLAIMS if n < need)
+
+
+def _pair(value: Any) -> tuple[float, float] | None:
+    return None if value is None else (value[0], value[1])
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What the harness measured for one trial in one scenario (times in ms, memory in MB).
+
+    ``samples_ms`` is ``None`` when the raw per-call latencies were not loaded (the store
+    reads them only on request). ``accuracy`` is ``None`` only for records made without it.
+    """
+
+    scenario: str
+    batch: int
+    latency: LatencyStats
+    throughput: float | None  # items per second
+    peak_rss_mb: float | None  # above the worker's baseline before load
+    artifact_mb: float | None
+    build_s: float | None  # None when the artifact came from the cache
+    warmup_calls: int
+    duration_s: float
+    accuracy: Accuracy | None
+    samples_ms: tuple[float, ...] | None = None
+
+    def to_dict(self, *, samples: bool = True) -> dict[str, Any]:
+        """The flat, JSON-ready form, keys in :meth:`keys` order: the latency statistics under their
+        :data:`LATENCY_KEYS`, ``accuracy`` as a dict, ``samples_ms`` only with ``samples``."""
+        flat = {key: getattr(self.latency, name) for name, key in LATENCY_KEYS.items()}
+        flat.update({f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NESTED})
+        flat["accuracy"] = None if self.accuracy is None else asdict(self.accuracy)
+        flat["samples_ms"] = None if self.samples_ms is None else list(self.samples_ms)
+        return {key: flat[key] for key in self.keys(samples=samples)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Measurement:
+        """Read :meth:`to_dict`'s form back (lists for pairs are fine; missing ``samples_ms`` is ``None``)."""
+        lat = {name: d[key] for name, key in LATENCY_KEYS.items()}
+        for name in ("median_ci", "p90_ci", "p99_ci"):
+            lat[name] = _pair(lat[name])
+        latency = LatencyStats(**lat, insufficient=_insufficient(lat["n"]))
+        rest = {f.name: d[f.name] for f in fields(cls) if f.name not in _NESTED}
+        samples = d.get("samples_ms")
+        accuracy = None if d.get("accuracy") is None else Accuracy.from_dict(d["accuracy"])
+        return cls(**rest, latency=latency, accuracy=accuracy,
+                   samples_ms=None if samples is None else tuple(samples))  # fmt: skip
+
+    @classmethod
+    def keys(cls, *, samples: bool = True) -> tuple[str, ...]:
+        """The keys of :meth:`to_dict`, in order (the bundle manifest's order since schema 1)."""
+        own = tuple(f.name for f in fields(cls) if f.name not in _NESTED and f.name not in ("scenario", "batch"))
+        return ("scenario", "batch", *LATENCY_KEYS.values(), *own, "accuracy", *(("samples_ms",) if samples else ()))
+
+
 @dataclass(frozen=True)
 class TrialResult:
     """Everything one trial produced, successful or not.
 
     ``uid`` is chosen when the trial is launched, so storing the same result twice is a
-    no-op. On failure ``failure_kind`` is one of :data:`FAILURE_KINDS` and the measurement
-    fields may be ``None``.
+    no-op. On failure ``failure_kind`` is one of :data:`FAILURE_KINDS` and ``measurement`` is
+    ``None``, except for ``inaccurate`` trials (measured, then judged). ``extra`` holds what
+    only this run reports (why timing stopped, the server scenario's rates); it is not stored.
     """
 
     uid: str
-    config: dict[str, Any]
+    config: TrialConfig
     status: str
-    scenario: str = "single-stream"
     engine_version: str | None = None
     failure_kind: str | None = None
     failure_message: str | None = None
-    latency: LatencyStats | None = None
-    throughput: float | None = None  # items per second
-    samples_ms: tuple[float, ...] = ()
-    warmup_calls: int = 0
-    duration_s: float = 0.0
-    peak_rss_mb: float | None = None  # above the worker's baseline before load
-    artifact_mb: float | None = None
+    measurement: Measurement | None = None
     artifact_path: str | None = None
-    build_s: float | None = None
-    accuracy: Accuracy | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
+    # Shortcuts to the measurement (None without one), for the code that reads a result's numbers.
+    @property
+    def latency(self) -> LatencyStats | None:
+        return None if self.measurement is None else self.measurement.latency
+
+    @property
+    def accuracy(self) -> Accuracy | None:
+        return None if self.measurement is None else self.measurement.accuracy
+
+    @property
+    def throughput(self) -> float | None:
+        return None if self.measurement is None else self.measurement.throughput
+
+    @property
+    def peak_rss_mb(self) -> float | None:
+        return None if self.measurement is None else self.measurement.peak_rss_mb
+
+    @property
+    def artifact_mb(self) -> float | None:
+        return None if self.measurement is None else self.measurement.artifact_mb
+
+    @property
+    def samples_ms(self) -> tuple[float, ...]:
+        return () if self.measurement is None else self.measurement.samples_ms or ()
+
+    @property
+    def warmup_calls(self) -> int:
+        return 0 if self.measurement is None else self.measurement.warmup_calls
+
+    @property
+    def duration_s(self) -> float:
+        return 0.0 if self.measurement is None else self.measurement.duration_s
+
+    @property
+    def build_s(self) -> float | None:
+        return None if self.measurement is None else self.measurement.build_s
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["config"] = self.config.to_dict()
+        out["measurement"] = None if self.measurement is None else self.measurement.to_dict()
+        return out
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrialResult:
+    def from_dict(cls, d: Mapping[str, Any]) -> TrialResult:
         d = dict(d)
-        if d.get("latency") is not None:
-            d["latency"] = LatencyStats.from_dict(d["latency"])
-        if d.get("accuracy") is not None:
-            d["accuracy"] = Accuracy.from_dict(d["accuracy"])
-        d["samples_ms"] = tuple(d.get("samples_ms", ()))
+        d["config"] = TrialConfig.from_dict(d["config"])
+        if d.get("measurement") is not None:
+            d["measurement"] = Measurement.from_dict(d["measurement"])
         return cls(**d)
 
     @classmethod
-    def failed(cls, uid: str, config: dict[str, Any], kind: str, message: str, **kw: Any) -> TrialResult:
+    def failed(cls, uid: str, config: TrialConfig, kind: str, message: str, **kw: Any) -> TrialResult:
         if kind not in FAILURE_KINDS:
             raise ValueError(f"unknown failure kind {kind!r}")
         return cls(uid=uid, config=config, status="failed", failure_kind=kind, failure_message=message, **kw)

@@ -26,7 +26,7 @@ import psutil
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.adapters.registry import target_of
 from autodeploy.data import Dataset, split, synthetic
-from autodeploy.harness.result import Accuracy, LatencyStats, TrialResult
+from autodeploy.harness.result import Measurement, TrialResult
 from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import ModelInfo
@@ -200,38 +200,20 @@ def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | 
     A run whose outputs break the accuracy constraint is measured all the same and returned as
     failed with kind ``inaccurate``, its latency and accuracy filled in.
     """
-    uid, config = prepared.uid, prepared.config.to_dict()
+    uid, config = prepared.uid, prepared.config
     if prepared.spec is None:
         kind, message = prepared.failure or ("build_failed", "not built")
         return TrialResult.failed(uid, config, kind, message)
     measured = run_worker(prepared.spec, settings.timeout_s, settings.memory_cap_mb, progress)
     if measured.status != "ok":
-        return TrialResult.failed(
-            uid,
-            config,
-            measured.failure_kind or "run_failed",
-            measured.failure_message or "",
-            engine_version=prepared.engine_version,
-            build_s=prepared.build_s,
-        )
+        return TrialResult.failed(uid, config, measured.failure_kind or "run_failed",
+                                  measured.failure_message or "", engine_version=prepared.engine_version)  # fmt: skip
     p = measured.payload
-    accuracy = Accuracy.from_dict(p["accuracy"])
-    fields: dict[str, Any] = dict(
-        engine_version=p["engine_version"],
-        latency=LatencyStats.from_dict(p["latency"]),
-        throughput=p["throughput"],
-        samples_ms=tuple(p["samples_ms"]),
-        warmup_calls=p["warmup_calls"],
-        duration_s=p["duration_s"],
-        peak_rss_mb=p["peak_rss_mb"],
-        artifact_mb=p["artifact_mb"],
-        artifact_path=p["artifact_path"],
-        build_s=prepared.build_s,
-        accuracy=accuracy,
-        extra=p["extra"],
-        scenario=prepared.scenario,
-    )
-    if not accuracy.passed:
+    measurement = replace(Measurement.from_dict(p["measurement"]), build_s=prepared.build_s)
+    fields: dict[str, Any] = dict(engine_version=p["engine_version"], measurement=measurement,
+                                  artifact_path=p["artifact_path"], extra=p["extra"])  # fmt: skip
+    accuracy = measurement.accuracy
+    if accuracy is not None and not accuracy.passed:
         message = f"breaks the accuracy constraint ({accuracy.constraint})"
         return TrialResult.failed(uid, config, "inaccurate", message, **fields)
     return TrialResult(uid=uid, config=config, status="ok", **fields)

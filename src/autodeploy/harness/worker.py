@@ -26,6 +26,7 @@ from autodeploy.data import Dataset
 from autodeploy.device import probe_device
 from autodeploy.errors import UnsupportedConfigError
 from autodeploy.harness.accuracy import compare
+from autodeploy.harness.result import Measurement
 from autodeploy.harness.scenarios import max_rate_under_sla
 from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.stats import summarize
@@ -134,19 +135,18 @@ class _Job:
                 min_cosine=self.spec.min_cosine,
             ),
         )
-        latency = summarize(timed.samples_ns)
         artifact = Artifact.read(Path(self.spec.artifact_path or ""))
+        measurement = Measurement(
+            scenario=self.spec.scenario, batch=self.config.batch, latency=summarize(timed.samples_ns),
+            throughput=self.config.batch * len(timed.samples_ns) / (timed.samples_ns.sum() / 1e9),
+            peak_rss_mb=peak / 2**20, artifact_mb=artifact.size_bytes() / 2**20, build_s=None,  # the parent knows it
+            warmup_calls=timed.warmup_calls, duration_s=timed.duration_s, accuracy=accuracy,
+            samples_ms=tuple(float(x) for x in timed.samples_ns / 1e6),
+        )  # fmt: skip
         return {
             "engine_version": version,
-            "latency": latency,
-            "throughput": self.config.batch * len(timed.samples_ns) / (timed.samples_ns.sum() / 1e9),
-            "samples_ms": tuple(float(x) for x in timed.samples_ns / 1e6),
-            "warmup_calls": timed.warmup_calls,
-            "duration_s": timed.duration_s,
-            "peak_rss_mb": peak / 2**20,
-            "artifact_mb": artifact.size_bytes() / 2**20,
+            "measurement": measurement.to_dict(),
             "artifact_path": str(artifact.path),
-            "accuracy": accuracy,
             "extra": {"stopped_by": timed.stopped_by, "eval_items": len(evaluation),
                       **({"server": server.to_dict()} if server else {})},
         }

@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session, aliased, defer
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import StoreError, UsageError
 from autodeploy.harness.result import STATUSES, Accuracy, TrialResult
+from autodeploy.harness.result import Measurement as MeasurementRecord
 from autodeploy.results_db import migrate
 from autodeploy.results_db.schema import Device, GateRun, Measurement, Model, Study, Trial
 
@@ -126,6 +127,7 @@ class StudyRow:
     device_fingerprint: str
     created_at: datetime
     updated_at: datetime
+    device_cpu: str = ""
 
 
 @dataclass(frozen=True)
@@ -154,14 +156,14 @@ class GateRunRow(GateRunRecord):
     device_fingerprint: str = ""
     command: str | None = None
     created_at: datetime = datetime.min.replace(tzinfo=timezone.utc)
+    device_cpu: str = ""
 
 
 @dataclass(frozen=True)
 class TrialRow:
-    """One stored trial, flattened with its model, device and measurement (times in ms).
+    """One stored trial with its config, model, device and measurement (``None`` for most failures).
 
-    Measurement fields are ``None`` when the trial has no measurement (most failures).
-    ``samples_ms`` is ``None`` unless the query asked for samples.
+    The measurement's ``samples_ms`` is ``None`` unless the query asked for samples.
     """
 
     id: int
@@ -174,44 +176,102 @@ class TrialRow:
     phase: str | None
     command: str | None
     artifact_path: str | None
-    engine: str
     engine_version: str | None
-    precision: str
-    batch: int
-    threads: int | None
-    config: dict[str, Any]
+    config: TrialConfig
     config_key: str
     model_name: str
     model_sha256: str
     device_cpu: str
     device_fingerprint: str
-    scenario: str | None = None
-    n_samples: int | None = None
-    median_ms: float | None = None
-    mean_ms: float | None = None
-    stdev_ms: float | None = None
-    cv: float | None = None
-    min_ms: float | None = None
-    max_ms: float | None = None
-    median_ci: tuple[float, float] | None = None
-    p90_ms: float | None = None
-    p90_ci: tuple[float, float] | None = None
-    p99_ms: float | None = None
-    p99_ci: tuple[float, float] | None = None
-    unstable: bool | None = None
-    throughput: float | None = None
-    peak_rss_mb: float | None = None
-    artifact_mb: float | None = None
-    build_s: float | None = None
-    accuracy: Accuracy | None = None
-    accuracy_passed: bool | None = None
-    samples_ms: tuple[float, ...] | None = None
-    warmup_calls: int | None = None
-    duration_s: float | None = None
+    measurement: MeasurementRecord | None = None
 
     @property
     def measured(self) -> bool:
-        return self.scenario is not None
+        return self.measurement is not None
+
+    # The config's columns, and shortcuts to the numbers the search, the gate and the CLI read.
+    @property
+    def engine(self) -> str:
+        return self.config.engine
+
+    @property
+    def precision(self) -> str:
+        return self.config.precision
+
+    @property
+    def batch(self) -> int:
+        return self.config.batch
+
+    @property
+    def threads(self) -> int | None:
+        return self.config.threads
+
+    @property
+    def accuracy(self) -> Accuracy | None:
+        return None if self.measurement is None else self.measurement.accuracy
+
+    @property
+    def n_samples(self) -> int | None:
+        return None if self.measurement is None else self.measurement.latency.n
+
+    @property
+    def median_ms(self) -> float | None:
+        return None if self.measurement is None else self.measurement.latency.median
+
+    @property
+    def p90_ms(self) -> float | None:
+        return None if self.measurement is None else self.measurement.latency.p90
+
+    @property
+    def mean_ms(self) -> float | None:
+        return None if self.measurement is None else self.measurement.latency.mean
+
+    @property
+    def throughput(self) -> float | None:
+        return None if self.measurement is None else self.measurement.throughput
+
+    @property
+    def peak_rss_mb(self) -> float | None:
+        return None if self.measurement is None else self.measurement.peak_rss_mb
+
+    @property
+    def samples_ms(self) -> tuple[float, ...] | None:
+        return None if self.measurement is None else self.measurement.samples_ms
+
+
+@dataclass(frozen=True)
+class TrialFilter:
+    """Which trials :meth:`Store.find_trials` returns; ``None`` or empty means no filter."""
+
+    model_sha256: str | None = None
+    device: str | None = None  # fingerprint
+    engines: tuple[str, ...] = ()
+    scenario: str | None = None
+    study: str | None = None
+    measured_only: bool = False
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The values stored trials can be filtered by: models (sha256, name) by name, devices
+    (fingerprint, cpu) oldest first, engines and scenarios sorted, studies newest first."""
+
+    models: tuple[tuple[str, str], ...]
+    devices: tuple[tuple[str, str], ...]
+    engines: tuple[str, ...]
+    scenarios: tuple[str, ...]
+    studies: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    """One stored device: its fingerprint, what the probe saw, and how many trials ran on it."""
+
+    fingerprint: str
+    cpu: str
+    info: dict[str, Any]
+    created_at: datetime
+    trials: int
 
 
 class Store:
@@ -311,10 +371,9 @@ class Store:
                 f"cannot store trial {result.uid} in results database {self.url}: it is open read-only",
                 fix="open the store without readonly",
             )
-        cfg = TrialConfig.from_dict(result.config)
 
         def insert(s: Session) -> int:
-            return _insert_trial(s, result, cfg, model, device, command=command, study=study, phase=phase)
+            return _insert_trial(s, result, model, device, command=command, study=study, phase=phase)
 
         what = f"cannot store trial {result.uid} in"
         try:
@@ -330,6 +389,67 @@ class Store:
         """The trial with this id, with its samples; ``None`` when there is none."""
         rows = self._rows(_select_rows(samples=True).where(Trial.id == id), samples=True)
         return rows[0] if rows else None
+
+    def trial(self, uid: str, *, samples: bool = True) -> TrialRow | None:
+        """The trial with this uid (as the harness chose it), with its samples; ``None`` when there is none."""
+        rows = self._rows(_select_rows(samples=samples).where(Trial.uid == uid), samples=samples)
+        return rows[0] if rows else None
+
+    def find_trials(self, where: TrialFilter = TrialFilter(), *, samples: bool = False) -> list[TrialRow]:
+        """Every trial that matches ``where``, oldest first (the dashboard's view; bound parameters only)."""
+        query = _select_rows(samples=samples)
+        if where.model_sha256:
+            query = query.where(Model.sha256 == where.model_sha256)
+        if where.device:
+            query = query.where(Device.fingerprint == where.device)
+        if where.engines:
+            query = query.where(Trial.engine.in_(where.engines))
+        if where.scenario:
+            query = query.where(Measurement.scenario == where.scenario)
+        if where.study:
+            query = query.where(Trial.study == where.study)
+        if where.measured_only:
+            query = query.where(Measurement.id.is_not(None))
+        return self._rows(query.order_by(Trial.id), samples=samples)
+
+    def samples(self, trial_ids: tuple[int, ...]) -> dict[int, tuple[float, ...]]:
+        """The raw per-call latencies (ms) of these trials' measurements, by trial id (unmeasured ones absent)."""
+        query = sa.select(Measurement.trial_id, Measurement.samples_ms).where(Measurement.trial_id.in_(trial_ids))
+        return self._run("cannot read", lambda s: {t: tuple(v) for t, v in s.execute(query)})
+
+    def catalog(self) -> Catalog:
+        """The models, devices, engines, scenarios and studies in the store."""
+
+        def fetch(s: Session) -> Catalog:
+            models = s.execute(sa.select(Model.sha256, Model.name).order_by(Model.name)).all()
+            devices = s.execute(sa.select(Device.fingerprint, Device.cpu).order_by(Device.id)).all()
+            engines = s.scalars(sa.select(Trial.engine).distinct().order_by(Trial.engine)).all()
+            scenarios = s.scalars(sa.select(Measurement.scenario).distinct().order_by(Measurement.scenario)).all()
+            studies = s.scalars(sa.select(Study.name).order_by(Study.updated_at.desc())).all()
+            return Catalog(tuple((a, b) for a, b in models), tuple((a, b) for a, b in devices), tuple(engines),
+                           tuple(scenarios), tuple(studies))  # fmt: skip
+
+        return self._run("cannot read", fetch)
+
+    def list_devices(self) -> list[DeviceRow]:
+        """Every stored device, oldest first, with its number of trials."""
+        counts = sa.select(Trial.device_id, sa.func.count().label("n")).group_by(Trial.device_id).subquery()
+        query = sa.select(Device, counts.c.n).outerjoin(counts, counts.c.device_id == Device.id).order_by(Device.id)
+
+        def fetch(s: Session) -> list[DeviceRow]:
+            return [DeviceRow(d.fingerprint, d.cpu, dict(d.info), _utc(d.created_at), int(n or 0))
+                    for d, n in s.execute(query)]  # fmt: skip
+
+        return self._run("cannot read", fetch)
+
+    def has_tables(self, *names: str) -> bool:
+        """Whether every one of these tables exists (e.g. Optuna's, which share the database)."""
+
+        def check(s: Session) -> bool:
+            inspector = sa.inspect(s.connection())
+            return all(inspector.has_table(name) for name in names)
+
+        return self._run("cannot read", check)
 
     def model_interface(self, sha256: str) -> dict[str, Any] | None:
         """A stored model's name, SHA-256, inputs and outputs; ``None`` when it is not stored."""
@@ -438,24 +558,27 @@ class Store:
         return self._run("cannot store a gate run in", insert, write=True)
 
     def list_gate_runs(
-        self, *, limit: int = 50, verdict: str | None = None, candidate_sha256: str | None = None
-    ) -> list[GateRunRow]:
-        """Stored gate verdicts, newest first, optionally filtered by verdict or candidate model."""
-        query = sa.select(GateRun, Device.fingerprint).join(Device, GateRun.device_id == Device.id)
+        self, *, limit: int = 50, verdict: str | None = None, candidate_sha256: str | None = None,
+        device: str | None = None,
+    ) -> list[GateRunRow]:  # fmt: skip
+        """Stored gate verdicts, newest first, optionally filtered by verdict, candidate model or device fingerprint."""
+        query = sa.select(GateRun, Device.fingerprint, Device.cpu).join(Device, GateRun.device_id == Device.id)
         if verdict is not None:
             query = query.where(GateRun.verdict == verdict)
         if candidate_sha256 is not None:
             query = query.where(GateRun.candidate_sha256 == candidate_sha256)
+        if device is not None:
+            query = query.where(Device.fingerprint == device)
         query = query.order_by(GateRun.created_at.desc(), GateRun.id.desc()).limit(limit)
         fields = [f for f in GateRunRecord.__dataclass_fields__]
 
-        def row(g: GateRun, fingerprint: str) -> GateRunRow:
+        def row(g: GateRun, fingerprint: str, cpu: str) -> GateRunRow:
             stored = {f: getattr(g, f) for f in fields}
             return GateRunRow(**stored, id=g.id, device_fingerprint=fingerprint, command=g.command,
-                              created_at=_utc(g.created_at))  # fmt: skip
+                              created_at=_utc(g.created_at), device_cpu=cpu)  # fmt: skip
 
         def fetch(s: Session) -> list[GateRunRow]:
-            return [row(g, fingerprint) for g, fingerprint in s.execute(query)]
+            return [row(g, fingerprint, cpu) for g, fingerprint, cpu in s.execute(query)]
 
         return self._run("cannot read", fetch)
 
@@ -495,8 +618,16 @@ class Store:
         rows = self._studies(sa.select(Study, Model, Device).where(Study.name == name))
         return rows[0] if rows else None
 
-    def list_studies(self, limit: int = 50) -> list[StudyRow]:
-        return self._studies(sa.select(Study, Model, Device).order_by(Study.updated_at.desc()).limit(limit))
+    def list_studies(
+        self, limit: int | None = 50, *, model_sha256: str | None = None, device: str | None = None
+    ) -> list[StudyRow]:
+        """Stored studies, most recently updated first, optionally of one model or device fingerprint."""
+        query = sa.select(Study, Model, Device).order_by(Study.updated_at.desc()).limit(limit)
+        if model_sha256:
+            query = query.where(Model.sha256 == model_sha256)
+        if device:
+            query = query.where(Device.fingerprint == device)
+        return self._studies(query)
 
     def study_trials(self, name: str, *, phase: str | None = None, samples: bool = False) -> list[TrialRow]:
         """Every trial of a study, oldest first."""
@@ -511,7 +642,7 @@ class Store:
         def fetch(s: Session) -> list[StudyRow]:
             return [
                 StudyRow(st.id, st.name, st.objective, st.settings, st.command, st.winner_uid, st.summary,
-                         m.name, m.sha256, d.fingerprint, _utc(st.created_at), _utc(st.updated_at))  # fmt: skip
+                         m.name, m.sha256, d.fingerprint, _utc(st.created_at), _utc(st.updated_at), d.cpu)  # fmt: skip
                 for st, m, d in s.execute(query)
             ]
 
@@ -661,7 +792,6 @@ def _diagnose(err: Exception) -> tuple[str, str]:
 def _insert_trial(
     s: Session,
     result: TrialResult,
-    cfg: TrialConfig,
     model: ModelRecord,
     device: DeviceRecord,
     *,
@@ -672,6 +802,7 @@ def _insert_trial(
     existing = s.scalar(sa.select(Trial.id).where(Trial.uid == result.uid))
     if existing is not None:
         return existing
+    cfg = result.config
     trial = Trial(
         uid=result.uid,
         model_id=_model_id(s, model),
@@ -683,7 +814,7 @@ def _insert_trial(
         precision=cfg.precision,
         batch=cfg.batch,
         threads=cfg.threads,
-        config=result.config,
+        config=cfg.to_dict(),
         config_key=cfg.key(),
         status=result.status,
         failure_kind=result.failure_kind,
@@ -693,8 +824,8 @@ def _insert_trial(
     )
     s.add(trial)
     s.flush()
-    if result.latency is not None:
-        s.add(_measurement(trial.id, result, batch=cfg.batch))
+    if result.measurement is not None:
+        s.add(Measurement(trial_id=trial.id, **_columns(result.measurement)))
         s.flush()
     return trial.id
 
@@ -725,40 +856,28 @@ def _model_id(s: Session, model: ModelRecord) -> int:
     return row.id
 
 
-def _measurement(trial_id: int, result: TrialResult, *, batch: int) -> Measurement:
-    lat, acc = result.latency, result.accuracy
-    assert lat is not None
-    p90_ci, p99_ci = lat.p90_ci or (None, None), lat.p99_ci or (None, None)
-    return Measurement(
-        trial_id=trial_id,
-        scenario=result.scenario,
-        batch=batch,
-        n_samples=lat.n,
-        median_ms=lat.median,
-        mean_ms=lat.mean,
-        stdev_ms=lat.stdev,
-        cv=lat.cv,
-        min_ms=lat.min,
-        max_ms=lat.max,
-        median_ci_low=lat.median_ci[0],
-        median_ci_high=lat.median_ci[1],
-        p90_ms=lat.p90,
-        p90_ci_low=p90_ci[0],
-        p90_ci_high=p90_ci[1],
-        p99_ms=lat.p99,
-        p99_ci_low=p99_ci[0],
-        p99_ci_high=p99_ci[1],
-        unstable=lat.unstable,
-        throughput=result.throughput,
-        peak_rss_mb=result.peak_rss_mb,
-        artifact_mb=result.artifact_mb,
-        build_s=result.build_s,
-        accuracy=None if acc is None else asdict(acc),
-        accuracy_passed=None if acc is None else acc.passed,
-        samples_ms=list(result.samples_ms),
-        warmup_calls=result.warmup_calls,
-        duration_s=result.duration_s,
-    )
+def _columns(m: MeasurementRecord) -> dict[str, Any]:
+    """The measurement's flat dict as ``ad_measurements`` columns: each ``*_ci`` pair becomes ``*_ci_low``/``*_ci_high``."""
+    columns: dict[str, Any] = {}
+    for key, value in m.to_dict().items():
+        if key.endswith("_ci"):
+            columns[f"{key}_low"], columns[f"{key}_high"] = value or (None, None)
+        else:
+            columns[key] = value
+    columns["samples_ms"] = list(m.samples_ms or ())
+    columns["accuracy_passed"] = None if m.accuracy is None else m.accuracy.passed
+    return columns
+
+
+def _record(ms: Measurement, *, samples: bool) -> MeasurementRecord:
+    """The inverse of :func:`_columns` (``samples_ms`` only when loaded: the column is deferred otherwise)."""
+    d: dict[str, Any] = {}
+    for key in MeasurementRecord.keys(samples=samples):
+        if key.endswith("_ci"):
+            d[key] = _pair(getattr(ms, f"{key}_low"), getattr(ms, f"{key}_high"))
+        else:
+            d[key] = getattr(ms, key)
+    return MeasurementRecord.from_dict(d)
 
 
 def _select_rows(*, samples: bool) -> sa.Select[Any]:
@@ -791,25 +910,10 @@ def _pair(low: float | None, high: float | None) -> tuple[float, float] | None:
 
 
 def _to_row(t: Trial, m: Model, d: Device, ms: Measurement | None, *, samples: bool) -> TrialRow:
-    fields: dict[str, Any] = dict(
+    return TrialRow(
         id=t.id, uid=t.uid, created_at=_utc(t.created_at), status=t.status, failure_kind=t.failure_kind,
         failure_message=t.failure_message, study=t.study, phase=t.phase, command=t.command,
-        artifact_path=t.artifact_path, engine=t.engine,
-        engine_version=t.engine_version, precision=t.precision, batch=t.batch, threads=t.threads,
-        config=t.config, config_key=t.config_key, model_name=m.name, model_sha256=m.sha256,
-        device_cpu=d.cpu, device_fingerprint=d.fingerprint,
+        artifact_path=t.artifact_path, engine_version=t.engine_version, config=TrialConfig.from_dict(t.config),
+        config_key=t.config_key, model_name=m.name, model_sha256=m.sha256, device_cpu=d.cpu,
+        device_fingerprint=d.fingerprint, measurement=None if ms is None else _record(ms, samples=samples),
     )  # fmt: skip
-    if ms is not None:
-        fields.update(
-            scenario=ms.scenario, n_samples=ms.n_samples, median_ms=ms.median_ms, mean_ms=ms.mean_ms,
-            stdev_ms=ms.stdev_ms, cv=ms.cv, min_ms=ms.min_ms, max_ms=ms.max_ms,
-            median_ci=_pair(ms.median_ci_low, ms.median_ci_high), p90_ms=ms.p90_ms,
-            p90_ci=_pair(ms.p90_ci_low, ms.p90_ci_high), p99_ms=ms.p99_ms,
-            p99_ci=_pair(ms.p99_ci_low, ms.p99_ci_high), unstable=ms.unstable,
-            throughput=ms.throughput, peak_rss_mb=ms.peak_rss_mb, artifact_mb=ms.artifact_mb,
-            build_s=ms.build_s, accuracy_passed=ms.accuracy_passed, warmup_calls=ms.warmup_calls,
-            duration_s=ms.duration_s,
-            accuracy=None if ms.accuracy is None else Accuracy.from_dict(ms.accuracy),
-            samples_ms=tuple(ms.samples_ms) if samples else None,
-        )  # fmt: skip
-    return TrialRow(**fields)

@@ -69,7 +69,7 @@ class Reporter:
 
 @dataclass(frozen=True)
 class Finalist:
-    config: dict[str, Any]
+    config: TrialConfig
     label: str
     statistic: (
         float | None
@@ -100,7 +100,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     """Run (or resume) the study ``ctx.name``: screening trials, then finalists and the winner."""
     reporter = reporter or Reporter()
     cfg = ctx.config
-    study = _open_study(ctx)
+    study, storage = _open_study(ctx)
     space = build_space(cfg, ctx.device, ctx.model)
     # Store the resolved space, so a resume searches the same one even if engines were installed since.
     settings = {**cfg.model_dump(mode="json"), "engines": list(space.engines), "threads": list(space.threads),
@@ -122,7 +122,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
             warnings.filterwarnings("ignore", "Heartbeat of storage")
             trial = study.ask()
         try:
-            with _heartbeat(study, trial):
+            with _heartbeat(storage, study, trial):
                 _screen(ctx, study, trial, space, reporter)
         except ValueError as exc:
             study.tell(trial, state=_state().FAIL)
@@ -144,7 +144,8 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
 # -- screening ----------------------------------------------------------------------------
 
 
-def _open_study(ctx: StudyContext) -> optuna.Study:
+def _open_study(ctx: StudyContext) -> tuple[optuna.Study, optuna.storages.RDBStorage]:
+    """The study ``ctx.name`` (created, or loaded with ``--resume``) and the storage it lives in."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -165,7 +166,7 @@ def _open_study(ctx: StudyContext) -> optuna.Study:
     if [d.name for d in study.directions] != want:
         raise UsageError(f"study {ctx.name!r} was created for another objective",
                          fix="resume it with its own --objective, or choose another --name")  # fmt: skip
-    return study
+    return study, storage
 
 
 def _rdb_storage(url: str, attempts: int = 5) -> optuna.storages.RDBStorage:
@@ -196,13 +197,19 @@ def _fail_stale_trials(study: optuna.Study) -> None:
 
 
 @contextmanager
-def _heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
-    """Record the trial's heartbeat from a thread while it runs (what ``Study.optimize`` does for its trials)."""
+def _heartbeat(storage: optuna.storages.RDBStorage, study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
+    """Record the trial's heartbeat from a thread while it runs (what ``Study.optimize`` does for its trials).
+
+    ``storage`` is the one the study was opened on; the trial's storage id comes from its public
+    study name and number.
+    """
+    study_id = storage.get_study_id_from_name(study.study_name)
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
     stop = threading.Event()
 
     def beat() -> None:
         while True:
-            study._storage.record_heartbeat(trial._trial_id)
+            storage.record_heartbeat(trial_id)
             if stop.wait(HEARTBEAT_S):
                 return
 
@@ -374,11 +381,7 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
     for i, config in enumerate(configs):
         stat, ci = _statistic(samples[i], config.batch, ctx.config.objective)
         is_baseline = with_baseline and i == len(configs) - 1
-        out.append(
-            Finalist(
-                config.to_dict(), config.label(), stat, ci, len(samples[i]), uids[i], is_baseline, failures[i]
-            )
-        )
+        out.append(Finalist(config, config.label(), stat, ci, len(samples[i]), uids[i], is_baseline, failures[i]))
     return out
 
 
@@ -419,7 +422,7 @@ def _choose(name: str, objective: str, counts: dict[str, int], finalists: list[F
 
     def cost(f: Finalist) -> tuple[int, int]:
         # Fewer threads, then smaller batch; the engine's default thread count means "all cores".
-        return (f.config.get("threads") or 10**6, f.config.get("batch", 1))
+        return (f.config.threads or 10**6, f.config.batch)
 
     winner = min(tied, key=cost)
     speedup = None
@@ -436,7 +439,7 @@ def _choose(name: str, objective: str, counts: dict[str, int], finalists: list[F
 
 def _from_screening(t: optuna.trial.FrozenTrial) -> Finalist:
     config = TrialConfig.from_dict(t.user_attrs["config"])
-    return Finalist(config.to_dict(), config.label(), t.values[0], None, 0, [t.user_attrs.get("uid", "")])
+    return Finalist(config, config.label(), t.values[0], None, 0, [t.user_attrs.get("uid", "")])
 
 
 def _best_so_far(study: optuna.Study, objective: str, counts: dict[str, int], name: str) -> StudySummary:
