@@ -54,11 +54,11 @@ def test_study_winner_exports_verifies_and_loads(tmp_path, capsys, monkeypatch):
     assert code == 0 and (tmp_path / "repo" / "m" / "config.pbtxt").is_file(), err
 
 
-def _engine_trial(tmp_path, stored, config):
+def _engine_trial(tmp_path, stored, config, max_top1_drop=0.01):
     engine = registry.get(config.engine)
     if not engine.probe(probe_device()).available:
         pytest.skip(f"{config.engine}: {engine.probe(probe_device())}")
-    settings = HarnessSettings(workdir=tmp_path / "work", policy=FAST, timeout_s=300)
+    settings = HarnessSettings(workdir=tmp_path / "work", policy=FAST, timeout_s=300, max_top1_drop=max_top1_drop)
     result = run_trial(stored.model, config, prepare_data(stored.model, settings), settings)
     assert result.ok, result.failure_message
     with Store.open(stored.db) as store:
@@ -104,3 +104,31 @@ def test_tflite_winner_loads_with_its_threads_and_layout(stored, tmp_path):
         autodeploy.bundle.load(bundle) as p,
     ):
         assert np.array_equal(p.run(x)["logits"], runner.run(x)["logits"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision,runtime", [("fp32", "onnxruntime"), ("int8", "onnxruntime"), ("int8", "openvino")])
+def test_inhouse_winner_ships_on_the_runtime_it_was_measured_on(stored, tmp_path, precision, runtime):
+    """The in-house engine's artifact is plain ONNX: its bundle pins and runs the runtime it ran on."""
+    if runtime == "openvino" and importlib.util.find_spec("openvino") is None:
+        pytest.skip("openvino is not installed")
+    config = TrialConfig("inhouse", precision, batch=2, threads=1, knobs={"runtime": runtime})
+    # The random-weight MLP's logits are near ties: int8 flips argmaxes. The test is about shipping.
+    source, artifact = _engine_trial(tmp_path, stored, config, max_top1_drop=1.0)
+    bundle = export.write_bundle(source, tmp_path / "inhouse")
+    m = json.loads((bundle / "manifest.json").read_text())
+    from autodeploy.runtime import machine
+
+    installed = machine.installed_version([runtime])
+    assert m["engine"]["name"] == "inhouse" and m["engine"]["runtime"] == runtime
+    assert m["engine"]["runtime_version"] == installed and m["engine"]["version"].startswith("autodeploy-")
+    assert f"{runtime}=={installed}" in (bundle / "requirements.txt").read_text().splitlines()
+    assert (bundle / "runtime" / f"{runtime}.py").is_file()
+    x = feeds()
+    with registry.get("inhouse").load(artifact, config, stored.model) as runner, autodeploy.bundle.load(bundle) as p:
+        assert np.array_equal(p.run(x)["logits"], runner.run(x)["logits"])
+    from autodeploy.bundle import triton
+
+    repo = triton.write_repository(source, tmp_path / "repo", model_name="m")
+    backend = {"onnxruntime": 'platform: "onnxruntime_onnx"', "openvino": 'backend: "openvino"'}[runtime]
+    assert backend in (repo / "m" / "config.pbtxt").read_text()

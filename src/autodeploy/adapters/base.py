@@ -310,6 +310,14 @@ class Engine(ABC):
         """The module that runs ``config``'s artifact (an engine may run on another's runtime)."""
         return self.runtime
 
+    def runtime_packages(self, config: TrialConfig) -> tuple[str, ...]:
+        """The distributions of the runtime that runs ``config``'s artifact (what a bundle pins)."""
+        return tuple(importlib.import_module(self.runtime_module(config)).PACKAGES)
+
+    def runtime_version(self, engine_version: str, config: TrialConfig) -> str:
+        """The version of :meth:`runtime_packages` that a trial measured under ``engine_version`` ran on."""
+        return engine_version
+
     def load(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> Runner:
         """Open a built artifact with the runtime settings of ``config`` (threads, knobs)."""
         settings = self.runtime_settings(artifact, config, model)

@@ -150,20 +150,27 @@ def artifact_of(source: Source) -> Artifact:
 
 def shipped_engine(config: TrialConfig) -> Engine:
     """The adapter of a config whose artifact a bundle can run: its runtime ships in :mod:`autodeploy.runtime`."""
-    reason = None
     try:
         engine = registry.get(config.engine)
     except UnknownEngineError:
-        reason = "the bundle loader has no runner for it"
-    else:
-        runtime_package = f"{runtime.__name__}."
-        if not engine.runtime_module(config).startswith(runtime_package) or not engine.packages:
-            # The in-house engine's version is autodeploy's, not its runtime's: nothing to pin or check.
-            reason = "the bundle loader has no runner for it (its runtime version cannot be pinned)"
-    if reason:
-        raise BundleError(f"cannot bundle engine {config.engine!r}: {reason}",
-                          fix="export a winner on onnxruntime, openvino, tflite or tensorrt")  # fmt: skip
+        engine = None
+    if engine is None or not engine.runtime_module(config).startswith(f"{runtime.__name__}."):
+        raise BundleError(f"cannot bundle engine {config.engine!r}: the bundle loader has no runner for it",
+                          fix="export a winner whose engine runs on a runtime in autodeploy.runtime "
+                          "(onnxruntime, openvino, tflite, tensorrt, inhouse)")  # fmt: skip
     return engine
+
+
+def engine_record(config: TrialConfig, engine_version: str) -> dict[str, Any]:
+    """The manifest's ``engine``: what measured it, and the runtime (module, packages, version) that runs it."""
+    engine = shipped_engine(config)
+    packages = engine.runtime_packages(config)
+    try:
+        runtime_version = engine.runtime_version(engine_version, config)
+    except BuildError as exc:
+        raise BundleError(exc.message, fix=exc.fix) from None
+    return {"name": config.engine, "version": engine_version, "package": packages[0], "packages": list(packages),
+            "runtime": engine.runtime_module(config).rpartition(".")[2], "runtime_version": runtime_version}  # fmt: skip
 
 
 def runtime_settings(config: TrialConfig, artifact: Artifact, model: ModelInfo) -> dict[str, Any]:
@@ -208,7 +215,6 @@ def constraint_verdicts(source: Source) -> dict[str, Any]:
 def build_manifest(source: Source, artifact: Artifact, *, command: str | None = None) -> dict[str, Any]:
     """Everything about the shipped trial except the file list (the writer adds it)."""
     trial, study, config = source.trial, source.study, source.config
-    engine = shipped_engine(config)
     selection = None
     if study is not None and study.summary:
         summary = study.summary
@@ -235,13 +241,7 @@ def build_manifest(source: Source, artifact: Artifact, *, command: str | None = 
             "trial_command": trial.command,
         },  # fmt: skip
         "model": {**source.model, "shapes": (study.settings.get("shapes") or {}) if study else {}},
-        "engine": {
-            "name": trial.engine,
-            "version": trial.engine_version,
-            "package": engine.packages[0],
-            "packages": list(engine.packages),
-            "runtime": engine.runtime_module(config).rpartition(".")[2],
-        },  # fmt: skip
+        "engine": engine_record(config, trial.engine_version or "unknown"),
         "settings": config.to_dict(),
         "runtime": runtime_settings(config, artifact, model_info(source)),
         "artifact": {k: v for k, v in artifact.to_dict().items() if k != "schema"},
@@ -265,8 +265,8 @@ def build_manifest(source: Source, artifact: Artifact, *, command: str | None = 
 def requirements_txt(manifest: dict[str, Any]) -> str:
     engine = manifest["engine"]
     lines = ["# The runtime this bundle was benchmarked with: pip install -r requirements.txt",
-             "numpy>=1.24", f"{engine['package']}=={engine['version']}"]  # fmt: skip
-    for extra in RUNNER_EXTRAS.get(engine["name"], ()):
+             "numpy>=1.24", f"{engine['package']}=={engine['runtime_version']}"]  # fmt: skip
+    for extra in RUNNER_EXTRAS.get(engine["runtime"], ()):
         lines.append(_pinned(extra))
     return "\n".join(lines) + "\n"
 
@@ -293,7 +293,7 @@ Measured on `{manifest["device"]["cpu"]}` (fingerprint `{manifest["device"]["fin
 median {m["median_ms"]:.3f} ms, p90 {p90}, {m["throughput"]:.1f} items/s at batch {m["batch"]}.
 
 ```bash
-pip install -r requirements.txt          # numpy and {e["package"]}=={e["version"]}, nothing else
+pip install -r requirements.txt          # numpy and {e["package"]}=={e["runtime_version"]}, nothing else
 python -I loader.py                      # verify every file and check this machine can run it
 ```
 

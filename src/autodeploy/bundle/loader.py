@@ -228,10 +228,12 @@ def check_compatible(
     features the precision needs, the GPU architecture a plan was built for. ``cpu`` and
     ``gpus`` default to probing this machine; tests pass fixed values.
     """
-    engine, want = manifest["engine"]["name"], manifest["engine"]["version"]
+    record = manifest["engine"]
+    engine = record.get("runtime", record["name"])  # an in-house winner runs on onnxruntime or openvino
+    want = record.get("runtime_version", record["version"])
     precision = manifest["settings"]["precision"]
     fix_install = "pip install -r requirements.txt (in the bundle folder)"
-    have = installed_version(manifest["engine"].get("packages") or [manifest["engine"].get("package", engine)])
+    have = installed_version(record.get("packages") or [record.get("package", engine)])
     if have is None:
         raise BundleError(f"this bundle runs on {engine} {want}, which is not installed", fix=fix_install)
     warnings: list[str] = []

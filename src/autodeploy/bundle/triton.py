@@ -12,6 +12,8 @@ ignores). ``config.pbtxt`` carries the winner's settings in each backend's own w
   instance count.
 * tensorrt (platform ``tensorrt_plan``): the plan; one GPU instance.
 
+An in-house winner is served by the backend of the runtime it was measured on (``runtime`` knob).
+
 The batch axis becomes ``max_batch_size`` (the winner's batch; a TensorRT plan's profile
 maximum) with dynamic batching preferring the winner's batch; a model with a static batch
 dim gets ``max_batch_size: 0`` and its full shapes.
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from autodeploy.adapters.base import Artifact
-from autodeploy.bundle.export import Source, artifact_of, build_manifest, staged
+from autodeploy.bundle.export import Source, artifact_of, build_manifest, shipped_engine, staged
 from autodeploy.bundle.loader import BundleError, sha256_file
 
 PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "tensorrt": "tensorrt_plan"}
@@ -48,7 +50,7 @@ def write_repository(source: Source, dest: str | Path, *, tar: bool = False, mod
                      command: str | None = None) -> Path:  # fmt: skip
     """Write a Triton model repository for the winner at ``dest`` (atomically, like a bundle)."""
     dest = Path(dest)
-    engine = source.trial.engine
+    engine = shipped_engine(source.config).runtime_module(source.config).rpartition(".")[2]
     if engine not in BACKENDS:
         raise BundleError(f"Triton has no backend for {engine} winners (only {', '.join(BACKENDS)})",
                           fix="ship the bundle instead (autodeploy export without --format), "
@@ -72,7 +74,7 @@ def write_repository(source: Source, dest: str | Path, *, tar: bool = False, mod
 
 def config_pbtxt(manifest: dict[str, Any], name: str, artifact: Artifact) -> str:
     """The model configuration (protobuf text format) for the winner described by ``manifest``."""
-    engine, settings = manifest["engine"]["name"], manifest["settings"]
+    engine, settings = manifest["engine"].get("runtime", manifest["engine"]["name"]), manifest["settings"]
     model = manifest["model"]
     batchable = all(s["shape"] and not isinstance(s["shape"][0], int) for s in model["inputs"])
     max_batch = _max_batch(engine, settings["batch"], artifact) if batchable else 0

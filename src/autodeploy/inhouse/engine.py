@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from autodeploy.model import ModelInfo
 
 REPORT_FILE = "inhouse.json"
+#: The runtimes an in-house artifact can run on (the ``runtime`` knob); their versions join ours.
+RUNTIME_DISTS = ("onnxruntime", "openvino")
 CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
 DEFAULT_CALIBRATION = "percentile"
 #: The accuracy budget of the fallback: DESIGN.md's default constraint (top-1 drop <= 1%).
@@ -52,10 +55,25 @@ class InhouseEngine(Engine):
     build_packages = ("onnxscript",)
 
     def _version(self) -> str | None:
+        """Our code, onnxscript and every runtime that can run the result: all change the numbers."""
         try:
-            return f"autodeploy-{version('autodeploy')}+onnxscript-{version('onnxscript')}"
+            parts = [f"autodeploy-{version('autodeploy')}", f"onnxscript-{version('onnxscript')}"]
         except PackageNotFoundError:
             return None
+        for dist in RUNTIME_DISTS:
+            try:
+                parts.append(f"{dist}-{version(dist)}")
+            except PackageNotFoundError:
+                continue
+        return "+".join(parts)
+
+    def runtime_version(self, engine_version: str, config: TrialConfig) -> str:
+        dist = self.runtime_packages(config)[0]
+        found = re.search(rf"(?:^|\+){re.escape(dist)}-([^+]+)", engine_version)
+        if found is None:
+            raise BuildError(f"in-house version {engine_version!r} does not record the {dist} version it ran on",
+                             fix="measure the trial again with this autodeploy")  # fmt: skip
+        return found.group(1)
 
     def _probe(self, target: DeviceInfo) -> Availability:
         import onnxruntime as ort
