@@ -30,6 +30,7 @@ def test_bundle_holds_the_artifact_unchanged_and_a_complete_manifest(stored, bun
         "package": "onnxruntime",
         "packages": ["onnxruntime"],
         "runtime": "onnxruntime",
+        "runtime_version": stored.artifact.engine_version,
     }
     assert m["settings"] == stored.config.to_dict()
     assert m["runtime"]["intra_op_num_threads"] == 1 and m["runtime"]["execution_mode"] == "ORT_PARALLEL"
