@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 from collections.abc import Callable, Iterator
@@ -15,10 +16,17 @@ from autodeploy import model
 from autodeploy.api import cache_dir
 from autodeploy.model import ResolvedModel
 
-__all__ = ["ResolvedModel", "cache_dir", "command_line", "err", "fmt_ms", "out", "resolve_model", "spinner"]
+__all__ = ["ResolvedModel", "cache_dir", "command_line", "err", "fmt_ms", "out", "resolve_model", "shown", "spinner"]
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
+#: C0 and C1 control characters: an ANSI escape in a model's input name must not drive the terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def shown(value: object) -> str:
+    """Text from models, files and users, safe to print: control characters made visible, markup escaped."""
+    return escape(_CONTROL.sub(lambda m: repr(m.group())[1:-1], str(value)))
 
 
 def resolve_model(ref: str, shapes: dict[str, tuple[int, ...]]) -> ResolvedModel:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import sys
 
 import typer
-from rich.markup import escape
 
 from autodeploy.cli import bench, bundle, dashboard, engines, export, gate, inhouse, results, tune, zoo
-from autodeploy.cli._common import err
+from autodeploy.cli._common import err, shown
 from autodeploy.errors import AutodeployError
 
 app = typer.Typer(
@@ -35,5 +34,5 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="autodeploy")
     except AutodeployError as error:
-        err.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
+        err.print(f"[red]error:[/red] {shown(str(error))}", soft_wrap=True)
         sys.exit(error.exit_code)

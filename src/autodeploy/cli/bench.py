@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from autodeploy import api
-from autodeploy.cli._common import command_line, err, fmt_ms, out, spinner
+from autodeploy.cli._common import command_line, err, fmt_ms, out, shown, spinner
 from autodeploy.data import parse_input_pins
 from autodeploy.errors import UsageError
 from autodeploy.harness.result import TrialResult
@@ -94,7 +93,7 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str) -> None:
     title = f"{model_name}  {config.label()}  (trial {trial_id})"
     if result.latency is None:
         err.print(
-            f"[red]{escape(title)}: failed ({result.failure_kind})[/red]: {escape(result.failure_message or '')}"
+            f"[red]{shown(title)}: failed ({result.failure_kind})[/red]: {shown(result.failure_message or '')}"
         )
         return
     lat = result.latency
@@ -107,8 +106,8 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str) -> None:
 
     table.add_row("median", fmt_ms(lat.median), ci(lat.median_ci))
     for label, value, bounds, need in (("p90", lat.p90, lat.p90_ci, 64), ("p99", lat.p99, lat.p99_ci, 662)):
-        shown = fmt_ms(value) if value is not None else f"n/a (needs >= {need} samples)"
-        table.add_row(label, shown, ci(bounds))
+        text = fmt_ms(value) if value is not None else f"n/a (needs >= {need} samples)"
+        table.add_row(label, text, ci(bounds))
     table.add_row("mean ± stdev", f"{lat.mean:.3f} ± {lat.stdev:.3f}", "")
     table.add_row("CV", f"{lat.cv:.1%}" + (" [yellow](unstable)[/]" if lat.unstable else ""), "")
     table.add_row("samples", f"{lat.n} in {result.duration_s:.1f} s (+{result.warmup_calls} warm-up)", "")
@@ -129,8 +128,8 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str) -> None:
             )
             top1 = "-" if o.top1_agreement is None else f"{o.top1_agreement:.2%}"
             acc.add_row(
-                escape(o.name), f"{o.max_abs:.3g}", f"{o.mean_rel:.3g}", f"{o.cosine:.6f}", top1, task
+                shown(o.name), f"{o.max_abs:.3g}", f"{o.mean_rel:.3g}", f"{o.cosine:.6f}", top1, task
             )
         out.print(acc)
     if not result.ok:
-        err.print(f"[red]failed ({result.failure_kind})[/red]: {escape(result.failure_message or '')}")
+        err.print(f"[red]failed ({result.failure_kind})[/red]: {shown(result.failure_message or '')}")

@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from autodeploy.cli._common import err, fmt_ms, out
+from autodeploy.cli._common import err, fmt_ms, out, shown
 
 app = typer.Typer(
     help="Check, describe and measure an exported bundle (folder or .tar.gz).", no_args_is_help=True
@@ -32,21 +31,21 @@ def verify(path: BundlePath, trust: TrustOption = None) -> None:
     files = manifest["files"]
     size = sum(f["size"] for f in files.values())
     out.print(
-        f"[green]ok[/]: {escape(str(path))}: {len(files) + 2} files match the manifest ({size / 2**20:.2f} MB)"
+        f"[green]ok[/]: {shown(str(path))}: {len(files) + 2} files match the manifest ({size / 2**20:.2f} MB)"
     )
     if trust is None:
         out.print("integrity only: the files are the ones the manifest lists, but anyone can write a manifest; "
                   "pass --trust PUBKEY to check who made it")  # fmt: skip
     else:
-        out.print(f"signed: the signature over every file verifies with {escape(str(trust))}")
+        out.print(f"signed: the signature over every file verifies with {shown(str(trust))}")
     try:
         warnings = check_compatible(manifest)
     except BundleError as error:
-        err.print(f"[yellow]cannot run on this machine[/]: {escape(str(error))}")
+        err.print(f"[yellow]cannot run on this machine[/]: {shown(str(error))}")
         return
     out.print("runs on this machine" + ("" if warnings else " as benchmarked"))
     for warning in warnings:
-        err.print(f"[yellow]warning[/]: {escape(warning)}")
+        err.print(f"[yellow]warning[/]: {shown(warning)}")
 
 
 @app.command()
@@ -58,7 +57,7 @@ def info(path: BundlePath) -> None:
     with opened(path) as root:
         m = read_manifest(root)
     s, meas, src = m["settings"], m["measurements"], m["source"]
-    table = Table(title=f"bundle {escape(str(path))}", show_header=False)
+    table = Table(title=f"bundle {shown(str(path))}", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value")
     rows = [
@@ -92,7 +91,7 @@ def info(path: BundlePath) -> None:
         ),
     ]
     for field, value in rows:
-        table.add_row(field, escape(str(value)))
+        table.add_row(field, shown(str(value)))
     out.print(table)
     here = probe_device().fingerprint
     if here != m["device"]["fingerprint"]:
@@ -100,9 +99,9 @@ def info(path: BundlePath) -> None:
                   f"({m['device']['fingerprint']}): expect other numbers")  # fmt: skip
     try:
         for warning in check_compatible(m):
-            err.print(f"[yellow]warning[/]: {escape(warning)}")
+            err.print(f"[yellow]warning[/]: {shown(warning)}")
     except BundleError as error:
-        err.print(f"[yellow]cannot run on this machine[/]: {escape(str(error))}")
+        err.print(f"[yellow]cannot run on this machine[/]: {shown(str(error))}")
 
 
 @app.command()
@@ -127,15 +126,15 @@ def run(
         with loader.load(root, allow_other_version=allow_other_version, trust=trust) as predictor:
             m = predictor.manifest
             feeds = _feeds(m, root, data)
-            with err.status(f"timing {escape(str(path))} ({len(next(iter(feeds.values())))} items per call)"):
+            with err.status(f"timing {shown(str(path))} ({len(next(iter(feeds.values())))} items per call)"):
                 timed = time_calls(lambda: predictor.run(feeds), policy)
     for warning in predictor.warnings:
-        err.print(f"[yellow]warning[/]: {escape(warning)}")
+        err.print(f"[yellow]warning[/]: {shown(warning)}")
     here, stats, meas = probe_device(), summarize(timed.samples_ns), m["measurements"]
     batch = m["settings"]["batch"]
     throughput = batch * len(timed.samples_ns) / (timed.samples_ns.sum() / 1e9)
     table = Table(
-        title=f"{escape(m['model']['name'])}  {m['engine']['name']}/{m['settings']['precision']}/b{batch}"
+        title=f"{shown(m['model']['name'])}  {m['engine']['name']}/{m['settings']['precision']}/b{batch}"
     )
     table.add_column("statistic")
     table.add_column(f"manifest ({m['device']['fingerprint'][:8]})", justify="right")
@@ -148,8 +147,8 @@ def run(
     table.add_row("samples", str(meas["n_samples"]), f"{stats.n} (+{timed.warmup_calls} warm-up)", "")
     out.print(table)
     if here.fingerprint != m["device"]["fingerprint"]:
-        err.print(f"[yellow]note[/]: measured on another device ({escape(m['device']['cpu'])}); "
-                  f"this is {escape(here.cpu_model)}")  # fmt: skip
+        err.print(f"[yellow]note[/]: measured on another device ({shown(m['device']['cpu'])}); "
+                  f"this is {shown(here.cpu_model)}")  # fmt: skip
 
 
 def _feeds(manifest: dict[str, Any], root: Path, data: Path | None) -> dict[str, Any]:

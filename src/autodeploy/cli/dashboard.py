@@ -13,9 +13,8 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from autodeploy.cli._common import err
+from autodeploy.cli._common import err, shown
 from autodeploy.errors import UsageError
 
 INSTALL_HINT = "pip install 'autodeploy[dashboard]'"
@@ -38,13 +37,13 @@ def dashboard(
             f"the dashboard needs {' and '.join(missing)}, which is not installed", fix=INSTALL_HINT
         )
     with Store.open(db, readonly=True) as store:  # fail here, in one line, rather than in the browser
-        shown = store.url
+        url = store.url
     argv = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", "127.0.0.1",
             "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
             "--client.toolbarMode", "minimal"]  # fmt: skip
     env = {**os.environ, **({DB_ENV: db} if db else {})}
     err.print(
-        f"dashboard on [bold]http://127.0.0.1:{port}[/] over {escape(shown)} (read-only); Ctrl-C stops it",
+        f"dashboard on [bold]http://127.0.0.1:{port}[/] over {shown(url)} (read-only); Ctrl-C stops it",
         soft_wrap=True,
     )
     sys.stdout.flush()

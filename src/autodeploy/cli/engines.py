@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from rich.markup import escape
 from rich.table import Table
 
 from autodeploy.adapters.registry import all_engines
-from autodeploy.cli._common import out
+from autodeploy.cli._common import out, shown
 from autodeploy.device import probe_device
 
 
@@ -20,5 +19,5 @@ def engines() -> None:
         availability = engine.probe(device)
         status = "[green]available[/]" if availability.available else "[red]unavailable[/]"
         note = availability.reason + (f"; fix: {availability.fix}" if availability.fix else "")
-        table.add_row(engine.name, status, availability.version or "-", escape(note))
+        table.add_row(engine.name, status, availability.version or "-", shown(note))
     out.print(table)

@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from autodeploy import api
-from autodeploy.cli._common import command_line, fmt_ms, out
+from autodeploy.cli._common import command_line, fmt_ms, out, shown
 from autodeploy.errors import UsageError
 
 
@@ -43,10 +42,10 @@ def export(
         if path.is_dir()
         else path.stat().st_size
     )
-    out.print(f"exported {escape(source.what)} of {escape(t.model_name)} to [bold]{escape(str(path))}[/] "
+    out.print(f"exported {shown(source.what)} of {shown(t.model_name)} to [bold]{shown(str(path))}[/] "
               f"({format}{', tar.gz' if tar else ''}, {size / 2**20:.2f} MB)")  # fmt: skip
-    out.print(f"measured on {escape(t.device_cpu)} (fingerprint {t.device_fingerprint}): median {fmt_ms(t.median_ms)} ms, "
+    out.print(f"measured on {shown(t.device_cpu)} (fingerprint {t.device_fingerprint}): median {fmt_ms(t.median_ms)} ms, "
               f"p90 {fmt_ms(t.p90_ms)} ms, {t.throughput or 0:.1f} items/s; accuracy {t.accuracy.constraint if t.accuracy else '-'}")  # fmt: skip
     if format == "bundle":
         trust = " --trust PUBLIC_KEY" if sign else ""
-        out.print(f"check it with: autodeploy bundle verify {escape(str(path))}{trust}")
+        out.print(f"check it with: autodeploy bundle verify {shown(str(path))}{trust}")

@@ -15,12 +15,11 @@ from typing import Annotated, Any
 
 import click
 import typer
-from rich.markup import escape
 from typer.core import TyperCommand
 
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.bundle.loader import BundleError
-from autodeploy.cli._common import cache_dir, command_line, err, out, resolve_model
+from autodeploy.cli._common import cache_dir, command_line, err, out, resolve_model, shown
 from autodeploy.errors import AutodeployError, DataError, ModelError, UnsupportedConfigError, UsageError
 from autodeploy.gate.core import DEFAULT_METRICS, EXIT_ERROR, EXIT_USAGE, LATENCY_METRICS
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
@@ -170,7 +169,7 @@ def _run(o: GateOptions) -> Any:
             gate_id = db.add_gate_run(
                 result.to_record(), device=DeviceRecord.of(device), command=command_line()
             )
-            err.print(f"stored as gate run {gate_id} in {escape(db.url)}")
+            err.print(f"stored as gate run {gate_id} in {shown(db.url)}")
     return result
 
 
@@ -223,10 +222,10 @@ def _report(result: Any, markdown: Path | None, junit: Path | None) -> None:
         if junit is not None:
             junit.write_text(report.junit_xml(result))
     except OSError as exc:
-        err.print(f"[red]error:[/red] cannot write a report: {escape(str(exc))}")
+        err.print(f"[red]error:[/red] cannot write a report: {shown(str(exc))}")
         raise typer.Exit(EXIT_ERROR) from None
 
 
 def _die(error: AutodeployError, code: int) -> None:
-    err.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
+    err.print(f"[red]error:[/red] {shown(str(error))}", soft_wrap=True)
     raise typer.Exit(code)

@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from autodeploy.cli._common import err, out, resolve_model
+from autodeploy.cli._common import err, out, resolve_model, shown
 from autodeploy.errors import UsageError
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
@@ -32,7 +31,7 @@ def passes() -> None:
     for column in ("pass", "default", "what it does"):
         table.add_column(column)
     for name, graph_pass in PASSES.items():
-        table.add_row(name, "yes" if name in DEFAULT_PIPELINE else "", escape(graph_pass.purpose))
+        table.add_row(name, "yes" if name in DEFAULT_PIPELINE else "", shown(graph_pass.purpose))
     out.print(table)
 
 
@@ -66,7 +65,7 @@ def optimize(
     _print_passes(report)
     dims = _parse_dims(dim or [])
     _print_memory(plan_memory(proto, dims), plan_memory(optimized, dims))
-    out.print(f"wrote {escape(str(output))}")
+    out.print(f"wrote {shown(str(output))}")
 
 
 @app.command("quantize")
@@ -121,10 +120,10 @@ def quantize(
     table.add_row("quantized nodes / tensors", f"{quant.quantized_nodes} / {quant.quantized_tensors}")
     table.add_row("layers kept in float", ", ".join(quant.kept_float) or "none")
     for key, value in quant.agreement_final.items():
-        table.add_row(escape(key), f"{value:.4f}")
+        table.add_row(shown(key), f"{value:.4f}")
     table.add_row("budget met (calibration data)", "yes" if quant.budget_met else "[red]no[/red]")
     out.print(table)
-    out.print(f"wrote {escape(str(output))}")
+    out.print(f"wrote {shown(str(output))}")
 
 
 def _save(model: object, path: Path) -> None:
@@ -152,10 +151,10 @@ def _print_passes(report: PipelineReport) -> None:
         table.add_column(column, justify="right" if column == "rewrites" else "left")
     for p in report.passes:
         if p.rolled_back:
-            detail = f"[yellow]rolled back[/yellow]: {escape(p.rolled_back)}"
+            detail = f"[yellow]rolled back[/yellow]: {shown(p.rolled_back)}"
         else:
             detail = ", ".join(f"{k} x{v}" for k, v in p.detail.items())
-            refused = "; ".join(f"{escape(k)} (x{v})" for k, v in p.refused.items())
+            refused = "; ".join(f"{shown(k)} (x{v})" for k, v in p.refused.items())
             detail = "; ".join(x for x in (detail, f"[dim]refused: {refused}[/dim]" if refused else "") if x)
         table.add_row(p.name, str(p.rewrites), detail or "-")
     out.print(table)

@@ -6,10 +6,9 @@ from dataclasses import fields
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from autodeploy.cli._common import fmt_ms, out
+from autodeploy.cli._common import fmt_ms, out, shown
 from autodeploy.errors import UsageError
 
 app = typer.Typer(help="Read stored trials.", no_args_is_help=True)
@@ -57,8 +56,8 @@ def list_(
         table.add_row(
             str(r.id),
             f"{r.created_at:%Y-%m-%d %H:%M}",
-            escape(r.model_name),
-            escape(config),
+            shown(r.model_name),
+            shown(config),
             state,
             median,
             fmt_ms(r.p90_ms),
@@ -87,7 +86,7 @@ def show(
     for key, value in {**stored, **row.config.to_dict(), **measured}.items():
         if key == "samples_ms" and value:
             value = f"{len(value)} samples"
-        table.add_row(key, escape(str(value)))
+        table.add_row(key, shown(str(value)))
     out.print(table)
 
 
@@ -105,9 +104,9 @@ def studies(limit: Annotated[int, typer.Option(min=1)] = 50, db: DbOption = None
         summary = r.summary or {}
         winner = (summary.get("winner") or {}).get(
             "label"
-        ) or f"[yellow]{escape(summary.get('note') or 'not finished')}[/]"
+        ) or f"[yellow]{shown(summary.get('note') or 'not finished')}[/]"
         speedup = summary.get("speedup_vs_baseline")
-        table.add_row(escape(r.name), escape(r.model_name), r.objective, f"{r.updated_at:%Y-%m-%d %H:%M}",
-                      winner if winner.startswith("[yellow]") else escape(winner),
+        table.add_row(shown(r.name), shown(r.model_name), r.objective, f"{r.updated_at:%Y-%m-%d %H:%M}",
+                      winner if winner.startswith("[yellow]") else shown(winner),
                       "-" if speedup is None else f"{speedup:.2f}x")  # fmt: skip
     out.print(table)

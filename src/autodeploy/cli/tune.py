@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -19,7 +18,7 @@ from rich.status import Status
 from rich.table import Table
 
 from autodeploy import api
-from autodeploy.cli._common import command_line, err, out
+from autodeploy.cli._common import command_line, err, out, shown
 from autodeploy.errors import UsageError
 from autodeploy.model import parse_shape_flags
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
@@ -127,19 +126,19 @@ class _ProgressReporter:
         self._stop_status()
         skipped = getattr(space, "skipped", {})
         for engine, reason in skipped.items():
-            err.print(f"[yellow]skipping {escape(engine)}[/]: {escape(reason)}")
+            err.print(f"[yellow]skipping {shown(engine)}[/]: {shown(reason)}")
         self.progress.start()
         self.task = self.progress.add_task("screening", total=total, eta="-")
 
     def phase(self, text: str) -> None:
         if self.task is None:
             if self.status is None:
-                self.status = err.status(escape(text))
+                self.status = err.status(shown(text))
                 self.status.start()
             else:
-                self.status.update(escape(text))
+                self.status.update(shown(text))
             return
-        self.progress.update(self.task, description=escape(f"best: {self.best} | {text}"[:110]))
+        self.progress.update(self.task, description=shown(f"best: {self.best} | {text}"[:110]))
 
     def _stop_status(self) -> None:
         if self.status is not None:
@@ -150,13 +149,13 @@ class _ProgressReporter:
         self.best = best or "none meets the constraints"
         task = self.progress.tasks[0]
         eta = task.time_remaining
-        self.progress.update(self.task, completed=done, description=escape(f"best: {self.best}"[:110]),
+        self.progress.update(self.task, completed=done, description=shown(f"best: {self.best}"[:110]),
                              eta="-" if eta is None else f"{eta:.0f}s")  # fmt: skip
 
 
 def _print_summary(summary, study_name: str) -> None:  # noqa: ANN001 - StudySummary, imported lazily
     counts = ", ".join(f"{v} {k}" for k, v in sorted(summary.trials.items()))
-    out.print(f"study [bold]{escape(study_name)}[/] ({summary.objective}): {counts}")
+    out.print(f"study [bold]{shown(study_name)}[/] ({summary.objective}): {counts}")
     if summary.finalists:
         unit = {"latency": "p90 ms", "throughput": "items/s"}.get(summary.objective, "value")
         table = Table(
@@ -171,21 +170,21 @@ def _print_summary(summary, study_name: str) -> None:  # noqa: ANN001 - StudySum
             elif f.label in summary.tie_with:
                 note = "tie with winner"
             if f.failure:
-                note = f"[red]{escape(f.failure)}[/]"
+                note = f"[red]{shown(f.failure)}[/]"
             ci = "-" if f.ci is None else f"[{f.ci[0]:.4g}, {f.ci[1]:.4g}]"
             stat = "-" if f.statistic is None else f"{f.statistic:.4g}"
-            table.add_row(escape(f.label), stat, ci, str(f.n_samples), note)
+            table.add_row(shown(f.label), stat, ci, str(f.n_samples), note)
         out.print(table)
     if summary.winner is None:
-        err.print(f"[red]no winner[/]: {escape(summary.note)}")
+        err.print(f"[red]no winner[/]: {shown(summary.note)}")
         return
-    line = f"winner: [bold]{escape(summary.winner.label)}[/]"
+    line = f"winner: [bold]{shown(summary.winner.label)}[/]"
     if summary.tie_with:
         line += (
-            f" (statistical tie with {escape(', '.join(summary.tie_with))}; the cheaper config is preferred)"
+            f" (statistical tie with {shown(', '.join(summary.tie_with))}; the cheaper config is preferred)"
         )
     if summary.speedup_vs_baseline is not None:
         line += f"; {summary.speedup_vs_baseline:.2f}x vs ONNX Runtime fp32 default"
     out.print(line)
     if summary.note:
-        out.print(escape(summary.note))
+        out.print(shown(summary.note))

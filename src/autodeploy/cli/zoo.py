@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from autodeploy.cli._common import err, out
+from autodeploy.cli._common import err, out, shown
 
 app = typer.Typer(
     help="Built-in models, made in code (no downloads); use them as zoo:NAME.", no_args_is_help=True
@@ -24,7 +23,7 @@ def list_() -> None:
     table.add_column("name")
     table.add_column("description")
     for name in zoo.names():
-        table.add_row(name, escape(zoo.ZOO[name].description))
+        table.add_row(name, shown(zoo.ZOO[name].description))
     out.print(table)
 
 

@@ -46,6 +46,7 @@ T = TypeVar("T")
 #: What a driver's error text means and how to fix it: (text it contains, reason, fix).
 _DIAGNOSES = (
     ("file is not a database", "the file is not an SQLite database", "pass --db with another path"),
+    ("malformed", "the SQLite file is damaged", "restore it from a backup, or pass --db with another path"),
     (
         "database or disk is full",
         "the disk is full",
@@ -666,7 +667,11 @@ class Store:
         try:
             with Session(self._write_engine if write else self.engine) as s, s.begin():
                 return fn(s)
-        except sa.exc.OperationalError as err:
+        except sa.exc.DatabaseError as err:
+            # The database itself failed (locked, full, damaged, unreachable). Data that breaks the
+            # schema (IntegrityError, DataError, ProgrammingError) is a bug and keeps its traceback.
+            if isinstance(err, (sa.exc.IntegrityError, sa.exc.DataError, sa.exc.ProgrammingError)):
+                raise
             raise self._error(what, err) from err
 
     def _error(self, what: str, err: Exception) -> StoreError:
@@ -710,7 +715,9 @@ def _resolve_url(url: str | None) -> tuple[sa.URL, str]:
 
 def _check_sqlite_path(url: sa.URL, shown: str, *, readonly: bool) -> sa.URL:
     """Fail early, with the reason, where SQLite would only say 'unable to open'."""
-    if not url.database or url.database == ":memory:" or url.database.startswith("file:"):
+    if url.database and url.database.startswith("file:"):
+        return _readonly_uri(url) if readonly else url
+    if not url.database or url.database == ":memory:":
         return url
 
     def fail(reason: str, fix: str = FIX_PATH) -> StoreError:
@@ -730,6 +737,12 @@ def _check_sqlite_path(url: sa.URL, shown: str, *, readonly: bool) -> sa.URL:
     if path.exists() and not os.access(path, os.W_OK):
         raise fail("the file is not writable")
     return url
+
+
+def _readonly_uri(url: sa.URL) -> sa.URL:
+    """A ``sqlite:///file:PATH?...`` URL with SQLite's ``mode=ro`` forced, whatever mode it asked for."""
+    query = {k: v for k, v in url.query.items() if k != "mode"}
+    return url.set(query={**query, "mode": "ro", "uri": "true"})
 
 
 def _create_engine(url: sa.URL, shown: str, *, readonly: bool) -> sa.Engine:
