@@ -122,7 +122,7 @@ def test_tune_then_export_then_load_and_run_the_bundle(env):
     path = autodeploy.export(summary, tmp_path / "ship", db=db)
     assert path == tmp_path / "ship"
     manifest = json.loads((path / "manifest.json").read_text())
-    assert manifest["source"]["study"] == "api" and manifest["settings"] == summary.winner.config
+    assert manifest["source"]["study"] == "api" and manifest["settings"] == summary.winner.config.to_dict()
     reproduce = manifest["source"]["reproduce"]
     assert (
         reproduce.startswith("autodeploy.tune('zoo:tiny-cnn', config={'finalists': ")

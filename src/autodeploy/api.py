@@ -105,6 +105,7 @@ def bench(
     pins: Mapping[str, float] | None = None,
     timing: TimingPolicy | None = None,
     timeout_s: float = 600.0,
+    build_timeout_s: float = 1800.0,
     memory_cap_mb: int | None = None,
     db: str | Store | None = None,
     cache: Path | None = None,
@@ -122,7 +123,8 @@ def bench(
             optional labels); default: the zoo model's own data, else synthetic inputs.
         pins: synthetic inputs pinned to a constant, ``{"sample_rate": 16000}``.
         timing: warm-up and sample counts (default: 64 samples and 2 s at least, 60 s at most).
-        timeout_s: seconds before the worker is killed.
+        timeout_s: seconds before a worker that runs the model (the reference, the measurement) is killed.
+        build_timeout_s: seconds before the worker that builds the artifact is killed.
         memory_cap_mb: the worker's memory cap (default: 75% of RAM).
         db: a results database URL or an open :class:`~autodeploy.results_db.store.Store` (left
             open); default ``$AUTODEPLOY_DB`` or the user SQLite file.
@@ -156,6 +158,7 @@ def bench(
     registry.get(trial_config.engine).check(device, info, trial_config)  # unknown engine/precision/knob
     info.input_shape(info.inputs[0].name, trial_config.batch)  # dynamic dims left unfixed: the shapes fix
     settings = HarnessSettings(workdir=cache / "work", policy=timing or TimingPolicy(), timeout_s=timeout_s,
+                               build_timeout_s=build_timeout_s,
                                **({"memory_cap_mb": memory_cap_mb} if memory_cap_mb else {}))  # fmt: skip
     # 3. open the store before measuring: a bad database fails in a second, not after a run
     with _store(db) as store:
@@ -405,7 +408,8 @@ def _screening_settings(cfg: StudyConfig, workdir: Path) -> HarnessSettings:
     policy = TimingPolicy(
         min_samples=s.min_samples, min_duration_s=s.min_duration_s, max_duration_s=s.max_duration_s
     )
-    return HarnessSettings(workdir=workdir, policy=policy, timeout_s=s.timeout_s, max_top1_drop=drop,
+    return HarnessSettings(workdir=workdir, policy=policy, timeout_s=s.timeout_s, build_timeout_s=s.build_timeout_s,
+                           max_top1_drop=drop,
                            min_cosine=verdict.cosine_for_drop(drop))  # fmt: skip
 
 

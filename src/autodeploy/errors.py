@@ -64,5 +64,5 @@ class TrialFailed(AutodeployError):
     """A trial did not produce a measurement; ``kind`` is one of :data:`autodeploy.harness.result.FAILURE_KINDS`."""
 
     def __init__(self, kind: str, message: str) -> None:
-        self.kind = kind
+        self.kind, self.detail = kind, message
         super().__init__(f"trial failed ({kind}): {message}")

@@ -43,7 +43,8 @@ def bench(
     min_samples: Annotated[int, typer.Option(min=2, help="Timed calls at least (662 for a p99 claim).")] = 64,
     min_duration: Annotated[float, typer.Option(help="Timed seconds at least.")] = 2.0,
     max_duration: Annotated[float, typer.Option(help="Timed seconds at most.")] = 60.0,
-    timeout: Annotated[float, typer.Option(help="Seconds before the worker is killed.")] = 600.0,
+    timeout: Annotated[float, typer.Option(help="Seconds before a worker running the model (reference, measurement) is killed.")] = 600.0,
+    build_timeout: Annotated[float, typer.Option(help="Seconds before the worker building the artifact is killed.")] = 1800.0,
     memory_cap_mb: Annotated[
         int | None, typer.Option(help="Worker memory cap in MB (default: 75% of RAM).")
     ] = None,
@@ -59,7 +60,7 @@ def bench(
     with spinner() as show:
         record = api.bench(model, engine=engine, precision=precision, batch=batch, threads=threads,
                            knobs=_parse_knobs(knob or []), shapes=parse_shape_flags(shape or []), data=data,
-                           pins=parse_input_pins(input or []), timing=timing, timeout_s=timeout,
+                           pins=parse_input_pins(input or []), timing=timing, timeout_s=timeout, build_timeout_s=build_timeout,
                            memory_cap_mb=memory_cap_mb, db=db, progress=show, command=command_line())  # fmt: skip
     _print_result(record.result, record.id, record.model.name)
     if not record.ok:

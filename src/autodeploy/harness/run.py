@@ -26,6 +26,7 @@ import psutil
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.adapters.registry import target_of
 from autodeploy.data import Dataset, split, synthetic
+from autodeploy.errors import TrialFailed
 from autodeploy.harness.result import Measurement, TrialResult
 from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.timing import TimingPolicy
@@ -35,6 +36,7 @@ from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
 POLL_S = 0.05
 TERM_GRACE_S = 3.0
 REFERENCE_ENGINE = "onnxruntime"
+REFERENCE_FAILED = "the ONNX Runtime FP32 reference could not run"
 Progress = Callable[[str], None]
 
 
@@ -44,7 +46,11 @@ def _default_memory_cap_mb() -> int:
 
 @dataclass(frozen=True)
 class HarnessSettings:
-    """How trials are run. Defaults are the screening settings of DESIGN.md."""
+    """How trials are run. Defaults are the screening settings of DESIGN.md.
+
+    ``timeout_s`` bounds every worker that runs the model (the FP32 reference and each
+    measurement), ``build_timeout_s`` the worker that builds an artifact.
+    """
 
     workdir: Path
     policy: TimingPolicy = field(default_factory=TimingPolicy)
@@ -128,13 +134,10 @@ def reference(
     spec = _spec(
         "reference", model, TrialConfig(REFERENCE_ENGINE, batch=batch), data, settings, output_path=str(out)
     )
-    outcome = run_worker(spec, settings.build_timeout_s, settings.memory_cap_mb, progress)
+    outcome = run_worker(spec, settings.timeout_s, settings.memory_cap_mb, progress)
     if outcome.status != "ok":
-        from autodeploy.errors import TrialFailed
-
         raise TrialFailed(
-            outcome.failure_kind or "crashed",
-            f"the ONNX Runtime FP32 reference could not run: {outcome.failure_message}",
+            outcome.failure_kind or "crashed", f"{REFERENCE_FAILED}: {outcome.failure_message}"
         )
     return out
 
@@ -233,11 +236,16 @@ def run_trial(
     """Build (once, cached) and measure one config; a failure is a result, never an exception.
 
     ``scenario="server"`` also finds the highest Poisson query rate whose p99 stays under ``sla_ms``
-    (``result.extra["server"]``).
+    (``result.extra["server"]``). When the FP32 reference itself cannot run (it hangs, crashes,
+    runs out of memory), the result is failed with that kind and ``extra["reference_failed"]``.
     """
-    prepared = prepare(
-        model, config, data, settings, progress=progress, uid=uid, scenario=scenario, sla_ms=sla_ms
-    )
+    uid = uid or uuid.uuid4().hex
+    try:
+        prepared = prepare(
+            model, config, data, settings, progress=progress, uid=uid, scenario=scenario, sla_ms=sla_ms
+        )
+    except TrialFailed as failure:  # no reference, nothing to judge against: a failed trial, stored as such
+        return TrialResult.failed(uid, config, failure.kind, failure.detail, extra={"reference_failed": True})
     return measure(prepared, settings, progress)
 
 

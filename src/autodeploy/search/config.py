@@ -37,7 +37,8 @@ class Screening(_Strict):
     min_samples: int = Field(64, ge=2)
     min_duration_s: float = Field(1.0, ge=0)
     max_duration_s: float = Field(30.0, gt=0)
-    timeout_s: float = Field(600.0, gt=0)
+    timeout_s: float = Field(600.0, gt=0, description="seconds before a worker running the model is killed")
+    build_timeout_s: float = Field(1800.0, gt=0, description="seconds before a worker building an artifact is killed")
 
 
 class Finalists(_Strict):

@@ -19,7 +19,7 @@ import numpy as np
 
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.errors import StoreError, UsageError
+from autodeploy.errors import StoreError, TrialFailed, UsageError
 from autodeploy.harness.run import HarnessSettings, PreparedData, run_trial
 from autodeploy.harness.stats import bootstrap_mean_ci, summarize
 from autodeploy.harness.timing import TimingPolicy
@@ -100,6 +100,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     """Run (or resume) the study ``ctx.name``: screening trials, then finalists and the winner."""
     reporter = reporter or Reporter()
     cfg = ctx.config
+    _check_same_model_and_device(ctx)
     study, storage = _open_study(ctx)
     space = build_space(cfg, ctx.device, ctx.model)
     # Store the resolved space, so a resume searches the same one even if engines were installed since.
@@ -139,6 +140,22 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     ctx.store.finish_study(ctx.name, winner_uid=summary.winner.uids[-1] if summary.winner and summary.winner.uids else None,
                            summary=summary.to_dict())  # fmt: skip
     return summary
+
+
+def _check_same_model_and_device(ctx: StudyContext) -> None:
+    """A study is bound to one model (by hash) and one device (by fingerprint): joining it from
+    another would mix their measurements in one search and one winner."""
+    stored = ctx.store.get_study(ctx.name)
+    if stored is None:
+        return
+    if stored.model_sha256 != ctx.model.sha256:
+        raise UsageError(f"study {ctx.name!r} belongs to model {stored.model_name} (sha256 {stored.model_sha256[:12]}…), "
+                         f"not {ctx.model.name} (sha256 {ctx.model.sha256[:12]}…)",
+                         fix="choose another --name for this model")  # fmt: skip
+    if stored.device_fingerprint != ctx.device.fingerprint:
+        raise UsageError(f"study {ctx.name!r} was measured on device {stored.device_fingerprint} "
+                         f"({stored.device_cpu}), this device is {ctx.device.fingerprint} ({ctx.device.cpu_model})",
+                         fix="give each device its own study name; the dashboard's Devices page compares them")  # fmt: skip
 
 
 # -- screening ----------------------------------------------------------------------------
@@ -292,6 +309,8 @@ def _measure(
                        sla_ms=cfg.constraints.sla_ms if cfg.objective == "server" else None)  # fmt: skip
     ctx.store.add_trial(result, model=ModelRecord.of(ctx.model), device=DeviceRecord.of(ctx.device),
                         command=ctx.command, study=ctx.name, phase=phase)  # fmt: skip
+    if result.extra.get("reference_failed"):  # stored above; every other trial would fail the same way
+        raise TrialFailed(result.failure_kind or "crashed", result.failure_message or "")
     if result.latency is None or result.accuracy is None:
         return _Measured(None, result.uid, f"{result.failure_kind}: {result.failure_message}")
     return _Measured(Metrics.of_result(result), result.uid, samples_ms=result.samples_ms)
