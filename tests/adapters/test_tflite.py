@@ -143,3 +143,19 @@ def test_outputs_are_matched_by_value_and_transposed_back():
         ("features", "Identity_1", [0, 3, 1, 2]),
         ("logits", "Identity", None),
     ]
+
+
+def test_conversion_leaves_the_users_model_file_unchanged(tmp_path):
+    """onnx2tf rewrites the ONNX file it converts; the adapter hands it a copy."""
+    import hashlib
+
+    from tests.models import mlp
+
+    engine = tflite.TfliteEngine()
+    if not engine.probe(probe_device()).available:
+        pytest.skip(f"tflite: {engine.probe(probe_device())}")
+    path = mlp(tmp_path / "m.onnx")
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    engine.build(load_model(path), TrialConfig("tflite", "fp32"), None, tmp_path / "artifacts")
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["artifacts", "m.onnx"]

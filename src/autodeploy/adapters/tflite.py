@@ -38,6 +38,7 @@ import numpy as np
 
 from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
 from autodeploy.errors import BuildError
+from autodeploy.model import copy_unchanged
 from autodeploy.runtime import tflite as rt
 from autodeploy.runtime.tflite import permute as _permute
 
@@ -148,8 +149,13 @@ def _convert(
     """Convert in a child process (:mod:`autodeploy.adapters.tflite_convert`); return the folder
     holding the .tflite files, named as onnx2tf names them."""
     out = scratch / "tf"
+    # onnx2tf simplifies the ONNX file it is given and writes it back in place: give it a copy
+    # (checked against the intake hash), never the user's model.
+    source = scratch / "onnx"
+    source.mkdir()
+    copy_unchanged(model, source, model.path.name)
     kwargs: dict[str, Any] = {
-        "input_onnx_file_path": str(model.path),
+        "input_onnx_file_path": str(source / model.path.name),
         "output_folder_path": str(out),
         "non_verbose": True,
         "output_dynamic_range_quantized_tflite": precision == "int8-dynamic",
