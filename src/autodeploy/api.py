@@ -352,8 +352,14 @@ def export(
         output = output.with_name(output.name + ".tar.gz")
     # 3. write it, atomically
     if format == "triton":
-        return triton.write_repository(source, output, tar=tar, model_name=model_name, command=command)
-    return exporter.write_bundle(source, output, tar=tar, command=command, sign_key=sign_key)
+        path = triton.write_repository(source, output, tar=tar, model_name=model_name, command=command)
+    else:
+        path = exporter.write_bundle(source, output, tar=tar, command=command, sign_key=sign_key)
+    # 4. remember it: `autodeploy bundle verify --db` can then name the trial a bundle came from
+    with _store(db) as store:
+        store.add_export(source.trial.id, manifest_sha256=exporter.manifest_digest(path), format=format,
+                         destination=str(path.resolve()), signed=sign_key is not None, command=command)  # fmt: skip
+    return path
 
 
 def find_source(

@@ -195,3 +195,56 @@ def test_cli_verify_says_integrity_only_without_a_key_and_checks_the_signature_w
     assert code == 0 and "signature over every file verifies" in out, err
     code, out, err = run_cli(capsys, "bundle", "verify", str(signed), "--trust", str(keys["other"][1]))
     assert code != 0 and "signature does not verify" in err and len(err.strip().splitlines()) == 1
+
+
+def _bench(tmp_path, db):
+    import autodeploy
+    from autodeploy.harness.timing import TimingPolicy
+    from tests.models import mlp
+
+    policy = TimingPolicy(warmup_min_calls=2, warmup_max_s=0.2, min_samples=10, min_duration_s=0.05, max_duration_s=2)
+    stored = autodeploy.bench(str(mlp(tmp_path / "m.onnx")), timing=policy, db=db, cache=tmp_path / "cache")
+    assert stored.ok, stored.result.failure_message
+    return stored
+
+
+def test_an_artifact_replaced_after_its_measurement_is_not_exported(tmp_path):
+    from pathlib import Path
+
+    import autodeploy
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    stored = _bench(tmp_path, db)
+    assert set(stored.result.artifact_files) == {"artifact.json", "model.onnx"}
+    model = Path(stored.result.artifact_path) / "model.onnx"
+    model.write_bytes(model.read_bytes() + b"\x00")  # the substitute: still a loadable model
+    with pytest.raises(BundleError, match="model.onnx of trial .* is not the one that was measured"):
+        autodeploy.export(trial=stored.id, output=tmp_path / "ship", db=db)
+    assert not (tmp_path / "ship").exists()
+
+
+def test_a_damaged_cached_artifact_is_rebuilt_not_reused(stored, tmp_path):  # noqa: F811
+    from autodeploy.adapters import registry
+
+    work = tmp_path / "artifacts"
+    engine = registry.get("onnxruntime")
+    first = engine.build(stored.model, stored.config, None, work)
+    (first.path / "model.onnx").write_bytes(b"not the built model")
+    again = engine.build(stored.model, stored.config, None, work)
+    assert again.path == first.path and not again.changed()
+    assert (again.path / "model.onnx").read_bytes() == stored.model.path.read_bytes()
+    assert not [p for p in work.iterdir() if p.name.startswith(".")], "no stale folder is left behind"
+
+
+def test_bundle_verify_with_the_store_names_the_trial_it_came_from(tmp_path, capsys):
+    import autodeploy
+    from tests.cli.test_cli import run as run_cli
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    stored = _bench(tmp_path, db)
+    path = autodeploy.export(trial=stored.id, output=tmp_path / "ship", db=db)
+    code, out, err = run_cli(capsys, "bundle", "verify", str(path), "--db", db)
+    assert code == 0 and f"exported from trial {stored.id} " in out, err
+    _rewrite_manifest(path, lambda m: m["settings"].update(threads=7))  # consistent, but not what was exported
+    code, out, err = run_cli(capsys, "bundle", "verify", str(path), "--db", db)
+    assert code == 0 and "no export with this manifest" in err, out

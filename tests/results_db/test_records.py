@@ -55,6 +55,7 @@ def test_a_result_round_trips_through_its_dict() -> None:
 def _through_the_parent(measured: Measurement, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> TrialResult:
     """What :func:`run.measure` makes of the worker's JSON (the worker itself is not started)."""
     payload = {"engine_version": "1.20.0", "measurement": measured.to_dict(), "artifact_path": str(tmp_path),
+               "artifact_files": {"artifact.json": "a" * 64, "model.onnx": "b" * 64},
                "extra": {"stopped_by": "min_samples"}}  # fmt: skip
     wire = json.loads(json.dumps({"status": "ok", **payload}))
     outcome = run.WorkerOutcome("ok", {k: v for k, v in wire.items() if k != "status"})
@@ -74,6 +75,7 @@ def test_the_numbers_a_worker_reports_are_the_numbers_a_bundle_ships(
     store.add_trial(result, model=MODEL, device=DEVICE)
     row = store.trial(result.uid)
     assert row is not None and row.config == CONFIG and row.measurement == result.measurement
+    assert row.artifact_files == result.artifact_files == {"artifact.json": "a" * 64, "model.onnx": "b" * 64}
 
     artifact = Artifact(tmp_path, "onnxruntime", "1.20.0", "fp32", CONFIG.key(), ("model.onnx",))
     source = Source(row, None, store.model_interface(MODEL.sha256) or {}, store.device_info(DEVICE.fingerprint) or {})

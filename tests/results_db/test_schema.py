@@ -26,7 +26,8 @@ def test_migrated_database_matches_models(store: Store) -> None:
         assert migrate.current_revision(conn) == migrate.head_revision()
         tables = set(sa.inspect(conn).get_table_names())
     assert tables == {
-        "ad_devices", "ad_models", "ad_trials", "ad_studies", "ad_measurements", "ad_gate_runs", VERSION_TABLE,
+        "ad_devices", "ad_models", "ad_trials", "ad_studies", "ad_measurements", "ad_gate_runs", "ad_exports",
+        VERSION_TABLE,
     }
 
 
@@ -57,5 +58,18 @@ def test_newer_schema_is_refused(db_url: str) -> None:
     with Store.open(db_url) as store, store.engine.begin() as conn:
         conn.execute(sa.table(VERSION_TABLE, sa.column("version_num")).update().values(version_num="9999"))
     for readonly in (False, True):
-        with pytest.raises(StoreError, match="9999 is newer than this autodeploy.s 0001; fix: upgrade"):
+        with pytest.raises(StoreError, match=f"9999 is newer than this autodeploy.s {migrate.head_revision()}; fix: upgrade"):
             Store.open(db_url, readonly=readonly)
+
+
+def test_a_revision_0001_database_upgrades_and_keeps_its_trials(store: Store) -> None:
+    """A store written before artifact hashes were kept: its trials stay, with no hashes to check."""
+    trial_id = store.add_trial(ok_result(), model=MODEL, device=DEVICE)
+    with store.engine.begin() as conn:
+        command.downgrade(migrate.alembic_config(connection=conn), "0001")
+    with store.engine.connect() as conn:
+        assert "ad_exports" not in sa.inspect(conn).get_table_names()
+    migrate.upgrade(store.engine)
+    assert schema_diff(store.engine) == []
+    row = store.get_trial(trial_id)
+    assert row is not None and row.uid == "trial-ok" and row.artifact_files == {}

@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import tempfile
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -146,9 +147,19 @@ class Artifact:
     key: str
     files: tuple[str, ...]
     meta: Mapping[str, Any] = field(default_factory=dict)
+    #: SHA-256 of each file as built (``artifact.json`` itself excluded: it holds these).
+    sha256: Mapping[str, str] = field(default_factory=dict)
 
     def size_bytes(self) -> int:
         return sum((self.path / f).stat().st_size for f in self.files)
+
+    def digests(self) -> dict[str, str]:
+        """SHA-256 of every file as it is now, ``artifact.json`` included: what a measurement records."""
+        return {name: _file_sha256(self.path / name) for name in (ARTIFACT_FILE, *self.files)}
+
+    def changed(self) -> list[str]:
+        """The files whose content is not what the build wrote (empty for an intact artifact)."""
+        return [name for name in self.files if self.sha256.get(name) != _file_sha256(self.path / name)]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -159,6 +170,7 @@ class Artifact:
             "key": self.key,
             "files": list(self.files),
             "meta": dict(self.meta),
+            "sha256": dict(self.sha256),
         }
 
     @classmethod
@@ -177,6 +189,7 @@ class Artifact:
             key=data["key"],
             files=tuple(data["files"]),
             meta=data.get("meta", {}),
+            sha256=data.get("sha256", {}),
         )
 
 
@@ -278,7 +291,11 @@ class Engine(ABC):
         key = self.build_key(model, config, version, calibration_hash)
         final = Path(workdir) / f"{self.name}-{config.precision}-{key}"
         if (final / ARTIFACT_FILE).is_file():
-            return Artifact.read(final)
+            cached = Artifact.read(final)
+            if not cached.changed():
+                return cached
+            _discard(final)  # damaged or replaced since it was built: build it again
+
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
         try:
@@ -286,7 +303,8 @@ class Engine(ABC):
             files = tuple(sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()))
             if not files:
                 raise BuildError(f"{self.name} build wrote no files for {config.label()}")
-            artifact = Artifact(final, self.name, version, config.precision, key, files, meta)
+            digests = {name: _file_sha256(tmp / name) for name in files}
+            artifact = Artifact(final, self.name, version, config.precision, key, files, meta, digests)
             (tmp / ARTIFACT_FILE).write_text(json.dumps(artifact.to_dict(), indent=2))
             try:
                 os.rename(tmp, final)
@@ -361,3 +379,21 @@ class Engine(ABC):
     def _version(self) -> str | None:
         """The first installed distribution of :attr:`packages`, from metadata (nothing is imported)."""
         return machine.installed_version(self.packages)
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _discard(folder: Path) -> None:
+    """Move a cached artifact out of the way (atomically, so no reader sees half of it), then delete it."""
+    stale = folder.with_name(f".{folder.name}.stale-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(folder, stale)
+    except FileNotFoundError:  # another process discarded it first
+        return
+    shutil.rmtree(stale, ignore_errors=True)

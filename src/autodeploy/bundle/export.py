@@ -335,9 +335,50 @@ def write_bundle(source: Source, dest: str | Path, *, tar: bool = False, command
         (stage / REQUIREMENTS).write_text(requirements_txt(manifest))
         (stage / README).write_text(readme_md(manifest))
         seal(stage, manifest)
+        check_as_measured(source, {name: entry["sha256"] for name, entry in _model_files(manifest)})
         if sign_key is not None:
             sign(stage, sign_key)
     return dest
+
+
+def _model_files(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    prefix = f"{MODEL_DIR}/"
+    return [(name[len(prefix):], entry) for name, entry in manifest["files"].items() if name.startswith(prefix)]
+
+
+def check_as_measured(source: Source, shipped: dict[str, str]) -> None:
+    """Refuse to ship artifact bytes other than the ones the trial measured (their SHA-256 is stored).
+
+    ``shipped`` maps each shipped artifact file (relative to the artifact folder) to its SHA-256,
+    taken from the copies that will ship, so a file replaced in the cache after the measurement is caught.
+    Trials stored before the store kept these hashes are shipped unchecked.
+    """
+    measured = source.trial.artifact_files
+    if not measured:
+        return
+    for name, digest in shipped.items():
+        if measured.get(name) != digest:
+            raise BundleError(f"the artifact file {name} of trial {source.trial.id} is not the one that was measured "
+                              f"(its SHA-256 differs from the one stored at measurement)",
+                              fix=f"re-run the trial ({source.trial.command or 'autodeploy bench ...'}) and export the "
+                              "new one; never edit a cached artifact")  # fmt: skip
+
+
+def manifest_digest(path: str | Path) -> str:
+    """SHA-256 of the manifest of the bundle (folder or .tar.gz) or Triton repository at ``path``."""
+    import hashlib
+    import tarfile
+
+    path = Path(path)
+    if path.is_dir():
+        found = [path / MANIFEST] if (path / MANIFEST).is_file() else sorted(path.glob(f"*/{MANIFEST}"))
+        return hashlib.sha256(found[0].read_bytes()).hexdigest()
+    with tarfile.open(path, "r:*") as tar:
+        for member in tar:
+            parts = member.name.split("/")
+            if parts[-1] == MANIFEST and len(parts) <= 3 and member.isfile():
+                return hashlib.sha256(tar.extractfile(member).read()).hexdigest()  # type: ignore[union-attr]
+    raise BundleError(f"{path} holds no {MANIFEST}", fix="pass a bundle made by `autodeploy export`")
 
 
 def sign(folder: Path, private_key: str | Path) -> None:

@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from autodeploy.adapters.base import Artifact
-from autodeploy.bundle.export import Source, artifact_of, build_manifest, shipped_engine, staged
+from autodeploy.bundle.export import (
+    Source,
+    artifact_of,
+    build_manifest,
+    check_as_measured,
+    shipped_engine,
+    staged,
+)
 from autodeploy.bundle.loader import BundleError, sha256_file
 
 PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "tensorrt": "tensorrt_plan"}
@@ -65,6 +72,7 @@ def write_repository(source: Source, dest: str | Path, *, tar: bool = False, mod
             (version / file).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(artifact.path / file, version / file)
         (stage / name / "config.pbtxt").write_text(config_pbtxt(manifest, name, artifact))
+        check_as_measured(source, {name: sha256_file(version / name) for name in artifact.files})
         manifest["format"] = "triton"
         manifest["files"] = {p.relative_to(stage / name).as_posix(): {"sha256": sha256_file(p), "size": p.stat().st_size}
                              for p in sorted((stage / name).rglob("*")) if p.is_file()}  # fmt: skip

@@ -20,14 +20,20 @@ TrustOption = Annotated[Path | None, typer.Option(
 
 
 @app.command()
-def verify(path: BundlePath, trust: TrustOption = None) -> None:
+def verify(
+    path: BundlePath,
+    trust: TrustOption = None,
+    db: Annotated[str | None, typer.Option(help="Results database to look the bundle up in: which trial it was exported from.")] = None,
+) -> None:  # fmt: skip
     """Check every file against the manifest's SHA-256 and size (and the signature with --trust), and
     whether this machine can run it."""
     from autodeploy.bundle import BundleError, check_compatible, opened
     from autodeploy.bundle import verify as verify_files
+    from autodeploy.bundle.export import manifest_digest
 
     with opened(path) as root:
         manifest = verify_files(root, trust=trust)
+        digest = manifest_digest(root)
     files = manifest["files"]
     size = sum(f["size"] for f in files.values())
     out.print(
@@ -38,6 +44,8 @@ def verify(path: BundlePath, trust: TrustOption = None) -> None:
                   "pass --trust PUBKEY to check who made it")  # fmt: skip
     else:
         out.print(f"signed: the signature over every file verifies with {shown(str(trust))}")
+    if db is not None:
+        _provenance(db, digest)
     try:
         warnings = check_compatible(manifest)
     except BundleError as error:
@@ -149,6 +157,22 @@ def run(
     if here.fingerprint != m["device"]["fingerprint"]:
         err.print(f"[yellow]note[/]: measured on another device ({shown(m['device']['cpu'])}); "
                   f"this is {shown(here.cpu_model)}")  # fmt: skip
+
+
+def _provenance(db: str, digest: str) -> None:
+    """Say which stored trial the bundle with this manifest digest was exported from, if any."""
+    from autodeploy.results_db.store import Store
+
+    with Store.open(db, readonly=True) as store:
+        exports = store.exports_of(digest)
+    if not exports:
+        err.print(f"[yellow]not found[/]: no export with this manifest (sha256 {digest[:16]}…) in {shown(db)}: "
+                  "it was exported elsewhere, or changed and re-sealed after export")  # fmt: skip
+        return
+    e = exports[-1]
+    study = f" of study {shown(e.study)}" if e.study else ""
+    out.print(f"provenance: exported from trial {e.trial_id}{study} on {e.created_at:%Y-%m-%d %H:%M} UTC "
+              f"(manifest sha256 {digest[:16]}…{', signed' if e.signed else ''})")  # fmt: skip
 
 
 def _feeds(manifest: dict[str, Any], root: Path, data: Path | None) -> dict[str, Any]:

@@ -34,7 +34,7 @@ def export(
     if sign is not None and format != "bundle":
         raise UsageError("--sign signs bundles only", fix="drop --sign, or export without --format triton")
     source = api.find_source(study, trial=trial, db=db)
-    path = api.export(output=output, source=source, tar=tar, format=format, model_name=model_name,
+    path = api.export(output=output, source=source, tar=tar, format=format, model_name=model_name, db=db,
                       command=command_line(), sign_key=sign)  # fmt: skip
     t = source.trial
     size = (

@@ -96,10 +96,14 @@ def trials(store: Store, filters: Filters = Filters(), *, measured_only: bool = 
     return pd.DataFrame([_trial_row(r) for r in store.find_trials(where)], columns=trial_columns())
 
 
+#: TrialRow fields that are not columns: records flattened below, and the artifact's file hashes.
+NOT_COLUMNS = ("config", "measurement", "artifact_files")
+
+
 def trial_columns() -> list[str]:
     """The trial table's columns: the stored trial, its config, its measurement (each CI pair as
     ``*_low``/``*_high``; no samples, accuracy as three numbers), then :data:`DERIVED`."""
-    trial = [TRIAL_RENAMED.get(f.name, f.name) for f in fields(TrialRow) if f.name not in ("config", "measurement")]
+    trial = [TRIAL_RENAMED.get(f.name, f.name) for f in fields(TrialRow) if f.name not in NOT_COLUMNS]
     config = [name for name in _config_fields() if name != "knobs"]
     measured = [c for k in Measurement.keys(samples=False) if k != "accuracy" for c in _split(k, None)]
     return list(dict.fromkeys([*trial, *config, *measured, *DERIVED]))
@@ -119,7 +123,7 @@ def _split(key: str, value: Any) -> dict[str, Any]:
 
 def _trial_row(row: TrialRow) -> dict[str, Any]:
     out = {TRIAL_RENAMED.get(f.name, f.name): getattr(row, f.name) for f in fields(row)
-           if f.name not in ("config", "measurement")}  # fmt: skip
+           if f.name not in NOT_COLUMNS}  # fmt: skip
     config, m = row.config, row.measurement
     out.update({name: getattr(config, name) for name in _config_fields() if name != "knobs"})
     out.update(config_label=config.label(), knobs=json.dumps(dict(config.knobs), sort_keys=True) if config.knobs else "")

@@ -180,6 +180,8 @@ class TrialResult:
     failure_message: str | None = None
     measurement: Measurement | None = None
     artifact_path: str | None = None
+    #: SHA-256 of every artifact file as measured (``artifact.json`` included): export ships only these bytes.
+    artifact_files: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

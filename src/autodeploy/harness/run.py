@@ -214,7 +214,8 @@ def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | 
     p = measured.payload
     measurement = replace(Measurement.from_dict(p["measurement"]), build_s=prepared.build_s)
     fields: dict[str, Any] = dict(engine_version=p["engine_version"], measurement=measurement,
-                                  artifact_path=p["artifact_path"], extra=p["extra"])  # fmt: skip
+                                  artifact_path=p["artifact_path"], artifact_files=p["artifact_files"],
+                                  extra=p["extra"])  # fmt: skip
     accuracy = measurement.accuracy
     if accuracy is not None and not accuracy.passed:
         message = f"breaks the accuracy constraint ({accuracy.constraint})"

@@ -98,10 +98,12 @@ class _Job:
             "build_s": time.perf_counter() - start,
         }
 
-    def load(self) -> Runner:
+    def load(self) -> tuple[Runner, dict[str, str]]:
+        """The loaded runner and the SHA-256 of every artifact file, hashed just before loading."""
         artifact = Artifact.read(Path(self.spec.artifact_path or ""))
         self.phase("load")
-        return _step("load_failed", lambda: self.engine.load(artifact, self.config, self.model))
+        digests = artifact.digests()
+        return _step("load_failed", lambda: self.engine.load(artifact, self.config, self.model)), digests
 
     def measure(self) -> dict[str, Any]:
         version = self.ready()
@@ -109,7 +111,7 @@ class _Job:
         batches = evaluation.batches(self.config.batch)
         gc.collect()
         baseline = _reset_peak_rss()
-        runner = self.load()
+        runner, digests = self.load()
         feeds = batches[0]
         policy = TimingPolicy(**self.spec.policy)
         self.phase("warm-up and timing")
@@ -147,6 +149,7 @@ class _Job:
             "engine_version": version,
             "measurement": measurement.to_dict(),
             "artifact_path": str(artifact.path),
+            "artifact_files": digests,
             "extra": {"stopped_by": timed.stopped_by, "eval_items": len(evaluation),
                       **({"server": server.to_dict()} if server else {})},
         }
@@ -157,7 +160,7 @@ class _Job:
         artifact_info = self.build()
         evaluation = Dataset.load(Path(self.spec.evaluation_path or ""))
         self.spec = WorkerSpec(**{**self.spec.__dict__, "artifact_path": artifact_info["artifact_path"]})
-        runner = self.load()
+        runner, _ = self.load()
         self.phase("reference")
         outputs = _step(
             "run_failed", lambda: _run_all(runner, evaluation.batches(self.config.batch), len(evaluation))

@@ -92,6 +92,8 @@ class Trial(Base):
     failure_message: Mapped[str | None] = mapped_column(sa.Text)
     command: Mapped[str | None] = mapped_column(sa.Text)
     artifact_path: Mapped[str | None] = mapped_column(sa.Text)  # the artifact as benchmarked, on that machine
+    #: SHA-256 of every artifact file as measured; export ships only these bytes (NULL before revision 0002).
+    artifact_files: Mapped[dict[str, str] | None] = mapped_column(sa.JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -181,5 +183,23 @@ class GateRun(Base):
     metrics: Mapped[list[dict[str, Any]]] = mapped_column(sa.JSON)
     notes: Mapped[list[str]] = mapped_column(sa.JSON)
     wall_s: Mapped[float]
+    command: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Export(Base):
+    """One bundle or Triton repository exported from a trial, known by its manifest's SHA-256.
+
+    ``autodeploy bundle verify --db`` looks a bundle up here: "this is the bundle exported from trial N".
+    """
+
+    __tablename__ = "ad_exports"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trial_id: Mapped[int] = mapped_column(sa.ForeignKey("ad_trials.id"), index=True)
+    manifest_sha256: Mapped[str] = mapped_column(index=True)
+    format: Mapped[str]
+    destination: Mapped[str] = mapped_column(sa.Text)
+    signed: Mapped[bool]
     command: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -30,7 +30,7 @@ from autodeploy.errors import StoreError, UsageError
 from autodeploy.harness.result import STATUSES, Accuracy, TrialResult
 from autodeploy.harness.result import Measurement as MeasurementRecord
 from autodeploy.results_db import migrate
-from autodeploy.results_db.schema import Device, GateRun, Measurement, Model, Study, Trial
+from autodeploy.results_db.schema import Device, Export, GateRun, Measurement, Model, Study, Trial
 
 if TYPE_CHECKING:
     from autodeploy.device import DeviceInfo
@@ -161,6 +161,22 @@ class GateRunRow(GateRunRecord):
 
 
 @dataclass(frozen=True)
+class ExportRow:
+    """One recorded export: which trial, which manifest digest, where and when."""
+
+    id: int
+    trial_id: int
+    trial_uid: str
+    study: str | None
+    manifest_sha256: str
+    format: str
+    destination: str
+    signed: bool
+    command: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
 class TrialRow:
     """One stored trial with its config, model, device and measurement (``None`` for most failures).
 
@@ -185,6 +201,8 @@ class TrialRow:
     device_cpu: str
     device_fingerprint: str
     measurement: MeasurementRecord | None = None
+    #: SHA-256 of every artifact file as measured (empty for trials stored before schema 0002).
+    artifact_files: dict[str, str] = field(default_factory=dict)
 
     @property
     def measured(self) -> bool:
@@ -390,6 +408,31 @@ class Store:
         """The trial with this id, with its samples; ``None`` when there is none."""
         rows = self._rows(_select_rows(samples=True).where(Trial.id == id), samples=True)
         return rows[0] if rows else None
+
+    def add_export(self, trial_id: int, *, manifest_sha256: str, format: str, destination: str, signed: bool,
+                   command: str | None = None) -> int:  # fmt: skip
+        """Record that trial ``trial_id`` was exported with this manifest digest; returns the export's id."""
+        self._check_writable("record an export in")
+
+        def insert(s: Session) -> int:
+            row = Export(trial_id=trial_id, manifest_sha256=manifest_sha256, format=format,
+                         destination=destination, signed=signed, command=command)  # fmt: skip
+            s.add(row)
+            s.flush()
+            return row.id
+
+        return self._run("cannot write to", insert, write=True)
+
+    def exports_of(self, manifest_sha256: str) -> list[ExportRow]:
+        """Every recorded export whose manifest has this SHA-256 (oldest first)."""
+
+        def fetch(s: Session) -> list[ExportRow]:
+            query = (sa.select(Export, Trial.uid, Trial.study).join(Trial, Export.trial_id == Trial.id)
+                     .where(Export.manifest_sha256 == manifest_sha256).order_by(Export.id))  # fmt: skip
+            return [ExportRow(e.id, e.trial_id, uid, study, e.manifest_sha256, e.format, e.destination, e.signed,
+                              e.command, _utc(e.created_at)) for e, uid, study in s.execute(query)]  # fmt: skip
+
+        return self._run("cannot read", fetch)
 
     def trial(self, uid: str, *, samples: bool = True) -> TrialRow | None:
         """The trial with this uid (as the harness chose it), with its samples; ``None`` when there is none."""
@@ -834,6 +877,7 @@ def _insert_trial(
         failure_message=result.failure_message,
         command=command,
         artifact_path=result.artifact_path,
+        artifact_files=result.artifact_files or None,
     )
     s.add(trial)
     s.flush()
@@ -929,4 +973,5 @@ def _to_row(t: Trial, m: Model, d: Device, ms: Measurement | None, *, samples: b
         artifact_path=t.artifact_path, engine_version=t.engine_version, config=TrialConfig.from_dict(t.config),
         config_key=t.config_key, model_name=m.name, model_sha256=m.sha256, device_cpu=d.cpu,
         device_fingerprint=d.fingerprint, measurement=None if ms is None else _record(ms, samples=samples),
+        artifact_files=dict(t.artifact_files or {}),
     )  # fmt: skip
