@@ -12,7 +12,6 @@ import pytest
 import autodeploy.bundle
 from autodeploy.bundle import BundleError, loader
 from autodeploy.bundle.archive import UnsafeArchiveError, safe_extract
-from tests.bundle.conftest import bundle, stored  # noqa: F401 - fixtures
 
 
 def _rewrite_manifest(root, change):
@@ -24,7 +23,7 @@ def _rewrite_manifest(root, change):
     (root / "manifest.sha256").write_text(loader.digest_line(data))
 
 
-def test_planted_bytecode_for_the_loader_is_refused(bundle):  # noqa: F811
+def test_planted_bytecode_for_the_loader_is_refused(bundle):
     cache = bundle / "__pycache__"
     cache.mkdir()
     (cache / f"loader.cpython-{sys.version_info.major}{sys.version_info.minor}.pyc").write_bytes(b"\x00" * 64)
@@ -32,7 +31,7 @@ def test_planted_bytecode_for_the_loader_is_refused(bundle):  # noqa: F811
         loader.verify(bundle)
 
 
-def test_planted_module_next_to_the_loader_never_runs(bundle, tmp_path):  # noqa: F811
+def test_planted_module_next_to_the_loader_never_runs(bundle, tmp_path):
     marker = tmp_path / "pwned"
     (bundle / "platform.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nfrom os import *\n")
     proc = subprocess.run([sys.executable, "-I", str(bundle / "loader.py")], capture_output=True, text=True,
@@ -42,13 +41,13 @@ def test_planted_module_next_to_the_loader_never_runs(bundle, tmp_path):  # noqa
 
 
 @pytest.mark.parametrize("value", ["/etc/passwd", "../../etc/passwd", "../model/model.onnx", "unlisted.onnx"])
-def test_runtime_model_file_outside_the_listed_artifact_is_refused(bundle, value):  # noqa: F811
+def test_runtime_model_file_outside_the_listed_artifact_is_refused(bundle, value):
     _rewrite_manifest(bundle, lambda m: m["runtime"].update(model_file=value))
     with pytest.raises(BundleError, match="runtime.model_file .* is not a file of model/ listed in the manifest"):
         autodeploy.bundle.load(bundle)
 
 
-def test_shipped_runtime_changed_after_verification_is_not_run(bundle, tmp_path):  # noqa: F811
+def test_shipped_runtime_changed_after_verification_is_not_run(bundle, tmp_path):
     """The shipped loader executes runtime files from bytes it checks against the manifest."""
     manifest = loader.verify(bundle)
     (bundle / "runtime" / "onnxruntime.py").write_text("raise SystemExit('substituted runtime ran')\n")
@@ -105,7 +104,7 @@ def test_external_data_swapped_for_a_link_after_intake_never_reaches_the_artifac
 
 
 @pytest.mark.parametrize("name", ["../../outside.txt", "/etc/passwd", ""])
-def test_artifact_json_cannot_list_files_outside_its_folder(stored, tmp_path, name):  # noqa: F811
+def test_artifact_json_cannot_list_files_outside_its_folder(stored, tmp_path, name):
     import shutil
 
     from autodeploy.adapters.base import ARTIFACT_FILE, Artifact
@@ -138,13 +137,13 @@ def keys(tmp_path_factory):
 
 
 @pytest.fixture
-def signed(stored, keys, tmp_path):  # noqa: F811
+def signed(stored, keys, tmp_path):
     from autodeploy.bundle import export
 
     return export.write_bundle(stored.source(), tmp_path / "signed", sign_key=keys["publisher"][0])
 
 
-def test_a_signed_bundle_loads_with_its_publishers_key(signed, keys, stored):  # noqa: F811
+def test_a_signed_bundle_loads_with_its_publishers_key(signed, keys, stored):
     from tests.bundle.conftest import feeds
 
     assert (signed / loader.SIGNATURE).is_file()
@@ -173,7 +172,7 @@ def test_a_substituted_model_with_a_consistent_manifest_passes_integrity_but_not
         autodeploy.bundle.load(signed, trust=keys["publisher"][1])
 
 
-def test_another_key_or_no_signature_is_refused(signed, bundle, keys):  # noqa: F811
+def test_another_key_or_no_signature_is_refused(signed, bundle, keys):
     with pytest.raises(BundleError, match="signature does not verify"):
         loader.verify(signed, trust=keys["other"][1])
     with pytest.raises(BundleError, match="is not signed"):
@@ -203,9 +202,9 @@ def _bench(tmp_path, db):
     from tests.models import mlp
 
     policy = TimingPolicy(warmup_min_calls=2, warmup_max_s=0.2, min_samples=10, min_duration_s=0.05, max_duration_s=2)
-    stored = autodeploy.bench(str(mlp(tmp_path / "m.onnx")), timing=policy, db=db, cache=tmp_path / "cache")
-    assert stored.ok, stored.result.failure_message
-    return stored
+    benched = autodeploy.bench(str(mlp(tmp_path / "m.onnx")), timing=policy, db=db, cache=tmp_path / "cache")
+    assert benched.ok, benched.result.failure_message
+    return benched
 
 
 def test_an_artifact_replaced_after_its_measurement_is_not_exported(tmp_path):
@@ -214,16 +213,16 @@ def test_an_artifact_replaced_after_its_measurement_is_not_exported(tmp_path):
     import autodeploy
 
     db = f"sqlite:///{tmp_path / 'r.db'}"
-    stored = _bench(tmp_path, db)
-    assert set(stored.result.artifact_files) == {"artifact.json", "model.onnx"}
-    model = Path(stored.result.artifact_path) / "model.onnx"
+    benched = _bench(tmp_path, db)
+    assert set(benched.result.artifact_files) == {"artifact.json", "model.onnx"}
+    model = Path(benched.result.artifact_path) / "model.onnx"
     model.write_bytes(model.read_bytes() + b"\x00")  # the substitute: still a loadable model
     with pytest.raises(BundleError, match="model.onnx of trial .* is not the one that was measured"):
-        autodeploy.export(trial=stored.id, output=tmp_path / "ship", db=db)
+        autodeploy.export(trial=benched.id, output=tmp_path / "ship", db=db)
     assert not (tmp_path / "ship").exists()
 
 
-def test_a_damaged_cached_artifact_is_rebuilt_not_reused(stored, tmp_path):  # noqa: F811
+def test_a_damaged_cached_artifact_is_rebuilt_not_reused(stored, tmp_path):
     from autodeploy.adapters import registry
 
     work = tmp_path / "artifacts"
@@ -241,10 +240,10 @@ def test_bundle_verify_with_the_store_names_the_trial_it_came_from(tmp_path, cap
     from tests.cli.test_cli import run as run_cli
 
     db = f"sqlite:///{tmp_path / 'r.db'}"
-    stored = _bench(tmp_path, db)
-    path = autodeploy.export(trial=stored.id, output=tmp_path / "ship", db=db)
+    benched = _bench(tmp_path, db)
+    path = autodeploy.export(trial=benched.id, output=tmp_path / "ship", db=db)
     code, out, err = run_cli(capsys, "bundle", "verify", str(path), "--db", db)
-    assert code == 0 and f"exported from trial {stored.id} " in out, err
+    assert code == 0 and f"exported from trial {benched.id} " in out, err
     _rewrite_manifest(path, lambda m: m["settings"].update(threads=7))  # consistent, but not what was exported
     code, out, err = run_cli(capsys, "bundle", "verify", str(path), "--db", db)
     assert code == 0 and "no export with this manifest" in err, out
