@@ -132,3 +132,43 @@ def test_inhouse_winner_ships_on_the_runtime_it_was_measured_on(stored, tmp_path
     repo = triton.write_repository(source, tmp_path / "repo", model_name="m")
     backend = {"onnxruntime": 'platform: "onnxruntime_onnx"', "openvino": 'backend: "openvino"'}[runtime]
     assert backend in (repo / "m" / "config.pbtxt").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", [
+    TrialConfig("openvino", "fp32", batch=2, threads=1),
+    TrialConfig("tflite", "fp32", batch=2, threads=1),
+    TrialConfig("inhouse", "fp32", batch=2, threads=1),
+], ids=lambda c: c.engine)  # fmt: skip
+def test_each_engines_bundle_runs_in_a_fresh_venv_with_only_its_requirements(stored, tmp_path, config):
+    """What a user does on the target: a new venv, `pip install -r requirements.txt`, the shipped loader.
+    (ONNX Runtime's own bundle has the same test in test_verify.py.)"""
+    import os
+    import subprocess
+    import textwrap
+    import venv
+
+    source, artifact = _engine_trial(tmp_path, stored, config)
+    bundle = export.write_bundle(source, tmp_path / "ship")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True, clear=True)
+    python = env_dir / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(bundle / "requirements.txt")],
+                         capture_output=True, text=True, env=env, timeout=900)  # fmt: skip
+    if pip.returncode != 0:
+        pytest.skip(f"cannot install the bundle's requirements here: {pip.stderr.strip()[-300:]}")
+    x = feeds()
+    np.save(tmp_path / "x.npy", x["x"])
+    script = textwrap.dedent(f"""
+        import runpy, sys, numpy as np
+        loader = runpy.run_path({str(bundle / "loader.py")!r})
+        p = loader["load"]({str(bundle)!r})
+        np.save({str(tmp_path / "y.npy")!r}, p.run({{"x": np.load({str(tmp_path / "x.npy")!r})}})["logits"])
+        assert "autodeploy" not in sys.modules
+    """)
+    proc = subprocess.run([str(python), "-I", "-c", script], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with registry.get(config.engine).load(artifact, config, stored.model) as runner:
+        assert np.array_equal(np.load(tmp_path / "y.npy"), runner.run(x)["logits"])
