@@ -74,33 +74,61 @@ def test_archive_member_with_a_negative_size_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_external_data_swapped_for_a_link_after_intake_never_reaches_the_artifact(tmp_path):
+def _external_data_model(folder):
+    """A MatMul whose weights live in ``w.bin`` next to the model; loaded (taken in) here."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from autodeploy.adapters import registry
-    from autodeploy.adapters.base import TrialConfig
-    from autodeploy.errors import ModelError
     from autodeploy.model import load_model
 
     weights = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])], [weights])  # fmt: skip
-    model_dir = tmp_path / "model"
-    model_dir.mkdir()
+    folder.mkdir()
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save(proto, str(model_dir / "m.onnx"), save_as_external_data=True, location="w.bin", size_threshold=0)
-    model = load_model(model_dir / "m.onnx")
+    onnx.save(proto, str(folder / "m.onnx"), save_as_external_data=True, location="w.bin", size_threshold=0)
+    model = load_model(folder / "m.onnx")
     assert model.external_files == ("w.bin",)
+    return model
+
+
+def test_external_data_swapped_for_a_link_after_intake_never_reaches_the_artifact(tmp_path):
+    from autodeploy.adapters import registry
+    from autodeploy.adapters.base import TrialConfig
+    from autodeploy.errors import ModelError
+
+    model = _external_data_model(tmp_path / "model")
     secret = tmp_path / "secret.bin"
-    secret.write_bytes((model_dir / "w.bin").read_bytes())  # same bytes: only the link gives it away
-    (model_dir / "w.bin").unlink()
-    (model_dir / "w.bin").symlink_to(secret)
+    secret.write_bytes((tmp_path / "model" / "w.bin").read_bytes())  # same bytes: only the link gives it away
+    (tmp_path / "model" / "w.bin").unlink()
+    (tmp_path / "model" / "w.bin").symlink_to(secret)
     with pytest.raises(ModelError, match="w.bin: .*not links|cannot read"):
         registry.get("onnxruntime").build(model, TrialConfig("onnxruntime"), None, tmp_path / "artifacts")
     assert not list((tmp_path / "artifacts").glob("*/w.bin"))
+
+
+def test_every_engine_builds_from_the_bytes_taken_in_at_intake(tmp_path):
+    """Weights changed between intake and build: the worker refuses to build from them, for any engine."""
+    from autodeploy.adapters.base import TrialConfig
+    from autodeploy.harness.run import HarnessSettings, prepare_data, reference, run_trial
+
+    model = _external_data_model(tmp_path / "model")
+    settings = HarnessSettings(workdir=tmp_path / "work", timeout_s=60)
+    data = prepare_data(model, settings)
+    reference(model, data, settings)  # judged on the original weights
+    weights = tmp_path / "model" / "w.bin"
+    weights.write_bytes(bytes(len(weights.read_bytes())))  # same size, other values
+    result = run_trial(model, TrialConfig("openvino" if _has("openvino") else "onnxruntime"), data, settings)
+    assert not result.ok and result.failure_kind == "build_failed"
+    assert "changed since it was taken in" in result.failure_message
+
+
+def _has(module):
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
 
 
 @pytest.mark.parametrize("name", ["../../outside.txt", "/etc/passwd", ""])

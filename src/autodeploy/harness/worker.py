@@ -13,8 +13,10 @@ import gc
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,7 @@ from autodeploy.harness.scenarios import max_rate_under_sla
 from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.stats import summarize
 from autodeploy.harness.timing import TimingPolicy, time_calls
-from autodeploy.model import ModelInfo
+from autodeploy.model import ModelInfo, copy_unchanged
 
 
 class _Failed(Exception):
@@ -81,17 +83,15 @@ class _Job:
         if self.spec.calibration_path:
             calibration = Dataset.load(Path(self.spec.calibration_path)).inputs
         start = time.perf_counter()
-        artifact = _step(
-            "build_failed",
-            lambda: self.engine.build(
-                self.model,
-                self.config,
-                calibration,
-                Path(self.spec.workdir),
-                calibration_hash=self.spec.calibration_sha256,
-                version=version,
-            ),
-        )
+        with tempfile.TemporaryDirectory(prefix="autodeploy-model-") as private:
+            # Every engine builds from a private copy, read without following links and checked
+            # against the intake hash: what the reference judged is what gets built.
+            model = _step("build_failed", lambda: _private_copy(self.model, Path(private)))
+            artifact = _step(
+                "build_failed",
+                lambda: self.engine.build(model, self.config, calibration, Path(self.spec.workdir),
+                                          calibration_hash=self.spec.calibration_sha256, version=version),
+            )  # fmt: skip
         return {
             "artifact_path": str(artifact.path),
             "engine_version": version,
@@ -177,6 +177,12 @@ class _Job:
         np.savez(tmp, **outputs)
         os.replace(tmp, out)
         return {"reference_path": str(out)}
+
+
+def _private_copy(model: ModelInfo, folder: Path) -> ModelInfo:
+    """``model`` copied into ``folder`` (with its external data), hash-checked, as a new :class:`ModelInfo`."""
+    copy_unchanged(model, folder, model.path.name)
+    return replace(model, path=folder / model.path.name)
 
 
 def _run_all(runner: Runner, batches: list[dict[str, np.ndarray]], n: int) -> dict[str, np.ndarray]:
