@@ -162,8 +162,53 @@ class Measurement:
         return ("scenario", "batch", *LATENCY_KEYS.values(), *own, "accuracy", *(("samples_ms",) if samples else ()))
 
 
+class MeasuredShortcuts:
+    """Shortcuts to a ``measurement`` (``None`` without one), for code that reads a trial's numbers.
+
+    Shared by :class:`TrialResult` (fresh from a worker) and the store's ``TrialRow``.
+    """
+
+    measurement: Measurement | None
+
+    @property
+    def latency(self) -> LatencyStats | None:
+        return None if self.measurement is None else self.measurement.latency
+
+    @property
+    def accuracy(self) -> Accuracy | None:
+        return None if self.measurement is None else self.measurement.accuracy
+
+    @property
+    def throughput(self) -> float | None:
+        return None if self.measurement is None else self.measurement.throughput
+
+    @property
+    def peak_rss_mb(self) -> float | None:
+        return None if self.measurement is None else self.measurement.peak_rss_mb
+
+    @property
+    def artifact_mb(self) -> float | None:
+        return None if self.measurement is None else self.measurement.artifact_mb
+
+    @property
+    def n_samples(self) -> int | None:
+        return None if self.measurement is None else self.measurement.latency.n
+
+    @property
+    def median_ms(self) -> float | None:
+        return None if self.measurement is None else self.measurement.latency.median
+
+    @property
+    def p90_ms(self) -> float | None:
+        return None if self.measurement is None else self.measurement.latency.p90
+
+    @property
+    def mean_ms(self) -> float | None:
+        return None if self.measurement is None else self.measurement.latency.mean
+
+
 @dataclass(frozen=True)
-class TrialResult:
+class TrialResult(MeasuredShortcuts):
     """Everything one trial produced, successful or not.
 
     ``uid`` is chosen when the trial is launched, so storing the same result twice is a
@@ -187,27 +232,6 @@ class TrialResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
-
-    # Shortcuts to the measurement (None without one), for the code that reads a result's numbers.
-    @property
-    def latency(self) -> LatencyStats | None:
-        return None if self.measurement is None else self.measurement.latency
-
-    @property
-    def accuracy(self) -> Accuracy | None:
-        return None if self.measurement is None else self.measurement.accuracy
-
-    @property
-    def throughput(self) -> float | None:
-        return None if self.measurement is None else self.measurement.throughput
-
-    @property
-    def peak_rss_mb(self) -> float | None:
-        return None if self.measurement is None else self.measurement.peak_rss_mb
-
-    @property
-    def artifact_mb(self) -> float | None:
-        return None if self.measurement is None else self.measurement.artifact_mb
 
     @property
     def samples_ms(self) -> tuple[float, ...]:

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, aliased, defer
 
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import StoreError, UsageError
-from autodeploy.harness.result import STATUSES, Accuracy, TrialResult
+from autodeploy.harness.result import STATUSES, MeasuredShortcuts, TrialResult
 from autodeploy.harness.result import Measurement as MeasurementRecord
 from autodeploy.results_db import migrate
 from autodeploy.results_db.schema import Device, Export, GateRun, Measurement, Model, Study, Trial
@@ -177,7 +177,7 @@ class ExportRow:
 
 
 @dataclass(frozen=True)
-class TrialRow:
+class TrialRow(MeasuredShortcuts):
     """One stored trial with its config, model, device and measurement (``None`` for most failures).
 
     The measurement's ``samples_ms`` is ``None`` unless the query asked for samples.
@@ -224,34 +224,6 @@ class TrialRow:
     @property
     def threads(self) -> int | None:
         return self.config.threads
-
-    @property
-    def accuracy(self) -> Accuracy | None:
-        return None if self.measurement is None else self.measurement.accuracy
-
-    @property
-    def n_samples(self) -> int | None:
-        return None if self.measurement is None else self.measurement.latency.n
-
-    @property
-    def median_ms(self) -> float | None:
-        return None if self.measurement is None else self.measurement.latency.median
-
-    @property
-    def p90_ms(self) -> float | None:
-        return None if self.measurement is None else self.measurement.latency.p90
-
-    @property
-    def mean_ms(self) -> float | None:
-        return None if self.measurement is None else self.measurement.latency.mean
-
-    @property
-    def throughput(self) -> float | None:
-        return None if self.measurement is None else self.measurement.throughput
-
-    @property
-    def peak_rss_mb(self) -> float | None:
-        return None if self.measurement is None else self.measurement.peak_rss_mb
 
     @property
     def samples_ms(self) -> tuple[float, ...] | None:
