@@ -11,7 +11,7 @@ from rich.table import Table
 from autodeploy import api
 from autodeploy.cli._common import command_line, err, fmt_ms, out, shown, spinner
 from autodeploy.data import parse_input_pins
-from autodeploy.errors import UsageError
+from autodeploy.errors import TrialFailed, UsageError
 from autodeploy.harness.result import TrialResult
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import parse_shape_flags
@@ -62,7 +62,11 @@ def bench(
                            knobs=_parse_knobs(knob or []), shapes=parse_shape_flags(shape or []), data=data,
                            pins=parse_input_pins(input or []), timing=timing, timeout_s=timeout, build_timeout_s=build_timeout,
                            memory_cap_mb=memory_cap_mb, db=db, progress=show, command=command_line())  # fmt: skip
-    _print_result(record.result, record.id, record.model.name)
+    result = record.result
+    if result.extra.get("reference_failed"):  # nothing was measured: the model itself cannot run here
+        raise TrialFailed(result.failure_kind or "crashed",
+                          f"{result.failure_message} (stored as failed trial {record.id})")  # fmt: skip
+    _print_result(result, record.id, record.model.name)
     if not record.ok:
         raise typer.Exit(1)
 
