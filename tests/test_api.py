@@ -116,7 +116,7 @@ def test_tune_then_export_then_load_and_run_the_bundle(env):
     summary = autodeploy.tune("zoo:tiny-cnn", config=SMALL_FINALISTS, name="api", engines=["onnxruntime"],
                               precisions=["fp32"], threads=[1], trials=2, min_samples=64, min_duration_s=0.1,
                               db=db, reporter=reporter)  # fmt: skip
-    assert summary.name == "api" and summary.winner is not None and sum(summary.trials.values()) == 2
+    assert summary.name == "api" and summary.winner is not None and summary.trials["complete"] == 2
     assert reporter.done == [1, 2] and "building zoo:tiny-cnn (first use only)" in reporter.phases
 
     path = autodeploy.export(summary, tmp_path / "ship", db=db)
@@ -138,7 +138,8 @@ def test_tune_then_export_then_load_and_run_the_bundle(env):
 
     # Resume with the model and name only: the stored search space and screening settings apply.
     again = autodeploy.tune("zoo:tiny-cnn", name="api", resume=True, trials=1, finalists=0, db=db)
-    assert sum(again.trials.values()) == 3
+    # Both configs of the space were measured: the resume's trial repeats one, for free.
+    assert again.trials["complete"] == 2 and again.trials.get("repeated", 0) >= 1
     trials = optuna.load_study(study_name="api", storage=db).trials
     assert {(t.user_attrs["config"]["engine"], t.user_attrs["config"]["threads"]) for t in trials} == {
         ("onnxruntime", 1)
@@ -153,4 +154,4 @@ def test_a_resumed_study_keeps_its_input_shapes(env):
     common = {"name": "seq", "trials": 1, "finalists": 0, "min_samples": 64, "min_duration_s": 0.1, "db": db}
     autodeploy.tune(model, engines=["onnxruntime"], precisions=["fp32"], threads=[1], shapes=fixed, **common)
     again = autodeploy.tune(model, resume=True, **common)  # no shapes: the study's own apply
-    assert sum(again.trials.values()) == 2
+    assert sum(again.trials.values()) >= 2  # the resume ran (no ShapeError) and added to the study

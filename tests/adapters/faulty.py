@@ -1,7 +1,7 @@
 """A deliberately misbehaving engine, for testing the harness's isolation. Test-only.
 
 It is ONNX Runtime underneath (real outputs, real accuracy), plus a ``fault`` knob that
-makes opening or running crash, hang or eat memory the way a broken engine would. Like any
+makes building fail, or opening or running crash, hang or eat memory the way a broken engine would. Like any
 engine it is an adapter (:class:`FaultyEngine`) plus a runtime (this module's :func:`open`).
 Registered through the registry by the tests: ``registry.register("faulty", TARGET)``.
 """
@@ -18,12 +18,14 @@ import numpy as np
 
 from autodeploy.adapters.base import Artifact, EngineSpace, TrialConfig
 from autodeploy.adapters.ort import OnnxRuntimeEngine
+from autodeploy.errors import BuildError
 from autodeploy.runtime import onnxruntime
 from autodeploy.runtime.base import IO, Runner
 
 TARGET = "tests.adapters.faulty:FaultyEngine"
 FAULTS = (
     "none",
+    "fail_build",
     "segfault",
     "hang",
     "hang_ignoring_sigterm",
@@ -37,6 +39,12 @@ FAULTS = (
 class FaultyEngine(OnnxRuntimeEngine):
     name = "faulty"
     runtime = __name__
+    build_knobs = frozenset({"fault"})  # each fault is its own artifact; "fail_build" never builds
+
+    def _build(self, model: Any, config: TrialConfig, calibration: Any, outdir: Path) -> dict[str, Any]:
+        if config.knobs.get("fault") == "fail_build":
+            raise BuildError("deliberate build failure")
+        return super()._build(model, config, calibration, outdir)
 
     def _space(self, target: Any, model: Any) -> EngineSpace:
         space = super()._space(target, model)

@@ -103,7 +103,10 @@ def test_pareto_marks_the_winner_and_rejects_int8_for_its_accuracy_drop(monkeypa
     front, rejected = at.dataframe[0].value, at.dataframe[1].value
     assert study_db.summary.winner.label in set(front.loc[front["verdict"] == "winner", "config_label"])
     int8 = rejected[rejected["config_label"].str.contains("/int8/")]
-    assert len(int8) and all(r.startswith("accuracy drop ") and r.endswith("> 1.00%") for r in int8["reason"])
+    measured = [r for r in int8["reason"] if r.startswith("accuracy drop ")]
+    assert measured and all(r.endswith("> 1.00%") for r in measured)
+    # The other int8 configs build the same artifact: pruned for that artifact's accuracy, never measured.
+    assert all(r in measured or "the same artifact and it breaks the accuracy budget" in r for r in int8["reason"])
 
 
 @pytest.mark.slow
@@ -114,7 +117,7 @@ def test_trials_shows_the_optuna_history_and_parameter_importance(monkeypatch, s
     assert history["layout"]["title"]["text"].startswith("Optimization history")  # "(log scale)" on wide spreads
     assert importance["data"][0]["type"] == "bar"
     optuna_table = at.dataframe[0].value
-    assert list(optuna_table["number"]) == [0, 1, 2, 3]
+    assert list(optuna_table["number"]) == list(range(sum(study_db.summary.trials.values())))
     assert set(optuna_table["state"]) <= {"complete", "pruned", "fail"}
     params = at.dataframe[1].value
     assert "onnxruntime.precision" in set(params["param"])

@@ -7,6 +7,7 @@ import optuna
 import pytest
 
 from autodeploy.adapters import registry
+from autodeploy.adapters.base import TrialConfig
 from autodeploy.device import probe_device
 from autodeploy.errors import UsageError
 from autodeploy.harness.run import HarnessSettings, prepare_data
@@ -15,6 +16,7 @@ from autodeploy.model import load_model
 from autodeploy.results_db import Store
 from autodeploy.search.config import StudyConfig
 from autodeploy.search.study import StudyContext, run_study
+from autodeploy.verdict import feasible
 from tests.adapters.faulty import TARGET
 from tests.models import mlp
 
@@ -40,7 +42,11 @@ def test_study_finalists_winner_and_resume(tmp_path):
                    constraints={"max_accuracy_drop": 0.5})  # fmt: skip
     summary = run_study(ctx)
     study = optuna.load_study(study_name="s", storage=db)
-    assert len(study.trials) == 4 and sum(summary.trials.values()) == 4
+    # --trials 4 counts measurements; this space runs only 2 configs (fp16 is pruned, 2 execution
+    # modes), so the study stops after budget + space size = 8 asks, measuring nothing twice.
+    new = [t for t in study.trials if t.state.name != "PRUNED" and "repeat_of" not in t.user_attrs]
+    assert len(new) == 2 and len({t.user_attrs["config"]["knobs"]["execution_mode"] for t in new}) == 2
+    assert len(study.trials) == 8 and sum(summary.trials.values()) == 8
     pruned = [t for t in study.trials if t.state.name == "PRUNED"]
     assert all("fp16" in t.user_attrs["pruned_reason"] for t in pruned)
     assert summary.winner is not None and summary.winner.ci is not None and summary.winner.n_samples >= 64
@@ -64,7 +70,9 @@ def test_study_finalists_winner_and_resume(tmp_path):
         run_study(changed)
     again = make_ctx(tmp_path, db, resume=True, trials=2, precisions=["fp32", "fp16"], finalists={"count": 0})
     run_study(again)
-    assert len(optuna.load_study(study_name="s", storage=db).trials) == 4 + 1 + 2
+    resumed = optuna.load_study(study_name="s", storage=db).trials
+    assert len(resumed) == 8 + 1 + 6  # a resume remembers both configs: 2 + 4 asks, all pruned or repeats
+    assert [t for t in resumed[9:] if t.state.name != "PRUNED" and "repeat_of" not in t.user_attrs] == []
 
 
 @pytest.mark.slow
@@ -85,6 +93,31 @@ def test_failures_are_recorded_and_the_study_goes_on(tmp_path):
     assert summary.winner is not None and summary.winner.config.knobs == {"fault": "none"}
     kinds = sorted(str(r.failure_kind) for r in ctx.store.study_trials("s"))
     assert kinds == ["None", "run_failed"]
+
+
+@pytest.mark.slow
+def test_a_failed_build_or_accuracy_prunes_every_config_of_that_artifact(tmp_path):
+    """Threads do not change an artifact: its build failure and its accuracy are learned once."""
+    registry.register("faulty", TARGET)
+    try:
+        db = f"sqlite:///{tmp_path / 'r.db'}"
+        ctx = make_ctx(tmp_path, db, engines=["faulty"], sampler="grid", precisions=["fp32"], threads=[1, 2],
+                       knobs={"faulty": {"fault": ["fail_build", "wrong_outputs", "none"]}},
+                       finalists={"count": 0})  # fmt: skip
+        summary = run_study(ctx)
+    finally:
+        registry.unregister("faulty")
+    trials = optuna.load_study(study_name="s", storage=db).trials
+    by = {(t.user_attrs["config"]["threads"], t.user_attrs["config"]["knobs"]["fault"]): t for t in trials}
+    assert len(trials) == 6 and by[1, "fail_build"].state.name == "FAIL"
+    assert by[2, "fail_build"].state.name == "PRUNED"
+    assert "built the same artifact and failed: build_failed" in by[2, "fail_build"].user_attrs["pruned_reason"]
+    assert by[1, "wrong_outputs"].state.name == "COMPLETE" and not feasible(by[1, "wrong_outputs"].constraints)
+    assert by[2, "wrong_outputs"].state.name == "PRUNED"
+    assert "breaks the accuracy budget" in by[2, "wrong_outputs"].user_attrs["pruned_reason"]
+    assert by[1, "none"].state.name == by[2, "none"].state.name == "COMPLETE"
+    assert len(ctx.store.study_trials("s")) == 4  # two configs never cost a worker
+    assert summary.trials == {"fail": 1, "pruned": 2, "complete": 3}
 
 
 @pytest.mark.slow
@@ -110,9 +143,14 @@ def test_three_workers_share_one_study_on_postgres(tmp_path, postgres_url):
     outputs = [w.communicate(timeout=600)[0] for w in workers]
     assert all(w.returncode == 0 for w in workers), outputs
     study = optuna.load_study(study_name="shared", storage=postgres_url)
-    assert len(study.trials) == 9 and all(t.state.is_finished() for t in study.trials)
+    # 3 workers x --trials 3 measurements over a space of 4 configs: every config is measured; a
+    # repeat is answered from the first measurement (two workers racing may both measure one).
+    assert len(study.trials) <= 3 * (3 + 4) and all(t.state.is_finished() for t in study.trials)
     with Store.open(postgres_url) as store:
         rows = store.study_trials("shared")
-    uids = [t.user_attrs["uid"] for t in study.trials if "uid" in t.user_attrs]
-    assert len(rows) == len(uids) == len(set(uids)) == 9 - sum(t.state.name == "PRUNED" for t in study.trials)
+    measured = [t for t in study.trials if "uid" in t.user_attrs and "repeat_of" not in t.user_attrs]
+    uids = [t.user_attrs["uid"] for t in measured]
+    assert len(rows) == len(uids) == len(set(uids)) <= 9
     assert {r.uid for r in rows} == set(uids)
+    pruned = {TrialConfig.from_dict(t.user_attrs["config"]).key() for t in study.trials if t.state.name == "PRUNED"}
+    assert len({r.config_key for r in rows} | pruned) == 4  # each measured, or pruned with its artifact's fate

@@ -112,19 +112,24 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     budget = cfg.trials if cfg.trials is not None else DEFAULT_TRIALS
     if cfg.sampler == "grid":
         budget = min(cfg.trials if cfg.trials is not None else 10**9, _enqueue_grid(study, space))
+    # --trials counts measurements: pruned configs and repeats cost nothing, so more may be asked
+    # (the grid asks each of its points once).
+    max_asks = budget if cfg.sampler == "grid" else budget + space.size()
     reporter.start(budget, space)
-    started = time.monotonic()
-    for done in range(budget):
+    started, measured, asked = time.monotonic(), 0, 0
+    while measured < budget and asked < max_asks:
         if cfg.timeout_s is not None and time.monotonic() - started > cfg.timeout_s:
             break
         _fail_stale_trials(study)
+        memory = _Memory.of(study)  # read afresh: workers sharing the study learn from each other
         with warnings.catch_warnings():
             # "Heartbeat ... is supposed to be used with Study.optimize": _heartbeat beats for us.
             warnings.filterwarnings("ignore", "Heartbeat of storage")
             trial = study.ask()
+        asked += 1
         try:
             with _heartbeat(storage, study, trial):
-                _screen(ctx, study, trial, space, reporter)
+                counted = _screen(ctx, study, trial, space, reporter, memory)
         except ValueError as exc:
             study.tell(trial, state=_state().FAIL)
             if "dynamic value space" not in str(exc):
@@ -135,7 +140,9 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
         except BaseException:  # Ctrl-C or a bug: close the Optuna trial so a resume starts clean
             study.tell(trial, state=_state().FAIL)
             raise
-        reporter.trial_done(done + 1, best_label(study, cfg.objective))
+        if counted:
+            measured += 1
+            reporter.trial_done(measured, best_label(study, cfg.objective))
     summary = _finalize(ctx, study, reporter)
     ctx.store.finish_study(ctx.name, winner_uid=summary.winner.uids[-1] if summary.winner and summary.winner.uids else None,
                            summary=summary.to_dict())  # fmt: skip
@@ -262,26 +269,83 @@ def _enqueue_grid(study: optuna.Study, space: SearchSpace) -> int:
     return len(missing)
 
 
+@dataclass
+class _Memory:
+    """What the study has learned that no other config can change, rebuilt from its trials on resume.
+
+    * ``dead``: artifact key -> why every config that builds that artifact is pruned: it failed
+      to build, or it broke the accuracy budget (accuracy depends on the artifact, not on
+      threads, streams or hints).
+    * ``seen``: config key -> the trial that measured it; a repeat is answered from it for free.
+    """
+
+    dead: dict[str, str] = field(default_factory=dict)
+    seen: dict[str, optuna.trial.FrozenTrial] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, study: optuna.Study) -> _Memory:
+        memory = cls()
+        for t in study.get_trials(deepcopy=False):
+            if t.user_attrs.get("dead_artifact"):
+                memory.dead[t.user_attrs["artifact_key"]] = t.user_attrs["dead_artifact"]
+            if t.state == _state().COMPLETE and "repeat_of" not in t.user_attrs:
+                memory.seen.setdefault(TrialConfig.from_dict(t.user_attrs["config"]).key(), t)
+        return memory
+
+
 def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: SearchSpace,
-            reporter: Reporter) -> None:  # fmt: skip
+            reporter: Reporter, memory: _Memory) -> bool:  # fmt: skip
+    """Tell the study about one suggested config; True when it cost a measurement (pruned and repeated configs don't)."""
     state = _state()
     config = suggest(trial, space)
     trial.set_user_attr("config", config.to_dict())
-    reason = unsupported_reason(config, ctx.device, ctx.model)
+    artifact = _artifact_key(ctx, config)
+    trial.set_user_attr("artifact_key", artifact)
+    reason = unsupported_reason(config, ctx.device, ctx.model) or memory.dead.get(artifact)
     if reason:
         trial.set_user_attr("pruned_reason", reason)
         study.tell(trial, state=state.PRUNED)
-        return
+        return False
+    earlier = memory.seen.get(config.key())
+    if earlier is not None:  # TPE likes to repeat itself: answer from the first measurement
+        trial.set_user_attr("repeat_of", earlier.number)
+        trial.set_user_attr("uid", earlier.user_attrs.get("uid", ""))
+        trial.set_user_attr("reused", True)
+        for key, value in (earlier.constraints or {}).items():
+            trial.set_constraint(key, value)
+        study.tell(trial, earlier.values)
+        return False
     measured = _measure(ctx, config, reporter)
     trial.set_user_attr("uid", measured.uid)
     trial.set_user_attr("reused", measured.reused)
     if measured.metrics is None:
         trial.set_user_attr("failure", measured.failure)
+        if measured.failure and measured.failure.startswith("build_failed"):
+            _bury(trial, memory, artifact, f"trial {trial.number} built the same artifact and failed: "
+                  f"{measured.failure}")  # fmt: skip
         study.tell(trial, state=state.FAIL)
-        return
-    for key, value in violations(measured.metrics, ctx.config.constraints, ctx.config.objective).items():
+        return True
+    found = violations(measured.metrics, ctx.config.constraints, ctx.config.objective)
+    if found.get("accuracy_drop", 0.0) > 0:
+        _bury(trial, memory, artifact, f"trial {trial.number} measured the same artifact and it breaks the "
+              f"accuracy budget (drop {measured.metrics.accuracy_drop:.2%})")  # fmt: skip
+    for key, value in found.items():
         trial.set_constraint(key, value)  # the samplers read these (Optuna >= 5)
     study.tell(trial, values(measured.metrics, ctx.config.objective))
+    memory.seen.setdefault(config.key(), study.get_trials(deepcopy=False)[trial.number])  # as told, constraints too
+    return True
+
+
+def _bury(trial: optuna.Trial, memory: _Memory, artifact: str, reason: str) -> None:
+    """Every later config of this artifact is pruned with ``reason`` (also after a resume)."""
+    trial.set_user_attr("dead_artifact", reason)
+    memory.dead[artifact] = reason
+
+
+def _artifact_key(ctx: StudyContext, config: TrialConfig) -> str:
+    """The adapter's build key: configs that share it share one build, so one artifact's fate."""
+    engine = registry.get(config.engine)
+    return engine.build_key(ctx.model, config, engine.probe_version(), ctx.data.calibration_sha256)
 
 
 @dataclass(frozen=True)
@@ -361,7 +425,8 @@ def _finalize(ctx: StudyContext, study: optuna.Study, reporter: Reporter) -> Stu
     cfg = ctx.config
     counts: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
-        counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
+        kind = "repeated" if "repeat_of" in t.user_attrs else t.state.name.lower()  # repeats cost nothing
+        counts[kind] = counts.get(kind, 0) + 1
     top = ranked(study, cfg.objective)[: max(cfg.finalists.count, 1)]
     if not top:
         return _best_so_far(study, cfg.objective, counts, ctx.name)
