@@ -154,3 +154,34 @@ def test_three_workers_share_one_study_on_postgres(tmp_path, postgres_url):
     assert {r.uid for r in rows} == set(uids)
     pruned = {TrialConfig.from_dict(t.user_attrs["config"]).key() for t in study.trials if t.state.name == "PRUNED"}
     assert len({r.config_key for r in rows} | pruned) == 4  # each measured, or pruned with its artifact's fate
+
+
+def test_the_portfolio_looks_at_every_engine_and_precision_first_cheap_builds_before_slow():
+    from autodeploy.search.space import EngineChoices, SearchSpace
+    from autodeploy.search.study import _enqueue_portfolio
+
+    space = SearchSpace({"tflite": EngineChoices(("fp32", "int8"), {"xnnpack": (True, False)}),
+                         "onnxruntime": EngineChoices(("fp32", "int8"), {"execution_mode": ("ORT_SEQUENTIAL",
+                                                                                            "ORT_PARALLEL")})},
+                        batches=(1, 8), threads=(1, 2))  # fmt: skip
+    study = optuna.create_study()
+    _enqueue_portfolio(study, space)
+    waiting = [t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
+    assert [(p["engine"], p[f"{p['engine']}.precision"]) for p in waiting] == [
+        ("onnxruntime", "fp32"), ("onnxruntime", "int8"), ("tflite", "fp32"), ("tflite", "int8")]  # fmt: skip
+    assert all(p["batch"] == 1 and p["threads"] == 2 for p in waiting)
+    assert waiting[0]["onnxruntime.execution_mode"] == "ORT_SEQUENTIAL" and waiting[2]["tflite.xnnpack"] is True
+    _enqueue_portfolio(study, space)  # a resume or a second worker adds nothing twice
+    assert len(study.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 4
+
+
+@pytest.mark.slow
+def test_every_engine_and_precision_gets_a_look_before_any_is_refined(tmp_path):
+    engines = ["onnxruntime", "openvino"] if registry.get("openvino").probe(probe_device()).available else ["onnxruntime"]
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    ctx = make_ctx(tmp_path, db, engines=engines, precisions=["fp32", "int8"], trials=2 * len(engines),
+                   finalists={"count": 0}, constraints={"max_accuracy_drop": 1.0})  # fmt: skip
+    run_study(ctx)
+    trials = optuna.load_study(study_name="s", storage=db).trials
+    first = {(t.user_attrs["config"]["engine"], t.user_attrs["config"]["precision"]) for t in trials[: 2 * len(engines)]}
+    assert first == {(e, p) for e in engines for p in ("fp32", "int8")}

@@ -216,6 +216,8 @@ class Engine(ABC):
     build_knobs: ClassVar[frozenset[str]] = frozenset()
     #: Knobs a study searches by default (others keep the engine's default unless the study lists them).
     search_knobs: ClassVar[frozenset[str]] = frozenset()
+    #: Builds take minutes (onnx2tf): a study looks at this engine after the cheap ones.
+    slow_build: ClassVar[bool] = False
 
     # -- public API: checks, then hooks -------------------------------------------------
 

@@ -67,6 +67,7 @@ class TfliteEngine(Engine):
     runtime = rt.__name__
     packages = rt.PACKAGES
     build_packages = ("onnx2tf", "tensorflow")
+    slow_build = True  # onnx2tf converts through TensorFlow: minutes for a real model
 
     def _probe(self, target: DeviceInfo) -> Availability:
         import importlib.util

@@ -112,6 +112,8 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     budget = cfg.trials if cfg.trials is not None else DEFAULT_TRIALS
     if cfg.sampler == "grid":
         budget = min(cfg.trials if cfg.trials is not None else 10**9, _enqueue_grid(study, space))
+    else:
+        _enqueue_portfolio(study, space)
     # --trials counts measurements: pruned configs and repeats cost nothing, so more may be asked
     # (the grid asks each of its points once).
     max_asks = budget if cfg.sampler == "grid" else budget + space.size()
@@ -291,6 +293,24 @@ class _Memory:
             if t.state == _state().COMPLETE and "repeat_of" not in t.user_attrs:
                 memory.seen.setdefault(TrialConfig.from_dict(t.user_attrs["config"]).key(), t)
         return memory
+
+
+def _enqueue_portfolio(study: optuna.Study, space: SearchSpace) -> None:
+    """Cover before exploiting: one default config per engine × precision is tried first, cheap
+    builds before slow ones (onnx2tf takes minutes), then the sampler refines batch, threads and knobs."""
+    seen = {(t.params.get("engine"), t.params.get(f"{t.params.get('engine')}.precision"))
+            for t in study.get_trials(deepcopy=False)}  # fmt: skip
+    order = list(space.engines)
+    for engine in sorted(order, key=lambda e: (registry.get(e).slow_build, order.index(e))):
+        choices = space.engines[engine]
+        for precision in choices.precisions:
+            if (engine, precision) in seen:
+                continue
+            params: dict[str, Any] = {"engine": engine, f"{engine}.precision": precision, "batch": space.batches[0]}
+            if choices.threads:
+                params["threads"] = max(space.threads)  # all cores: what an engine's default would use
+            params.update({f"{engine}.{knob}": values[0] for knob, values in choices.knobs.items()})
+            study.enqueue_trial(params, skip_if_exists=True)
 
 
 def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: SearchSpace,
