@@ -170,3 +170,19 @@ def _is_measure_worker(proc: psutil.Process) -> bool:
         return json.loads(Path(cmd[-2]).read_text())["mode"] == "measure"
     except (psutil.Error, OSError, ValueError, KeyError, IndexError):
         return False
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_a_recurrent_model_batches_on_its_own_axis(tmp_path, batch):
+    """``state[2, batch, 128]`` is batched on axis 1 and the scalar ``sr`` never: the reference and the
+    trial run (the issue's ``Got invalid dimensions for input: state`` came from batching axis 0)."""
+    from tests.models import recurrent
+
+    model = load_model(recurrent(tmp_path / "r.onnx"), {"input": (1, 16), "state": (2, 1, 128)})
+    settings = HarnessSettings(workdir=tmp_path / "work", policy=FAST, timeout_s=30.0,
+                               calibration_items=4, evaluation_items=6)  # fmt: skip
+    data = prepare_data(model, settings, pins={"sr": 16000})
+    result = run_trial(model, TrialConfig("onnxruntime", batch=batch), data, settings)
+    assert result.ok, result.failure_message
+    assert result.accuracy is not None and {o.name for o in result.accuracy.outputs} == {"output", "stateN"}
+    assert all(o.max_abs == 0.0 for o in result.accuracy.outputs)

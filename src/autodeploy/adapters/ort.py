@@ -125,7 +125,8 @@ def _quantize(model: ModelInfo, method: str, calibration: Mapping[str, np.ndarra
     class _Reader(CalibrationDataReader):
         def __init__(self, data: Mapping[str, np.ndarray]) -> None:
             # A model with a static batch dim takes one item at a time.
-            self._iter = _calibration_batches(data, CALIBRATION_BATCH if model.batchable() else 1)
+            batch = CALIBRATION_BATCH if model.batchable() else (model.fixed_batch() or 1)
+            self._iter = _calibration_batches(data, batch, model)
 
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self._iter, None)
@@ -157,7 +158,12 @@ def _quantize(model: ModelInfo, method: str, calibration: Mapping[str, np.ndarra
         prepared.unlink(missing_ok=True)
 
 
-def _calibration_batches(data: Mapping[str, np.ndarray], batch: int) -> Iterator[dict[str, np.ndarray]]:
+def _calibration_batches(
+    data: Mapping[str, np.ndarray], batch: int, model: ModelInfo
+) -> Iterator[dict[str, np.ndarray]]:
+    from autodeploy.data import feeds
+
+    axes = {name: model.batch_axis(name) for name in data}
     n = len(next(iter(data.values())))
     for start in range(0, n, batch):
-        yield {k: np.ascontiguousarray(v[start : start + batch]) for k, v in data.items()}
+        yield feeds(data, start, batch, axes)

@@ -149,7 +149,7 @@ def _convert(
     holding the .tflite files, named as onnx2tf names them."""
     out = scratch / "tf"
     kwargs: dict[str, Any] = {
-        "input_onnx_file_path": str(model.path),
+        "input_onnx_file_path": str(_fixed_graph(model, scratch)),
         "output_folder_path": str(out),
         "non_verbose": True,
         "output_dynamic_range_quantized_tflite": precision == "int8-dynamic",
@@ -193,14 +193,50 @@ def _variant(folder: Path, model: ModelInfo, precision: str) -> Path:
     return folder / f"{model.path.stem}{ONNX2TF_SUFFIX[precision]}"
 
 
+def _dynamic_inputs(model: ModelInfo) -> list[str]:
+    """Inputs with a dynamic dim off their batch axis (fixed by ``--shape`` or the data)."""
+    return [
+        s.name for s in model.inputs
+        if any(not isinstance(d, int) and i != model.batch_axis(s.name) for i, d in enumerate(s.shape))
+    ]  # fmt: skip
+
+
 def _shape_overrides(model: ModelInfo) -> list[str]:
-    """``NAME:d0,d1,...`` for inputs whose non-batch dims are dynamic (fixed by the user)."""
-    overrides = []
-    for spec in model.inputs:
-        if any(not isinstance(d, int) for d in spec.shape[1:]):
-            shape = model.input_shape(spec.name, batch=1)
-            overrides.append(f"{spec.name}:{','.join(map(str, shape))}")
-    return overrides
+    """``NAME:d0,d1,...`` (at batch 1) for inputs whose non-batch dims are dynamic."""
+    batch = model.fixed_batch() or 1
+    return [
+        f"{name}:{','.join(map(str, model.input_shape(name, batch)))}" for name in _dynamic_inputs(model)
+    ]
+
+
+def _fixed_graph(model: ModelInfo, scratch: Path) -> Path:
+    """The ONNX file onnx2tf converts: the model itself, or, when some input has dynamic
+    non-batch dims, a copy with every input's concrete shape written in and shapes re-inferred.
+
+    onnx2tf's ``overwrite_input_shape`` alone leaves the graph's stale symbolic shapes: on a
+    detector with symbolic height/width it then sees ``[1,2,?]`` against ``[?,4,?]`` and fails.
+    """
+    if not _dynamic_inputs(model):
+        return model.path
+    import onnx
+
+    proto = onnx.load(str(model.path))
+    batch = model.fixed_batch() or 1
+    for value in proto.graph.input:
+        if value.name in model.input_names:
+            dims = value.type.tensor_type.shape.dim
+            for dim, size in zip(dims, model.input_shape(value.name, batch), strict=True):
+                dim.Clear()
+                dim.dim_value = size
+    del proto.graph.value_info[:]  # stale symbolic shapes of intermediates: re-inferred below
+    for value in proto.graph.output:
+        value.type.tensor_type.ClearField("shape")
+    proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    folder = scratch / "fixed"
+    folder.mkdir(exist_ok=True)
+    path = folder / model.path.name  # onnx2tf names its files after this stem
+    onnx.save(proto, str(path), save_as_external_data=proto.ByteSize() > 2**31 - 2**20)
+    return path
 
 
 def _write_calibration(
@@ -236,11 +272,13 @@ def _resolve_layout(model: ModelInfo, tflite_file: Path) -> dict[str, Any]:
     import onnxruntime as ort
     from ai_edge_litert.interpreter import Interpreter
 
+    from autodeploy.data import feeds as batch_feeds
     from autodeploy.data import synthetic
 
     interpreter = Interpreter(model_path=str(tflite_file))
-    batch = 2 if model.batchable() else model.input_shape(model.inputs[0].name, batch=1)[0]
-    feeds = synthetic(model, batch, seed=7).inputs
+    batch = 2 if model.batchable() else (model.fixed_batch() or 1)
+    axes = {name: model.batch_axis(name) for name in model.input_names}
+    feeds = batch_feeds(synthetic(model, batch, seed=7).inputs, 0, batch, axes)
     inputs = _match_inputs(model, interpreter.get_input_details(), feeds)
     for entry in inputs:
         detail = next(d for d in interpreter.get_input_details() if d["name"] == entry["tflite"])

@@ -124,7 +124,7 @@ def reference(
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    batch = 8 if model.batchable() else 1
+    batch = 8 if model.batchable() else (model.fixed_batch() or 1)
     spec = _spec(
         "reference", model, TrialConfig(REFERENCE_ENGINE, batch=batch), data, settings, output_path=str(out)
     )
