@@ -134,6 +134,10 @@ class ModelInfo:
                 )
         return tuple(dims)  # type: ignore[arg-type]
 
+    def with_batch_axes(self, axes: Mapping[str, int | None]) -> ModelInfo:
+        """This model with the user's batch axes (``--batch-axis``), checked to fit, over the model's own."""
+        return _with_batch_axes(self, {**self.batch_axes, **axes})
+
     def with_shapes(self, shapes: Mapping[str, tuple[int, ...]]) -> ModelInfo:
         """This model with more fixed input shapes (checked to fit); the ones already fixed win."""
         return _with_shapes(self, {**shapes, **self.shapes})

@@ -12,13 +12,13 @@ from rich.table import Table
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.cli._common import cache_dir, command_line, err, fmt_ms, out, resolve_model
-from autodeploy.data import load_user_data, parse_input_pins
+from autodeploy.data import load_user_data, parse_input_pins, shapes_from_data
 from autodeploy.device import probe_device
 from autodeploy.errors import UsageError
 from autodeploy.harness.result import TrialResult
 from autodeploy.harness.run import HarnessSettings, prepare_data, run_trial
 from autodeploy.harness.timing import TimingPolicy
-from autodeploy.model import parse_shape_flags
+from autodeploy.model import parse_batch_axis_flags, parse_shape_flags
 
 
 def bench(
@@ -37,6 +37,10 @@ def bench(
     ] = None,
     shape: Annotated[
         list[str] | None, typer.Option(help="Fix an input shape, NAME=1x3x224x224; repeatable.")
+    ] = None,
+    batch_axis: Annotated[
+        list[str] | None,
+        typer.Option(help="An input's batch axis, INPUT=AXIS (or INPUT=none: never batched); repeatable."),
     ] = None,
     data: Annotated[
         Path | None, typer.Option(help="Input data: .npz or a folder of NAME.npy (plus optional 'labels').")
@@ -63,12 +67,20 @@ def bench(
 
     resolved = resolve_model(model, parse_shape_flags(shape or []))
     info = resolved.info
+    if batch_axis:
+        info = info.with_batch_axes(parse_batch_axis_flags(batch_axis))
+    for note in info.notes:
+        err.print(f"note: {escape(note)}")
     config = TrialConfig(
         engine=engine, precision=precision, batch=batch, threads=threads, knobs=_parse_knobs(knob or [])
     )
     device = probe_device()
     registry.get(engine).check(device, info, config)  # unknown engine/precision/knob: fail before any work
-    info.input_shape(info.inputs[0].name, batch)  # dynamic dims left unfixed: fail with the --shape fix now
+    user_data = load_user_data(data, info) if data else resolved.data
+    if data:  # arrays of a concrete shape fix the dims --shape left open
+        info = info.with_shapes(shapes_from_data(info, user_data))
+    for name in info.input_names:  # dynamic dims left unfixed: fail with the --shape fix now
+        info.input_shape(name, batch)
     policy = TimingPolicy(min_samples=min_samples, min_duration_s=min_duration, max_duration_s=max_duration)
     settings = HarnessSettings(
         workdir=cache_dir() / "work",
@@ -77,7 +89,6 @@ def bench(
         **({"memory_cap_mb": memory_cap_mb} if memory_cap_mb else {}),
     )
     store = Store.open(db)  # open before measuring: a bad database path fails in a second, not after a run
-    user_data = load_user_data(data, info) if data else resolved.data
     prepared = prepare_data(
         info,
         settings,
@@ -170,5 +181,7 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str) -> None:
                 escape(o.name), f"{o.max_abs:.3g}", f"{o.mean_rel:.3g}", f"{o.cosine:.6f}", top1, task
             )
         out.print(acc)
+    if result.extra.get("inputs"):
+        err.print(f"[yellow]note[/yellow]: {escape(result.extra['inputs'])}")
     if not result.ok:
         err.print(f"[red]failed ({result.failure_kind})[/red]: {escape(result.failure_message or '')}")

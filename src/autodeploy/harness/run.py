@@ -35,6 +35,12 @@ from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
 POLL_S = 0.05
 TERM_GRACE_S = 3.0
 REFERENCE_ENGINE = "onnxruntime"
+#: Said with every result measured without user data (``extra["inputs"]``), so no verdict on
+#: noise passes for a verdict on real inputs.
+SYNTHETIC_NOTE = (
+    "accuracy was judged on synthetic inputs (random values), not on real data; "
+    "give --data with real inputs for a verdict about them"
+)
 Progress = Callable[[str], None]
 
 
@@ -69,6 +75,7 @@ class PreparedData:
     calibration_items: int
     evaluation_items: int
     has_labels: bool
+    synthetic: bool = False  # made by :func:`synthetic`, not given
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,7 @@ def prepare_data(
     With ``data`` only, it is split (seeded) into calibration and evaluation; with neither,
     synthetic inputs are made for both.
     """
+    made = data is None
     if data is None:
         total = settings.calibration_items + settings.evaluation_items
         data = synthetic(model, total, seed=settings.seed, pins=pins)
@@ -112,7 +120,7 @@ def prepare_data(
         paths.append((path, digest))
     (cal_path, cal_sha), (ev_path, ev_sha) = paths
     return PreparedData(
-        cal_path, cal_sha, ev_path, ev_sha, len(calibration), len(evaluation), evaluation.labels is not None
+        cal_path, cal_sha, ev_path, ev_sha, len(calibration), len(evaluation), evaluation.labels is not None, made
     )
 
 
@@ -155,6 +163,7 @@ class Prepared:
     build_s: float | None = None
     engine_version: str | None = None
     failure: tuple[str, str] | None = None  # (kind, message)
+    synthetic: bool = False  # the evaluation inputs were made up: every result says so
 
 
 def prepare(
@@ -187,11 +196,11 @@ def prepare(
         built = run_worker(spec, settings.build_timeout_s, settings.memory_cap_mb, progress)
         if built.status != "ok":
             failure = (built.failure_kind or "build_failed", built.failure_message or "")
-            return Prepared(uid, config, scenario, None, failure=failure)
+            return Prepared(uid, config, scenario, None, failure=failure, synthetic=data.synthetic)
         artifact = Path(built.payload["artifact_path"])
         build_s, engine_version = built.payload["build_s"], built.payload.get("engine_version")
     spec = replace(spec, mode="measure", artifact_path=str(artifact), reference_path=str(ref))
-    return Prepared(uid, config, scenario, spec, build_s, engine_version)
+    return Prepared(uid, config, scenario, spec, build_s, engine_version, synthetic=data.synthetic)
 
 
 def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | None = None) -> TrialResult:
@@ -201,9 +210,10 @@ def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | 
     failed with kind ``inaccurate``, its latency and accuracy filled in.
     """
     uid, config = prepared.uid, prepared.config.to_dict()
+    note = {"inputs": SYNTHETIC_NOTE} if prepared.synthetic else {}
     if prepared.spec is None:
         kind, message = prepared.failure or ("build_failed", "not built")
-        return TrialResult.failed(uid, config, kind, message)
+        return TrialResult.failed(uid, config, kind, message, extra=note)
     measured = run_worker(prepared.spec, settings.timeout_s, settings.memory_cap_mb, progress)
     if measured.status != "ok":
         return TrialResult.failed(
@@ -213,6 +223,7 @@ def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | 
             measured.failure_message or "",
             engine_version=prepared.engine_version,
             build_s=prepared.build_s,
+            extra=note,
         )
     p = measured.payload
     accuracy = Accuracy.from_dict(p["accuracy"])
@@ -228,7 +239,7 @@ def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | 
         artifact_path=p["artifact_path"],
         build_s=prepared.build_s,
         accuracy=accuracy,
-        extra=p["extra"],
+        extra={**p["extra"], **note},
         scenario=prepared.scenario,
     )
     if not accuracy.passed:
