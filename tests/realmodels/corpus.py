@@ -100,7 +100,7 @@ MODELS = (
 #: Each engine's cheapest reduced precision (and the knobs that keep it cheap): no calibration
 #: where the engine has such a precision, else one calibration pass without accuracy fallback.
 CHEAPEST = {
-    "onnxruntime": ("int8", {"quant_method": "dynamic"}),
+    "onnxruntime": ("int8", {}),  # ORT's own choice: static QDQ for conv nets, dynamic for transformers
     "openvino": ("bf16", {}),  # int8 where the CPU has no bf16 (picked from the engine's space)
     "tflite": ("fp16", {}),
     "tensorrt": ("fp16", {}),

@@ -170,15 +170,17 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str) -> None:
             title=f"accuracy vs ONNX Runtime FP32 on {result.accuracy.n_samples} items "
             f"({result.accuracy.constraint}: {'pass' if result.accuracy.passed else 'FAIL'})"
         )
-        for column in ("output", "max abs", "mean rel", "cosine", "top-1 agreement", "task accuracy (ref)"):
+        columns = ("output", "max abs", "mean rel", "cosine", "top-1 agreement", "exact agreement", "task accuracy (ref)")
+        for column in columns:
             acc.add_column(column, justify="right" if column != "output" else "left")
         for o in result.accuracy.outputs:
             task = (
                 "-" if o.task_accuracy is None else f"{o.task_accuracy:.2%} ({o.reference_task_accuracy:.2%})"
             )
             top1 = "-" if o.top1_agreement is None else f"{o.top1_agreement:.2%}"
+            exact = "-" if o.exact_agreement is None else f"{o.exact_agreement:.2%}"
             acc.add_row(
-                escape(o.name), f"{o.max_abs:.3g}", f"{o.mean_rel:.3g}", f"{o.cosine:.6f}", top1, task
+                escape(o.name), f"{o.max_abs:.3g}", f"{o.mean_rel:.3g}", f"{o.cosine:.6f}", top1, exact, task
             )
         out.print(acc)
     if result.extra.get("inputs"):

@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 
+from autodeploy import verdict
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.adapters.registry import target_of
 from autodeploy.data import Dataset, split, synthetic
@@ -243,7 +244,8 @@ def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | 
         scenario=prepared.scenario,
     )
     if not accuracy.passed:
-        message = f"breaks the accuracy constraint ({accuracy.constraint})"
+        worst = verdict.worst(accuracy.outputs, max_drop=settings.max_top1_drop, min_cosine=settings.min_cosine)
+        message = f"breaks the accuracy constraint ({accuracy.constraint}); worst: {worst}"
         return TrialResult.failed(uid, config, "inaccurate", message, **fields)
     return TrialResult(uid=uid, config=config, status="ok", **fields)
 
