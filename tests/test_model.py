@@ -178,3 +178,22 @@ def test_a_fixed_batch_of_one_with_a_shared_sequence_dim(tmp_path):
     assert info.batch_axis("ids") == 0 and info.fixed_batch() == 1 and not info.batchable()
     with pytest.raises(ShapeError, match="static batch dim 1"):
         info.input_shape("ids", 2)
+
+
+def test_what_onnx_runtime_loads_is_accepted_and_what_it_refuses_says_why(tmp_path):
+    """The ONNX checker objects to ir_version 0; ONNX Runtime loads it, so intake does, with a note.
+    A model both refuse gets both reasons on one line."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 0
+    (tmp_path / "ir0.onnx").write_bytes(model.SerializeToString())
+    info = load_model(tmp_path / "ir0.onnx")
+    assert any("ONNX Runtime loads the model" in n for n in info.notes)
+    model.ir_version = 8
+    model.graph.node[0].op_type = "NoSuchOp"
+    (tmp_path / "bad.onnx").write_bytes(model.SerializeToString())
+    with pytest.raises(ModelError, match="fails the ONNX checker: .*; ONNX Runtime refuses it too: .*NoSuchOp") as exc:
+        load_model(tmp_path / "bad.onnx")
+    assert "\n" not in str(exc.value)

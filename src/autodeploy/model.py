@@ -253,15 +253,9 @@ def load_model(
     if not proto.graph.node and not proto.graph.output:
         raise ModelError(f"{path} holds no ONNX graph (empty or not an ONNX file)", fix="re-export the model")
     external = _check_external_data(proto, path)
-    try:
-        # The path form lets the checker handle models with external data and > 2 GB.
-        onnx.checker.check_model(str(path))
-    except Exception as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(
-            f"{path} fails the ONNX checker: {first_line}", fix="fix or re-export the model"
-        ) from None
+    checker_note = _check(path)
     inputs, outputs, notes = _specs(proto)
+    notes = (*notes, checker_note) if checker_note else notes
     if not inputs or not outputs:
         what = "inputs (every graph input is an initializer)" if not inputs else "outputs"
         raise ModelError(f"{path} has no {what}; there is nothing to benchmark", fix="re-export the model")
@@ -277,6 +271,61 @@ def load_model(
         notes=notes,
     )
     return _with_shapes(_with_batch_axes(info, batch_axes or {}), shapes or {})
+
+
+def _check(path: Path) -> str | None:
+    """Run the ONNX checker; where it objects, ONNX Runtime decides, as it will run the model.
+
+    Returns a note when the checker objects and ONNX Runtime loads the model anyway.
+
+    Raises:
+        ModelError: both refuse it; the message gives the checker's and ONNX Runtime's reasons.
+    """
+    import onnx
+
+    try:
+        # The path form lets the checker handle models with external data and > 2 GB.
+        onnx.checker.check_model(str(path))
+        return None
+    except Exception as exc:
+        checker = _first_line(exc)
+    refused = _ort_refuses(path)
+    if refused is None:
+        return f"the ONNX checker objects ({checker}), but ONNX Runtime loads the model: accepted"
+    raise ModelError(
+        f"{path} fails the ONNX checker: {checker}; ONNX Runtime refuses it too: {refused}",
+        fix="fix or re-export the model",
+    )
+
+
+#: Loading a model in ONNX Runtime takes its own process: a hostile file may crash or hang it.
+_ORT_LOAD = (
+    "import sys, onnxruntime as ort\n"
+    "try:\n    ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"
+    "except Exception as exc:\n    print(str(exc).strip() or type(exc).__name__); sys.exit(3)\n"
+)
+_ORT_LOAD_TIMEOUT_S = 120.0
+
+
+def _ort_refuses(path: Path) -> str | None:
+    """ONNX Runtime's one-line reason for refusing ``path``, or ``None`` when it loads it."""
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-c", _ORT_LOAD, str(path)], capture_output=True, text=True,
+                              timeout=_ORT_LOAD_TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return f"it did not load within {_ORT_LOAD_TIMEOUT_S:g} s"
+    if done.returncode == 0:
+        return None
+    said = (done.stdout.strip() or done.stderr.strip() or f"exit code {done.returncode}").splitlines()
+    return re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", said[-1] if done.returncode != 3 else said[0])
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _check_external_data(proto: Any, path: Path) -> tuple[str, ...]:

@@ -165,7 +165,6 @@ def build(root: Path) -> dict[str, Case]:
         lambda p: _save(_model([helper.make_node("Evil", ["x"], ["y"], domain="com.evil")]), p),
     )
     add("unknown-op", CHECKER, lambda p: _save(_model([_relu(op="NotAnOp")]), p))
-    add("ir-version-0", CHECKER, lambda p: _save(_model([_relu()], ir_version=0), p))
     add("ir-version-999", CHECKER, lambda p: _save(_model([_relu()], ir_version=999), p))
     add("bad-attribute", CHECKER, lambda p: _save(_model([_relu(op="Softmax", axis="not an int")]), p))
 

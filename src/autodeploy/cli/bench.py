@@ -69,8 +69,6 @@ def bench(
     info = resolved.info
     if batch_axis:
         info = info.with_batch_axes(parse_batch_axis_flags(batch_axis))
-    for note in info.notes:
-        err.print(f"note: {escape(note)}")
     config = TrialConfig(
         engine=engine, precision=precision, batch=batch, threads=threads, knobs=_parse_knobs(knob or [])
     )
@@ -81,6 +79,8 @@ def bench(
         info = info.with_shapes(shapes_from_data(info, user_data))
     for name in info.input_names:  # dynamic dims left unfixed: fail with the --shape fix now
         info.input_shape(name, batch)
+    for note in info.notes:  # after the checks: bad input still gets one line
+        err.print(f"note: {escape(note)}")
     policy = TimingPolicy(min_samples=min_samples, min_duration_s=min_duration, max_duration_s=max_duration)
     settings = HarnessSettings(
         workdir=cache_dir() / "work",
