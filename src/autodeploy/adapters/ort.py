@@ -133,8 +133,11 @@ def _quantize(model: ModelInfo, method: str, calibration: Mapping[str, np.ndarra
 
     prepared = out.with_name("prepared.onnx")
     try:
+        # Per-channel QDQ writes DequantizeLinear's `axis`, which exists from opset 13: older
+        # exports (Paddle2ONNX's opset 11, ddddocr's 12) are converted first, or ORT cannot load the result.
+        source = _at_least_opset_13(model, out.with_name("opset13.onnx"))
         # ORT's documented first step: shape inference and graph cleanup so more ops quantize.
-        quant_pre_process(str(model.path), str(prepared), skip_symbolic_shape=True)
+        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
         if method == "dynamic":
             quantize_dynamic(str(prepared), str(out), weight_type=QuantType.QInt8, per_channel=True)
         else:
@@ -156,6 +159,26 @@ def _quantize(model: ModelInfo, method: str, calibration: Mapping[str, np.ndarra
         ) from exc
     finally:
         prepared.unlink(missing_ok=True)
+        out.with_name("opset13.onnx").unlink(missing_ok=True)
+
+
+def _at_least_opset_13(model: ModelInfo, path: Path) -> Path:
+    """The model itself from opset 13 on; else a copy converted to opset 13 by ONNX's version converter."""
+    if model.opset >= 13:
+        return model.path
+    import onnx
+    from onnx import version_converter
+
+    try:
+        converted = version_converter.convert_version(onnx.load(str(model.path)), 13)
+    except Exception as exc:
+        raise BuildError(
+            f"onnxruntime int8 needs opset >= 13 for per-channel weights; converting {model.name} "
+            f"from opset {model.opset} failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}",
+            fix="re-export the model at opset 13 or later, or use another engine's int8",
+        ) from None
+    onnx.save(converted, str(path))
+    return path
 
 
 def _calibration_batches(

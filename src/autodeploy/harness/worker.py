@@ -186,16 +186,18 @@ def _run_all(
 ) -> dict[str, np.ndarray]:
     """Run every batch and return each output item-leading over the items, padding trimmed.
 
-    An output's batch axis (``axes``, default 0) is moved to the front; an output without
-    one (e.g. a state without batch) is repeated for each item of its call, so outputs line
-    up item by item whatever the batch size.
+    An output's batch axis (``axes``, default 0) is moved to the front. An output without one
+    (e.g. a state without batch), or whose size there is not the call's batch (a model that
+    declares ``[1, seqlen]`` and returns ``[seq, 1, classes]``, as ddddocr's CRNN does), is
+    repeated for each item of its call: outputs line up item by item, never cut mid-call.
     """
     collected: dict[str, list[np.ndarray]] = {}
     for feeds in batches:
+        items = _items(feeds, axes)
         for name, value in runner.run(feeds).items():
             value, axis = np.asarray(value), axes.get(name, 0)
-            if axis is None or axis >= value.ndim:
-                value = np.repeat(value[None], _items(feeds, axes), axis=0)
+            if axis is None or axis >= value.ndim or value.shape[axis] != items:
+                value = np.repeat(value[None], items, axis=0)
             else:
                 value = np.moveaxis(value, axis, 0)
             collected.setdefault(name, []).append(value)
