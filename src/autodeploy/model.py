@@ -439,8 +439,6 @@ def _shared_batch_dim(
         dims = next((s.shape for s in inputs if s.name == input_name), ())
         if axis is not None and axis < len(dims) and isinstance(dims[axis], str):
             return dims[axis]  # type: ignore[return-value]
-    if overrides:
-        return None
     names_in = {d for s in inputs for d in s.shape if isinstance(d, str)}
     names_out = {d for s in outputs for d in s.shape if isinstance(d, str)}
     leading = {s.shape[0] for s in inputs if s.shape}

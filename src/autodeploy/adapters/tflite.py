@@ -198,7 +198,7 @@ def _float_cache(model: ModelInfo, workdir: Path) -> Path:
     import hashlib
 
     key = json.dumps([model.sha256, model.shape_overrides_key(), version("onnx2tf"), version("tensorflow")])
-    return workdir / ".onnx2tf-float" / hashlib.sha256(key.encode()).hexdigest()[:24]
+    return workdir / "tflite-onnx2tf" / hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
 def _keep_floats(converted: Path, model: ModelInfo, cache: Path) -> None:

@@ -87,7 +87,7 @@ def tune(
     ] = None,
 ) -> None:
     """Search the fastest config for a model on this device, re-measure the finalists and report the winner."""
-    from autodeploy.data import load_user_data
+    from autodeploy.data import load_user_data, shapes_from_data
     from autodeploy.device import probe_device
     from autodeploy.harness.run import HarnessSettings, prepare_data
     from autodeploy.harness.timing import TimingPolicy
@@ -124,6 +124,8 @@ def tune(
                                policy=TimingPolicy(min_samples=s.min_samples, min_duration_s=s.min_duration_s,
                                                    max_duration_s=s.max_duration_s))  # fmt: skip
     user_data = load_user_data(cfg.data, info) if cfg.data else resolved.data
+    if cfg.data:  # arrays of a concrete shape fix the dims `shapes` left open
+        info = info.with_shapes(shapes_from_data(info, user_data))
     prepared = prepare_data(
         info, settings, data=user_data, calibration=None if cfg.data else resolved.calibration
     )
@@ -132,6 +134,10 @@ def tune(
     with store, _ProgressReporter() as reporter:
         summary = run_study(ctx, reporter)
     _print_summary(summary, study_name)
+    if prepared.synthetic:
+        from autodeploy.harness.run import SYNTHETIC_NOTE
+
+        err.print(f"note: {SYNTHETIC_NOTE}")
     if summary.winner is None:
         raise typer.Exit(1)
 
