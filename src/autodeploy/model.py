@@ -82,7 +82,7 @@ class ModelInfo:
 
         The user's ``--batch-axis`` wins; otherwise the model says it (:func:`_batch_axes`).
         """
-        return _batch_axes(self.inputs, self.outputs, self.batch_axes).get(name)
+        return batch_axes(self.inputs, self.outputs, self.batch_axes).get(name)
 
     def batched_inputs(self) -> tuple[TensorSpec, ...]:
         return tuple(s for s in self.inputs if self.batch_axis(s.name) is not None)
@@ -406,7 +406,7 @@ def _specs(proto: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], 
 _BATCH_NAME = re.compile(r"(?i).*batch.*|n|b|bs|bsz|num_?items")
 
 
-def _batch_axes(
+def batch_axes(
     inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], overrides: Mapping[str, int | None]
 ) -> dict[str, int | None]:
     """Batch axis of every input and output (``None``: not batched).
