@@ -74,3 +74,68 @@ def with_external_data(path: Path, location: str) -> Path:
                 entry.value = location
     onnx.save(model, str(path))
     return path
+
+
+def recurrent(path: Path) -> Path:
+    """A VAD-shaped recurrent model: ``input[batch, sequence]``, a scalar ``sr`` and
+    ``state[2, batch, 128]`` → ``output[batch, 1]`` and ``stateN[2, batch, 128]``.
+
+    ``output = sum(input) + sr + sum(state)`` per item, ``stateN = 2 * state``.
+    """
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceSum", ["input", "ax1"], ["s_in"], keepdims=1),
+            helper.make_node("Cast", ["sr"], ["sr_f"], to=TensorProto.FLOAT),
+            helper.make_node("ReduceSum", ["state", "ax02"], ["s_state"], keepdims=0),
+            helper.make_node("Unsqueeze", ["s_state", "ax1"], ["s_state2"]),
+            helper.make_node("Add", ["s_in", "sr_f"], ["t"]),
+            helper.make_node("Add", ["t", "s_state2"], ["output"]),
+            helper.make_node("Mul", ["state", "two"], ["stateN"]),
+        ],
+        "recurrent",
+        [
+            helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", "sequence"]),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+            helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "batch", 128]),
+        ],
+        [
+            helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 1]),
+            helper.make_tensor_value_info("stateN", TensorProto.FLOAT, [2, "batch", 128]),
+        ],
+        [
+            two,
+            numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+            numpy_helper.from_array(np.array([0, 2], np.int64), "ax02"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def paddle_like(path: Path) -> Path:
+    """A Paddle2ONNX-style conv: ``x[-1, 3, -1, -1]`` → ``y[-1, 4, -1, -1]`` (``-1``: dynamic),
+    plus an input ``scale`` with an initializer default (optional)."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    scale = numpy_helper.from_array(np.array(1.0, np.float32), "scale")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Mul", ["c", "scale"], ["y"]),
+        ],
+        "paddle_like",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, -1, -1]),
+            helper.make_tensor_value_info("scale", TensorProto.FLOAT, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 4, -1, -1])],
+        [w, scale],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))  # the checker accepts -1 dims; no check here to keep the export's form
+    return path

@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from autodeploy.data import Dataset, load_user_data, parse_input_pins, split, synthetic
+from autodeploy.data import Dataset, load_user_data, parse_input_pins, shapes_from_data, split, synthetic
 from autodeploy.errors import DataError, ShapeError
 from autodeploy.model import load_model
-from tests.models import mlp, seq_model
+from tests.models import mlp, recurrent, seq_model
 
 
 @pytest.fixture
@@ -87,3 +87,31 @@ def test_dataset_save_load_round_trip(tmp_path, mlp_info):
     data.save(tmp_path / "d.npz")
     again = Dataset.load(tmp_path / "d.npz")
     assert again.sha256() == data.sha256()
+
+
+def test_batches_put_items_on_each_inputs_batch_axis(tmp_path):
+    info = load_model(recurrent(tmp_path / "r.onnx"), {"input": (1, 5), "state": (2, 1, 128)})
+    data = synthetic(info, 3, pins={"sr": 16000})
+    assert data.inputs["state"].shape == (3, 2, 128) and data.inputs["sr"].shape == (3,)
+    axes = {n: info.batch_axis(n) for n in info.input_names}
+    first, last = data.batches(2, axes)
+    assert first["input"].shape == (2, 5) and first["state"].shape == (2, 2, 128)
+    assert first["sr"].shape == () and first["sr"] == 16000  # never batched
+    np.testing.assert_array_equal(first["state"][:, 1], data.inputs["state"][1])
+    np.testing.assert_array_equal(last["state"][:, 1], data.inputs["state"][2])  # padding repeats
+
+
+def test_shapes_come_from_the_data(tmp_path):
+    info = load_model(recurrent(tmp_path / "r.onnx"))
+    arrays = {"input": np.zeros((4, 7), np.float32), "sr": np.array(8000, np.int64),
+              "state": np.zeros((4, 2, 128), np.float32)}  # fmt: skip
+    np.savez(tmp_path / "d.npz", **arrays)
+    data = load_user_data(tmp_path / "d.npz", info)
+    assert data.inputs["sr"].shape == (4,)  # one value for every item
+    assert shapes_from_data(info, data) == {"input": (1, 7)}  # state has no open dim off its batch axis
+    fitted = info.with_shapes(shapes_from_data(info, data))
+    assert fitted.input_shape("input", 4) == (4, 7) and fitted.input_shape("state", 4) == (2, 4, 128)
+    bad = {**arrays, "state": np.zeros((4, 3, 128), np.float32)}
+    np.savez(tmp_path / "bad.npz", **bad)
+    with pytest.raises(DataError, match=r"'state' has items of shape \(3, 128\), the model wants \(2, 128\)"):
+        load_user_data(tmp_path / "bad.npz", info)

@@ -3,11 +3,11 @@ import os
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
 
 from autodeploy.errors import ModelError, ShapeError
-from autodeploy.model import load_model, parse_shape_flags
-from tests.models import mlp, seq_model, with_external_data
+from autodeploy.model import load_model, parse_batch_axis_flags, parse_shape_flags
+from tests.models import mlp, paddle_like, recurrent, seq_model, with_external_data
 
 
 def test_loads_specs_and_hash(tmp_path):
@@ -124,3 +124,76 @@ def test_model_info_round_trips(tmp_path):
     again = type(info).from_dict(info.to_dict())
     assert again == info
     assert np.dtype(again.inputs[0].dtype) == np.int64
+
+
+def test_negative_dims_are_dynamic_with_one_note(tmp_path):
+    info = load_model(paddle_like(tmp_path / "p.onnx"))
+    assert info.input("x").shape == (None, 3, None, None)
+    assert info.input_names == ("x",)  # 'scale' has an initializer default: optional
+    assert len([n for n in info.notes if "negative dims" in n]) == 1
+    assert "'x' axis 0, 2, 3" in info.notes[0] and any("'scale'" in n for n in info.notes)
+    assert info.batchable() and info.batch_axis("y") == 0
+    with pytest.raises(ShapeError, match="dynamic dim \\? at axis 2"):
+        info.input_shape("x", 1)
+    assert load_model(tmp_path / "p.onnx", {"x": (1, 3, 32, 48)}).input_shape("x", 4) == (4, 3, 32, 48)
+
+
+def test_batch_axis_is_the_dim_inputs_and_outputs_share(tmp_path):
+    info = load_model(recurrent(tmp_path / "r.onnx"), {"input": (1, 512), "state": (2, 1, 128)})
+    axes = {n: info.batch_axis(n) for n in (*info.input_names, *info.output_names)}
+    assert axes == {"input": 0, "sr": None, "state": 1, "output": 0, "stateN": 1}
+    assert info.input_shape("state", 1) == (2, 1, 128)  # the user's shape, as given
+    assert info.input_shape("state", 4) == (2, 4, 128)
+    assert info.input_shape("sr", 4) == ()
+    assert info.item_shape("state") == (2, 128) and info.item_shape("sr") == ()
+
+
+def test_batch_axis_override_and_its_errors(tmp_path):
+    path = recurrent(tmp_path / "r.onnx")
+    shapes = {"input": (1, 8), "state": (2, 1, 128)}
+    info = load_model(path, shapes, batch_axes=parse_batch_axis_flags(["state=none"]))
+    assert info.batch_axis("state") is None and info.batch_axis("input") == 0
+    assert info.item_shape("state") == (2, 1, 128) and info.input_shape("state", 4) == (2, 1, 128)
+    assert type(info).from_dict(info.to_dict()) == info
+    assert info.shape_overrides_key() != load_model(path, shapes).shape_overrides_key()
+    with pytest.raises(ShapeError, match="past the last axis of input 'state'"):
+        load_model(path, batch_axes={"state": 3})
+    with pytest.raises(ShapeError, match="cannot parse --batch-axis"):
+        parse_batch_axis_flags(["state:1"])
+
+
+def test_a_fixed_batch_of_one_with_a_shared_sequence_dim(tmp_path):
+    """``ids[1, seq]`` → ``out[1, seq, 4]``: ``seq`` is shared but is not the batch."""
+    path = tmp_path / "f.onnx"
+    graph = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["ids", "ax"], ["u"]), helper.make_node("Tile", ["u", "reps"], ["out"])],
+        "fixed",
+        [helper.make_tensor_value_info("ids", TensorProto.FLOAT, [1, "seq"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, "seq", 4])],
+        [numpy_helper.from_array(np.array([2], np.int64), "ax"),
+         numpy_helper.from_array(np.array([1, 1, 4], np.int64), "reps")],
+    )  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    info = load_model(path, {"ids": (1, 16)})
+    assert info.batch_axis("ids") == 0 and info.fixed_batch() == 1 and not info.batchable()
+    with pytest.raises(ShapeError, match="static batch dim 1"):
+        info.input_shape("ids", 2)
+
+
+def test_what_onnx_runtime_loads_is_accepted_and_what_it_refuses_says_why(tmp_path):
+    """The ONNX checker objects to ir_version 0; ONNX Runtime loads it, so intake does, with a note.
+    A model both refuse gets both reasons on one line."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 0
+    (tmp_path / "ir0.onnx").write_bytes(model.SerializeToString())
+    info = load_model(tmp_path / "ir0.onnx")
+    assert any("ONNX Runtime loads the model" in n for n in info.notes)
+    model.ir_version = 8
+    model.graph.node[0].op_type = "NoSuchOp"
+    (tmp_path / "bad.onnx").write_bytes(model.SerializeToString())
+    with pytest.raises(ModelError, match="fails the ONNX checker: .*; ONNX Runtime refuses it too: .*NoSuchOp") as exc:
+        load_model(tmp_path / "bad.onnx")
+    assert "\n" not in str(exc.value)

@@ -29,8 +29,8 @@ from autodeploy.verdict import (
 from tests.harness.test_accuracy import flip_argmax, logits
 
 
-def out(name="y", cosine=1.0, top1=None, task=None, ref_task=None) -> OutputAccuracy:
-    return OutputAccuracy(name, 0.0, 0.0, cosine, top1, task, ref_task)
+def out(name="y", cosine=1.0, top1=None, task=None, ref_task=None, exact=None) -> OutputAccuracy:
+    return OutputAccuracy(name, 0.0, 0.0, cosine, top1, task, ref_task, exact)
 
 
 def accuracy(*outputs: OutputAccuracy) -> Accuracy:
@@ -52,14 +52,31 @@ def test_import_loads_no_heavy_package():
 # -- the accuracy rule ---------------------------------------------------------------------
 
 
-def test_classifier_outputs_are_judged_on_top1_only():
-    """A classifier output decides; a non-classifier beside it (an embedding) does not."""
+def test_each_output_is_judged_by_what_it_is_and_the_worst_is_named():
+    """A classifier by top-1, an embedding beside it by cosine (issue 14: judged per output)."""
     ref = {"logits": logits(), "embedding": logits(classes=1)}
-    noisy = {"logits": flip_argmax(ref["logits"], 2), "embedding": -ref["embedding"]}  # cosine -1
-    acc = compare(noisy, ref)
-    assert acc.constraint == "top-1 agreement >= 0.99" and acc.passed
-    assert accuracy_drop(acc) == pytest.approx(0.01)  # the embedding's 1 - cosine = 2 does not count
-    assert not compare({**noisy, "logits": flip_argmax(ref["logits"], 3)}, ref).passed
+    good = {"logits": flip_argmax(ref["logits"], 2), "embedding": ref["embedding"] * 1.001}
+    acc = compare(good, ref)
+    assert acc.constraint == "top-1 agreement >= 0.99 and cosine >= 0.99" and acc.passed
+    assert accuracy_drop(acc) == pytest.approx(0.01)
+    bad = compare({**good, "embedding": -ref["embedding"]}, ref)  # cosine -1: the embedding fails it
+    assert not bad.passed and accuracy_drop(bad) == pytest.approx(2.0)
+    assert verdict.worst(bad.outputs) == "output 'embedding': cosine -1"
+    assert not compare({**good, "logits": flip_argmax(ref["logits"], 3)}, ref).passed
+
+
+def test_integer_outputs_are_compared_exactly():
+    """Ids have no "close": 1 wrong id in 100 is a 1% drop whatever the ids' values; int [N, T] is no classifier."""
+    ids = np.arange(200, dtype=np.int64).reshape(100, 2) % 7
+    got = ids.copy()
+    got[5, 1] += 1
+    acc = compare({"ids": got}, {"ids": ids})
+    (o,) = acc.outputs
+    assert o.exact_agreement == pytest.approx(0.995) and o.top1_agreement is None
+    assert acc.constraint == "exact agreement >= 0.99" and acc.passed
+    got[6:9, 0] += 1
+    worse = compare({"ids": got}, {"ids": ids})
+    assert not worse.passed and verdict.worst(worse.outputs) == "output 'ids': exact agreement 0.98"
 
 
 def test_non_classifier_outputs_are_judged_on_cosine():
@@ -108,7 +125,8 @@ def test_the_pass_rule_and_the_drop_agree(seed):
     rng = np.random.default_rng(seed)
     outputs = [
         out(f"o{i}", cosine=float(rng.uniform(0.97, 1.0)),
-            top1=float(rng.uniform(0.97, 1.0)) if rng.random() < 0.5 else None)
+            top1=float(rng.uniform(0.97, 1.0)) if rng.random() < 0.5 else None,
+            exact=float(rng.uniform(0.97, 1.0)) if rng.random() < 0.3 else None)
         for i in range(int(rng.integers(1, 4)))
     ]  # fmt: skip
     max_drop = float(rng.uniform(0.0, 0.03))

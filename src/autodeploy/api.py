@@ -20,18 +20,18 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autodeploy import verdict
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.data import Dataset, load_user_data
+from autodeploy.data import Dataset, load_user_data, shapes_from_data
 from autodeploy.device import DeviceInfo, probe_device
 from autodeploy.errors import UsageError
 from autodeploy.harness.result import TrialResult
-from autodeploy.harness.run import HarnessSettings, PreparedData, prepare_data, run_trial
+from autodeploy.harness.run import SYNTHETIC_NOTE, HarnessSettings, PreparedData, prepare_data, run_trial
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import ModelInfo, ResolvedModel, display_name, resolve_model
 from autodeploy.search import config as study_config
@@ -101,6 +101,7 @@ def bench(
     threads: int | None = None,
     knobs: Mapping[str, Any] | None = None,
     shapes: Shapes | None = None,
+    batch_axes: Mapping[str, int | None] | None = None,
     data: str | Path | Dataset | None = None,
     pins: Mapping[str, float] | None = None,
     timing: TimingPolicy | None = None,
@@ -119,6 +120,8 @@ def bench(
         config: the config to measure; or give ``engine`` (default ``onnxruntime``), ``precision``
             (``fp32``), ``batch`` (1), ``threads`` (the engine's default) and ``knobs`` instead.
         shapes: fixed input shapes, ``{"input": (1, 3, 224, 224)}``, for dynamic dims.
+        batch_axes: an input's batch axis where the model's own is wrong, ``{"state": 1}`` (``None``:
+            never batched); by default it is the symbolic dim inputs and outputs share.
         data: inputs (``.npz``, a folder of ``NAME.npy``, or a :class:`~autodeploy.data.Dataset`;
             optional labels); default: the zoo model's own data, else synthetic inputs.
         pins: synthetic inputs pinned to a constant, ``{"sample_rate": 16000}``.
@@ -152,11 +155,12 @@ def bench(
     label = trial_config.label()
     # 1. resolve the model (a zoo model is built on first use)
     resolved = resolve_model(model, shapes, cache_dir=cache, progress=report)
-    info = resolved.info
+    info, dataset = _with_data(resolved, batch_axes, data)
     # 2. probe the device and check the config runs here, before any work
     device = probe_device()
     registry.get(trial_config.engine).check(device, info, trial_config)  # unknown engine/precision/knob
-    info.input_shape(info.inputs[0].name, trial_config.batch)  # dynamic dims left unfixed: the shapes fix
+    for name in info.input_names:  # dynamic dims left unfixed: fail with the --shape fix now
+        info.input_shape(name, trial_config.batch)
     settings = HarnessSettings(workdir=cache / "work", policy=timing or TimingPolicy(), timeout_s=timeout_s,
                                build_timeout_s=build_timeout_s,
                                **({"memory_cap_mb": memory_cap_mb} if memory_cap_mb else {}))  # fmt: skip
@@ -164,7 +168,7 @@ def bench(
     with _store(db) as store:
         # 4. prepare the data
         report("preparing data")
-        prepared = _prepare_data(resolved, settings, data, pins)
+        prepared = _prepare_data(resolved, info, settings, dataset, pins)
         # 5. run the trial in a fresh worker
         report(f"{label}: starting worker")
         result = run_trial(
@@ -277,14 +281,15 @@ def tune(
         resolved = resolve_model(cfg.model, cfg.shapes, cache_dir=cache, progress=reporter.phase)
         # 5. screening settings; the harness labels a trial "inaccurate" by the study's own budget
         settings = _screening_settings(cfg, cache / "work")
-        # 6. prepare the data
+        # 6. prepare the data (arrays of a concrete shape fix the dims `shapes` left open)
         reporter.phase("preparing data")
-        prepared = _prepare_data(resolved, settings, cfg.data)
+        info, dataset = _with_data(resolved, None, cfg.data)
+        prepared = _prepare_data(resolved, info, settings, dataset)
         # 7. run the study: screening, finalists, winner; every trial stored
         storage = storage or store.engine.url.render_as_string(hide_password=False)
-        ctx = StudyContext(cfg, study_name, resolved.info, device, prepared, settings, store, storage, command,
-                           resume)  # fmt: skip
-        return run_study(ctx, reporter)
+        ctx = StudyContext(cfg, study_name, info, device, prepared, settings, store, storage, command, resume)
+        summary = run_study(ctx, reporter)
+        return replace(summary, inputs=SYNTHETIC_NOTE) if prepared.synthetic else summary
 
 
 def default_study_name(model: str, objective: str, fingerprint: str) -> str:
@@ -398,14 +403,23 @@ def _store(db: str | Store | None, *, readonly: bool = False) -> Iterator[Store]
         yield store
 
 
-def _prepare_data(resolved: ResolvedModel, settings: HarnessSettings, data: str | Path | Dataset | None,
+def _with_data(resolved: ResolvedModel, batch_axes: Mapping[str, int | None] | None,
+               data: str | Path | Dataset | None) -> tuple[ModelInfo, Dataset | None]:  # fmt: skip
+    """The model with the user's batch axes and the dims the user's data fixes, and that data (loaded)."""
+    info = resolved.info.with_batch_axes(batch_axes) if batch_axes else resolved.info
+    if data is None:
+        return info, None
+    dataset = data if isinstance(data, Dataset) else load_user_data(data, info)
+    return info.with_shapes(shapes_from_data(info, dataset)), dataset  # arrays of a concrete shape fix open dims
+
+
+def _prepare_data(resolved: ResolvedModel, info: ModelInfo, settings: HarnessSettings, data: Dataset | None,
                   pins: Mapping[str, float] | None = None) -> PreparedData:  # fmt: skip
     """Save the inputs for the workers: the user's data, else the zoo model's own, else synthetic."""
     if data is None:
-        return prepare_data(resolved.info, settings, data=resolved.data, calibration=resolved.calibration,
+        return prepare_data(info, settings, data=resolved.data, calibration=resolved.calibration,
                             pins=dict(pins) if pins else None)  # fmt: skip
-    dataset = data if isinstance(data, Dataset) else load_user_data(data, resolved.info)
-    return prepare_data(resolved.info, settings, data=dataset, pins=dict(pins) if pins else None)
+    return prepare_data(info, settings, data=data, pins=dict(pins) if pins else None)
 
 
 def _screening_settings(cfg: StudyConfig, workdir: Path) -> HarnessSettings:

@@ -1,7 +1,9 @@
 """Inputs for a trial: the user's data or synthetic data, split into calibration and evaluation.
 
 A :class:`Dataset` holds one array per model input with a leading *item* axis:
-``inputs[name].shape == (n_items, *item_shape)``. Batches are cut from it by the harness.
+``inputs[name].shape == (n_items, *item_shape)``, where the item shape is the input shape
+without its batch axis (:meth:`ModelInfo.item_shape`). Batches are cut from it by the
+harness: :func:`feeds` puts the items back on each input's own batch axis.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autodeploy.errors import DataError, ShapeError
+from autodeploy.errors import DataError
 from autodeploy.model import ModelInfo
 
 DEFAULT_SEED = 0
@@ -46,23 +48,14 @@ class Dataset:
         labels = None if self.labels is None else self.labels[index]
         return Dataset({k: v[index] for k, v in self.inputs.items()}, labels)
 
-    def batches(self, batch: int) -> list[dict[str, np.ndarray]]:
+    def batches(self, batch: int, axes: Mapping[str, int | None] | None = None) -> list[dict[str, np.ndarray]]:
         """Consecutive batches of ``batch`` items; the last one is padded by repeating its first item.
 
-        Padding keeps every batch the same shape, which engines compiled for a fixed batch
-        need. Callers trim outputs to ``len(self)``.
+        ``axes`` is each input's batch axis (:meth:`ModelInfo.batch_axis`; default 0). Padding
+        keeps every batch the same shape, which engines compiled for a fixed batch need.
+        Callers trim outputs to ``len(self)``.
         """
-        out = []
-        for start in range(0, len(self), batch):
-            feeds = {}
-            for name, array in self.inputs.items():
-                chunk = array[start : start + batch]
-                if len(chunk) < batch:
-                    pad = np.repeat(chunk[:1], batch - len(chunk), axis=0)
-                    chunk = np.concatenate([chunk, pad])
-                feeds[name] = np.ascontiguousarray(chunk)
-            out.append(feeds)
-        return out
+        return [feeds(self.inputs, start, batch, axes) for start in range(0, len(self), batch)]
 
     def sha256(self) -> str:
         digest = hashlib.sha256()
@@ -86,6 +79,25 @@ class Dataset:
             inputs = {k.removeprefix("input:"): npz[k] for k in npz.files if k.startswith("input:")}
             labels = npz["labels"] if "labels" in npz.files else None
         return cls(inputs, labels)
+
+
+def feeds(
+    arrays: Mapping[str, np.ndarray], start: int, batch: int, axes: Mapping[str, int | None] | None = None
+) -> dict[str, np.ndarray]:
+    """One batch of model feeds from item-leading arrays: items ``start .. start + batch``
+    (padded by repeating the first) moved to each input's batch axis; an input without a
+    batch axis (a scalar, a table, state without batch) is fed its first item, unbatched."""
+    out = {}
+    for name, array in arrays.items():
+        axis = 0 if axes is None else axes.get(name, 0)
+        chunk = array[start : start + batch]
+        if axis is None:
+            out[name] = np.array(chunk[0], order="C")  # ascontiguousarray would make a scalar 1-d
+            continue
+        if len(chunk) < batch:
+            chunk = np.concatenate([chunk, np.repeat(chunk[:1], batch - len(chunk), axis=0)])
+        out[name] = np.ascontiguousarray(np.moveaxis(chunk, 0, axis))
+    return out
 
 
 def parse_input_pins(flags: Sequence[str]) -> dict[str, float]:
@@ -189,8 +201,14 @@ def load_user_data(path: str | Path, model: ModelInfo) -> Dataset:
             f"input data {path} has arrays {sorted(arrays)}, the model wants {list(model.input_names)}",
             fix="name each array after a model input (plus an optional 'labels')",
         )
-    for name, array in arrays.items():
-        _check_array(model, name, array)
+    def has_items(name: str, array: np.ndarray) -> bool:  # False: an unbatched input given as one value
+        return model.batch_axis(name) is not None or array.ndim > len(model.input(name).shape)
+
+    n = max((len(a) for k, a in arrays.items() if has_items(k, a)), default=1)
+    for name, array in list(arrays.items()):
+        if not has_items(name, array):
+            arrays[name] = np.broadcast_to(array, (n, *array.shape))  # one value for every item
+        _check_array(model, name, arrays[name])
     if labels is not None:
         labels = np.asarray(labels).astype(np.int64).reshape(-1)
     return Dataset(arrays, labels)
@@ -203,15 +221,41 @@ def _check_array(model: ModelInfo, name: str, array: np.ndarray) -> None:
             f"input data {name!r} has dtype {array.dtype}, the model wants {spec.dtype}",
             fix=f"convert it with array.astype(numpy.{spec.dtype})",
         )
-    try:
-        want = model.item_shape(name)
-    except ShapeError:
-        want = None  # a dynamic non-batch dim: the data decides, checked by the engine
-    if want is not None and tuple(array.shape[1:]) != want:
+    want = _item_dims(model, name)
+    got = tuple(array.shape[1:])
+    if len(got) != len(want) or any(isinstance(w, int) and w != g for w, g in zip(want, got, strict=False)):
+        shown = tuple(d if isinstance(d, int) else "?" for d in want)
         raise DataError(
-            f"input data {name!r} has items of shape {tuple(array.shape[1:])}, the model wants {want}",
-            fix="arrays are (n_items, *item_shape); fix the data or --shape",
+            f"input data {name!r} has items of shape {got}, the model wants {shown}".replace("'?'", "?"),
+            fix="arrays are (n_items, *item_shape), the item without its batch axis; fix the data or --shape",
         )
+
+
+def _item_dims(model: ModelInfo, name: str) -> tuple[int | str | None, ...]:
+    """One item's dims as far as the model and ``--shape`` fix them (dynamic ones left open)."""
+    spec = model.input(name)
+    dims = tuple(model.shapes.get(name, spec.shape))
+    axis = model.batch_axis(name)
+    return dims if axis is None else dims[:axis] + dims[axis + 1 :]
+
+
+def shapes_from_data(model: ModelInfo, data: Dataset) -> dict[str, tuple[int, ...]]:
+    """Input shapes the data fixes: for each input with dynamic non-batch dims that ``--shape``
+    left open, its items' shape with the batch axis put back (at batch 1, or the model's fixed batch)."""
+    shapes = {}
+    for spec in model.inputs:
+        if spec.name in model.shapes or spec.name not in data.inputs:
+            continue
+        axis = model.batch_axis(spec.name)
+        open_dims = [i for i, d in enumerate(spec.shape) if not isinstance(d, int) and i != axis]
+        if not open_dims:
+            continue
+        item = list(data.inputs[spec.name].shape[1:])
+        if axis is not None:
+            declared = spec.shape[axis]
+            item.insert(axis, declared if isinstance(declared, int) else 1)
+        shapes[spec.name] = tuple(int(d) for d in item)
+    return shapes
 
 
 def split(data: Dataset, calibration: int, *, seed: int = DEFAULT_SEED) -> tuple[Dataset, Dataset]:

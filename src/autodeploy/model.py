@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,9 @@ class ModelInfo:
     """A validated ONNX model: where it is, its identity and its interface.
 
     ``shapes`` holds the user's fixed input shapes (``--shape``), already checked to fit.
+    ``batch_axes`` holds the user's batch axes (``--batch-axis``; ``None``: never batched);
+    every other tensor's batch axis comes from the model (:meth:`batch_axis`). ``notes`` are
+    what intake read leniently, said once (e.g. a ``-1`` dim read as dynamic).
     """
 
     path: Path
@@ -61,6 +65,8 @@ class ModelInfo:
     opset: int
     external_files: tuple[str, ...] = ()
     shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    batch_axes: Mapping[str, int | None] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     def input(self, name: str) -> TensorSpec:
         for spec in self.inputs:
@@ -76,47 +82,76 @@ class ModelInfo:
     def output_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.outputs)
 
+    def batch_axis(self, name: str) -> int | None:
+        """The batch axis of input or output ``name``, or ``None`` when it is never batched.
+
+        The user's ``--batch-axis`` wins; otherwise the model says it (:func:`_batch_axes`).
+        """
+        return batch_axes(self.inputs, self.outputs, self.batch_axes).get(name)
+
+    def batched_inputs(self) -> tuple[TensorSpec, ...]:
+        return tuple(s for s in self.inputs if self.batch_axis(s.name) is not None)
+
+    def fixed_batch(self) -> int | None:
+        """The batch size the model fixes (e.g. 1 in ``[1, 3, 64, W]``), or ``None`` when it is dynamic."""
+        for spec in self.batched_inputs():
+            dim = spec.shape[self.batch_axis(spec.name)]  # type: ignore[index]
+            if isinstance(dim, int):
+                return dim
+        return None
+
     def batchable(self) -> bool:
-        """True when every input's first dim is dynamic, so any batch size can be fed."""
-        return all(s.shape and not isinstance(s.shape[0], int) for s in self.inputs)
+        """True when some input has a batch axis and its size is dynamic, so any batch size can be fed."""
+        return bool(self.batched_inputs()) and self.fixed_batch() is None
 
     def item_shape(self, name: str) -> tuple[int, ...]:
-        """Concrete shape of one item (the input shape without its batch axis)."""
-        return self.input_shape(name, batch=1)[1:]
+        """Concrete shape of one item: the input shape without its batch axis (all of it if unbatched)."""
+        shape = self.input_shape(name, batch=self.fixed_batch() or 1)
+        axis = self.batch_axis(name)
+        return shape if axis is None else shape[:axis] + shape[axis + 1 :]
 
     def input_shape(self, name: str, batch: int) -> tuple[int, ...]:
-        """Concrete input shape at ``batch``: the first dim is the batch axis.
+        """Concrete input shape at ``batch``, set on the input's batch axis only.
 
-        A user-fixed shape wins (its first dim is replaced by ``batch`` when the model's
-        first dim is dynamic). Any other dynamic dim must have been fixed with ``--shape``.
+        A user-fixed shape wins as given; only its batch axis, when the model leaves that
+        dynamic, is the trial's batch. Inputs without a batch axis keep their shape at any batch.
+        Any other dynamic dim must have been fixed with ``--shape`` (or by ``--data``).
         """
         spec = self.input(name)
-        if name in self.shapes:
-            fixed = self.shapes[name]
-            if spec.shape and not isinstance(spec.shape[0], int):
-                return (batch, *fixed[1:])
-            return fixed
-        if not spec.shape:
-            return ()
-        dims = list(spec.shape)
-        if not isinstance(dims[0], int):
-            dims[0] = batch
-        elif dims[0] != batch:
-            raise ShapeError(
-                f"input {name!r} has a static batch dim {dims[0]}, cannot run batch {batch}",
-                fix=f"use --batch {dims[0]} or export the model with a dynamic first dim",
-            )
-        for axis, d in enumerate(dims):
-            if not isinstance(d, int):
+        axis = self.batch_axis(name)
+        dims: list[Dim] = list(self.shapes.get(name, spec.shape))
+        if axis is not None:
+            declared = spec.shape[axis]
+            if not isinstance(declared, int):
+                dims[axis] = batch
+            elif declared != batch:
                 raise ShapeError(
-                    f"input {name!r} has dynamic dim {d or '?'} at axis {axis} (shape {spec.shape_str()})",
-                    fix=f"fix it with --shape {name}="
-                    + "x".join(str(x) if isinstance(x, int) else "N" for x in dims),
+                    f"input {name!r} has a static batch dim {declared} (axis {axis} of {spec.shape_str()}), "
+                    f"cannot run batch {batch}",
+                    fix=f"use --batch {declared}, or export the model with a dynamic batch dim",
+                )
+        for i, d in enumerate(dims):
+            if not isinstance(d, int):
+                example = "x".join(str(x) if isinstance(x, int) else "N" for x in dims)
+                raise ShapeError(
+                    f"input {name!r} has dynamic dim {d or '?'} at axis {i} (shape {spec.shape_str()})",
+                    fix=f"fix it with --shape {name}={example}, or give --data with arrays of that shape",
                 )
         return tuple(dims)  # type: ignore[arg-type]
 
+    def with_batch_axes(self, axes: Mapping[str, int | None]) -> ModelInfo:
+        """This model with the user's batch axes (``--batch-axis``), checked to fit, over the model's own."""
+        return _with_batch_axes(self, {**self.batch_axes, **axes})
+
+    def with_shapes(self, shapes: Mapping[str, tuple[int, ...]]) -> ModelInfo:
+        """This model with more fixed input shapes (checked to fit); the ones already fixed win."""
+        return _with_shapes(self, {**shapes, **self.shapes})
+
     def shape_overrides_key(self) -> str:
-        return json.dumps({k: list(v) for k, v in sorted(self.shapes.items())})
+        shapes = {k: list(v) for k, v in sorted(self.shapes.items())}
+        if not self.batch_axes:  # the key of every artifact built before --batch-axis existed
+            return json.dumps(shapes)
+        return json.dumps({"shapes": shapes, "batch_axes": dict(sorted(self.batch_axes.items()))})
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -128,6 +163,8 @@ class ModelInfo:
             "opset": self.opset,
             "external_files": list(self.external_files),
             "shapes": {k: list(v) for k, v in self.shapes.items()},
+            "batch_axes": dict(self.batch_axes),
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -144,6 +181,8 @@ class ModelInfo:
             opset=d["opset"],
             external_files=tuple(d.get("external_files", ())),
             shapes={k: tuple(v) for k, v in d.get("shapes", {}).items()},
+            batch_axes=dict(d.get("batch_axes", {})),
+            notes=tuple(d.get("notes", ())),
         )
 
 
@@ -166,8 +205,25 @@ def parse_shape_flags(flags: Sequence[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def parse_batch_axis_flags(flags: Sequence[str]) -> dict[str, int | None]:
+    """Parse ``--batch-axis name=1`` (or ``name=none``: never batched) into ``{name: 1}``."""
+    axes: dict[str, int | None] = {}
+    for flag in flags:
+        name, sep, axis = flag.partition("=")
+        if not sep or not name or not (axis.isdigit() or axis.lower() == "none"):
+            raise ShapeError(
+                f"cannot parse --batch-axis {flag!r}",
+                fix="write it as INPUT=AXIS (0-based), or INPUT=none for an input that is never batched",
+            )
+        axes[name] = None if axis.lower() == "none" else int(axis)
+    return axes
+
+
 def load_model(
-    path: str | Path, shapes: Mapping[str, tuple[int, ...]] | None = None, name: str | None = None
+    path: str | Path,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+    name: str | None = None,
+    batch_axes: Mapping[str, int | None] | None = None,
 ) -> ModelInfo:
     """Load, validate and describe an ONNX model.
 
@@ -175,6 +231,7 @@ def load_model(
         path: the ``.onnx`` file.
         shapes: user-fixed input shapes; each must have the input's rank and agree with its static dims.
         name: display name (defaults to the file stem).
+        batch_axes: the user's batch axis per input (``None``: never batched), over the model's own.
 
     Raises:
         ModelError: the file is missing, not ONNX, truncated, invalid or unsafe.
@@ -201,15 +258,9 @@ def load_model(
     if not proto.graph.node and not proto.graph.output:
         raise ModelError(f"{path} holds no ONNX graph (empty or not an ONNX file)", fix="re-export the model")
     external = _check_external_data(proto, path)
-    try:
-        # The path form lets the checker handle models with external data and > 2 GB.
-        onnx.checker.check_model(str(path))
-    except Exception as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(
-            f"{path} fails the ONNX checker: {first_line}", fix="fix or re-export the model"
-        ) from None
-    inputs, outputs = _specs(proto)
+    checker_note = _check(path)
+    inputs, outputs, notes = _specs(proto)
+    notes = (*notes, checker_note) if checker_note else notes
     if not inputs or not outputs:
         what = "inputs (every graph input is an initializer)" if not inputs else "outputs"
         raise ModelError(f"{path} has no {what}; there is nothing to benchmark", fix="re-export the model")
@@ -222,8 +273,64 @@ def load_model(
         outputs=outputs,
         opset=opset,
         external_files=external,
+        notes=notes,
     )
-    return _with_shapes(info, shapes or {})
+    return _with_shapes(_with_batch_axes(info, batch_axes or {}), shapes or {})
+
+
+def _check(path: Path) -> str | None:
+    """Run the ONNX checker; where it objects, ONNX Runtime decides, as it will run the model.
+
+    Returns a note when the checker objects and ONNX Runtime loads the model anyway.
+
+    Raises:
+        ModelError: both refuse it; the message gives the checker's and ONNX Runtime's reasons.
+    """
+    import onnx
+
+    try:
+        # The path form lets the checker handle models with external data and > 2 GB.
+        onnx.checker.check_model(str(path))
+        return None
+    except Exception as exc:
+        checker = _first_line(exc)
+    refused = _ort_refuses(path)
+    if refused is None:
+        return f"the ONNX checker objects ({checker}), but ONNX Runtime loads the model: accepted"
+    raise ModelError(
+        f"{path} fails the ONNX checker: {checker}; ONNX Runtime refuses it too: {refused}",
+        fix="fix or re-export the model",
+    )
+
+
+#: Loading a model in ONNX Runtime takes its own process: a hostile file may crash or hang it.
+_ORT_LOAD = (
+    "import sys, onnxruntime as ort\n"
+    "try:\n    ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"
+    "except Exception as exc:\n    print(str(exc).strip() or type(exc).__name__); sys.exit(3)\n"
+)
+_ORT_LOAD_TIMEOUT_S = 120.0
+
+
+def _ort_refuses(path: Path) -> str | None:
+    """ONNX Runtime's one-line reason for refusing ``path``, or ``None`` when it loads it."""
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-c", _ORT_LOAD, str(path)], capture_output=True, text=True,
+                              timeout=_ORT_LOAD_TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return f"it did not load within {_ORT_LOAD_TIMEOUT_S:g} s"
+    if done.returncode == 0:
+        return None
+    said = (done.stdout.strip() or done.stderr.strip() or f"exit code {done.returncode}").splitlines()
+    return re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", said[-1] if done.returncode != 3 else said[0])
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -316,10 +423,16 @@ def _check_external_data(proto: Any, path: Path) -> tuple[str, ...]:
     return tuple(sorted(files))
 
 
-def _specs(proto: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+def _specs(proto: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], tuple[str, ...]]:
+    """Inputs (those with an initializer default are optional and left out), outputs, and notes.
+
+    Dims are read as ONNX Runtime reads them: a negative value (``-1`` from Paddle2ONNX and
+    older converters), an empty or ``?`` name and a missing dim are all dynamic.
+    """
     from onnx import helper
 
     initializers = {t.name for t in proto.graph.initializer}
+    negative: dict[str, list[int]] = {}  # tensor -> axes written as a negative size
 
     def spec(value: Any) -> TensorSpec:
         ttype = value.type.tensor_type
@@ -333,21 +446,85 @@ def _specs(proto: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
                 fix="re-export the model",
             ) from None
         dims: list[Dim] = []
-        for d in ttype.shape.dim:
-            if d.HasField("dim_value"):
-                if d.dim_value < 0:
-                    raise ModelError(
-                        f"input/output {value.name!r} declares a negative dim {d.dim_value}",
-                        fix="re-export the model",
-                    )
+        for axis, d in enumerate(ttype.shape.dim):
+            if d.HasField("dim_value") and d.dim_value >= 0:
                 dims.append(int(d.dim_value))
-            else:
-                dims.append(d.dim_param or None)
+                continue
+            if d.HasField("dim_value"):
+                negative.setdefault(value.name, []).append(axis)
+            dims.append(d.dim_param if d.dim_param and d.dim_param != "?" else None)
         return TensorSpec(value.name, dtype, tuple(dims))
 
     inputs = tuple(spec(v) for v in proto.graph.input if v.name not in initializers)
     outputs = tuple(spec(v) for v in proto.graph.output)
-    return inputs, outputs
+    notes = []
+    if negative:
+        where = "; ".join(f"{k!r} axis {', '.join(map(str, v))}" for k, v in negative.items())
+        notes.append(f"negative dims (-1, as Paddle2ONNX writes them) read as dynamic, as ONNX Runtime does: {where}")
+    optional = [v.name for v in proto.graph.input if v.name in initializers]
+    if optional:
+        notes.append(f"input(s) {', '.join(map(repr, optional))} have an initializer default: optional, not fed")
+    return inputs, outputs, tuple(notes)
+
+
+_BATCH_NAME = re.compile(r"(?i).*batch.*|n|b|bs|bsz|num_?items")
+
+
+def batch_axes(
+    inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], overrides: Mapping[str, int | None]
+) -> dict[str, int | None]:
+    """Batch axis of every input and output (``None``: not batched).
+
+    The batch is the symbolic dim that inputs and outputs share (``batch`` in
+    ``state[2, batch, 128]``), preferring a batch-like name, then the dim most tensors have,
+    then the one nearest axis 0. A shared name must be batch-like or lead some input, so a
+    fixed-batch model's shared ``seq`` is not taken for the batch. Without one (Paddle
+    exports name every dim apart, or write ``-1``): axis 0 of each tensor whose first dim is
+    dynamic; and when no input has one, axis 0 of every input of rank >= 1: a fixed batch.
+    """
+    name = _shared_batch_dim(inputs, outputs, overrides)
+    axes: dict[str, int | None] = {}
+    dynamic_lead = any(s.shape and not isinstance(s.shape[0], int) for s in inputs)
+    for spec in (*inputs, *outputs):
+        if name is not None:
+            axes[spec.name] = spec.shape.index(name) if name in spec.shape else None
+        elif spec.shape and (not isinstance(spec.shape[0], int) or not dynamic_lead):
+            axes[spec.name] = 0
+        else:
+            axes[spec.name] = None
+    axes.update(overrides)
+    return axes
+
+
+def _shared_batch_dim(
+    inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], overrides: Mapping[str, int | None]
+) -> str | None:
+    for input_name, axis in overrides.items():  # the user's axis names the dim outputs share
+        dims = next((s.shape for s in inputs if s.name == input_name), ())
+        if axis is not None and axis < len(dims) and isinstance(dims[axis], str):
+            return dims[axis]  # type: ignore[return-value]
+    names_in = {d for s in inputs for d in s.shape if isinstance(d, str)}
+    names_out = {d for s in outputs for d in s.shape if isinstance(d, str)}
+    leading = {s.shape[0] for s in inputs if s.shape}
+
+    def rank(name: str) -> tuple[bool, int, int]:
+        having = [s for s in (*inputs, *outputs) if name in s.shape]
+        return bool(_BATCH_NAME.fullmatch(name)), len(having), -sum(s.shape.index(name) for s in having)
+
+    shared = [n for n in names_in & names_out if _BATCH_NAME.fullmatch(n) or n in leading]
+    return max(sorted(shared), key=rank) if shared else None
+
+
+def _with_batch_axes(info: ModelInfo, axes: Mapping[str, int | None]) -> ModelInfo:
+    """Check the user's batch axes against the model and attach them."""
+    for name, axis in axes.items():
+        spec = info.input(name)
+        if axis is not None and axis >= len(spec.shape):
+            raise ShapeError(
+                f"--batch-axis {name}={axis} is past the last axis of input {name!r} ({spec.shape_str() or 'a scalar'})",
+                fix=f"give an axis in 0..{len(spec.shape) - 1}, or {name}=none" if spec.shape else f"use {name}=none",
+            )
+    return ModelInfo(**{**info.__dict__, "batch_axes": dict(axes)})
 
 
 def _with_shapes(info: ModelInfo, shapes: Mapping[str, tuple[int, ...]]) -> ModelInfo:

@@ -9,10 +9,12 @@ quantizer's budget (:data:`DEFAULT_MAX_ACCURACY_DROP`).
 
 The rules:
 
-* **Accuracy.** Where any output is classifier-shaped (it has a top-1 agreement), every top-1
-  agreement must be ``>= 1 - max_drop`` and, with labels, the task accuracy may drop by at most
-  ``max_drop``; otherwise every output's cosine similarity must be ``>= min_cosine``.
-  Non-finite outputs (NaN cosine) always fail. :func:`accuracy_drop` is the same rule as one
+* **Accuracy**, judged per output by what the output is (:func:`output_metric`): an integer
+  output (ids) by its exact agreement, a classifier-shaped one by its top-1 agreement, both
+  ``>= 1 - max_drop``; any other (detection maps, boxes, embeddings, regression) by its cosine
+  similarity ``>= min_cosine``. Every output must pass, and with labels the task accuracy may
+  drop by at most ``max_drop``. Non-finite outputs (NaN cosine) always fail. :func:`worst`
+  names the output furthest from its limit. :func:`accuracy_drop` is the same rule as one
   number: with ``min_cosine = 1 - max_drop`` it passes exactly when the drop is within the budget.
 * **Constraints** (Optuna's ``Trial.set_constraint`` convention: a value ``<= 0`` holds):
   accuracy drop, peak memory, and the SLA. The SLA bounds latency for every objective except
@@ -66,6 +68,25 @@ def within(value: float, limit: float) -> bool:
     return value <= limit + TOLERANCE
 
 
+def output_metric(o: OutputAccuracy) -> tuple[str, float]:
+    """The metric an output is judged by, and its value: ``exact agreement`` (integer outputs),
+    ``top-1 agreement`` (classifier-shaped ones) or ``cosine`` (every other output)."""
+    if o.exact_agreement is not None:
+        return "exact agreement", o.exact_agreement
+    if o.top1_agreement is not None:
+        return "top-1 agreement", o.top1_agreement
+    return "cosine", o.cosine
+
+
+def _shortfall(o: OutputAccuracy, max_drop: float, min_cosine: float) -> float:
+    """How far an output is below its limit (<= 0: it passes; inf: non-finite)."""
+    if not math.isfinite(o.cosine):
+        return math.inf
+    metric, value = output_metric(o)
+    limit = min_cosine if metric == "cosine" else 1.0 - max_drop
+    return limit - value
+
+
 def accuracy_verdict(
     outputs: Sequence[OutputAccuracy],
     *,
@@ -76,35 +97,44 @@ def accuracy_verdict(
 
     Args:
         outputs: One entry per output; ``cosine`` is NaN where either array was non-finite.
-        max_drop: Allowed top-1 agreement / task-accuracy drop, as a fraction.
-        min_cosine: Required cosine similarity where top-1 does not apply.
+        max_drop: Allowed top-1 / exact agreement and task-accuracy drop, as a fraction.
+        min_cosine: Required cosine similarity of the outputs judged by cosine.
     """
-    finite = all(math.isfinite(o.cosine) for o in outputs)
-    agreements = [o.top1_agreement for o in outputs if o.top1_agreement is not None]
-    if not agreements:
-        passed = all(within(1.0 - o.cosine, 1.0 - min_cosine) for o in outputs)
-        return AccuracyVerdict(f"cosine >= {min_cosine:g}", bool(passed and finite))
-    constraint = f"top-1 agreement >= {1 - max_drop:g}"
-    passed = all(within(1.0 - a, max_drop) for a in agreements)
+    metrics = list(dict.fromkeys(output_metric(o)[0] for o in outputs))
+    rules = [f"{m} >= {min_cosine if m == 'cosine' else 1 - max_drop:g}" for m in metrics]
+    constraint = " and ".join(rules)
+    passed = all(within(_shortfall(o, max_drop, min_cosine), 0.0) for o in outputs)
     task = _task_drops(outputs)
     if task:
         constraint += f" and task accuracy drop <= {max_drop:g}"
         passed = passed and within(task[0], max_drop)
-    return AccuracyVerdict(constraint, bool(passed and finite))
+    return AccuracyVerdict(constraint, bool(passed))
+
+
+def worst(
+    outputs: Sequence[OutputAccuracy],
+    *,
+    max_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+    min_cosine: float = DEFAULT_MIN_COSINE,
+) -> str:
+    """The output furthest below (or nearest to) its limit, as ``output 'y': cosine 0.95``."""
+    if not outputs:
+        return "no outputs"
+    o = max(outputs, key=lambda x: _shortfall(x, max_drop, min_cosine))
+    metric, value = output_metric(o)
+    return f"output {o.name!r}: {metric} {value:.4g}" if math.isfinite(o.cosine) else f"output {o.name!r}: NaN or inf"
 
 
 def accuracy_drop(accuracy: Accuracy) -> float:
     """The accuracy lost, as one number in the rule's own terms (0 = identical, 1 = total loss).
 
-    Where any output is a classifier: the worst ``1 - top-1 agreement`` (and the task accuracy
-    lost, with labels); otherwise the worst ``1 - cosine``. Non-finite outputs are a total loss.
+    The worst output's drop by its own metric (:func:`output_metric`: ``1 - agreement`` or
+    ``1 - cosine``) and the task accuracy lost, with labels. Non-finite outputs are a total loss.
     """
     outputs = accuracy.outputs
     if not all(math.isfinite(o.cosine) for o in outputs):
         return 1.0
-    drops = [1.0 - o.top1_agreement for o in outputs if o.top1_agreement is not None]
-    if not drops:
-        drops = [1.0 - o.cosine for o in outputs]
+    drops = [1.0 - output_metric(o)[1] for o in outputs]
     return max([*drops, *_task_drops(outputs)], default=0.0)
 
 
@@ -119,7 +149,7 @@ def accuracy_score(outputs: Sequence[Mapping[str, Any]]) -> tuple[float | None, 
     else its cosine similarity with FP32. A non-finite value scores 0 (a total loss, as in
     :func:`accuracy_drop`). ``(None, None)`` without outputs."""
     for key, label in (("task_accuracy", "task accuracy"), ("top1_agreement", "top-1 agreement vs FP32"),
-                       ("cosine", "cosine vs FP32")):  # fmt: skip
+                       ("exact_agreement", "exact agreement vs FP32"), ("cosine", "cosine vs FP32")):  # fmt: skip
         values = [o[key] if math.isfinite(o[key]) else 0.0 for o in outputs if o.get(key) is not None]
         if values:
             return float(min(values)), label

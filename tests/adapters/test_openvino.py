@@ -168,3 +168,21 @@ def test_outputs_come_back_in_the_onnx_order_by_name(tmp_path):
     assert list(got) == ["second", "first"]
     np.testing.assert_array_equal(got["second"], -feeds["x"])
     np.testing.assert_array_equal(got["first"], np.maximum(feeds["x"], 0))
+
+
+def test_a_recurrent_model_runs_batched_on_its_own_axis(tmp_path):
+    """OpenVINO is compiled for ``state[2, 4, 128]`` at batch 4 (not ``[4, 1, 128]``) and matches ORT."""
+    from autodeploy.adapters import openvino as ov_adapter
+    from autodeploy.harness.run import HarnessSettings, prepare_data, run_trial
+    from autodeploy.harness.timing import TimingPolicy
+    from tests.models import recurrent
+
+    model = load_model(recurrent(tmp_path / "r.onnx"), {"input": (1, 16), "state": (2, 1, 128)})
+    settings = ov_adapter.runtime_settings(TrialConfig("openvino", batch=4), model)
+    assert settings["shapes"] == {"input": [4, 16], "sr": [], "state": [2, 4, 128]}
+    quick = TimingPolicy(warmup_min_calls=2, warmup_max_s=0.2, min_samples=16, min_duration_s=0.1, max_duration_s=2)
+    harness = HarnessSettings(workdir=tmp_path / "work", policy=quick, calibration_items=4, evaluation_items=6)
+    data = prepare_data(model, harness, data=synthetic(model, 10, pins={"sr": 8000}))
+    result = run_trial(model, TrialConfig("openvino", batch=4), data, harness)
+    assert result.ok, result.failure_message
+    assert all(o.cosine > 0.9999 for o in result.accuracy.outputs)

@@ -149,3 +149,13 @@ def test_batch_is_part_of_the_build_key(tmp_path):
     model = load_model(mlp(tmp_path / "m.onnx"))
     keys = {ENGINE.build_key(model, TrialConfig("tensorrt", "fp16", batch=b), "10.3.0", "") for b in (1, 8)}
     assert len(keys) == 2
+
+
+def test_profile_runs_the_batch_on_the_models_own_axis(tmp_path):
+    """``state[2, batch, 128]``: the profile varies axis 1; the scalar ``sr`` keeps one shape."""
+    from tests.models import recurrent
+
+    model = load_model(recurrent(tmp_path / "r.onnx"), {"input": (1, 16), "state": (2, 1, 128)})
+    shapes = tensorrt.profile_shapes(model, 4)
+    assert shapes["state"] == ((2, 1, 128), (2, 4, 128), (2, 8, 128))
+    assert shapes["input"] == ((1, 16), (4, 16), (8, 16)) and shapes["sr"] == ((), (), ())

@@ -145,6 +145,25 @@ def test_outputs_are_matched_by_value_and_transposed_back():
     ]
 
 
+def test_dynamic_dims_are_written_into_the_graph_before_onnx2tf(tmp_path):
+    """Symbolic height/width take the user's (or the data's) size in the file onnx2tf reads, at
+    batch 1; intermediate and output shapes are re-inferred from the fixed ones."""
+    import onnx
+
+    from autodeploy.adapters.tflite import _fixed_graph
+    from autodeploy.model import load_model
+    from tests.models import mlp, paddle_like
+
+    model = load_model(paddle_like(tmp_path / "p.onnx"), {"x": (1, 3, 32, 48)})
+    fixed = onnx.load(str(_fixed_graph(model, tmp_path)))
+    dims = [d.dim_param or d.dim_value for d in fixed.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [1, 3, 32, 48]
+    out = [d.dim_param or d.dim_value for d in fixed.graph.output[0].type.tensor_type.shape.dim]
+    assert out == [1, 4, 32, 48]
+    plain = load_model(mlp(tmp_path / "m.onnx"))
+    assert _fixed_graph(plain, tmp_path) == plain.path  # nothing to fix: the model itself
+
+
 def test_conversion_leaves_the_users_model_file_unchanged(tmp_path):
     """onnx2tf rewrites the ONNX file it converts; the adapter hands it a copy."""
     import hashlib

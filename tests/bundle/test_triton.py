@@ -99,3 +99,17 @@ def test_tflite_winner_is_refused_with_the_alternative(stored, tmp_path):
 def test_model_names_are_safe_folder_names():
     assert triton.model_name_of("zoo:mlp") == "zoo-mlp" and triton.model_name_of("../x") == "x"
     assert export  # the repository is written through the same atomic staging as bundles
+
+
+def test_a_batch_off_axis_0_gets_full_shapes_and_no_dynamic_batching():
+    """``state[2, batch, 128]``: Triton batches axis 0 only, so the repository says no batching
+    (Triton would otherwise stack requests on the wrong axis)."""
+    recurrent = {**MODEL, "shapes": {"input": [1, 16], "state": [2, 1, 128]},
+                 "inputs": [{"name": "input", "dtype": "float32", "shape": ["batch", "sequence"]},
+                            {"name": "state", "dtype": "float32", "shape": [2, "batch", 128]}],
+                 "outputs": [{"name": "output", "dtype": "float32", "shape": ["batch", 1]}]}  # fmt: skip
+    text = triton.config_pbtxt(fake_manifest("onnxruntime", batch=1, model=recurrent), "m", art("onnxruntime"))
+    assert field(text, "max_batch_size") == ["0"] and "dynamic_batching" not in text
+    assert field(text, "dims") == ["[ 1, 16 ]", "[ 2, 1, 128 ]", "[ -1, 1 ]"]
+    plain = triton.config_pbtxt(fake_manifest("onnxruntime", batch=4), "m", art("onnxruntime"))
+    assert field(plain, "max_batch_size") == ["4"]

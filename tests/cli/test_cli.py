@@ -122,3 +122,34 @@ def test_help_and_zoo_commands(env, capsys):
     code, out, _ = run(capsys, "zoo", "build", "tiny-cnn")
     assert code == 0 and "zoo:tiny-cnn" in out
     assert (tmp_path / "cache" / "zoo").is_dir() and list((tmp_path / "cache" / "zoo").glob("tiny-cnn*.onnx"))
+
+
+def test_bench_a_recurrent_model_as_the_issue_wrote_it(env, capsys):
+    """The issue's command: ``state[2, batch, 128]`` batched on axis 1, ``sr`` a pinned scalar, the
+    user's shapes used as given; without --data every result says its verdict is on synthetic inputs."""
+    from tests.models import recurrent
+
+    tmp_path, db = env
+    model = recurrent(tmp_path / "r.onnx")
+    argv = ["bench", str(model), "--shape", "input=1x512", "--shape", "state=2x1x128", "--input", "sr=16000"]
+    code, out, err = run(capsys, *argv, *FAST)
+    assert code == 0, err
+    assert "synthetic inputs" in " ".join(err.split())
+    with Store.open(db) as store:
+        (row,) = store.list_trials()
+    assert row.status == "ok"
+    code, _, err = run(capsys, *argv, "--batch-axis", "state=3", *FAST)
+    assert code != 0 and "past the last axis of input 'state'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bench_takes_shapes_from_the_data_and_reads_negative_dims(env, capsys):
+    from tests.models import paddle_like
+
+    tmp_path, _ = env
+    model = paddle_like(tmp_path / "p.onnx")
+    code, _, err = run(capsys, "bench", str(model), *FAST)
+    assert code != 0 and "fix it with --shape x=" in err  # no data, no shape: the one-line fix
+    np.savez(tmp_path / "d.npz", x=np.random.default_rng(0).standard_normal((6, 3, 16, 24), dtype=np.float32))
+    code, out, err = run(capsys, "bench", str(model), "--data", str(tmp_path / "d.npz"), *FAST)
+    assert code == 0, err
+    assert "negative dims" in err and "synthetic" not in err

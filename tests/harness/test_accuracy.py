@@ -27,7 +27,7 @@ def test_identical_outputs_pass():
     assert by_name["logits"].max_abs == 0.0 and by_name["logits"].mean_rel == 0.0
     assert by_name["logits"].top1_agreement == 1.0
     assert by_name["features"].top1_agreement is None  # [N, 1] is not a classifier
-    assert acc.constraint == "top-1 agreement >= 0.99"
+    assert acc.constraint == "top-1 agreement >= 0.99 and cosine >= 0.99"  # per output
     assert Accuracy.from_dict(__import__("dataclasses").asdict(acc)) == acc
 
 

@@ -170,3 +170,37 @@ def _is_measure_worker(proc: psutil.Process) -> bool:
         return json.loads(Path(cmd[-2]).read_text())["mode"] == "measure"
     except (psutil.Error, OSError, ValueError, KeyError, IndexError):
         return False
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_a_recurrent_model_batches_on_its_own_axis(tmp_path, batch):
+    """``state[2, batch, 128]`` is batched on axis 1 and the scalar ``sr`` never: the reference and the
+    trial run (the issue's ``Got invalid dimensions for input: state`` came from batching axis 0)."""
+    from tests.models import recurrent
+
+    model = load_model(recurrent(tmp_path / "r.onnx"), {"input": (1, 16), "state": (2, 1, 128)})
+    settings = HarnessSettings(workdir=tmp_path / "work", policy=FAST, timeout_s=30.0,
+                               calibration_items=4, evaluation_items=6)  # fmt: skip
+    data = prepare_data(model, settings, pins={"sr": 16000})
+    result = run_trial(model, TrialConfig("onnxruntime", batch=batch), data, settings)
+    assert result.ok, result.failure_message
+    assert result.accuracy is not None and {o.name for o in result.accuracy.outputs} == {"output", "stateN"}
+    assert all(o.max_abs == 0.0 for o in result.accuracy.outputs)
+
+
+def test_outputs_line_up_item_by_item_even_when_the_model_misdeclares_them():
+    """ddddocr's CRNN declares ``[1, seqlen]`` and returns ``[seq, 1, classes]``: taking axis 0 as the
+    batch would keep the first item's first time steps only. Each item keeps its call's whole output."""
+    import numpy as np
+
+    from autodeploy.harness.worker import _run_all
+
+    class Seq:  # the shapes the real model returns, computed from the feed
+        def run(self, feeds):
+            x = feeds["x"]
+            return {"y": np.stack([x.sum(axis=1) * t for t in range(5)]), "s": x.sum(axis=1)}
+
+    batches = [{"x": np.full((1, 3), i, np.float32)} for i in range(4)]
+    out = _run_all(Seq(), batches, 4, {"x": 0, "y": 0, "s": 0})
+    assert out["y"].shape == (4, 5, 1) and out["y"][2, 4, 0] == 2 * 3 * 4
+    assert out["s"].shape == (4,) and list(out["s"]) == [0, 3, 6, 9]

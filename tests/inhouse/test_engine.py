@@ -54,3 +54,22 @@ def test_qdq_model_runs_on_openvino_runtime(model, tmp_path):
     with engine.load(artifact, ort_config, model) as runner:
         want = runner.run(feeds)["logits"]
     np.testing.assert_allclose(got, want, rtol=0.05, atol=0.05 * np.abs(want).max())
+
+
+def test_int8_calibrates_a_recurrent_model_on_its_own_batch_axis(tmp_path):
+    """``state[2, batch, 128]`` and a scalar ``sr``: calibration batches follow the model's axes."""
+    from autodeploy.adapters import registry
+    from autodeploy.adapters.base import TrialConfig
+    from autodeploy.data import synthetic
+    from autodeploy.model import load_model
+    from tests.models import recurrent
+
+    model = load_model(recurrent(tmp_path / "r.onnx"), {"input": (1, 16), "state": (2, 1, 128)})
+    engine = registry.get("inhouse")
+    config = TrialConfig("inhouse", "int8", knobs={"fallback": False})
+    calibration = synthetic(model, 8, pins={"sr": 16000}).inputs
+    artifact = engine.build(model, config, calibration, tmp_path / "work")
+    with engine.load(artifact, config, model) as runner:
+        out = runner.run({"input": calibration["input"][:2], "sr": np.array(16000, np.int64),
+                          "state": np.moveaxis(calibration["state"][:2], 0, 1)})  # fmt: skip
+    assert out["stateN"].shape == (2, 2, 128) and out["output"].shape == (2, 1)

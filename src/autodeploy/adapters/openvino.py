@@ -176,17 +176,21 @@ def _quantize(ov_model: Any, model: ModelInfo, calibration: Mapping[str, np.ndar
 
     nncf.set_log_level(logging.ERROR)  # per-layer progress is noise in a worker log
     # NNCF recommends batch 1 for calibration; a model with a static batch dim takes its own.
-    first = model.inputs[0].shape[0] if model.inputs[0].shape else 1
-    batch = first if isinstance(first, int) else 1
-    batches = list(_calibration_batches(calibration, batch))
+    batch = model.fixed_batch() or 1
+    batches = list(_calibration_batches(calibration, batch, model))
     try:
         return nncf.quantize(ov_model, nncf.Dataset(batches), subset_size=len(batches))
     except Exception as exc:
         raise BuildError(f"NNCF int8 quantization failed: {type(exc).__name__}: {exc}") from exc
 
 
-def _calibration_batches(data: Mapping[str, np.ndarray], batch: int) -> Iterator[dict[str, np.ndarray]]:
+def _calibration_batches(
+    data: Mapping[str, np.ndarray], batch: int, model: ModelInfo
+) -> Iterator[dict[str, np.ndarray]]:
+    from autodeploy.data import feeds
+
+    axes = {name: model.batch_axis(name) for name in data}
     n = len(next(iter(data.values())))
     for start in range(0, n - batch + 1, batch):
-        yield {k: np.ascontiguousarray(v[start : start + batch]) for k, v in data.items()}
+        yield feeds(data, start, batch, axes)
 

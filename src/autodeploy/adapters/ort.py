@@ -123,15 +123,19 @@ def _quantize(model: ModelInfo, method: str, calibration: Mapping[str, np.ndarra
     class _Reader(CalibrationDataReader):
         def __init__(self, data: Mapping[str, np.ndarray]) -> None:
             # A model with a static batch dim takes one item at a time.
-            self._iter = _calibration_batches(data, CALIBRATION_BATCH if model.batchable() else 1)
+            batch = CALIBRATION_BATCH if model.batchable() else (model.fixed_batch() or 1)
+            self._iter = _calibration_batches(data, batch, model)
 
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self._iter, None)
 
     prepared = out.with_name("prepared.onnx")
     try:
+        # Per-channel QDQ writes DequantizeLinear's `axis`, which exists from opset 13: older
+        # exports (Paddle2ONNX's opset 11, ddddocr's 12) are converted first, or ORT cannot load the result.
+        source = _at_least_opset_13(model, out.with_name("opset13.onnx"))
         # ORT's documented first step: shape inference and graph cleanup so more ops quantize.
-        quant_pre_process(str(model.path), str(prepared), skip_symbolic_shape=True)
+        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
         if method == "dynamic":
             quantize_dynamic(str(prepared), str(out), weight_type=QuantType.QInt8, per_channel=True)
         else:
@@ -153,9 +157,34 @@ def _quantize(model: ModelInfo, method: str, calibration: Mapping[str, np.ndarra
         ) from exc
     finally:
         prepared.unlink(missing_ok=True)
+        out.with_name("opset13.onnx").unlink(missing_ok=True)
 
 
-def _calibration_batches(data: Mapping[str, np.ndarray], batch: int) -> Iterator[dict[str, np.ndarray]]:
+def _at_least_opset_13(model: ModelInfo, path: Path) -> Path:
+    """The model itself from opset 13 on; else a copy converted to opset 13 by ONNX's version converter."""
+    if model.opset >= 13:
+        return model.path
+    import onnx
+    from onnx import version_converter
+
+    try:
+        converted = version_converter.convert_version(onnx.load(str(model.path)), 13)
+    except Exception as exc:
+        raise BuildError(
+            f"onnxruntime int8 needs opset >= 13 for per-channel weights; converting {model.name} "
+            f"from opset {model.opset} failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}",
+            fix="re-export the model at opset 13 or later, or use another engine's int8",
+        ) from None
+    onnx.save(converted, str(path))
+    return path
+
+
+def _calibration_batches(
+    data: Mapping[str, np.ndarray], batch: int, model: ModelInfo
+) -> Iterator[dict[str, np.ndarray]]:
+    from autodeploy.data import feeds
+
+    axes = {name: model.batch_axis(name) for name in data}
     n = len(next(iter(data.values())))
     for start in range(0, n, batch):
-        yield {k: np.ascontiguousarray(v[start : start + batch]) for k, v in data.items()}
+        yield feeds(data, start, batch, axes)

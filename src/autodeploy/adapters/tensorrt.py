@@ -148,14 +148,15 @@ PRECISION_FLAGS: dict[str, tuple[str, ...]] = {
 def profile_shapes(model: ModelInfo, batch: int) -> dict[str, tuple[Shape, Shape, Shape]]:
     """Min/opt/max shape of every input for the optimization profile.
 
-    The batch axis runs from 1 through ``batch`` (opt) to ``max(batch, 8)``; a static batch
-    dim stays what the model says. Other dims come from the model or the user's ``--shape``.
+    The batch axis (the model's, wherever it is) runs from 1 through ``batch`` (opt) to
+    ``max(batch, 8)``; a static batch dim stays what the model says, and an input without a
+    batch axis keeps one shape. Other dims come from the model, ``--shape`` or the data.
     """
     shapes = {}
     for spec in model.inputs:
-        static_batch = bool(spec.shape) and isinstance(spec.shape[0], int)
-        if static_batch or not spec.shape:
-            fixed = model.input_shape(spec.name, spec.shape[0] if spec.shape else 1)  # type: ignore[arg-type]
+        if model.batch_axis(spec.name) is None or not model.batchable():
+            # No batch axis, or the model fixes the batch: one shape, the model's (or the user's).
+            fixed = model.input_shape(spec.name, model.fixed_batch() or 1)
             shapes[spec.name] = (fixed, fixed, fixed)
             continue
         shapes[spec.name] = (

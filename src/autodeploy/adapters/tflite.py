@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,8 @@ ONNX2TF_SUFFIX = {
     "int8-dynamic": "_dynamic_range_quant.tflite",
     "int8": "_integer_quant.tflite",  # int8 inside, float32 inputs and outputs
 }
+#: The precisions one onnx2tf run writes together (``_float32`` and ``_float16`` files).
+FLOAT_PRECISIONS = ("fp32", "fp16")
 #: onnx2tf fetches this sample file over the network unless it lies in its working folder; it
 #: only feeds onnx2tf's own dummy inference, so random images do.
 ONNX2TF_SAMPLE = "calibration_image_sample_data_20x128x128x3_float32.npy"
@@ -116,8 +119,14 @@ class TfliteEngine(Engine):
                 fix="give --data or use synthetic data",
             )
         with tempfile.TemporaryDirectory(prefix="autodeploy-onnx2tf-") as scratch:
-            converted = _convert(model, config.precision, calibration, Path(scratch))
-            chosen = _variant(converted, model, config.precision)
+            # One onnx2tf run writes both float files: fp32 and fp16 share it, converted once.
+            cache = _float_cache(model, outdir.parent) if config.precision in FLOAT_PRECISIONS else None
+            chosen = _variant(cache, model, config.precision) if cache else None
+            if chosen is None or not chosen.is_file():
+                converted = _convert(model, config.precision, calibration, Path(scratch))
+                chosen = _variant(converted, model, config.precision)
+                if cache:
+                    _keep_floats(converted, model, cache)
             layout = _resolve_layout(model, chosen)
             shutil.copyfile(chosen, outdir / MODEL_FILE)
         (outdir / LAYOUT_FILE).write_text(json.dumps(layout, indent=2))
@@ -156,14 +165,11 @@ def _convert(
     source.mkdir()
     copy_unchanged(model, source, model.path.name)
     kwargs: dict[str, Any] = {
-        "input_onnx_file_path": str(source / model.path.name),
+        "input_onnx_file_path": str(_fixed_graph(replace(model, path=source / model.path.name), scratch)),
         "output_folder_path": str(out),
         "non_verbose": True,
         "output_dynamic_range_quantized_tflite": precision == "int8-dynamic",
     }
-    overrides = _shape_overrides(model)
-    if overrides:
-        kwargs["overwrite_input_shape"] = overrides
     job: dict[str, Any] = {"onnx2tf": kwargs}
     if precision == "int8":  # one int8 conversion of the SavedModel, not onnx2tf's five
         assert calibration is not None
@@ -195,19 +201,71 @@ def _convert(
     return out
 
 
+def _float_cache(model: ModelInfo, workdir: Path) -> Path:
+    """Where one conversion's float files are kept for the other float precision's build."""
+    import hashlib
+
+    key = json.dumps([model.sha256, model.shape_overrides_key(), version("onnx2tf"), version("tensorflow")])
+    return workdir / "tflite-onnx2tf" / hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def _keep_floats(converted: Path, model: ModelInfo, cache: Path) -> None:
+    """Copy the float files into ``cache``, renamed into place whole (another build may race)."""
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}.", dir=cache.parent))
+    for precision in FLOAT_PRECISIONS:
+        source = _variant(converted, model, precision)
+        if source.is_file():
+            shutil.copyfile(source, _variant(tmp, model, precision))
+    try:
+        os.rename(tmp, cache)
+    except OSError:  # kept by another build first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _variant(folder: Path, model: ModelInfo, precision: str) -> Path:
     """onnx2tf names its files after the ONNX file: ``<stem>_float32.tflite`` and so on."""
     return folder / f"{model.path.stem}{ONNX2TF_SUFFIX[precision]}"
 
 
-def _shape_overrides(model: ModelInfo) -> list[str]:
-    """``NAME:d0,d1,...`` for inputs whose non-batch dims are dynamic (fixed by the user)."""
-    overrides = []
-    for spec in model.inputs:
-        if any(not isinstance(d, int) for d in spec.shape[1:]):
-            shape = model.input_shape(spec.name, batch=1)
-            overrides.append(f"{spec.name}:{','.join(map(str, shape))}")
-    return overrides
+def _dynamic_inputs(model: ModelInfo) -> list[str]:
+    """Inputs with a dynamic dim off their batch axis (fixed by ``--shape`` or the data)."""
+    return [
+        s.name for s in model.inputs
+        if any(not isinstance(d, int) and i != model.batch_axis(s.name) for i, d in enumerate(s.shape))
+    ]  # fmt: skip
+
+
+def _fixed_graph(model: ModelInfo, scratch: Path) -> Path:
+    """The ONNX file onnx2tf converts: the model itself, or, when some input has dynamic
+    non-batch dims, a copy with every input's concrete shape at batch 1 written in (from
+    ``--shape`` or the data) and the shapes re-inferred. The runtime resizes the batch.
+
+    onnx2tf's ``overwrite_input_shape`` alone leaves the graph's stale symbolic shapes (on a
+    detector with symbolic height/width it then sees ``[1,2,?]`` against ``[?,4,?]``); a batch
+    left symbolic beside fixed dims breaks PP-OCR's ConvTranspose in onnx2tf.
+    """
+    if not _dynamic_inputs(model):
+        return model.path
+    import onnx
+
+    proto = onnx.load(str(model.path))
+    batch = model.fixed_batch() or 1
+    for value in proto.graph.input:
+        if value.name in model.input_names:
+            dims = value.type.tensor_type.shape.dim
+            for dim, size in zip(dims, model.input_shape(value.name, batch), strict=True):
+                dim.Clear()
+                dim.dim_value = size
+    del proto.graph.value_info[:]  # stale symbolic shapes of intermediates: re-inferred below
+    for value in proto.graph.output:
+        value.type.tensor_type.ClearField("shape")
+    proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    folder = scratch / "fixed"
+    folder.mkdir(exist_ok=True)
+    path = folder / model.path.name  # onnx2tf names its files after this stem
+    onnx.save(proto, str(path), save_as_external_data=proto.ByteSize() > 2**31 - 2**20)
+    return path
 
 
 def _write_calibration(
@@ -224,9 +282,14 @@ def _write_calibration(
 
 
 def _log_tail(log: Path, lines: int = 8) -> str:
+    """What went wrong, from the converter's log: its error lines when it printed any (a Python
+    exception's last line, onnx2tf's ``ERROR:`` lines), else its last lines; never a stack."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace"))
-    kept = [line for line in text.splitlines() if line.strip() and not line.startswith(("I0000", "W0000"))]
-    return " | ".join(kept[-lines:]) or "no output"
+    kept = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith(("I0000", "W0000"))]
+    raised = [line for line in kept if re.match(r"^[\w.]*(Error|Exception)\b", line)]
+    said = [line for line in kept if line.startswith("ERROR:")]
+    frames = re.compile(r'^(File "|Traceback|\^+$|~+$)')
+    return " | ".join(raised[-1:] or said[-2:] or [line for line in kept if not frames.match(line)][-lines:]) or "no output"
 
 
 # -- layout ------------------------------------------------------------------------------
@@ -243,11 +306,14 @@ def _resolve_layout(model: ModelInfo, tflite_file: Path) -> dict[str, Any]:
     import onnxruntime as ort
     from ai_edge_litert.interpreter import Interpreter
 
+    from autodeploy.data import feeds as batch_feeds
     from autodeploy.data import synthetic
 
     interpreter = Interpreter(model_path=str(tflite_file))
-    batch = 2 if model.batchable() else model.input_shape(model.inputs[0].name, batch=1)[0]
-    feeds = synthetic(model, batch, seed=7).inputs
+    # A graph whose shapes were fixed before conversion (:func:`_fixed_graph`) is probed at batch 1.
+    batch = 2 if model.batchable() and not _dynamic_inputs(model) else (model.fixed_batch() or 1)
+    axes = {name: model.batch_axis(name) for name in model.input_names}
+    feeds = batch_feeds(synthetic(model, batch, seed=7).inputs, 0, batch, axes)
     inputs = _match_inputs(model, interpreter.get_input_details(), feeds)
     for entry in inputs:
         detail = next(d for d in interpreter.get_input_details() if d["name"] == entry["tflite"])

@@ -84,7 +84,7 @@ def config_pbtxt(manifest: dict[str, Any], name: str, artifact: Artifact) -> str
     """The model configuration (protobuf text format) for the winner described by ``manifest``."""
     engine, settings = manifest["engine"].get("runtime", manifest["engine"]["name"]), manifest["settings"]
     model = manifest["model"]
-    batchable = all(s["shape"] and not isinstance(s["shape"][0], int) for s in model["inputs"])
+    batchable = _batch_first(model)
     max_batch = _max_batch(engine, settings["batch"], artifact) if batchable else 0
     lines = [f"# autodeploy winner {settings['engine']}/{settings['precision']}/b{settings['batch']}"
              f"/t{settings['threads'] or 'default'}: {manifest['measurements']['median_ms']:.3f} ms median "
@@ -108,6 +108,21 @@ def config_pbtxt(manifest: dict[str, Any], name: str, artifact: Artifact) -> str
     for key, value in params.items():
         lines.append(f'parameters {{\n  key: "{key}"\n  value: {{\n    string_value: "{value}"\n  }}\n}}')
     return "\n".join(lines) + "\n"
+
+
+def _batch_first(model: dict[str, Any]) -> bool:
+    """Triton batches on axis 0 of every input and output: true only when the model's batch
+    axis (:func:`autodeploy.model.batch_axes`) is the dynamic first dim of all of them."""
+    from autodeploy.model import TensorSpec, batch_axes
+
+    def specs(items: list[dict[str, Any]]) -> tuple[TensorSpec, ...]:
+        return tuple(TensorSpec(i["name"], i["dtype"], tuple(i["shape"])) for i in items)
+
+    inputs, outputs = specs(model["inputs"]), specs(model["outputs"])
+    axes = batch_axes(inputs, outputs, {})
+    return all(axes.get(s.name) == 0 and not isinstance(s.shape[0], int) for s in inputs) and all(
+        axes.get(s.name) == 0 for s in outputs
+    )
 
 
 def _max_batch(engine: str, batch: int, artifact: Artifact) -> int:

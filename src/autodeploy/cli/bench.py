@@ -14,7 +14,7 @@ from autodeploy.data import parse_input_pins
 from autodeploy.errors import TrialFailed, UsageError
 from autodeploy.harness.result import TrialResult
 from autodeploy.harness.timing import TimingPolicy
-from autodeploy.model import parse_shape_flags
+from autodeploy.model import parse_batch_axis_flags, parse_shape_flags
 
 
 def bench(
@@ -33,6 +33,10 @@ def bench(
     ] = None,
     shape: Annotated[
         list[str] | None, typer.Option(help="Fix an input shape, NAME=1x3x224x224; repeatable.")
+    ] = None,
+    batch_axis: Annotated[
+        list[str] | None,
+        typer.Option(help="An input's batch axis, INPUT=AXIS (or INPUT=none: never batched); repeatable."),
     ] = None,
     data: Annotated[
         Path | None, typer.Option(help="Input data: .npz or a folder of NAME.npy (plus optional 'labels').")
@@ -60,12 +64,15 @@ def bench(
     with spinner() as show:
         record = api.bench(model, engine=engine, precision=precision, batch=batch, threads=threads,
                            knobs=_parse_knobs(knob or []), shapes=parse_shape_flags(shape or []), data=data,
+                           batch_axes=parse_batch_axis_flags(batch_axis) if batch_axis else None,
                            pins=parse_input_pins(input or []), timing=timing, timeout_s=timeout, build_timeout_s=build_timeout,
                            memory_cap_mb=memory_cap_mb, db=db, progress=show, command=command_line())  # fmt: skip
     result = record.result
     if result.extra.get("reference_failed"):  # nothing was measured: the model itself cannot run here
         raise TrialFailed(result.failure_kind or "crashed",
                           f"{result.failure_message} (stored as failed trial {record.id})")  # fmt: skip
+    for note in record.model.notes:  # intake notes (dynamic -1 dims, optional inputs), after the checks
+        err.print(f"note: {shown(note)}")
     _print_result(result, record.id, record.model.name)
     if not record.ok:
         raise typer.Exit(1)
@@ -125,16 +132,20 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str) -> None:
             title=f"accuracy vs ONNX Runtime FP32 on {result.accuracy.n_samples} items "
             f"({result.accuracy.constraint}: {'pass' if result.accuracy.passed else 'FAIL'})"
         )
-        for column in ("output", "max abs", "mean rel", "cosine", "top-1 agreement", "task accuracy (ref)"):
+        columns = ("output", "max abs", "mean rel", "cosine", "top-1 agreement", "exact agreement", "task accuracy (ref)")
+        for column in columns:
             acc.add_column(column, justify="right" if column != "output" else "left")
         for o in result.accuracy.outputs:
             task = (
                 "-" if o.task_accuracy is None else f"{o.task_accuracy:.2%} ({o.reference_task_accuracy:.2%})"
             )
             top1 = "-" if o.top1_agreement is None else f"{o.top1_agreement:.2%}"
+            exact = "-" if o.exact_agreement is None else f"{o.exact_agreement:.2%}"
             acc.add_row(
-                shown(o.name), f"{o.max_abs:.3g}", f"{o.mean_rel:.3g}", f"{o.cosine:.6f}", top1, task
+                shown(o.name), f"{o.max_abs:.3g}", f"{o.mean_rel:.3g}", f"{o.cosine:.6f}", top1, exact, task
             )
         out.print(acc)
+    if result.extra.get("inputs"):
+        err.print(f"[yellow]note[/yellow]: {shown(result.extra['inputs'])}")
     if not result.ok:
         err.print(f"[red]failed ({result.failure_kind})[/red]: {shown(result.failure_message or '')}")

@@ -98,6 +98,8 @@ def tune(
                            min_duration_s=min_duration, shapes=parse_shape_flags(shape or []), data=data, db=db,
                            storage=storage, reporter=reporter, command=command_line())  # fmt: skip
     _print_summary(summary, summary.name)
+    if summary.inputs:
+        err.print(f"note: {shown(summary.inputs)}")
     if summary.winner is None:
         raise typer.Exit(1)
 

@@ -8,8 +8,10 @@ Metrics per output, all computed in float64:
   not blow up on reference elements near zero (logits, post-ReLU activations), so one
   near-zero element cannot dominate the number.
 * ``cosine``: cosine similarity of the flattened arrays (1.0 when both are all zeros).
-* ``top1_agreement``: for classifier-shaped outputs ``[N, C]`` with ``C > 1``, the fraction of
-  rows whose argmax over the last axis matches the reference's.
+* ``top1_agreement``: for classifier-shaped outputs (float ``[N, C]`` with ``C > 1``), the
+  fraction of rows whose argmax over the last axis matches the reference's.
+* ``exact_agreement``: for integer and boolean outputs (argmax ids, token ids, masks), the
+  fraction of elements exactly equal to the reference's: ids have no "close".
 
 NaN or inf in either array makes ``cosine`` NaN and fails the constraint. The pass/fail rule
 itself is :func:`autodeploy.verdict.accuracy_verdict`; this module only measures.
@@ -38,10 +40,10 @@ def compare(
 ) -> Accuracy:
     """Compare ``outputs`` with ``reference`` and check the accuracy constraint.
 
-    The constraint is :func:`autodeploy.verdict.accuracy_verdict` (DESIGN.md default): when any
-    output is classifier-shaped, every top-1 agreement must be ``>= 1 - max_top1_drop`` and,
-    with ``labels``, the task accuracy may drop by at most ``max_top1_drop`` from the
-    reference's; otherwise every output's cosine similarity must be ``>= min_cosine``.
+    The constraint is :func:`autodeploy.verdict.accuracy_verdict` (DESIGN.md default), per
+    output: an integer output's exact agreement and a classifier's top-1 agreement must be
+    ``>= 1 - max_top1_drop``, any other output's cosine similarity ``>= min_cosine``; with
+    ``labels`` the task accuracy may drop by at most ``max_top1_drop`` from the reference's.
     Non-finite values always fail.
 
     Args:
@@ -49,8 +51,8 @@ def compare(
         reference: The same names, shapes and ``N`` from the FP32 reference.
         labels: Optional ``N`` integer class labels; scored against the argmax of the first
             classifier-shaped output (in ``reference`` order).
-        max_top1_drop: Allowed top-1 agreement / task-accuracy drop, as a fraction.
-        min_cosine: Required cosine similarity where top-1 does not apply.
+        max_top1_drop: Allowed top-1 / exact agreement and task-accuracy drop, as a fraction.
+        min_cosine: Required cosine similarity of the outputs judged by cosine.
 
     Raises:
         ValueError: names, shapes or sample counts differ, an output has no sample axis,
@@ -91,7 +93,11 @@ def _check_inputs(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.
 
 
 def _is_classifier(a: np.ndarray) -> bool:
-    return a.ndim == 2 and a.shape[1] > 1
+    return a.dtype.kind in "fc" and a.ndim == 2 and a.shape[1] > 1
+
+
+def _is_discrete(a: np.ndarray) -> bool:
+    return a.dtype.kind in "iub"
 
 
 def _compare_one(name: str, got: np.ndarray, ref: np.ndarray) -> OutputAccuracy:
@@ -101,11 +107,14 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray) -> OutputAccuracy:
         diff = np.abs(a - b)
         max_abs = float(diff.max()) if diff.size else 0.0  # size 0: e.g. shape [N, 0]
         mean_rel = float(diff.mean() / (np.abs(b).mean() + _EPS)) if diff.size else 0.0
-    top1 = None
+    top1 = exact = None
     if _is_classifier(ref):
         top1 = float(np.mean(np.argmax(got, axis=-1) == np.argmax(ref, axis=-1)))
+    if _is_discrete(ref):
+        exact = float(np.mean(a == b)) if a.size else 1.0
     return OutputAccuracy(
-        name=name, max_abs=max_abs, mean_rel=mean_rel, cosine=_cosine(a, b), top1_agreement=top1
+        name=name, max_abs=max_abs, mean_rel=mean_rel, cosine=_cosine(a, b), top1_agreement=top1,
+        exact_agreement=exact,
     )
 
 

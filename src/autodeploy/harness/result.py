@@ -73,13 +73,15 @@ class OutputAccuracy:
     top1_agreement: float | None = None  # for classifier-shaped outputs [N, classes]
     task_accuracy: float | None = None  # when the user gave labels
     reference_task_accuracy: float | None = None
+    exact_agreement: float | None = None  # for integer outputs (ids): the fraction of equal elements
 
 
 @dataclass(frozen=True)
 class Accuracy:
     outputs: tuple[OutputAccuracy, ...]
     n_samples: int
-    #: The constraint checked (DESIGN.md default: top-1 agreement >= 0.99, else cosine >= 0.99).
+    #: The constraint checked (DESIGN.md default, per output: top-1 agreement >= 0.99 for
+    #: classifiers, exact agreement >= 0.99 for integer outputs, else cosine >= 0.99).
     constraint: str
     passed: bool
 

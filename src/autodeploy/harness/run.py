@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 
+from autodeploy import verdict
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.adapters.registry import target_of
 from autodeploy.data import Dataset, split, synthetic
@@ -37,6 +38,12 @@ POLL_S = 0.05
 TERM_GRACE_S = 3.0
 REFERENCE_ENGINE = "onnxruntime"
 REFERENCE_FAILED = "the ONNX Runtime FP32 reference could not run"
+#: Said with every result measured without user data (``extra["inputs"]``), so no verdict on
+#: noise passes for a verdict on real inputs.
+SYNTHETIC_NOTE = (
+    "accuracy was judged on synthetic inputs (random values), not on real data; "
+    "give --data with real inputs for a verdict about them"
+)
 Progress = Callable[[str], None]
 
 
@@ -75,6 +82,7 @@ class PreparedData:
     calibration_items: int
     evaluation_items: int
     has_labels: bool
+    synthetic: bool = False  # made by :func:`synthetic`, not given
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,7 @@ def prepare_data(
     With ``data`` only, it is split (seeded) into calibration and evaluation; with neither,
     synthetic inputs are made for both.
     """
+    made = data is None
     if data is None:
         total = settings.calibration_items + settings.evaluation_items
         data = synthetic(model, total, seed=settings.seed, pins=pins)
@@ -118,7 +127,8 @@ def prepare_data(
         paths.append((path, digest))
     (cal_path, cal_sha), (ev_path, ev_sha) = paths
     return PreparedData(
-        cal_path, cal_sha, ev_path, ev_sha, len(calibration), len(evaluation), evaluation.labels is not None
+        cal_path, cal_sha, ev_path, ev_sha, len(calibration), len(evaluation), evaluation.labels is not None,
+        made,
     )
 
 
@@ -130,7 +140,7 @@ def reference(
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    batch = 8 if model.batchable() else 1
+    batch = 8 if model.batchable() else (model.fixed_batch() or 1)
     spec = _spec(
         "reference", model, TrialConfig(REFERENCE_ENGINE, batch=batch), data, settings, output_path=str(out)
     )
@@ -158,6 +168,7 @@ class Prepared:
     build_s: float | None = None
     engine_version: str | None = None
     failure: tuple[str, str] | None = None  # (kind, message)
+    synthetic: bool = False  # the evaluation inputs were made up: every result says so
 
 
 def prepare(
@@ -190,11 +201,11 @@ def prepare(
         built = run_worker(spec, settings.build_timeout_s, settings.memory_cap_mb, progress)
         if built.status != "ok":
             failure = (built.failure_kind or "build_failed", built.failure_message or "")
-            return Prepared(uid, config, scenario, None, failure=failure)
+            return Prepared(uid, config, scenario, None, failure=failure, synthetic=data.synthetic)
         artifact = Path(built.payload["artifact_path"])
         build_s, engine_version = built.payload["build_s"], built.payload.get("engine_version")
     spec = replace(spec, mode="measure", artifact_path=str(artifact), reference_path=str(ref))
-    return Prepared(uid, config, scenario, spec, build_s, engine_version)
+    return Prepared(uid, config, scenario, spec, build_s, engine_version, synthetic=data.synthetic)
 
 
 def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | None = None) -> TrialResult:
@@ -204,21 +215,23 @@ def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | 
     failed with kind ``inaccurate``, its latency and accuracy filled in.
     """
     uid, config = prepared.uid, prepared.config
+    note = {"inputs": SYNTHETIC_NOTE} if prepared.synthetic else {}
     if prepared.spec is None:
         kind, message = prepared.failure or ("build_failed", "not built")
-        return TrialResult.failed(uid, config, kind, message)
+        return TrialResult.failed(uid, config, kind, message, extra=note)
     measured = run_worker(prepared.spec, settings.timeout_s, settings.memory_cap_mb, progress)
     if measured.status != "ok":
-        return TrialResult.failed(uid, config, measured.failure_kind or "run_failed",
-                                  measured.failure_message or "", engine_version=prepared.engine_version)  # fmt: skip
+        return TrialResult.failed(uid, config, measured.failure_kind or "run_failed", measured.failure_message or "",
+                                  engine_version=prepared.engine_version, extra=note)  # fmt: skip
     p = measured.payload
     measurement = replace(Measurement.from_dict(p["measurement"]), build_s=prepared.build_s)
     fields: dict[str, Any] = dict(engine_version=p["engine_version"], measurement=measurement,
                                   artifact_path=p["artifact_path"], artifact_files=p["artifact_files"],
-                                  extra=p["extra"])  # fmt: skip
+                                  extra={**p["extra"], **note})  # fmt: skip
     accuracy = measurement.accuracy
     if accuracy is not None and not accuracy.passed:
-        message = f"breaks the accuracy constraint ({accuracy.constraint})"
+        worst = verdict.worst(accuracy.outputs, max_drop=settings.max_top1_drop, min_cosine=settings.min_cosine)
+        message = f"breaks the accuracy constraint ({accuracy.constraint}); worst: {worst}"
         return TrialResult.failed(uid, config, "inaccurate", message, **fields)
     return TrialResult(uid=uid, config=config, status="ok", **fields)
 

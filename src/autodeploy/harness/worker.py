@@ -65,6 +65,10 @@ class _Job:
         self.config = TrialConfig.from_dict(spec.config)
         self.engine = load_target(self.config.engine, spec.engine_target)
 
+    def _axes(self) -> dict[str, int | None]:
+        """The batch axis of every input and output, as the model (or --batch-axis) says."""
+        return {n: self.model.batch_axis(n) for n in (*self.model.input_names, *self.model.output_names)}
+
     def phase(self, name: str) -> None:
         Path(f"{self.result_path}.phase").write_text(name)
 
@@ -108,7 +112,7 @@ class _Job:
     def measure(self) -> dict[str, Any]:
         version = self.ready()
         evaluation = Dataset.load(Path(self.spec.evaluation_path or ""))
-        batches = evaluation.batches(self.config.batch)
+        batches = evaluation.batches(self.config.batch, self._axes())
         gc.collect()
         baseline = _reset_peak_rss()
         runner, digests = self.load()
@@ -123,7 +127,7 @@ class _Job:
             server = _step("run_failed", lambda: max_rate_under_sla(
                 lambda: runner.run(feeds), self.spec.sla_ms or 0.0, service_ms))
         self.phase("accuracy")
-        outputs = _step("run_failed", lambda: _run_all(runner, batches, len(evaluation)))
+        outputs = _step("run_failed", lambda: _run_all(runner, batches, len(evaluation), self._axes()))
         peak = _peak_rss() - baseline
         runner.close()
         reference = dict(np.load(self.spec.reference_path or "", allow_pickle=False))
@@ -163,7 +167,8 @@ class _Job:
         runner, _ = self.load()
         self.phase("reference")
         outputs = _step(
-            "run_failed", lambda: _run_all(runner, evaluation.batches(self.config.batch), len(evaluation))
+            "run_failed",
+            lambda: _run_all(runner, evaluation.batches(self.config.batch, self._axes()), len(evaluation), self._axes()),
         )
         runner.close()
         # A non-finite reference cannot judge anything: every trial would read as "inaccurate".
@@ -185,13 +190,36 @@ def _private_copy(model: ModelInfo, folder: Path) -> ModelInfo:
     return replace(model, path=folder / model.path.name)
 
 
-def _run_all(runner: Runner, batches: list[dict[str, np.ndarray]], n: int) -> dict[str, np.ndarray]:
-    """Run every batch and return each output over the items, padding trimmed."""
+def _run_all(
+    runner: Runner, batches: list[dict[str, np.ndarray]], n: int, axes: dict[str, int | None]
+) -> dict[str, np.ndarray]:
+    """Run every batch and return each output item-leading over the items, padding trimmed.
+
+    An output's batch axis (``axes``, default 0) is moved to the front. An output without one
+    (e.g. a state without batch), or whose size there is not the call's batch (a model that
+    declares ``[1, seqlen]`` and returns ``[seq, 1, classes]``, as ddddocr's CRNN does), is
+    repeated for each item of its call: outputs line up item by item, never cut mid-call.
+    """
     collected: dict[str, list[np.ndarray]] = {}
     for feeds in batches:
+        items = _items(feeds, axes)
         for name, value in runner.run(feeds).items():
-            collected.setdefault(name, []).append(np.asarray(value))
+            value, axis = np.asarray(value), axes.get(name, 0)
+            if axis is None or axis >= value.ndim or value.shape[axis] != items:
+                value = np.repeat(value[None], items, axis=0)
+            else:
+                value = np.moveaxis(value, axis, 0)
+            collected.setdefault(name, []).append(value)
     return {name: np.concatenate(parts)[:n] for name, parts in collected.items()}
+
+
+def _items(feeds: dict[str, np.ndarray], axes: dict[str, int | None]) -> int:
+    """How many items one call carries: the batch dim of its first batched input (1 if none is)."""
+    for name, value in feeds.items():
+        axis = axes.get(name, 0)
+        if axis is not None and axis < value.ndim:
+            return int(value.shape[axis])
+    return 1
 
 
 def _reset_peak_rss() -> int:

@@ -126,7 +126,7 @@ class InhouseEngine(Engine):
             "passes": {p.name: p.rewrites for p in pass_report.passes if p.changed},
         }
         if config.precision == "int8":
-            optimized, quant = _quantize(optimized, config, calibration)
+            optimized, quant = _quantize(optimized, config, calibration, model)
             report["quantization"] = quant
             meta.update(
                 calibration=quant["calibration"],
@@ -156,7 +156,7 @@ class InhouseEngine(Engine):
 
 
 def _quantize(
-    model: Any, config: TrialConfig, calibration: Mapping[str, np.ndarray] | None
+    model: Any, config: TrialConfig, calibration: Mapping[str, np.ndarray] | None, info: ModelInfo
 ) -> tuple[Any, dict[str, Any]]:
     from autodeploy.inhouse.quantize import QuantConfig, quantize
 
@@ -171,7 +171,8 @@ def _quantize(
         reduce_range=bool(reduce_range),
         accuracy_budget=ACCURACY_BUDGET if config.knobs.get("fallback", True) else None,
     )
-    quantized, report = quantize(model, calibration, settings)
+    axes = {name: info.batch_axis(name) for name in info.input_names}
+    quantized, report = quantize(model, calibration, settings, axes)
     return quantized, report.to_dict()
 
 

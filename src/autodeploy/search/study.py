@@ -91,6 +91,7 @@ class StudySummary:
     tie_with: list[str] = field(default_factory=list)  # labels statistically tied with the winner
     speedup_vs_baseline: float | None = None
     note: str = ""  # e.g. "no trial meets the constraints: best-so-far shown"
+    inputs: str = ""  # what accuracy was judged on, when it was not the user's data
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

