@@ -6,7 +6,19 @@ import sys
 
 import typer
 
-from autodeploy.cli import bench, bundle, dashboard, engines, export, gate, inhouse, results, tune, zoo
+from autodeploy.cli import (
+    bench,
+    bundle,
+    dashboard,
+    engines,
+    export,
+    gate,
+    inhouse,
+    results,
+    schema,
+    tune,
+    zoo,
+)
 from autodeploy.cli._common import err, shown
 from autodeploy.errors import AutodeployError
 
@@ -23,6 +35,7 @@ app.command("tune")(tune.tune)
 app.command("dashboard")(dashboard.dashboard)
 app.command("export")(export.export)
 app.command("gate", cls=gate.GateCommand)(gate.gate)
+app.command("schema")(schema.schema)
 app.add_typer(results.app, name="results")
 app.add_typer(zoo.app, name="zoo")
 app.add_typer(inhouse.app, name="inhouse")

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from autodeploy.cli._common import err, fmt_ms, out, shown
+from autodeploy.cli._common import Format, FormatOption, emit, err, fmt_ms, out, shown
 
 app = typer.Typer(
     help="Check, describe and measure an exported bundle (folder or .tar.gz).", no_args_is_help=True
@@ -24,6 +24,7 @@ def verify(
     path: BundlePath,
     trust: TrustOption = None,
     db: Annotated[str | None, typer.Option(help="Results database to look the bundle up in: which trial it was exported from.")] = None,
+    format: FormatOption = Format.table,
 ) -> None:  # fmt: skip
     """Check every file against the manifest's SHA-256 and size (and the signature with --trust), and
     whether this machine can run it."""
@@ -36,9 +37,11 @@ def verify(
         digest = manifest_digest(root)
     files = manifest["files"]
     size = sum(f["size"] for f in files.values())
-    out.print(
-        f"[green]ok[/]: {shown(str(path))}: {len(files) + 2} files match the manifest ({size / 2**20:.2f} MB)"
-    )
+    if format is not Format.table:
+        emit(format, _verified(path, manifest, digest, signed=trust is not None))
+        return
+    out.print(f"[green]ok[/]: {shown(str(path))}: {len(files)} files match the manifest ({size / 2**20:.2f} MB; "
+              "manifest.json checked against manifest.sha256)")  # fmt: skip
     if trust is None:
         out.print("integrity only: the files are the ones the manifest lists, but anyone can write a manifest; "
                   "pass --trust PUBKEY to check who made it")  # fmt: skip
@@ -57,13 +60,18 @@ def verify(
 
 
 @app.command()
-def info(path: BundlePath) -> None:
+def info(path: BundlePath, format: FormatOption = Format.table) -> None:
     """What the bundle holds: model, engine, tuned settings, the measurements that chose it, its files."""
     from autodeploy.bundle import BundleError, check_compatible, opened, read_manifest
     from autodeploy.device import probe_device
 
     with opened(path) as root:
         m = read_manifest(root)
+    if format is not Format.table:
+        from autodeploy.report import SCHEMA_VERSION
+
+        emit(format, {"schema": "autodeploy.bundle", "schema_version": SCHEMA_VERSION, "path": str(path), "manifest": m})
+        return
     s, meas, src = m["settings"], m["measurements"], m["source"]
     table = Table(title=f"bundle {shown(str(path))}", show_header=False)
     table.add_column("field", style="bold")
@@ -82,8 +90,8 @@ def info(path: BundlePath) -> None:
         ("measured on", f"{m['device']['cpu']} (fingerprint {m['device']['fingerprint']})"),
         (
             "latency",
-            f"median {fmt_ms(meas['median_ms'])} ms, p90 {fmt_ms(meas['p90_ms'])} ms, "
-            f"p99 {fmt_ms(meas['p99_ms'])} ms ({meas['n_samples']} samples, {meas['scenario']})",
+            f"median {fmt_ms(meas['median_ms'])}, p90 {fmt_ms(meas['p90_ms'])}, "
+            f"p99 {fmt_ms(meas['p99_ms'])} ({meas['n_samples']} samples, {meas['scenario']})",
         ),  # fmt: skip
         ("throughput", f"{meas['throughput'] or 0:.1f} items/s; peak RSS {meas['peak_rss_mb'] or 0:.1f} MB"),
         ("accuracy", _accuracy(m["accuracy"])),
@@ -95,7 +103,7 @@ def info(path: BundlePath) -> None:
         ("reproduce", src["reproduce"] or "-"),
         (
             "files",
-            f"{len(m['files'])} + manifest, {sum(f['size'] for f in m['files'].values()) / 2**20:.2f} MB",
+            f"{len(m['files'])} + manifest.json and manifest.sha256, {sum(f['size'] for f in m['files'].values()) / 2**20:.2f} MB",
         ),
     ]
     for field, value in rows:
@@ -157,6 +165,21 @@ def run(
     if here.fingerprint != m["device"]["fingerprint"]:
         err.print(f"[yellow]note[/]: measured on another device ({shown(m['device']['cpu'])}); "
                   f"this is {shown(here.cpu_model)}")  # fmt: skip
+
+
+def _verified(path: Path, manifest: dict[str, Any], digest: str, *, signed: bool) -> dict[str, Any]:
+    """What ``bundle verify`` found, as a record: the files checked, and whether this machine can run it."""
+    from autodeploy.bundle import BundleError, check_compatible
+    from autodeploy.report import SCHEMA_VERSION
+
+    try:
+        warnings, runs = check_compatible(manifest), None
+    except BundleError as error:
+        warnings, runs = [], str(error)
+    files = manifest["files"]
+    return {"schema": "autodeploy.bundle_verify", "schema_version": SCHEMA_VERSION, "path": str(path), "ok": True,
+            "files": len(files), "size_bytes": sum(f["size"] for f in files.values()), "manifest_sha256": digest,
+            "signed": signed, "runs_here": runs is None, "cannot_run_because": runs, "warnings": list(warnings)}  # fmt: skip
 
 
 def _provenance(db: str, digest: str) -> None:

@@ -18,7 +18,7 @@ from rich.status import Status
 from rich.table import Table
 
 from autodeploy import api
-from autodeploy.cli._common import command_line, err, out, shown
+from autodeploy.cli._common import Format, FormatOption, command_line, emit, err, out, shown
 from autodeploy.errors import UsageError
 from autodeploy.model import parse_shape_flags
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
@@ -86,6 +86,7 @@ def tune(
     storage: Annotated[
         str | None, typer.Option(help="Optuna storage URL shared by workers (default: the results database).")
     ] = None,
+    format: FormatOption = Format.table,
 ) -> None:
     """Search the fastest config for a model on this device, re-measure the finalists and report the winner."""
     if model is None and config is None:
@@ -97,7 +98,12 @@ def tune(
                            sla_ms=sla_ms, finalists=finalists, rounds=rounds, min_samples=min_samples,
                            min_duration_s=min_duration, shapes=parse_shape_flags(shape or []), data=data, db=db,
                            storage=storage, reporter=reporter, command=command_line())  # fmt: skip
-    _print_summary(summary, summary.name)
+    if format is Format.table:
+        _print_summary(summary, summary.name)
+    else:
+        from autodeploy.report import study_record
+
+        emit(format, study_record(summary))
     if summary.winner is None:
         raise typer.Exit(1)
 
