@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import enum
 import json
+import os
 import re
 import shlex
 import sys
@@ -22,13 +23,46 @@ from autodeploy.api import cache_dir
 from autodeploy.model import ResolvedModel
 
 __all__ = ["Format", "FormatOption", "ResolvedModel", "cache_dir", "command_line", "emit", "err", "fmt_ms",
-           "fmt_ms_ci", "fmt_pct", "out", "resolve_model", "shown", "spinner"]  # fmt: skip
+           "fmt_ms_ci", "fmt_pct", "engine_noise", "out", "quiet_engines", "resolve_model", "shown", "spinner"]  # fmt: skip
 
 #: Piped or redirected output is never cut to 80 columns: tables keep every cell whole.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
 err = Console(stderr=True, highlight=False)
 #: C0 and C1 control characters: an ANSI escape in a model's input name must not drive the terminal.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+#: Engines' own log levels when not -v: TensorFlow/LiteRT, OpenVINO. Workers inherit them.
+_QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "OPENVINO_LOG_LEVEL": "1", "ORT_LOGGING_LEVEL": "3"}
+_quiet = True
+
+
+def quiet_engines(quiet: bool) -> None:
+    """Silence the engines' own logging (their INFO lines are not ours to show) unless ``-v``."""
+    global _quiet
+    _quiet = quiet
+    for name, value in _QUIET_ENV.items():
+        if quiet:
+            os.environ.setdefault(name, value)
+
+
+@contextmanager
+def engine_noise() -> Iterator[None]:
+    """Hide what engine C++ code writes straight to file descriptor 2 (e.g. LiteRT's ``INFO: Created
+    TensorFlow Lite XNNPACK delegate``) while an engine loads in this process; shown with ``-v``."""
+    if not _quiet:
+        yield
+        return
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
 
 
 def shown(value: object) -> str:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from autodeploy.cli._common import Format, FormatOption, emit, err, fmt_ms, out, shown
+from autodeploy.cli._common import Format, FormatOption, emit, engine_noise, err, fmt_ms, out, shown
 
 app = typer.Typer(
     help="Check, describe and measure an exported bundle (folder or .tar.gz).", no_args_is_help=True
@@ -139,9 +139,13 @@ def run(
 
     policy = TimingPolicy(min_samples=min_samples, min_duration_s=min_duration, max_duration_s=max_duration)
     with opened(path) as root:
-        with loader.load(root, allow_other_version=allow_other_version, trust=trust) as predictor:
+        with engine_noise():
+            predictor = loader.load(root, allow_other_version=allow_other_version, trust=trust)
+        with predictor:
             m = predictor.manifest
             feeds = _feeds(m, root, data)
+            with engine_noise():  # some engines (LiteRT) create their delegates on the first call
+                predictor.run(feeds)
             with err.status(f"timing {shown(str(path))} ({len(next(iter(feeds.values())))} items per call)"):
                 timed = time_calls(lambda: predictor.run(feeds), policy)
     for warning in predictor.warnings:

@@ -21,6 +21,7 @@ from autodeploy import api
 from autodeploy.cli._common import Format, FormatOption, command_line, emit, err, out, shown
 from autodeploy.errors import UsageError
 from autodeploy.model import parse_shape_flags
+from autodeploy.search.config import EXAMPLES
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 Many = list[str] | None
@@ -31,7 +32,8 @@ def tune(
         str | None, typer.Argument(help="An .onnx file or zoo:NAME (or `model:` in --config).")
     ] = None,
     config: Annotated[
-        Path | None, typer.Option(help="Study config YAML (see configs/); flags override it.")
+        Path | None, typer.Option(metavar="YAML", help=f"Study config; flags override it. Examples, usable by name "
+                                  f"(e.g. latency-mobilenetv2.yaml): {EXAMPLES}")
     ] = None,
     name: Annotated[str | None, typer.Option(help="Study name (default: MODEL-OBJECTIVE-DEVICE).")] = None,
     objective: Annotated[str | None, typer.Option(help="latency | throughput | server | pareto.")] = None,
