@@ -137,7 +137,7 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str) -> None:
     if lat.unstable:
         err.print(f"[yellow]unstable[/]: the calls vary by {lat.cv:.0%} (CV > 10%), so small differences mean "
                   "little; try a longer run (--min-duration 10), fewer threads (--threads 1) or a quieter "
-                  "machine (close other programs, plug in the laptop)")  # fmt: skip
+                  "machine (close other programs, plug in the laptop)", soft_wrap=True)  # fmt: skip
     if result.accuracy is not None:
         acc = Table(
             title=f"accuracy vs ONNX Runtime FP32 on {result.accuracy.n_samples} items "

@@ -159,11 +159,12 @@ def run(
     table.add_column("statistic")
     table.add_column(f"manifest ({m['device']['fingerprint'][:8]})", justify="right")
     table.add_column(f"this machine ({here.fingerprint[:8]})", justify="right")
-    table.add_column("this / manifest", justify="right")
-    for label, theirs, ours in (("median ms", meas["median_ms"], stats.median), ("p90 ms", meas["p90_ms"], stats.p90),
-                                ("p99 ms", meas["p99_ms"], stats.p99), ("items/s", meas["throughput"], throughput)):  # fmt: skip
-        ratio = "-" if not theirs or ours is None else f"{ours / theirs:.3g}x"
-        table.add_row(label, fmt_ms(theirs), fmt_ms(ours), ratio)
+    table.add_column("this machine vs manifest", justify="right")
+    for label, theirs, ours in (("median", meas["median_ms"], stats.median), ("p90", meas["p90_ms"], stats.p90),
+                                ("p99", meas["p99_ms"], stats.p99)):  # fmt: skip
+        table.add_row(label, fmt_ms(theirs), fmt_ms(ours), _compared(ours, theirs, lower_is_faster=True))
+    table.add_row("throughput", f"{meas['throughput'] or 0:.1f} items/s", f"{throughput:.1f} items/s",
+                  _compared(throughput, meas["throughput"], lower_is_faster=False))  # fmt: skip
     table.add_row("samples", str(meas["n_samples"]), f"{stats.n} (+{timed.warmup_calls} warm-up)", "")
     out.print(table)
     if here.fingerprint != m["device"]["fingerprint"]:
@@ -184,6 +185,17 @@ def _verified(path: Path, manifest: dict[str, Any], digest: str, *, signed: bool
     return {"schema": "autodeploy.bundle_verify", "schema_version": SCHEMA_VERSION, "path": str(path), "ok": True,
             "files": len(files), "size_bytes": sum(f["size"] for f in files.values()), "manifest_sha256": digest,
             "signed": signed, "runs_here": runs is None, "cannot_run_because": runs, "warnings": list(warnings)}  # fmt: skip
+
+
+def _compared(ours: float | None, theirs: float | None, *, lower_is_faster: bool) -> str:
+    """``1.25x slower`` / ``1.25x faster`` / ``same``: which way this machine differs from the manifest."""
+    if not ours or not theirs:
+        return "-"
+    ratio = ours / theirs
+    if abs(ratio - 1) < 0.005:
+        return "same"
+    faster = ratio < 1 if lower_is_faster else ratio > 1
+    return f"{max(ratio, 1 / ratio):.2f}x {'faster' if faster else 'slower'}"
 
 
 def _provenance(db: str, digest: str) -> None:
