@@ -1,8 +1,9 @@
 """``autodeploy gate`` end to end: real workers, real ONNX Runtime, a real SQLite file.
 
-The machine CI runs on is shared and noisy, so the pass test judges at ``--max-regression 50%``:
-it checks that a model against itself is not judged slower and that six rounds rule out a 50%
-regression, not that this machine is quiet enough to rule out 5%. The slow model does 5x the
+The machine CI runs on is shared and noisy, so the pass test judges at ``--max-regression 50%``
+and asserts what holds on any machine: a model against itself is never judged slower (pass where
+six rounds rule out a 50% regression, inconclusive where the machine is too loaded to), not that
+this machine is quiet enough to rule out anything. The slow model does 5x the
 work of the baseline, far beyond any noise.
 """
 
@@ -44,15 +45,23 @@ def gate(capsys, *argv: str) -> tuple[int, str, str]:
 
 @pytest.mark.slow
 def test_a_model_against_itself_passes(models, db, tmp_path, capsys):
+    """A model against itself is never judged slower: *not fail*, which holds on any machine.
+
+    On a quiet machine six rounds rule out a 50% regression (pass). On a loaded 2-core machine the
+    per-run CV reached 23-29% and the upper bound went past 50%: *inconclusive* is then the gate's
+    honest answer (exit 2), so the test accepts it; what it must never be is *fail* (exit 1).
+    """
     _, base, _ = models
     junit, md = tmp_path / "gate.xml", tmp_path / "gate.md"
     # An even number of rounds puts each side first equally often (the order flips every round).
     code, out, err = gate(capsys, "--baseline", str(base), "--candidate", str(base), *FAST, "--rounds", "6",
                           "--max-regression", "50%", "--db", db, "--junit", str(junit), "--markdown", str(md))  # fmt: skip
-    assert code == 0, out + err
-    assert "autodeploy gate: PASS (interleaved A/B)" in out and md.read_text() in out
+    assert code in (0, 2), out + err  # pass or inconclusive, never fail (1)
+    verdict = {0: "PASS", 2: "INCONCLUSIVE"}[code]
+    assert f"autodeploy gate: {verdict} (interleaved A/B)" in out and md.read_text() in out
     suite = ET.parse(junit).getroot().find("testsuite")
-    assert suite.get("failures") == "0" and suite.get("skipped") == "0"
+    assert suite.get("failures") == "0"
+    assert code == 2 or suite.get("skipped") == "0"  # an inconclusive latency metric is reported as skipped
     assert [c.get("name") for c in suite.findall("testcase")] == [
         "latency p10",
         "latency median",
@@ -60,8 +69,10 @@ def test_a_model_against_itself_passes(models, db, tmp_path, capsys):
     ]
     with Store.open(db) as store:
         (row,) = store.list_gate_runs()
-    assert row.verdict == "pass" and row.baseline_sha256 == row.candidate_sha256
+    assert row.verdict == verdict.lower() and row.verdict != "fail" and row.baseline_sha256 == row.candidate_sha256
     assert len(row.settings["rounds_measured"]["candidate"]) == 6 and row.command.startswith("autodeploy")
+    # whatever the noise, the same model is never *significantly* slower than itself
+    assert "slower (limit" not in out
 
 
 @pytest.mark.slow
