@@ -184,3 +184,14 @@ def test_bundle_runs_in_a_fresh_virtualenv_with_only_numpy_and_the_engine(stored
         [str(python), "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
     )
     assert proc.returncode != 0 and "model/model.onnx does not match its SHA-256" in proc.stderr
+
+
+def test_cli_verify_and_info_as_json(bundle, capsys):
+    code, out, err = run_cli(capsys, "bundle", "verify", str(bundle), "--format", "json")
+    assert code == 0, err
+    verified = json.loads(out)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert verified["ok"] is True and verified["files"] == len(manifest["files"]) and verified["runs_here"] is True
+    assert verified["size_bytes"] == sum(f["size"] for f in manifest["files"].values())
+    code, out, err = run_cli(capsys, "bundle", "info", str(bundle), "--format", "json")
+    assert code == 0 and json.loads(out)["manifest"] == manifest, err

@@ -163,3 +163,24 @@ def test_a_bundle_is_measured_with_its_own_artifact_and_settings(models, db, tmp
                           "--db", db)  # fmt: skip
     assert code == 1, out + err
     assert "(bundle, `onnxruntime/fp32/b1/t1`" in out and "(model, " in out
+
+
+@pytest.mark.slow
+def test_json_and_csv_verdicts_for_programs(models, db, capsys):
+    import csv
+    import io
+    import json
+
+    _, base, _ = models
+    few = ["--rounds", "2", "--min-samples", "2", "--calls", "64", "--duration", "0.05", "--db", db]
+    code, out, err = gate(capsys, "--baseline", str(base), "--candidate", str(base), *few, "--format", "json")
+    record = json.loads(out)  # stdout holds the JSON alone
+    assert code == record["exit_code"] == 2, err  # 2 runs a side can never be significant: inconclusive
+    assert record["verdict"] == "inconclusive" and [m["name"] for m in record["metrics"]][:2] == ["latency p10", "latency median"]
+    with Store.open(db) as store:
+        (row,) = store.list_gate_runs()
+    assert row.metrics == record["metrics"]
+    code, out, _ = gate(capsys, "--baseline", str(base), "--candidate", str(base), *few, "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 2 and [r["name"] for r in rows] == [m["name"] for m in record["metrics"]]
+    assert {r["gate_verdict"] for r in rows} == {"inconclusive"} and rows[-1]["verdict"] == "pass"  # accuracy

@@ -251,10 +251,10 @@ def _gate_record(result: Any) -> dict[str, Any]:
 
 
 def _gate_rows(result: Any) -> list[dict[str, Any]]:
-    """One CSV row per metric, each with the overall verdict: ``--format csv``."""
+    """One CSV row per metric (its own ``verdict``), each with the gate's: ``--format csv``."""
     record = _gate_record(result)
-    return [{"verdict": record["verdict"], "mode": record["mode"], "exit_code": record["exit_code"], **metric}
-            for metric in record["metrics"]]  # fmt: skip
+    return [{"gate_verdict": record["verdict"], "gate_mode": record["mode"], "exit_code": record["exit_code"],
+             **metric} for metric in record["metrics"]]  # fmt: skip
 
 
 def _die(error: AutodeployError, code: int) -> None:
