@@ -324,6 +324,10 @@ def _why_not_screening_best(summary: StudySummary) -> str:
         return (f"{first.label} led the screening and ties with the winner when re-measured "
                 f"({_stat_ci(first.statistic, first.ci, objective)}): the cheaper config (fewer threads, then a "
                 "smaller batch) is preferred")  # fmt: skip
+    if winner.baseline:
+        return (f"{first.label} led the screening; the ONNX Runtime fp32 default, re-measured interleaved with the "
+                f"finalists as the baseline, was faster: {_stat_ci(winner.statistic, winner.ci, objective)} against "
+                f"{_stat_ci(first.statistic, first.ci, objective)}")  # fmt: skip
     return (f"{first.label} led the screening, but re-measured interleaved with the others over "
             f"{first.n_samples} samples it reached {_stat_ci(first.statistic, first.ci, objective)}, against the "
             f"winner's {_stat_ci(winner.statistic, winner.ci, objective)}: the short screening run flattered it")  # fmt: skip
