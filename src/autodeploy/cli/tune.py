@@ -337,6 +337,7 @@ def _print_next_steps(name: str, db: str | None) -> None:
     db_flag = "" if db is None else f" --db {shlex.quote(db)}"
     folder = shlex.quote(f"{name}-bundle")
     out.print("next:")
-    out.print(f"  autodeploy export {shlex.quote(name)} -o {folder}{db_flag}   [dim]# ship the winner as a bundle[/]")
-    out.print(f"  autodeploy bundle run {folder}   [dim]# load it (checksums verified) and time it here[/]")
-    out.print(f"  autodeploy dashboard{db_flag}   [dim]# compare every trial in the browser[/]")
+    for command, why in ((f"autodeploy export {shlex.quote(name)} -o {folder}{db_flag}", "ship the winner as a bundle"),
+                         (f"autodeploy bundle run {folder}", "load it (checksums verified) and time it here"),
+                         (f"autodeploy dashboard{db_flag}", "compare every trial in the browser")):  # fmt: skip
+        out.print(f"  {shown(command)}   [dim]# {why}[/]", soft_wrap=True)
