@@ -60,9 +60,19 @@ def engine_noise() -> Iterator[None]:
         yield
     finally:
         sys.stderr.flush()
+        _flush_c_streams()  # a pipe makes C's stderr buffered: flush it into /dev/null, not after the restore
         os.dup2(saved, 2)
         os.close(saved)
         os.close(null)
+
+
+def _flush_c_streams() -> None:
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):  # no C library to flush (not POSIX): nothing was buffered by it either
+        pass
 
 
 def shown(value: object) -> str:
