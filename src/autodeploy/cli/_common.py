@@ -32,8 +32,9 @@ err = Console(stderr=True, highlight=False)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-#: Engines' own log levels when not -v: TensorFlow/LiteRT, OpenVINO. Workers inherit them.
-_QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "OPENVINO_LOG_LEVEL": "1", "ORT_LOGGING_LEVEL": "3"}
+#: Engines' own log levels when not -v (TensorFlow and the LiteRT converter read it); workers inherit it.
+#: What engines print straight to fd 2 while loading in this process is hidden by :func:`engine_noise`.
+_QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3"}
 _quiet = True
 
 
