@@ -2,6 +2,7 @@
 
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -38,7 +39,7 @@ def _cases(tmp):
     }
 
 
-CASES = list(_cases(__import__("pathlib").Path("/")))
+CASES = list(_cases(Path("/")))  # the case names; each test builds its own paths
 
 
 @pytest.mark.parametrize("case", CASES)
