@@ -222,7 +222,7 @@ def tune(
 
     Args:
         model: an ``.onnx`` path or ``zoo:NAME`` (or ``model`` in ``config``).
-        config: a YAML study config file (see ``configs/``), or the same keys as a mapping.
+        config: a YAML study config file (or the name of an example in ``autodeploy/configs/``), or the same keys as a mapping.
         name: the study's name (default ``MODEL-OBJECTIVE-FINGERPRINT``).
         objective: ``latency``, ``throughput``, ``server`` (needs ``sla_ms``) or ``pareto``.
         engines, precisions, batches, threads, knobs: the search space (default: all available here).

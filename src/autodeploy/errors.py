@@ -3,6 +3,11 @@
 Library code raises these; only ``autodeploy.cli`` turns them into a message and an exit code.
 Every message says what failed, what was asked versus what is available, and the fix, so
 the CLI can print ``str(err)`` as one line.
+
+Exit codes (the README's table): 0 success; 1 something ran and failed (a trial, the search, a
+bundle check, the results database); 2 bad input or setup, nothing was run (flags, model, data,
+shapes, unknown engine or precision, a missing optional extra); 130 interrupted. ``gate`` has its
+own (0 pass, 1 fail, 2 inconclusive, 64 bad input, 70 could not run).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ class UsageError(AutodeployError):
 class ModelError(AutodeployError):
     """The model file is missing, unreadable, not ONNX, invalid or unsafe."""
 
+    exit_code = 2
+
 
 class ShapeError(UsageError):
     """A shape or dtype does not fit the model's inputs."""
@@ -38,6 +45,8 @@ class ShapeError(UsageError):
 
 class DataError(AutodeployError):
     """Input data (user .npz/.npy or pinned values) does not fit the model."""
+
+    exit_code = 2
 
 
 class EngineError(AutodeployError):
@@ -51,13 +60,42 @@ class UnknownEngineError(EngineError, UsageError):
 class UnsupportedConfigError(EngineError):
     """The engine cannot run this combination here (precision, batch, knob). The search prunes it."""
 
+    exit_code = 2
+
 
 class BuildError(EngineError):
     """Converting or compiling the model for an engine failed."""
 
 
+#: Top-level module -> the extra that installs it (pyproject.toml's optional dependencies).
+EXTRAS = {"sklearn": "zoo", "streamlit": "dashboard", "plotly": "dashboard", "psycopg": "postgres",
+          "model_signing": "sign", "OpenSSL": "sign", "openvino": "openvino", "nncf": "openvino",
+          "tensorflow": "tflite", "onnx2tf": "tflite", "ai_edge_litert": "tflite", "tf_keras": "tflite",
+          "tensorrt": "tensorrt", "cuda": "tensorrt"}  # fmt: skip
+
+
+class MissingExtraError(UsageError):
+    """An optional dependency is not installed; the fix names the extra that brings it."""
+
+    @classmethod
+    def of(cls, error: ModuleNotFoundError) -> MissingExtraError | None:
+        """The install hint for ``error``, or ``None`` when the module is not part of an extra (a bug)."""
+        module = (error.name or "").split(".")[0]
+        extra = EXTRAS.get(module)
+        if extra is None:
+            return None
+        return cls(f"{module} is not installed (it comes with the '{extra}' extra)",
+                   fix=f"pip install 'autodeploy[{extra}]'")  # fmt: skip
+
+
 class StoreError(AutodeployError):
     """The results database cannot be opened, read or written."""
+
+
+class StoreLocationError(StoreError):
+    """The database named (``--db``, ``$AUTODEPLOY_DB``) does not exist or cannot be one: bad input, exit 2."""
+
+    exit_code = 2
 
 
 class TrialFailed(AutodeployError):

@@ -33,4 +33,5 @@ def test_dashboard_on_a_missing_database_fails_before_starting(tmp_path, monkeyp
     monkeypatch.setattr(os, "execve", lambda *a: pytest.fail("must not start streamlit"))
     with pytest.raises(SystemExit) as exc:
         main(["dashboard", "--db", f"sqlite:///{tmp_path / 'none.db'}"])
-    assert exc.value.code == 1 and "the file does not exist" in capsys.readouterr().err
+    # 2: a database that does not exist is bad input (README exit codes), not a failure of the dashboard
+    assert exc.value.code == 2 and "the file does not exist" in capsys.readouterr().err

@@ -1,8 +1,9 @@
 """``autodeploy gate`` end to end: real workers, real ONNX Runtime, a real SQLite file.
 
-The machine CI runs on is shared and noisy, so the pass test judges at ``--max-regression 50%``:
-it checks that a model against itself is not judged slower and that six rounds rule out a 50%
-regression, not that this machine is quiet enough to rule out 5%. The slow model does 5x the
+The machine CI runs on is shared and noisy, so the pass test judges at ``--max-regression 50%``
+and asserts what holds on any machine: a model against itself is never judged slower (pass where
+six rounds rule out a 50% regression, inconclusive where the machine is too loaded to), not that
+this machine is quiet enough to rule out anything. The slow model does 5x the
 work of the baseline, far beyond any noise.
 """
 
@@ -44,15 +45,23 @@ def gate(capsys, *argv: str) -> tuple[int, str, str]:
 
 @pytest.mark.slow
 def test_a_model_against_itself_passes(models, db, tmp_path, capsys):
+    """A model against itself is never judged slower: *not fail*, which holds on any machine.
+
+    On a quiet machine six rounds rule out a 50% regression (pass). On a loaded 2-core machine the
+    per-run CV reached 23-29% and the upper bound went past 50%: *inconclusive* is then the gate's
+    honest answer (exit 2), so the test accepts it; what it must never be is *fail* (exit 1).
+    """
     _, base, _ = models
     junit, md = tmp_path / "gate.xml", tmp_path / "gate.md"
     # An even number of rounds puts each side first equally often (the order flips every round).
     code, out, err = gate(capsys, "--baseline", str(base), "--candidate", str(base), *FAST, "--rounds", "6",
                           "--max-regression", "50%", "--db", db, "--junit", str(junit), "--markdown", str(md))  # fmt: skip
-    assert code == 0, out + err
-    assert "autodeploy gate: PASS (interleaved A/B)" in out and md.read_text() in out
+    assert code in (0, 2), out + err  # pass or inconclusive, never fail (1)
+    verdict = {0: "PASS", 2: "INCONCLUSIVE"}[code]
+    assert f"autodeploy gate: {verdict} (interleaved A/B)" in out and md.read_text() in out
     suite = ET.parse(junit).getroot().find("testsuite")
-    assert suite.get("failures") == "0" and suite.get("skipped") == "0"
+    assert suite.get("failures") == "0"
+    assert code == 2 or suite.get("skipped") == "0"  # an inconclusive latency metric is reported as skipped
     assert [c.get("name") for c in suite.findall("testcase")] == [
         "latency p10",
         "latency median",
@@ -60,8 +69,10 @@ def test_a_model_against_itself_passes(models, db, tmp_path, capsys):
     ]
     with Store.open(db) as store:
         (row,) = store.list_gate_runs()
-    assert row.verdict == "pass" and row.baseline_sha256 == row.candidate_sha256
+    assert row.verdict == verdict.lower() and row.verdict != "fail" and row.baseline_sha256 == row.candidate_sha256
     assert len(row.settings["rounds_measured"]["candidate"]) == 6 and row.command.startswith("autodeploy")
+    # whatever the noise, the same model is never *significantly* slower than itself
+    assert "slower (limit" not in out
 
 
 @pytest.mark.slow
@@ -152,3 +163,24 @@ def test_a_bundle_is_measured_with_its_own_artifact_and_settings(models, db, tmp
                           "--db", db)  # fmt: skip
     assert code == 1, out + err
     assert "(bundle, `onnxruntime/fp32/b1/t1`" in out and "(model, " in out
+
+
+@pytest.mark.slow
+def test_json_and_csv_verdicts_for_programs(models, db, capsys):
+    import csv
+    import io
+    import json
+
+    _, base, _ = models
+    few = ["--rounds", "2", "--min-samples", "2", "--calls", "64", "--duration", "0.05", "--db", db]
+    code, out, err = gate(capsys, "--baseline", str(base), "--candidate", str(base), *few, "--format", "json")
+    record = json.loads(out)  # stdout holds the JSON alone
+    assert code == record["exit_code"] == 2, err  # 2 runs a side can never be significant: inconclusive
+    assert record["verdict"] == "inconclusive" and [m["name"] for m in record["metrics"]][:2] == ["latency p10", "latency median"]
+    with Store.open(db) as store:
+        (row,) = store.list_gate_runs()
+    assert row.metrics == record["metrics"]
+    code, out, _ = gate(capsys, "--baseline", str(base), "--candidate", str(base), *few, "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 2 and [r["name"] for r in rows] == [m["name"] for m in record["metrics"]]
+    assert {r["gate_verdict"] for r in rows} == {"inconclusive"} and rows[-1]["verdict"] == "pass"  # accuracy

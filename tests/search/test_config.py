@@ -1,11 +1,10 @@
-from pathlib import Path
 
 import pytest
 
 from autodeploy.errors import UsageError
-from autodeploy.search.config import StudyConfig, load
+from autodeploy.search.config import EXAMPLES, StudyConfig, load
 
-CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.yaml"))
+CONFIGS = sorted(EXAMPLES.glob("*.yaml"))  # installed with the package (package data)
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
@@ -50,3 +49,8 @@ def test_default_batches_follow_the_objective():
     assert StudyConfig(model="m").default_batches() == [1]
     assert StudyConfig(model="m", objective="throughput").default_batches() == [1, 2, 4, 8, 16, 32]
     assert StudyConfig(model="m", batches=[4, 1, 4]).default_batches() == [1, 4]
+
+
+def test_the_examples_ship_with_the_package_and_resolve_by_name():
+    assert len(CONFIGS) >= 5 and all(p.parent.parent.name == "autodeploy" for p in CONFIGS)
+    assert load("latency-mobilenetv2.yaml", {}).model == "zoo:mobilenetv2"

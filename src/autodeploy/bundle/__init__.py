@@ -22,7 +22,7 @@ from autodeploy.bundle.archive import MAX_BYTES, MAX_MEMBERS, UnsafeArchiveError
 from autodeploy.bundle.loader import BundleError, Predictor, check_compatible, read_manifest, verify
 from autodeploy.bundle.loader import load as _load_folder
 
-__all__ = ["BundleError", "Predictor", "UnsafeArchiveError", "check_compatible", "load", "opened",
+__all__ = ["BundleError", "BundleNotFoundError", "Predictor", "UnsafeArchiveError", "check_compatible", "load", "opened",
            "read_manifest", "safe_extract", "verify"]  # fmt: skip
 
 
@@ -53,12 +53,18 @@ def load(path: str | Path, *, allow_other_version: bool = False, trust: str | Pa
     return predictor
 
 
+class BundleNotFoundError(BundleError):
+    """Nothing at the path given: bad input (exit 2), unlike a bundle that fails its checks (exit 1)."""
+
+    exit_code = 2
+
+
 @contextmanager
 def opened(path: str | Path, *, max_bytes: int = MAX_BYTES, max_members: int = MAX_MEMBERS) -> Iterator[Path]:
     """The bundle folder at ``path``; an archive is extracted safely for the ``with`` block."""
     path = Path(path)
     if not path.exists():
-        raise BundleError(f"no bundle at {path}", fix="pass a folder or .tar.gz made by `autodeploy export`")
+        raise BundleNotFoundError(f"no bundle at {path}", fix="pass a folder or .tar.gz made by `autodeploy export`")
     if not is_archive(path):
         yield path
         return

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import csv
+import enum
+import json
+import os
 import re
 import shlex
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import Annotated, Any
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
@@ -16,12 +22,58 @@ from autodeploy import model
 from autodeploy.api import cache_dir
 from autodeploy.model import ResolvedModel
 
-__all__ = ["ResolvedModel", "cache_dir", "command_line", "err", "fmt_ms", "out", "resolve_model", "shown", "spinner"]
+__all__ = ["Format", "FormatOption", "ResolvedModel", "cache_dir", "command_line", "emit", "err", "fmt_ms",
+           "fmt_ms_ci", "fmt_pct", "engine_noise", "out", "quiet_engines", "resolve_model", "shown", "spinner"]  # fmt: skip
 
-out = Console(highlight=False)
+#: Piped or redirected output is never cut to 80 columns: tables keep every cell whole.
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
 err = Console(stderr=True, highlight=False)
 #: C0 and C1 control characters: an ANSI escape in a model's input name must not drive the terminal.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+#: Engines' own log levels when not -v (TensorFlow and the LiteRT converter read it); workers inherit it.
+#: What engines print straight to fd 2 while loading in this process is hidden by :func:`engine_noise`.
+_QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3"}
+_quiet = True
+
+
+def quiet_engines(quiet: bool) -> None:
+    """Silence the engines' own logging (their INFO lines are not ours to show) unless ``-v``."""
+    global _quiet
+    _quiet = quiet
+    for name, value in _QUIET_ENV.items():
+        if quiet:
+            os.environ.setdefault(name, value)
+
+
+@contextmanager
+def engine_noise() -> Iterator[None]:
+    """Hide what engine C++ code writes straight to file descriptor 2 (e.g. LiteRT's ``INFO: Created
+    TensorFlow Lite XNNPACK delegate``) while an engine loads in this process; shown with ``-v``."""
+    if not _quiet:
+        yield
+        return
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        _flush_c_streams()  # a pipe makes C's stderr buffered: flush it into /dev/null, not after the restore
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+def _flush_c_streams() -> None:
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):  # no C library to flush (not POSIX): nothing was buffered by it either
+        pass
 
 
 def shown(value: object) -> str:
@@ -60,5 +112,60 @@ def command_line() -> str:
     return shlex.join(["autodeploy", *sys.argv[1:]])
 
 
+class Format(str, enum.Enum):
+    """How a command prints its result: a table for people, JSON or CSV for programs."""
+
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+FormatOption = Annotated[Format, typer.Option("--format", case_sensitive=False,
+                         help="table for people; json (schema: `autodeploy schema`) or csv for programs.")]  # fmt: skip
+
+
+def emit(fmt: Format, records: Mapping[str, Any] | list[Mapping[str, Any]]) -> None:
+    """Print ``records`` (one record or a list) as JSON, or as CSV rows with a header, on stdout."""
+    if fmt is Format.json:
+        sys.stdout.write(json.dumps(records, indent=2, default=str) + "\n")
+        return
+    from autodeploy.report import to_csv_rows
+
+    columns, rows = to_csv_rows([records] if isinstance(records, Mapping) else records)
+    writer = csv.DictWriter(sys.stdout, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+
+
 def fmt_ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
+    """A time given in ms, in the unit that keeps 3-4 significant digits: 4.2 µs, 12.35 ms, 1.204 s."""
+    if value is None:
+        return "-"
+    scale, unit = _time_unit(abs(value))
+    return f"{_sig(value * scale)} {unit}"
+
+
+def fmt_ms_ci(value: float | None, ci: tuple[float, float] | None) -> str:
+    """A time with its 95% CI in one unit (the value's): ``12.3 ms [12.1, 12.6]``."""
+    if value is None:
+        return "-"
+    scale, unit = _time_unit(abs(value))
+    bounds = "" if ci is None else f" [{_sig(ci[0] * scale)}, {_sig(ci[1] * scale)}]"
+    return f"{_sig(value * scale)}{bounds} {unit}"
+
+
+def _time_unit(ms: float) -> tuple[float, str]:
+    if ms < 1.0:
+        return 1000.0, "µs"
+    if ms < 1000.0:
+        return 1.0, "ms"
+    return 0.001, "s"
+
+
+def _sig(x: float) -> str:
+    """3 decimals under 10, 2 under 100, else 1: the digits a timing supports."""
+    return f"{x:.3f}" if abs(x) < 10 else f"{x:.2f}" if abs(x) < 100 else f"{x:.1f}"
+
+
+def fmt_pct(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{fraction:.2%}"

@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
+import click
 import typer
 
-from autodeploy.cli import bench, bundle, dashboard, engines, export, gate, inhouse, results, tune, zoo
-from autodeploy.cli._common import err, shown
-from autodeploy.errors import AutodeployError
+from autodeploy.cli import (
+    bench,
+    bundle,
+    dashboard,
+    engines,
+    export,
+    gate,
+    inhouse,
+    results,
+    schema,
+    tune,
+    zoo,
+)
+from autodeploy.cli._common import err, quiet_engines, shown
+from autodeploy.errors import AutodeployError, MissingExtraError
 
 app = typer.Typer(
     name="autodeploy",
@@ -17,22 +31,97 @@ app = typer.Typer(
     pretty_exceptions_enable=False,  # library errors become one line below; bugs keep their traceback
     add_completion=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from autodeploy import __version__
+
+        typer.echo(f"autodeploy {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show the engines' own log lines.")] = False,
+) -> None:  # fmt: skip
+    """Benchmark a model on this device across engines, precisions, batch sizes and threads; store every result."""
+    quiet_engines(not verbose)
+
+
 app.command("engines")(engines.engines)
 app.command("bench")(bench.bench)
 app.command("tune")(tune.tune)
 app.command("dashboard")(dashboard.dashboard)
 app.command("export")(export.export)
 app.command("gate", cls=gate.GateCommand)(gate.gate)
+app.command("schema")(schema.schema)
 app.add_typer(results.app, name="results")
 app.add_typer(zoo.app, name="zoo")
 app.add_typer(inhouse.app, name="inhouse")
 app.add_typer(bundle.app, name="bundle")
 
 
+#: Metavars by option name; others follow from the type (N, SECONDS, NUMBER, PATH, the name in capitals).
+METAVARS = {"shape": "NAME=DIMS", "knob": "NAME=VALUE", "input": "NAME=VALUE", "db": "URL", "storage": "URL",
+            "metric": "METRIC", "trust": "PUBKEY", "sign_key": "KEY", "output": "PATH"}  # fmt: skip
+
+
+def _metavars(command: click.Command) -> click.Command:
+    """Meaningful metavars in every help page (``--batch N``, ``--shape NAME=DIMS``), never ``<list[str]>``."""
+    for param in command.params:
+        descriptor = getattr(param, "type_descriptor", None)  # Typer >= 0.20 vendors click: no param.type
+        choice = descriptor.is_choice if descriptor is not None else isinstance(getattr(param, "type", None), click.Choice)
+        if param.metavar is not None or choice:
+            continue
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+        else:
+            param.metavar = METAVARS.get(param.name or "") or _by_type(param)
+        if isinstance(param, click.Argument) or type(param).__name__ == "TyperArgument":
+            param.display_type_rich = lambda ctx: None  # the name column already says MODEL; no "<str>"
+    make_help = command.get_help_option
+
+    def help_option(ctx: click.Context) -> click.Option | None:
+        option = make_help(ctx)
+        if option is not None:
+            option.metavar = ""  # not "<bool>"
+        return option
+
+    command.get_help_option = help_option
+    for sub in getattr(command, "commands", {}).values():
+        _metavars(sub)
+    return command
+
+
+def _by_type(param: click.Parameter) -> str:
+    kind = param.bare_type() if hasattr(param, "bare_type") else param.type.name
+    kind, name = kind.removeprefix("list[").removesuffix("]").lower(), param.name or "value"
+    if kind in ("int", "integer"):
+        return "N"
+    if kind == "float":
+        return "SECONDS" if any(w in name for w in ("timeout", "duration")) else "NUMBER"
+    if kind == "path":
+        return "PATH"
+    return name.upper()
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the console script. Exit codes: 0 ok, 1 failure, 2 bad input."""
+    """Entry point of the console script. Exit codes (errors.py, README): 0 ok, 1 failure, 2 bad input
+    or setup, 130 interrupted; ``gate`` has its own."""
     try:
-        app(args=argv, prog_name="autodeploy")
+        _metavars(typer.main.get_command(app)).main(args=argv, prog_name="autodeploy")
     except AutodeployError as error:
-        err.print(f"[red]error:[/red] {shown(str(error))}", soft_wrap=True)
-        sys.exit(error.exit_code)
+        _die(error)
+    except ModuleNotFoundError as error:  # an optional extra is missing: one line with the pip command
+        missing = MissingExtraError.of(error)
+        if missing is None:
+            raise  # not an extra: a bug, keep the traceback
+        _die(missing)
+
+
+def _die(error: AutodeployError) -> None:
+    err.print(f"[red]error:[/red] {shown(str(error))}", soft_wrap=True)
+    sys.exit(error.exit_code)

@@ -9,7 +9,19 @@ import typer
 from rich.table import Table
 
 from autodeploy import api
-from autodeploy.cli._common import command_line, err, fmt_ms, out, shown, spinner
+from autodeploy.cli._common import (
+    Format,
+    FormatOption,
+    command_line,
+    emit,
+    err,
+    fmt_ms,
+    fmt_ms_ci,
+    fmt_pct,
+    out,
+    shown,  # fmt: skip
+    spinner,
+)
 from autodeploy.data import parse_input_pins
 from autodeploy.errors import TrialFailed, UsageError
 from autodeploy.harness.result import TrialResult
@@ -58,6 +70,7 @@ def bench(
             help="Results database URL (default: $AUTODEPLOY_DB or a SQLite file in the user data folder)."
         ),
     ] = None,
+    format: FormatOption = Format.table,
 ) -> None:
     """Measure one engine/precision/batch/threads config in an isolated worker and store the result."""
     timing = TimingPolicy(min_samples=min_samples, min_duration_s=min_duration, max_duration_s=max_duration)
@@ -73,7 +86,12 @@ def bench(
                           f"{result.failure_message} (stored as failed trial {record.id})")  # fmt: skip
     for note in record.model.notes:  # intake notes (dynamic -1 dims, optional inputs), after the checks
         err.print(f"note: {shown(note)}")
-    _print_result(result, record.id, record.model.name)
+    if format is Format.table:
+        _print_result(result, record.id, record.model.name)
+    else:
+        from autodeploy.report import trial_record
+
+        emit(format, trial_record(record))
     if not record.ok:
         raise typer.Exit(1)
 
@@ -110,23 +128,23 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str) -> None:
         return
     lat = result.latency
     table = Table(title=title)
-    for column in ("statistic", "value (ms)", "95% CI (ms)"):
+    for column in ("statistic", "value [95% CI]"):
         table.add_column(column, justify="right" if column != "statistic" else "left")
-
-    def ci(bounds: tuple[float, float] | None) -> str:
-        return "-" if bounds is None else f"[{bounds[0]:.3f}, {bounds[1]:.3f}]"
-
-    table.add_row("median", fmt_ms(lat.median), ci(lat.median_ci))
+    table.add_row("median", fmt_ms_ci(lat.median, lat.median_ci))
     for label, value, bounds, need in (("p90", lat.p90, lat.p90_ci, 64), ("p99", lat.p99, lat.p99_ci, 662)):
-        text = fmt_ms(value) if value is not None else f"n/a (needs >= {need} samples)"
-        table.add_row(label, text, ci(bounds))
-    table.add_row("mean ± stdev", f"{lat.mean:.3f} ± {lat.stdev:.3f}", "")
-    table.add_row("CV", f"{lat.cv:.1%}" + (" [yellow](unstable)[/]" if lat.unstable else ""), "")
-    table.add_row("samples", f"{lat.n} in {result.duration_s:.1f} s (+{result.warmup_calls} warm-up)", "")
-    table.add_row("throughput", f"{result.throughput:.1f} items/s", "")
-    table.add_row("peak RSS over baseline", f"{result.peak_rss_mb:.1f} MB", "")
-    table.add_row("artifact size", f"{result.artifact_mb:.2f} MB", "")
+        text = fmt_ms_ci(value, bounds) if value is not None else f"n/a (needs >= {need} samples)"
+        table.add_row(label, text)
+    table.add_row("mean ± stdev", f"{fmt_ms(lat.mean)} ± {fmt_ms(lat.stdev)}")
+    table.add_row("CV", f"{lat.cv:.1%}" + (" [yellow](unstable)[/]" if lat.unstable else ""))
+    table.add_row("samples", f"{lat.n} in {result.duration_s:.1f} s (+{result.warmup_calls} warm-up)")
+    table.add_row("throughput", f"{result.throughput:.1f} items/s")
+    table.add_row("peak RSS over baseline", f"{result.peak_rss_mb:.1f} MB")
+    table.add_row("artifact size", f"{result.artifact_mb:.2f} MB")
     out.print(table)
+    if lat.unstable:
+        err.print(f"[yellow]unstable[/]: the calls vary by {lat.cv:.0%} (CV > 10%), so small differences mean "
+                  "little; try a longer run (--min-duration 10), fewer threads (--threads 1) or a quieter "
+                  "machine (close other programs, plug in the laptop)", soft_wrap=True)  # fmt: skip
     if result.accuracy is not None:
         acc = Table(
             title=f"accuracy vs ONNX Runtime FP32 on {result.accuracy.n_samples} items "
@@ -136,11 +154,9 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str) -> None:
         for column in columns:
             acc.add_column(column, justify="right" if column != "output" else "left")
         for o in result.accuracy.outputs:
-            task = (
-                "-" if o.task_accuracy is None else f"{o.task_accuracy:.2%} ({o.reference_task_accuracy:.2%})"
-            )
-            top1 = "-" if o.top1_agreement is None else f"{o.top1_agreement:.2%}"
-            exact = "-" if o.exact_agreement is None else f"{o.exact_agreement:.2%}"
+            task = "-" if o.task_accuracy is None else f"{fmt_pct(o.task_accuracy)} ({fmt_pct(o.reference_task_accuracy)})"
+            top1 = fmt_pct(o.top1_agreement)
+            exact = fmt_pct(o.exact_agreement)
             acc.add_row(
                 shown(o.name), f"{o.max_abs:.3g}", f"{o.mean_rel:.3g}", f"{o.cosine:.6f}", top1, exact, task
             )

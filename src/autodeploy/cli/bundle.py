@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from autodeploy.cli._common import err, fmt_ms, out, shown
+from autodeploy.cli._common import Format, FormatOption, emit, engine_noise, err, fmt_ms, out, shown
 
 app = typer.Typer(
     help="Check, describe and measure an exported bundle (folder or .tar.gz).", no_args_is_help=True
@@ -24,6 +24,7 @@ def verify(
     path: BundlePath,
     trust: TrustOption = None,
     db: Annotated[str | None, typer.Option(help="Results database to look the bundle up in: which trial it was exported from.")] = None,
+    format: FormatOption = Format.table,
 ) -> None:  # fmt: skip
     """Check every file against the manifest's SHA-256 and size (and the signature with --trust), and
     whether this machine can run it."""
@@ -36,9 +37,11 @@ def verify(
         digest = manifest_digest(root)
     files = manifest["files"]
     size = sum(f["size"] for f in files.values())
-    out.print(
-        f"[green]ok[/]: {shown(str(path))}: {len(files) + 2} files match the manifest ({size / 2**20:.2f} MB)"
-    )
+    if format is not Format.table:
+        emit(format, _verified(path, manifest, digest, signed=trust is not None))
+        return
+    out.print(f"[green]ok[/]: {shown(str(path))}: {len(files)} files match the manifest ({size / 2**20:.2f} MB; "
+              "manifest.json checked against manifest.sha256)")  # fmt: skip
     if trust is None:
         out.print("integrity only: the files are the ones the manifest lists, but anyone can write a manifest; "
                   "pass --trust PUBKEY to check who made it")  # fmt: skip
@@ -57,13 +60,18 @@ def verify(
 
 
 @app.command()
-def info(path: BundlePath) -> None:
+def info(path: BundlePath, format: FormatOption = Format.table) -> None:
     """What the bundle holds: model, engine, tuned settings, the measurements that chose it, its files."""
     from autodeploy.bundle import BundleError, check_compatible, opened, read_manifest
     from autodeploy.device import probe_device
 
     with opened(path) as root:
         m = read_manifest(root)
+    if format is not Format.table:
+        from autodeploy.report import SCHEMA_VERSION
+
+        emit(format, {"schema": "autodeploy.bundle", "schema_version": SCHEMA_VERSION, "path": str(path), "manifest": m})
+        return
     s, meas, src = m["settings"], m["measurements"], m["source"]
     table = Table(title=f"bundle {shown(str(path))}", show_header=False)
     table.add_column("field", style="bold")
@@ -82,8 +90,8 @@ def info(path: BundlePath) -> None:
         ("measured on", f"{m['device']['cpu']} (fingerprint {m['device']['fingerprint']})"),
         (
             "latency",
-            f"median {fmt_ms(meas['median_ms'])} ms, p90 {fmt_ms(meas['p90_ms'])} ms, "
-            f"p99 {fmt_ms(meas['p99_ms'])} ms ({meas['n_samples']} samples, {meas['scenario']})",
+            f"median {fmt_ms(meas['median_ms'])}, p90 {fmt_ms(meas['p90_ms'])}, "
+            f"p99 {fmt_ms(meas['p99_ms'])} ({meas['n_samples']} samples, {meas['scenario']})",
         ),  # fmt: skip
         ("throughput", f"{meas['throughput'] or 0:.1f} items/s; peak RSS {meas['peak_rss_mb'] or 0:.1f} MB"),
         ("accuracy", _accuracy(m["accuracy"])),
@@ -95,7 +103,7 @@ def info(path: BundlePath) -> None:
         ("reproduce", src["reproduce"] or "-"),
         (
             "files",
-            f"{len(m['files'])} + manifest, {sum(f['size'] for f in m['files'].values()) / 2**20:.2f} MB",
+            f"{len(m['files'])} + manifest.json and manifest.sha256, {sum(f['size'] for f in m['files'].values()) / 2**20:.2f} MB",
         ),
     ]
     for field, value in rows:
@@ -131,9 +139,13 @@ def run(
 
     policy = TimingPolicy(min_samples=min_samples, min_duration_s=min_duration, max_duration_s=max_duration)
     with opened(path) as root:
-        with loader.load(root, allow_other_version=allow_other_version, trust=trust) as predictor:
+        with engine_noise():
+            predictor = loader.load(root, allow_other_version=allow_other_version, trust=trust)
+        with predictor:
             m = predictor.manifest
             feeds = _feeds(m, root, data)
+            with engine_noise():  # some engines (LiteRT) create their delegates on the first call
+                predictor.run(feeds)
             with err.status(f"timing {shown(str(path))} ({len(next(iter(feeds.values())))} items per call)"):
                 timed = time_calls(lambda: predictor.run(feeds), policy)
     for warning in predictor.warnings:
@@ -147,16 +159,43 @@ def run(
     table.add_column("statistic")
     table.add_column(f"manifest ({m['device']['fingerprint'][:8]})", justify="right")
     table.add_column(f"this machine ({here.fingerprint[:8]})", justify="right")
-    table.add_column("this / manifest", justify="right")
-    for label, theirs, ours in (("median ms", meas["median_ms"], stats.median), ("p90 ms", meas["p90_ms"], stats.p90),
-                                ("p99 ms", meas["p99_ms"], stats.p99), ("items/s", meas["throughput"], throughput)):  # fmt: skip
-        ratio = "-" if not theirs or ours is None else f"{ours / theirs:.3g}x"
-        table.add_row(label, fmt_ms(theirs), fmt_ms(ours), ratio)
+    table.add_column("this machine vs manifest", justify="right")
+    for label, theirs, ours in (("median", meas["median_ms"], stats.median), ("p90", meas["p90_ms"], stats.p90),
+                                ("p99", meas["p99_ms"], stats.p99)):  # fmt: skip
+        table.add_row(label, fmt_ms(theirs), fmt_ms(ours), _compared(ours, theirs, lower_is_faster=True))
+    table.add_row("throughput", f"{meas['throughput'] or 0:.1f} items/s", f"{throughput:.1f} items/s",
+                  _compared(throughput, meas["throughput"], lower_is_faster=False))  # fmt: skip
     table.add_row("samples", str(meas["n_samples"]), f"{stats.n} (+{timed.warmup_calls} warm-up)", "")
     out.print(table)
     if here.fingerprint != m["device"]["fingerprint"]:
         err.print(f"[yellow]note[/]: measured on another device ({shown(m['device']['cpu'])}); "
                   f"this is {shown(here.cpu_model)}")  # fmt: skip
+
+
+def _verified(path: Path, manifest: dict[str, Any], digest: str, *, signed: bool) -> dict[str, Any]:
+    """What ``bundle verify`` found, as a record: the files checked, and whether this machine can run it."""
+    from autodeploy.bundle import BundleError, check_compatible
+    from autodeploy.report import SCHEMA_VERSION
+
+    try:
+        warnings, runs = check_compatible(manifest), None
+    except BundleError as error:
+        warnings, runs = [], str(error)
+    files = manifest["files"]
+    return {"schema": "autodeploy.bundle_verify", "schema_version": SCHEMA_VERSION, "path": str(path), "ok": True,
+            "files": len(files), "size_bytes": sum(f["size"] for f in files.values()), "manifest_sha256": digest,
+            "signed": signed, "runs_here": runs is None, "cannot_run_because": runs, "warnings": list(warnings)}  # fmt: skip
+
+
+def _compared(ours: float | None, theirs: float | None, *, lower_is_faster: bool) -> str:
+    """``1.25x slower`` / ``1.25x faster`` / ``same``: which way this machine differs from the manifest."""
+    if not ours or not theirs:
+        return "-"
+    ratio = ours / theirs
+    if abs(ratio - 1) < 0.005:
+        return "same"
+    faster = ratio < 1 if lower_is_faster else ratio > 1
+    return f"{max(ratio, 1 / ratio):.2f}x {'faster' if faster else 'slower'}"
 
 
 def _provenance(db: str, digest: str) -> None:

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from autodeploy.adapters.base import Availability
 from autodeploy.adapters.registry import all_engines
-from autodeploy.cli._common import out, shown
+from autodeploy.cli._common import Format, FormatOption, emit, out, shown
 from autodeploy.device import probe_device
+from autodeploy.report import SCHEMA_VERSION
 
 
-def engines() -> None:
+def engines(format: FormatOption = Format.table) -> None:
     """List every engine with its availability on this device and, when unavailable, the reason and fix."""
     device = probe_device()
+    if format is not Format.table:
+        emit(format, [{"schema": "autodeploy.engine", "schema_version": SCHEMA_VERSION, "engine": e.name,
+                       **_availability(e.probe(device)), "device": {"fingerprint": device.fingerprint,
+                                                                    "cpu": device.cpu_model}}
+                      for e in all_engines()])  # fmt: skip
+        return
     table = Table(title=f"Engines on {device.cpu_model} ({device.logical_cores} logical cores)")
     for column in ("engine", "status", "version", "reason / fix"):
         table.add_column(column)
@@ -21,3 +29,7 @@ def engines() -> None:
         note = availability.reason + (f"; fix: {availability.fix}" if availability.fix else "")
         table.add_row(engine.name, status, availability.version or "-", shown(note))
     out.print(table)
+
+
+def _availability(a: Availability) -> dict[str, object]:
+    return {"available": a.available, "version": a.version, "reason": a.reason or None, "fix": a.fix or None}

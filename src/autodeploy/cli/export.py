@@ -44,8 +44,8 @@ def export(
     )
     out.print(f"exported {shown(source.what)} of {shown(t.model_name)} to [bold]{shown(str(path))}[/] "
               f"({format}{', tar.gz' if tar else ''}, {size / 2**20:.2f} MB)")  # fmt: skip
-    out.print(f"measured on {shown(t.device_cpu)} (fingerprint {t.device_fingerprint}): median {fmt_ms(t.median_ms)} ms, "
-              f"p90 {fmt_ms(t.p90_ms)} ms, {t.throughput or 0:.1f} items/s; accuracy {t.accuracy.constraint if t.accuracy else '-'}")  # fmt: skip
+    out.print(f"measured on {shown(t.device_cpu)} (fingerprint {t.device_fingerprint}): median {fmt_ms(t.median_ms)}, "
+              f"p90 {fmt_ms(t.p90_ms)}, {t.throughput or 0:.1f} items/s; accuracy {t.accuracy.constraint if t.accuracy else '-'}")  # fmt: skip
     if format == "bundle":
         trust = " --trust PUBLIC_KEY" if sign else ""
         out.print(f"check it with: autodeploy bundle verify {shown(str(path))}{trust}")

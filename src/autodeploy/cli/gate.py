@@ -19,7 +19,17 @@ from typer.core import TyperCommand
 
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.bundle.loader import BundleError
-from autodeploy.cli._common import cache_dir, command_line, err, out, resolve_model, shown
+from autodeploy.cli._common import (
+    Format,
+    FormatOption,
+    cache_dir,
+    command_line,
+    emit,
+    err,
+    out,
+    resolve_model,
+    shown,
+)
 from autodeploy.errors import AutodeployError, DataError, ModelError, UnsupportedConfigError, UsageError
 from autodeploy.gate.core import DEFAULT_METRICS, EXIT_ERROR, EXIT_USAGE, LATENCY_METRICS
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
@@ -98,6 +108,7 @@ def gate(
     store: Annotated[bool, typer.Option("--store/--no-store", help="Store the gate run for the dashboard.")] = True,
     db: Annotated[str | None, typer.Option(help="Results database URL (default: $AUTODEPLOY_DB or the user SQLite file).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of synthetic inputs and of the bootstrap.")] = 0,
+    format: FormatOption = Format.table,
 ) -> None:  # fmt: skip
     """Gate a candidate against a baseline: interleaved A/B runs on this machine, a statistical verdict.
 
@@ -119,7 +130,7 @@ def gate(
         _die(error, EXIT_USAGE)
     except AutodeployError as error:
         _die(error, EXIT_ERROR)
-    _report(result, markdown, junit)
+    _report(result, markdown, junit, format)
     raise typer.Exit(result.exit_code)
 
 
@@ -211,11 +222,14 @@ def parse_fraction(text: str, flag: str) -> float:
     return value
 
 
-def _report(result: Any, markdown: Path | None, junit: Path | None) -> None:
+def _report(result: Any, markdown: Path | None, junit: Path | None, fmt: Format = Format.table) -> None:
     from autodeploy.gate import report
 
     text = report.markdown(result)
-    out.print(text, markup=False, highlight=False, soft_wrap=True)
+    if fmt is Format.table:
+        out.print(text, markup=False, highlight=False, soft_wrap=True)
+    else:
+        emit(fmt, _gate_record(result) if fmt is Format.json else _gate_rows(result))
     try:
         if markdown is not None:
             markdown.write_text(text)
@@ -224,6 +238,23 @@ def _report(result: Any, markdown: Path | None, junit: Path | None) -> None:
     except OSError as exc:
         err.print(f"[red]error:[/red] cannot write a report: {shown(str(exc))}")
         raise typer.Exit(EXIT_ERROR) from None
+
+
+def _gate_record(result: Any) -> dict[str, Any]:
+    """The stored gate record (what the dashboard reads), with its exit code: ``--format json``."""
+    from dataclasses import asdict
+
+    from autodeploy.report import SCHEMA_VERSION
+
+    return {"schema": "autodeploy.gate", "schema_version": SCHEMA_VERSION, "exit_code": result.exit_code,
+            **asdict(result.to_record())}  # fmt: skip
+
+
+def _gate_rows(result: Any) -> list[dict[str, Any]]:
+    """One CSV row per metric (its own ``verdict``), each with the gate's: ``--format csv``."""
+    record = _gate_record(result)
+    return [{"gate_verdict": record["verdict"], "gate_mode": record["mode"], "exit_code": record["exit_code"],
+             **metric} for metric in record["metrics"]]  # fmt: skip
 
 
 def _die(error: AutodeployError, code: int) -> None:

@@ -8,8 +8,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from autodeploy.cli._common import fmt_ms, out, shown
+from autodeploy.cli._common import Format, FormatOption, emit, fmt_ms, fmt_ms_ci, out, shown
 from autodeploy.errors import UsageError
+from autodeploy.report import study_record, trial_record
 
 app = typer.Typer(help="Read stored trials.", no_args_is_help=True)
 DbOption = Annotated[
@@ -23,8 +24,9 @@ def list_(
     engine: Annotated[str | None, typer.Option(help="Only this engine.")] = None,
     status: Annotated[str | None, typer.Option(help="ok or failed.")] = None,
     study: Annotated[str | None, typer.Option(help="Only this study's trials (oldest first).")] = None,
-    limit: Annotated[int, typer.Option(min=1)] = 50,
+    limit: Annotated[int, typer.Option(min=1, help="Show at most this many trials.")] = 50,
     db: DbOption = None,
+    format: FormatOption = Format.table,
 ) -> None:
     """List stored trials, newest first."""
     from autodeploy.results_db.store import Store
@@ -34,6 +36,9 @@ def list_(
             rows = store.study_trials(study)[:limit]
         else:
             rows = store.list_trials(model=model, engine=engine, status=status, limit=limit)
+    if format is not Format.table:
+        emit(format, [trial_record(r) for r in rows])
+        return
     table = Table(title=f"{len(rows)} trial(s)")
     for column in (
         "id",
@@ -41,8 +46,8 @@ def list_(
         "model",
         "config",
         "status",
-        "median ms [95% CI]",
-        "p90 ms",
+        "median [95% CI]",
+        "p90",
         "items/s",
     ):
         table.add_column(column)
@@ -51,7 +56,7 @@ def list_(
         config = f"{r.engine}/{r.precision}/b{r.batch}/t{threads}"
         state = "[green]ok[/]" if r.status == "ok" else f"[red]{r.failure_kind}[/]"
         lat = None if r.measurement is None else r.measurement.latency
-        median = "-" if lat is None else f"{lat.median:.3f} [{lat.median_ci[0]:.3f}, {lat.median_ci[1]:.3f}]"
+        median = "-" if lat is None else fmt_ms_ci(lat.median, lat.median_ci)
         throughput = "-" if r.throughput is None else f"{r.throughput:.1f}"
         table.add_row(
             str(r.id),
@@ -70,6 +75,7 @@ def list_(
 def show(
     trial_id: Annotated[int, typer.Argument(help="Trial id from `autodeploy results list`.")],
     db: DbOption = None,
+    format: FormatOption = Format.table,
 ) -> None:
     """Show every stored field of one trial."""
     from autodeploy.results_db.store import Store
@@ -78,6 +84,9 @@ def show(
         row = store.get_trial(trial_id)
     if row is None:
         raise UsageError(f"no trial with id {trial_id}", fix="see `autodeploy results list`")
+    if format is not Format.table:
+        emit(format, trial_record(row))
+        return
     table = Table(title=f"trial {trial_id}", show_header=False)
     table.add_column("field")
     table.add_column("value", overflow="fold")
@@ -91,12 +100,19 @@ def show(
 
 
 @app.command("studies")
-def studies(limit: Annotated[int, typer.Option(min=1)] = 50, db: DbOption = None) -> None:
+def studies(
+    limit: Annotated[int, typer.Option(min=1, help="Show at most this many studies.")] = 50,
+    db: DbOption = None,
+    format: FormatOption = Format.table,
+) -> None:
     """List stored studies with their objective and winner."""
     from autodeploy.results_db.store import Store
 
     with Store.open(db, readonly=True) as store:
         rows = store.list_studies(limit=limit)
+    if format is not Format.table:
+        emit(format, [study_record(r) for r in rows])
+        return
     table = Table(title=f"{len(rows)} study(ies)")
     for column in ("name", "model", "objective", "updated (UTC)", "winner", "speedup vs ORT fp32"):
         table.add_column(column, overflow="fold")

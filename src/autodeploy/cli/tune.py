@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import (
@@ -11,6 +12,8 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     SpinnerColumn,
+    Task,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -18,10 +21,24 @@ from rich.status import Status
 from rich.table import Table
 
 from autodeploy import api
-from autodeploy.cli._common import command_line, err, out, shown
-from autodeploy.errors import UsageError
+from autodeploy.cli._common import (
+    Format,
+    FormatOption,
+    command_line,
+    emit,
+    err,
+    fmt_ms,
+    fmt_ms_ci,
+    out,
+    shown,
+)
+from autodeploy.errors import AutodeployError, UsageError
 from autodeploy.model import parse_shape_flags
+from autodeploy.search.config import EXAMPLES
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
+
+if TYPE_CHECKING:
+    from autodeploy.search.study import StudySummary
 
 Many = list[str] | None
 
@@ -31,7 +48,8 @@ def tune(
         str | None, typer.Argument(help="An .onnx file or zoo:NAME (or `model:` in --config).")
     ] = None,
     config: Annotated[
-        Path | None, typer.Option(help="Study config YAML (see configs/); flags override it.")
+        Path | None, typer.Option(metavar="YAML", help=f"Study config; flags override it. Examples, usable by name "
+                                  f"(e.g. latency-mobilenetv2.yaml): {EXAMPLES}")
     ] = None,
     name: Annotated[str | None, typer.Option(help="Study name (default: MODEL-OBJECTIVE-DEVICE).")] = None,
     objective: Annotated[str | None, typer.Option(help="latency | throughput | server | pareto.")] = None,
@@ -57,7 +75,7 @@ def tune(
         typer.Option("--resume", help="Add trials to an existing study (or join it from another worker)."),
     ] = False,
     max_accuracy_drop: Annotated[
-        float | None, typer.Option(help=f"Top-1 agreement drop allowed (default {DEFAULT_MAX_ACCURACY_DROP:g}).")
+        float | None, typer.Option(help=f"Top-1 agreement drop allowed, as a fraction: 0.01 is 1% (default {DEFAULT_MAX_ACCURACY_DROP:.0%}).")
     ] = None,
     max_memory_mb: Annotated[float | None, typer.Option(help="Peak worker memory allowed, MB.")] = None,
     sla_ms: Annotated[
@@ -86,35 +104,79 @@ def tune(
     storage: Annotated[
         str | None, typer.Option(help="Optuna storage URL shared by workers (default: the results database).")
     ] = None,
+    format: FormatOption = Format.table,
 ) -> None:
     """Search the fastest config for a model on this device, re-measure the finalists and report the winner."""
     if model is None and config is None:
         raise UsageError("no model given", fix="autodeploy tune MODEL, or put `model:` in --config")
-    with _ProgressReporter() as reporter:
-        summary = api.tune(model, config=config, name=name, objective=objective, engines=engine, precisions=precision,
-                           batches=batch, threads=threads, trials=trials, timeout_s=timeout, sampler=sampler, seed=seed,
-                           fresh=fresh, resume=resume, max_accuracy_drop=max_accuracy_drop, max_memory_mb=max_memory_mb,
-                           sla_ms=sla_ms, finalists=finalists, rounds=rounds, min_samples=min_samples,
-                           min_duration_s=min_duration, shapes=parse_shape_flags(shape or []), data=data, db=db,
-                           storage=storage, reporter=reporter, command=command_line())  # fmt: skip
-    _print_summary(summary, summary.name)
-    if summary.inputs:
-        err.print(f"note: {shown(summary.inputs)}")
+    reporter = _ProgressReporter()
+    try:
+        with reporter:
+            summary = api.tune(model, config=config, name=name, objective=objective, engines=engine, precisions=precision,
+                               batches=batch, threads=threads, trials=trials, timeout_s=timeout, sampler=sampler, seed=seed,
+                               fresh=fresh, resume=resume, max_accuracy_drop=max_accuracy_drop, max_memory_mb=max_memory_mb,
+                               sla_ms=sla_ms, finalists=finalists, rounds=rounds, min_samples=min_samples,
+                               min_duration_s=min_duration, shapes=parse_shape_flags(shape or []), data=data, db=db,
+                               storage=storage, reporter=reporter, command=command_line())  # fmt: skip
+    except KeyboardInterrupt:
+        _interrupted(reporter.name, db)
+        raise typer.Exit(130) from None
+    if format is Format.table:
+        _print_summary(summary, summary.name)
+        if summary.inputs:
+            err.print(f"note: {shown(summary.inputs)}")
+        if summary.winner is not None:
+            _print_next_steps(summary.name, db)
+    else:
+        from autodeploy.report import study_record
+
+        emit(format, study_record(summary))
     if summary.winner is None:
         raise typer.Exit(1)
 
 
-class _ProgressReporter:
-    """A spinner while the study is prepared, then a Rich progress bar: trials done of the budget, the best so
-    far, the current phase, ETA."""
+#: What the progress bar and the tables call each objective's statistic (the unit is the value's).
+OBJECTIVE_WORDS = {"latency": "p90", "throughput": "throughput", "server": "max rate under the SLA",
+                   "pareto": "p90, accuracy drop, memory"}  # fmt: skip
+
+
+def value_text(value: float | None, objective: str) -> str:
+    """A study statistic with its unit: ``91.85 µs`` (latency), ``1234.5 items/s``, ``412.0 q/s``."""
+    if value is None:
+        return "-"
+    if objective in ("latency", "pareto"):
+        return fmt_ms(value)
+    return f"{value:.1f} {'items/s' if objective == 'throughput' else 'q/s'}"
+
+
+def best_text(best: str | None, objective: str) -> str:
+    """The study's ``label = v[, v, v]`` as ``best p90: label at 91.85 µs``."""
+    if not best:
+        return "best: none meets the constraints yet"
+    label, _, values = best.rpartition(" = ")
+    numbers = [float(v) for v in values.split(", ")]
+    if objective == "pareto" and len(numbers) == 3:
+        shown_values = f"{fmt_ms(numbers[0])}, drop {numbers[1]:.2%}, {numbers[2]:.0f} MB"
+    else:
+        shown_values = value_text(numbers[0], objective)
+    return f"best {OBJECTIVE_WORDS.get(objective, objective)}: {label} at {shown_values}"
+
+
+class _ProgressReporter:  # a search.study.Reporter (not imported: it loads the store and SQLAlchemy)
+    """A spinner while the study is prepared, then a Rich progress bar for the screening trials (the best so far
+    with its unit, the current phase, an ETA), then a second bar for the interleaved finalist runs."""
 
     def __init__(self) -> None:
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TextColumn("eta {task.fields[eta]}"), console=err,
                                  transient=False)  # fmt: skip
         self.status: Status | None = None  # before the study starts (e.g. a zoo model being built)
-        self.task = None
-        self.best = "none yet"
+        self.task: TaskID | None = None
+        self.final: TaskID | None = None
+        self.best = "best: none yet"
+        self.name: str | None = None
+        self.objective = "latency"
+        self.runs = 0  # finalist runs started
 
     def __enter__(self) -> _ProgressReporter:
         return self
@@ -122,7 +184,12 @@ class _ProgressReporter:
     def __exit__(self, *exc: object) -> None:
         self._stop_status()
         if self.task is not None:
+            if self.final is not None and exc[0] is None:
+                self.progress.update(self.final, completed=self.progress.tasks[self.final].total, eta="0s")
             self.progress.stop()
+
+    def study(self, name: str, objective: str) -> None:
+        self.name, self.objective = name, objective
 
     def start(self, total: int, space: object) -> None:
         self._stop_status()
@@ -132,6 +199,12 @@ class _ProgressReporter:
         self.progress.start()
         self.task = self.progress.add_task("screening", total=total, eta="-")
 
+    def finalists(self, runs: int) -> None:
+        if self.task is None:
+            return
+        self.progress.update(self.task, description=shown(f"screening done | {self.best}"[:110]))
+        self.final = self.progress.add_task("finalists", total=runs, eta="-")
+
     def phase(self, text: str) -> None:
         if self.task is None:
             if self.status is None:
@@ -140,7 +213,13 @@ class _ProgressReporter:
             else:
                 self.status.update(shown(text))
             return
-        self.progress.update(self.task, description=shown(f"best: {self.best} | {text}"[:110]))
+        if self.final is not None:
+            if text.startswith("finalists round"):
+                self.runs += 1
+                self.progress.update(self.final, completed=self.runs - 1, eta=_eta(self.progress.tasks[self.final]))
+            self.progress.update(self.final, description=shown(f"finalists: {text.removeprefix('finalists ')}"[:110]))
+            return
+        self.progress.update(self.task, description=shown(f"{self.best} | {text}"[:110]))
 
     def _stop_status(self) -> None:
         if self.status is not None:
@@ -148,45 +227,119 @@ class _ProgressReporter:
             self.status = None
 
     def trial_done(self, done: int, best: str | None) -> None:
-        self.best = best or "none meets the constraints"
-        task = self.progress.tasks[0]
-        eta = task.time_remaining
-        self.progress.update(self.task, completed=done, description=shown(f"best: {self.best}"[:110]),
-                             eta="-" if eta is None else f"{eta:.0f}s")  # fmt: skip
+        self.best = best_text(best, self.objective)
+        self.progress.update(self.task, completed=done, description=shown(self.best[:110]))
+        self.progress.update(self.task, eta=_eta(self.progress.tasks[self.task]))
 
 
-def _print_summary(summary, study_name: str) -> None:  # noqa: ANN001 - StudySummary, imported lazily
+def _eta(task: Task) -> str:
+    """Remaining time from the mean time per step so far (Rich's own estimate needs many steps)."""
+    if not task.completed or task.total is None or task.elapsed is None:
+        return "-"
+    left = task.elapsed / task.completed * (task.total - task.completed)
+    return f"{left:.0f}s" if left < 120 else f"{left / 60:.0f} min"
+
+
+def _interrupted(name: str | None, db: str | None) -> None:
+    """Ctrl-C: say what the store kept and the command that goes on from there."""
+    if name is None:
+        err.print("[yellow]interrupted[/] before the study started: nothing was stored; run the same command again")
+        return
+    from autodeploy.results_db.store import Store
+
+    try:
+        with Store.open(db, readonly=True) as store:
+            rows = store.study_trials(name)
+    except AutodeployError:
+        rows = []
+    ok = sum(r.status == "ok" for r in rows)
+    err.print(f"[yellow]interrupted[/]: study {shown(name)} keeps its {len(rows)} stored trial(s) ({ok} ok, "
+              f"{len(rows) - ok} failed); the trial in progress was dropped")  # fmt: skip
+    err.print(f"resume with: {shown(resume_command(name))}", soft_wrap=True)
+
+
+def resume_command(name: str) -> str:
+    """The command as typed, with ``--resume`` and the study's ``--name`` (added when missing)."""
+    argv = shlex.split(command_line())
+    if "--name" not in argv and not any(a.startswith("--name=") for a in argv):
+        argv += ["--name", name]
+    if "--resume" not in argv:
+        argv.append("--resume")
+    return shlex.join(argv)
+
+
+def _print_summary(summary: StudySummary, study_name: str) -> None:
     counts = ", ".join(f"{v} {k}" for k, v in sorted(summary.trials.items()))
     out.print(f"study [bold]{shown(study_name)}[/] ({summary.objective}): {counts}")
+    objective = summary.objective
     if summary.finalists:
-        unit = {"latency": "p90 ms", "throughput": "items/s"}.get(summary.objective, "value")
-        table = Table(
-            title="finalists (re-measured interleaved)" if summary.finalists[0].n_samples else "best configs"
-        )
-        for column in ("config", unit, "95% CI", "samples", "note"):
+        remeasured = bool(summary.finalists[0].n_samples)
+        table = Table(title="finalists (re-measured interleaved)" if remeasured else "best configs")
+        for column in ("config", OBJECTIVE_WORDS.get(objective, "value") + " [95% CI]", "samples", "note"):
             table.add_column(column)
         for f in summary.finalists:
             note = "baseline (ORT fp32 default)" if f.baseline else ""
             if summary.winner is not None and f.label == summary.winner.label:
-                note = "[green]winner[/]"
+                note = "[green]winner[/]" + (" (baseline: ORT fp32 default)" if f.baseline else "")
             elif f.label in summary.tie_with:
                 note = "tie with winner"
             if f.failure:
                 note = f"[red]{shown(f.failure)}[/]"
-            ci = "-" if f.ci is None else f"[{f.ci[0]:.4g}, {f.ci[1]:.4g}]"
-            stat = "-" if f.statistic is None else f"{f.statistic:.4g}"
-            table.add_row(shown(f.label), stat, ci, str(f.n_samples), note)
+            table.add_row(shown(f.label), _stat_ci(f.statistic, f.ci, objective), str(f.n_samples), note)
         out.print(table)
     if summary.winner is None:
         err.print(f"[red]no winner[/]: {shown(summary.note)}")
         return
-    line = f"winner: [bold]{shown(summary.winner.label)}[/]"
+    line = f"winner: [bold]{shown(summary.winner.label)}[/] at {value_text(summary.winner.statistic, objective)}"
+    if summary.winner.baseline:
+        line += ": the ONNX Runtime fp32 default itself, no config the search found beat it"
+    elif summary.speedup_vs_baseline is not None:
+        line += f", {summary.speedup_vs_baseline:.2f}x the speed of the ONNX Runtime fp32 default"
     if summary.tie_with:
-        line += (
-            f" (statistical tie with {shown(', '.join(summary.tie_with))}; the cheaper config is preferred)"
-        )
-    if summary.speedup_vs_baseline is not None:
-        line += f"; {summary.speedup_vs_baseline:.2f}x vs ONNX Runtime fp32 default"
+        line += f" (statistical tie with {shown(', '.join(summary.tie_with))}; the cheaper config is preferred)"
     out.print(line)
+    why = _why_not_screening_best(summary)
+    if why:
+        out.print(shown(why))
     if summary.note:
         out.print(shown(summary.note))
+
+
+def _stat_ci(value: float | None, ci: tuple[float, float] | None, objective: str) -> str:
+    if objective in ("latency", "pareto"):
+        return fmt_ms_ci(value, ci)
+    if value is None:
+        return "-"
+    bounds = "" if ci is None else f" [{ci[0]:.1f}, {ci[1]:.1f}]"
+    return f"{value:.1f}{bounds} {'items/s' if objective == 'throughput' else 'q/s'}"
+
+
+def _why_not_screening_best(summary: StudySummary) -> str:
+    """Why the winner is not the screening best (the first finalist), when they differ."""
+    first, winner = summary.finalists[0], summary.winner
+    if winner is None or not first.n_samples and not first.failure or first.label == winner.label or first.baseline:
+        return ""
+    objective = summary.objective
+    if first.failure:
+        return f"{first.label} led the screening but failed its re-measurement ({first.failure})"
+    if first.label in summary.tie_with:
+        return (f"{first.label} led the screening and ties with the winner when re-measured "
+                f"({_stat_ci(first.statistic, first.ci, objective)}): the cheaper config (fewer threads, then a "
+                "smaller batch) is preferred")  # fmt: skip
+    if winner.baseline:
+        return (f"{first.label} led the screening; the ONNX Runtime fp32 default, re-measured interleaved with the "
+                f"finalists as the baseline, was faster: {_stat_ci(winner.statistic, winner.ci, objective)} against "
+                f"{_stat_ci(first.statistic, first.ci, objective)}")  # fmt: skip
+    return (f"{first.label} led the screening, but re-measured interleaved with the others over "
+            f"{first.n_samples} samples it reached {_stat_ci(first.statistic, first.ci, objective)}, against the "
+            f"winner's {_stat_ci(winner.statistic, winner.ci, objective)}: the short screening run flattered it")  # fmt: skip
+
+
+def _print_next_steps(name: str, db: str | None) -> None:
+    db_flag = "" if db is None else f" --db {shlex.quote(db)}"
+    folder = shlex.quote(f"{name}-bundle")
+    out.print("next:")
+    for command, why in ((f"autodeploy export {shlex.quote(name)} -o {folder}{db_flag}", "ship the winner as a bundle"),
+                         (f"autodeploy bundle run {folder}", "load it (checksums verified) and time it here"),
+                         (f"autodeploy dashboard{db_flag}", "compare every trial in the browser")):  # fmt: skip
+        out.print(f"  {shown(command)}   [dim]# {why}[/]", soft_wrap=True)

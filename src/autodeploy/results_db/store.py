@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, aliased, defer
 
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.errors import StoreError, UsageError
+from autodeploy.errors import StoreError, StoreLocationError, UsageError
 from autodeploy.harness.result import STATUSES, MeasuredShortcuts, TrialResult
 from autodeploy.harness.result import Measurement as MeasurementRecord
 from autodeploy.results_db import migrate
@@ -736,7 +736,7 @@ def _check_sqlite_path(url: sa.URL, shown: str, *, readonly: bool) -> sa.URL:
         return url
 
     def fail(reason: str, fix: str = FIX_PATH) -> StoreError:
-        return StoreError(f"cannot open results database {shown}: {reason}", fix=fix)
+        return StoreLocationError(f"cannot open results database {shown}: {reason}", fix=fix)
 
     path = Path(url.database).absolute()
     if path.is_dir():

@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from autodeploy.errors import UsageError
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
+#: The example study configs installed with the package; ``--config NAME.yaml`` finds them by name.
+EXAMPLES = Path(__file__).resolve().parents[1] / "configs"
+
 Objective = Literal["latency", "throughput", "server", "pareto"]
 Sampler = Literal["tpe", "grid", "random", "nsga2"]
 
@@ -109,10 +112,13 @@ def read(path: str | Path | None) -> dict[str, Any]:
     """
     if path is None:
         return {}
+    if not Path(path).exists() and (EXAMPLES / Path(path).name).is_file():
+        path = EXAMPLES / Path(path).name  # an example shipped with the package, given by name
     try:
         loaded = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise UsageError(f"cannot read study config {path}: {exc}".splitlines()[0]) from None
+        raise UsageError(f"cannot read study config {path}: {exc}".splitlines()[0],
+                         fix=f"give a YAML file, or an example's name from {EXAMPLES}") from None  # fmt: skip
     if not isinstance(loaded, dict):
         raise UsageError(f"study config {path} must be a mapping of keys to values")
     return loaded
@@ -144,4 +150,4 @@ def validate(
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "config"
         raise UsageError(f"invalid study config: {where}: {first['msg']}",
-                         fix="see configs/ for examples") from None  # fmt: skip
+                         fix=f"see the examples in {EXAMPLES}") from None  # fmt: skip

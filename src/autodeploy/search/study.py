@@ -62,7 +62,9 @@ class StudyContext:
 class Reporter:
     """Progress hooks; the CLI draws a progress bar, tests pass this silent one."""
 
+    def study(self, name: str, objective: str) -> None: ...  # the study being run, before start
     def start(self, total: int, space: SearchSpace) -> None: ...
+    def finalists(self, runs: int) -> None: ...  # the interleaved re-measurement begins: runs to come
     def phase(self, text: str) -> None: ...
     def trial_done(self, done: int, best: str | None) -> None: ...
 
@@ -118,6 +120,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     # --trials counts measurements: pruned configs and repeats cost nothing, so more may be asked
     # (the grid asks each of its points once).
     max_asks = budget if cfg.sampler == "grid" else budget + space.size()
+    reporter.study(ctx.name, cfg.objective)
     reporter.start(budget, space)
     started, measured, asked = time.monotonic(), 0, 0
     while measured < budget and asked < max_asks:
@@ -473,6 +476,7 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
     samples: list[list[float]] = [[] for _ in configs]
     uids: list[list[str]] = [[] for _ in configs]
     failures: list[str | None] = [None for _ in configs]
+    reporter.finalists(f.rounds * len(configs))
     for r in range(f.rounds):
         for i in [(j + r) % len(configs) for j in range(len(configs))]:
             reporter.phase(f"finalists round {r + 1}/{f.rounds}: {configs[i].label()}")

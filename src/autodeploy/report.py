@@ -1,0 +1,243 @@
+"""Machine-readable records of what autodeploy measured: one versioned JSON schema, built from the typed records.
+
+Two record kinds, each carrying ``schema`` and ``schema_version``:
+
+- ``autodeploy.trial``: one trial (``bench``, ``results list|show``) with its config, model, device,
+  engine version and :class:`~autodeploy.harness.result.Measurement` in its flat form
+  (times in ms, memory in MB, throughput in items/s: the unit is in every field name).
+- ``autodeploy.study``: one study's summary (``tune``, ``results studies``): the winner, the finalists
+  with the objective's statistic, its unit and 95% CI, the speedup over the ORT fp32 default.
+
+:data:`SCHEMA` is the JSON Schema (draft 2020-12) of both; ``autodeploy schema`` prints it. A change
+that removes or renames a field bumps :data:`SCHEMA_VERSION`; adding a field does not.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from autodeploy.harness.result import Measurement
+
+if TYPE_CHECKING:
+    from autodeploy.api import StoredTrial
+    from autodeploy.results_db.store import StudyRow, TrialRow
+    from autodeploy.search.study import StudySummary
+
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "STATISTIC", "flatten", "study_record", "to_csv_rows", "trial_record"]
+
+SCHEMA_VERSION = 1
+#: What a study's finalist ``statistic`` is, per objective: (field-style name, unit).
+STATISTIC = {"latency": ("p90_ms", "ms"), "throughput": ("throughput_items_per_s", "items/s"),
+             "server": ("max_rate_qps", "queries/s"), "pareto": ("p90_ms", "ms")}  # fmt: skip
+
+
+def trial_record(trial: TrialRow | StoredTrial) -> dict[str, Any]:
+    """The ``autodeploy.trial`` record of a stored trial (a store row, or what :func:`autodeploy.api.bench` returned)."""
+    if hasattr(trial, "result"):  # StoredTrial: fresh from a worker, same numbers as the store holds
+        r = trial.result
+        fields = dict(id=trial.id, uid=r.uid, created_at=None, status=r.status, failure_kind=r.failure_kind,
+                      failure_message=r.failure_message, study=None, phase=None, command=None,
+                      model={"name": trial.model.name, "sha256": trial.model.sha256},
+                      device={"fingerprint": trial.device.fingerprint, "cpu": trial.device.cpu_model},
+                      engine_version=r.engine_version, config=r.config, measurement=r.measurement)  # fmt: skip
+    else:
+        fields = dict(id=trial.id, uid=trial.uid, created_at=trial.created_at, status=trial.status,
+                      failure_kind=trial.failure_kind, failure_message=trial.failure_message, study=trial.study,
+                      phase=trial.phase, command=trial.command,
+                      model={"name": trial.model_name, "sha256": trial.model_sha256},
+                      device={"fingerprint": trial.device_fingerprint, "cpu": trial.device_cpu},
+                      engine_version=trial.engine_version, config=trial.config, measurement=trial.measurement)  # fmt: skip
+    return _trial(**fields)
+
+
+def _trial(*, config: Any, engine_version: str | None, measurement: Measurement | None, created_at: datetime | None,
+           **rest: Any) -> dict[str, Any]:  # fmt: skip
+    return {
+        "schema": "autodeploy.trial",
+        "schema_version": SCHEMA_VERSION,
+        **{k: rest[k] for k in ("id", "uid")},
+        "created_at": None if created_at is None else created_at.isoformat(),
+        **{k: rest[k] for k in ("status", "failure_kind", "failure_message", "study", "phase", "command", "model",
+                                "device")},  # fmt: skip
+        "engine": {"name": config.engine, "version": engine_version},
+        "config": config.to_dict(),
+        "label": config.label(),
+        "measurement": None if measurement is None else _jsonable(measurement.to_dict(samples=False)),
+    }
+
+
+def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
+    """The ``autodeploy.study`` record of a study: fresh from :func:`autodeploy.api.tune`, or as stored."""
+    if hasattr(summary, "to_dict"):  # StudySummary
+        s, extra = summary.to_dict(), {"model": None, "device": None, "updated_at": None, "command": None}
+    else:  # StudyRow: the stored summary is StudySummary.to_dict() (None until the study finished)
+        s = dict(summary.summary or {"name": summary.name, "objective": summary.objective, "trials": {},
+                                     "finalists": [], "winner": None, "note": "not finished"})  # fmt: skip
+        extra = {"model": {"name": summary.model_name, "sha256": summary.model_sha256},
+                 "device": {"fingerprint": summary.device_fingerprint, "cpu": summary.device_cpu},
+                 "updated_at": summary.updated_at.isoformat(), "command": summary.command}  # fmt: skip
+    objective = s["objective"]
+    name, unit = STATISTIC.get(objective, ("value", None))
+    return {
+        "schema": "autodeploy.study",
+        "schema_version": SCHEMA_VERSION,
+        "name": s["name"],
+        "objective": objective,
+        "statistic": name,
+        "statistic_unit": unit,
+        **extra,
+        "trials": dict(s.get("trials") or {}),
+        "winner": None if s.get("winner") is None else _finalist(s["winner"]),
+        "finalists": [_finalist(f) for f in s.get("finalists") or ()],
+        "tie_with": list(s.get("tie_with") or ()),
+        "speedup_vs_baseline": s.get("speedup_vs_baseline"),
+        "note": s.get("note") or "",
+    }
+
+
+def _finalist(f: Mapping[str, Any]) -> dict[str, Any]:
+    config = dict(f["config"])
+    config["knobs"] = dict(config.get("knobs") or {})
+    ci = f.get("ci")
+    return {"label": f["label"], "config": _jsonable(config), "statistic": f.get("statistic"),
+            "statistic_ci": None if ci is None else [ci[0], ci[1]], "n_samples": f.get("n_samples", 0),
+            "baseline": bool(f.get("baseline")), "failure": f.get("failure"), "trial_uids": list(f.get("uids") or ())}  # fmt: skip
+
+
+def _jsonable(value: Any) -> Any:
+    """Tuples as lists, so a record compares equal to its own JSON round trip."""
+    return json.loads(json.dumps(value))
+
+
+def flatten(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """One CSV row: nested objects as dotted columns, pairs (CIs) as ``_low``/``_high``, other lists as JSON."""
+    row: dict[str, Any] = {}
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and key != "knobs":
+            row.update(flatten(value, f"{name}."))
+        elif key.endswith("_ci") and (value is None or len(value) == 2):
+            row[f"{name}_low"], row[f"{name}_high"] = (None, None) if value is None else value
+        elif isinstance(value, (list, tuple, Mapping)):
+            row[name] = json.dumps(value, sort_keys=True)
+        else:
+            row[name] = value
+    return row
+
+
+def to_csv_rows(records: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Columns (in first-seen order) and flat rows of ``records``; the accuracy detail is JSON in one column."""
+    rows = [flatten(r) for r in records]
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    return list(columns), rows
+
+
+_NUM = {"type": ["number", "null"]}
+_CI = {"type": ["array", "null"], "items": {"type": "number"}, "minItems": 2, "maxItems": 2}
+_STR = {"type": ["string", "null"]}
+_CONFIG = {
+    "type": "object",
+    "required": ["engine", "precision", "batch", "threads", "knobs"],
+    "properties": {"engine": {"type": "string"}, "precision": {"type": "string"}, "batch": {"type": "integer"},
+                   "threads": {"type": ["integer", "null"]}, "knobs": {"type": "object"}},  # fmt: skip
+}
+_REF = {"type": ["object", "null"], "properties": {"name": _STR, "sha256": _STR, "fingerprint": _STR, "cpu": _STR}}
+_OUTPUT = {
+    "type": "object",
+    "required": ["name", "max_abs", "mean_rel", "cosine"],
+    "properties": {"name": {"type": "string"}, "max_abs": {"type": "number"}, "mean_rel": {"type": "number"},
+                   "cosine": {"type": "number"}, "top1_agreement": _NUM, "task_accuracy": _NUM,
+                   "reference_task_accuracy": _NUM},  # fmt: skip
+}
+_MEASUREMENT = {
+    "type": ["object", "null"],
+    "description": "Times in ms, memory in MB, throughput in items/s; p90/p99 are null below 64/662 samples.",
+    "required": list(Measurement.keys(samples=False)),
+    "additionalProperties": False,
+    "properties": {
+        **{k: _NUM for k in Measurement.keys(samples=False)},
+        "scenario": {"type": "string"},
+        "batch": {"type": "integer"},
+        "n_samples": {"type": "integer"},
+        "warmup_calls": {"type": "integer"},
+        "unstable": {"type": "boolean"},
+        "median_ci": _CI,
+        "p90_ci": _CI,
+        "p99_ci": _CI,
+        "accuracy": {
+            "type": ["object", "null"],
+            "required": ["outputs", "n_samples", "constraint", "passed"],
+            "properties": {"outputs": {"type": "array", "items": _OUTPUT}, "n_samples": {"type": "integer"},
+                           "constraint": {"type": "string"}, "passed": {"type": "boolean"}},  # fmt: skip
+        },
+    },
+}
+_TRIAL = {
+    "type": "object",
+    "required": ["schema", "schema_version", "id", "uid", "status", "model", "device", "engine", "config",
+                 "label", "measurement"],  # fmt: skip
+    "properties": {
+        "schema": {"const": "autodeploy.trial"},
+        "schema_version": {"const": SCHEMA_VERSION},
+        "id": {"type": "integer"},
+        "uid": {"type": "string"},
+        "created_at": {**_STR, "description": "ISO 8601, UTC; null for a trial just measured"},
+        "status": {"enum": ["ok", "failed"]},
+        "failure_kind": _STR,
+        "failure_message": _STR,
+        "study": _STR,
+        "phase": _STR,
+        "command": _STR,
+        "model": _REF,
+        "device": _REF,
+        "engine": {"type": "object", "required": ["name", "version"],
+                   "properties": {"name": {"type": "string"}, "version": _STR}},  # fmt: skip
+        "config": _CONFIG,
+        "label": {"type": "string"},
+        "measurement": _MEASUREMENT,
+    },
+}
+_FINALIST = {
+    "type": "object",
+    "required": ["label", "config", "statistic", "statistic_ci", "n_samples", "baseline", "failure", "trial_uids"],
+    "properties": {"label": {"type": "string"}, "config": _CONFIG, "statistic": _NUM, "statistic_ci": _CI,
+                   "n_samples": {"type": "integer"}, "baseline": {"type": "boolean"}, "failure": _STR,
+                   "trial_uids": {"type": "array", "items": {"type": "string"}}},  # fmt: skip
+}
+_STUDY = {
+    "type": "object",
+    "required": ["schema", "schema_version", "name", "objective", "statistic", "statistic_unit", "trials",
+                 "winner", "finalists", "tie_with", "speedup_vs_baseline", "note"],  # fmt: skip
+    "properties": {
+        "schema": {"const": "autodeploy.study"},
+        "schema_version": {"const": SCHEMA_VERSION},
+        "name": {"type": "string"},
+        "objective": {"enum": list(STATISTIC)},
+        "statistic": {"type": "string", "description": "what each finalist's statistic is, unit in the name"},
+        "statistic_unit": _STR,
+        "model": _REF,
+        "device": _REF,
+        "updated_at": _STR,
+        "command": _STR,
+        "trials": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "winner": {"oneOf": [{"type": "null"}, _FINALIST]},
+        "finalists": {"type": "array", "items": _FINALIST},
+        "tie_with": {"type": "array", "items": {"type": "string"}},
+        "speedup_vs_baseline": {**_NUM, "description": "winner over ONNX Runtime fp32 default, >1 is faster"},
+        "note": {"type": "string"},
+    },
+}
+#: JSON Schema of every record above; ``--format json`` prints one record or a list of them.
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": f"https://autodeploy.invalid/schema/v{SCHEMA_VERSION}.json",
+    "title": f"autodeploy records, schema version {SCHEMA_VERSION}",
+    "$defs": {"trial": _TRIAL, "study": _STUDY},
+    "oneOf": [{"$ref": "#/$defs/trial"}, {"$ref": "#/$defs/study"},
+              {"type": "array", "items": {"oneOf": [{"$ref": "#/$defs/trial"}, {"$ref": "#/$defs/study"}]}}],  # fmt: skip
+}

@@ -1,0 +1,106 @@
+"""Numbers people can read (units scaled, every best with its unit) and a tune people can follow."""
+
+import dataclasses
+import re
+import sys
+
+import pytest
+
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.cli import _common, bench, tune
+from autodeploy.cli._common import fmt_ms, fmt_ms_ci
+from autodeploy.search.study import Finalist, StudySummary
+from tests.cli.test_cli import FAST, env, run  # noqa: F401 - env is a fixture
+from tests.models import mlp
+from tests.results_db.factories import ok_result
+
+
+def test_times_are_scaled_to_their_unit():
+    assert fmt_ms(0.004) == "4.000 µs" and fmt_ms(0.09185) == "91.85 µs"
+    assert fmt_ms(12.5) == "12.50 ms" and fmt_ms(1500.0) == "1.500 s" and fmt_ms(None) == "-"
+    assert fmt_ms_ci(0.004, (0.0039, 0.0042)) == "4.000 [3.900, 4.200] µs"
+
+
+def test_a_fast_model_reads_in_microseconds_not_zeros(env, capsys):  # noqa: F811
+    tmp_path, _ = env
+    code, out, err = run(capsys, "bench", str(mlp(tmp_path / "m.onnx")), *FAST)
+    assert code == 0, err
+    median = re.search(r"median\s+│\s+(.+?)\s+│", out).group(1)
+    assert median.endswith(("µs", "ms")) and not median.startswith("0.0"), median
+
+
+def test_every_best_has_its_unit_and_objective():
+    assert tune.best_text("ort/fp32/b1/t1 = 0.09185", "latency") == "best p90: ort/fp32/b1/t1 at 91.85 µs"
+    assert tune.best_text("ort/fp32/b8/t2 = 1234.5", "throughput") == "best throughput: ort/fp32/b8/t2 at 1234.5 items/s"
+    assert tune.best_text("x = 3.5, 0.01, 40", "pareto") == "best p90, accuracy drop, memory: x at 3.500 ms, drop 1.00%, 40 MB"
+    assert tune.best_text(None, "latency") == "best: none meets the constraints yet"
+
+
+def test_an_unstable_result_comes_with_advice(capsys, monkeypatch):
+    monkeypatch.setattr(_common.out, "width", 200)
+    result = ok_result()
+    noisy = dataclasses.replace(result.measurement.latency, cv=0.23, unstable=True)
+    bench._print_result(dataclasses.replace(result, measurement=dataclasses.replace(result.measurement, latency=noisy)), 1, "m")
+    err = capsys.readouterr().err
+    assert "CV > 10%" in err and "--min-duration" in err and "--threads 1" in err and "quieter machine" in err
+    bench._print_result(result, 1, "m")
+    assert "unstable" not in capsys.readouterr().err
+
+
+def _finalist(label, stat, ci, **kw):
+    engine, precision, _, _ = label.split("/")
+    return Finalist(TrialConfig(engine=engine, precision=precision, batch=1, threads=1), label, stat, ci, 600,
+                    [f"uid-{label}"], **kw)  # fmt: skip
+
+
+def _fake_tune(summary=None, interrupt_after=0):
+    def fake(*_args, reporter, **_kw):
+        reporter.study("s", "latency")
+        reporter.start(4, None)
+        for done in range(1, interrupt_after + 1):
+            reporter.trial_done(done, "tflite/int8/b1/t1 = 0.5")
+        if summary is None:
+            raise KeyboardInterrupt
+        reporter.finalists(6)
+        for r in range(6):
+            reporter.phase(f"finalists round {r // 3 + 1}/2: tflite/fp32/b1/t1")
+        return summary
+
+    return fake
+
+
+def test_tune_names_the_winner_explains_the_screening_best_and_prints_the_next_commands(env, capsys, monkeypatch):  # noqa: F811
+    best = _finalist("tflite/int8/b1/t1", 0.61, (0.60, 0.62))
+    winner = _finalist("tflite/fp32/b1/t1", 0.42, (0.41, 0.43))
+    baseline = _finalist("onnxruntime/fp32/b1/t1", 0.84, (0.83, 0.85), baseline=True)
+    summary = StudySummary("s", "latency", {"complete": 4}, [best, winner, baseline], winner, speedup_vs_baseline=2.0)
+    monkeypatch.setattr(tune.api, "tune", _fake_tune(summary))
+    code, out, err = run(capsys, "tune", "m.onnx", "--name", "s")
+    assert code == 0, err
+    assert "winner: tflite/fp32/b1/t1 at 420.0 µs, 2.00x the speed of the ONNX Runtime fp32 default" in out
+    assert "tflite/int8/b1/t1 led the screening, but re-measured interleaved" in out and "610.0 [600.0, 620.0] µs" in out
+    for command in ("autodeploy export s -o s-bundle", "autodeploy bundle run s-bundle", "autodeploy dashboard"):
+        assert command in out
+    assert "finalists" in err and "6/6" in err  # the finalist phase has its own bar, completed
+
+
+def test_ctrl_c_says_what_was_kept_and_how_to_resume(env, capsys, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(tune.api, "tune", _fake_tune(None, interrupt_after=2))
+    monkeypatch.setattr(sys, "argv", ["autodeploy", "tune", "m.onnx", "--trials", "8"])
+    tmp_path, db = env
+    from autodeploy.results_db.store import Store
+
+    Store.open(db).close()
+    code, out, err = run(capsys, "tune", "m.onnx", "--trials", "8")
+    assert code == 130
+    assert "study s keeps its 0 stored trial(s)" in err
+    assert "resume with: autodeploy tune m.onnx --trials 8 --name s --resume" in err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["autodeploy", "tune", "m.onnx", "--name", "x", "--resume"], "autodeploy tune m.onnx --name x --resume"),
+    (["autodeploy", "tune", "m model.onnx"], "autodeploy tune 'm model.onnx' --name s --resume"),
+])  # fmt: skip
+def test_the_resume_command_is_the_typed_one_plus_resume_and_name(monkeypatch, argv, expected):
+    monkeypatch.setattr(sys, "argv", argv)
+    assert tune.resume_command("s") == expected
