@@ -95,7 +95,10 @@ def test_kill_9_mid_trial_then_resume(tmp_path):
     assert states[stale[0]] == "FAIL"
     assert all(t.state.is_finished() for t in trials)
     resumed_trials = [t for t in trials if t.number not in stale and t.datetime_start and t.number > stale[0]]
-    assert len(resumed_trials) == 2 and all(t.state.name in ("COMPLETE", "PRUNED") for t in resumed_trials)
+    assert all(t.state.name in ("COMPLETE", "PRUNED") for t in resumed_trials)
+    # --trials 2 counts measurements; repeats and pruned configs are free (so there may be more trials)
+    measured = [t for t in resumed_trials if t.state.name == "COMPLETE" and "repeat_of" not in t.user_attrs]
+    assert 1 <= len(measured) <= 2
     with Store.open(db) as store:
         rows = store.study_trials("killed")
     uids = [r.uid for r in rows]
