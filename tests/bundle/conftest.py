@@ -66,3 +66,21 @@ def bundle(stored, tmp_path) -> Path:
 
 def feeds(batch: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
     return {"x": np.random.default_rng(seed).standard_normal((batch, 8)).astype(np.float32)}
+
+
+def fresh_venv(requirements: Path, folder: Path) -> tuple[Path, dict[str, str]]:
+    """A new virtualenv holding only ``requirements`` (a bundle's requirements.txt): its python and
+    the environment to run it in (no PYTHONPATH: nothing of this checkout leaks in). Skips the test
+    when the requirements cannot be installed here."""
+    import os
+    import subprocess
+    import venv
+
+    venv.create(folder, with_pip=True, clear=True)
+    python = folder / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(requirements)],
+                         capture_output=True, text=True, env=env, timeout=900)  # fmt: skip
+    if pip.returncode != 0:
+        pytest.skip(f"cannot install the bundle's requirements here: {pip.stderr.strip()[-300:]}")
+    return python, env

@@ -14,7 +14,7 @@ from autodeploy.device import probe_device
 from autodeploy.harness.run import HarnessSettings, prepare_data, run_trial
 from autodeploy.results_db.store import DeviceRecord, ModelRecord, Store
 from autodeploy.search.study import run_study
-from tests.bundle.conftest import FAST, feeds
+from tests.bundle.conftest import FAST, feeds, fresh_venv
 from tests.cli.test_cli import run as run_cli
 from tests.search.test_study import FAST_FINALISTS, make_ctx
 
@@ -143,21 +143,12 @@ def test_inhouse_winner_ships_on_the_runtime_it_was_measured_on(stored, tmp_path
 def test_each_engines_bundle_runs_in_a_fresh_venv_with_only_its_requirements(stored, tmp_path, config):
     """What a user does on the target: a new venv, `pip install -r requirements.txt`, the shipped loader.
     (ONNX Runtime's own bundle has the same test in test_verify.py.)"""
-    import os
     import subprocess
     import textwrap
-    import venv
 
     source, artifact = _engine_trial(tmp_path, stored, config)
     bundle = export.write_bundle(source, tmp_path / "ship")
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True, clear=True)
-    python = env_dir / "bin" / "python"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(bundle / "requirements.txt")],
-                         capture_output=True, text=True, env=env, timeout=900)  # fmt: skip
-    if pip.returncode != 0:
-        pytest.skip(f"cannot install the bundle's requirements here: {pip.stderr.strip()[-300:]}")
+    python, env = fresh_venv(bundle / "requirements.txt", tmp_path / "venv")
     x = feeds()
     np.save(tmp_path / "x.npy", x["x"])
     script = textwrap.dedent(f"""

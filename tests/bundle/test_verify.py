@@ -7,14 +7,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import venv
 
 import numpy as np
 import pytest
 
 import autodeploy.bundle
 from autodeploy.bundle import BundleError, export, loader
-from tests.bundle.conftest import feeds
+from tests.bundle.conftest import feeds, fresh_venv
 from tests.cli.test_cli import run as run_cli
 
 FILES = ["model/model.onnx", "model/artifact.json", "loader.py", "requirements.txt", "README.md",
@@ -148,14 +147,7 @@ def test_autodeploy_bundle_imports_no_heavy_package():
 @pytest.mark.slow
 def test_bundle_runs_in_a_fresh_virtualenv_with_only_numpy_and_the_engine(stored, bundle, tmp_path):
     """The issue's 'done when': a new venv, `pip install -r requirements.txt`, nothing else."""
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True, clear=True)
-    python = env_dir / "bin" / "python"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(bundle / "requirements.txt")],
-                         capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
-    if pip.returncode != 0:
-        pytest.skip(f"cannot install the bundle's requirements here: {pip.stderr.strip()[-300:]}")
+    python, env = fresh_venv(bundle / "requirements.txt", tmp_path / "venv")
     listed = subprocess.run(
         [str(python), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, env=env
     )
