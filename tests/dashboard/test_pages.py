@@ -107,6 +107,8 @@ def test_pareto_marks_the_winner_and_rejects_int8_for_its_accuracy_drop(monkeypa
     assert measured and all(r.endswith("> 1.00%") for r in measured)
     # The other int8 configs build the same artifact: pruned for that artifact's accuracy, never measured.
     assert all(r in measured or "the same artifact and it breaks the accuracy budget" in r for r in int8["reason"])
+    pruned = int8[int8["reason"].str.startswith("pruned")]
+    assert not pruned.duplicated(["config_label", "reason"]).any()  # a config pruned again is listed once
 
 
 @pytest.mark.slow

@@ -46,6 +46,7 @@ rejected = df[df["verdict"] == "rejected"][["config_label", "phase", "reason", "
 history = cache.optuna_trials(url, name)
 if history is not None:  # configs the search pruned never reached the store: Optuna holds their reason
     pruned = history[history["state"] == "pruned"]
+    pruned = pruned.drop_duplicates(["config", "reason"])  # a sampler may propose a pruned config again
     rejected = pd.concat([rejected, pd.DataFrame({"config_label": pruned["config"], "phase": "screening",
                                                   "reason": "pruned: " + pruned["reason"], "trial_id": None})])  # fmt: skip
 if rejected.empty:
