@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autodeploy import bundle
-    from autodeploy.api import bench, export, tune
+    from autodeploy.api import bench, bench_shapes, export, tune, tune_per_shape
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "bench", "bundle", "export", "tune"]
+__all__ = ["__version__", "bench", "bench_shapes", "bundle", "export", "tune", "tune_per_shape"]
 
-_API = ("bench", "tune", "export")
+_API = ("bench", "bench_shapes", "tune", "tune_per_shape", "export")
 
 
 def __getattr__(name: str) -> Any:

@@ -36,6 +36,7 @@ from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import ModelInfo, ResolvedModel, display_name, resolve_model
 from autodeploy.search import config as study_config
 from autodeploy.search.config import StudyConfig
+from autodeploy.shapes import ShapeCase, ShapeSet
 
 if TYPE_CHECKING:
     from autodeploy.bundle.export import Source
@@ -46,11 +47,13 @@ __all__ = [
     "FORMATS",
     "StoredTrial",
     "bench",
+    "bench_shapes",
     "cache_dir",
     "default_study_name",
     "export",
     "find_source",
     "tune",
+    "tune_per_shape",
 ]
 
 #: What :func:`export` writes: a bundle folder (manifest, loader) or a Triton model repository.
@@ -71,6 +74,7 @@ class StoredTrial:
     result: TrialResult
     model: ModelInfo
     device: DeviceInfo
+    shape_key: str = ""  # the shapes fixed for it (``x=1x3x48x320``), "" for none
 
     @property
     def ok(self) -> bool:
@@ -100,7 +104,7 @@ def bench(
     batch: int | None = None,
     threads: int | None = None,
     knobs: Mapping[str, Any] | None = None,
-    shapes: Shapes | None = None,
+    shapes: Shapes | ShapeSet | None = None,
     batch_axes: Mapping[str, int | None] | None = None,
     data: str | Path | Dataset | None = None,
     pins: Mapping[str, float] | None = None,
@@ -119,7 +123,8 @@ def bench(
         model: an ``.onnx`` path or ``zoo:NAME``.
         config: the config to measure; or give ``engine`` (default ``onnxruntime``), ``precision``
             (``fp32``), ``batch`` (1), ``threads`` (the engine's default) and ``knobs`` instead.
-        shapes: fixed input shapes, ``{"input": (1, 3, 224, 224)}``, for dynamic dims.
+        shapes: fixed input shapes, ``{"input": (1, 3, 224, 224)}``, for dynamic dims (one shape
+            per input; :func:`bench_shapes` measures several).
         batch_axes: an input's batch axis where the model's own is wrong, ``{"state": 1}`` (``None``:
             never batched); by default it is the symbolic dim inputs and outputs share.
         data: inputs (``.npz``, a folder of ``NAME.npy``, or a :class:`~autodeploy.data.Dataset`;
@@ -139,44 +144,93 @@ def bench(
         The stored trial: its id in the store and its result (failed trials included).
 
     Raises:
-        UsageError: unknown engine, precision or knob, or a shape that does not fit.
+        UsageError: unknown engine, precision or knob, a shape that does not fit, or several shapes.
         ModelError, DataError, StoreError: the model, the data or the database is unusable.
+    """
+    shape_set = ShapeSet.of(shapes) if isinstance(shapes, ShapeSet) else ShapeSet.single(shapes)
+    if shape_set.several:
+        raise UsageError(f"bench measures one shape; {len(shape_set.cases)} were given",
+                         fix="call autodeploy.bench_shapes to measure each of several shapes")  # fmt: skip
+    command = command or _python_call("bench", model, config=config, engine=engine, precision=precision,
+                                      batch=batch, threads=threads, knobs=knobs, shapes=shapes, data=data,
+                                      pins=pins, timing=timing)  # fmt: skip
+    return bench_shapes(model, config, engine=engine, precision=precision, batch=batch, threads=threads, knobs=knobs,
+                        shapes=shape_set, batch_axes=batch_axes, data=data, pins=pins, timing=timing,
+                        timeout_s=timeout_s, build_timeout_s=build_timeout_s, memory_cap_mb=memory_cap_mb, db=db,
+                        cache=cache, progress=progress, command=command)[0]  # fmt: skip
+
+
+def bench_shapes(
+    model: str | Path,
+    config: TrialConfig | None = None,
+    *,
+    engine: str | None = None,
+    precision: str | None = None,
+    batch: int | None = None,
+    threads: int | None = None,
+    knobs: Mapping[str, Any] | None = None,
+    shapes: ShapeSet | Mapping[str, Any] | None = None,
+    batch_axes: Mapping[str, int | None] | None = None,
+    data: str | Path | Dataset | None = None,
+    pins: Mapping[str, float] | None = None,
+    timing: TimingPolicy | None = None,
+    timeout_s: float = 600.0,
+    build_timeout_s: float = 1800.0,
+    memory_cap_mb: int | None = None,
+    db: str | Store | None = None,
+    cache: Path | None = None,
+    progress: Progress | None = None,
+    command: str | None = None,
+) -> list[StoredTrial]:
+    """:func:`bench` at each case of a shape set: one trial per shape, each compiled for its shape and stored with it.
+
+    ``shapes`` is a :class:`~autodeploy.shapes.ShapeSet` or a study config's ``shapes`` mapping
+    (a shape, a list of shapes or a weighted mix per input); the other arguments are :func:`bench`'s.
+    Every shape is checked against the model before the first worker starts.
+
+    Returns:
+        One stored trial per case, in the set's order.
     """
     if config is not None and (engine, precision, batch, threads, knobs) != (None,) * 5:
         raise UsageError("give a TrialConfig or engine/precision/batch/threads/knobs, not both",
                          fix="put every setting in the TrialConfig")  # fmt: skip
     report = progress or _silent
-    command = command or _python_call("bench", model, config=config, engine=engine, precision=precision,
-                                      batch=batch, threads=threads, knobs=knobs, shapes=shapes, data=data,
-                                      pins=pins, timing=timing)  # fmt: skip
+    shape_set = ShapeSet.of(shapes)
+    command = command or _python_call("bench_shapes", model, config=config, engine=engine, precision=precision,
+                                      batch=batch, threads=threads, knobs=knobs, shapes=shape_set.to_config(),
+                                      data=data, pins=pins, timing=timing)  # fmt: skip
     trial_config = config or TrialConfig(engine or "onnxruntime", precision or "fp32", batch or 1, threads,
                                          knobs or {})  # fmt: skip
     cache = cache or cache_dir()
     label = trial_config.label()
-    # 1. resolve the model (a zoo model is built on first use)
-    resolved = resolve_model(model, shapes, cache_dir=cache, progress=report)
-    info, dataset = _with_data(resolved, batch_axes, data)
-    # 2. probe the device and check the config runs here, before any work
+    # 1. resolve the model (a zoo model is built on first use), then fix it at each shape
+    resolved = resolve_model(model, None, cache_dir=cache, progress=report)
+    cases = [_with_data(resolved, batch_axes, data, case, shape_set) for case in shape_set.cases]
+    # 2. probe the device and check the config runs here, at every shape, before any work
     device = probe_device()
-    registry.get(trial_config.engine).check(device, info, trial_config)  # unknown engine/precision/knob
-    for name in info.input_names:  # dynamic dims left unfixed: fail with the --shape fix now
-        info.input_shape(name, trial_config.batch)
+    for info, _ in cases:
+        registry.get(trial_config.engine).check(device, info, trial_config)  # unknown engine/precision/knob
+        for name in info.input_names:  # dynamic dims left unfixed: fail with the --shape fix now
+            info.input_shape(name, trial_config.batch)
     settings = HarnessSettings(workdir=cache / "work", policy=timing or TimingPolicy(), timeout_s=timeout_s,
                                build_timeout_s=build_timeout_s,
                                **({"memory_cap_mb": memory_cap_mb} if memory_cap_mb else {}))  # fmt: skip
     # 3. open the store before measuring: a bad database fails in a second, not after a run
+    stored = []
     with _store(db) as store:
-        # 4. prepare the data
-        report("preparing data")
-        prepared = _prepare_data(resolved, info, settings, dataset, pins)
-        # 5. run the trial in a fresh worker
-        report(f"{label}: starting worker")
-        result = run_trial(
-            info, trial_config, prepared, settings, progress=lambda phase: report(f"{label}: {phase}")
-        )
-        # 6. store it
-        trial_id = _add_trial(store, result, info, device, command)
-    return StoredTrial(trial_id, result, info, device)
+        for case, (info, dataset) in zip(shape_set.cases, cases, strict=True):
+            at = f" at {case.key()}" if case.shapes and shape_set.several else ""
+            # 4. prepare the data (each shape has its own inputs and reference)
+            report(f"preparing data{at}")
+            prepared = _prepare_data(resolved, info, settings, dataset, pins)
+            # 5. run the trial in a fresh worker
+            report(f"{label}{at}: starting worker")
+            result = run_trial(info, trial_config, prepared, settings,
+                               progress=lambda phase, at=at: report(f"{label}{at}: {phase}"))  # fmt: skip
+            # 6. store it, with its shape
+            trial_id = _add_trial(store, result, info, device, command, case.key())
+            stored.append(StoredTrial(trial_id, result, info, device, case.key()))
+    return stored
 
 
 # -- tune ----------------------------------------------------------------------------------
@@ -206,7 +260,8 @@ def tune(
     rounds: int | None = None,
     min_samples: int | None = None,
     min_duration_s: float | None = None,
-    shapes: Shapes | None = None,
+    shapes: Shapes | ShapeSet | Mapping[str, Any] | None = None,
+    per_shape: bool | None = None,
     data: str | Path | None = None,
     db: str | Store | None = None,
     storage: str | None = None,
@@ -227,6 +282,9 @@ def tune(
         objective: ``latency``, ``throughput``, ``server`` (needs ``sla_ms``) or ``pareto``.
         engines, precisions, batches, threads, knobs: the search space (default: all available here).
         trials: trials this run adds (default 30; the whole grid for ``sampler="grid"``).
+        shapes: per input one shape, several (``{"x": [(1, 3, 48, 320), (1, 3, 48, 640)]}``), a weighted mix
+            (``{"x": [{"shape": "1x3x48x320", "weight": 3}, ...]}``) or a :class:`~autodeploy.shapes.ShapeSet`:
+            every config is measured at each shape and judged by the mix (:func:`tune_per_shape`: one study per shape).
         fresh: re-measure configs already in the store.
         resume: add trials to the existing study of this name, within its stored search space.
         finalists: how many of the best are re-measured interleaved (0: none).
@@ -245,7 +303,7 @@ def tune(
             made with another search space or objective.
         ModelError, DataError, StoreError: the model, the data or the database is unusable.
     """
-    from autodeploy.search.study import Reporter, StudyContext, run_study
+    from autodeploy.search.study import Reporter, StudyCase, StudyContext, run_study
 
     if model is None and config is None:
         raise UsageError(
@@ -257,7 +315,7 @@ def tune(
                  "sampler": sampler, "seed": seed, "fresh": fresh or None, "resume": resume or None,
                  "max_accuracy_drop": max_accuracy_drop, "max_memory_mb": max_memory_mb, "sla_ms": sla_ms,
                  "finalists": finalists, "rounds": rounds, "min_samples": min_samples,
-                 "min_duration_s": min_duration_s, "shapes": shapes, "data": data}  # fmt: skip
+                 "min_duration_s": min_duration_s, "shapes": shapes, "per_shape": per_shape, "data": data}  # fmt: skip
     given = {k: v for k, v in arguments.items() if k != "model"}
     command = command or _python_call("tune", model, config=config, **given)
     overrides = _study_overrides(arguments)
@@ -276,20 +334,57 @@ def tune(
             cfg = study_config.validate(
                 keys, overrides, base={**stored.settings, "trials": None, "fresh": False}
             )
-        # 4. resolve the model, with the final config's shapes
+        if cfg.per_shape and cfg.shape_set().several:
+            raise UsageError("this study config asks for one study per shape (per_shape: true)",
+                             fix="call autodeploy.tune_per_shape, or drop per_shape for one config weighted by the mix")  # fmt: skip
+        # 4. resolve the model; it is fixed at each of the config's shapes below
         cache = cache or cache_dir()
-        resolved = resolve_model(cfg.model, cfg.shapes, cache_dir=cache, progress=reporter.phase)
+        resolved = resolve_model(cfg.model, None, cache_dir=cache, progress=reporter.phase)
         # 5. screening settings; the harness labels a trial "inaccurate" by the study's own budget
         settings = _screening_settings(cfg, cache / "work")
-        # 6. prepare the data (arrays of a concrete shape fix the dims `shapes` left open)
+        # 6. prepare the data per shape (arrays of a concrete shape fix the dims `shapes` left open)
         reporter.phase("preparing data")
-        info, dataset = _with_data(resolved, None, cfg.data)
-        prepared = _prepare_data(resolved, info, settings, dataset)
-        # 7. run the study: screening, finalists, winner; every trial stored
+        shape_set = cfg.shape_set()
+        cases, synthetic = [], False
+        for case in shape_set.cases:
+            info, dataset = _with_data(resolved, None, cfg.data, case, shape_set)
+            prepared = _prepare_data(resolved, info, settings, dataset)
+            synthetic = synthetic or prepared.synthetic
+            cases.append(StudyCase(case.key(), case.weight, info, prepared))
+        # 7. run the study: screening, finalists, winner; every trial stored with its shape
         storage = storage or store.engine.url.render_as_string(hide_password=False)
-        ctx = StudyContext(cfg, study_name, info, device, prepared, settings, store, storage, command, resume)
+        ctx = StudyContext(cfg, study_name, cases[0].model, device, cases[0].data, settings, store, storage,
+                           command, resume, tuple(cases) if shape_set.several else ())  # fmt: skip
         summary = run_study(ctx, reporter)
-        return replace(summary, inputs=SYNTHETIC_NOTE) if prepared.synthetic else summary
+        return replace(summary, inputs=SYNTHETIC_NOTE) if synthetic else summary
+
+
+def tune_per_shape(model: str | Path | None = None, *, config: str | Path | Mapping[str, Any] | None = None,
+                   shapes: Shapes | ShapeSet | Mapping[str, Any] | None = None, name: str | None = None,
+                   command: str | None = None, **kwargs: Any) -> list[StudySummary]:  # fmt: skip
+    """:func:`tune` once per shape of the shape set: one study (and winner) per shape, named
+    ``NAME@SHAPE``. The arguments are :func:`tune`'s; ``shapes`` (or the config's) gives the set.
+
+    Returns:
+        One summary per shape, in the set's order.
+    """
+    keys = dict(config) if isinstance(config, Mapping) else study_config.read(config)
+    keys.pop("per_shape", None)
+    shape_set = ShapeSet.of(shapes if shapes is not None else keys.get("shapes"))
+    command = command or _python_call("tune_per_shape", model, config=config, shapes=shape_set.to_config(),
+                                      name=name, **kwargs)  # fmt: skip
+    base = name or keys.get("name")
+    summaries = []
+    for case in shape_set.cases:
+        study = f"{base}@{case.key()}" if base else None
+        if study is None:
+            device = probe_device()
+            ref = model if model is not None else keys.get("model")
+            study = default_study_name(f"{display_name(str(ref))}@{case.key()}",
+                                       kwargs.get("objective") or keys.get("objective") or "latency", device.fingerprint)  # fmt: skip
+        summaries.append(tune(model, config={**keys, "shapes": ShapeSet((case,)).to_config()}, name=study,
+                              command=command, **kwargs))  # fmt: skip
+    return summaries
 
 
 def default_study_name(model: str, objective: str, fingerprint: str) -> str:
@@ -404,9 +499,13 @@ def _store(db: str | Store | None, *, readonly: bool = False) -> Iterator[Store]
 
 
 def _with_data(resolved: ResolvedModel, batch_axes: Mapping[str, int | None] | None,
-               data: str | Path | Dataset | None) -> tuple[ModelInfo, Dataset | None]:  # fmt: skip
-    """The model with the user's batch axes and the dims the user's data fixes, and that data (loaded)."""
+               data: str | Path | Dataset | None, case: ShapeCase | None = None,
+               shape_set: ShapeSet | None = None) -> tuple[ModelInfo, Dataset | None]:  # fmt: skip
+    """The model with the user's batch axes, fixed at ``case``'s shapes (its set's ranges kept
+    when it has several) and the dims the user's data fixes, and that data (loaded)."""
     info = resolved.info.with_batch_axes(batch_axes) if batch_axes else resolved.info
+    if case is not None:
+        info = info.at_shapes(case.shapes, shape_set.ranges() if shape_set and shape_set.several else None)
     if data is None:
         return info, None
     dataset = data if isinstance(data, Dataset) else load_user_data(data, info)
@@ -442,18 +541,21 @@ def _study_overrides(arguments: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("engines", "precisions", "batches", "threads"):
         overrides[key] = list(overrides[key]) if overrides[key] is not None else None
     shapes = overrides["shapes"]  # none given ({}) keeps the config's
-    overrides["shapes"] = {k: list(v) for k, v in shapes.items()} if shapes else None
+    if isinstance(shapes, ShapeSet):
+        overrides["shapes"] = shapes.to_config() if shapes.cases[0].shapes else None
+    else:
+        overrides["shapes"] = {k: v if isinstance(v, str) else list(v) for k, v in shapes.items()} if shapes else None
     for key in ("model", "data"):  # paths are stored as text
         overrides[key] = str(overrides[key]) if overrides[key] is not None else None
     return overrides
 
 
-def _add_trial(store: Store, result: TrialResult, info: ModelInfo, device: DeviceInfo, command: str) -> int:
+def _add_trial(store: Store, result: TrialResult, info: ModelInfo, device: DeviceInfo, command: str,
+               shape_key: str) -> int:  # fmt: skip
     from autodeploy.results_db.store import DeviceRecord, ModelRecord
 
-    return store.add_trial(
-        result, model=ModelRecord.of(info), device=DeviceRecord.of(device), command=command
-    )
+    return store.add_trial(result, model=ModelRecord.of(info), device=DeviceRecord.of(device), command=command,
+                           shape_key=shape_key, shapes=info.measured_shapes(result.config.batch))  # fmt: skip
 
 
 def _silent(_: str) -> None:

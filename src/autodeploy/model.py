@@ -67,6 +67,9 @@ class ModelInfo:
     shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     batch_axes: Mapping[str, int | None] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    #: Per input, the smallest and largest shape of every case the bench or study covers
+    #: (:meth:`ShapeSet.ranges`), when it covers several: what a TensorRT profile must span.
+    shape_ranges: Mapping[str, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
 
     def input(self, name: str) -> TensorSpec:
         for spec in self.inputs:
@@ -147,6 +150,20 @@ class ModelInfo:
         """This model with more fixed input shapes (checked to fit); the ones already fixed win."""
         return _with_shapes(self, {**shapes, **self.shapes})
 
+    def at_shapes(self, shapes: Mapping[str, tuple[int, ...]],
+                  ranges: Mapping[str, tuple[tuple[int, ...], tuple[int, ...]]] | None = None) -> ModelInfo:  # fmt: skip
+        """This model fixed at exactly ``shapes`` (one case of a shape set; checked to fit), the
+        shapes fixed before replaced; ``ranges`` are the whole set's (:attr:`shape_ranges`)."""
+        fixed = _with_shapes(self, shapes)
+        return ModelInfo(**{**fixed.__dict__, "shape_ranges": dict(ranges or {})})
+
+    def measured_shapes(self, batch: int) -> dict[str, list[int]] | None:
+        """Every input's concrete shape at ``batch`` (what a trial fed), or ``None`` where a dim is left open."""
+        try:
+            return {name: list(self.input_shape(name, batch)) for name in self.input_names}
+        except ShapeError:
+            return None
+
     def shape_overrides_key(self) -> str:
         shapes = {k: list(v) for k, v in sorted(self.shapes.items())}
         if not self.batch_axes:  # the key of every artifact built before --batch-axis existed
@@ -165,6 +182,7 @@ class ModelInfo:
             "shapes": {k: list(v) for k, v in self.shapes.items()},
             "batch_axes": dict(self.batch_axes),
             "notes": list(self.notes),
+            "shape_ranges": {k: [list(lo), list(hi)] for k, (lo, hi) in self.shape_ranges.items()},
         }
 
     @classmethod
@@ -183,6 +201,7 @@ class ModelInfo:
             shapes={k: tuple(v) for k, v in d.get("shapes", {}).items()},
             batch_axes=dict(d.get("batch_axes", {})),
             notes=tuple(d.get("notes", ())),
+            shape_ranges={k: (tuple(lo), tuple(hi)) for k, (lo, hi) in d.get("shape_ranges", {}).items()},
         )
 
 

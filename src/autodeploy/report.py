@@ -42,14 +42,16 @@ def trial_record(trial: TrialRow | StoredTrial) -> dict[str, Any]:
                       failure_message=r.failure_message, study=None, phase=None, command=None,
                       model={"name": trial.model.name, "sha256": trial.model.sha256},
                       device={"fingerprint": trial.device.fingerprint, "cpu": trial.device.cpu_model},
-                      engine_version=r.engine_version, config=r.config, measurement=r.measurement)  # fmt: skip
+                      engine_version=r.engine_version, config=r.config, measurement=r.measurement,
+                      shape=trial.shape_key or None)  # fmt: skip
     else:
         fields = dict(id=trial.id, uid=trial.uid, created_at=trial.created_at, status=trial.status,
                       failure_kind=trial.failure_kind, failure_message=trial.failure_message, study=trial.study,
                       phase=trial.phase, command=trial.command,
                       model={"name": trial.model_name, "sha256": trial.model_sha256},
                       device={"fingerprint": trial.device_fingerprint, "cpu": trial.device_cpu},
-                      engine_version=trial.engine_version, config=trial.config, measurement=trial.measurement)  # fmt: skip
+                      engine_version=trial.engine_version, config=trial.config, measurement=trial.measurement,
+                      shape=None if trial.shape_text == "-" else trial.shape_text)  # fmt: skip
     return _trial(**fields)
 
 
@@ -65,6 +67,7 @@ def _trial(*, config: Any, engine_version: str | None, measurement: Measurement 
         "engine": {"name": config.engine, "version": engine_version},
         "config": config.to_dict(),
         "label": config.label(),
+        "shape": rest.get("shape"),
         "measurement": None if measurement is None else _jsonable(measurement.to_dict(samples=False)),
     }
 
@@ -104,7 +107,8 @@ def _finalist(f: Mapping[str, Any]) -> dict[str, Any]:
     ci = f.get("ci")
     return {"label": f["label"], "config": _jsonable(config), "statistic": f.get("statistic"),
             "statistic_ci": None if ci is None else [ci[0], ci[1]], "n_samples": f.get("n_samples", 0),
-            "baseline": bool(f.get("baseline")), "failure": f.get("failure"), "trial_uids": list(f.get("uids") or ())}  # fmt: skip
+            "baseline": bool(f.get("baseline")), "failure": f.get("failure"), "trial_uids": list(f.get("uids") or ()),
+            "per_shape": dict(f.get("per_shape") or {})}  # fmt: skip
 
 
 def _jsonable(value: Any) -> Any:
@@ -199,6 +203,7 @@ _TRIAL = {
                    "properties": {"name": {"type": "string"}, "version": _STR}},  # fmt: skip
         "config": _CONFIG,
         "label": {"type": "string"},
+        "shape": {**_STR, "description": "the input shapes it ran at, NAME=DIMS;...; null when not recorded"},
         "measurement": _MEASUREMENT,
     },
 }
@@ -207,7 +212,9 @@ _FINALIST = {
     "required": ["label", "config", "statistic", "statistic_ci", "n_samples", "baseline", "failure", "trial_uids"],
     "properties": {"label": {"type": "string"}, "config": _CONFIG, "statistic": _NUM, "statistic_ci": _CI,
                    "n_samples": {"type": "integer"}, "baseline": {"type": "boolean"}, "failure": _STR,
-                   "trial_uids": {"type": "array", "items": {"type": "string"}}},  # fmt: skip
+                   "trial_uids": {"type": "array", "items": {"type": "string"}},
+                   "per_shape": {"type": "object", "additionalProperties": _NUM,
+                                 "description": "the statistic at each shape of a study over several"}},  # fmt: skip
 }
 _STUDY = {
     "type": "object",

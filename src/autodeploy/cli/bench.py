@@ -26,7 +26,8 @@ from autodeploy.data import parse_input_pins
 from autodeploy.errors import TrialFailed, UsageError
 from autodeploy.harness.result import TrialResult
 from autodeploy.harness.timing import TimingPolicy
-from autodeploy.model import parse_batch_axis_flags, parse_shape_flags
+from autodeploy.model import parse_batch_axis_flags
+from autodeploy.shapes import ShapeSet, parse_flags
 
 
 def bench(
@@ -44,7 +45,8 @@ def bench(
         list[str] | None, typer.Option(help="Engine knob NAME=VALUE in the engine's own words; repeatable.")
     ] = None,
     shape: Annotated[
-        list[str] | None, typer.Option(help="Fix an input shape, NAME=1x3x224x224; repeatable.")
+        list[str] | None,
+        typer.Option(help="Fix an input shape, NAME=1x3x224x224; repeat an input to measure each shape (one trial per shape)."),
     ] = None,
     batch_axis: Annotated[
         list[str] | None,
@@ -74,26 +76,47 @@ def bench(
 ) -> None:
     """Measure one engine/precision/batch/threads config in an isolated worker and store the result."""
     timing = TimingPolicy(min_samples=min_samples, min_duration_s=min_duration, max_duration_s=max_duration)
+    shape_set = parse_flags(shape or [])
     with spinner() as show:
-        record = api.bench(model, engine=engine, precision=precision, batch=batch, threads=threads,
-                           knobs=_parse_knobs(knob or []), shapes=parse_shape_flags(shape or []), data=data,
-                           batch_axes=parse_batch_axis_flags(batch_axis) if batch_axis else None,
-                           pins=parse_input_pins(input or []), timing=timing, timeout_s=timeout, build_timeout_s=build_timeout,
-                           memory_cap_mb=memory_cap_mb, db=db, progress=show, command=command_line())  # fmt: skip
-    result = record.result
-    if result.extra.get("reference_failed"):  # nothing was measured: the model itself cannot run here
-        raise TrialFailed(result.failure_kind or "crashed",
-                          f"{result.failure_message} (stored as failed trial {record.id})")  # fmt: skip
-    for note in record.model.notes:  # intake notes (dynamic -1 dims, optional inputs), after the checks
+        records = api.bench_shapes(model, engine=engine, precision=precision, batch=batch, threads=threads,
+                                   knobs=_parse_knobs(knob or []), shapes=shape_set, data=data,
+                                   batch_axes=parse_batch_axis_flags(batch_axis) if batch_axis else None,
+                                   pins=parse_input_pins(input or []), timing=timing, timeout_s=timeout,
+                                   build_timeout_s=build_timeout, memory_cap_mb=memory_cap_mb, db=db, progress=show,
+                                   command=command_line())  # fmt: skip
+    for record in records:
+        result = record.result
+        if result.extra.get("reference_failed"):  # nothing was measured: the model itself cannot run here
+            at = f" at {record.shape_key}" if shape_set.several else ""
+            raise TrialFailed(result.failure_kind or "crashed",
+                              f"{result.failure_message}{at} (stored as failed trial {record.id})")  # fmt: skip
+    for note in records[0].model.notes:  # intake notes (dynamic -1 dims, optional inputs), after the checks
         err.print(f"note: {shown(note)}")
     if format is Format.table:
-        _print_result(result, record.id, record.model.name)
+        for record in records:
+            _print_result(record.result, record.id, record.model.name, record.shape_key if shape_set.several else "")
+        if shape_set.several:
+            _print_per_shape(records, shape_set)
     else:
         from autodeploy.report import trial_record
 
-        emit(format, trial_record(record))
-    if not record.ok:
+        emit(format, trial_record(records[0]) if len(records) == 1 else [trial_record(r) for r in records])
+    if not all(r.ok for r in records):
         raise typer.Exit(1)
+
+
+def _print_per_shape(records: list[api.StoredTrial], shape_set: ShapeSet) -> None:
+    """One row per shape: the trial, its median and p90, its share of the mix and the accuracy verdict."""
+    table = Table(title=f"{records[0].model.name}  {records[0].config.label()}  per shape")
+    for column in ("shape", "weight", "trial", "median", "p90", "accuracy"):
+        table.add_column(column, justify="left" if column == "shape" else "right")
+    for case, record in zip(shape_set.cases, records, strict=True):
+        r = record.result
+        verdict = "-" if r.accuracy is None else ("pass" if r.accuracy.passed else "FAIL")
+        table.add_row(shown(case.key()), f"{shape_set.share(case):.0%}", str(record.id),
+                      fmt_ms(r.median_ms) if r.latency else f"failed ({r.failure_kind})",
+                      fmt_ms(r.p90_ms), verdict)  # fmt: skip
+    out.print(table)
 
 
 def _parse_knobs(flags: list[str]) -> dict[str, object]:
@@ -118,9 +141,9 @@ def _knob_value(text: str) -> object:
     return text
 
 
-def _print_result(result: TrialResult, trial_id: int, model_name: str) -> None:
+def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: str = "") -> None:
     config = result.config
-    title = f"{model_name}  {config.label()}  (trial {trial_id})"
+    title = f"{model_name}  {config.label()}{f'  at {shape}' if shape else ''}  (trial {trial_id})"
     if result.latency is None:
         err.print(
             f"[red]{shown(title)}: failed ({result.failure_kind})[/red]: {shown(result.failure_message or '')}"

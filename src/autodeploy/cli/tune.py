@@ -33,7 +33,8 @@ from autodeploy.cli._common import (
     shown,
 )
 from autodeploy.errors import AutodeployError, UsageError
-from autodeploy.model import parse_shape_flags
+from autodeploy.search import config as study_config
+from autodeploy.shapes import ShapeSet, parse_flags
 from autodeploy.search.config import EXAMPLES
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
@@ -93,7 +94,10 @@ def tune(
     min_duration: Annotated[
         float | None, typer.Option(help="Timed seconds per screening trial, at least (default 1).")
     ] = None,
-    shape: Annotated[Many, typer.Option(help="Fix an input shape, NAME=1x3x224x224; repeatable.")] = None,
+    shape: Annotated[Many, typer.Option(help="Fix an input shape, NAME=1x3x224x224[@WEIGHT]; repeat an input for several shapes.")] = None,
+    per_shape: Annotated[
+        bool, typer.Option("--per-shape", help="With several shapes: one study and winner per shape (default: one config for the weighted mix).")
+    ] = False,
     data: Annotated[
         Path | None, typer.Option(help="Input data (.npz or folder of NAME.npy, optional 'labels').")
     ] = None,
@@ -110,28 +114,41 @@ def tune(
     if model is None and config is None:
         raise UsageError("no model given", fix="autodeploy tune MODEL, or put `model:` in --config")
     reporter = _ProgressReporter()
+    shape_set = parse_flags(shape or [])
+    per_shape = per_shape or bool(study_config.read(config).get("per_shape")) if config is not None else per_shape
+    kwargs = dict(config=config, objective=objective, engines=engine, precisions=precision,
+                  batches=batch, threads=threads, trials=trials, timeout_s=timeout, sampler=sampler, seed=seed,
+                  fresh=fresh, resume=resume, max_accuracy_drop=max_accuracy_drop, max_memory_mb=max_memory_mb,
+                  sla_ms=sla_ms, finalists=finalists, rounds=rounds, min_samples=min_samples,
+                  min_duration_s=min_duration, shapes=shape_set if shape else None, data=data, db=db,
+                  storage=storage, command=command_line())  # fmt: skip
     try:
-        with reporter:
-            summary = api.tune(model, config=config, name=name, objective=objective, engines=engine, precisions=precision,
-                               batches=batch, threads=threads, trials=trials, timeout_s=timeout, sampler=sampler, seed=seed,
-                               fresh=fresh, resume=resume, max_accuracy_drop=max_accuracy_drop, max_memory_mb=max_memory_mb,
-                               sla_ms=sla_ms, finalists=finalists, rounds=rounds, min_samples=min_samples,
-                               min_duration_s=min_duration, shapes=parse_shape_flags(shape or []), data=data, db=db,
-                               storage=storage, reporter=reporter, command=command_line())  # fmt: skip
+        if per_shape:
+            summaries = []
+            for case in (shape_set if shape else study_config.load(config, {"model": model}).shape_set()).cases:
+                with reporter:  # one study per shape, one after the other
+                    summaries += api.tune_per_shape(model, name=name, reporter=reporter,
+                                                    **{**kwargs, "shapes": ShapeSet((case,))})  # fmt: skip
+                reporter = _ProgressReporter()
+        else:
+            with reporter:
+                summaries = [api.tune(model, name=name, reporter=reporter, **kwargs)]  # type: ignore[arg-type]
     except KeyboardInterrupt:
         _interrupted(reporter.name, db)
         raise typer.Exit(130) from None
     if format is Format.table:
-        _print_summary(summary, summary.name)
-        if summary.inputs:
-            err.print(f"note: {shown(summary.inputs)}")
-        if summary.winner is not None:
-            _print_next_steps(summary.name, db)
+        for summary in summaries:
+            _print_summary(summary, summary.name)
+            if summary.inputs:
+                err.print(f"note: {shown(summary.inputs)}")
+            if summary.winner is not None:
+                _print_next_steps(summary.name, db)
     else:
         from autodeploy.report import study_record
 
-        emit(format, study_record(summary))
-    if summary.winner is None:
+        records = [study_record(s) for s in summaries]
+        emit(format, records[0] if len(records) == 1 else records)
+    if any(s.winner is None for s in summaries):
         raise typer.Exit(1)
 
 
@@ -287,6 +304,13 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
                 note = f"[red]{shown(f.failure)}[/]"
             table.add_row(shown(f.label), _stat_ci(f.statistic, f.ci, objective), str(f.n_samples), note)
         out.print(table)
+    if summary.winner is not None and summary.winner.per_shape:
+        shapes = Table(title=f"the winner at each shape ({OBJECTIVE_WORDS.get(objective, 'value')})")
+        shapes.add_column("shape")
+        shapes.add_column("value", justify="right")
+        for key, value in summary.winner.per_shape.items():
+            shapes.add_row(shown(key), value_text(value, objective))
+        out.print(shapes)
     if summary.winner is None:
         err.print(f"[red]no winner[/]: {shown(summary.note)}")
         return

@@ -94,6 +94,11 @@ class Trial(Base):
     artifact_path: Mapped[str | None] = mapped_column(sa.Text)  # the artifact as benchmarked, on that machine
     #: SHA-256 of every artifact file as measured; export ships only these bytes (NULL before revision 0002).
     artifact_files: Mapped[dict[str, str] | None] = mapped_column(sa.JSON)
+    #: The shapes the user fixed for this trial (``x=1x3x48x320``; ``""`` for none): one case of a
+    #: shape set, part of what identifies a measurement. NULL before revision 0003.
+    shape_key: Mapped[str | None] = mapped_column(index=True)
+    #: Every input's concrete shape as fed, ``{name: [dims]}`` (NULL before revision 0003, or when unknown).
+    shapes: Mapped[dict[str, list[int]] | None] = mapped_column(sa.JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -14,7 +14,7 @@ with ``BEGIN IMMEDIATE``) but parallel workers belong on PostgreSQL.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -203,6 +203,19 @@ class TrialRow(MeasuredShortcuts):
     measurement: MeasurementRecord | None = None
     #: SHA-256 of every artifact file as measured (empty for trials stored before schema 0002).
     artifact_files: dict[str, str] = field(default_factory=dict)
+    #: The user-fixed shapes of this trial (``x=1x3x48x320``, ``""`` for none; ``None`` before schema 0003).
+    shape_key: str | None = None
+    #: Every input's concrete shape as fed (``None`` before schema 0003).
+    shapes: dict[str, list[int]] | None = None
+
+    @property
+    def shape_text(self) -> str:
+        """The shape to show: the fixed shapes, else every input's shape as fed, else ``-`` (not recorded)."""
+        if self.shape_key:
+            return self.shape_key
+        if self.shapes:
+            return ";".join(f"{k}={'x'.join(map(str, v))}" for k, v in sorted(self.shapes.items()))
+        return "-"
 
     @property
     def measured(self) -> bool:
@@ -346,8 +359,13 @@ class Store:
         command: str | None = None,
         study: str | None = None,
         phase: str | None = None,
+        shape_key: str | None = None,
+        shapes: Mapping[str, Sequence[int]] | None = None,
     ) -> int:
         """Store a trial (and its measurement, if any) in one transaction; return its id.
+
+        ``shape_key`` names the shapes the user fixed (:meth:`ShapeCase.key`), ``shapes`` every
+        input's shape as fed: a trial is measured at one shape, and a repeat is found by it.
 
         The device and model are added when their fingerprint / SHA-256 is new, else the stored
         ones are used unchanged. A result whose ``uid`` is already stored changes nothing and
@@ -364,7 +382,8 @@ class Store:
             )
 
         def insert(s: Session) -> int:
-            return _insert_trial(s, result, model, device, command=command, study=study, phase=phase)
+            return _insert_trial(s, result, model, device, command=command, study=study, phase=phase,
+                                 shape_key=shape_key, shapes=shapes)  # fmt: skip
 
         what = f"cannot store trial {result.uid} in"
         try:
@@ -528,17 +547,24 @@ class Store:
         engine_version: str | None,
         *,
         samples: bool = False,
+        shape_key: str = "",
     ) -> TrialRow | None:
-        """The newest trial with a measurement for this model, device, config and engine version.
+        """The newest trial with a measurement for this model, device, config, engine version and shape.
 
         Failed trials that were measured (``inaccurate``) count: their numbers are still valid.
         ``config_key`` is :meth:`TrialConfig.key`; ``engine_version=None`` matches only NULL.
+        ``shape_key`` is the fixed shapes' :meth:`ShapeCase.key`; ``""`` (none fixed) also matches
+        trials stored before shapes were recorded.
         """
+        same_shape = Trial.shape_key == shape_key
+        if not shape_key:
+            same_shape = sa.or_(same_shape, Trial.shape_key.is_(None))
         query = _select_rows(samples=samples).where(
             Model.sha256 == model_sha256,
             Device.fingerprint == fingerprint,
             Trial.config_key == config_key,
             Trial.engine_version == engine_version,  # None renders as IS NULL
+            same_shape,
             Measurement.id.is_not(None),
         )
         rows = self._rows(_newest_first(query).limit(1), samples=samples)
@@ -826,6 +852,8 @@ def _insert_trial(
     command: str | None,
     study: str | None,
     phase: str | None,
+    shape_key: str | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> int:
     existing = s.scalar(sa.select(Trial.id).where(Trial.uid == result.uid))
     if existing is not None:
@@ -850,6 +878,8 @@ def _insert_trial(
         command=command,
         artifact_path=result.artifact_path,
         artifact_files=result.artifact_files or None,
+        shape_key=shape_key,
+        shapes=None if shapes is None else {k: [int(d) for d in v] for k, v in shapes.items()},
     )
     s.add(trial)
     s.flush()
@@ -945,5 +975,6 @@ def _to_row(t: Trial, m: Model, d: Device, ms: Measurement | None, *, samples: b
         artifact_path=t.artifact_path, engine_version=t.engine_version, config=TrialConfig.from_dict(t.config),
         config_key=t.config_key, model_name=m.name, model_sha256=m.sha256, device_cpu=d.cpu,
         device_fingerprint=d.fingerprint, measurement=None if ms is None else _record(ms, samples=samples),
-        artifact_files=dict(t.artifact_files or {}),
+        artifact_files=dict(t.artifact_files or {}), shape_key=t.shape_key,
+        shapes=None if t.shapes is None else dict(t.shapes),
     )  # fmt: skip

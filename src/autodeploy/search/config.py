@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from autodeploy.errors import UsageError
+from autodeploy.errors import ShapeError, UsageError
+from autodeploy.shapes import ShapeSet
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 #: The example study configs installed with the package; ``--config NAME.yaml`` finds them by name.
@@ -72,8 +73,25 @@ class StudyConfig(_Strict):
     constraints: Constraints = Constraints()
     screening: Screening = Screening()
     finalists: Finalists = Finalists()
-    shapes: dict[str, list[int]] = {}
+    #: Per input: one shape, a list of shapes or a weighted mix ``[{shape: 1x3x48x320, weight: 3}, ...]``
+    #: (:mod:`autodeploy.shapes`); stored in the canonical form of :meth:`ShapeSet.to_config`.
+    shapes: dict[str, Any] = {}
+    #: Several shapes: one study per shape (True), or one config for all, the objective weighted by the mix.
+    per_shape: bool = False
     data: str | None = None
+
+    @field_validator("shapes", mode="before")
+    @classmethod
+    def _canonical_shapes(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value  # pydantic says it is not a mapping
+        try:
+            return ShapeSet.of(value).to_config()
+        except ShapeError as exc:
+            raise ValueError(exc.message if exc.fix is None else f"{exc.message} ({exc.fix})") from None
+
+    def shape_set(self) -> ShapeSet:
+        return ShapeSet.of(self.shapes)
 
     @model_validator(mode="after")
     def _check(self) -> StudyConfig:

@@ -44,8 +44,23 @@ GRACE_S = 20
 
 
 @dataclass(frozen=True)
+class StudyCase:
+    """One shape of a study over several: the model fixed at it, its own inputs, its weight in the mix."""
+
+    key: str  # ShapeCase.key(): "x=1x3x48x320"
+    weight: float
+    model: ModelInfo
+    data: PreparedData
+
+
+@dataclass(frozen=True)
 class StudyContext:
-    """Everything a study run needs, resolved and validated by the caller (the CLI)."""
+    """Everything a study run needs, resolved and validated by the caller (the CLI).
+
+    ``cases`` are the shapes every config is measured at, when there are several: the objective
+    is then their weighted mean (throughput: the mix's items/s), accuracy and memory the worst
+    of them. Without cases, ``model`` and ``data`` are the one shape.
+    """
 
     config: StudyConfig
     name: str
@@ -57,6 +72,19 @@ class StudyContext:
     storage: str  # Optuna's RDB storage URL (by default the results database itself)
     command: str
     resume: bool = False
+    cases: tuple[StudyCase, ...] = ()
+
+    def shape_cases(self) -> tuple[StudyCase, ...]:
+        if self.cases:
+            return self.cases
+        return (StudyCase(shape_key(self.model), 1.0, self.model, self.data),)
+
+
+def shape_key(model: ModelInfo) -> str:
+    """The :meth:`~autodeploy.shapes.ShapeCase.key` of a model's fixed shapes."""
+    from autodeploy.shapes import ShapeCase
+
+    return ShapeCase(dict(model.shapes)).key()
 
 
 class Reporter:
@@ -81,6 +109,8 @@ class Finalist:
     uids: list[str]
     baseline: bool = False
     failure: str | None = None
+    #: Per shape (several only): the statistic at that shape, as ``statistic`` is for the mix.
+    per_shape: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -325,7 +355,8 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
     trial.set_user_attr("config", config.to_dict())
     artifact = _artifact_key(ctx, config)
     trial.set_user_attr("artifact_key", artifact)
-    reason = unsupported_reason(config, ctx.device, ctx.model) or memory.dead.get(artifact)
+    reason = next((r for c in ctx.shape_cases() if (r := unsupported_reason(config, ctx.device, c.model))), None)
+    reason = reason or memory.dead.get(artifact)
     if reason:
         trial.set_user_attr("pruned_reason", reason)
         study.tell(trial, state=state.PRUNED)
@@ -341,6 +372,8 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
         return False
     measured = _measure(ctx, config, reporter)
     trial.set_user_attr("uid", measured.uid)
+    if measured.per_shape:
+        trial.set_user_attr("shape_uids", {k: m.uid for k, m in measured.per_shape.items()})
     trial.set_user_attr("reused", measured.reused)
     if measured.metrics is None:
         trial.set_user_attr("failure", measured.failure)
@@ -369,7 +402,9 @@ def _bury(trial: optuna.Trial, memory: _Memory, artifact: str, reason: str) -> N
 def _artifact_key(ctx: StudyContext, config: TrialConfig) -> str:
     """The adapter's build key: configs that share it share one build, so one artifact's fate."""
     engine = registry.get(config.engine)
-    return engine.build_key(ctx.model, config, engine.probe_version(), ctx.data.calibration_sha256)
+    version = engine.probe_version()
+    keys = [engine.build_key(c.model, config, version, c.data.calibration_sha256) for c in ctx.shape_cases()]
+    return keys[0] if len(keys) == 1 else "+".join(keys)
 
 
 @dataclass(frozen=True)
@@ -379,24 +414,72 @@ class _Measured:
     failure: str | None = None
     reused: bool = False
     samples_ms: tuple[float, ...] = ()
+    #: Per shape key, that shape's measurement (several shapes only).
+    per_shape: dict[str, _Measured] = field(default_factory=dict)
 
 
 def _measure(
     ctx: StudyContext, config: TrialConfig, reporter: Reporter, phase: str = "screening"
 ) -> _Measured:
-    """Metrics of ``config``: from the store when measured before here, else a fresh trial (stored)."""
+    """Metrics of ``config`` at every shape of the study, combined by the mix (:func:`combine`)."""
+    cases = ctx.shape_cases()
+    if len(cases) == 1:
+        return _measure_case(ctx, cases[0], config, reporter, phase)
+    per_shape = {}
+    for case in cases:
+        measured = _measure_case(ctx, case, config, reporter, phase)
+        per_shape[case.key] = measured
+        if measured.metrics is None:  # one shape failing fails the config for the mix
+            failure = f"at {case.key}: {measured.failure}"
+            return _Measured(None, measured.uid, failure, per_shape=per_shape)
+    metrics = combine([(c.weight, per_shape[c.key].metrics) for c in cases])  # type: ignore[misc]
+    last = per_shape[cases[-1].key]
+    return _Measured(metrics, last.uid, reused=all(m.reused for m in per_shape.values()), per_shape=per_shape)
+
+
+def combine(weighted: list[tuple[float, Metrics]]) -> Metrics:
+    """One set of metrics for a weighted mix of shapes: latencies are the mix's expected latency
+    (weighted mean), throughput the mix's items/s (weighted harmonic mean), accuracy drop and
+    memory the worst shape's, so a config that fails at one shape fails for the mix."""
+    total = sum(w for w, _ in weighted)
+
+    def mean(values: list[float | None]) -> float | None:
+        if any(v is None for v in values):
+            return None
+        return sum(w * v for (w, _), v in zip(weighted, values, strict=True)) / total  # type: ignore[operator]
+
+    def rate(values: list[float | None]) -> float | None:
+        if any(not v for v in values):
+            return None
+        return total / sum(w / v for (w, _), v in zip(weighted, values, strict=True))  # type: ignore[operator]
+
+    ms = [m for _, m in weighted]
+    rss = [m.peak_rss_mb for m in ms if m.peak_rss_mb is not None]
+    return Metrics(ms[-1].uid, mean([m.median_ms for m in ms]) or 0.0, mean([m.p90_ms for m in ms]),
+                   rate([m.throughput for m in ms]), max(rss) if rss else None,
+                   max(m.accuracy_drop for m in ms), rate([m.server_rate for m in ms]))  # fmt: skip
+
+
+def _measure_case(
+    ctx: StudyContext, case: StudyCase, config: TrialConfig, reporter: Reporter, phase: str
+) -> _Measured:
+    """Metrics of ``config`` at one shape: from the store when measured before here, else a fresh trial (stored)."""
     cfg = ctx.config
+    at = f" at {case.key}" if len(ctx.shape_cases()) > 1 else ""
     if not cfg.fresh and cfg.objective != "server" and phase == "screening":
         version = registry.get(config.engine).probe_version()
-        row = ctx.store.find_measured(ctx.model.sha256, ctx.device.fingerprint, config.key(), version)
+        row = ctx.store.find_measured(case.model.sha256, ctx.device.fingerprint, config.key(), version,
+                                      shape_key=case.key)  # fmt: skip
         if row is not None and row.accuracy is not None:
             return _Measured(Metrics.of_row(row), row.uid, reused=True)
-    reporter.phase(f"{config.label()}: starting")
-    result = run_trial(ctx.model, config, ctx.data, ctx.settings, progress=lambda p: reporter.phase(f"{config.label()}: {p}"),
+    reporter.phase(f"{config.label()}{at}: starting")
+    result = run_trial(case.model, config, case.data, ctx.settings,
+                       progress=lambda p: reporter.phase(f"{config.label()}{at}: {p}"),
                        scenario="server" if cfg.objective == "server" else "single-stream",
                        sla_ms=cfg.constraints.sla_ms if cfg.objective == "server" else None)  # fmt: skip
-    ctx.store.add_trial(result, model=ModelRecord.of(ctx.model), device=DeviceRecord.of(ctx.device),
-                        command=ctx.command, study=ctx.name, phase=phase)  # fmt: skip
+    ctx.store.add_trial(result, model=ModelRecord.of(case.model), device=DeviceRecord.of(ctx.device),
+                        command=ctx.command, study=ctx.name, phase=phase, shape_key=case.key,
+                        shapes=case.model.measured_shapes(config.batch))  # fmt: skip
     if result.extra.get("reference_failed"):  # stored above; every other trial would fail the same way
         raise TrialFailed(result.failure_kind or "crashed", result.failure_message or "")
     if result.latency is None or result.accuracy is None:
@@ -468,12 +551,13 @@ def _finalize(ctx: StudyContext, study: optuna.Study, reporter: Reporter) -> Stu
 
 def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Reporter,
                  with_baseline: bool) -> list[Finalist]:  # fmt: skip
-    """A B C A B C …: every round runs each config once, in a rotated order, so drift hits all alike."""
+    """A B C A B C …: every round runs each config once (at every shape), in a rotated order, so drift hits all alike."""
     f = ctx.config.finalists
     policy = TimingPolicy(min_samples=f.min_samples, min_duration_s=f.min_duration_s,
                           max_duration_s=max(60.0, 4 * f.min_duration_s))  # fmt: skip
     long_ctx = replace(ctx, settings=replace(ctx.settings, policy=policy))
-    samples: list[list[float]] = [[] for _ in configs]
+    cases = ctx.shape_cases()
+    samples: list[dict[str, list[float]]] = [{c.key: [] for c in cases} for _ in configs]
     uids: list[list[str]] = [[] for _ in configs]
     failures: list[str | None] = [None for _ in configs]
     reporter.finalists(f.rounds * len(configs))
@@ -485,13 +569,37 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
             if measured.metrics is None:
                 failures[i] = measured.failure
                 continue
-            samples[i].extend(measured.samples_ms)
+            for key, one in (measured.per_shape or {cases[0].key: measured}).items():
+                samples[i][key].extend(one.samples_ms)
     out = []
     for i, config in enumerate(configs):
-        stat, ci = _statistic(samples[i], config.batch, ctx.config.objective)
+        per_case = {c.key: _statistic(samples[i][c.key], config.batch, ctx.config.objective) for c in cases}
+        stat, ci = _mix([(c.weight, *per_case[c.key]) for c in cases], ctx.config.objective)
+        n = sum(len(v) for v in samples[i].values())
         is_baseline = with_baseline and i == len(configs) - 1
-        out.append(Finalist(config, config.label(), stat, ci, len(samples[i]), uids[i], is_baseline, failures[i]))
+        per_shape = {k: v[0] for k, v in per_case.items()} if len(cases) > 1 else {}
+        out.append(Finalist(config, config.label(), stat, ci, n, uids[i], is_baseline, failures[i], per_shape))
     return out
+
+
+def _mix(weighted: list[tuple[float, float | None, tuple[float, float] | None]],
+         objective: str) -> tuple[float | None, tuple[float, float] | None]:  # fmt: skip
+    """One statistic and interval for a mix of shapes, each bound combined like the statistic
+    (weighted mean of latencies, weighted harmonic mean of rates): wider than a joint interval, never narrower."""
+    if len(weighted) == 1:
+        return weighted[0][1], weighted[0][2]
+    if any(stat is None or ci is None for _, stat, ci in weighted):
+        return None, None
+    total = sum(w for w, _, _ in weighted)
+
+    def join(values: list[float]) -> float:
+        if objective == "latency":
+            return sum(w * v for (w, _, _), v in zip(weighted, values, strict=True)) / total
+        return total / sum(w / v for (w, _, _), v in zip(weighted, values, strict=True))
+
+    stat = join([s for _, s, _ in weighted])  # type: ignore[misc]
+    low, high = join([ci[0] for _, _, ci in weighted]), join([ci[1] for _, _, ci in weighted])  # type: ignore[index]
+    return stat, (min(low, high), max(low, high))
 
 
 def _statistic(
