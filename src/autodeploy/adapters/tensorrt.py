@@ -19,6 +19,7 @@ TensorRT, so they are tested on machines without a GPU.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shutil
 from collections.abc import Mapping, Sequence
@@ -30,9 +31,9 @@ import numpy as np
 from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
 from autodeploy.errors import BuildError
 from autodeploy.runtime import tensorrt as rt
-from autodeploy.runtime.tensorrt import check_plan_compatible
+from autodeploy.runtime.tensorrt import check_plan_compatible, shape_in_profile
 
-__all__ = ["PLAN_FILE", "TensorRTEngine", "check_plan_compatible", "compute_capability", "profile_shapes"]
+__all__ = ["PLAN_FILE", "TensorRTEngine", "check_plan_compatible", "compute_capability", "profile_shapes", "shape_in_profile"]
 
 if TYPE_CHECKING:
     from autodeploy.device import DeviceInfo
@@ -86,9 +87,11 @@ class TensorRTEngine(Engine):
         return EngineSpace(precisions=tuple(precisions), unsupported=unsupported, threads=False)
 
     def build_key(self, model: ModelInfo, config: TrialConfig, version: str, calibration_hash: str) -> str:
-        # The plan's optimization profile is tuned for the trial batch, so batch joins the key.
+        # The plan's optimization profile is tuned for the trial batch and spans the shapes covered,
+        # so both join the key.
         base = super().build_key(model, config, version, calibration_hash)
-        return hashlib.sha256(f"{base}/b{config.batch}".encode()).hexdigest()[:24]
+        ranges = json.dumps({k: [list(lo), list(hi)] for k, (lo, hi) in sorted(model.shape_ranges.items())})
+        return hashlib.sha256(f"{base}/b{config.batch}{'/' + ranges if model.shape_ranges else ''}".encode()).hexdigest()[:24]
 
     def _build(
         self,
@@ -109,21 +112,23 @@ class TensorRTEngine(Engine):
         builder_config = builder.create_builder_config()
         for flag in PRECISION_FLAGS[config.precision]:
             builder_config.set_flag(getattr(trt.BuilderFlag, flag))
-        profile = builder.create_optimization_profile()
-        for name, (low, opt, high) in profile_shapes(model, config.batch).items():
-            profile.set_shape(name, low, opt, high)
-        builder_config.add_optimization_profile(profile)
+        profile = profile_shapes(model, config.batch)
+        trt_profile = builder.create_optimization_profile()
+        for name, (low, opt, high) in profile.items():
+            trt_profile.set_shape(name, low, opt, high)
+        builder_config.add_optimization_profile(trt_profile)
         plan = builder.build_serialized_network(network, builder_config)
         if plan is None:
             raise BuildError(f"TensorRT could not build a {config.precision} engine for {model.name}")
         (outdir / PLAN_FILE).write_bytes(bytes(plan))
-        return {"tensorrt": trt.__version__, "compute_capability": rt.device_capability()}
+        profile_record = {name: {"min": list(lo), "opt": list(opt), "max": list(hi)} for name, (lo, opt, hi) in profile.items()}
+        return {"tensorrt": trt.__version__, "compute_capability": rt.device_capability(), "profile": profile_record}
 
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
         # Precision and the optimization profile are baked into the plan; what it needs is recorded.
         meta = artifact.meta
         return {"model_file": PLAN_FILE, "tensorrt": meta.get("tensorrt"),
-                "compute_capability": meta.get("compute_capability")}  # fmt: skip
+                "compute_capability": meta.get("compute_capability"), "profile": meta.get("profile")}  # fmt: skip
 
     def requirements(self, artifact: Artifact, config: TrialConfig, device: Mapping[str, Any]) -> dict[str, Any]:
         cc = artifact.meta.get("compute_capability")
@@ -150,21 +155,33 @@ def profile_shapes(model: ModelInfo, batch: int) -> dict[str, tuple[Shape, Shape
 
     The batch axis (the model's, wherever it is) runs from 1 through ``batch`` (opt) to
     ``max(batch, 8)``; a static batch dim stays what the model says, and an input without a
-    batch axis keeps one shape. Other dims come from the model, ``--shape`` or the data.
+    batch axis keeps one shape. Other dims come from the model, ``--shape`` or the data; when
+    the bench or study covers several shapes (:attr:`ModelInfo.shape_ranges`), they span the
+    smallest to the largest of them, tuned (opt) for this trial's own.
     """
     shapes = {}
     for spec in model.inputs:
-        if model.batch_axis(spec.name) is None or not model.batchable():
-            # No batch axis, or the model fixes the batch: one shape, the model's (or the user's).
+        axis = model.batch_axis(spec.name)
+        if axis is None or not model.batchable():
+            # No batch axis, or the model fixes the batch: the batch dim is the model's (or the user's).
             fixed = model.input_shape(spec.name, model.fixed_batch() or 1)
-            shapes[spec.name] = (fixed, fixed, fixed)
-            continue
-        shapes[spec.name] = (
-            model.input_shape(spec.name, 1),
-            model.input_shape(spec.name, batch),
-            model.input_shape(spec.name, max(batch, MIN_MAX_BATCH)),
-        )
+            low, opt, high = fixed, fixed, fixed
+            axis = None
+        else:
+            low = model.input_shape(spec.name, 1)
+            opt = model.input_shape(spec.name, batch)
+            high = model.input_shape(spec.name, max(batch, MIN_MAX_BATCH))
+        if spec.name in model.shape_ranges:
+            smallest, largest = model.shape_ranges[spec.name]
+            low = _span(low, smallest, min, axis)
+            high = _span(high, largest, max, axis)
+        shapes[spec.name] = (low, opt, high)
     return shapes
+
+
+def _span(shape: Shape, bound: Sequence[int], pick: Any, batch_axis: int | None) -> Shape:
+    """``shape`` widened dim by dim to ``bound`` (``pick`` is min or max), its batch axis left as it is."""
+    return tuple(d if i == batch_axis else pick(d, b) for i, (d, b) in enumerate(zip(shape, bound, strict=True)))
 
 
 def compute_capability(gpus: Sequence[str]) -> tuple[int, int] | None:

@@ -31,6 +31,7 @@ from autodeploy.bundle.archive import write_tar
 from autodeploy.bundle.loader import KIND, MANIFEST, MANIFEST_DIGEST, MODEL_DIR, SCHEMA, BundleError
 from autodeploy.errors import BuildError, StoreError, UnknownEngineError, UsageError
 from autodeploy.model import ModelInfo, TensorSpec
+from autodeploy.shapes import ShapeSet, parse_key
 
 if TYPE_CHECKING:
     from autodeploy.results_db.store import Store, StudyRow, TrialRow
@@ -187,11 +188,37 @@ def device_requirements(config: TrialConfig, artifact: Artifact, device: dict[st
 
 
 def model_info(source: Source) -> ModelInfo:
-    """The shipped model's interface as the trial ran it (the study's fixed shapes, if any)."""
-    m, shapes = source.model, (source.study.settings.get("shapes") or {}) if source.study else {}
+    """The shipped model's interface as the trial ran it: the trial's fixed shapes, and the
+    ranges of every shape its study covered (what a TensorRT profile spans)."""
+    m, shape_set = source.model, measured_shapes(source)
     specs = [tuple(TensorSpec(t["name"], t["dtype"], tuple(t["shape"])) for t in m[k]) for k in ("inputs", "outputs")]
     return ModelInfo(path=Path(m.get("path") or m["name"]), name=m["name"], sha256=m["sha256"], inputs=specs[0],
-                     outputs=specs[1], opset=0, shapes={k: tuple(v) for k, v in shapes.items()})  # fmt: skip
+                     outputs=specs[1], opset=0, shapes=trial_shapes(source),
+                     shape_ranges=shape_set.ranges() if shape_set.several else {})  # fmt: skip
+
+
+def trial_shapes(source: Source) -> dict[str, tuple[int, ...]]:
+    """The shapes fixed for the shipped trial: its own (recorded since schema 0003), else its study's single set."""
+    if source.trial.shape_key is not None:
+        return parse_key(source.trial.shape_key)
+    shape_set = ShapeSet.of(source.study.settings.get("shapes") or {}) if source.study else ShapeSet()
+    return dict(shape_set.cases[0].shapes) if not shape_set.several else {}
+
+
+def measured_shapes(source: Source) -> ShapeSet:
+    """Every shape the choice was measured on: the study's shape set, or the bench trial's one shape."""
+    if source.study is not None:
+        return ShapeSet.of(source.study.settings.get("shapes") or {})
+    return ShapeSet.single(trial_shapes(source))
+
+
+def shapes_record(source: Source) -> dict[str, Any]:
+    """The manifest's ``shapes``: the shapes measured (with their weights), every input's shape as
+    the shipped trial fed it, and each input's batch axis, so the loader can tell a new shape."""
+    info = model_info(source)
+    cases = measured_shapes(source).cases
+    return {"measured": [{"shape": {k: list(v) for k, v in c.shapes.items()}, "weight": c.weight} for c in cases],
+            "fed": source.trial.shapes, "batch_axes": {s.name: info.batch_axis(s.name) for s in info.inputs}}  # fmt: skip
 
 
 def constraint_verdicts(source: Source) -> dict[str, Any]:
@@ -240,7 +267,8 @@ def build_manifest(source: Source, artifact: Artifact, *, command: str | None = 
             "reproduce": study.command if study and study.command else trial.command,
             "trial_command": trial.command,
         },  # fmt: skip
-        "model": {**source.model, "shapes": (study.settings.get("shapes") or {}) if study else {}},
+        "model": {**source.model, "shapes": {k: list(v) for k, v in trial_shapes(source).items()}},
+        "shapes": shapes_record(source),
         "engine": engine_record(config, trial.engine_version or "unknown"),
         "settings": config.to_dict(),
         "runtime": runtime_settings(config, artifact, model_info(source)),

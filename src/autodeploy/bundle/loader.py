@@ -33,6 +33,7 @@ import json
 import re
 import sys
 import types
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -288,6 +289,7 @@ class Predictor:
         io = _runtime("base", manifest).IO.from_dict(manifest["model"])
         self._runner = runtime.open(root / MODEL_DIR, manifest["runtime"], io)
         self.input_dtypes, self.output_names = self._runner.input_dtypes, self._runner.output_names
+        self._checked: set[tuple[Any, ...]] = set()  # feed shapes already checked against the measured ones
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -295,9 +297,20 @@ class Predictor:
         return dict(self.manifest["settings"])
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run one batch; feeds must match the model's input names and dtypes."""
+        """Run one batch; feeds must match the model's input names and dtypes.
+
+        A shape the bundle was not measured on is refused outside a TensorRT plan's profile,
+        and warned about once (``warnings.warn``, and :attr:`warnings`) for other engines.
+        """
+        feeds = {k: np.asarray(v) for k, v in feeds.items()}
+        signature = tuple(sorted((k, v.shape) for k, v in feeds.items()))
+        if signature not in self._checked:
+            for warning in check_shapes(self.manifest, {k: v.shape for k, v in feeds.items()}):
+                self.warnings.append(warning)
+                warnings.warn(warning, stacklevel=2)
+            self._checked.add(signature)
         try:
-            return self._runner.run({k: np.asarray(v) for k, v in feeds.items()})
+            return self._runner.run(feeds)
         except _runtime("base", self.manifest).FeedError as exc:
             raise BundleError(exc.message, fix=exc.fix) from None
 
@@ -325,6 +338,50 @@ def load(path: str | Path, *, allow_other_version: bool = False, trust: str | Pa
     _runtime("machine", manifest)  # the shipped probe, from the bytes just verified
     warnings = check_compatible(manifest, allow_other_version=allow_other_version)
     return Predictor(root, manifest, warnings)
+
+
+def check_shapes(manifest: Mapping[str, Any], shapes: Mapping[str, Sequence[int]]) -> list[str]:
+    """Feed ``shapes`` against the shapes the bundle was measured on (its manifest's ``shapes``).
+
+    Returns one warning per input whose shape (its batch axis aside) was not measured; a
+    TensorRT plan refuses a shape outside its optimization profile. Bundles made before shapes
+    were recorded say nothing.
+
+    Raises:
+        BundleError: a TensorRT bundle fed a shape outside its profile.
+    """
+    profile = (manifest.get("runtime") or {}).get("profile") or {}
+    for name, shape in shapes.items():
+        bounds = profile.get(name)
+        if bounds and not (len(shape) == len(bounds["min"]) and
+                           all(lo <= d <= hi for d, lo, hi in zip(shape, bounds["min"], bounds["max"]))):  # fmt: skip
+            raise BundleError(f"input {name!r} of shape {_dims(shape)} is outside the TensorRT plan's optimization "
+                              f"profile ({_dims(bounds['min'])} .. {_dims(bounds['max'])})",
+                              fix="feed a shape inside the profile, or tune with this shape too (--shape) and export again")  # fmt: skip
+    record = manifest.get("shapes") or {}
+    axes, fed = record.get("batch_axes") or {}, record.get("fed") or {}
+    measured: dict[str, set[tuple[int, ...]]] = {}
+    for case in record.get("measured") or ():
+        for name in set(case.get("shape") or {}) | set(fed):
+            measured.setdefault(name, set()).add(tuple((case.get("shape") or {}).get(name) or fed[name]))
+    found = []
+    for name, shape in shapes.items():
+        seen = measured.get(name)
+        if not seen:
+            continue
+        axis = axes.get(name)
+        if not any(_same_item(shape, s, axis) for s in seen):
+            found.append(f"input {name!r} of shape {_dims(shape)} was not measured (measured: "
+                         f"{', '.join(sorted(_dims(s) for s in seen))}); speed and accuracy at it are unknown")  # fmt: skip
+    return found
+
+
+def _same_item(a: Sequence[int], b: Sequence[int], batch_axis: int | None) -> bool:
+    return len(a) == len(b) and all(x == y for i, (x, y) in enumerate(zip(a, b)) if i != batch_axis)
+
+
+def _dims(shape: Sequence[int]) -> str:
+    return "x".join(map(str, shape))
 
 
 # -- the engine runtime ----------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """NVIDIA TensorRT 10: a serialized engine plan run through one execution context.
 
-``settings``: ``model_file`` (the plan), ``tensorrt`` (the version that built it) and
-``compute_capability`` (the GPU architecture it was built for). A plan only runs under both,
+``settings``: ``model_file`` (the plan), ``tensorrt`` (the version that built it),
+``compute_capability`` (the GPU architecture it was built for) and ``profile`` (per input the
+optimization profile's ``min``/``opt``/``max`` shape; a feed outside it is refused with the
+range in the message, before TensorRT sees it). A plan only runs under both version and architecture,
 so :func:`open` checks them before deserializing and turns a crash or an opaque error into a
 message saying what to rebuild. Device memory and copies go through ``cuda-python``'s runtime
 bindings; tensors are bound by name (``set_tensor_address``) and run with ``execute_async_v3``.
@@ -9,13 +11,13 @@ bindings; tensors are bound by name (``set_tensor_address``) and run with ``exec
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .base import IO, Runner, RuntimeFailure, Unsupported
+from .base import IO, FeedError, Runner, RuntimeFailure, Unsupported
 
 PACKAGES = ("tensorrt", "tensorrt-cu12", "tensorrt-cu13")
 MODEL_FILE = "model.plan"
@@ -29,7 +31,25 @@ def open(model_dir: Path, settings: Mapping[str, Any], io: IO) -> Runner:  # noq
     engine = trt.Runtime(trt.Logger(trt.Logger.ERROR)).deserialize_cuda_engine(plan)
     if engine is None:
         raise RuntimeFailure("TensorRT could not deserialize the plan", fix="rebuild the artifact")
-    return _TrtRunner(engine, io)
+    return _TrtRunner(engine, io, settings.get("profile") or {})
+
+
+def shape_in_profile(shape: Sequence[int], low: Sequence[int], high: Sequence[int]) -> bool:
+    """True when ``shape`` lies inside the profile ``low`` .. ``high`` (same rank, every dim within)."""
+    return len(shape) == len(low) == len(high) and all(lo <= d <= hi for d, lo, hi in zip(shape, low, high, strict=True))
+
+
+def check_profile(profile: Mapping[str, Mapping[str, Sequence[int]]], shapes: Mapping[str, Sequence[int]]) -> None:
+    """Refuse a feed shape outside the plan's optimization profile (``{input: {min, opt, max}}``)."""
+    for name, shape in shapes.items():
+        bounds = profile.get(name)
+        if bounds is None or shape_in_profile(tuple(shape), bounds["min"], bounds["max"]):
+            continue
+        dims = "x".join(map(str, shape))
+        low, high = ("x".join(map(str, bounds[k])) for k in ("min", "max"))
+        raise FeedError(f"input {name!r} of shape {dims} is outside the TensorRT plan's optimization profile "
+                        f"({low} .. {high})",
+                        fix="feed a shape inside the profile, or bench/tune with this shape too (--shape) and export again")  # fmt: skip
 
 
 def check_plan_compatible(settings: Mapping[str, Any], trt_version: str, capability: str) -> None:
@@ -79,7 +99,7 @@ def device_capability() -> str:
 class _TrtRunner(Runner):
     """Binds device buffers by tensor name; regrows them when a bigger batch arrives."""
 
-    def __init__(self, engine: Any, io: IO) -> None:
+    def __init__(self, engine: Any, io: IO, profile: Mapping[str, Mapping[str, Sequence[int]]]) -> None:
         import tensorrt as trt
 
         super().__init__(io)
@@ -87,6 +107,7 @@ class _TrtRunner(Runner):
         self._context = engine.create_execution_context()
         self._stream = check(self._cudart.cudaStreamCreate())
         self._buffers: dict[str, tuple[int, int]] = {}  # name -> (device pointer, bytes)
+        self._profile = profile
 
     def _device(self, name: str, nbytes: int) -> int:
         pointer, size = self._buffers.get(name, (0, 0))
@@ -103,6 +124,7 @@ class _TrtRunner(Runner):
 
     def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         rt, kind = self._cudart, self._cudart.cudaMemcpyKind
+        check_profile(self._profile, {name: value.shape for name, value in feeds.items()})
         for name, value in feeds.items():
             host = np.ascontiguousarray(value, dtype=self._dtype(name))
             self._context.set_input_shape(name, host.shape)
