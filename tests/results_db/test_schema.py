@@ -73,3 +73,33 @@ def test_a_revision_0001_database_upgrades_and_keeps_its_trials(store: Store) ->
     assert schema_diff(store.engine) == []
     row = store.get_trial(trial_id)
     assert row is not None and row.uid == "trial-ok" and row.artifact_files == {}
+
+
+def test_a_revision_0002_database_upgrades_and_its_trials_read_as_shape_not_recorded(store: Store) -> None:
+    """A store written before trials recorded their shape: its trials stay, shown as '-', and a
+    model without fixed shapes still finds them as repeats."""
+    from autodeploy.report import trial_record
+
+    trial_id = store.add_trial(ok_result(), model=MODEL, device=DEVICE)
+    with store.engine.connect() as conn:
+        if conn.dialect.name == "sqlite":  # batch mode re-creates ad_trials to drop a column: keep its measurements
+            conn.connection.dbapi_connection.execute("PRAGMA foreign_keys = OFF")
+        with conn.begin():
+            command.downgrade(migrate.alembic_config(connection=conn), "0002")
+    with store.engine.connect() as conn:
+        assert "shape_key" not in {c["name"] for c in sa.inspect(conn).get_columns("ad_trials")}
+    migrate.upgrade(store.engine)
+    assert schema_diff(store.engine) == []
+    row = store.get_trial(trial_id)
+    assert row is not None and row.shape_key is None and row.shapes is None and row.shape_text == "-"
+    assert trial_record(row)["shape"] is None
+    found = store.find_measured(MODEL.sha256, DEVICE.fingerprint, row.config_key, row.engine_version)
+    assert found is not None and found.id == trial_id
+    assert store.find_measured(MODEL.sha256, DEVICE.fingerprint, row.config_key, row.engine_version,
+                               shape_key="x=1x3x8x8") is None  # fmt: skip
+    # new trials record theirs, and show it
+    result = ok_result()
+    new_id = store.add_trial(type(result)(**{**result.__dict__, "uid": "trial-shaped"}), model=MODEL, device=DEVICE,
+                             shape_key="x=1x3x8x8", shapes={"x": (1, 3, 8, 8)})  # fmt: skip
+    shaped = store.get_trial(new_id)
+    assert shaped.shape_key == "x=1x3x8x8" and shaped.shapes == {"x": [1, 3, 8, 8]} and shaped.shape_text == "x=1x3x8x8"
