@@ -199,6 +199,23 @@ def test_bench_at_two_shapes_measures_and_stores_each_compiled_for_its_shape(env
             assert runner.run({"x": x})["y"].shape == (1, 4, *shape[2:])
 
 
+@pytest.mark.slow  # onnx2tf converts through TensorFlow: about a minute per shape on a loaded machine
+def test_tflite_converts_one_artifact_per_shape_each_with_its_shape_written_in(env):
+    from autodeploy.adapters import registry
+    from autodeploy.device import probe_device
+
+    available = registry.get("tflite").probe(probe_device())
+    if not available.available:
+        pytest.skip(f"tflite: {available}")
+    tmp_path, db = env
+    model = paddle_like(tmp_path / "p.onnx")
+    stored = autodeploy.bench_shapes(model, engine="tflite", threads=1, shapes=parse_flags(["x=1x3x16x24", "x=1x3x16x48"]),
+                                     timing=FAST, db=db)  # fmt: skip
+    assert all(s.ok for s in stored), [s.result.failure_message for s in stored]
+    assert stored[0].result.artifact_path != stored[1].result.artifact_path
+    assert all(s.result.accuracy.outputs[0].cosine > 0.999 for s in stored)  # each shape's outputs match ORT's
+
+
 def test_bench_checks_every_shape_before_any_work(env):
     tmp_path, db = env
     model = paddle_like(tmp_path / "p.onnx")

@@ -153,3 +153,25 @@ def test_bench_takes_shapes_from_the_data_and_reads_negative_dims(env, capsys):
     code, out, err = run(capsys, "bench", str(model), "--data", str(tmp_path / "d.npz"), *FAST)
     assert code == 0, err
     assert "negative dims" in err and "synthetic" not in err
+
+
+def test_bench_at_two_shapes_prints_each_and_the_mix_and_lists_them_per_shape(env, capsys):
+    from tests.models import paddle_like
+
+    tmp_path, db = env
+    model = paddle_like(tmp_path / "p.onnx")
+    code, out, err = run(capsys, "bench", str(model), "--shape", "x=1x3x16x24@3", "--shape", "x=1x3x16x48", *FAST)
+    assert code == 0, err
+    assert "at x=1x3x16x24" in out and "at x=1x3x16x48" in out
+    assert re.search(r"x=1x3x16x24\s+│\s+75%", out) and re.search(r"mix \(weighted\)\s+│\s+100%", out)
+    assert err.count("synthetic inputs") == 1
+    code, out, _ = run(capsys, "results", "list")
+    assert code == 0 and "x=1x3x16x24" in out and "x=1x3x16x48" in out
+    code, out, _ = run(capsys, "bench", str(model), "--shape", "x=1x3x16x24", "--shape", "x=1x3x16x48", "--format", "json",
+                       *FAST)  # fmt: skip
+    import json
+
+    records = json.loads(out)
+    assert code == 0 and [r["shape"] for r in records] == ["x=1x3x16x24", "x=1x3x16x48"]
+    code, _, err = run(capsys, "bench", str(model), "--shape", "x=1x2x16x24", *FAST)
+    assert code == 2 and "input 'x'" in err and "axis 1 is fixed at 3" in err and len(err.strip().splitlines()) == 1

@@ -93,8 +93,9 @@ def bench(
     for note in records[0].model.notes:  # intake notes (dynamic -1 dims, optional inputs), after the checks
         err.print(f"note: {shown(note)}")
     if format is Format.table:
-        for record in records:
-            _print_result(record.result, record.id, record.model.name, record.shape_key if shape_set.several else "")
+        for i, record in enumerate(records):
+            _print_result(record.result, record.id, record.model.name, record.shape_key if shape_set.several else "",
+                          note=i == len(records) - 1)  # the synthetic-inputs note once, at the end  # fmt: skip
         if shape_set.several:
             _print_per_shape(records, shape_set)
     else:
@@ -116,6 +117,16 @@ def _print_per_shape(records: list[api.StoredTrial], shape_set: ShapeSet) -> Non
         table.add_row(shown(case.key()), f"{shape_set.share(case):.0%}", str(record.id),
                       fmt_ms(r.median_ms) if r.latency else f"failed ({r.failure_kind})",
                       fmt_ms(r.p90_ms), verdict)  # fmt: skip
+    results = [r.result for r in records]
+    if all(r.latency is not None for r in results):  # the mix's expected latency, as `tune` weighs it
+        def mix(values: list[float | None]) -> float | None:
+            if any(v is None for v in values):
+                return None
+            return sum(shape_set.share(c) * v for c, v in zip(shape_set.cases, values, strict=True))  # type: ignore[operator]
+
+        passed = all(r.accuracy is not None and r.accuracy.passed for r in results)
+        table.add_row("mix (weighted)", "100%", "-", fmt_ms(mix([r.median_ms for r in results])),
+                      fmt_ms(mix([r.p90_ms for r in results])), "pass" if passed else "FAIL")  # fmt: skip
     out.print(table)
 
 
@@ -141,7 +152,7 @@ def _knob_value(text: str) -> object:
     return text
 
 
-def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: str = "") -> None:
+def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: str = "", *, note: bool = True) -> None:
     config = result.config
     title = f"{model_name}  {config.label()}{f'  at {shape}' if shape else ''}  (trial {trial_id})"
     if result.latency is None:
@@ -184,7 +195,7 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: st
                 shown(o.name), f"{o.max_abs:.3g}", f"{o.mean_rel:.3g}", f"{o.cosine:.6f}", top1, exact, task
             )
         out.print(acc)
-    if result.extra.get("inputs"):
+    if note and result.extra.get("inputs"):
         err.print(f"[yellow]note[/yellow]: {shown(result.extra['inputs'])}")
     if not result.ok:
         err.print(f"[red]failed ({result.failure_kind})[/red]: {shown(result.failure_message or '')}")

@@ -291,7 +291,10 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
     objective = summary.objective
     if summary.finalists:
         remeasured = bool(summary.finalists[0].n_samples)
-        table = Table(title="finalists (re-measured interleaved)" if remeasured else "best configs")
+        title = "finalists (re-measured interleaved)" if remeasured else "best configs"
+        if summary.finalists[0].per_shape:
+            title += ", weighted by the shape mix"
+        table = Table(title=title)
         for column in ("config", OBJECTIVE_WORDS.get(objective, "value") + " [95% CI]", "samples", "note"):
             table.add_column(column)
         for f in summary.finalists:
