@@ -285,6 +285,8 @@ def tune(
         shapes: per input one shape, several (``{"x": [(1, 3, 48, 320), (1, 3, 48, 640)]}``), a weighted mix
             (``{"x": [{"shape": "1x3x48x320", "weight": 3}, ...]}``) or a :class:`~autodeploy.shapes.ShapeSet`:
             every config is measured at each shape and judged by the mix (:func:`tune_per_shape`: one study per shape).
+        per_shape: the config key ``per_shape`` (one study per shape); :func:`tune` refuses it with several shapes
+            and names :func:`tune_per_shape`, which honours it.
         fresh: re-measure configs already in the store.
         resume: add trials to the existing study of this name, within its stored search space.
         finalists: how many of the best are re-measured interleaved (0: none).
