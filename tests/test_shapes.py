@@ -104,8 +104,8 @@ def test_the_mix_is_the_expected_latency_the_harmonic_throughput_and_the_worst_a
 
 
 def test_a_tensorrt_profile_spans_every_shape_and_is_tuned_for_the_trials_own(tmp_path):
-    from autodeploy.adapters.tensorrt import TensorRTEngine, profile_shapes
     from autodeploy.adapters.base import TrialConfig
+    from autodeploy.adapters.tensorrt import TensorRTEngine, profile_shapes
     from autodeploy.runtime.tensorrt import check_profile
 
     model = load_model(paddle_like(tmp_path / "p.onnx"))

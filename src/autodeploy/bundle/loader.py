@@ -354,7 +354,7 @@ def check_shapes(manifest: Mapping[str, Any], shapes: Mapping[str, Sequence[int]
     for name, shape in shapes.items():
         bounds = profile.get(name)
         if bounds and not (len(shape) == len(bounds["min"]) and
-                           all(lo <= d <= hi for d, lo, hi in zip(shape, bounds["min"], bounds["max"]))):  # fmt: skip
+                           all(lo <= d <= hi for d, lo, hi in zip(shape, bounds["min"], bounds["max"], strict=True))):  # fmt: skip
             raise BundleError(f"input {name!r} of shape {_dims(shape)} is outside the TensorRT plan's optimization "
                               f"profile ({_dims(bounds['min'])} .. {_dims(bounds['max'])})",
                               fix="feed a shape inside the profile, or tune with this shape too (--shape) and export again")  # fmt: skip
@@ -377,7 +377,7 @@ def check_shapes(manifest: Mapping[str, Any], shapes: Mapping[str, Sequence[int]
 
 
 def _same_item(a: Sequence[int], b: Sequence[int], batch_axis: int | None) -> bool:
-    return len(a) == len(b) and all(x == y for i, (x, y) in enumerate(zip(a, b)) if i != batch_axis)
+    return len(a) == len(b) and all(x == y for i, (x, y) in enumerate(zip(a, b, strict=True)) if i != batch_axis)
 
 
 def _dims(shape: Sequence[int]) -> str:

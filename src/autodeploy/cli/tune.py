@@ -34,8 +34,8 @@ from autodeploy.cli._common import (
 )
 from autodeploy.errors import AutodeployError, UsageError
 from autodeploy.search import config as study_config
-from autodeploy.shapes import ShapeSet, parse_flags
 from autodeploy.search.config import EXAMPLES
+from autodeploy.shapes import ShapeSet, parse_flags
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 if TYPE_CHECKING:
