@@ -93,3 +93,17 @@ def test_queries_on_the_study_store_bind_their_parameters_and_write_nothing(stud
         importance, reason = queries.param_importance(storage, STUDY)
         assert importance is not None and reason == ""
     assert _digest(folder) == before
+
+
+def test_trials_carry_their_shape_and_the_best_per_config_is_kept_per_shape(tmp_path):
+    from tests.results_db.factories import DEVICE, MODEL, ok_result
+
+    with Store.open(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        for uid, key, median in (("narrow", "x=1x3x16x24", 1.0), ("wide", "x=1x3x16x48", 3.0), ("old", None, 2.0)):
+            store.add_trial(ok_result(uid, median=median), model=MODEL, device=DEVICE,
+                            shape_key=key)  # fmt: skip
+        df = queries.trials(store)
+    assert "shapes" not in df.columns  # the per-input dict stays in the store; `shape` names it
+    assert sorted(df["shape"]) == ["-", "x=1x3x16x24", "x=1x3x16x48"]
+    best = queries.best_per_config(df, queries.METRICS["latency"])
+    assert sorted(best["shape"]) == ["-", "x=1x3x16x24", "x=1x3x16x48"]  # one config, kept once per shape

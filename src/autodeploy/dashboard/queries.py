@@ -74,7 +74,7 @@ OBJECTIVE_METRIC = {
 RENAMED = {"model_name": "model", "device_fingerprint": "device", "device_cpu": "cpu"}
 TRIAL_RENAMED = {**RENAMED, "id": "trial_id"}
 #: Columns the dashboard adds to the stored ones.
-DERIVED = ("config_label", "knobs", "latency_ms", "latency_ci_low", "latency_ci_high", "accuracy_passed",
+DERIVED = ("config_label", "shape", "knobs", "latency_ms", "latency_ci_low", "latency_ci_high", "accuracy_passed",
            "accuracy_drop", "accuracy_constraint")  # fmt: skip
 
 
@@ -97,7 +97,7 @@ def trials(store: Store, filters: Filters = Filters(), *, measured_only: bool = 
 
 
 #: TrialRow fields that are not columns: records flattened below, and the artifact's file hashes.
-NOT_COLUMNS = ("config", "measurement", "artifact_files")
+NOT_COLUMNS = ("config", "measurement", "artifact_files", "shapes")
 
 
 def trial_columns() -> list[str]:
@@ -126,7 +126,7 @@ def _trial_row(row: TrialRow) -> dict[str, Any]:
            if f.name not in NOT_COLUMNS}  # fmt: skip
     config, m = row.config, row.measurement
     out.update({name: getattr(config, name) for name in _config_fields() if name != "knobs"})
-    out.update(config_label=config.label(), knobs=json.dumps(dict(config.knobs), sort_keys=True) if config.knobs else "")
+    out.update(config_label=config.label(), shape=row.shape_text, knobs=json.dumps(dict(config.knobs), sort_keys=True) if config.knobs else "")
     if m is None:
         return out
     for key, value in m.to_dict(samples=False).items():
@@ -161,10 +161,10 @@ def measured(df: pd.DataFrame) -> pd.Series:
 
 
 def best_per_config(df: pd.DataFrame, metric: Metric) -> pd.DataFrame:
-    """One row per config label: its best :func:`measured` trial by ``metric`` (most samples on a tie)."""
+    """One row per config label and shape: its best :func:`measured` trial by ``metric`` (most samples on a tie)."""
     ok = df[measured(df) & df[metric.column].notna()]
     ordered = ok.sort_values([metric.column, "n_samples"], ascending=[not metric.higher_is_better, False])
-    return ordered.drop_duplicates("config_label").reset_index(drop=True)
+    return ordered.drop_duplicates(["config_label", "shape"]).reset_index(drop=True)
 
 
 # -- studies and devices ------------------------------------------------------------------

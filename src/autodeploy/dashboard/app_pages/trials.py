@@ -37,6 +37,6 @@ else:
 
 st.subheader("Stored trials")
 stored = cache.trials(url, replace(filters, study=name))
-st.dataframe(stored[["trial_id", "phase", "status", "failure_kind", "config_label", "latency_ms", "median_ms",
+st.dataframe(stored[["trial_id", "phase", "status", "failure_kind", "config_label", "shape", "latency_ms", "median_ms",
                      "n_samples", "accuracy_drop", "peak_rss_mb", "created_at"]], hide_index=True)  # fmt: skip
 cache.csv_button(stored, f"{name}-trials.csv", key="trials_csv")
