@@ -197,3 +197,8 @@ def test_what_onnx_runtime_loads_is_accepted_and_what_it_refuses_says_why(tmp_pa
     with pytest.raises(ModelError, match="fails the ONNX checker: .*; ONNX Runtime refuses it too: .*NoSuchOp") as exc:
         load_model(tmp_path / "bad.onnx")
     assert "\n" not in str(exc.value)
+
+
+def test_one_shape_commands_refuse_an_input_given_twice():
+    with pytest.raises(ShapeError, match="--shape x is given twice; this command runs one shape per input"):
+        parse_shape_flags(["x=1x2", "x=1x3"])

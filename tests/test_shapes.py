@@ -256,6 +256,7 @@ def test_a_study_over_two_shapes_picks_one_config_by_the_mix_and_reports_each_sh
         assert len(predictor.warnings) == 1
 
 
+@pytest.mark.slow  # three small studies: about 30 s on a loaded 2-core machine
 def test_per_shape_runs_one_study_per_shape(env):
     tmp_path, db = env
     model = paddle_like(tmp_path / "p.onnx")
@@ -263,9 +264,17 @@ def test_per_shape_runs_one_study_per_shape(env):
                                           engines=["onnxruntime"], precisions=["fp32"], threads=[1], trials=1,
                                           finalists=0, min_samples=16, min_duration_s=0.05, db=db)  # fmt: skip
     assert [s.name for s in summaries] == ["each@x=1x3x16x24", "each@x=1x3x16x48"]
+    assert all(not s.winner.per_shape for s in summaries if s.winner)  # one shape each: nothing to split
     assert all(s.winner is not None for s in summaries)
     with Store.open(db, readonly=True) as store:
         assert {r.shape_key for r in store.study_trials("each@x=1x3x16x48")} == {"x=1x3x16x48"}
+    # a mix screened without finalists still reports the winner at each shape
+    mix = autodeploy.tune(model, name="mix0", shapes=parse_flags(["x=1x3x16x24@3", "x=1x3x16x48"]),
+                          engines=["onnxruntime"], precisions=["fp32"], threads=[1], trials=1, finalists=0,
+                          min_samples=64, min_duration_s=0.05, db=db, fresh=True)  # 64: a p90 at both shapes  # fmt: skip
+    per = mix.winner.per_shape
+    assert set(per) == {"x=1x3x16x24", "x=1x3x16x48"}
+    assert mix.winner.statistic == pytest.approx((3 * per["x=1x3x16x24"] + per["x=1x3x16x48"]) / 4)
     with pytest.raises(UsageError, match="per_shape"):
         autodeploy.tune(model, name="x", per_shape=True, shapes=parse_flags(["x=1x3x16x24", "x=1x3x16x48"]), db=db)
 

@@ -206,10 +206,14 @@ class ModelInfo:
 
 
 def parse_shape_flags(flags: Sequence[str]) -> dict[str, tuple[int, ...]]:
-    """Parse ``--shape name=1x3x224x224`` flags into ``{name: (1, 3, 224, 224)}``."""
+    """Parse ``--shape name=1x3x224x224`` flags into ``{name: (1, 3, 224, 224)}``: one shape per input
+    (``bench`` and ``tune`` take several, :func:`autodeploy.shapes.parse_flags`)."""
     shapes: dict[str, tuple[int, ...]] = {}
     for flag in flags:
         name, sep, dims = flag.partition("=")
+        if name in shapes:
+            raise ShapeError(f"--shape {name} is given twice; this command runs one shape per input",
+                             fix="give one --shape per input (bench and tune measure several, one trial per shape)")  # fmt: skip
         try:
             if not sep or not name:
                 raise ValueError

@@ -374,6 +374,8 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
     trial.set_user_attr("uid", measured.uid)
     if measured.per_shape:
         trial.set_user_attr("shape_uids", {k: m.uid for k, m in measured.per_shape.items()})
+        trial.set_user_attr("shape_values", {k: values(m.metrics, ctx.config.objective)[0] if m.metrics else None
+                                             for k, m in measured.per_shape.items()})  # fmt: skip
     trial.set_user_attr("reused", measured.reused)
     if measured.metrics is None:
         trial.set_user_attr("failure", measured.failure)
@@ -656,7 +658,8 @@ def _choose(name: str, objective: str, counts: dict[str, int], finalists: list[F
 
 def _from_screening(t: optuna.trial.FrozenTrial) -> Finalist:
     config = TrialConfig.from_dict(t.user_attrs["config"])
-    return Finalist(config, config.label(), t.values[0], None, 0, [t.user_attrs.get("uid", "")])
+    return Finalist(config, config.label(), t.values[0], None, 0, [t.user_attrs.get("uid", "")],
+                    per_shape=dict(t.user_attrs.get("shape_values") or {}))  # fmt: skip
 
 
 def _best_so_far(study: optuna.Study, objective: str, counts: dict[str, int], name: str) -> StudySummary:
