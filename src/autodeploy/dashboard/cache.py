@@ -62,6 +62,16 @@ def studies(url: str | None, filters: Filters) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def finalists(url: str | None, filters: Filters) -> pd.DataFrame:
+    return queries.finalists(store(url), filters)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def winners(url: str | None, filters: Filters) -> pd.DataFrame:
+    return queries.winners(store(url), filters)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def study(url: str | None, name: str) -> dict[str, Any] | None:
     return queries.study(store(url), name)
 

@@ -27,6 +27,11 @@ if ok.empty:
     st.info(f"No successful measurement of {models[model]} yet.")
     st.stop()
 best = ok.sort_values("latency_ms").drop_duplicates(["device", "engine", "precision"])
+# Each device's winner (its newest latency study of this model), as the winners page shows it.
+won = cache.winners(url, queries.Filters(model=model))
+won = won[won["objective"] == "latency"].set_index("device")["winner"].dropna().to_dict()
+best = best.assign(role=["winner" if won.get(d, "").split("/")[:2] == [e, p] else ""
+                         for d, e, p in zip(best["device"], best["engine"], best["precision"], strict=True)])  # fmt: skip
 seen = best["device"].nunique()
 st.caption(f"{models[model]} measured on {seen} device fingerprint{'s' if seen != 1 else ''}.")
 st.plotly_chart(charts.across_devices(best, metric), key="devices_bars")
