@@ -52,6 +52,11 @@ def trials(url: str | None, filters: Filters, measured_only: bool = False) -> pd
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def trial_counts(url: str | None, filters: Filters) -> dict[str, int]:
+    return queries.trial_counts(store(url), filters)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def samples(url: str | None, trial_ids: tuple[int, ...]) -> pd.DataFrame:
     return queries.samples(store(url), trial_ids)
 

@@ -102,9 +102,8 @@ def trials(store: Store, filters: Filters = Filters(), *, measured_only: bool = 
     ``latency_ms`` is the p90 where there were samples enough to claim it, else the median
     (as the search ranks trials); ``accuracy_drop`` is the search's own measure of loss.
     """
-    where = TrialFilter(filters.model, filters.device, filters.engines, filters.scenario, filters.study,
-                        measured_only=measured_only)  # fmt: skip
-    return pd.DataFrame([_trial_row(r) for r in store.find_trials(where)], columns=trial_columns())
+    rows = store.find_trials(_where(filters, measured_only))
+    return pd.DataFrame([_trial_row(r) for r in rows], columns=trial_columns())
 
 
 #: TrialRow fields that are not columns: records flattened below, and the artifact's file hashes.
@@ -122,6 +121,16 @@ def trial_columns() -> list[str]:
 
 def _config_fields() -> list[str]:
     return [f.name for f in fields(TrialConfig)]
+
+
+def trial_counts(store: Store, filters: Filters = Filters()) -> dict[str, int]:
+    """How many trials match ``filters``, per status (``ok``, ``failed``), counted by the database."""
+    return store.trial_counts(_where(filters))
+
+
+def _where(filters: Filters, measured_only: bool = False) -> TrialFilter:
+    return TrialFilter(filters.model, filters.device, filters.engines, filters.scenario, filters.study,
+                       measured_only=measured_only)  # fmt: skip
 
 
 def _split(key: str, value: Any) -> dict[str, Any]:
