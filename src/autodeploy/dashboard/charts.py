@@ -79,12 +79,11 @@ def ci_bars(best: pd.DataFrame, metric: Metric, title: str | None = None) -> go.
             hovertext=best["engine"] + " " + best["precision"],
         )
     )
-    baseline = best[best["config_label"] == BASELINE_LABEL]
-    if not baseline.empty:
-        fig.add_vline(x=float(baseline[metric.column].iloc[0]), line_dash="dash", line_color=BASELINE_COLOR,
-                      annotation_text=BASELINE_NAME, annotation_position="top")  # fmt: skip
     values = [best[metric.column], *([best[metric.ci[1]]] if metric.ci else [])]
     log = _axis(fig, "x", values, _is_ms(metric.label))
+    baseline = best[best["config_label"] == BASELINE_LABEL]
+    if not baseline.empty:
+        _line(fig, "v", float(baseline[metric.column].iloc[0]), BASELINE_NAME, BASELINE_COLOR)
     fig.update_layout(title=(title or f"{metric.label} with 95% CI") + (" (log scale)" if log else ""),
                       xaxis_title=metric.label, yaxis={"autorange": "reversed"},
                       height=140 + 32 * len(best), margin={"l": 10})  # fmt: skip
@@ -141,14 +140,14 @@ def pareto(df: pd.DataFrame, limits: Limits, objective: str | None = None) -> go
                                  legendgroup="baseline", showlegend=col == 1 and not base.empty, hoverinfo="skip",
                                  marker={"symbol": "diamond-open", "size": 20, "color": BASELINE_COLOR,
                                          "line": {"width": 2}}), row=1, col=col)  # fmt: skip
-    _limit(fig, "h", limits.max_accuracy_drop, "accuracy budget {:.2%}", col=1)
-    _limit(fig, "h", limits.max_memory_mb, "memory cap {:g} MB", col=2)
     sla = limits.sla_ms if objective != "server" else None
-    for col in (1, 2):
-        _limit(fig, "v", sla, "latency SLA {:g} ms", col=col)
     xs = [m["latency_ms"], pd.Series([sla] if sla is not None else [], dtype=float)]
     log = _axis(fig, "x", xs, ms=True, col=1)
     _axis(fig, "x", xs, ms=True, col=2)
+    _limit(fig, "h", limits.max_accuracy_drop, "accuracy budget {:.2%}", col=1)
+    _limit(fig, "h", limits.max_memory_mb, "memory cap {:g} MB", col=2)
+    for col in (1, 2):
+        _limit(fig, "v", sla, "latency SLA {:g} ms", col=col)
     top = max([limits.max_accuracy_drop, *m["accuracy_drop"]]) * 1.15
     fig.update_yaxes(tickformat=".1%", range=[min(0.0, m["accuracy_drop"].min()) - 0.02 * top, top], row=1, col=1)
     mem = [v for v in [limits.max_memory_mb, *m["peak_rss_mb"].dropna()] if v is not None]
@@ -177,11 +176,10 @@ def history(df: pd.DataFrame, value_label: str, winner: str | None = None,
                                  marker={"size": 16, "symbol": "star", "color": WINNER_COLOR}))  # fmt: skip
     fig.add_trace(go.Scatter(x=df["number"], y=df["best_so_far"], mode="lines", name="best so far",
                              line={"shape": "hv"}))  # fmt: skip
-    if baseline is not None:
-        fig.add_hline(y=baseline, line_dash="dash", line_color=BASELINE_COLOR,
-                      annotation_text=f"{BASELINE_NAME} (re-measured)", annotation_position="top left")  # fmt: skip
     log = _axis(fig, "y", [done["value"], pd.Series([baseline] if baseline else [], dtype=float)],
                 ms="ms" in value_label)  # fmt: skip
+    if baseline is not None:
+        _line(fig, "h", baseline, f"{BASELINE_NAME} (re-measured)", BASELINE_COLOR)
     fig.update_layout(title="Optimization history" + (" (log scale)" if log else ""), xaxis_title="trial",
                       yaxis_title=value_label, height=380)  # fmt: skip
     return fig
@@ -276,9 +274,9 @@ def _axis(fig: go.Figure, axis: str, values: Iterable[pd.Series], ms: bool, col:
 
 
 def log_ticks(low: float, high: float) -> list[float]:
-    """1-2-5 tick values that span ``low`` .. ``high`` (> 0), one tick beyond each end; decades only past 4 decades."""
+    """1-2-5 tick values that span ``low`` .. ``high`` (> 0), one tick beyond each end; decades only past 3 decades."""
     first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
-    steps = (1,) if last - first > 4 else (1, 2, 5)
+    steps = (1,) if last - first > 3 else (1, 2, 5)
     ticks = [round(s * 10.0**e, 12) for e in range(first, last + 1) for s in steps]
     below = [t for t in ticks if t <= low]
     above = [t for t in ticks if t >= high]
@@ -294,13 +292,29 @@ def short_ms(ms: float) -> str:
 def _limit(fig: go.Figure, direction: str, value: float | None, text: str, col: int) -> None:
     """A constraint as a red dashed line (``h`` or ``v``) in subplot ``col``, labelled ``text.format(value)``;
     nothing when the study had none."""
-    if value is None:
-        return
-    line = {"line_dash": "dash", "line_color": LIMIT_COLOR, "annotation_text": text.format(value), "row": 1, "col": col}
+    if value is not None:
+        _line(fig, direction, value, text.format(value), LIMIT_COLOR, col)
+
+
+def _line(fig: go.Figure, direction: str, value: float, text: str, color: str, col: int | None = None) -> None:
+    """A dashed line at ``value`` (``h``: on y, ``v``: on x), across subplot ``col`` if given, labelled at its start.
+
+    Call it after :func:`_axis`: on a log axis Plotly places shapes by value but annotations by
+    log10 of it, so the label is placed here, not by ``annotation_text`` (which lands elsewhere).
+    """
+    suffix = "" if col in (None, 1) else str(col)
+    axis = fig.layout[("xaxis" if direction == "v" else "yaxis") + suffix]
+    at = math.log10(value) if axis.type == "log" else value
+    dash = {"line_dash": "dash", "line_color": color}
+    where = {} if col is None else {"row": 1, "col": col}
+    label = {"text": text, "showarrow": False, "font": {"size": 11, "color": color}, "xanchor": "left",
+             "yanchor": "bottom"}  # fmt: skip
     if direction == "h":
-        fig.add_hline(y=value, annotation_position="top left", **line)
+        fig.add_hline(y=value, **dash, **where)
+        fig.add_annotation(x=0, xref=f"x{suffix} domain", y=at, yref=f"y{suffix}", **label)
     else:
-        fig.add_vline(x=value, annotation_position="top right", **line)
+        fig.add_vline(x=value, **dash, **where)
+        fig.add_annotation(x=at, xref=f"x{suffix}", y=1, yref=f"y{suffix} domain", **label)
 
 
 def _engine_color(engine: str) -> str:
