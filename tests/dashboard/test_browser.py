@@ -175,7 +175,7 @@ PAGES: dict[str, tuple[str, Callable]] = {
 def test_every_page_in_headless_chromium(browser, study_db, name):
     chromium, port = browser
     path, check = PAGES[name]
-    page = chromium.new_page(viewport={"width": 1400, "height": 2400})  # Streamlit scrolls inside: a tall view
+    page = chromium.new_page(viewport={"width": 1600, "height": 2400})  # Streamlit scrolls inside: a tall view
     try:
         page.goto(f"http://127.0.0.1:{port}/{path}", timeout=WAIT_MS)
         page.get_by_role("heading", name=name.capitalize()).wait_for(timeout=WAIT_MS)

@@ -101,7 +101,7 @@ def distributions(samples: pd.DataFrame, labels: dict[int, str]) -> go.Figure:
     fig = go.Figure()
     for config in order:
         part = df[df["config"] == config]
-        color = WINNER_COLOR if "★" in config else BASELINE_COLOR if config.startswith(BASELINE_LABEL) else None
+        color = WINNER_COLOR if "★" in config else BASELINE_COLOR if config.startswith(BASELINE_LABEL) else _PALETTE[0]
         fig.add_trace(go.Box(x=part["config"], y=part["latency_ms"], name=config, boxpoints="outliers",
                              marker_color=color, showlegend=False))  # fmt: skip
     log = _axis(fig, "y", [df["latency_ms"]], ms=True)
@@ -236,7 +236,8 @@ def gate_changes(metrics: pd.DataFrame) -> go.Figure:
 
 # -- axes -----------------------------------------------------------------------------------
 
-_PALETTE = px.colors.qualitative.Set2
+#: Engine colours: no green and no grey, which mark the winner and the baseline.
+_PALETTE = ["#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 
 
 def _with_role(best: pd.DataFrame, role: str) -> pd.DataFrame:
