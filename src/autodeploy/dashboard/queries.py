@@ -272,9 +272,11 @@ def finalists(store: Store, filters: Filters = Filters()) -> pd.DataFrame:
     runner-up, tie, baseline (the ORT fp32 default) or finalist.
     """
     rows = []
-    for row in store.list_studies(limit=None, model_sha256=filters.model, device=filters.device):
-        if filters.study is not None and row.name != filters.study:
-            continue
+    if filters.study is not None:
+        studies = [s for s in [store.get_study(filters.study)] if s is not None]
+    else:
+        studies = store.list_studies(limit=None, model_sha256=filters.model, device=filters.device)
+    for row in studies:
         record = study_record(row)
         for f in record["finalists"]:
             ci = f["statistic_ci"] or (None, None)
@@ -330,14 +332,14 @@ def winners(store: Store, filters: Filters = Filters()) -> pd.DataFrame:
 
 
 def study_finalists(finalists: pd.DataFrame, model_sha256: str, device: str, metric: Metric) -> pd.DataFrame:
-    """The finalists of the newest finished study of this model × device (one whose statistic is
-    ``metric``'s first): the study whose ranking and roles a chart of that pair shows."""
-    mine = finalists[(finalists["model_sha256"] == model_sha256) & (finalists["device"] == device)]
+    """The finalists of the newest finished study of this model × device whose statistic is ``metric``'s:
+    the study whose ranking and roles a chart of that pair shows (none: a throughput study's winner
+    is not marked on a latency chart)."""
+    mine = finalists[(finalists["model_sha256"] == model_sha256) & (finalists["device"] == device)
+                     & (finalists["statistic"] == metric.statistic)]  # fmt: skip
     if mine.empty:
         return mine
-    matching = mine[mine["statistic"] == metric.statistic]
-    newest = (matching if not matching.empty else mine)["study"].iloc[0]
-    return mine[mine["study"] == newest].reset_index(drop=True)
+    return mine[mine["study"] == mine["study"].iloc[0]].reset_index(drop=True)
 
 
 #: How the pages name each study statistic (:data:`autodeploy.report.STATISTIC`).
