@@ -52,6 +52,11 @@ def trials(url: str | None, filters: Filters, measured_only: bool = False) -> pd
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def groups(url: str | None, filters: Filters, measured_only: bool = False) -> pd.DataFrame:
+    return queries.groups(store(url), filters, measured_only=measured_only)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def trial_counts(url: str | None, filters: Filters) -> dict[str, int]:
     return queries.trial_counts(store(url), filters)
 

@@ -198,9 +198,10 @@ def one_per_config(df: pd.DataFrame) -> pd.DataFrame:
     return order.drop_duplicates([*GROUP, "config_label"]).drop(columns=["_failed", "_screening"])
 
 
-def groups(df: pd.DataFrame) -> pd.DataFrame:
-    """The model × device pairs in ``df``, with a label (``model on cpu (fingerprint)``), by model name."""
-    pairs = df.drop_duplicates(GROUP)[[*GROUP, "model", "cpu"]].sort_values(["model", "cpu"])
+def groups(store: Store, filters: Filters = Filters(), *, measured_only: bool = False) -> pd.DataFrame:
+    """The model × device pairs of the trials ``filters`` select (by model name), each with a label
+    (``model on cpu (fingerprint)``): counted by the database, no trial rows read."""
+    pairs = pd.DataFrame(store.trial_pairs(_where(filters, measured_only)), columns=["model_sha256", "model", "device", "cpu"])
     return pairs.assign(label=pairs["model"] + " on " + pairs["cpu"] + " (" + pairs["device"].str[:8] + ")")
 
 

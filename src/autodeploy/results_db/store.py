@@ -420,6 +420,13 @@ class Store:
         query = _filtered(_joined(Trial.status, sa.func.count()), where).group_by(Trial.status)
         return self._run("cannot read", lambda s: {status: int(n) for status, n in s.execute(query)})
 
+    def trial_pairs(self, where: TrialFilter = TrialFilter()) -> list[tuple[str, str, str, str]]:
+        """The (model SHA-256, model name, device fingerprint, cpu) pairs of the trials ``where`` selects,
+        by model name and cpu: one query, no trial rows read."""
+        columns = (Model.sha256, Model.name, Device.fingerprint, Device.cpu)
+        query = _filtered(_joined(*columns), where).distinct().order_by(Model.name, Device.cpu, Device.fingerprint)
+        return self._run("cannot read", lambda s: [tuple(r) for r in s.execute(query)])
+
     def samples(self, trial_ids: tuple[int, ...]) -> dict[int, tuple[float, ...]]:
         """The raw per-call latencies (ms) of these trials' measurements, by trial id (unmeasured ones absent)."""
         query = sa.select(Measurement.trial_id, Measurement.samples_ms).where(Measurement.trial_id.in_(trial_ids))

@@ -37,18 +37,19 @@ key = right.selectbox(
 )
 metric = queries.METRICS[key]
 
-df = cache.trials(url, filters, measured_only=True)
-best = queries.best_per_config(df, metric)
-if best.empty:
-    st.info("No successful measurement matches the filters. Store one with `autodeploy bench MODEL` "
-            "or `autodeploy tune MODEL`.")  # fmt: skip
+pairs = cache.groups(url, filters, measured_only=True)
+if pairs.empty:
+    st.info("No measurement matches the filters. Store one with `autodeploy bench MODEL` or `autodeploy tune MODEL`.")
     st.stop()
-
-pairs = queries.groups(best)
 label = middle.selectbox("Model on device", list(pairs["label"]), key="compare_group",
                          help="Configs of different models or devices are not comparable: one pair at a time.")  # fmt: skip
 pair = pairs[pairs["label"] == label].iloc[0]
-best = best[(best["model_sha256"] == pair["model_sha256"]) & (best["device"] == pair["device"])]
+filters = replace(filters, model=pair["model_sha256"], device=pair["device"])  # only this pair's trials are read
+df = cache.trials(url, filters, measured_only=True)
+best = queries.best_per_config(df, metric)
+if best.empty:
+    st.info(f"No successful measurement of {label} matches the filters (every trial failed).")
+    st.stop()
 finalists = queries.study_finalists(cache.finalists(url, filters), pair["model_sha256"], pair["device"], metric)
 best = queries.rank_by_finalists(best, finalists, metric)
 
