@@ -36,6 +36,7 @@ def test_bars_on_a_wide_spread_have_readable_log_ticks_and_mark_winner_and_basel
     axis = fig.layout.xaxis
     assert axis.type == "log" and list(axis.ticktext) == ["50 µs", "100 µs", "200 µs", "500 µs", "1 ms", "2 ms",
                                                            "5 ms"]  # fmt: skip
+    assert axis.range[0] <= math.log10(0.05) and axis.range[1] >= math.log10(5.0)  # every tick label in view
     labels = list(fig.data[0].y)
     assert labels[0] == "ov/int8/b1/t1  ★ winner" and labels[1].endswith("baseline (ORT fp32 default)")
     (line,) = fig.layout.shapes  # the baseline's value as a dashed line, its label where the line is

@@ -270,7 +270,9 @@ def _axis(fig: go.Figure, axis: str, values: Iterable[pd.Series], ms: bool, col:
     text = [short_ms(v) if ms else f"{v:g}" for v in ticks]
     update = fig.update_xaxes if axis == "x" else fig.update_yaxes
     where = {} if col is None else {"row": 1, "col": col}
-    update(type="log", tickvals=ticks, ticktext=text, **where)
+    # The range spans the ticks, so the first and last label show (Plotly's autorange may start past the first).
+    span = [math.log10(ticks[0]) - 0.02, math.log10(ticks[-1]) + 0.02]
+    update(type="log", tickvals=ticks, ticktext=text, range=span, **where)
     return True
 
 
