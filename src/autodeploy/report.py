@@ -5,8 +5,9 @@ Two record kinds, each carrying ``schema`` and ``schema_version``:
 - ``autodeploy.trial``: one trial (``bench``, ``results list|show``) with its config, model, device,
   engine version and :class:`~autodeploy.harness.result.Measurement` in its flat form
   (times in ms, memory in MB, throughput in items/s: the unit is in every field name).
-- ``autodeploy.study``: one study's summary (``tune``, ``results studies``): the winner, the finalists
-  with the objective's statistic, its unit and 95% CI, the speedup over the ORT fp32 default.
+- ``autodeploy.study``: one study's summary (``tune``, ``results studies``): the winner, the runner-up,
+  the finalists with the objective's statistic, its unit and 95% CI, the speedup over the ORT fp32
+  default. The dashboard's winners page reads the same record.
 
 :data:`SCHEMA` is the JSON Schema (draft 2020-12) of both; ``autodeploy schema`` prints it. A change
 that removes or renames a field bumps :data:`SCHEMA_VERSION`; adding a field does not.
@@ -26,12 +27,15 @@ if TYPE_CHECKING:
     from autodeploy.results_db.store import StudyRow, TrialRow
     from autodeploy.search.study import StudySummary
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "STATISTIC", "flatten", "study_record", "to_csv_rows", "trial_record"]
+__all__ = ["HIGHER_IS_BETTER", "SCHEMA", "SCHEMA_VERSION", "STATISTIC", "flatten", "runner_up", "study_record",
+           "to_csv_rows", "trial_record"]
 
 SCHEMA_VERSION = 1
 #: What a study's finalist ``statistic`` is, per objective: (field-style name, unit).
 STATISTIC = {"latency": ("p90_ms", "ms"), "throughput": ("throughput_items_per_s", "items/s"),
              "server": ("max_rate_qps", "queries/s"), "pareto": ("p90_ms", "ms")}  # fmt: skip
+#: Objectives whose statistic is better when higher (a rate); the others are times.
+HIGHER_IS_BETTER = ("throughput", "server")
 
 
 def trial_record(trial: TrialRow | StoredTrial) -> dict[str, Any]:
@@ -84,6 +88,7 @@ def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
                  "updated_at": summary.updated_at.isoformat(), "command": summary.command}  # fmt: skip
     objective = s["objective"]
     name, unit = STATISTIC.get(objective, ("value", None))
+    second = runner_up(s)
     return {
         "schema": "autodeploy.study",
         "schema_version": SCHEMA_VERSION,
@@ -94,11 +99,30 @@ def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
         **extra,
         "trials": dict(s.get("trials") or {}),
         "winner": None if s.get("winner") is None else _finalist(s["winner"]),
+        "runner_up": None if second is None else _finalist(second),
         "finalists": [_finalist(f) for f in s.get("finalists") or ()],
         "tie_with": list(s.get("tie_with") or ()),
         "speedup_vs_baseline": s.get("speedup_vs_baseline"),
         "note": s.get("note") or "",
     }
+
+
+def runner_up(summary: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The finalist that ranks next after the winner by the study's statistic (``None`` without a winner).
+
+    ``summary`` is :meth:`StudySummary.to_dict` (as the store keeps it). Finalists that failed or
+    have no statistic never rank; the baseline (ORT fp32 default) does, like any finalist. In a
+    statistical tie the winner is the cheaper config, so the runner-up may have the better number.
+    """
+    winner = summary.get("winner")
+    if winner is None:
+        return None
+    others = [f for f in summary.get("finalists") or () if f["label"] != winner["label"]
+              and f.get("statistic") is not None and not f.get("failure")]  # fmt: skip
+    if not others:
+        return None
+    pick = max if summary["objective"] in HIGHER_IS_BETTER else min
+    return pick(others, key=lambda f: f["statistic"])
 
 
 def _finalist(f: Mapping[str, Any]) -> dict[str, Any]:
@@ -233,6 +257,8 @@ _STUDY = {
         "command": _STR,
         "trials": {"type": "object", "additionalProperties": {"type": "integer"}},
         "winner": {"oneOf": [{"type": "null"}, _FINALIST]},
+        "runner_up": {"oneOf": [{"type": "null"}, _FINALIST],
+                      "description": "the next finalist after the winner by the statistic"},
         "finalists": {"type": "array", "items": _FINALIST},
         "tie_with": {"type": "array", "items": {"type": "string"}},
         "speedup_vs_baseline": {**_NUM, "description": "winner over ONNX Runtime fp32 default, >1 is faster"},

@@ -4,7 +4,9 @@ ONNX Runtime fp32 and int8 on a tiny MLP, one thread, 4 screening trials and 2 f
 with short timing (about 30-40 s in all). int8 breaks the default 1% accuracy budget on
 this model, so the Pareto page has a rejected config with its reason. One more real fp32
 trial is stored under a second, made-up device fingerprint so the devices page has two
-machines to compare (the numbers are this machine's; only the fingerprint differs).
+machines to compare (the numbers are this machine's; only the fingerprint differs), and a
+second model ("wide") is benched here with the baseline's config, so that the pages must keep
+models apart.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import load_model
 from autodeploy.results_db import DeviceRecord, ModelRecord, Store
 from autodeploy.search.config import StudyConfig
-from autodeploy.search.study import StudyContext, StudySummary, run_study
+from autodeploy.search.study import BASELINE, StudyContext, StudySummary, run_study
 from tests.models import mlp
 
 STUDY = "mlp-latency"
@@ -60,6 +62,11 @@ def study_db(tmp_path_factory: pytest.TempPathFactory) -> StudyDB:
         store.add_trial(
             other, model=ModelRecord.of(model), device=SECOND_DEVICE, command="autodeploy bench test"
         )
+        # A second model benched on this device with the baseline's config: never one bar with the study's.
+        wide = load_model(mlp(tmp / "wide.onnx", in_features=32, classes=10, seed=1))
+        bench = run_trial(wide, BASELINE, prepare_data(wide, settings), settings)
+        store.add_trial(bench, model=ModelRecord.of(wide), device=DeviceRecord.of(probe_device()),
+                        command="autodeploy bench wide.onnx")  # fmt: skip
     return StudyDB(url, summary, ("onnxruntime",), ("fp32", "int8"))
 
 

@@ -22,7 +22,7 @@ def test_dashboard_execs_streamlit_on_localhost_without_usage_stats(tmp_path, mo
         main(["dashboard", "--db", url, "--port", "8765"])
     assert exc.value.code == 0
     ((_, argv, env),) = calls
-    assert argv[1:5] == ["-m", "streamlit", "run", str(APP)]
+    assert argv[1:5] == ["-m", "autodeploy.dashboard.serve", "run", str(APP)]  # streamlit run, imports preloaded
     flags = dict(zip(argv[5::2], argv[6::2], strict=True))
     assert flags == {"--server.address": "127.0.0.1", "--server.port": "8765", "--server.headless": "true",
                      "--browser.gatherUsageStats": "false", "--client.toolbarMode": "minimal"}  # fmt: skip

@@ -6,8 +6,10 @@ Checks are on what rendered: titles, tables, chart specs, messages, and that not
 
 from __future__ import annotations
 
+import base64
 import json
 
+import numpy as np
 import pytest
 
 pytest.importorskip("streamlit", reason="the dashboard needs streamlit: pip install 'autodeploy[dashboard]'")
@@ -16,7 +18,9 @@ pytest.importorskip("plotly", reason="the dashboard needs plotly: pip install 'a
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from autodeploy.dashboard import APP, DB_ENV  # noqa: E402
+from autodeploy.report import study_record  # noqa: E402
 from autodeploy.results_db import Store  # noqa: E402
+from autodeploy.units import fmt_ms_ci  # noqa: E402
 from tests.dashboard.conftest import SECOND_DEVICE, STUDY  # noqa: E402
 
 TIMEOUT_S = 60
@@ -36,6 +40,13 @@ def open_page(monkeypatch: pytest.MonkeyPatch, url: str, page: str | None = None
 
 def chart_specs(at: AppTest) -> list[dict]:
     return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def numbers(values) -> list:
+    """A Plotly array as a list: Plotly writes numpy arrays as ``{"dtype", "bdata"}`` (base64)."""
+    if isinstance(values, dict):
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
+    return list(values)
 
 
 def titles(at: AppTest) -> list[str]:
@@ -80,8 +91,34 @@ def test_compare_shows_engine_by_precision_heatmap_ci_bars_and_distributions(mon
     assert all(t["type"] == "box" for t in boxes["data"])
     best = at.dataframe[0].value
     assert set(best["precision"]) == set(study_db.precisions)
-    assert list(best["latency_ms"]) == sorted(best["latency_ms"])  # best first
-    assert study_db.summary.winner.label in set(best["config_label"])
+    # Ranked as the study ranked them: the winner on top, the re-measured finalists at tune's numbers...
+    summary = study_db.summary
+    assert best["config_label"].iloc[0] == summary.winner.label and best["role"].iloc[0] == "winner"
+    assert best["latency_ms"].iloc[0] == summary.winner.statistic
+    assert bars["data"][0]["y"][0].startswith(summary.winner.label) and "★ winner" in bars["data"][0]["y"][0]
+    remeasured = best[best["source"] == "finalists, re-measured"]
+    by_label = {f.label: f.statistic for f in summary.finalists if f.statistic is not None}
+    assert set(remeasured["config_label"]) == set(by_label)
+    assert all(by_label[c] == v for c, v in zip(remeasured["config_label"], remeasured["latency_ms"], strict=True))
+    # ...then every other config by its best trial, best first.
+    rest = best[best["source"] == "best trial"]["latency_ms"].tolist()
+    assert rest == sorted(rest) and best.index[best["source"] == "best trial"].min() == len(remeasured)
+
+
+@pytest.mark.slow
+def test_compare_never_merges_models_or_devices_into_one_bar(monkeypatch, study_db):
+    at = open_page(monkeypatch, study_db.url, "compare")
+    pairs = at.selectbox(key="compare_group").options
+    assert len(pairs) == 3  # mlp on this CPU, mlp on the second device, wide on this CPU
+    seen = {}
+    for pair in pairs:
+        at.selectbox(key="compare_group").set_value(pair).run()
+        best = at.dataframe[0].value
+        assert best["model"].nunique() == 1 and best["cpu"].nunique() == 1
+        assert not best["config_label"].duplicated().any()
+        seen[pair] = set(best["config_label"])
+    baseline = "onnxruntime/fp32/b1/tdefault"
+    assert sum(baseline in labels for labels in seen.values()) == 2  # the study's baseline and wide's bench, apart
 
 
 @pytest.mark.slow
@@ -100,6 +137,14 @@ def test_pareto_marks_the_winner_and_rejects_int8_for_its_accuracy_drop(monkeypa
     assert titles(at) == ["Pareto"]
     (scatter,) = chart_specs(at)
     assert {t["name"] for t in scatter["data"]} >= {"winner", "rejected"}
+    winner_points = [t for t in scatter["data"] if t["name"] == "winner"]
+    xs = [numbers(t["x"]) for t in winner_points]
+    assert [len(x) for x in xs] == [1, 1]  # once per panel (accuracy, memory), at tune's number
+    assert xs[0][0] == study_db.summary.winner.statistic
+    assert scatter["layout"]["yaxis"]["tickformat"].endswith("%")  # accuracy in %, as the reasons say it
+    budget = [sh for sh in scatter["layout"]["shapes"] if sh.get("y0") == 0.01 and sh["line"]["dash"] == "dash"]
+    assert budget, "the accuracy budget (1%) is drawn"
+    assert any("accuracy budget 1.00%" in a["text"] for a in scatter["layout"]["annotations"])
     front, rejected = at.dataframe[0].value, at.dataframe[1].value
     assert study_db.summary.winner.label in set(front.loc[front["verdict"] == "winner", "config_label"])
     int8 = rejected[rejected["config_label"].str.contains("/int8/")]
@@ -123,6 +168,10 @@ def test_trials_shows_the_optuna_history_and_parameter_importance(monkeypatch, s
     assert set(optuna_table["state"]) <= {"complete", "pruned", "fail"}
     params = at.dataframe[1].value
     assert "onnxruntime.precision" in set(params["param"])
+    # A study of a few trials: the importances come with their caveat.
+    complete = int((optuna_table["state"] == "complete").sum())
+    assert importance["layout"]["title"]["text"].endswith(f"from {complete} complete trials)")
+    assert any(f"only {complete} complete trials" in w.value for w in at.warning)
     stored = at.dataframe[2].value
     assert {"screening", "finalist"} <= set(stored["phase"])
 
@@ -134,6 +183,8 @@ def test_devices_compares_one_model_across_fingerprints(monkeypatch, study_db):
     assert any("measured on 2 device fingerprints" in c.value for c in at.caption)
     (bars,) = chart_specs(at)
     assert len(bars["data"]) == 2  # one bar group per device
+    marks = [m for trace in bars["data"] for m in trace["text"]]
+    assert marks.count("★ winner") == 1  # the study's device has a winner; the second device ran no study
     per_device = at.dataframe[1].value
     assert SECOND_DEVICE.fingerprint in set(per_device["device"])
 
@@ -176,7 +227,25 @@ def test_regressions_shows_stored_gate_verdicts(monkeypatch, tmp_path):
     assert len(at.get("plotly_chart")) == 1
 
 
-@pytest.mark.parametrize("page", ["overview", "compare", "pareto", "trials", "devices", "regressions"])
+@pytest.mark.slow
+def test_winners_agrees_with_the_study_record_the_cli_prints(monkeypatch, study_db):
+    at = open_page(monkeypatch, study_db.url, "winners")
+    assert titles(at) == ["Winners"]
+    record = study_record(study_db.summary)  # what `tune --format json` printed
+    (row,) = at.dataframe[0].value.to_dict("records")  # one study; the benched "wide" model has none
+    assert row["winner"] == record["winner"]["label"] and row["study"] == STUDY
+    assert row["speedup_vs_baseline"] == record["speedup_vs_baseline"]
+    assert row["winner_value"] == fmt_ms_ci(record["winner"]["statistic"], tuple(record["winner"]["statistic_ci"]))
+    second = record["runner_up"]
+    assert row["runner_up"] == (second["label"] if second else None)
+    (bars,) = chart_specs(at)  # the study's finalists, winner on top, baseline named
+    labels = bars["data"][0]["y"]
+    assert labels[0].startswith(record["winner"]["label"]) and "★ winner" in labels[0]
+    assert any("ORT fp32 default" in label for label in labels)
+    assert numbers(bars["data"][0]["x"])[0] == record["winner"]["statistic"]
+
+
+@pytest.mark.parametrize("page", ["overview", "winners", "compare", "pareto", "trials", "devices", "regressions"])
 def test_every_page_renders_an_empty_store(monkeypatch, tmp_path, page):
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     Store.open(url).close()  # create the schema; the dashboard itself never writes

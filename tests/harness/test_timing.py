@@ -1,4 +1,3 @@
-import time
 
 import numpy as np
 import pytest
@@ -108,11 +107,11 @@ def test_time_calls_reports_warmup_and_excludes_it():
 
 def test_real_clock_smoke():
     policy = TimingPolicy(warmup_min_calls=2, warmup_window=2, min_samples=20, min_duration_s=0.01)
-    t0 = time.perf_counter()
     run = time_calls(lambda: sum(range(100)), policy)
+    # No wall-clock bound: a loaded machine may pause this process for seconds. That the loop ended
+    # by its own rule (both minimums met), not by a cap, is what must hold anywhere.
     assert run.stopped_by == "min_reached" and len(run.samples_ns) >= 20
     assert np.all(run.samples_ns > 0) and run.duration_s >= 0.01
-    assert time.perf_counter() - t0 < 2.0
 
 
 @pytest.mark.parametrize(

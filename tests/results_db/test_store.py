@@ -255,6 +255,15 @@ def test_the_dashboards_reads(store: Store) -> None:
     for where in (TrialFilter(model_sha256=hostile), TrialFilter(device=hostile), TrialFilter(engines=(hostile,)),
                   TrialFilter(scenario=hostile), TrialFilter(study=hostile)):  # fmt: skip
         assert store.find_trials(where) == []
+        assert store.trial_counts(where) == {}
+    # The overview counts without reading rows, under the same filters as find_trials.
+    assert store.trial_counts() == {"ok": 2, "failed": 1}
+    assert store.trial_counts(TrialFilter(study="s1")) == {"ok": 1, "failed": 1}
+    assert store.trial_counts(TrialFilter(device="fp-other", measured_only=True)) == {"ok": 1}
+    pairs = [(MODEL.sha256, MODEL.name, DEVICE.fingerprint, DEVICE.cpu), (MODEL.sha256, MODEL.name, "fp-other", "Other CPU")]
+    assert store.trial_pairs() == sorted(pairs, key=lambda p: p[3])  # by model name, then cpu
+    assert store.trial_pairs(TrialFilter(study="s1", measured_only=True)) == [pairs[0]]
+    assert store.trial_pairs(TrialFilter(study=hostile)) == []
     assert store.samples((a, b, c)) == {a: ok_result().samples_ms, c: ok_result().samples_ms}
     assert store.samples(()) == {}
     assert store.catalog() == Catalog(

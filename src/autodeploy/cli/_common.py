@@ -21,6 +21,7 @@ from rich.status import Status
 from autodeploy import model
 from autodeploy.api import cache_dir
 from autodeploy.model import ResolvedModel
+from autodeploy.units import fmt_ms, fmt_ms_ci, fmt_pct
 
 __all__ = ["Format", "FormatOption", "ResolvedModel", "cache_dir", "command_line", "emit", "err", "fmt_ms",
            "fmt_ms_ci", "fmt_pct", "engine_noise", "out", "quiet_engines", "resolve_model", "shown", "spinner"]  # fmt: skip
@@ -135,37 +136,3 @@ def emit(fmt: Format, records: Mapping[str, Any] | list[Mapping[str, Any]]) -> N
     writer = csv.DictWriter(sys.stdout, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-
-
-def fmt_ms(value: float | None) -> str:
-    """A time given in ms, in the unit that keeps 3-4 significant digits: 4.2 µs, 12.35 ms, 1.204 s."""
-    if value is None:
-        return "-"
-    scale, unit = _time_unit(abs(value))
-    return f"{_sig(value * scale)} {unit}"
-
-
-def fmt_ms_ci(value: float | None, ci: tuple[float, float] | None) -> str:
-    """A time with its 95% CI in one unit (the value's): ``12.3 ms [12.1, 12.6]``."""
-    if value is None:
-        return "-"
-    scale, unit = _time_unit(abs(value))
-    bounds = "" if ci is None else f" [{_sig(ci[0] * scale)}, {_sig(ci[1] * scale)}]"
-    return f"{_sig(value * scale)}{bounds} {unit}"
-
-
-def _time_unit(ms: float) -> tuple[float, str]:
-    if ms < 1.0:
-        return 1000.0, "µs"
-    if ms < 1000.0:
-        return 1.0, "ms"
-    return 0.001, "s"
-
-
-def _sig(x: float) -> str:
-    """3 decimals under 10, 2 under 100, else 1: the digits a timing supports."""
-    return f"{x:.3f}" if abs(x) < 10 else f"{x:.2f}" if abs(x) < 100 else f"{x:.1f}"
-
-
-def fmt_pct(fraction: float | None) -> str:
-    return "-" if fraction is None else f"{fraction:.2%}"

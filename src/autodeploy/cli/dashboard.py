@@ -1,8 +1,9 @@
 """``autodeploy dashboard``: the Streamlit comparison app over the results store, read-only.
 
 Imports nothing of Streamlit: it checks the store opens read-only, then replaces this process
-with ``python -m streamlit run`` on the app (bound to 127.0.0.1, usage statistics off), so
-Ctrl-C and signals reach the server directly.
+with ``streamlit run`` on the app (through :mod:`autodeploy.dashboard.serve`, which imports the
+pages' heavy modules first; bound to 127.0.0.1, usage statistics off), so Ctrl-C and signals
+reach the server directly.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def dashboard(
         )
     with Store.open(db, readonly=True) as store:  # fail here, in one line, rather than in the browser
         url = store.url
-    argv = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", "127.0.0.1",
+    # `streamlit run`, with the pages' heavy imports done before the server listens (dashboard/serve.py).
+    argv = [sys.executable, "-m", "autodeploy.dashboard.serve", "run", str(APP), "--server.address", "127.0.0.1",
             "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
             "--client.toolbarMode", "minimal"]  # fmt: skip
     env = {**os.environ, **({DB_ENV: db} if db else {})}

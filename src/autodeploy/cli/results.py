@@ -116,15 +116,14 @@ def studies(
         emit(format, [study_record(r) for r in rows])
         return
     table = Table(title=f"{len(rows)} study(ies)")
-    for column in ("name", "model", "objective", "updated (UTC)", "winner", "speedup vs ORT fp32"):
+    for column in ("name", "model", "objective", "updated (UTC)", "winner", "speedup vs ORT fp32", "runner-up"):
         table.add_column(column, overflow="fold")
     for r in rows:
-        summary = r.summary or {}
-        winner = (summary.get("winner") or {}).get(
-            "label"
-        ) or f"[yellow]{shown(summary.get('note') or 'not finished')}[/]"
-        speedup = summary.get("speedup_vs_baseline")
+        record = study_record(r)  # the same record --format json prints and the dashboard's winners page reads
+        winner = (record["winner"] or {}).get("label")
+        speedup = record["speedup_vs_baseline"]
         table.add_row(shown(r.name), shown(r.model_name), r.objective, f"{r.updated_at:%Y-%m-%d %H:%M}",
-                      winner if winner.startswith("[yellow]") else shown(winner),
-                      "-" if speedup is None else f"{speedup:.2f}x")  # fmt: skip
+                      shown(winner) if winner else f"[yellow]{shown(record['note'] or 'not finished')}[/]",
+                      "-" if speedup is None else f"{speedup:.2f}x",
+                      shown((record["runner_up"] or {}).get("label") or "-"))  # fmt: skip
     out.print(table)

@@ -297,12 +297,17 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
         table = Table(title=title)
         for column in ("config", OBJECTIVE_WORDS.get(objective, "value") + " [95% CI]", "samples", "note"):
             table.add_column(column)
+        from autodeploy.report import runner_up  # the record the dashboard's winners page reads
+
+        second = runner_up(summary.to_dict())
         for f in summary.finalists:
             note = "baseline (ORT fp32 default)" if f.baseline else ""
             if summary.winner is not None and f.label == summary.winner.label:
                 note = "[green]winner[/]" + (" (baseline: ORT fp32 default)" if f.baseline else "")
             elif f.label in summary.tie_with:
                 note = "tie with winner"
+            if second is not None and f.label == second["label"]:
+                note = ", ".join(filter(None, ("runner-up", note)))
             if f.failure:
                 note = f"[red]{shown(f.failure)}[/]"
             table.add_row(shown(f.label), _stat_ci(f.statistic, f.ci, objective), str(f.n_samples), note)

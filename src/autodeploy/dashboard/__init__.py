@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-#: The Streamlit entry point, run with ``python -m streamlit run``.
+#: The Streamlit entry point, run with ``python -m autodeploy.dashboard.serve run`` (``streamlit run``, imports preloaded).
 APP = Path(__file__).with_name("app.py")
 #: The results database URL the app opens; the CLI sets it from ``--db`` (the store's own variable).
 DB_ENV = "AUTODEPLOY_DB"

@@ -25,6 +25,7 @@ cache.sidebar_filters(opts)
 
 PAGES = [
     st.Page("app_pages/overview.py", title="Overview", default=True),
+    st.Page("app_pages/winners.py", title="Winners"),
     st.Page("app_pages/compare.py", title="Compare"),
     st.Page("app_pages/pareto.py", title="Pareto"),
     st.Page("app_pages/trials.py", title="Trials"),

@@ -52,6 +52,16 @@ def trials(url: str | None, filters: Filters, measured_only: bool = False) -> pd
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def groups(url: str | None, filters: Filters, measured_only: bool = False) -> pd.DataFrame:
+    return queries.groups(store(url), filters, measured_only=measured_only)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def trial_counts(url: str | None, filters: Filters) -> dict[str, int]:
+    return queries.trial_counts(store(url), filters)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def samples(url: str | None, trial_ids: tuple[int, ...]) -> pd.DataFrame:
     return queries.samples(store(url), trial_ids)
 
@@ -59,6 +69,16 @@ def samples(url: str | None, trial_ids: tuple[int, ...]) -> pd.DataFrame:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def studies(url: str | None, filters: Filters) -> pd.DataFrame:
     return queries.studies(store(url), filters)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def finalists(url: str | None, filters: Filters) -> pd.DataFrame:
+    return queries.finalists(store(url), filters)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def winners(url: str | None, filters: Filters) -> pd.DataFrame:
+    return queries.winners(store(url), filters)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

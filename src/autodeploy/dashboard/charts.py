@@ -1,20 +1,43 @@
-"""Plotly figures, each a plain function of a DataFrame from :mod:`autodeploy.dashboard.queries`."""
+"""Plotly figures, each a plain function of a DataFrame from :mod:`autodeploy.dashboard.queries`.
+
+Every chart of configs marks the study's winner (★, green) and the ONNX Runtime fp32 default
+(the baseline every speed-up is over: grey, dashed line); a ``role`` column (from
+:func:`queries.rank_by_finalists`) says which is which. Log axes get 1-2-5 ticks with units.
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Iterable
 
 import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
-from autodeploy.dashboard.queries import Metric
+from autodeploy.dashboard.queries import BASELINE_LABEL, Metric
+from autodeploy.units import time_unit
+from autodeploy.verdict import Limits
 
 #: Bars switch to a log axis when the slowest config is this many times the fastest.
 LOG_RATIO = 20
 VERDICT_COLORS = {"winner": "#2ca02c", "pareto": "#1f77b4", "feasible": "#9ecae1", "rejected": "#d62728"}
+WINNER_COLOR, BASELINE_COLOR, LIMIT_COLOR = "#2ca02c", "#7f7f7f", "#d62728"
+ROLE_TEXT = {"winner": "★ winner", "runner-up": "runner-up", "tie": "tie with winner",
+             "baseline": "baseline (ORT fp32 default)"}  # fmt: skip
+BASELINE_NAME = "ORT fp32 default"
+
+
+def role_label(label: str, role: str) -> str:
+    """A config label with its role: ``ort/int8/b1/t1  ★ winner``; the baseline is named even when it won."""
+    text = ROLE_TEXT.get(role, "")
+    if label == BASELINE_LABEL and role not in ("baseline", ""):
+        text += f" ({BASELINE_NAME})"
+    return f"{label}  {text}" if text else label
 
 
 def heatmap(best: pd.DataFrame, metric: Metric) -> go.Figure:
-    """Engine × precision, each cell the best config's ``metric`` (from :func:`queries.best_per_config`)."""
+    """Engine × precision, each cell the best config's ``metric``; the winner's and the baseline's cells marked."""
     agg = "max" if metric.higher_is_better else "min"
     grid = best.pivot_table(index="engine", columns="precision", values=metric.column, aggfunc=agg)
     fig = px.imshow(
@@ -24,109 +47,207 @@ def heatmap(best: pd.DataFrame, metric: Metric) -> go.Figure:
         color_continuous_scale="RdYlGn" if metric.higher_is_better else "RdYlGn_r",  # green: better
         labels={"color": metric.label, "x": "precision", "y": "engine"},
     )
+    for role, text, shift in (("winner", "★ winner", -16), ("baseline", "baseline", 16)):
+        for row in _with_role(best, role).itertuples():
+            fig.add_annotation(x=row.precision, y=row.engine, text=text, showarrow=False, yshift=shift,
+                               font={"size": 11, "color": "black"})  # fmt: skip
     fig.update_layout(title=f"Best {metric.label} per engine × precision", height=320)
     return fig
 
 
-def ci_bars(best: pd.DataFrame, metric: Metric) -> go.Figure:
-    """One horizontal bar per config, best on top, with its 95% confidence interval where the store has one.
+def ci_bars(best: pd.DataFrame, metric: Metric, title: str | None = None) -> go.Figure:
+    """One horizontal bar per config in ``best``'s order (best on top), with its 95% CI where there is one.
 
-    The axis turns logarithmic when the configs (or their intervals) differ by more than
-    :data:`LOG_RATIO`, so that one pathological config does not flatten all the others.
+    The winner is green with ★, the baseline grey with a dashed line at its value. The axis
+    turns logarithmic (1-2-5 ticks) when the configs differ by more than :data:`LOG_RATIO`.
     """
+    roles = best["role"] if "role" in best else pd.Series("", index=best.index)
     error = None
     if metric.ci is not None:
         low, high = best[metric.ci[0]], best[metric.ci[1]]
         error = {"type": "data", "array": (high - best[metric.column]).tolist(),
                  "arrayminus": (best[metric.column] - low).tolist(), "visible": True}  # fmt: skip
+    colors = [WINNER_COLOR if r == "winner" else BASELINE_COLOR if label == BASELINE_LABEL else _engine_color(e)
+              for r, label, e in zip(roles, best["config_label"], best["engine"], strict=True)]  # fmt: skip
     fig = go.Figure(
         go.Bar(
-            y=best["config_label"],
+            y=[role_label(label, r) for label, r in zip(best["config_label"], roles, strict=True)],
             x=best[metric.column],
             orientation="h",
             error_x=error,
-            marker_color=[_engine_color(e) for e in best["engine"]],
+            marker_color=colors,
             hovertext=best["engine"] + " " + best["precision"],
         )
     )
-    log = _wide(pd.concat([best[metric.column], best[metric.ci[1]] if metric.ci else best[metric.column]]))
-    fig.update_layout(title=f"{metric.label} with 95% CI, best on top" + (" (log scale)" if log else ""),
-                      xaxis_title=metric.label, xaxis_type="log" if log else "linear",
-                      yaxis={"autorange": "reversed"}, height=120 + 32 * len(best))  # fmt: skip
+    values = [best[metric.column], *([best[metric.ci[1]]] if metric.ci else [])]
+    log = _axis(fig, "x", values, _is_ms(metric.label))
+    baseline = best[best["config_label"] == BASELINE_LABEL]
+    if not baseline.empty:
+        _line(fig, "v", float(baseline[metric.column].iloc[0]), BASELINE_NAME, BASELINE_COLOR)
+    fig.update_layout(title=(title or f"{metric.label} with 95% CI") + (" (log scale)" if log else ""),
+                      xaxis_title=metric.label, yaxis={"autorange": "reversed"},
+                      height=140 + 32 * len(best), margin={"l": 10})  # fmt: skip
     return fig
 
 
 def distributions(samples: pd.DataFrame, labels: dict[int, str]) -> go.Figure:
     """Per-call latency of each trial as a box plot (the raw samples, not a summary), in ``labels`` order.
 
-    Whiskers stop at 1.5 IQR and slower calls show as points; the axis turns logarithmic when
-    those spread over more than :data:`LOG_RATIO`, as a few scheduler hiccups often do.
+    ``labels`` carry the roles (:func:`role_label`). Whiskers stop at 1.5 IQR and slower calls
+    show as points; the axis turns logarithmic when those spread over more than :data:`LOG_RATIO`.
     """
     df = samples.assign(config=samples["trial_id"].map(labels))
-    fig = px.box(df, x="config", y="latency_ms", points="outliers",
-                 category_orders={"config": list(dict.fromkeys(labels.values()))},
-                 labels={"latency_ms": "latency (ms)", "config": ""})  # fmt: skip
-    log = _wide(df["latency_ms"])
-    fig.update_layout(title="Latency distributions (per call)" + (" (log scale)" if log else ""),
-                      yaxis_type="log" if log else "linear", xaxis_tickangle=-20, height=460)  # fmt: skip
-    return fig
-
-
-def pareto(df: pd.DataFrame) -> go.Figure:
-    """Latency vs accuracy drop, marker size by peak memory, colour by verdict (from :func:`queries.verdicts`)."""
-    measured = df[df["latency_ms"].notna()].copy()
-    measured["memory_mb"] = measured["peak_rss_mb"].fillna(0.0).clip(lower=0.0)
-    measured["accuracy_drop"] = measured["accuracy_drop"].fillna(0.0)
-    fig = px.scatter(
-        measured,
-        x="latency_ms",
-        y="accuracy_drop",
-        size=measured["memory_mb"] + 1.0,
-        color="verdict",
-        color_discrete_map=VERDICT_COLORS,
-        hover_name="config_label",
-        hover_data={"memory_mb": ":.1f", "reason": True, "phase": True, "trial_id": True},
-        labels={"latency_ms": "latency, ms (p90)", "accuracy_drop": "accuracy drop vs FP32"},
-    )
-    log = _wide(measured["latency_ms"])
-    fig.update_layout(title="Latency vs accuracy drop (marker size: peak memory, MB)" + (" (log latency)" if log else ""),
-                      xaxis_type="log" if log else "linear", height=460)  # fmt: skip
-    return fig
-
-
-def history(df: pd.DataFrame, value_label: str) -> go.Figure:
-    """Optuna's history: each trial's value and the best feasible value so far."""
-    done = df[df["value"].notna()]
+    order = list(dict.fromkeys(labels.values()))
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=done["number"], y=done["value"], mode="markers", name="trial",
-                             text=done["config"], marker={"size": 9}))  # fmt: skip
+    for config in order:
+        part = df[df["config"] == config]
+        color = WINNER_COLOR if "★" in config else BASELINE_COLOR if config.startswith(BASELINE_LABEL) else _PALETTE[0]
+        fig.add_trace(go.Box(x=part["config"], y=part["latency_ms"], name=config, boxpoints="outliers",
+                             marker_color=color, showlegend=False))  # fmt: skip
+    log = _axis(fig, "y", [df["latency_ms"]], ms=True)
+    fig.update_layout(title="Latency distributions (per call)" + (" (log scale)" if log else ""),
+                      yaxis_title="latency (ms)", xaxis_tickangle=-20, height=460)  # fmt: skip
+    return fig
+
+
+def pareto(df: pd.DataFrame, limits: Limits, objective: str | None = None) -> go.Figure:
+    """Latency vs accuracy drop (%) and latency vs peak memory, one point per config, coloured by verdict.
+
+    ``df`` is :func:`queries.verdicts` of one row per config. The study's constraints are drawn
+    as red dashed lines: the accuracy budget, the memory cap and the latency SLA where it had them
+    (a ``server`` study's SLA bounds the p99 under load, not this latency: not drawn). The winner
+    is a star, the baseline an open diamond around its point.
+    """
+    m = df[df["latency_ms"].notna()].copy()
+    m["accuracy_drop"] = m["accuracy_drop"].fillna(0.0)
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
+                        subplot_titles=("accuracy drop vs FP32", "peak memory above the worker's baseline"))  # fmt: skip
+    hover = "%{text}<br>latency %{x:.4g} ms<br>accuracy drop %{customdata[0]:.2%}<br>memory %{customdata[1]:.1f} MB" \
+            "<br>%{customdata[2]}<extra>%{fullData.name}</extra>"  # fmt: skip
+    for name, color in VERDICT_COLORS.items():
+        part = m[m["verdict"] == name]
+        if part.empty:
+            continue
+        marker = {"color": color, "size": 18 if name == "winner" else 10, "symbol": "star" if name == "winner" else "circle"}
+        custom = list(zip(part["accuracy_drop"], part["peak_rss_mb"].fillna(0.0), part["reason"].fillna(""), strict=True))
+        for col, y in ((1, part["accuracy_drop"]), (2, part["peak_rss_mb"])):
+            fig.add_trace(go.Scatter(x=part["latency_ms"], y=y, mode="markers", name=name, legendgroup=name,
+                                     showlegend=col == 1, marker=marker, text=part["config_label"],
+                                     customdata=custom, hovertemplate=hover), row=1, col=col)  # fmt: skip
+    base = m[m["config_label"] == BASELINE_LABEL]
+    for col, y in ((1, base["accuracy_drop"]), (2, base["peak_rss_mb"])):
+        fig.add_trace(go.Scatter(x=base["latency_ms"], y=y, mode="markers", name=f"baseline: {BASELINE_NAME}",
+                                 legendgroup="baseline", showlegend=col == 1 and not base.empty, hoverinfo="skip",
+                                 marker={"symbol": "diamond-open", "size": 20, "color": BASELINE_COLOR,
+                                         "line": {"width": 2}}), row=1, col=col)  # fmt: skip
+    sla = limits.sla_ms if objective != "server" else None
+    xs = [m["latency_ms"], pd.Series([sla] if sla is not None else [], dtype=float)]
+    log = _axis(fig, "x", xs, ms=True, col=1)
+    _axis(fig, "x", xs, ms=True, col=2)
+    _limit(fig, "h", limits.max_accuracy_drop, "accuracy budget {:.2%}", col=1)
+    _limit(fig, "h", limits.max_memory_mb, "memory cap {:g} MB", col=2)
+    for col in (1, 2):
+        _limit(fig, "v", sla, "latency SLA {:g} ms", col=col)
+    top = max([limits.max_accuracy_drop, *m["accuracy_drop"]]) * 1.15
+    fig.update_yaxes(tickformat=".1%", range=[min(0.0, m["accuracy_drop"].min()) - 0.02 * top, top], row=1, col=1)
+    mem = [v for v in [limits.max_memory_mb, *m["peak_rss_mb"].dropna()] if v is not None]
+    fig.update_yaxes(ticksuffix=" MB", range=[0, max(mem, default=1.0) * 1.15], row=1, col=2)
+    fig.update_xaxes(title_text="latency, p90 (ms)" + (" (log)" if log else ""))
+    fig.update_layout(title="Latency vs accuracy drop and memory, one point per config (red dashes: the constraints)",
+                      height=480, legend={"orientation": "h", "y": -0.2})  # fmt: skip
+    return fig
+
+
+def history(df: pd.DataFrame, value_label: str, winner: str | None = None,
+            baseline: float | None = None) -> go.Figure:  # fmt: skip
+    """Optuna's history: each trial's value and the best feasible value so far.
+
+    Trials of the ``winner`` config are stars; ``baseline`` (the ORT fp32 default's re-measured
+    statistic, in the value's unit) is a dashed line.
+    """
+    done = df[df["value"].notna()]
+    won = done["config"] == winner
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=done.loc[~won, "number"], y=done.loc[~won, "value"], mode="markers", name="trial",
+                             text=done.loc[~won, "config"], marker={"size": 9}))  # fmt: skip
+    if won.any():
+        fig.add_trace(go.Scatter(x=done.loc[won, "number"], y=done.loc[won, "value"], mode="markers",
+                                 name=f"★ winner config ({winner})", text=done.loc[won, "config"],
+                                 marker={"size": 16, "symbol": "star", "color": WINNER_COLOR}))  # fmt: skip
     fig.add_trace(go.Scatter(x=df["number"], y=df["best_so_far"], mode="lines", name="best so far",
                              line={"shape": "hv"}))  # fmt: skip
-    log = _wide(done["value"])
+    log = _axis(fig, "y", [done["value"], pd.Series([baseline] if baseline else [], dtype=float)],
+                ms="ms" in value_label)  # fmt: skip
+    if baseline is not None:
+        _line(fig, "h", baseline, f"{BASELINE_NAME} (re-measured)", BASELINE_COLOR)
     fig.update_layout(title="Optimization history" + (" (log scale)" if log else ""), xaxis_title="trial",
-                      yaxis_title=value_label, yaxis_type="log" if log else "linear", height=380)  # fmt: skip
+                      yaxis_title=value_label, height=380)  # fmt: skip
     return fig
 
 
-def importance(df: pd.DataFrame) -> go.Figure:
+def importance(df: pd.DataFrame, n_trials: int) -> go.Figure:
+    """Parameter importance (fANOVA) as bars; the title says how many trials it rests on.
+
+    Parameters, not configs: there is no winner or baseline to mark here.
+    """
     fig = px.bar(df.iloc[::-1], x="importance", y="param", orientation="h")
-    fig.update_layout(title="Parameter importance (fANOVA)", height=60 + 40 * len(df))
+    fig.update_layout(title=f"Parameter importance (fANOVA, from {n_trials} complete trials)", height=80 + 40 * len(df))
     return fig
 
 
 def across_devices(df: pd.DataFrame, metric: Metric) -> go.Figure:
-    """Best ``metric`` per engine/precision, one bar group per device fingerprint."""
+    """Best ``metric`` per engine/precision, one bar group per device fingerprint; roles written on the bars."""
+    roles = df["role"] if "role" in df else pd.Series("", index=df.index)
     df = df.assign(
         config=df["engine"] + "/" + df["precision"],
         device_label=df["cpu"] + " (" + df["device"].str[:8] + ")",
+        mark=["★ winner" if r == "winner" else "baseline" if c == BASELINE_LABEL else ""
+              for r, c in zip(roles, df["config_label"], strict=True)],
     )
-    fig = px.bar(df, x="config", y=metric.column, color="device_label", barmode="group",
+    fig = px.bar(df, x="config", y=metric.column, color="device_label", barmode="group", text="mark",
                  labels={metric.column: metric.label, "config": "", "device_label": "device"})  # fmt: skip
-    fig.update_layout(title=f"{metric.label} across devices", height=400)
+    fig.update_traces(textposition="outside")
+    log = _axis(fig, "y", [df[metric.column]], _is_ms(metric.label))
+    fig.update_layout(title=f"{metric.label} across devices (★ each device's winner)" + (" (log scale)" if log else ""),
+                      height=420)  # fmt: skip
     return fig
 
 
-_PALETTE = px.colors.qualitative.Set2
+def gate_changes(metrics: pd.DataFrame) -> go.Figure:
+    """Each gate run's change per metric with its CI, coloured by verdict (from :func:`queries.gate_metrics`).
+
+    The gate compares a candidate with a baseline: the baseline is the dotted zero line; there is no winner.
+    """
+    df = metrics[metrics["change"].notna()].copy()
+    df["plus"] = (df["change_ci_high"] - df["change"]).fillna(0.0)
+    df["minus"] = (df["change"] - df["change_ci_low"]).fillna(0.0)
+    fig = px.scatter(df, x="created_at", y="change", color="verdict", symbol="metric", error_y="plus",
+                     error_y_minus="minus", hover_data=["run_id", "reason"],
+                     color_discrete_map={"pass": "#2ca02c", "fail": "#d62728", "inconclusive": "#ff7f0e"},
+                     labels={"change": "change vs baseline (latency: relative; accuracy: drop)", "created_at": ""})  # fmt: skip
+    fig.add_hline(y=0, line_dash="dot", line_color="grey", annotation_text="baseline (no change)",
+                  annotation_position="bottom right")  # fmt: skip
+    fig.update_layout(
+        title="Gate history: change per metric with its interval (90%: upper end = one-sided 95% bound)",
+        height=420,
+    )
+    return fig
+
+
+# -- axes -----------------------------------------------------------------------------------
+
+#: Engine colours: no green and no grey, which mark the winner and the baseline.
+_PALETTE = ["#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
+
+
+def _with_role(best: pd.DataFrame, role: str) -> pd.DataFrame:
+    if role == "baseline":
+        return best[best["config_label"] == BASELINE_LABEL]
+    return best[best["role"] == role] if "role" in best else best.iloc[0:0]
+
+
+def _is_ms(label: str) -> bool:
+    return "(ms)" in label
 
 
 def _wide(values: pd.Series) -> bool:
@@ -135,22 +256,69 @@ def _wide(values: pd.Series) -> bool:
     return len(positive) > 1 and positive.max() / positive.min() > LOG_RATIO
 
 
+def _axis(fig: go.Figure, axis: str, values: Iterable[pd.Series], ms: bool, col: int | None = None) -> bool:
+    """Make ``axis`` logarithmic with 1-2-5 ticks (``200 µs``, ``1 ms``) when ``values`` are :func:`_wide`.
+
+    Returns whether it did. Plotly's own log ticks label every digit (``2, 5, 10, 2``), which reads
+    as nonsense; these name each tick in full, in the unit that reads best.
+    """
+    series = pd.concat([v.dropna().astype(float) for v in values])
+    if not _wide(series):
+        return False
+    positive = series[series > 0]
+    ticks = log_ticks(float(positive.min()), float(positive.max()))
+    text = [short_ms(v) if ms else f"{v:g}" for v in ticks]
+    update = fig.update_xaxes if axis == "x" else fig.update_yaxes
+    where = {} if col is None else {"row": 1, "col": col}
+    # The range spans the ticks, so the first and last label show (Plotly's autorange may start past the first).
+    span = [math.log10(ticks[0]) - 0.02, math.log10(ticks[-1]) + 0.02]
+    update(type="log", tickvals=ticks, ticktext=text, range=span, **where)
+    return True
+
+
+def log_ticks(low: float, high: float) -> list[float]:
+    """1-2-5 tick values that span ``low`` .. ``high`` (> 0), one tick beyond each end; decades only past 3 decades."""
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    steps = (1,) if last - first > 3 else (1, 2, 5)
+    ticks = [round(s * 10.0**e, 12) for e in range(first, last + 1) for s in steps]
+    below = [t for t in ticks if t <= low]
+    above = [t for t in ticks if t >= high]
+    return [t for t in ticks if (below[-1] if below else ticks[0]) <= t <= (above[0] if above else ticks[-1])]
+
+
+def short_ms(ms: float) -> str:
+    """A tick label for a time in ms: ``200 µs``, ``1 ms``, ``1.5 s``."""
+    scale, unit = time_unit(ms)
+    return f"{ms * scale:.3g} {unit}"
+
+
+def _limit(fig: go.Figure, direction: str, value: float | None, text: str, col: int) -> None:
+    """A constraint as a red dashed line (``h`` or ``v``) in subplot ``col``, labelled ``text.format(value)``;
+    nothing when the study had none."""
+    if value is not None:
+        _line(fig, direction, value, text.format(value), LIMIT_COLOR, col)
+
+
+def _line(fig: go.Figure, direction: str, value: float, text: str, color: str, col: int | None = None) -> None:
+    """A dashed line at ``value`` (``h``: on y, ``v``: on x), across subplot ``col`` if given, labelled at its start.
+
+    Call it after :func:`_axis`: on a log axis Plotly places shapes by value but annotations by
+    log10 of it, so the label is placed here, not by ``annotation_text`` (which lands elsewhere).
+    """
+    suffix = "" if col in (None, 1) else str(col)
+    axis = fig.layout[("xaxis" if direction == "v" else "yaxis") + suffix]
+    at = math.log10(value) if axis.type == "log" else value
+    dash = {"line_dash": "dash", "line_color": color}
+    where = {} if col is None else {"row": 1, "col": col}
+    label = {"text": text, "showarrow": False, "font": {"size": 11, "color": color}, "xanchor": "left",
+             "yanchor": "bottom"}  # fmt: skip
+    if direction == "h":
+        fig.add_hline(y=value, **dash, **where)
+        fig.add_annotation(x=0, xref=f"x{suffix} domain", y=at, yref=f"y{suffix}", **label)
+    else:
+        fig.add_vline(x=value, **dash, **where)
+        fig.add_annotation(x=at, xref=f"x{suffix}", y=1, yref=f"y{suffix} domain", **label)
+
+
 def _engine_color(engine: str) -> str:
     return _PALETTE[sum(map(ord, engine)) % len(_PALETTE)]
-
-
-def gate_changes(metrics: pd.DataFrame) -> go.Figure:
-    """Each gate run's change per metric with its CI, coloured by verdict (from :func:`queries.gate_metrics`)."""
-    df = metrics[metrics["change"].notna()].copy()
-    df["plus"] = (df["change_ci_high"] - df["change"]).fillna(0.0)
-    df["minus"] = (df["change"] - df["change_ci_low"]).fillna(0.0)
-    fig = px.scatter(df, x="created_at", y="change", color="verdict", symbol="metric", error_y="plus",
-                     error_y_minus="minus", hover_data=["run_id", "reason"],
-                     color_discrete_map={"pass": "#2ca02c", "fail": "#d62728", "inconclusive": "#ff7f0e"},
-                     labels={"change": "change vs baseline (latency: relative; accuracy: drop)", "created_at": ""})  # fmt: skip
-    fig.add_hline(y=0, line_dash="dot", line_color="grey")
-    fig.update_layout(
-        title="Gate history: change per metric with its interval (90%: upper end = one-sided 95% bound)",
-        height=420,
-    )
-    return fig

@@ -19,7 +19,9 @@ import pandas as pd
 from autodeploy import verdict
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.harness.result import Measurement
+from autodeploy.report import HIGHER_IS_BETTER, STATISTIC, study_record
 from autodeploy.results_db.store import Catalog, Store, TrialFilter, TrialRow
+from autodeploy.units import fmt_ms_ci
 from autodeploy.verdict import accuracy_drop
 
 if TYPE_CHECKING:
@@ -55,12 +57,15 @@ class Metric:
     column: str
     ci: tuple[str, str] | None
     higher_is_better: bool
+    #: The study statistic (:data:`autodeploy.report.STATISTIC`) this metric is, if any: then a
+    #: finalist's re-measured value stands for the config.
+    statistic: str | None = None
 
 
 METRICS = {
-    "latency": Metric("p90 latency (ms)", "latency_ms", ("latency_ci_low", "latency_ci_high"), False),
+    "latency": Metric("p90 latency (ms)", "latency_ms", ("latency_ci_low", "latency_ci_high"), False, "p90_ms"),
     "median": Metric("median latency (ms)", "median_ms", ("median_ci_low", "median_ci_high"), False),
-    "throughput": Metric("throughput (items/s)", "throughput", None, True),
+    "throughput": Metric("throughput (items/s)", "throughput", None, True, "throughput_items_per_s"),
 }  # fmt: skip
 #: The metric that matches a study's objective (server and pareto studies are judged on latency here).
 OBJECTIVE_METRIC = {
@@ -69,6 +74,12 @@ OBJECTIVE_METRIC = {
     "server": "latency",
     "pareto": "latency",
 }
+
+#: The ONNX Runtime fp32 default every speed-up is over (the study re-measures it beside the finalists).
+BASELINE_LABEL = TrialConfig("onnxruntime", "fp32", batch=1, threads=None).label()
+#: Fewer samples than this make a bootstrap CI a rough guide; fewer trials make parameter importance one.
+FEW_SAMPLES = 30
+FEW_TRIALS = 20
 
 #: Record fields the pages call by shorter names (a trial's ``id`` is ``trial_id``).
 RENAMED = {"model_name": "model", "device_fingerprint": "device", "device_cpu": "cpu"}
@@ -91,9 +102,8 @@ def trials(store: Store, filters: Filters = Filters(), *, measured_only: bool = 
     ``latency_ms`` is the p90 where there were samples enough to claim it, else the median
     (as the search ranks trials); ``accuracy_drop`` is the search's own measure of loss.
     """
-    where = TrialFilter(filters.model, filters.device, filters.engines, filters.scenario, filters.study,
-                        measured_only=measured_only)  # fmt: skip
-    return pd.DataFrame([_trial_row(r) for r in store.find_trials(where)], columns=trial_columns())
+    rows = store.find_trials(_where(filters, measured_only))
+    return pd.DataFrame([_trial_row(r) for r in rows], columns=trial_columns())
 
 
 #: TrialRow fields that are not columns: records flattened below, and the artifact's file hashes.
@@ -111,6 +121,16 @@ def trial_columns() -> list[str]:
 
 def _config_fields() -> list[str]:
     return [f.name for f in fields(TrialConfig)]
+
+
+def trial_counts(store: Store, filters: Filters = Filters()) -> dict[str, int]:
+    """How many trials match ``filters``, per status (``ok``, ``failed``), counted by the database."""
+    return store.trial_counts(_where(filters))
+
+
+def _where(filters: Filters, measured_only: bool = False) -> TrialFilter:
+    return TrialFilter(filters.model, filters.device, filters.engines, filters.scenario, filters.study,
+                       measured_only=measured_only)  # fmt: skip
 
 
 def _split(key: str, value: Any) -> dict[str, Any]:
@@ -160,11 +180,59 @@ def measured(df: pd.DataFrame) -> pd.Series:
     return df["latency_ms"].notna() & ((df["status"] == "ok") | (df["failure_kind"] == "inaccurate"))
 
 
+#: What keeps configs apart: a config of another model or device is another bar.
+GROUP = ["model_sha256", "device"]
+
+
 def best_per_config(df: pd.DataFrame, metric: Metric) -> pd.DataFrame:
-    """One row per config label and shape: its best :func:`measured` trial by ``metric`` (most samples on a tie)."""
+    """One row per model × device × config × shape: its best :func:`measured` trial by ``metric`` (most samples on a tie)."""
     ok = df[measured(df) & df[metric.column].notna()]
     ordered = ok.sort_values([metric.column, "n_samples"], ascending=[not metric.higher_is_better, False])
-    return ordered.drop_duplicates(["config_label", "shape"]).reset_index(drop=True)
+    return ordered.drop_duplicates([*GROUP, "config_label", "shape"]).reset_index(drop=True)
+
+
+def one_per_config(df: pd.DataFrame) -> pd.DataFrame:
+    """One trial per model × device × config × shape: its fastest :func:`measured` run (finalist runs first), else a failure."""
+    order = df.assign(_failed=~measured(df), _screening=df["phase"] != "finalist")
+    order = order.sort_values(["_failed", "_screening", "latency_ms"])
+    return order.drop_duplicates([*GROUP, "config_label", "shape"]).drop(columns=["_failed", "_screening"])
+
+
+def groups(store: Store, filters: Filters = Filters(), *, measured_only: bool = False) -> pd.DataFrame:
+    """The model × device pairs of the trials ``filters`` select (by model name), each with a label
+    (``model on cpu (fingerprint)``): counted by the database, no trial rows read."""
+    pairs = pd.DataFrame(store.trial_pairs(_where(filters, measured_only)), columns=["model_sha256", "model", "device", "cpu"])
+    return pairs.assign(label=pairs["model"] + " on " + pairs["cpu"] + " (" + pairs["device"].str[:8] + ")")
+
+
+def rank_by_finalists(best: pd.DataFrame, finalists: pd.DataFrame, metric: Metric) -> pd.DataFrame:
+    """``best`` (one model × device, from :func:`best_per_config`) ranked as the study ranked it.
+
+    ``finalists`` are one study's rows of :func:`finalists`. Where ``metric`` is the study's
+    statistic, a finalist's value and CI become its re-measured ones (all rounds pooled, as
+    ``tune`` printed them), the study's winner goes on top and the other finalists follow by
+    value, then every other config by its best trial. Adds ``role`` (winner, runner-up, tie,
+    baseline, finalist or empty) and ``source`` (where the number comes from).
+    """
+    out = best.copy()
+    roles = dict(zip(finalists["label"], finalists["role"], strict=True))
+    out["role"] = [roles.get(label, "baseline" if label == BASELINE_LABEL else "") for label in out["config_label"]]
+    out["source"] = "best trial"
+    remeasured = finalists[finalists["value"].notna() & (finalists["n_samples"] > 0)].set_index("label")
+    same = not remeasured.empty and remeasured["statistic"].iloc[0] == metric.statistic
+    if same:
+        hit = out["config_label"].isin(remeasured.index)
+        labels = out.loc[hit, "config_label"]
+        out.loc[hit, metric.column] = remeasured.loc[labels, "value"].to_numpy()
+        if metric.ci is not None:
+            out.loc[hit, metric.ci[0]] = remeasured.loc[labels, "ci_low"].to_numpy()
+            out.loc[hit, metric.ci[1]] = remeasured.loc[labels, "ci_high"].to_numpy()
+        out.loc[hit, "n_samples"] = remeasured.loc[labels, "n_samples"].to_numpy()
+        out.loc[hit, "source"] = "finalists, re-measured"
+    tier = [0 if same and r == "winner" else 1 if same and s != "best trial" else 2
+            for r, s in zip(out["role"], out["source"], strict=True)]  # fmt: skip
+    out = out.assign(_tier=tier).sort_values(["_tier", metric.column], ascending=[True, not metric.higher_is_better])
+    return out.drop(columns="_tier").reset_index(drop=True)
 
 
 # -- studies and devices ------------------------------------------------------------------
@@ -194,6 +262,111 @@ def _study_row(r: dict[str, Any]) -> dict[str, Any]:
         "trials": ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
         "note": summary.get("note") or ("" if summary else "not finished"),
     }
+
+
+def finalists(store: Store, filters: Filters = Filters()) -> pd.DataFrame:
+    """One row per finalist of every finished study, newest study first, as ``tune`` reported them.
+
+    Read from the study's record (:func:`autodeploy.report.study_record`, the one ``results
+    studies --format json`` prints): ``value`` is the study's statistic (``statistic``, unit in the
+    name) with its 95% CI, re-measured interleaved where the objective allows; ``role`` is winner,
+    runner-up, tie, baseline (the ORT fp32 default) or finalist.
+    """
+    rows = []
+    if filters.study is not None:
+        studies = [s for s in [store.get_study(filters.study)] if s is not None]
+    else:
+        studies = store.list_studies(limit=None, model_sha256=filters.model, device=filters.device)
+    for row in studies:
+        record = study_record(row)
+        for f in record["finalists"]:
+            ci = f["statistic_ci"] or (None, None)
+            rows.append({"study": row.name, "objective": row.objective, "model": row.model_name,
+                         "model_sha256": row.model_sha256, "device": row.device_fingerprint, "cpu": row.device_cpu,
+                         "statistic": record["statistic"], "unit": record["statistic_unit"], "label": f["label"],
+                         "engine": f["config"]["engine"], "precision": f["config"]["precision"],
+                         "value": f["statistic"], "ci_low": ci[0], "ci_high": ci[1], "n_samples": f["n_samples"],
+                         "baseline": f["baseline"], "failure": f["failure"], "role": _role(f, record)})  # fmt: skip
+    columns = ["study", "objective", "model", "model_sha256", "device", "cpu", "statistic", "unit", "label", "engine",
+               "precision", "value", "ci_low", "ci_high", "n_samples", "baseline", "failure", "role"]  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _role(finalist: dict[str, Any], record: dict[str, Any]) -> str:
+    label = finalist["label"]
+    if record["winner"] is not None and label == record["winner"]["label"]:
+        return "winner"
+    if record["runner_up"] is not None and label == record["runner_up"]["label"]:
+        return "runner-up"
+    if label in record["tie_with"]:
+        return "tie"
+    return "baseline" if finalist["baseline"] else "finalist"
+
+
+def winners(store: Store, filters: Filters = Filters()) -> pd.DataFrame:
+    """Per model × device × objective, the newest finished study's winner, its speed-up and the runner-up.
+
+    Every number is the study record's (:func:`autodeploy.report.study_record`), so the page
+    agrees with ``tune`` and ``results studies``: the finalists' re-measured values, the speed-up
+    over the ONNX Runtime fp32 default re-measured beside them (``>1`` is faster).
+    """
+    rows = []
+    for row in store.list_studies(limit=None, model_sha256=filters.model, device=filters.device):
+        if row.summary is None:  # running or stopped: no finalists yet
+            continue
+        record = study_record(row)
+        winner, second = record["winner"] or {}, record["runner_up"] or {}
+        unit = record["statistic_unit"]
+        rows.append({"model": row.model_name, "cpu": row.device_cpu, "objective": row.objective,
+                     "winner": winner.get("label"), "winner_value": _value_text(winner, unit),
+                     "speedup_vs_baseline": record["speedup_vs_baseline"],
+                     "runner_up": second.get("label"), "runner_up_value": _value_text(second, unit),
+                     "tie_with": ", ".join(record["tie_with"]), "study": row.name, "note": record["note"],
+                     "statistic": record["statistic"], "winner_statistic": winner.get("statistic"),
+                     "runner_up_statistic": second.get("statistic"), "model_sha256": row.model_sha256,
+                     "device": row.device_fingerprint, "updated_at": row.updated_at})  # fmt: skip
+    columns = ["model", "cpu", "objective", "winner", "winner_value", "speedup_vs_baseline", "runner_up",
+               "runner_up_value", "tie_with", "study", "note", "statistic", "winner_statistic", "runner_up_statistic",
+               "model_sha256", "device", "updated_at"]  # fmt: skip
+    df = pd.DataFrame(rows, columns=columns)  # newest first: the first study of each group is the one shown
+    return df.drop_duplicates(["model_sha256", "device", "objective"]).sort_values(["model", "cpu"]).reset_index(drop=True)
+
+
+def study_finalists(finalists: pd.DataFrame, model_sha256: str, device: str, metric: Metric) -> pd.DataFrame:
+    """The finalists of the newest finished study of this model × device whose statistic is ``metric``'s:
+    the study whose ranking and roles a chart of that pair shows (none: a throughput study's winner
+    is not marked on a latency chart)."""
+    mine = finalists[(finalists["model_sha256"] == model_sha256) & (finalists["device"] == device)
+                     & (finalists["statistic"] == metric.statistic)]  # fmt: skip
+    if mine.empty:
+        return mine
+    return mine[mine["study"] == mine["study"].iloc[0]].reset_index(drop=True)
+
+
+#: How the pages name each study statistic (:data:`autodeploy.report.STATISTIC`).
+STATISTIC_LABELS = {"p90_ms": "p90 latency (ms)", "throughput_items_per_s": "throughput (items/s)",
+                    "max_rate_qps": "max rate under the SLA (queries/s)"}  # fmt: skip
+
+
+def finalist_bars(finalists: pd.DataFrame, objective: str) -> tuple[pd.DataFrame, Metric]:
+    """One study's finalists as bars for :func:`charts.ci_bars`: winner on top, then by value; and their metric."""
+    name, unit = STATISTIC.get(objective, ("value", None))
+    higher = objective in HIGHER_IS_BETTER
+    metric = Metric(STATISTIC_LABELS.get(name, f"{name} ({unit})"), "value", ("ci_low", "ci_high"), higher, name)
+    done = finalists[finalists["value"].notna()].assign(_top=lambda f: f["role"] != "winner")
+    done = done.sort_values(["_top", "value"], ascending=[True, not higher]).drop(columns="_top")
+    return done.rename(columns={"label": "config_label"}).reset_index(drop=True), metric
+
+
+def _value_text(finalist: dict[str, Any], unit: str | None) -> str:
+    """``91.85 µs [90.1, 93.2]`` for times, ``1234.5 [1200.0, 1250.1] items/s`` for rates, ``-`` without one."""
+    value, ci = finalist.get("statistic"), finalist.get("statistic_ci")
+    if value is None:
+        return "-"
+    if unit == "ms":
+        return fmt_ms_ci(value, ci)
+    bounds = "" if ci is None else f" [{ci[0]:.1f}, {ci[1]:.1f}]"
+    return f"{value:.1f}{bounds} {unit or ''}".rstrip()
 
 
 def study(store: Store, name: str) -> dict[str, Any] | None:
@@ -341,7 +514,7 @@ def verdicts(
     ``max_memory_mb``; ``sla_ms``, a latency bound unless ``objective`` is ``server``), judged
     by :mod:`autodeploy.verdict` as the study judges them. Among the rest, ``pareto`` marks those
     no other feasible trial beats on latency, accuracy drop and memory at once; ``winner`` (a
-    config label) marks every trial of the winning config.
+    config label) marks the winning config's rows (one, given :func:`one_per_config`).
     """
     limits = verdict.Limits.of(constraints)
     out = df.copy()

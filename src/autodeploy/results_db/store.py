@@ -432,20 +432,19 @@ class Store:
 
     def find_trials(self, where: TrialFilter = TrialFilter(), *, samples: bool = False) -> list[TrialRow]:
         """Every trial that matches ``where``, oldest first (the dashboard's view; bound parameters only)."""
-        query = _select_rows(samples=samples)
-        if where.model_sha256:
-            query = query.where(Model.sha256 == where.model_sha256)
-        if where.device:
-            query = query.where(Device.fingerprint == where.device)
-        if where.engines:
-            query = query.where(Trial.engine.in_(where.engines))
-        if where.scenario:
-            query = query.where(Measurement.scenario == where.scenario)
-        if where.study:
-            query = query.where(Trial.study == where.study)
-        if where.measured_only:
-            query = query.where(Measurement.id.is_not(None))
-        return self._rows(query.order_by(Trial.id), samples=samples)
+        return self._rows(_filtered(_select_rows(samples=samples), where).order_by(Trial.id), samples=samples)
+
+    def trial_counts(self, where: TrialFilter = TrialFilter()) -> dict[str, int]:
+        """How many trials that match ``where`` have each status (``ok``, ``failed``): one query, no rows read."""
+        query = _filtered(_joined(Trial.status, sa.func.count()), where).group_by(Trial.status)
+        return self._run("cannot read", lambda s: {status: int(n) for status, n in s.execute(query)})
+
+    def trial_pairs(self, where: TrialFilter = TrialFilter()) -> list[tuple[str, str, str, str]]:
+        """The (model SHA-256, model name, device fingerprint, cpu) pairs of the trials ``where`` selects,
+        by model name and cpu: one query, no trial rows read."""
+        columns = (Model.sha256, Model.name, Device.fingerprint, Device.cpu)
+        query = _filtered(_joined(*columns), where).distinct().order_by(Model.name, Device.cpu, Device.fingerprint)
+        return self._run("cannot read", lambda s: [tuple(r) for r in s.execute(query)])
 
     def samples(self, trial_ids: tuple[int, ...]) -> dict[int, tuple[float, ...]]:
         """The raw per-call latencies (ms) of these trials' measurements, by trial id (unmeasured ones absent)."""
@@ -942,17 +941,40 @@ def _record(ms: Measurement, *, samples: bool) -> MeasurementRecord:
 def _select_rows(*, samples: bool) -> sa.Select[Any]:
     # A trial has one measurement today; the (trial, scenario) key allows more later, so join
     # the first one to keep one row per trial.
+    query = _joined(Trial, Model, Device, Measurement)
+    return query if samples else query.options(defer(Measurement.samples_ms))
+
+
+def _joined(*columns: Any) -> sa.Select[Any]:
+    """``columns`` over trials joined to their model, device and first measurement (``None`` when unmeasured)."""
     other = aliased(Measurement)
     first = (
         sa.select(sa.func.min(other.id)).where(other.trial_id == Trial.id).correlate(Trial).scalar_subquery()
     )
-    query = (
-        sa.select(Trial, Model, Device, Measurement)
+    return (
+        sa.select(*columns)
+        .select_from(Trial)
         .join(Model, Trial.model_id == Model.id)
         .join(Device, Trial.device_id == Device.id)
         .outerjoin(Measurement, Measurement.id == first)
     )
-    return query if samples else query.options(defer(Measurement.samples_ms))
+
+
+def _filtered(query: sa.Select[Any], where: TrialFilter) -> sa.Select[Any]:
+    """``query`` (over :func:`_select_rows`' joins) narrowed to the trials ``where`` selects."""
+    if where.model_sha256:
+        query = query.where(Model.sha256 == where.model_sha256)
+    if where.device:
+        query = query.where(Device.fingerprint == where.device)
+    if where.engines:
+        query = query.where(Trial.engine.in_(where.engines))
+    if where.scenario:
+        query = query.where(Measurement.scenario == where.scenario)
+    if where.study:
+        query = query.where(Trial.study == where.study)
+    if where.measured_only:
+        query = query.where(Measurement.id.is_not(None))
+    return query
 
 
 def _newest_first(query: sa.Select[Any]) -> sa.Select[Any]:

@@ -1,4 +1,8 @@
-"""Compare: engine × precision heatmap of the objective, bars with confidence intervals, latency distributions."""
+"""Compare: engine × precision heatmap, bars with confidence intervals, latency distributions.
+
+One model on one device at a time (configs of different models or devices are never one bar),
+ranked as the study ranked them: its finalists by their re-measured values, winner on top.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ TOP_DISTRIBUTIONS = 6
 st.title("Compare")
 url, filters = cache.db_url(), cache.filters()
 studies = cache.studies(url, filters)
-left, right = st.columns(2)
+left, middle, right = st.columns(3)
 study = left.selectbox("Study", [cache.ALL, *studies["name"]], key="compare_study",
                        help="All: every stored trial that matches the filters (studies and single benches).")  # fmt: skip
 objective = None
@@ -33,28 +37,44 @@ key = right.selectbox(
 )
 metric = queries.METRICS[key]
 
+pairs = cache.groups(url, filters, measured_only=True)
+if pairs.empty:
+    st.info("No measurement matches the filters. Store one with `autodeploy bench MODEL` or `autodeploy tune MODEL`.")
+    st.stop()
+label = middle.selectbox("Model on device", list(pairs["label"]), key="compare_group",
+                         help="Configs of different models or devices are not comparable: one pair at a time.")  # fmt: skip
+pair = pairs[pairs["label"] == label].iloc[0]
+filters = replace(filters, model=pair["model_sha256"], device=pair["device"])  # only this pair's trials are read
 df = cache.trials(url, filters, measured_only=True)
 best = queries.best_per_config(df, metric)
 if best.empty:
-    st.info("No successful measurement matches the filters. Store one with `autodeploy bench MODEL` "
-            "or `autodeploy tune MODEL`.")  # fmt: skip
+    st.info(f"No successful measurement of {label} matches the filters (every trial failed).")
     st.stop()
+finalists = queries.study_finalists(cache.finalists(url, filters), pair["model_sha256"], pair["device"], metric)
+best = queries.rank_by_finalists(best, finalists, metric)
 
-st.caption(
-    f"{len(best)} configs from {len(df)} measured trials; engines: {', '.join(sorted(best['engine'].unique()))}"
-)
+remeasured = (best["source"] != "best trial").sum()
+ranking = (f"ranked as study {finalists['study'].iloc[0]} ranked them: its {remeasured} finalists by their "
+           "re-measured values (winner on top), then the other configs by their best trial"
+           if remeasured else "ranked by each config's best trial")  # fmt: skip
+st.caption(f"{len(best)} configs of {label}, {ranking}; engines: {', '.join(sorted(best['engine'].unique()))}.")
+few = best[best["n_samples"] < queries.FEW_SAMPLES]
+if metric.ci is not None and not few.empty:
+    st.caption(f"⚠ {len(few)} config(s) have under {queries.FEW_SAMPLES} samples: their confidence intervals are rough.")
 st.plotly_chart(charts.heatmap(best, metric), key="compare_heatmap")
-st.plotly_chart(charts.ci_bars(best.head(TOP_BARS), metric), key="compare_bars")
+st.plotly_chart(charts.ci_bars(best.head(TOP_BARS), metric, title=f"{metric.label} with 95% CI, {label}"),
+                key="compare_bars")  # fmt: skip
 
 top = best.head(TOP_DISTRIBUTIONS)
 samples = cache.samples(url, tuple(int(i) for i in top["trial_id"]))
 if not samples.empty:
-    st.plotly_chart(charts.distributions(samples, dict(zip(top["trial_id"], top["config_label"], strict=True))),
-                    key="compare_distributions")  # fmt: skip
+    labels = {t: charts.role_label(c, r) for t, c, r in zip(top["trial_id"], top["config_label"], top["role"], strict=True)}
+    st.plotly_chart(charts.distributions(samples, labels), key="compare_distributions")
+    st.caption("Distributions are each config's best single trial (finalists: one of their re-measured runs).")
 
-st.subheader("Best trial per config")
-columns = ["config_label", "engine", "precision", "batch", "threads", "model", "cpu", "scenario", "phase",
-           metric.column, *(metric.ci or ()), "median_ms", "p99_ms", "throughput", "cv", "unstable",
+st.subheader("Per config")
+columns = ["config_label", "role", "source", "engine", "precision", "batch", "threads", "model", "cpu", "scenario",
+           "phase", metric.column, *(metric.ci or ()), "median_ms", "p99_ms", "throughput", "cv", "unstable",
            "n_samples", "peak_rss_mb", "artifact_mb", "accuracy_drop", "trial_id"]  # fmt: skip
 st.dataframe(best[list(dict.fromkeys(columns))], hide_index=True)
 cache.csv_button(df, "autodeploy-trials.csv", key="compare_csv", label="Download the measured trials (CSV)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from autodeploy.dashboard import cache, charts, queries
@@ -26,9 +27,15 @@ ok = df[queries.measured(df)]
 if ok.empty:
     st.info(f"No successful measurement of {models[model]} yet.")
     st.stop()
-best = ok.sort_values("latency_ms").drop_duplicates(["device", "engine", "precision"])
+# Per device, configs ranked as Compare ranks them (the newest study's finalists at their re-measured values,
+# winner first); each engine × precision bar is the first of that ranking: the winner's bar is the winner.
+finalists = cache.finalists(url, queries.Filters(model=model))
+ranked = [queries.rank_by_finalists(queries.best_per_config(rows, metric),
+                                    queries.study_finalists(finalists, model, device, metric), metric)
+          for device, rows in ok.groupby("device", sort=False)]  # fmt: skip
+best = pd.concat(ranked).drop_duplicates(["device", "engine", "precision"])
 seen = best["device"].nunique()
 st.caption(f"{models[model]} measured on {seen} device fingerprint{'s' if seen != 1 else ''}.")
 st.plotly_chart(charts.across_devices(best, metric), key="devices_bars")
-st.dataframe(best[["device", "cpu", "engine", "engine_version", "precision", "config_label", "latency_ms",
+st.dataframe(best[["device", "cpu", "engine", "engine_version", "precision", "config_label", "role", "source", "latency_ms",
                    "latency_ci_low", "latency_ci_high", "throughput", "trial_id"]], hide_index=True)  # fmt: skip

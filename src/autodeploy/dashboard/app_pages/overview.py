@@ -10,13 +10,13 @@ from autodeploy.errors import AutodeployError
 st.title("Overview")
 url, filters = cache.db_url(), cache.filters()
 studies = cache.studies(url, filters)
-trials = cache.trials(url, filters)
+counts = cache.trial_counts(url, filters)  # counted by the database: the first page reads no trial rows
 devices = cache.devices(url)
 
 cols = st.columns(4)
 cols[0].metric("Studies", len(studies))
-cols[1].metric("Trials", len(trials))
-cols[2].metric("Failed trials", int((trials["status"] != "ok").sum()))
+cols[1].metric("Trials", sum(counts.values()))
+cols[2].metric("Failed trials", sum(n for status, n in counts.items() if status != "ok"))
 cols[3].metric("Devices", len(devices))
 
 st.subheader("Studies")

@@ -1,4 +1,5 @@
-"""Pareto: latency vs accuracy drop vs memory; the winner, the front, and every rejected config with its reason."""
+"""Pareto: latency vs accuracy drop vs memory, one point per config; the winner, the front, the constraints,
+and every rejected config with its reason."""
 
 from __future__ import annotations
 
@@ -20,7 +21,11 @@ info = cache.study(url, name) or {}
 constraints = (info.get("settings") or {}).get("constraints") or {}
 winner = ((info.get("summary") or {}).get("winner") or {}).get("label")
 objective = info.get("objective")
-df = queries.verdicts(cache.trials(url, replace(filters, study=name)), constraints, winner, objective)
+trials = cache.trials(url, replace(filters, study=name))
+# One point per config, finalists at their re-measured p90 (as tune printed it): the winner is plotted once.
+per_config = queries.rank_by_finalists(queries.one_per_config(trials), cache.finalists(url, queries.Filters(study=name)),
+                                       queries.METRICS["latency"])  # fmt: skip
+df = queries.verdicts(per_config, constraints, winner, objective)
 
 budget = Limits.of(constraints)
 limits = [f"accuracy drop ≤ {budget.max_accuracy_drop:.2%}"]
@@ -32,14 +37,17 @@ if budget.sla_ms is not None:
 st.caption(f"Constraints of {name}: {', '.join(limits)}. Winner: {winner or 'none'}.")
 
 if df["latency_ms"].notna().any():
-    st.plotly_chart(charts.pareto(df), key="pareto_scatter")
+    st.plotly_chart(charts.pareto(df, budget, objective), key="pareto_scatter")
+    if df["latency_ms"].notna().sum() < 5:
+        st.caption(f"⚠ Only {df['latency_ms'].notna().sum()} configs were measured: the front is drawn from few points.")
 else:
     st.info("No trial of this study has a measurement yet.")
 
+percent = {"accuracy_drop": st.column_config.NumberColumn("accuracy drop", format="%.2f%%")}
 st.subheader("Configs on the front")
-front = df[df["verdict"].isin(["winner", "pareto"])]
-st.dataframe(front[["verdict", "config_label", "phase", "latency_ms", "accuracy_drop", "peak_rss_mb", "trial_id"]],
-             hide_index=True)  # fmt: skip
+front = df[df["verdict"].isin(["winner", "pareto"])].assign(accuracy_drop=lambda f: f["accuracy_drop"] * 100)
+st.dataframe(front[["verdict", "config_label", "source", "latency_ms", "accuracy_drop", "peak_rss_mb", "trial_id"]],
+             hide_index=True, column_config=percent)  # fmt: skip
 
 st.subheader("Rejected configs")
 rejected = df[df["verdict"] == "rejected"][["config_label", "phase", "reason", "trial_id"]]

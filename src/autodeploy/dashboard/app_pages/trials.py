@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import streamlit as st
 
-from autodeploy.dashboard import cache, charts
+from autodeploy.dashboard import cache, charts, queries
 from autodeploy.search.objective import OBJECTIVE_LABELS
 
 st.title("Trials")
@@ -24,7 +24,11 @@ else:
     states = history["state"].value_counts().to_dict()
     st.caption(", ".join(f"{v} {k}" for k, v in sorted(states.items())))
     value_label = OBJECTIVE_LABELS.get(objective, "value").split(",")[0]
-    st.plotly_chart(charts.history(history, value_label), key="trials_history")
+    finalists = cache.finalists(url, queries.Filters(study=name))
+    winner = finalists.loc[finalists["role"] == "winner", "label"]
+    baseline = finalists.loc[finalists["baseline"] & (finalists["n_samples"] > 0), "value"]
+    st.plotly_chart(charts.history(history, value_label, winner.iloc[0] if len(winner) else None,
+                                   float(baseline.iloc[0]) if len(baseline) else None), key="trials_history")  # fmt: skip
     st.dataframe(history, hide_index=True)
 
 st.subheader("Parameter importance")
@@ -32,7 +36,11 @@ importance, reason = cache.param_importance(url, name)
 if importance is None:
     st.info(f"No parameter importance: {reason}.")
 else:
-    st.plotly_chart(charts.importance(importance), key="trials_importance")
+    complete = int((history["state"] == "complete").sum()) if history is not None else 0
+    if complete < queries.FEW_TRIALS:
+        st.warning(f"Computed from only {complete} complete trials: with under {queries.FEW_TRIALS}, fANOVA's "
+                   "importances are a rough hint, not a ranking. Run a longer study (`--trials`) to firm them up.")  # fmt: skip
+    st.plotly_chart(charts.importance(importance, complete), key="trials_importance")
     st.dataframe(importance, hide_index=True)
 
 st.subheader("Stored trials")

@@ -1,0 +1,46 @@
+"""Winners: per model × device, the study's winner, its speed-up over the ORT fp32 default, and the runner-up.
+
+Every number comes from the study record ``autodeploy tune`` and ``autodeploy results studies``
+print (the finalists' re-measured values), so the page and the CLI agree.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from autodeploy.dashboard import cache, charts, queries
+
+st.title("Winners")
+url, filters = cache.db_url(), cache.filters()
+table = cache.winners(url, filters)
+if table.empty:
+    st.info("No finished study matches the filters. Run one with `autodeploy tune MODEL`; its winner shows here.")
+    st.stop()
+
+st.caption("Per model × device and objective, the newest finished study: its finalists re-measured interleaved, "
+           "as `autodeploy tune` printed them. Speed-up is over the ONNX Runtime fp32 default, re-measured beside "
+           "the finalists (>1 is faster).")  # fmt: skip
+shown = ["model", "cpu", "objective", "winner", "winner_value", "speedup_vs_baseline", "runner_up", "runner_up_value",
+         "tie_with", "study", "note"]  # fmt: skip
+st.dataframe(table[shown], hide_index=True, column_config={
+    "winner_value": "winner [95% CI]",
+    "speedup_vs_baseline": st.column_config.NumberColumn("speed-up vs ORT fp32 default", format="%.2fx"),
+    "runner_up": "runner-up",
+    "runner_up_value": "runner-up [95% CI]",
+    "tie_with": "tied with the winner",
+})  # fmt: skip
+
+finalists = cache.finalists(url, filters)
+few = finalists[(finalists["n_samples"] > 0) & (finalists["n_samples"] < queries.FEW_SAMPLES)]
+if not few.empty:
+    st.warning(f"{len(few)} finalist(s) have fewer than {queries.FEW_SAMPLES} samples: their confidence intervals "
+               "are rough. Re-run with a longer `--min-duration` for firmer ones.")  # fmt: skip
+
+st.subheader("Finalists of each study")
+for row in table.itertuples():
+    bars, metric = queries.finalist_bars(finalists[finalists["study"] == row.study], row.objective)
+    if bars.empty:
+        st.caption(f"{row.model} on {row.cpu} ({row.study}): no finalist has a value. {row.note}")
+        continue
+    title = f"{row.model} on {row.cpu}: {row.study}"
+    st.plotly_chart(charts.ci_bars(bars, metric, title=title), key=f"winners_{row.study}")
