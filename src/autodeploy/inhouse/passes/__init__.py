@@ -194,6 +194,11 @@ PASSES: dict[str, GraphPass] = {
             _rule_pass(lambda t: [r.FoldBatchNormIntoConv.rule()]),
         ),
         GraphPass(
+            "fold-affine",
+            "fold a per-channel Add / Mul by a constant into the preceding Conv's weights and bias",
+            _rule_pass(lambda t: [r.FoldAffineIntoConv.rule("Add"), r.FoldAffineIntoConv.rule("Mul")], commute=True),
+        ),
+        GraphPass(
             "matmul-add-to-gemm",
             "2-D MatMul + Add -> Gemm",
             _rule_pass(lambda t: [r.MatMulAddToGemm.rule()], commute=True),
@@ -224,6 +229,7 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "fold-constants",  # first: later patterns see constants as initializers
     "remove-identity",  # exposes Conv->BN and MatMul->Add pairs hidden behind Identity/Dropout
     "fold-batchnorm",  # before activation fusion, which would hide the Conv
+    "fold-affine",  # after fold-batchnorm; bias and scale Adds/Muls of Paddle exports into the Conv
     "matmul-add-to-gemm",
     "fuse-layernorm",
     "fuse-gelu",

@@ -32,6 +32,10 @@ from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
 METHODS = calibrate.METHODS
 #: Calibration items used to rank layers; the budget itself is checked on all of them.
 SENSITIVITY_ITEMS = 32
+#: Up to this many quantized nodes, each is ranked by the model outputs' error when only it is
+#: int8 (one model run each), judged by the output's own metric (:func:`verdict.output_metric`:
+#: top-1, exact agreement or cosine). Beyond, each weighted layer alone on its FP32 inputs.
+MAX_RANKED_BY_OUTPUT = 400
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class QuantConfig:
             ``min_cosine`` for outputs that are not classifier-shaped); ``None`` disables the fallback.
         max_float_fraction: At most this share of weighted layers is kept in float.
         batch: Items per calibration run (1 for models with a static batch dim).
+        placement: Where QDQ goes: ``onnxruntime`` or ``openvino`` (see :func:`qdq.plan`).
     """
 
     calibration: str = "minmax"
@@ -62,8 +67,11 @@ class QuantConfig:
     min_cosine: float = DEFAULT_MIN_COSINE
     max_float_fraction: float = 0.5
     batch: int = 8
+    placement: str = "onnxruntime"
 
     def __post_init__(self) -> None:
+        if self.placement not in qdq.PLACEMENTS:
+            raise ValueError(f"placement must be one of {', '.join(qdq.PLACEMENTS)}, got {self.placement!r}")
         if self.calibration not in METHODS:
             raise ValueError(f"calibration must be one of {', '.join(METHODS)}, got {self.calibration!r}")
 
@@ -90,6 +98,7 @@ class QuantReport:
             "activation_symmetric": self.config.activation_symmetric,
             "per_channel": self.config.per_channel,
             "reduce_range": self.config.reduce_range,
+            "placement": self.config.placement,
             "accuracy_budget": self.config.accuracy_budget,
             "quantized_nodes": self.quantized_nodes,
             "quantized_tensors": self.quantized_tensors,
@@ -121,7 +130,7 @@ def quantize(
         raise BuildError("int8 quantization needs calibration data", fix="give --data or use synthetic data")
     model = qdq.name_nodes(_opset_13(model))
     batches = _batches(model, calibration, config.batch, axes)
-    the_plan = qdq.plan(model)
+    the_plan = qdq.plan(model, config.placement)
     ranges = calibrate.collect_ranges(
         model,
         the_plan.tensors,
@@ -148,8 +157,11 @@ def quantize(
     kept: tuple[str, ...] = ()
     sensitivity: dict[str, float] = {}
     final, final_score = full, first
-    if not ok and config.accuracy_budget is not None and the_plan.weighted:
-        sensitivity = _sensitivity(model, the_plan, ranges, config, batches)
+    if not ok and config.accuracy_budget is not None and the_plan.nodes:
+        if len(the_plan.nodes) <= MAX_RANKED_BY_OUTPUT:
+            sensitivity = _output_sensitivity(the_plan, build, batches, config)
+        else:
+            sensitivity = _sensitivity(model, the_plan, ranges, config, batches)
         found = _fallback(the_plan, sensitivity, build, judge, config)
         if found is not None:
             (final, final_score, kept), ok = found, True
@@ -203,6 +215,37 @@ class _Judge:
         return passed, score
 
 
+def _subset(batches: list, items: int = SENSITIVITY_ITEMS) -> list:
+    subset, n = [], 0
+    for b in batches:  # a few items rank the layers well enough
+        subset.append(b)
+        n += len(next(iter(b.values())))
+        if n >= items:
+            break
+    return subset
+
+
+def _output_sensitivity(the_plan: qdq.Plan, build, batches: list, config: QuantConfig) -> dict[str, float]:
+    """Per quantized node: how far the model's outputs fall from FP32 when only it is int8.
+
+    The loss is each output's own metric's shortfall (``1 - top-1 / exact agreement / cosine``,
+    the harness's rule), the worst output counting, plus its mean relative error as a tie-break,
+    so a detector's sigmoid map or an embedding ranks its layers as well as a classifier does.
+    """
+    from autodeploy.harness.accuracy import compare
+    from autodeploy.verdict import output_metric
+
+    subset = _subset(batches)
+    reference = _run(build(the_plan.nodes), subset)  # every node float: the FP32 model
+    scores = {}
+    for name in the_plan.nodes:
+        outputs = _run(build([n for n in the_plan.nodes if n != name]), subset)
+        results = [compare({k: outputs[k]}, {k: v}).outputs[0] for k, v in reference.items()]
+        losses = [1.0 - output_metric(o)[1] + 1e-3 * o.mean_rel for o in results]
+        scores[name] = max(losses) if all(np.isfinite(losses)) else float("inf")
+    return dict(sorted(scores.items(), key=lambda kv: -kv[1]))
+
+
 def _sensitivity(
     model: onnx.ModelProto,
     the_plan: qdq.Plan,
@@ -215,12 +258,7 @@ def _sensitivity(
     Each layer runs alone as a one-node model on its recorded FP32 inputs, so measuring all
     layers costs about one model run instead of one per layer.
     """
-    subset, items = [], 0
-    for b in batches:  # a few items rank the layers well enough
-        subset.append(b)
-        items += len(next(iter(b.values())))
-        if items >= SENSITIVITY_ITEMS:
-            break
+    subset = _subset(batches)
     nodes = {n.name: n for n in model.graph.node}
     consts = qdq.constants(model.graph)
     wanted = sorted({i for name in the_plan.weighted for i in nodes[name].input if i and i not in consts})
@@ -230,7 +268,7 @@ def _sensitivity(
         node = nodes[name]
         mini = _one_node_model(model, node, consts, recorded)
         feeds = [{i: recorded[i] for i in node.input if i in recorded}]
-        plan = qdq.plan(qdq.name_nodes(mini))
+        plan = qdq.plan(qdq.name_nodes(mini), config.placement)
         quantized = qdq.insert_qdq(
             qdq.name_nodes(mini),
             plan,
