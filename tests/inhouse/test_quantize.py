@@ -118,7 +118,7 @@ def test_unreachable_budget_keeps_all_int8_and_says_so(small):
     cal = {"x": np.random.default_rng(1).standard_normal((64, 16)).astype(np.float32)}
     model, _ = optimize(small)
     q, report = quantize(model, cal, QuantConfig(accuracy_budget=-1.0))  # needs top-1 agreement >= 2
-    assert set(report.sensitivity) == set(qdq.plan(qdq.name_nodes(model)).weighted)
+    assert set(report.sensitivity) == set(qdq.plan(qdq.name_nodes(model)).nodes)  # ranked by the outputs
     assert not report.budget_met and report.kept_float == ()
     onnx.checker.check_model(q)
 
@@ -148,3 +148,70 @@ def test_qdq_model_runs_in_openvino(small):
     feeds = rng.standard_normal((4, 16)).astype(np.float32)
     got = compiled({"x": feeds})[0]
     np.testing.assert_allclose(got, _run(q, {"x": feeds}), rtol=0.05, atol=0.05 * np.abs(got).max())
+
+
+def _conv_head(tmp_path) -> onnx.ModelProto:
+    """Conv -> HardSwish -> Conv (+ a residual Add of two activations) -> Sigmoid: a detector-style map."""
+    rng = np.random.default_rng(3)
+    text = """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N,3,16,16] x) => (float[N,1,16,16] y) {
+            a = Conv<pads = [1,1,1,1]>(x, w1, b1)
+            h = HardSwish(a)
+            s = Mul(h, k)
+            c = Conv<pads = [1,1,1,1]>(s, w2, b2)
+            r = Add(c, s)
+            d = Conv(r, w3, b3)
+            y = Sigmoid(d)
+        }"""
+    model = onnx.parser.parse_model(text)
+    weights = {
+        "w1": rng.standard_normal((8, 3, 3, 3)), "b1": rng.standard_normal(8), "k": np.array(0.5),
+        "w2": rng.standard_normal((8, 8, 3, 3)) * 0.3, "b2": rng.standard_normal(8),
+        "w3": rng.standard_normal((1, 8, 1, 1)), "b3": np.array([-1.0]),
+    }  # fmt: skip
+    model.graph.initializer.extend(onnx.numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in weights.items())
+    onnx.checker.check_model(model)
+    return model
+
+
+def _qdq_inputs(q: onnx.ModelProto) -> dict[str, set[str]]:
+    """op type -> the kinds of its inputs ('dq' when read through a DequantizeLinear)."""
+    producers = {o: n for n in q.graph.node for o in n.output}
+    kinds: dict[str, set[str]] = {}
+    for node in q.graph.node:
+        for i in node.input:
+            p = producers.get(i)
+            kinds.setdefault(node.op_type, set()).add("dq" if p is not None and p.op_type == "DequantizeLinear" else "float")
+    return kinds
+
+
+def test_placement_follows_the_runtime(tmp_path):
+    model = _conv_head(tmp_path)
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 16, 16)).astype(np.float32)}
+    ov, _ = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
+    ort_q, _ = quantize(model, cal, QuantConfig(placement="onnxruntime", accuracy_budget=None))
+    ov_kinds, ort_kinds = _qdq_inputs(ov), _qdq_inputs(ort_q)
+    # NNCF's CPU layout: activations run in the Conv's float post-ops, never behind a QDQ pair
+    assert ov_kinds["HardSwish"] == {"float"} and ov_kinds["Sigmoid"] == {"float"}
+    assert ov_kinds["Mul"] == {"float"}, "a Mul by a constant has no int8 kernel: no QDQ around it"
+    assert "dq" in ov_kinds["Add"], "an Add of two activations is quantized on its inputs"
+    # ORT's layout: the Conv output is quantized too, so DQ -> Conv -> Q becomes QLinearConv
+    assert ort_kinds["HardSwish"] == {"dq"} and ov_kinds["Sigmoid"] == {"float"}
+    for q in (ov, ort_q):
+        onnx.checker.check_model(q)
+        x = cal["x"][:4]
+        a, b = _run(model, {"x": x}).ravel(), _run(q, {"x": x}).ravel()
+        assert a @ b / np.linalg.norm(a) / np.linalg.norm(b) > 0.95
+
+
+@pytest.mark.parametrize("placement", ["onnxruntime", "openvino"])
+def test_fallback_meets_a_cosine_budget_on_a_map_output(tmp_path, placement):
+    model = _conv_head(tmp_path)
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 16, 16)).astype(np.float32)}
+    strict = QuantConfig(placement=placement, min_cosine=0.99999, max_float_fraction=1.0)
+    q, report = quantize(model, cal, strict)
+    assert report.agreement_all_int8["y cosine"] < 0.99999, "the budget must need the fallback"
+    assert report.budget_met and report.kept_float
+    assert report.agreement_final["y cosine"] >= 0.99999
+    a, b = _run(model, cal).ravel(), _run(q, cal).ravel()  # the returned model is the one judged
+    assert a @ b / np.linalg.norm(a) / np.linalg.norm(b) >= 0.99999 - 1e-6

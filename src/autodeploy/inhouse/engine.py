@@ -8,7 +8,8 @@ Build knobs:
 * ``reduce_range``: 7-bit weights; ``auto`` turns it on for x86 CPUs without VNNI, where the
   int8 kernels of both ONNX Runtime and OpenVINO saturate with full-range weights (int8);
 * ``runtime``: ``onnxruntime`` (default; fp32 passes may use ORT's fused contrib ops) or
-  ``openvino`` (standard ops only; the QDQ model is read by OpenVINO's ONNX frontend).
+  ``openvino`` (standard ops only; the QDQ model is read by OpenVINO's ONNX frontend). The
+  int8 QDQ placement follows it (:func:`autodeploy.inhouse.quantize.qdq.plan`).
 
 Run-time knobs are ONNX Runtime's (``adapters/ort.py``); the artifact runs on the ``runtime``
 knob's engine runtime (:mod:`autodeploy.runtime`), with the settings that engine's adapter derives.
@@ -170,6 +171,8 @@ def _quantize(
         activation_symmetric=bool(config.knobs.get("activation_symmetric", False)),
         reduce_range=bool(reduce_range),
         accuracy_budget=ACCURACY_BUDGET if config.knobs.get("fallback", True) else None,
+        # QDQ where the runtime that runs the artifact fuses it into integer kernels
+        placement=config.knobs.get("runtime", "onnxruntime"),
     )
     axes = {name: info.batch_axis(name) for name in info.input_names}
     quantized, report = quantize(model, calibration, settings, axes)
