@@ -215,3 +215,33 @@ def test_fallback_meets_a_cosine_budget_on_a_map_output(tmp_path, placement):
     assert report.agreement_final["y cosine"] >= 0.99999
     a, b = _run(model, cal).ravel(), _run(q, cal).ravel()  # the returned model is the one judged
     assert a @ b / np.linalg.norm(a) / np.linalg.norm(b) >= 0.99999 - 1e-6
+
+
+def test_a_model_with_nothing_to_quantize_stays_float_and_says_why():
+    model = onnx.parser.parse_model(
+        '<ir_version: 8, opset_import: ["" : 17]> g (float[N,4] x, int64[N,4] i) => (float[N,4] y, int64[N,4] j) '
+        "{ y = Softmax(x) \n j = Add(i, i) }"
+    )
+    feeds = {"x": np.ones((4, 4), np.float32), "i": np.ones((4, 4), np.int64)}
+    q, report = quantize(model, feeds)
+    assert not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in q.graph.node)
+    assert report.quantized_tensors == 0 and report.budget_met
+    assert "no int8 kernel" in report.not_quantized["Softmax"]
+    assert "no float32 activation" in report.not_quantized["Add"]
+    np.testing.assert_array_equal(_run(q, feeds), _run(model, feeds))
+
+
+@pytest.mark.parametrize(
+    ("feeds", "says"),
+    [
+        ({"x": np.ones((4, 17), np.float32)}, "calibration input 'x' has items of shape (17,)"),
+        ({"x": np.ones((4, 16), np.float64)}, "calibration input 'x' is float64"),
+        ({"pixels": np.ones((4, 16), np.float32)}, "calibration input 'pixels' is not a model input"),
+    ],
+)
+def test_wrong_calibration_data_is_one_line_naming_the_input(small, feeds, says):
+    from autodeploy.errors import BuildError
+
+    with pytest.raises(BuildError) as caught:
+        quantize(small, feeds)
+    assert says in str(caught.value) and "\n" not in str(caught.value)

@@ -91,6 +91,8 @@ class QuantReport:
     agreement_final: Mapping[str, float] = field(default_factory=dict)
     budget_met: bool = True
     evaluations: int = 0
+    #: When nothing could be quantized: op type -> why it stays float (every tensor stays float).
+    not_quantized: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -110,6 +112,7 @@ class QuantReport:
             "agreement_final": dict(self.agreement_final),
             "budget_met": self.budget_met,
             "evaluations": self.evaluations,
+            **({"not_quantized": dict(self.not_quantized)} if self.not_quantized else {}),
         }
 
 
@@ -128,9 +131,16 @@ def quantize(
     config = config or QuantConfig()
     if not calibration or not len(next(iter(calibration.values()))):
         raise BuildError("int8 quantization needs calibration data", fix="give --data or use synthetic data")
+    _check_calibration(model, calibration, axes)
     model = qdq.name_nodes(_opset_13(model))
     batches = _batches(model, calibration, config.batch, axes)
     the_plan = qdq.plan(model, config.placement)
+    if not the_plan.tensors:  # nothing a runtime runs in int8: the model stays float, and we say why
+        return model, QuantReport(
+            config=config, quantized_nodes=0, quantized_tensors=0, weighted_layers=0, kept_float=(),
+            calibration_items=len(next(iter(calibration.values()))), budget_met=True,
+            not_quantized=qdq.why_float(model, config.placement),
+        )  # fmt: skip
     ranges = calibrate.collect_ranges(
         model,
         the_plan.tensors,
@@ -353,6 +363,35 @@ def _fallback(
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def _check_calibration(
+    model: onnx.ModelProto, calibration: Mapping[str, np.ndarray], axes: Mapping[str, int | None] | None
+) -> None:
+    """One line naming the first calibration input whose name, dtype or item shape the model refuses."""
+    from onnx import helper
+
+    inits = {t.name for t in model.graph.initializer}
+    inputs = {i.name: i for i in model.graph.input if i.name not in inits}
+    for name, array in calibration.items():
+        if name not in inputs:
+            raise BuildError(f"calibration input {name!r} is not a model input (inputs: {', '.join(inputs)})",
+                             fix="name the calibration arrays after the model's inputs")  # fmt: skip
+        tensor = inputs[name].type.tensor_type
+        want = helper.tensor_dtype_to_np_dtype(tensor.elem_type) if tensor.elem_type else None
+        if want is not None and np.asarray(array).dtype != want:
+            raise BuildError(f"calibration input {name!r} is {np.asarray(array).dtype}, the model wants {want}",
+                             fix=f"convert it with .astype(np.{np.dtype(want).name})")  # fmt: skip
+        axis = 0 if axes is None else axes.get(name, 0)
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+        item = list(np.shape(array)[1:])
+        if axis is not None and tensor.HasField("shape"):
+            expected = dims[:axis] + dims[axis + 1 :]
+            bad = len(item) != len(expected) or any(e is not None and e != i for e, i in zip(expected, item, strict=False))
+            if bad:
+                shown = ["?" if e is None else e for e in expected]
+                raise BuildError(f"calibration input {name!r} has items of shape {tuple(item)}, the model wants {shown}",
+                                 fix="give one array per input with a leading item axis and the model's other dims")  # fmt: skip
 
 
 def _opset_13(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -161,6 +161,26 @@ def plan(model: onnx.ModelProto, placement: str = "onnxruntime") -> Plan:
     )
 
 
+def why_float(model: onnx.ModelProto, placement: str = "onnxruntime") -> dict[str, str]:
+    """For a model with nothing to quantize: each op type and why it stays float."""
+    consts = constants(model.graph)
+    floats = _float_tensors(model)
+    ops = QUANT_OPS if placement == "onnxruntime" else OPENVINO_INPUT_OPS
+    reasons: dict[str, str] = {}
+    for node in model.graph.node:
+        if node.op_type == "Constant" or node.op_type in reasons:
+            continue
+        if node.domain not in ("", "ai.onnx") or node.op_type not in ops:
+            reasons[node.op_type] = f"no int8 kernel for {node.domain or 'ai.onnx'}::{node.op_type} on {placement}"
+        elif not _int8_node(node, consts):
+            reasons[node.op_type] = "an elementwise op with a constant operand has no int8 kernel"
+        elif not any(i in floats for i in [*node.input, *node.output] if i and i not in consts):
+            reasons[node.op_type] = "no float32 activation to quantize"
+        else:
+            reasons[node.op_type] = "its activations are graph outputs, which stay float"
+    return reasons
+
+
 def _int8_node(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> bool:
     """Whether a runtime has an int8 kernel for the node: Add/Mul only between two activations."""
     if node.op_type in BINARY_OPS:
