@@ -326,6 +326,7 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
     artifact = _artifact_key(ctx, config)
     trial.set_user_attr("artifact_key", artifact)
     reason = unsupported_reason(config, ctx.device, ctx.model) or memory.dead.get(artifact)
+    reason = reason or _cannot_fit(ctx, config)  # the memory plan: pruned before anything is built
     if reason:
         trial.set_user_attr("pruned_reason", reason)
         study.tell(trial, state=state.PRUNED)
@@ -358,6 +359,12 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
     study.tell(trial, values(measured.metrics, ctx.config.objective))
     memory.seen.setdefault(config.key(), study.get_trials(deepcopy=False)[trial.number])  # as told, constraints too
     return True
+
+
+def _cannot_fit(ctx: StudyContext, config: TrialConfig) -> str | None:
+    from autodeploy.inhouse.memory import cannot_fit
+
+    return cannot_fit(ctx.model, config.batch, config.precision, ctx.config.constraints.max_memory_mb)
 
 
 def _bury(trial: optuna.Trial, memory: _Memory, artifact: str, reason: str) -> None:
