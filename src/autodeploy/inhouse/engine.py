@@ -5,6 +5,7 @@ Build knobs:
 * ``calibration``: ``minmax``, ``percentile`` or ``entropy`` (int8 only);
 * ``activation_symmetric``: symmetric int8 activations instead of asymmetric (int8 only);
 * ``fallback``: keep the most sensitive layers in float until the accuracy budget holds (int8);
+* ``bias_correction``: subtract each Conv/Gemm's mean int8 output shift from its bias (int8);
 * ``reduce_range``: 7-bit weights; ``auto`` turns it on for x86 CPUs without VNNI, where the
   int8 kernels of both ONNX Runtime and OpenVINO saturate with full-range weights (int8);
 * ``runtime``: ``onnxruntime`` (default; fp32 passes may use ORT's fused contrib ops) or
@@ -51,7 +52,8 @@ ACCURACY_BUDGET = DEFAULT_MAX_ACCURACY_DROP
 class InhouseEngine(Engine):
     name = "inhouse"
     extra = None  # onnxscript is a core dependency, and ONNX Runtime runs the result
-    build_knobs = frozenset({"calibration", "activation_symmetric", "fallback", "reduce_range", "runtime"})
+    build_knobs = frozenset({"calibration", "activation_symmetric", "fallback", "reduce_range", "runtime",
+                             "bias_correction"})  # fmt: skip
     runtime = ort.rt.__name__  # or OpenVINO's, with the ``runtime`` knob (see runtime_module)
     build_packages = ("onnxscript",)
 
@@ -98,6 +100,7 @@ class InhouseEngine(Engine):
                 "fallback": (True, False),
                 "reduce_range": ("auto", True, False),
                 "runtime": runtimes,
+                "bias_correction": (False, True),
                 "inter_op_num_threads": (1, 2, 4),
                 "execution_mode": EXECUTION_MODES,
                 "graph_optimization_level": OPT_LEVELS,
@@ -173,6 +176,7 @@ def _quantize(
         accuracy_budget=ACCURACY_BUDGET if config.knobs.get("fallback", True) else None,
         # QDQ where the runtime that runs the artifact fuses it into integer kernels
         placement=config.knobs.get("runtime", "onnxruntime"),
+        bias_correction=bool(config.knobs.get("bias_correction", False)),
     )
     axes = {name: info.batch_axis(name) for name in info.input_names}
     quantized, report = quantize(model, calibration, settings, axes)

@@ -56,6 +56,7 @@ class QuantConfig:
         max_float_fraction: At most this share of weighted layers is kept in float.
         batch: Items per calibration run (1 for models with a static batch dim).
         placement: Where QDQ goes: ``onnxruntime`` or ``openvino`` (see :func:`qdq.plan`).
+        bias_correction: Subtract each Conv/Gemm's mean int8 output shift from its bias.
     """
 
     calibration: str = "minmax"
@@ -68,6 +69,7 @@ class QuantConfig:
     max_float_fraction: float = 0.5
     batch: int = 8
     placement: str = "onnxruntime"
+    bias_correction: bool = False
 
     def __post_init__(self) -> None:
         if self.placement not in qdq.PLACEMENTS:
@@ -93,6 +95,7 @@ class QuantReport:
     evaluations: int = 0
     #: When nothing could be quantized: op type -> why it stays float (every tensor stays float).
     not_quantized: Mapping[str, str] = field(default_factory=dict)
+    biases_corrected: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +104,8 @@ class QuantReport:
             "per_channel": self.config.per_channel,
             "reduce_range": self.config.reduce_range,
             "placement": self.config.placement,
+            "bias_correction": self.config.bias_correction,
+            "biases_corrected": self.biases_corrected,
             "accuracy_budget": self.config.accuracy_budget,
             "quantized_nodes": self.quantized_nodes,
             "quantized_tensors": self.quantized_tensors,
@@ -150,6 +155,9 @@ def quantize(
         symmetric=config.activation_symmetric,
     )
     judge = _Judge(model, batches, config)
+    corrected = 0
+    if config.bias_correction and the_plan.weighted:
+        model, corrected = _bias_correction(model, the_plan, ranges, config, batches)
 
     def build(keep_float: Sequence[str]) -> onnx.ModelProto:
         return qdq.insert_qdq(
@@ -187,6 +195,7 @@ def quantize(
         agreement_final=final_score,
         budget_met=ok,
         evaluations=judge.calls,
+        biases_corrected=corrected,
     )
     return final, report
 
@@ -256,6 +265,35 @@ def _output_sensitivity(the_plan: qdq.Plan, build, batches: list, config: QuantC
     return dict(sorted(scores.items(), key=lambda kv: -kv[1]))
 
 
+def _layer_outputs(
+    model: onnx.ModelProto,
+    names: Sequence[str],
+    ranges: Mapping[str, tuple[float, float]],
+    config: QuantConfig,
+    batches: list,
+):
+    """Yield ``(node, fp32 output, int8 output)`` per layer in ``names``, each run alone as a
+    one-node model on its recorded FP32 inputs (about one model run for all layers)."""
+    subset = _subset(batches)
+    nodes = {n.name: n for n in model.graph.node}
+    consts = qdq.constants(model.graph)
+    wanted = sorted({i for name in names for i in nodes[name].input if i and i not in consts})
+    recorded = _record(model, wanted, subset)
+    for name in names:
+        node = nodes[name]
+        mini = qdq.name_nodes(_one_node_model(model, node, consts, recorded))
+        feeds = [{i: recorded[i] for i in node.input if i in recorded}]
+        quantized = qdq.insert_qdq(
+            mini,
+            qdq.plan(mini, config.placement),
+            ranges,
+            symmetric=config.activation_symmetric,
+            per_channel=config.per_channel,
+            reduce_range=config.reduce_range,
+        )
+        yield node, _run(mini, feeds)[node.output[0]], _run(quantized, feeds)[node.output[0]]
+
+
 def _sensitivity(
     model: onnx.ModelProto,
     the_plan: qdq.Plan,
@@ -263,33 +301,52 @@ def _sensitivity(
     config: QuantConfig,
     batches: list,
 ) -> dict[str, float]:
-    """Per weighted layer: its output error when only it is quantized, fed FP32 inputs (higher = more sensitive).
-
-    Each layer runs alone as a one-node model on its recorded FP32 inputs, so measuring all
-    layers costs about one model run instead of one per layer.
-    """
-    subset = _subset(batches)
-    nodes = {n.name: n for n in model.graph.node}
-    consts = qdq.constants(model.graph)
-    wanted = sorted({i for name in the_plan.weighted for i in nodes[name].input if i and i not in consts})
-    recorded = _record(model, wanted, subset)
+    """Per weighted layer: its output error when only it is quantized, fed FP32 inputs (higher = more sensitive)."""
     scores = {}
-    for name in the_plan.weighted:
-        node = nodes[name]
-        mini = _one_node_model(model, node, consts, recorded)
-        feeds = [{i: recorded[i] for i in node.input if i in recorded}]
-        plan = qdq.plan(qdq.name_nodes(mini), config.placement)
-        quantized = qdq.insert_qdq(
-            qdq.name_nodes(mini),
-            plan,
-            ranges,
-            symmetric=config.activation_symmetric,
-            per_channel=config.per_channel,
-            reduce_range=config.reduce_range,
-        )
-        want, got = _run(mini, feeds)[node.output[0]], _run(quantized, feeds)[node.output[0]]
-        scores[name] = float(np.abs(got - want).mean() / (np.abs(want).mean() + 1e-12))
+    for node, want, got in _layer_outputs(model, the_plan.weighted, ranges, config, batches):
+        scores[node.name] = float(np.abs(got - want).mean() / (np.abs(want).mean() + 1e-12))
     return dict(sorted(scores.items(), key=lambda kv: -kv[1]))
+
+
+def _bias_correction(
+    model: onnx.ModelProto,
+    the_plan: qdq.Plan,
+    ranges: Mapping[str, tuple[float, float]],
+    config: QuantConfig,
+    batches: list,
+) -> tuple[onnx.ModelProto, int]:
+    """Empirical bias correction (NNCF's FastBiasCorrection): each Conv/Gemm's bias minus the mean
+    per-channel shift that int8 adds to its output, measured layer by layer on FP32 inputs.
+
+    Returns the corrected copy and how many biases changed.
+    """
+    from onnx import numpy_helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    consts = qdq.constants(out.graph)
+    by_name = {n.name: n for n in out.graph.node}
+    layers = [n for n in the_plan.weighted if by_name[n].op_type in ("Conv", "Gemm")]
+    changed = 0
+    for node, want, got in _layer_outputs(model, layers, ranges, config, batches):
+        axis = 1 if node.op_type == "Conv" else want.ndim - 1
+        shift = np.moveaxis(got - want, axis, 0).reshape(want.shape[axis], -1).mean(axis=1)
+        if not np.all(np.isfinite(shift)) or not np.any(shift):
+            continue
+        target = by_name[node.name]
+        old = consts.get(target.input[2]) if len(target.input) > 2 and target.input[2] else None
+        if old is not None and (old.ndim != 1 or old.shape[0] != shift.shape[0]):
+            continue
+        bias = (np.zeros(shift.shape[0], np.float32) if old is None else old.astype(np.float32)) - shift.astype(np.float32)
+        name = f"{node.name}_bias_corrected"
+        out.graph.initializer.append(numpy_helper.from_array(bias.astype(np.float32), name))
+        if len(target.input) > 2:
+            target.input[2] = name
+        else:
+            target.input.append(name)
+        changed += 1
+    qdq.drop_unused_initializers(out.graph)
+    return out, changed
 
 
 def _record(model: onnx.ModelProto, names: Sequence[str], batches: list) -> dict[str, np.ndarray]:

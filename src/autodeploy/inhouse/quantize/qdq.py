@@ -212,7 +212,7 @@ def insert_qdq(
         _quantize_weights(by_name[name], consts, qparams, builder, per_channel, reduce_range)
     readers = _rewire(graph, qparams, keep_float, folded, active if the_plan.placement == "openvino" else None)
     builder.emit(graph, {t: q for t, q in qparams.items() if t in readers}, readers)
-    _drop_unused_initializers(graph)
+    drop_unused_initializers(graph)
     _ensure_opset(out, 13)
     return out
 
@@ -514,7 +514,7 @@ def _bias(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> str | None:
     return node.input[index]
 
 
-def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
+def drop_unused_initializers(graph: onnx.GraphProto) -> None:
     used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
     used |= {i for n in graph.node for a in n.attribute if a.g.node for m in a.g.node for i in m.input}
     keep = [t for t in graph.initializer if t.name in used]
