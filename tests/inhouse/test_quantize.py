@@ -260,3 +260,45 @@ def test_bias_correction_removes_the_mean_shift_of_int8_outputs(tmp_path):
     # the bias is what it corrects: the mean error shrinks on data it never saw
     shift = [abs(float((_run(q, {"x": held_out}) - want).mean())) for q in (plain, fixed)]
     assert shift[1] < shift[0]
+
+
+def _ln_matmul(outlier: float) -> onnx.ModelProto:
+    """LayerNorm -> MatMul (+ a residual reader of the LayerNorm), with one outlier channel."""
+    rng = np.random.default_rng(5)
+    model = onnx.parser.parse_model(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N,8,32] x) => (float[N,8,16] y, float[N,8,32] r) {
+            n = LayerNormalization<axis = -1>(x, gamma, beta)
+            y = MatMul(n, w)
+            r = Add(n, x)
+        }"""
+    )
+    gamma = np.ones(32, np.float32)
+    gamma[3] = outlier
+    model.graph.initializer.extend([
+        onnx.numpy_helper.from_array(gamma, "gamma"),
+        onnx.numpy_helper.from_array(rng.standard_normal(32).astype(np.float32) * 0.1, "beta"),
+        onnx.numpy_helper.from_array(rng.standard_normal((32, 16)).astype(np.float32) * 0.2, "w"),
+    ])  # fmt: skip
+    return model
+
+
+def test_smoothquant_is_exact_in_float_and_helps_with_outlier_channels():
+    from autodeploy.inhouse.quantize.smooth import smooth
+
+    model = _ln_matmul(outlier=60.0)
+    rng = np.random.default_rng(0)
+    cal = {"x": rng.standard_normal((32, 8, 32)).astype(np.float32)}
+    held_out = {"x": rng.standard_normal((16, 8, 32)).astype(np.float32)}
+    smoothed, count = smooth(model, [cal], alpha=0.5)
+    assert count == 1
+    onnx.checker.check_model(smoothed)
+    np.testing.assert_allclose(_run(smoothed, held_out), _run(model, held_out), rtol=1e-4, atol=1e-4)
+
+    def error(alpha):
+        q, report = quantize(model, cal, QuantConfig(accuracy_budget=None, smoothquant=alpha, placement="openvino"))
+        assert report.smoothed == (0 if alpha is None else 1)
+        want = _run(model, held_out)
+        return float(np.abs(_run(q, held_out) - want).mean() / np.abs(want).mean())
+
+    assert error(0.5) < 0.7 * error(None)

@@ -56,7 +56,12 @@ class QuantConfig:
         max_float_fraction: At most this share of weighted layers is kept in float.
         batch: Items per calibration run (1 for models with a static batch dim).
         placement: Where QDQ goes: ``onnxruntime`` or ``openvino`` (see :func:`qdq.plan`).
+        budget_share: The fallback meets this share of the budget on the calibration data, so the
+            trial's own evaluation (other items) stays inside the whole budget (PP-OCR det with
+            8 + 8 items: cosine 0.9906 on calibration data at the full budget, 0.9859 held out).
         bias_correction: Subtract each Conv/Gemm's mean int8 output shift from its bias.
+        smoothquant: SmoothQuant's alpha (e.g. 0.5): move activation outliers of LayerNorm -> MatMul
+            into the weights (:mod:`.smooth`); ``None`` leaves the model as is.
     """
 
     calibration: str = "minmax"
@@ -70,6 +75,8 @@ class QuantConfig:
     batch: int = 8
     placement: str = "onnxruntime"
     bias_correction: bool = False
+    smoothquant: float | None = None
+    budget_share: float = 0.5
 
     def __post_init__(self) -> None:
         if self.placement not in qdq.PLACEMENTS:
@@ -96,6 +103,7 @@ class QuantReport:
     #: When nothing could be quantized: op type -> why it stays float (every tensor stays float).
     not_quantized: Mapping[str, str] = field(default_factory=dict)
     biases_corrected: int = 0
+    smoothed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +114,8 @@ class QuantReport:
             "placement": self.config.placement,
             "bias_correction": self.config.bias_correction,
             "biases_corrected": self.biases_corrected,
+            "smoothquant": self.config.smoothquant,
+            "smoothed": self.smoothed,
             "accuracy_budget": self.config.accuracy_budget,
             "quantized_nodes": self.quantized_nodes,
             "quantized_tensors": self.quantized_tensors,
@@ -139,6 +149,11 @@ def quantize(
     _check_calibration(model, calibration, axes)
     model = qdq.name_nodes(_opset_13(model))
     batches = _batches(model, calibration, config.batch, axes)
+    smoothed = 0
+    if config.smoothquant is not None:
+        from autodeploy.inhouse.quantize.smooth import smooth
+
+        model, smoothed = smooth(model, batches, config.smoothquant)
     the_plan = qdq.plan(model, config.placement)
     if not the_plan.tensors:  # nothing a runtime runs in int8: the model stays float, and we say why
         return model, QuantReport(
@@ -196,6 +211,7 @@ def quantize(
         budget_met=ok,
         evaluations=judge.calls,
         biases_corrected=corrected,
+        smoothed=smoothed,
     )
     return final, report
 
@@ -219,10 +235,13 @@ class _Judge:
         self.calls += 1
         outputs, reference = _run(candidate, self.batches), self.reference
         budget = self.config.accuracy_budget if self.config.accuracy_budget is not None else 1.0
+        # The evaluation data is not the calibration data: aim at a share of the budget here
+        share = self.config.budget_share
+        budget, min_cosine = budget * share, 1.0 - (1.0 - self.config.min_cosine) * share
         # One output at a time: outputs batched on other axes (state[2, batch, 128]) or not at all
         # have their own leading sizes; the verdict then judges them together.
         results = [compare({k: outputs[k]}, {k: v}, max_top1_drop=budget).outputs[0] for k, v in reference.items()]
-        passed = accuracy_verdict(results, max_drop=budget, min_cosine=self.config.min_cosine).passed
+        passed = accuracy_verdict(results, max_drop=budget, min_cosine=min_cosine).passed
         score: dict[str, float] = {}
         for o in results:
             if o.top1_agreement is not None:
