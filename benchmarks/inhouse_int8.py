@@ -85,6 +85,31 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="autodeploy-int8-"))
     for name in args.models.split(","):
         _bench_model(console, next(m for m in MODELS if m.name == name), photos, workdir / name, args)
+    _smoothquant_line(console)
+
+
+def _smoothquant_line(console: Console) -> None:
+    """SmoothQuant on zoo:bert-small (MatMul-heavy): held-out error with vs without, both placements."""
+    import onnx
+    import onnxruntime as ort
+
+    from autodeploy import zoo
+    from autodeploy.data import synthetic
+    from autodeploy.inhouse.passes import optimize
+    from autodeploy.inhouse.quantize import QuantConfig, quantize
+
+    model, _ = optimize(onnx.load(str(zoo.get("bert-small"))))
+    inputs = synthetic(load_model(zoo.get("bert-small")), 48).inputs
+    cal, held = {k: v[:16] for k, v in inputs.items()}, {k: v[16:] for k, v in inputs.items()}
+    run = lambda m: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, held)[0]  # noqa: E731
+    want = run(model)
+    for placement in ("onnxruntime", "openvino"):
+        errors = []
+        for alpha in (0.5, None):
+            q, _ = quantize(model, cal, QuantConfig(accuracy_budget=None, smoothquant=alpha, placement=placement))
+            errors.append(float(np.abs(run(q) - want).mean() / np.abs(want).mean()))
+        console.print(f"SmoothQuant (zoo:bert-small, {placement} placement, random weights): held-out mean "
+                      f"relative error {errors[0]:.4f} with it vs {errors[1]:.4f} without")  # fmt: skip
 
 
 def _bench_model(console: Console, real, photos, workdir: Path, args) -> None:
@@ -106,7 +131,10 @@ def _bench_model(console: Console, real, photos, workdir: Path, args) -> None:
             config = TrialConfig(engine, precision, batch=1, threads=args.threads, knobs=knobs)
             results[label].append(run_trial(info, config, data, settings))
     _table(console, real.name, configs, results, settings, args, workdir)
-    _memory_line(console, info, results.get("ORT fp32", []))
+    batch4 = None
+    if info.batchable():  # the plan's part that grows with the batch, checked against the worker
+        batch4 = run_trial(info, TrialConfig("onnxruntime", "fp32", batch=4, threads=args.threads), data, settings)
+    _memory_line(console, info, results.get("ORT fp32", []), batch4)
     split = ({k: v[: args.items] for k, v in arrays.items()}, {k: v[args.items :] for k, v in arrays.items()})
     _pass_lines(console, path, *split, args.threads)
 
@@ -174,7 +202,7 @@ def _kept_float(workdir: Path) -> dict[str, str]:
     return out
 
 
-def _memory_line(console, info, runs: list[TrialResult]) -> None:
+def _memory_line(console, info, runs: list[TrialResult], batch4: TrialResult | None) -> None:
     import onnx
 
     from autodeploy.inhouse.memory import estimate
@@ -189,7 +217,13 @@ def _memory_line(console, info, runs: list[TrialResult]) -> None:
     error = (predicted.predicted_mb - peak) / peak * 100 if peak > 0 else float("nan")
     console.print(f"memory plan (batch 1): predicted {predicted.predicted_mb:.1f} MB (weights "
                   f"{predicted.weights / 2**20:.1f} + arena {predicted.arena / 2**20:.1f}), floor "
-                  f"{predicted.floor_mb():.1f} MB; ORT fp32 worker peak RSS {peak:.1f} MB; error {error:+.0f}%")  # fmt: skip
+                  f"{predicted.floor_mb():.1f} MB; ORT fp32 worker peak RSS {peak:.1f} MB; error {error:+.0f}% "
+                  "(the plan leaves out the runtime's own code, thread pools and weight copies)")  # fmt: skip
+    if batch4 is not None and batch4.peak_rss_mb is not None:
+        four = estimate(onnx.load(str(info.path)), {s.name: info.input_shape(s.name, 4) for s in info.inputs}, 4)
+        grew, planned = batch4.peak_rss_mb - peak, four.predicted_mb - predicted.predicted_mb
+        error = (planned - grew) / grew * 100 if grew > 0 else float("nan")
+        console.print(f"memory plan, batch 1 -> 4: predicted +{planned:.1f} MB, measured +{grew:.1f} MB; error {error:+.0f}%")
 
 
 def _pass_lines(console, path: Path, calibration: dict, evaluation: dict, threads: int) -> None:
