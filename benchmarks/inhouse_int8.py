@@ -38,6 +38,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.realmodels.corpus: the models and their realistic inputs
 
+from tests.realmodels.corpus import MODELS  # noqa: E402
+
 from autodeploy.adapters.base import TrialConfig  # noqa: E402
 from autodeploy.data import Dataset  # noqa: E402
 from autodeploy.device import probe_device  # noqa: E402
@@ -46,7 +48,6 @@ from autodeploy.harness.run import HarnessSettings, prepare_data, run_trial  # n
 from autodeploy.harness.timing import TimingPolicy  # noqa: E402
 from autodeploy.model import load_model  # noqa: E402
 from autodeploy.verdict import output_metric, worst  # noqa: E402
-from tests.realmodels.corpus import MODELS  # noqa: E402
 
 #: (label, engine, precision, knobs, runtime whose fp32 it is compared with)
 CONFIGS = (
@@ -69,7 +70,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--items", type=int, default=32, help="calibration items (as many evaluation items)")
     parser.add_argument("--min-duration", type=float, default=2.0)
-    parser.add_argument("--quick", action="store_true", help="the detector only, 1 round, 8+8 items, short timing")
+    parser.add_argument(
+        "--quick", action="store_true", help="the detector only, 1 round, 8+8 items, short timing"
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     if args.quick:
@@ -101,12 +104,19 @@ def _smoothquant_line(console: Console) -> None:
     model, _ = optimize(onnx.load(str(zoo.get("bert-small"))))
     inputs = synthetic(load_model(zoo.get("bert-small")), 48).inputs
     cal, held = {k: v[:16] for k, v in inputs.items()}, {k: v[16:] for k, v in inputs.items()}
-    run = lambda m: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, held)[0]  # noqa: E731
+
+    def run(m):
+        return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, held
+        )[0]  # noqa: E731
+
     want = run(model)
     for placement in ("onnxruntime", "openvino"):
         errors = []
         for alpha in (0.5, None):
-            q, _ = quantize(model, cal, QuantConfig(accuracy_budget=None, smoothquant=alpha, placement=placement))
+            q, _ = quantize(
+                model, cal, QuantConfig(accuracy_budget=None, smoothquant=alpha, placement=placement)
+            )
             errors.append(float(np.abs(run(q) - want).mean() / np.abs(want).mean()))
         console.print(f"SmoothQuant (zoo:bert-small, {placement} placement, random weights): held-out mean "
                       f"relative error {errors[0]:.4f} with it vs {errors[1]:.4f} without")  # fmt: skip
@@ -118,7 +128,9 @@ def _bench_model(console: Console, real, photos, workdir: Path, args) -> None:
         console.print(f"[yellow]{real.name} skipped:[/yellow] {path}")
         return
     info = load_model(path, real.shapes, name=real.name)
-    policy = TimingPolicy(min_samples=32, min_duration_s=args.min_duration, max_duration_s=4 * args.min_duration)
+    policy = TimingPolicy(
+        min_samples=32, min_duration_s=args.min_duration, max_duration_s=4 * args.min_duration
+    )
     settings = HarnessSettings(workdir=workdir / "work", policy=policy, calibration_items=args.items,
                                evaluation_items=args.items, build_timeout_s=1200.0)  # fmt: skip
     arrays = real.make(photos, 2 * args.items)
@@ -133,7 +145,9 @@ def _bench_model(console: Console, real, photos, workdir: Path, args) -> None:
     _table(console, real.name, configs, results, settings, args, workdir)
     batch4 = None
     if info.batchable():  # the plan's part that grows with the batch, checked against the worker
-        batch4 = run_trial(info, TrialConfig("onnxruntime", "fp32", batch=4, threads=args.threads), data, settings)
+        batch4 = run_trial(
+            info, TrialConfig("onnxruntime", "fp32", batch=4, threads=args.threads), data, settings
+        )
     _memory_line(console, info, results.get("ORT fp32", []), batch4)
     split = ({k: v[: args.items] for k, v in arrays.items()}, {k: v[args.items :] for k, v in arrays.items()})
     _pass_lines(console, path, *split, args.threads)
@@ -160,7 +174,15 @@ def _median(runs: list[TrialResult]) -> float | None:
 def _table(console, name, configs, results, settings, args, workdir: Path) -> None:
     table = Table(title=f"{name}, batch 1, {args.threads} thread(s), {args.rounds} interleaved round(s), "
                         f"{settings.calibration_items} calibration / {settings.evaluation_items} evaluation items")  # fmt: skip
-    for column in ("config", "median ms", "x ORT fp32", "x NNCF", "accuracy (worst output)", "verdict", "note"):
+    for column in (
+        "config",
+        "median ms",
+        "x ORT fp32",
+        "x NNCF",
+        "accuracy (worst output)",
+        "verdict",
+        "note",
+    ):
         table.add_column(column, justify="left" if column in ("config", "note") else "right")
     medians = {label: _median(runs) for label, runs in results.items()}
     kept = _kept_float(workdir)
@@ -168,7 +190,9 @@ def _table(console, name, configs, results, settings, args, workdir: Path) -> No
         runs, ms = results[label], medians[label]
         if ms is None:
             failed = runs[-1]
-            table.add_row(label, f"failed ({failed.failure_kind})", "", "", "", "", (failed.failure_message or "")[:70])
+            table.add_row(
+                label, f"failed ({failed.failure_kind})", "", "", "", "", (failed.failure_message or "")[:70]
+            )
             continue
         acc = runs[-1].accuracy
         metric = "-"
@@ -183,7 +207,7 @@ def _table(console, name, configs, results, settings, args, workdir: Path) -> No
             notes.append(kept.get(knobs.get("runtime", "onnxruntime"), ""))
         if acc is not None and not acc.passed:
             notes.append(worst(acc.outputs))
-        ratio = lambda ref: "-" if medians.get(ref) is None else f"{medians[ref] / ms:.2f}"  # noqa: E731
+        ratio = lambda ref, ms=ms: "-" if medians.get(ref) is None else f"{medians[ref] / ms:.2f}"  # noqa: E731
         verdict = "-" if acc is None else ("pass" if acc.passed else "FAIL")
         table.add_row(label, f"{ms:.2f}", ratio("ORT fp32"), ratio("NNCF int8 (OpenVINO)"), metric, verdict,
                       "; ".join(n for n in notes if n))  # fmt: skip
@@ -198,7 +222,9 @@ def _kept_float(workdir: Path) -> dict[str, str]:
         if quant:
             total = quant["quantized_nodes"] + len(quant["kept_float"])
             met = "" if quant["budget_met"] else ", budget NOT met on calibration data"
-            out[quant.get("placement", "onnxruntime")] = f"{len(quant['kept_float'])} of {total} nodes float{met}"
+            out[quant.get("placement", "onnxruntime")] = (
+                f"{len(quant['kept_float'])} of {total} nodes float{met}"
+            )
     return out
 
 
@@ -211,7 +237,9 @@ def _memory_line(console, info, runs: list[TrialResult], batch4: TrialResult | N
     shapes = {s.name: info.input_shape(s.name, 1) for s in info.inputs}
     predicted = estimate(onnx.load(str(info.path)), shapes, 1)
     if not measured:
-        console.print(f"memory plan: predicted {predicted.predicted_mb:.1f} MB; no ORT fp32 measurement to compare")
+        console.print(
+            f"memory plan: predicted {predicted.predicted_mb:.1f} MB; no ORT fp32 measurement to compare"
+        )
         return
     peak = min(measured)
     error = (predicted.predicted_mb - peak) / peak * 100 if peak > 0 else float("nan")
@@ -220,10 +248,14 @@ def _memory_line(console, info, runs: list[TrialResult], batch4: TrialResult | N
                   f"{predicted.floor_mb():.1f} MB; ORT fp32 worker peak RSS {peak:.1f} MB; error {error:+.0f}% "
                   "(the plan leaves out the runtime's own code, thread pools and weight copies)")  # fmt: skip
     if batch4 is not None and batch4.peak_rss_mb is not None:
-        four = estimate(onnx.load(str(info.path)), {s.name: info.input_shape(s.name, 4) for s in info.inputs}, 4)
+        four = estimate(
+            onnx.load(str(info.path)), {s.name: info.input_shape(s.name, 4) for s in info.inputs}, 4
+        )
         grew, planned = batch4.peak_rss_mb - peak, four.predicted_mb - predicted.predicted_mb
         error = (planned - grew) / grew * 100 if grew > 0 else float("nan")
-        console.print(f"memory plan, batch 1 -> 4: predicted +{planned:.1f} MB, measured +{grew:.1f} MB; error {error:+.0f}%")
+        console.print(
+            f"memory plan, batch 1 -> 4: predicted +{planned:.1f} MB, measured +{grew:.1f} MB; error {error:+.0f}%"
+        )
 
 
 def _pass_lines(console, path: Path, calibration: dict, evaluation: dict, threads: int) -> None:
@@ -244,8 +276,11 @@ def _pass_lines(console, path: Path, calibration: dict, evaluation: dict, thread
     for placement in ("onnxruntime", "openvino"):
         with_bc = _int8_cosine(quantize, QuantConfig, full, calibration, evaluation, placement=placement,
                                bias_correction=True)  # fmt: skip
-        plain = q_full if placement == "onnxruntime" else _int8_cosine(
-            quantize, QuantConfig, full, calibration, evaluation, placement=placement)
+        plain = (
+            q_full
+            if placement == "onnxruntime"
+            else _int8_cosine(quantize, QuantConfig, full, calibration, evaluation, placement=placement)
+        )
         console.print(f"bias correction ({placement} placement, no fallback): held-out cosine "
                       f"{with_bc:.4f} with it vs {plain:.4f} without")  # fmt: skip
     for name in changed:
@@ -294,7 +329,7 @@ def _interleaved(models: dict, feeds: dict, threads: int, rounds: int = 5, calls
     else:
         del runners["OpenVINO"]
     samples = {rt: {label: [] for label in models} for rt in runners}
-    for rt, by_label in runners.items():
+    for by_label in runners.values():
         for run in by_label.values():
             for _ in range(3):
                 run()
@@ -305,7 +340,9 @@ def _interleaved(models: dict, feeds: dict, threads: int, rounds: int = 5, calls
                 for _ in range(calls):
                     run()
                 samples[rt][label].append((time.perf_counter() - start) / calls * 1e3)
-    return {rt: {label: float(np.median(v)) for label, v in by_label.items()} for rt, by_label in samples.items()}
+    return {
+        rt: {label: float(np.median(v)) for label, v in by_label.items()} for rt, by_label in samples.items()
+    }
 
 
 if __name__ == "__main__":

@@ -71,4 +71,6 @@ def test_estimate_grows_with_batch_and_prunes_what_cannot_fit(tmp_path):
     assert cannot_fit(info, 4096, "fp32", need * 2) is None
     reason = cannot_fit(info, 4096, "fp32", need / 2)
     assert reason is not None and "--max-memory-mb" in reason and "batch 4096" in reason
-    assert cannot_fit(info, 4096, "int8", need / 2) is None, "int8 may need a quarter: never pruned on fp32 sizes"
+    assert cannot_fit(info, 4096, "int8", need / 2) is None, (
+        "int8 may need a quarter: never pruned on fp32 sizes"
+    )

@@ -239,7 +239,9 @@ def test_default_pipeline_is_explicit_and_every_pass_is_known():
 
     assert set(DEFAULT_PIPELINE) <= set(PASSES) and DEFAULT_PIPELINE[0] == "fold-constants"
     assert set(LEFT_OUT) <= set(PASSES) and not set(LEFT_OUT) & set(DEFAULT_PIPELINE)
-    assert set(PASSES) == set(DEFAULT_PIPELINE) | set(LEFT_OUT), "every pass is in the pipeline or says why not"
+    assert set(PASSES) == set(DEFAULT_PIPELINE) | set(LEFT_OUT), (
+        "every pass is in the pipeline or says why not"
+    )
     with pytest.raises(UsageError, match="unknown pass"):
         optimize(onnx.ModelProto(), ["no-such-pass"])
 

@@ -169,7 +169,9 @@ def _conv_head(tmp_path) -> onnx.ModelProto:
         "w2": rng.standard_normal((8, 8, 3, 3)) * 0.3, "b2": rng.standard_normal(8),
         "w3": rng.standard_normal((1, 8, 1, 1)), "b3": np.array([-1.0]),
     }  # fmt: skip
-    model.graph.initializer.extend(onnx.numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in weights.items())
+    model.graph.initializer.extend(
+        onnx.numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in weights.items()
+    )
     onnx.checker.check_model(model)
     return model
 
@@ -181,7 +183,9 @@ def _qdq_inputs(q: onnx.ModelProto) -> dict[str, set[str]]:
     for node in q.graph.node:
         for i in node.input:
             p = producers.get(i)
-            kinds.setdefault(node.op_type, set()).add("dq" if p is not None and p.op_type == "DequantizeLinear" else "float")
+            kinds.setdefault(node.op_type, set()).add(
+                "dq" if p is not None and p.op_type == "DequantizeLinear" else "float"
+            )
     return kinds
 
 
@@ -253,7 +257,9 @@ def test_bias_correction_removes_the_mean_shift_of_int8_outputs(tmp_path):
     cal = {"x": rng.standard_normal((32, 3, 16, 16)).astype(np.float32)}
     held_out = rng.standard_normal((16, 3, 16, 16)).astype(np.float32)
     plain, r0 = quantize(model, cal, QuantConfig(accuracy_budget=None, placement="openvino"))
-    fixed, r1 = quantize(model, cal, QuantConfig(accuracy_budget=None, placement="openvino", bias_correction=True))
+    fixed, r1 = quantize(
+        model, cal, QuantConfig(accuracy_budget=None, placement="openvino", bias_correction=True)
+    )
     assert r0.biases_corrected == 0 and r1.biases_corrected == 3
     onnx.checker.check_model(fixed)
     want = _run(model, {"x": held_out})
@@ -296,7 +302,9 @@ def test_smoothquant_is_exact_in_float_and_helps_with_outlier_channels():
     np.testing.assert_allclose(_run(smoothed, held_out), _run(model, held_out), rtol=1e-4, atol=1e-4)
 
     def error(alpha):
-        q, report = quantize(model, cal, QuantConfig(accuracy_budget=None, smoothquant=alpha, placement="openvino"))
+        q, report = quantize(
+            model, cal, QuantConfig(accuracy_budget=None, smoothquant=alpha, placement="openvino")
+        )
         assert report.smoothed == (0 if alpha is None else 1)
         want = _run(model, held_out)
         return float(np.abs(_run(q, held_out) - want).mean() / np.abs(want).mean())

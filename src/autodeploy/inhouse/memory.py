@@ -106,7 +106,13 @@ def estimate(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], batch:
     """The memory plan of ``model`` with its inputs at ``shapes`` (the trial's shapes at ``batch``)."""
     plan = plan_memory(model, shapes=shapes)
     weights = sum(_nbytes(t) for t in model.graph.initializer)
-    weights += sum(_nbytes(a.t) for n in model.graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value")
+    weights += sum(
+        _nbytes(a.t)
+        for n in model.graph.node
+        if n.op_type == "Constant"
+        for a in n.attribute
+        if a.name == "value"
+    )
     return MemoryEstimate(batch, weights, plan.arena, plan.lower_bound, len(plan.unknown))
 
 
@@ -140,7 +146,9 @@ def _nbytes(tensor: onnx.TensorProto) -> int:
 
 
 def plan_memory(
-    model: onnx.ModelProto, dims: Mapping[str, int] | None = None, shapes: Mapping[str, Sequence[int]] | None = None
+    model: onnx.ModelProto,
+    dims: Mapping[str, int] | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> MemoryPlan:
     """Lifetimes, sizes and arena offsets of ``model``'s activations; see the module docstring."""
     dims = dict(dims or {})

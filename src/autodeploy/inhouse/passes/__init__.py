@@ -196,7 +196,9 @@ PASSES: dict[str, GraphPass] = {
         GraphPass(
             "fold-affine",
             "fold a per-channel Add / Mul by a constant into the preceding Conv's weights and bias",
-            _rule_pass(lambda t: [r.FoldAffineIntoConv.rule("Add"), r.FoldAffineIntoConv.rule("Mul")], commute=True),
+            _rule_pass(
+                lambda t: [r.FoldAffineIntoConv.rule("Add"), r.FoldAffineIntoConv.rule("Mul")], commute=True
+            ),
         ),
         GraphPass(
             "matmul-add-to-gemm",

@@ -240,7 +240,9 @@ class _Judge:
         budget, min_cosine = budget * share, 1.0 - (1.0 - self.config.min_cosine) * share
         # One output at a time: outputs batched on other axes (state[2, batch, 128]) or not at all
         # have their own leading sizes; the verdict then judges them together.
-        results = [compare({k: outputs[k]}, {k: v}, max_top1_drop=budget).outputs[0] for k, v in reference.items()]
+        results = [
+            compare({k: outputs[k]}, {k: v}, max_top1_drop=budget).outputs[0] for k, v in reference.items()
+        ]
         passed = accuracy_verdict(results, max_drop=budget, min_cosine=min_cosine).passed
         score: dict[str, float] = {}
         for o in results:
@@ -356,7 +358,9 @@ def _bias_correction(
         old = consts.get(target.input[2]) if len(target.input) > 2 and target.input[2] else None
         if old is not None and (old.ndim != 1 or old.shape[0] != shift.shape[0]):
             continue
-        bias = (np.zeros(shift.shape[0], np.float32) if old is None else old.astype(np.float32)) - shift.astype(np.float32)
+        bias = (
+            np.zeros(shift.shape[0], np.float32) if old is None else old.astype(np.float32)
+        ) - shift.astype(np.float32)
         name = f"{node.name}_bias_corrected"
         out.graph.initializer.append(numpy_helper.from_array(bias.astype(np.float32), name))
         if len(target.input) > 2:
@@ -463,7 +467,9 @@ def _check_calibration(
         item = list(np.shape(array)[1:])
         if axis is not None and tensor.HasField("shape"):
             expected = dims[:axis] + dims[axis + 1 :]
-            bad = len(item) != len(expected) or any(e is not None and e != i for e, i in zip(expected, item, strict=False))
+            bad = len(item) != len(expected) or any(
+                e is not None and e != i for e, i in zip(expected, item, strict=False)
+            )
             if bad:
                 shown = ["?" if e is None else e for e in expected]
                 raise BuildError(f"calibration input {name!r} has items of shape {tuple(item)}, the model wants {shown}",

@@ -144,7 +144,9 @@ def plan(model: onnx.ModelProto, placement: str = "onnxruntime") -> Plan:
     floats = _float_tensors(model)
     outputs = {o.name for o in graph.output}
     ops = QUANT_OPS if placement == "onnxruntime" else OPENVINO_INPUT_OPS
-    nodes = [n for n in graph.node if n.op_type in ops and n.domain in ("", "ai.onnx") and _int8_node(n, consts)]
+    nodes = [
+        n for n in graph.node if n.op_type in ops and n.domain in ("", "ai.onnx") and _int8_node(n, consts)
+    ]
     tensors: list[str] = []
     for node in nodes:
         quantized_outputs = list(node.output[:1]) if placement == "onnxruntime" else []
@@ -171,7 +173,9 @@ def why_float(model: onnx.ModelProto, placement: str = "onnxruntime") -> dict[st
         if node.op_type == "Constant" or node.op_type in reasons:
             continue
         if node.domain not in ("", "ai.onnx") or node.op_type not in ops:
-            reasons[node.op_type] = f"no int8 kernel for {node.domain or 'ai.onnx'}::{node.op_type} on {placement}"
+            reasons[node.op_type] = (
+                f"no int8 kernel for {node.domain or 'ai.onnx'}::{node.op_type} on {placement}"
+            )
         elif not _int8_node(node, consts):
             reasons[node.op_type] = "an elementwise op with a constant operand has no int8 kernel"
         elif not any(i in floats for i in [*node.input, *node.output] if i and i not in consts):
@@ -210,7 +214,9 @@ def insert_qdq(
     builder = _Builder(graph)
     for name in active & set(the_plan.weighted):
         _quantize_weights(by_name[name], consts, qparams, builder, per_channel, reduce_range)
-    readers = _rewire(graph, qparams, keep_float, folded, active if the_plan.placement == "openvino" else None)
+    readers = _rewire(
+        graph, qparams, keep_float, folded, active if the_plan.placement == "openvino" else None
+    )
     builder.emit(graph, {t: q for t, q in qparams.items() if t in readers}, readers)
     drop_unused_initializers(graph)
     _ensure_opset(out, 13)

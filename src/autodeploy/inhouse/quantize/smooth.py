@@ -20,7 +20,9 @@ from onnx import numpy_helper
 from autodeploy.inhouse.quantize import calibrate, qdq
 
 
-def smooth(model: onnx.ModelProto, batches: Sequence[Mapping[str, np.ndarray]], alpha: float = 0.5) -> tuple[onnx.ModelProto, int]:
+def smooth(
+    model: onnx.ModelProto, batches: Sequence[Mapping[str, np.ndarray]], alpha: float = 0.5
+) -> tuple[onnx.ModelProto, int]:
     """A smoothed copy of ``model`` and how many LayerNormalizations were smoothed."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -50,7 +52,9 @@ def smooth(model: onnx.ModelProto, batches: Sequence[Mapping[str, np.ndarray]], 
         else:
             scaled, inv = f"{ln.output[0]}_smoothed", f"{ln.output[0]}_smooth_inv"
             graph.initializer.append(numpy_helper.from_array((1.0 / s).astype(np.float32), inv))
-            mul = onnx.helper.make_node("Mul", [ln.output[0], inv], [scaled], f"{ln.name or ln.output[0]}_smooth")
+            mul = onnx.helper.make_node(
+                "Mul", [ln.output[0], inv], [scaled], f"{ln.name or ln.output[0]}_smooth"
+            )
             inserted.append((ln.output[0], mul))
             for reader in matmuls:
                 reader.input[0] = scaled
@@ -62,7 +66,12 @@ def smooth(model: onnx.ModelProto, batches: Sequence[Mapping[str, np.ndarray]], 
 
 
 def _weighted_matmul(node: onnx.NodeProto, x: str, consts) -> bool:
-    return node.op_type == "MatMul" and node.input[0] == x and node.input[1] in consts and consts[node.input[1]].ndim == 2
+    return (
+        node.op_type == "MatMul"
+        and node.input[0] == x
+        and node.input[1] in consts
+        and consts[node.input[1]].ndim == 2
+    )
 
 
 def _smoothable(node, readers, consts, outputs) -> bool:
@@ -95,7 +104,9 @@ def _channel_absmax(model: onnx.ModelProto, names: list[str], batches) -> dict[s
     return found
 
 
-def _replace(graph: onnx.GraphProto, inits: dict, node: onnx.NodeProto, index: int, value: np.ndarray) -> None:
+def _replace(
+    graph: onnx.GraphProto, inits: dict, node: onnx.NodeProto, index: int, value: np.ndarray
+) -> None:
     """Point ``node.input[index]`` at a new initializer holding ``value`` (others may share the old one)."""
     name = f"{node.input[index]}_smooth_{node.name or node.output[0]}"
     tensor = numpy_helper.from_array(value.astype(np.float32), name)
