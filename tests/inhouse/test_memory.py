@@ -54,3 +54,23 @@ def test_unknown_sizes_are_reported_not_guessed():
     )
     plan = plan_memory(model)
     assert "z" in plan.unknown and plan.to_dict()["unknown_size"]
+
+
+def test_estimate_grows_with_batch_and_prunes_what_cannot_fit(tmp_path):
+    from autodeploy.inhouse.memory import cannot_fit, estimate
+    from autodeploy.model import load_model
+
+    path = tmp_path / "chain.onnx"
+    onnx.save(_chain(6), str(path))
+    one, eight = (estimate(onnx.load(str(path)), {"t0": (b, 256)}, b) for b in (1, 8))
+    assert one.lower_bound == 2 * 256 * 4 and eight.lower_bound == 8 * one.lower_bound
+    assert eight.predicted_mb > one.predicted_mb
+    info = load_model(path)
+    need = estimate(onnx.load(str(path)), {"t0": (4096, 256)}, 4096).floor_mb("fp32")  # 8 MB live
+    assert cannot_fit(info, 4096, "fp32", None) is None
+    assert cannot_fit(info, 4096, "fp32", need * 2) is None
+    reason = cannot_fit(info, 4096, "fp32", need / 2)
+    assert reason is not None and "--max-memory-mb" in reason and "batch 4096" in reason
+    assert cannot_fit(info, 4096, "int8", need / 2) is None, (
+        "int8 may need a quarter: never pruned on fp32 sizes"
+    )

@@ -235,7 +235,13 @@ def test_eliminate_dead_drops_unused_nodes():
 
 
 def test_default_pipeline_is_explicit_and_every_pass_is_known():
+    from autodeploy.inhouse.passes import LEFT_OUT
+
     assert set(DEFAULT_PIPELINE) <= set(PASSES) and DEFAULT_PIPELINE[0] == "fold-constants"
+    assert set(LEFT_OUT) <= set(PASSES) and not set(LEFT_OUT) & set(DEFAULT_PIPELINE)
+    assert set(PASSES) == set(DEFAULT_PIPELINE) | set(LEFT_OUT), (
+        "every pass is in the pipeline or says why not"
+    )
     with pytest.raises(UsageError, match="unknown pass"):
         optimize(onnx.ModelProto(), ["no-such-pass"])
 
@@ -277,3 +283,33 @@ def test_two_convs_sharing_a_weight_each_get_their_own_folded_weights():
         var=np.abs(_x(4)) + 0.1,
     )
     _check(model, ["fold-batchnorm"], {"x": _x(1, 3, 8, 8)}, rewrites=2)
+
+
+def test_fold_affine_folds_paddle_bias_and_scale_into_the_conv():
+    model = _model(
+        f"""{HEADER}
+        g (float[1,3,8,8] x) => (float[1,4,8,8] y) {{
+            c = Conv<pads = [1,1,1,1]>(x, w)
+            b = Add(c, bias)
+            s = Mul(k, b)
+            y = Add(s, shift)
+        }}""",
+        w=_x(4, 3, 3, 3),
+        bias=_x(1, 4, 1, 1),
+        k=np.array(1.7, np.float32),
+        shift=np.array(-0.3, np.float32),
+    )
+    _check(model, ["fold-affine", "eliminate-dead"], {"x": _x(1, 3, 8, 8)}, rewrites=3, ops=["Conv"])
+
+
+def test_fold_affine_refuses_a_conv_output_with_other_users():
+    model = _model(
+        f"""{HEADER}
+        g (float[1,3,8,8] x) => (float[1,4,8,8] y, float[1,4,8,8] c) {{
+            c = Conv<pads = [1,1,1,1]>(x, w)
+            y = Add(c, bias)
+        }}""",
+        w=_x(4, 3, 3, 3),
+        bias=_x(1, 4, 1, 1),
+    )
+    _check(model, ["fold-affine"], {"x": _x(1, 3, 8, 8)}, rewrites=0)  # c is read by the Add and the output

@@ -118,7 +118,7 @@ def test_unreachable_budget_keeps_all_int8_and_says_so(small):
     cal = {"x": np.random.default_rng(1).standard_normal((64, 16)).astype(np.float32)}
     model, _ = optimize(small)
     q, report = quantize(model, cal, QuantConfig(accuracy_budget=-1.0))  # needs top-1 agreement >= 2
-    assert set(report.sensitivity) == set(qdq.plan(qdq.name_nodes(model)).weighted)
+    assert set(report.sensitivity) == set(qdq.plan(qdq.name_nodes(model)).nodes)  # ranked by the outputs
     assert not report.budget_met and report.kept_float == ()
     onnx.checker.check_model(q)
 
@@ -148,3 +148,165 @@ def test_qdq_model_runs_in_openvino(small):
     feeds = rng.standard_normal((4, 16)).astype(np.float32)
     got = compiled({"x": feeds})[0]
     np.testing.assert_allclose(got, _run(q, {"x": feeds}), rtol=0.05, atol=0.05 * np.abs(got).max())
+
+
+def _conv_head(tmp_path) -> onnx.ModelProto:
+    """Conv -> HardSwish -> Conv (+ a residual Add of two activations) -> Sigmoid: a detector-style map."""
+    rng = np.random.default_rng(3)
+    text = """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N,3,16,16] x) => (float[N,1,16,16] y) {
+            a = Conv<pads = [1,1,1,1]>(x, w1, b1)
+            h = HardSwish(a)
+            s = Mul(h, k)
+            c = Conv<pads = [1,1,1,1]>(s, w2, b2)
+            r = Add(c, s)
+            d = Conv(r, w3, b3)
+            y = Sigmoid(d)
+        }"""
+    model = onnx.parser.parse_model(text)
+    weights = {
+        "w1": rng.standard_normal((8, 3, 3, 3)), "b1": rng.standard_normal(8), "k": np.array(0.5),
+        "w2": rng.standard_normal((8, 8, 3, 3)) * 0.3, "b2": rng.standard_normal(8),
+        "w3": rng.standard_normal((1, 8, 1, 1)), "b3": np.array([-1.0]),
+    }  # fmt: skip
+    model.graph.initializer.extend(
+        onnx.numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in weights.items()
+    )
+    onnx.checker.check_model(model)
+    return model
+
+
+def _qdq_inputs(q: onnx.ModelProto) -> dict[str, set[str]]:
+    """op type -> the kinds of its inputs ('dq' when read through a DequantizeLinear)."""
+    producers = {o: n for n in q.graph.node for o in n.output}
+    kinds: dict[str, set[str]] = {}
+    for node in q.graph.node:
+        for i in node.input:
+            p = producers.get(i)
+            kinds.setdefault(node.op_type, set()).add(
+                "dq" if p is not None and p.op_type == "DequantizeLinear" else "float"
+            )
+    return kinds
+
+
+def test_placement_follows_the_runtime(tmp_path):
+    model = _conv_head(tmp_path)
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 16, 16)).astype(np.float32)}
+    ov, _ = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
+    ort_q, _ = quantize(model, cal, QuantConfig(placement="onnxruntime", accuracy_budget=None))
+    ov_kinds, ort_kinds = _qdq_inputs(ov), _qdq_inputs(ort_q)
+    # NNCF's CPU layout: activations run in the Conv's float post-ops, never behind a QDQ pair
+    assert ov_kinds["HardSwish"] == {"float"} and ov_kinds["Sigmoid"] == {"float"}
+    assert ov_kinds["Mul"] == {"float"}, "a Mul by a constant has no int8 kernel: no QDQ around it"
+    assert "dq" in ov_kinds["Add"], "an Add of two activations is quantized on its inputs"
+    # ORT's layout: the Conv output is quantized too, so DQ -> Conv -> Q becomes QLinearConv
+    assert ort_kinds["HardSwish"] == {"dq"} and ov_kinds["Sigmoid"] == {"float"}
+    for q in (ov, ort_q):
+        onnx.checker.check_model(q)
+        x = cal["x"][:4]
+        a, b = _run(model, {"x": x}).ravel(), _run(q, {"x": x}).ravel()
+        assert a @ b / np.linalg.norm(a) / np.linalg.norm(b) > 0.95
+
+
+@pytest.mark.parametrize("placement", ["onnxruntime", "openvino"])
+def test_fallback_meets_a_cosine_budget_on_a_map_output(tmp_path, placement):
+    model = _conv_head(tmp_path)
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 16, 16)).astype(np.float32)}
+    strict = QuantConfig(placement=placement, min_cosine=0.99999, max_float_fraction=1.0)
+    q, report = quantize(model, cal, strict)
+    assert report.agreement_all_int8["y cosine"] < 0.99999, "the budget must need the fallback"
+    assert report.budget_met and report.kept_float
+    assert report.agreement_final["y cosine"] >= 0.99999
+    a, b = _run(model, cal).ravel(), _run(q, cal).ravel()  # the returned model is the one judged
+    assert a @ b / np.linalg.norm(a) / np.linalg.norm(b) >= 0.99999 - 1e-6
+
+
+def test_a_model_with_nothing_to_quantize_stays_float_and_says_why():
+    model = onnx.parser.parse_model(
+        '<ir_version: 8, opset_import: ["" : 17]> g (float[N,4] x, int64[N,4] i) => (float[N,4] y, int64[N,4] j) '
+        "{ y = Softmax(x) \n j = Add(i, i) }"
+    )
+    feeds = {"x": np.ones((4, 4), np.float32), "i": np.ones((4, 4), np.int64)}
+    q, report = quantize(model, feeds)
+    assert not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in q.graph.node)
+    assert report.quantized_tensors == 0 and report.budget_met
+    assert "no int8 kernel" in report.not_quantized["Softmax"]
+    assert "no float32 activation" in report.not_quantized["Add"]
+    np.testing.assert_array_equal(_run(q, feeds), _run(model, feeds))
+
+
+@pytest.mark.parametrize(
+    ("feeds", "says"),
+    [
+        ({"x": np.ones((4, 17), np.float32)}, "calibration input 'x' has items of shape (17,)"),
+        ({"x": np.ones((4, 16), np.float64)}, "calibration input 'x' is float64"),
+        ({"pixels": np.ones((4, 16), np.float32)}, "calibration input 'pixels' is not a model input"),
+    ],
+)
+def test_wrong_calibration_data_is_one_line_naming_the_input(small, feeds, says):
+    from autodeploy.errors import BuildError
+
+    with pytest.raises(BuildError) as caught:
+        quantize(small, feeds)
+    assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_bias_correction_removes_the_mean_shift_of_int8_outputs(tmp_path):
+    model = _conv_head(tmp_path)
+    rng = np.random.default_rng(0)
+    cal = {"x": rng.standard_normal((32, 3, 16, 16)).astype(np.float32)}
+    held_out = rng.standard_normal((16, 3, 16, 16)).astype(np.float32)
+    plain, r0 = quantize(model, cal, QuantConfig(accuracy_budget=None, placement="openvino"))
+    fixed, r1 = quantize(
+        model, cal, QuantConfig(accuracy_budget=None, placement="openvino", bias_correction=True)
+    )
+    assert r0.biases_corrected == 0 and r1.biases_corrected == 3
+    onnx.checker.check_model(fixed)
+    want = _run(model, {"x": held_out})
+    # the bias is what it corrects: the mean error shrinks on data it never saw
+    shift = [abs(float((_run(q, {"x": held_out}) - want).mean())) for q in (plain, fixed)]
+    assert shift[1] < shift[0]
+
+
+def _ln_matmul(outlier: float) -> onnx.ModelProto:
+    """LayerNorm -> MatMul (+ a residual reader of the LayerNorm), with one outlier channel."""
+    rng = np.random.default_rng(5)
+    model = onnx.parser.parse_model(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N,8,32] x) => (float[N,8,16] y, float[N,8,32] r) {
+            n = LayerNormalization<axis = -1>(x, gamma, beta)
+            y = MatMul(n, w)
+            r = Add(n, x)
+        }"""
+    )
+    gamma = np.ones(32, np.float32)
+    gamma[3] = outlier
+    model.graph.initializer.extend([
+        onnx.numpy_helper.from_array(gamma, "gamma"),
+        onnx.numpy_helper.from_array(rng.standard_normal(32).astype(np.float32) * 0.1, "beta"),
+        onnx.numpy_helper.from_array(rng.standard_normal((32, 16)).astype(np.float32) * 0.2, "w"),
+    ])  # fmt: skip
+    return model
+
+
+def test_smoothquant_is_exact_in_float_and_helps_with_outlier_channels():
+    from autodeploy.inhouse.quantize.smooth import smooth
+
+    model = _ln_matmul(outlier=60.0)
+    rng = np.random.default_rng(0)
+    cal = {"x": rng.standard_normal((32, 8, 32)).astype(np.float32)}
+    held_out = {"x": rng.standard_normal((16, 8, 32)).astype(np.float32)}
+    smoothed, count = smooth(model, [cal], alpha=0.5)
+    assert count == 1
+    onnx.checker.check_model(smoothed)
+    np.testing.assert_allclose(_run(smoothed, held_out), _run(model, held_out), rtol=1e-4, atol=1e-4)
+
+    def error(alpha):
+        q, report = quantize(
+            model, cal, QuantConfig(accuracy_budget=None, smoothquant=alpha, placement="openvino")
+        )
+        assert report.smoothed == (0 if alpha is None else 1)
+        want = _run(model, held_out)
+        return float(np.abs(_run(q, held_out) - want).mean() / np.abs(want).mean())
+
+    assert error(0.5) < 0.7 * error(None)

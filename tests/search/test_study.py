@@ -185,3 +185,16 @@ def test_every_engine_and_precision_gets_a_look_before_any_is_refined(tmp_path):
     trials = optuna.load_study(study_name="s", storage=db).trials
     first = {(t.user_attrs["config"]["engine"], t.user_attrs["config"]["precision"]) for t in trials[: 2 * len(engines)]}
     assert first == {(e, p) for e in engines for p in ("fp32", "int8")}
+
+
+@pytest.mark.slow
+def test_a_config_the_memory_plan_cannot_fit_is_pruned_before_building(tmp_path):
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    # zoo mlp: weights + live activations are ~0.0009 MB, so 0.0005 MB cannot fit
+    ctx = make_ctx(tmp_path, db, trials=1, precisions=["fp32"], constraints={"max_memory_mb": 0.0005},
+                   finalists={"count": 0})  # fmt: skip
+    run_study(ctx)
+    trials = optuna.load_study(study_name="s", storage=db).trials
+    assert trials and all(t.state.name == "PRUNED" for t in trials)
+    assert all("memory plan needs at least" in t.user_attrs["pruned_reason"] for t in trials)
+    assert ctx.store.study_trials("s") == [], "nothing was built or measured"

@@ -25,13 +25,14 @@ app = typer.Typer(
 @app.command("passes")
 def passes() -> None:
     """List the graph passes, default pipeline first."""
-    from autodeploy.inhouse.passes import DEFAULT_PIPELINE, PASSES
+    from autodeploy.inhouse.passes import DEFAULT_PIPELINE, LEFT_OUT, PASSES
 
     table = Table(title="graph passes (default pipeline in this order)")
     for column in ("pass", "default", "what it does"):
         table.add_column(column)
     for name, graph_pass in PASSES.items():
-        table.add_row(name, "yes" if name in DEFAULT_PIPELINE else "", shown(graph_pass.purpose))
+        default = "yes" if name in DEFAULT_PIPELINE else shown(f"no: {LEFT_OUT.get(name, '')}")
+        table.add_row(name, default, shown(graph_pass.purpose))
     out.print(table)
 
 

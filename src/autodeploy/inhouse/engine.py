@@ -5,10 +5,13 @@ Build knobs:
 * ``calibration``: ``minmax``, ``percentile`` or ``entropy`` (int8 only);
 * ``activation_symmetric``: symmetric int8 activations instead of asymmetric (int8 only);
 * ``fallback``: keep the most sensitive layers in float until the accuracy budget holds (int8);
+* ``smoothquant``: SmoothQuant scaling (alpha 0.5) of LayerNorm -> MatMul before quantizing (int8);
+* ``bias_correction``: subtract each Conv/Gemm's mean int8 output shift from its bias (int8);
 * ``reduce_range``: 7-bit weights; ``auto`` turns it on for x86 CPUs without VNNI, where the
   int8 kernels of both ONNX Runtime and OpenVINO saturate with full-range weights (int8);
 * ``runtime``: ``onnxruntime`` (default; fp32 passes may use ORT's fused contrib ops) or
-  ``openvino`` (standard ops only; the QDQ model is read by OpenVINO's ONNX frontend).
+  ``openvino`` (standard ops only; the QDQ model is read by OpenVINO's ONNX frontend). The
+  int8 QDQ placement follows it (:func:`autodeploy.inhouse.quantize.qdq.plan`).
 
 Run-time knobs are ONNX Runtime's (``adapters/ort.py``); the artifact runs on the ``runtime``
 knob's engine runtime (:mod:`autodeploy.runtime`), with the settings that engine's adapter derives.
@@ -45,12 +48,15 @@ CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
 DEFAULT_CALIBRATION = "percentile"
 #: The accuracy budget of the fallback: DESIGN.md's default constraint (top-1 drop <= 1%).
 ACCURACY_BUDGET = DEFAULT_MAX_ACCURACY_DROP
+#: SmoothQuant's alpha: the paper's default, half of the activation range moved into the weights.
+SMOOTHQUANT_ALPHA = 0.5
 
 
 class InhouseEngine(Engine):
     name = "inhouse"
     extra = None  # onnxscript is a core dependency, and ONNX Runtime runs the result
-    build_knobs = frozenset({"calibration", "activation_symmetric", "fallback", "reduce_range", "runtime"})
+    build_knobs = frozenset({"calibration", "activation_symmetric", "fallback", "reduce_range", "runtime",
+                             "bias_correction", "smoothquant"})  # fmt: skip
     runtime = ort.rt.__name__  # or OpenVINO's, with the ``runtime`` knob (see runtime_module)
     build_packages = ("onnxscript",)
 
@@ -97,6 +103,8 @@ class InhouseEngine(Engine):
                 "fallback": (True, False),
                 "reduce_range": ("auto", True, False),
                 "runtime": runtimes,
+                "bias_correction": (False, True),
+                "smoothquant": (False, True),
                 "inter_op_num_threads": (1, 2, 4),
                 "execution_mode": EXECUTION_MODES,
                 "graph_optimization_level": OPT_LEVELS,
@@ -170,6 +178,10 @@ def _quantize(
         activation_symmetric=bool(config.knobs.get("activation_symmetric", False)),
         reduce_range=bool(reduce_range),
         accuracy_budget=ACCURACY_BUDGET if config.knobs.get("fallback", True) else None,
+        # QDQ where the runtime that runs the artifact fuses it into integer kernels
+        placement=config.knobs.get("runtime", "onnxruntime"),
+        bias_correction=bool(config.knobs.get("bias_correction", False)),
+        smoothquant=SMOOTHQUANT_ALPHA if config.knobs.get("smoothquant", False) else None,
     )
     axes = {name: info.batch_axis(name) for name in info.input_names}
     quantized, report = quantize(model, calibration, settings, axes)

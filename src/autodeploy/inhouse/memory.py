@@ -12,21 +12,36 @@ Reported, in bytes:
 * ``arena``: the size of one arena with every tensor at an offset, tensors whose lifetimes
   overlap never sharing bytes - the greedy-by-size plan of TFLite's arena planner.
 
-Shapes come from ONNX shape inference with symbolic dims fixed by ``dims`` (default 1); a
-tensor whose size is still unknown is listed and left out of the totals.
+Shapes come from ONNX shape inference with symbolic dims fixed by ``dims`` (default 1) or the
+inputs' full ``shapes``; a tensor whose size is still unknown is listed and left out of the totals.
+
+:func:`estimate` turns the plan into a peak-memory prediction per batch size (weights plus the
+arena), and :func:`cannot_fit` is the search's hook: it prunes a config whose *floor* (weights
+plus the activations live at one step, at the precision's element size) is already over
+``--max-memory-mb``, before anything is built. The floor never counts what a runtime adds
+(its code, prepacked weights, thread pools), so it never prunes a config that could fit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 from onnx import helper
 
+if TYPE_CHECKING:
+    from autodeploy.model import ModelInfo
+
 ALIGNMENT = 64
+MB = 1024 * 1024
+#: Bytes per element of weights and activations at a precision (int8 keeps float activations at
+#: worst, but the floor must never over-count: an int8 runtime may keep them in 8 bits).
+ELEMENT_FRACTION = {"int8": 0.25, "fp16": 0.5, "bf16": 0.5}
 
 
 @dataclass(frozen=True)
@@ -67,10 +82,77 @@ class MemoryPlan:
         return out
 
 
-def plan_memory(model: onnx.ModelProto, dims: Mapping[str, int] | None = None) -> MemoryPlan:
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Predicted memory of one model at one batch size, in bytes (fp32 weights and activations)."""
+
+    batch: int
+    weights: int
+    arena: int
+    lower_bound: int
+    unknown: int  # activations whose size shape inference could not tell
+
+    @property
+    def predicted_mb(self) -> float:
+        """Weights plus the planned arena: what a runtime with a reusing allocator needs at least."""
+        return (self.weights + self.arena) / MB
+
+    def floor_mb(self, precision: str = "fp32") -> float:
+        """No runtime can run the model in less: weights and the live activations, at the precision's size."""
+        return (self.weights + self.lower_bound) * ELEMENT_FRACTION.get(precision, 1.0) / MB
+
+
+def estimate(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], batch: int) -> MemoryEstimate:
+    """The memory plan of ``model`` with its inputs at ``shapes`` (the trial's shapes at ``batch``)."""
+    plan = plan_memory(model, shapes=shapes)
+    weights = sum(_nbytes(t) for t in model.graph.initializer)
+    weights += sum(
+        _nbytes(a.t)
+        for n in model.graph.node
+        if n.op_type == "Constant"
+        for a in n.attribute
+        if a.name == "value"
+    )
+    return MemoryEstimate(batch, weights, plan.arena, plan.lower_bound, len(plan.unknown))
+
+
+def cannot_fit(model: ModelInfo, batch: int, precision: str, max_memory_mb: float | None) -> str | None:
+    """Why a config of ``model`` at ``batch`` cannot fit in ``max_memory_mb`` (the study prunes it), or None."""
+    if max_memory_mb is None:
+        return None
+    try:
+        shapes = {spec.name: model.input_shape(spec.name, batch) for spec in model.inputs}
+    except Exception:  # a shape the model cannot take is the search space's reason, not ours
+        return None
+    found = _estimate_cached(str(model.path), model.sha256, json.dumps(sorted(shapes.items())), batch)
+    floor = found.floor_mb(precision)
+    if floor <= max_memory_mb:
+        return None
+    return (f"the memory plan needs at least {floor:.0f} MB at batch {batch} in {precision} "
+            f"(weights + activations live at once), over --max-memory-mb {max_memory_mb:g}")  # fmt: skip
+
+
+@functools.lru_cache(maxsize=64)
+def _estimate_cached(path: str, sha256: str, shapes: str, batch: int) -> MemoryEstimate:
+    return estimate(onnx.load(path), dict(json.loads(shapes)), batch)
+
+
+def _nbytes(tensor: onnx.TensorProto) -> int:
+    try:
+        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    except (KeyError, TypeError):
+        return 0
+    return int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
+
+
+def plan_memory(
+    model: onnx.ModelProto,
+    dims: Mapping[str, int] | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+) -> MemoryPlan:
     """Lifetimes, sizes and arena offsets of ``model``'s activations; see the module docstring."""
     dims = dict(dims or {})
-    fixed, used_dims = _fix_dims(model, dims)
+    fixed, used_dims = _fix_dims(model, dims, shapes or {})
     sizes = _sizes(fixed)
     graph = fixed.graph
     nodes = list(graph.node)
@@ -100,15 +182,21 @@ def plan_memory(model: onnx.ModelProto, dims: Mapping[str, int] | None = None) -
     )
 
 
-def _fix_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> tuple[onnx.ModelProto, dict[str, int]]:
-    """A copy whose graph inputs have static shapes (symbolic dims from ``dims``, else 1), shapes inferred."""
+def _fix_dims(
+    model: onnx.ModelProto, dims: Mapping[str, int], shapes: Mapping[str, Sequence[int]]
+) -> tuple[onnx.ModelProto, dict[str, int]]:
+    """A copy whose graph inputs have static shapes (``shapes``, else symbolic dims from ``dims``, else 1), shapes inferred."""
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
     del fixed.graph.value_info[:]
     used: dict[str, int] = {}
     for value in fixed.graph.input:
-        for dim in value.type.tensor_type.shape.dim:
-            if not dim.HasField("dim_value"):
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if value.name in shapes and axis < len(shapes[value.name]):
+                if not dim.HasField("dim_value") and dim.dim_param:
+                    used[dim.dim_param] = int(shapes[value.name][axis])
+                dim.dim_value = int(shapes[value.name][axis])
+            elif not dim.HasField("dim_value"):
                 key = dim.dim_param or "?"
                 used[key] = int(dims.get(key, 1))
                 dim.dim_value = used[key]

@@ -357,6 +357,7 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
     trial.set_user_attr("artifact_key", artifact)
     reason = next((r for c in ctx.shape_cases() if (r := unsupported_reason(config, ctx.device, c.model))), None)
     reason = reason or memory.dead.get(artifact)
+    reason = reason or _cannot_fit(ctx, config)  # the memory plan: pruned before anything is built
     if reason:
         trial.set_user_attr("pruned_reason", reason)
         study.tell(trial, state=state.PRUNED)
@@ -393,6 +394,13 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
     study.tell(trial, values(measured.metrics, ctx.config.objective))
     memory.seen.setdefault(config.key(), study.get_trials(deepcopy=False)[trial.number])  # as told, constraints too
     return True
+
+
+def _cannot_fit(ctx: StudyContext, config: TrialConfig) -> str | None:
+    from autodeploy.inhouse.memory import cannot_fit
+
+    limit = ctx.config.constraints.max_memory_mb
+    return next((r for c in ctx.shape_cases() if (r := cannot_fit(c.model, config.batch, config.precision, limit))), None)
 
 
 def _bury(trial: optuna.Trial, memory: _Memory, artifact: str, reason: str) -> None:

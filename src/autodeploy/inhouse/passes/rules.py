@@ -190,6 +190,66 @@ class FoldBatchNormIntoConv(pattern.RewriteRuleClassBase):
         return op.Conv(x, w, b, **conv.attributes)
 
 
+def _channel_constant(c: np.ndarray | None, channels: int, out_rank: int | None) -> np.ndarray | None:
+    """A constant that acts per output channel of an N-C-spatial Conv output, as ``[C]``; else None."""
+    if c is None or c.dtype.kind != "f" or out_rank is None or c.ndim > out_rank:
+        return None
+    if c.size == 1:
+        return np.full(channels, float(c.reshape(-1)[0]))
+    shape = (1,) * (out_rank - c.ndim) + c.shape
+    if shape[1] != channels or any(d != 1 for i, d in enumerate(shape) if i != 1):
+        return None
+    return c.reshape(-1)
+
+
+class FoldAffineIntoConv(pattern.RewriteRuleClassBase):
+    """``Add(Conv(x, W, B), c)`` -> ``Conv(x, W, B + c)``; ``Mul(Conv(x, W, B), s)`` -> ``Conv(x, W * s, B * s)``.
+
+    For a per-channel or scalar constant ``c`` / ``s``. PaddlePaddle exports (PP-OCR, PP-LCNet) write
+    a Conv without bias, then the bias as an Add and a learnable affine (Mul, Add by scalars) after
+    it; folded, the quantizer sees one Conv instead of four quantization points.
+    """
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"FoldAffineIntoConv[{kind}]")
+        self._kind = kind
+
+    def pattern(self, op, x, c):
+        conv = op.Conv(x, _allow_other_inputs=True, _outputs=["conv_out"])
+        return op.Add(conv, c) if self._kind == "Add" else op.Mul(conv, c)
+
+    def check(self, context, x, c, conv_out, **_) -> MatchResult:
+        result = MatchResult()
+        conv = conv_out.producer()
+        weight = const(conv.inputs[1])
+        if weight is None or weight.dtype.kind != "f":
+            return result.fail("the Conv weight is not a float constant")
+        if len(conv.inputs) > 2 and conv.inputs[2] is not None and const(conv.inputs[2]) is None:
+            return result.fail("the Conv bias is not a constant")
+        if len(conv_out.uses()) != 1 or conv_out.is_graph_output():
+            return result.fail("the Conv output has other users")
+        self._c = _channel_constant(const(c), weight.shape[0], rank(conv_out) or weight.ndim)
+        if self._c is None:
+            return result.fail("the operand is not a constant scalar or one value per output channel")
+        base = fresh_name(context.graph_or_function, f"{conv.inputs[1].name or 'conv'}_affine", ("_w", "_b"))
+        self._names = (f"{base}_w", f"{base}_b")
+        return result
+
+    def rewrite(self, op, x, c, conv_out, **_):
+        conv = conv_out.producer()
+        weight = const(conv.inputs[1])
+        has_bias = len(conv.inputs) > 2 and conv.inputs[2] is not None
+        bias = const(conv.inputs[2]).astype(np.float64) if has_bias else np.zeros(weight.shape[0])
+        k = self._c.astype(np.float64)
+        if self._kind == "Add":
+            new_w, new_b = weight, bias + k
+        else:
+            new_w, new_b = weight * k.reshape(-1, *([1] * (weight.ndim - 1))), bias * k
+        w = op.initializer(ir.tensor(new_w.astype(weight.dtype)), name=self._names[0])
+        b = op.initializer(ir.tensor(new_b.astype(weight.dtype)), name=self._names[1])
+        return op.Conv(x, w, b, **conv.attributes)
+
+
 # -- MatMul + Add -> Gemm -------------------------------------------------------------------
 
 

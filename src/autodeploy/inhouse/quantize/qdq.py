@@ -32,6 +32,7 @@ QUANT_OPS = frozenset(
     {
         *WEIGHTED_OPS,
         "Add",
+        "Mul",
         "Relu",
         "Clip",
         "MaxPool",
@@ -45,6 +46,14 @@ QUANT_OPS = frozenset(
         "Unsqueeze",
     }
 )
+#: Elementwise ops quantized only between two activations: with a constant operand (a bias or
+#: scale Add/Mul) neither runtime has an int8 kernel, so QDQ there only adds rounding.
+BINARY_OPS = frozenset({"Add", "Mul"})
+#: OpenVINO placement (NNCF's for CPU): a quantizer on the activation inputs of the ops with int8
+#: kernels only; activations, bias/scale ops and data movement after them stay inside the fused
+#: float post-ops of the producing Conv, so their outputs are never quantized.
+OPENVINO_INPUT_OPS = frozenset({*WEIGHTED_OPS, *BINARY_OPS, "AveragePool", "GlobalAveragePool"})
+PLACEMENTS = ("onnxruntime", "openvino")
 SHARED_SCALE_OPS = frozenset({"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze"})
 INT8_MIN, INT8_MAX = -128, 127
 UINT8_MAX = 255
@@ -85,7 +94,8 @@ def quantize_weight(w: np.ndarray, axis: int | None, qmax: int = WEIGHT_MAX) -> 
         amax = np.array(np.abs(w).max(initial=0.0))
     else:
         amax = np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)).max(axis=1, initial=0.0)
-    scale = np.where(amax > 0, amax / qmax, 1.0).astype(np.float32)
+    # A channel of (near) zeros gets scale 1: a denormal scale underflows the int32 bias scale.
+    scale = np.where(amax > 1e-30, amax / qmax, 1.0).astype(np.float32)
     shape = [1] * w.ndim
     if axis is not None:
         shape[axis] = -1
@@ -101,6 +111,8 @@ class Plan:
     weighted: tuple[str, ...]
     tensors: tuple[str, ...]
     foldable: Mapping[str, float] = field(default_factory=dict)  # Relu/Clip output -> upper bound
+    #: ``openvino``: only quantized consumers read a dequantized tensor; ``onnxruntime``: all do.
+    placement: str = "onnxruntime"
 
 
 def name_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -115,16 +127,30 @@ def name_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def plan(model: onnx.ModelProto) -> Plan:
-    """The candidate nodes and tensors of a model whose nodes are named (see :func:`name_nodes`)."""
+def plan(model: onnx.ModelProto, placement: str = "onnxruntime") -> Plan:
+    """The candidate nodes and tensors of a model whose nodes are named (see :func:`name_nodes`).
+
+    ``placement`` follows what the runtime fuses into integer kernels:
+
+    * ``onnxruntime`` (its ``quantize_static`` QDQ layout): inputs *and* outputs of the ops in
+      :data:`QUANT_OPS`, so each ``DQ -> op -> Q`` becomes a QLinear kernel;
+    * ``openvino`` (NNCF's CPU layout): inputs of :data:`OPENVINO_INPUT_OPS` only; OpenVINO
+      fuses the ``FakeQuantize`` into the producer's output as a post-op.
+    """
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
     graph = model.graph
     consts = constants(graph)
     floats = _float_tensors(model)
     outputs = {o.name for o in graph.output}
-    nodes = [n for n in graph.node if n.op_type in QUANT_OPS and n.domain in ("", "ai.onnx")]
+    ops = QUANT_OPS if placement == "onnxruntime" else OPENVINO_INPUT_OPS
+    nodes = [
+        n for n in graph.node if n.op_type in ops and n.domain in ("", "ai.onnx") and _int8_node(n, consts)
+    ]
     tensors: list[str] = []
     for node in nodes:
-        for name in _activation_inputs(node, consts) + list(node.output[:1]):
+        quantized_outputs = list(node.output[:1]) if placement == "onnxruntime" else []
+        for name in _activation_inputs(node, consts) + quantized_outputs:
             if name and name in floats and name not in consts and name not in tensors:
                 tensors.append(name)
     weighted = tuple(n.name for n in nodes if _weight(n, consts) is not None)
@@ -132,8 +158,38 @@ def plan(model: onnx.ModelProto) -> Plan:
         tuple(n.name for n in nodes),
         weighted,
         tuple(t for t in tensors if t not in outputs),
-        _foldable(graph, consts, outputs),
+        _foldable(graph, consts, outputs) if placement == "onnxruntime" else {},
+        placement,
     )
+
+
+def why_float(model: onnx.ModelProto, placement: str = "onnxruntime") -> dict[str, str]:
+    """For a model with nothing to quantize: each op type and why it stays float."""
+    consts = constants(model.graph)
+    floats = _float_tensors(model)
+    ops = QUANT_OPS if placement == "onnxruntime" else OPENVINO_INPUT_OPS
+    reasons: dict[str, str] = {}
+    for node in model.graph.node:
+        if node.op_type == "Constant" or node.op_type in reasons:
+            continue
+        if node.domain not in ("", "ai.onnx") or node.op_type not in ops:
+            reasons[node.op_type] = (
+                f"no int8 kernel for {node.domain or 'ai.onnx'}::{node.op_type} on {placement}"
+            )
+        elif not _int8_node(node, consts):
+            reasons[node.op_type] = "an elementwise op with a constant operand has no int8 kernel"
+        elif not any(i in floats for i in [*node.input, *node.output] if i and i not in consts):
+            reasons[node.op_type] = "no float32 activation to quantize"
+        else:
+            reasons[node.op_type] = "its activations are graph outputs, which stay float"
+    return reasons
+
+
+def _int8_node(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> bool:
+    """Whether a runtime has an int8 kernel for the node: Add/Mul only between two activations."""
+    if node.op_type in BINARY_OPS:
+        return sum(1 for i in node.input if i and i not in consts) == 2
+    return True
 
 
 def insert_qdq(
@@ -158,9 +214,11 @@ def insert_qdq(
     builder = _Builder(graph)
     for name in active & set(the_plan.weighted):
         _quantize_weights(by_name[name], consts, qparams, builder, per_channel, reduce_range)
-    readers = _rewire(graph, qparams, keep_float, folded)
+    readers = _rewire(
+        graph, qparams, keep_float, folded, active if the_plan.placement == "openvino" else None
+    )
     builder.emit(graph, {t: q for t, q in qparams.items() if t in readers}, readers)
-    _drop_unused_initializers(graph)
+    drop_unused_initializers(graph)
     _ensure_opset(out, 13)
     return out
 
@@ -359,10 +417,12 @@ def _rewire(
     qparams: Mapping[str, QParams],
     keep_float: Collection[str],
     folded: Collection[str],
+    only: Collection[str] | None = None,
 ) -> dict[str, str]:
     """Point consumers at the dequantized tensors; return tensor -> dequantized name.
 
-    Tensors that no consumer reads dequantized (all of them kept in float) are left out.
+    With ``only``, just those consumers read the dequantized copy (the quantizer sits on their
+    input edge). Tensors that no consumer reads dequantized (all of them kept in float) are left out.
     """
     taken = {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
     readers: dict[str, str] = {}
@@ -370,7 +430,8 @@ def _rewire(
         # A float node reads the float tensor, unless a folded activation made the float tensor
         # the pre-activation value: then only the dequantized one is correct.
         for i, name in enumerate(node.input):
-            if name in qparams and (node.name not in keep_float or name in folded):
+            reads = node.name not in keep_float if only is None else node.name in only
+            if name in qparams and (reads or name in folded):
                 if name not in readers:
                     readers[name] = _unique(f"{name}_dequantized", taken)
                 node.input[i] = readers[name]
@@ -459,7 +520,7 @@ def _bias(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> str | None:
     return node.input[index]
 
 
-def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
+def drop_unused_initializers(graph: onnx.GraphProto) -> None:
     used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
     used |= {i for n in graph.node for a in n.attribute if a.g.node for m in a.g.node for i in m.input}
     keep = [t for t in graph.initializer if t.name in used]
