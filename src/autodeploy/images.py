@@ -60,7 +60,7 @@ class Preprocess:
             raise DataError(f"unknown layout {self.layout!r}", fix=f"choose one of {', '.join(LAYOUTS)}")
 
     def to_dict(self) -> dict[str, object]:
-        return {"layout": self.layout, "reverse_input_channels": self.reverse_input_channels,
+        return {"layout": self.layout.upper() if self.layout else None, "reverse_input_channels": self.reverse_input_channels,
                 "mean_values": list(self.mean_values) if self.mean_values else None,
                 "scale_values": list(self.scale_values) if self.scale_values else None}  # fmt: skip
 
