@@ -42,14 +42,16 @@ def trial_record(trial: TrialRow | StoredTrial) -> dict[str, Any]:
                       failure_message=r.failure_message, study=None, phase=None, command=None,
                       model={"name": trial.model.name, "sha256": trial.model.sha256},
                       device={"fingerprint": trial.device.fingerprint, "cpu": trial.device.cpu_model},
-                      engine_version=r.engine_version, config=r.config, measurement=r.measurement)  # fmt: skip
+                      engine_version=r.engine_version, config=r.config, measurement=r.measurement,
+                      inputs=r.extra.get("inputs"))  # fmt: skip
     else:
         fields = dict(id=trial.id, uid=trial.uid, created_at=trial.created_at, status=trial.status,
                       failure_kind=trial.failure_kind, failure_message=trial.failure_message, study=trial.study,
                       phase=trial.phase, command=trial.command,
                       model={"name": trial.model_name, "sha256": trial.model_sha256},
                       device={"fingerprint": trial.device_fingerprint, "cpu": trial.device_cpu},
-                      engine_version=trial.engine_version, config=trial.config, measurement=trial.measurement)  # fmt: skip
+                      engine_version=trial.engine_version, config=trial.config, measurement=trial.measurement,
+                      inputs=None)  # fmt: skip
     return _trial(**fields)
 
 
@@ -66,6 +68,7 @@ def _trial(*, config: Any, engine_version: str | None, measurement: Measurement 
         "config": config.to_dict(),
         "label": config.label(),
         "measurement": None if measurement is None else _jsonable(measurement.to_dict(samples=False)),
+        "inputs": rest["inputs"],
     }
 
 
@@ -95,6 +98,7 @@ def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
         "tie_with": list(s.get("tie_with") or ()),
         "speedup_vs_baseline": s.get("speedup_vs_baseline"),
         "note": s.get("note") or "",
+        "inputs": s.get("inputs") or None,
     }
 
 
@@ -173,7 +177,8 @@ _MEASUREMENT = {
             "type": ["object", "null"],
             "required": ["outputs", "n_samples", "constraint", "passed"],
             "properties": {"outputs": {"type": "array", "items": _OUTPUT}, "n_samples": {"type": "integer"},
-                           "constraint": {"type": "string"}, "passed": {"type": "boolean"}},  # fmt: skip
+                           "constraint": {"type": "string"}, "passed": {"type": "boolean"},
+                           "metric": _STR, "metric_value": _NUM, "reference_metric_value": _NUM},  # fmt: skip
         },
     },
 }
@@ -200,6 +205,8 @@ _TRIAL = {
         "config": _CONFIG,
         "label": {"type": "string"},
         "measurement": _MEASUREMENT,
+        "inputs": {**_STR, "description": "what accuracy was judged on when it was not the user's data (a "
+                   "trial just measured; null when stored)"},
     },
 }
 _FINALIST = {
@@ -230,6 +237,7 @@ _STUDY = {
         "tie_with": {"type": "array", "items": {"type": "string"}},
         "speedup_vs_baseline": {**_NUM, "description": "winner over ONNX Runtime fp32 default, >1 is faster"},
         "note": {"type": "string"},
+        "inputs": {**_STR, "description": "what accuracy was judged on when it was not the user's data"},
     },
 }
 #: JSON Schema of every record above; ``--format json`` prints one record or a list of them.
