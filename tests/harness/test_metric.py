@@ -57,7 +57,7 @@ def test_load_by_module_or_file_and_bad_specs(metrics):
     with pytest.raises(ValueError, match="metric m raised KeyError"):
         score(load_metric("mymetrics:broken"), "m", {}, None)
     with pytest.raises(ValueError, match="not a finite number"):
-        score(lambda o, l: float("nan"), "m", {}, None)
+        score(lambda outputs, labels: float("nan"), "m", {}, None)
 
 
 def test_metric_budget_rule():
