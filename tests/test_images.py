@@ -97,3 +97,25 @@ def test_sample_images_are_deterministic_real_photos(tmp_path):
     normalized = sample_images(model, Preprocess(mean_values=(123.675, 116.28, 103.53),
                                                  scale_values=(58.395, 57.12, 57.375)), 16)
     np.testing.assert_allclose(normalized.inputs["img"][:, 0], (x[:, 0] - 123.675) / 58.395, rtol=1e-5, atol=1e-5)
+
+
+def test_results_on_synthetic_inputs_say_so_and_point_image_models_to_sample_images(tmp_path, monkeypatch, capsys):
+    import json
+
+    from autodeploy.harness.run import SYNTHETIC_NOTE, synthetic_note
+    from tests.cli_runner import run_cli
+    from tests.models import mlp
+
+    image = image_model(tmp_path / "m.onnx", ["N", 3, 8, 8])
+    assert synthetic_note(image).startswith(SYNTHETIC_NOTE) and "--data sample:images" in synthetic_note(image)
+    assert synthetic_note(load_model(mlp(tmp_path / "mlp.onnx"))) == SYNTHETIC_NOTE  # not an image model
+    monkeypatch.setenv("AUTODEPLOY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("AUTODEPLOY_DB", f"sqlite:///{tmp_path / 'r.db'}")
+    fast = ["--min-samples", "8", "--min-duration", "0.1", "--threads", "1"]
+    code, out, err = run_cli(capsys, "bench", str(tmp_path / "m.onnx"), "--format", "json", *fast)
+    assert code == 0, err
+    assert json.loads(out)["inputs"] == synthetic_note(image)
+    code, out, err = run_cli(capsys, "bench", str(tmp_path / "m.onnx"), "--data", SAMPLE_IMAGES, "--format", "json",
+                             "--mean-values", "[123.675,116.28,103.53]", "--scale-values", "58.4", *fast)
+    assert code == 0, err
+    assert json.loads(out)["inputs"] is None  # real photos: nothing to warn about
