@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any
 from autodeploy import verdict
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.data import Dataset, load_user_data, shapes_from_data
+from autodeploy.data import Dataset, load_data, shapes_from_data
 from autodeploy.device import DeviceInfo, probe_device
 from autodeploy.errors import UsageError
 from autodeploy.harness.result import TrialResult
 from autodeploy.harness.run import SYNTHETIC_NOTE, HarnessSettings, PreparedData, prepare_data, run_trial
 from autodeploy.harness.timing import TimingPolicy
+from autodeploy.images import Preprocess
 from autodeploy.model import ModelInfo, ResolvedModel, display_name, resolve_model
 from autodeploy.search import config as study_config
 from autodeploy.search.config import StudyConfig
@@ -107,7 +108,10 @@ def bench(
     shapes: Shapes | ShapeSet | None = None,
     batch_axes: Mapping[str, int | None] | None = None,
     data: str | Path | Dataset | None = None,
+    preprocess: Preprocess | None = None,
     pins: Mapping[str, float] | None = None,
+    metric: str | None = None,
+    max_metric_drop: float | None = None,
     timing: TimingPolicy | None = None,
     timeout_s: float = 600.0,
     build_timeout_s: float = 1800.0,
@@ -127,9 +131,13 @@ def bench(
             per input; :func:`bench_shapes` measures several).
         batch_axes: an input's batch axis where the model's own is wrong, ``{"state": 1}`` (``None``:
             never batched); by default it is the symbolic dim inputs and outputs share.
-        data: inputs (``.npz``, a folder of ``NAME.npy``, or a :class:`~autodeploy.data.Dataset`;
-            optional labels); default: the zoo model's own data, else synthetic inputs.
+        data: inputs (``.npz``, a folder of ``NAME.npy``, a folder of images (labelled by subfolder),
+            ``"sample:images"``, or a :class:`~autodeploy.data.Dataset`; optional labels); default:
+            the zoo model's own data, else synthetic inputs.
+        preprocess: how images become the input (layout, RGB/BGR, mean and scale values), for image data.
         pins: synthetic inputs pinned to a constant, ``{"sample_rate": 16000}``.
+        metric: the user's task metric, ``"module:function"`` receiving (outputs, labels), higher is better.
+        max_metric_drop: the largest drop of ``metric`` from the FP32 reference's allowed (default: only reported).
         timing: warm-up and sample counts (default: 64 samples and 2 s at least, 60 s at most).
         timeout_s: seconds before a worker that runs the model (the reference, the measurement) is killed.
         build_timeout_s: seconds before the worker that builds the artifact is killed.
@@ -153,9 +161,11 @@ def bench(
                          fix="call autodeploy.bench_shapes to measure each of several shapes")  # fmt: skip
     command = command or _python_call("bench", model, config=config, engine=engine, precision=precision,
                                       batch=batch, threads=threads, knobs=knobs, shapes=shapes, data=data,
-                                      pins=pins, timing=timing)  # fmt: skip
+                                      preprocess=preprocess, pins=pins, metric=metric,
+                                      max_metric_drop=max_metric_drop, timing=timing)  # fmt: skip
     return bench_shapes(model, config, engine=engine, precision=precision, batch=batch, threads=threads, knobs=knobs,
-                        shapes=shape_set, batch_axes=batch_axes, data=data, pins=pins, timing=timing,
+                        shapes=shape_set, batch_axes=batch_axes, data=data, preprocess=preprocess, pins=pins,
+                        metric=metric, max_metric_drop=max_metric_drop, timing=timing,
                         timeout_s=timeout_s, build_timeout_s=build_timeout_s, memory_cap_mb=memory_cap_mb, db=db,
                         cache=cache, progress=progress, command=command)[0]  # fmt: skip
 
@@ -172,7 +182,10 @@ def bench_shapes(
     shapes: ShapeSet | Mapping[str, Any] | None = None,
     batch_axes: Mapping[str, int | None] | None = None,
     data: str | Path | Dataset | None = None,
+    preprocess: Preprocess | None = None,
     pins: Mapping[str, float] | None = None,
+    metric: str | None = None,
+    max_metric_drop: float | None = None,
     timing: TimingPolicy | None = None,
     timeout_s: float = 600.0,
     build_timeout_s: float = 1800.0,
@@ -198,14 +211,16 @@ def bench_shapes(
     shape_set = ShapeSet.of(shapes)
     command = command or _python_call("bench_shapes", model, config=config, engine=engine, precision=precision,
                                       batch=batch, threads=threads, knobs=knobs, shapes=shape_set.to_config(),
-                                      data=data, pins=pins, timing=timing)  # fmt: skip
+                                      data=data, preprocess=preprocess, pins=pins, metric=metric,
+                                      max_metric_drop=max_metric_drop, timing=timing)  # fmt: skip
     trial_config = config or TrialConfig(engine or "onnxruntime", precision or "fp32", batch or 1, threads,
                                          knobs or {})  # fmt: skip
     cache = cache or cache_dir()
     label = trial_config.label()
+    _check_metric(metric, max_metric_drop)  # a bad --metric fails now, in one line
     # 1. resolve the model (a zoo model is built on first use), then fix it at each shape
     resolved = resolve_model(model, None, cache_dir=cache, progress=report)
-    cases = [_with_data(resolved, batch_axes, data, case, shape_set) for case in shape_set.cases]
+    cases = [_with_data(resolved, batch_axes, data, case, shape_set, preprocess) for case in shape_set.cases]
     # 2. probe the device and check the config runs here, at every shape, before any work
     device = probe_device()
     for info, _ in cases:
@@ -213,7 +228,7 @@ def bench_shapes(
         for name in info.input_names:  # dynamic dims left unfixed: fail with the --shape fix now
             info.input_shape(name, trial_config.batch)
     settings = HarnessSettings(workdir=cache / "work", policy=timing or TimingPolicy(), timeout_s=timeout_s,
-                               build_timeout_s=build_timeout_s,
+                               build_timeout_s=build_timeout_s, metric=metric, max_metric_drop=max_metric_drop,
                                **({"memory_cap_mb": memory_cap_mb} if memory_cap_mb else {}))  # fmt: skip
     # 3. open the store before measuring: a bad database fails in a second, not after a run
     stored = []
@@ -263,6 +278,9 @@ def tune(
     shapes: Shapes | ShapeSet | Mapping[str, Any] | None = None,
     per_shape: bool | None = None,
     data: str | Path | None = None,
+    preprocess: Preprocess | None = None,
+    metric: str | None = None,
+    max_metric_drop: float | None = None,
     db: str | Store | None = None,
     storage: str | None = None,
     cache: Path | None = None,
@@ -290,6 +308,9 @@ def tune(
         fresh: re-measure configs already in the store.
         resume: add trials to the existing study of this name, within its stored search space.
         finalists: how many of the best are re-measured interleaved (0: none).
+        data, preprocess, metric, max_metric_drop: as for :func:`bench` (``data`` and ``preprocess`` are
+            also the config's ``data`` and ``preprocess`` keys, ``metric`` its ``metric``, the drop
+            ``constraints.max_metric_drop``).
         db: a results database URL or an open :class:`~autodeploy.results_db.store.Store` (left open).
         storage: the Optuna storage URL shared by workers (default: the results database).
         cache: the cache folder (default :func:`cache_dir`).
@@ -317,13 +338,16 @@ def tune(
                  "sampler": sampler, "seed": seed, "fresh": fresh or None, "resume": resume or None,
                  "max_accuracy_drop": max_accuracy_drop, "max_memory_mb": max_memory_mb, "sla_ms": sla_ms,
                  "finalists": finalists, "rounds": rounds, "min_samples": min_samples,
-                 "min_duration_s": min_duration_s, "shapes": shapes, "per_shape": per_shape, "data": data}  # fmt: skip
+                 "min_duration_s": min_duration_s, "shapes": shapes, "per_shape": per_shape, "data": data,
+                 "preprocess": preprocess.to_dict() if preprocess is not None else None, "metric": metric,
+                 "max_metric_drop": max_metric_drop}  # fmt: skip
     given = {k: v for k, v in arguments.items() if k != "model"}
     command = command or _python_call("tune", model, config=config, **given)
     overrides = _study_overrides(arguments)
     # 1. the config as asked: the YAML read once, the arguments over it
     keys = dict(config) if isinstance(config, Mapping) else study_config.read(config)
     cfg = study_config.validate(keys, overrides)
+    _check_metric(cfg.metric, cfg.constraints.max_metric_drop)
     with _store(db) as store:
         # 2. probe the device; name the study
         device = probe_device()
@@ -347,18 +371,19 @@ def tune(
         # 6. prepare the data per shape (arrays of a concrete shape fix the dims `shapes` left open)
         reporter.phase("preparing data")
         shape_set = cfg.shape_set()
-        cases, synthetic = [], False
+        cases, synthetic, note = [], False, None
         for case in shape_set.cases:
-            info, dataset = _with_data(resolved, None, cfg.data, case, shape_set)
+            info, dataset = _with_data(resolved, None, cfg.data, case, shape_set, _preprocess_of(cfg))
             prepared = _prepare_data(resolved, info, settings, dataset)
             synthetic = synthetic or prepared.synthetic
+            note = note or prepared.note
             cases.append(StudyCase(case.key(), case.weight, info, prepared))
         # 7. run the study: screening, finalists, winner; every trial stored with its shape
         storage = storage or store.engine.url.render_as_string(hide_password=False)
         ctx = StudyContext(cfg, study_name, cases[0].model, device, cases[0].data, settings, store, storage,
                            command, resume, tuple(cases) if shape_set.several else ())  # fmt: skip
         summary = run_study(ctx, reporter)
-        return replace(summary, inputs=SYNTHETIC_NOTE) if synthetic else summary
+        return replace(summary, inputs=note or SYNTHETIC_NOTE) if synthetic else summary
 
 
 def tune_per_shape(model: str | Path | None = None, *, config: str | Path | Mapping[str, Any] | None = None,
@@ -502,16 +527,40 @@ def _store(db: str | Store | None, *, readonly: bool = False) -> Iterator[Store]
 
 def _with_data(resolved: ResolvedModel, batch_axes: Mapping[str, int | None] | None,
                data: str | Path | Dataset | None, case: ShapeCase | None = None,
-               shape_set: ShapeSet | None = None) -> tuple[ModelInfo, Dataset | None]:  # fmt: skip
+               shape_set: ShapeSet | None = None, preprocess: Preprocess | None = None,
+               ) -> tuple[ModelInfo, Dataset | None]:  # fmt: skip
     """The model with the user's batch axes, fixed at ``case``'s shapes (its set's ranges kept
-    when it has several) and the dims the user's data fixes, and that data (loaded)."""
+    when it has several) and the dims the user's data fixes, and that data (loaded, images
+    preprocessed as ``preprocess`` says)."""
     info = resolved.info.with_batch_axes(batch_axes) if batch_axes else resolved.info
     if case is not None:
         info = info.at_shapes(case.shapes, shape_set.ranges() if shape_set and shape_set.several else None)
     if data is None:
+        if preprocess is not None and preprocess != Preprocess():
+            raise UsageError("image preprocessing was given without image data",
+                             fix="add --data FOLDER_OF_IMAGES or --data sample:images")  # fmt: skip
         return info, None
-    dataset = data if isinstance(data, Dataset) else load_user_data(data, info)
+    dataset = data if isinstance(data, Dataset) else load_data(data, info, preprocess)
     return info.with_shapes(shapes_from_data(info, dataset)), dataset  # arrays of a concrete shape fix open dims
+
+
+def _check_metric(metric: str | None, max_metric_drop: float | None) -> None:
+    """Import the user's metric now, so a wrong path is one line before any work (the worker imports it again)."""
+    if metric is None:
+        if max_metric_drop is not None:
+            raise UsageError("--max-metric-drop was given without --metric", fix="add --metric MODULE:FUNCTION")
+        return
+    from autodeploy.harness.metric import load_metric
+
+    load_metric(metric)
+
+
+def _preprocess_of(cfg: StudyConfig) -> Preprocess | None:
+    p = cfg.preprocess
+    if p is None:
+        return None
+    return Preprocess(p.layout, p.reverse_input_channels, tuple(p.mean_values) if p.mean_values else None,
+                      tuple(p.scale_values) if p.scale_values else None)  # fmt: skip
 
 
 def _prepare_data(resolved: ResolvedModel, info: ModelInfo, settings: HarnessSettings, data: Dataset | None,
@@ -530,7 +579,7 @@ def _screening_settings(cfg: StudyConfig, workdir: Path) -> HarnessSettings:
         min_samples=s.min_samples, min_duration_s=s.min_duration_s, max_duration_s=s.max_duration_s
     )
     return HarnessSettings(workdir=workdir, policy=policy, timeout_s=s.timeout_s, build_timeout_s=s.build_timeout_s,
-                           max_top1_drop=drop,
+                           max_top1_drop=drop, metric=cfg.metric, max_metric_drop=cfg.constraints.max_metric_drop,
                            min_cosine=verdict.cosine_for_drop(drop))  # fmt: skip
 
 
@@ -538,7 +587,8 @@ def _study_overrides(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """The arguments of :func:`tune` as study config keys (``None``: not given)."""
     renamed = {"max_accuracy_drop": "constraints.max_accuracy_drop", "max_memory_mb": "constraints.max_memory_mb",
                "sla_ms": "constraints.sla_ms", "finalists": "finalists.count", "rounds": "finalists.rounds",
-               "min_samples": "screening.min_samples", "min_duration_s": "screening.min_duration_s"}  # fmt: skip
+               "min_samples": "screening.min_samples", "min_duration_s": "screening.min_duration_s",
+               "max_metric_drop": "constraints.max_metric_drop"}  # fmt: skip
     overrides = {renamed.get(k, k): v for k, v in arguments.items() if k != "resume"}
     for key in ("engines", "precisions", "batches", "threads"):
         overrides[key] = list(overrides[key]) if overrides[key] is not None else None

@@ -13,11 +13,15 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from autodeploy.errors import DataError
 from autodeploy.model import ModelInfo
+
+if TYPE_CHECKING:
+    from autodeploy.images import Preprocess
 
 DEFAULT_SEED = 0
 #: Synthetic integer inputs are drawn from [0, INT_HIGH): a range every embedding table of a
@@ -167,6 +171,22 @@ def _check_size(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
             f"more than half of this machine's memory ({limit / 2**30:.3g} GiB)",
             fix="fix smaller dims with --shape, or give --data",
         )
+
+
+def load_data(source: str | Path, model: ModelInfo, preprocess: Preprocess | None = None) -> Dataset:
+    """The user's inputs from ``--data``: ``sample:images``, a folder of images (preprocessed as
+    :mod:`autodeploy.images` says), a ``.npz`` file, a ``.npy`` file or a folder of ``NAME.npy``."""
+    from autodeploy import images
+
+    if str(source) == images.SAMPLE_IMAGES:
+        return images.sample_images(model, preprocess or images.Preprocess())
+    path = Path(source)
+    if images.is_image_folder(path):
+        return images.load_image_folder(path, model, preprocess or images.Preprocess())
+    if preprocess is not None and preprocess != images.Preprocess():
+        raise DataError(f"--data {path} holds arrays, and image preprocessing (layout, channels, mean, scale) "
+                        "applies to images only", fix="preprocess the arrays yourself, or give a folder of images")  # fmt: skip
+    return load_user_data(path, model)
 
 
 def load_user_data(path: str | Path, model: ModelInfo) -> Dataset:

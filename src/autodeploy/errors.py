@@ -68,7 +68,7 @@ class BuildError(EngineError):
 
 
 #: Top-level module -> the extra that installs it (pyproject.toml's optional dependencies).
-EXTRAS = {"sklearn": "zoo", "streamlit": "dashboard", "plotly": "dashboard", "psycopg": "postgres",
+EXTRAS = {"sklearn": "zoo", "PIL": "images", "streamlit": "dashboard", "plotly": "dashboard", "psycopg": "postgres",
           "model_signing": "sign", "OpenSSL": "sign", "openvino": "openvino", "nncf": "openvino",
           "tensorflow": "tflite", "onnx2tf": "tflite", "ai_edge_litert": "tflite", "tf_keras": "tflite",
           "tensorrt": "tensorrt", "cuda": "tensorrt"}  # fmt: skip

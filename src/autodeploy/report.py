@@ -47,7 +47,7 @@ def trial_record(trial: TrialRow | StoredTrial) -> dict[str, Any]:
                       model={"name": trial.model.name, "sha256": trial.model.sha256},
                       device={"fingerprint": trial.device.fingerprint, "cpu": trial.device.cpu_model},
                       engine_version=r.engine_version, config=r.config, measurement=r.measurement,
-                      shape=trial.shape_key or None)  # fmt: skip
+                      shape=trial.shape_key or None, inputs=r.extra.get("inputs"))  # fmt: skip
     else:
         fields = dict(id=trial.id, uid=trial.uid, created_at=trial.created_at, status=trial.status,
                       failure_kind=trial.failure_kind, failure_message=trial.failure_message, study=trial.study,
@@ -55,7 +55,7 @@ def trial_record(trial: TrialRow | StoredTrial) -> dict[str, Any]:
                       model={"name": trial.model_name, "sha256": trial.model_sha256},
                       device={"fingerprint": trial.device_fingerprint, "cpu": trial.device_cpu},
                       engine_version=trial.engine_version, config=trial.config, measurement=trial.measurement,
-                      shape=None if trial.shape_text == "-" else trial.shape_text)  # fmt: skip
+                      shape=None if trial.shape_text == "-" else trial.shape_text, inputs=None)  # fmt: skip
     return _trial(**fields)
 
 
@@ -73,6 +73,7 @@ def _trial(*, config: Any, engine_version: str | None, measurement: Measurement 
         "label": config.label(),
         "shape": rest.get("shape"),
         "measurement": None if measurement is None else _jsonable(measurement.to_dict(samples=False)),
+        "inputs": rest["inputs"],
     }
 
 
@@ -104,6 +105,7 @@ def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
         "tie_with": list(s.get("tie_with") or ()),
         "speedup_vs_baseline": s.get("speedup_vs_baseline"),
         "note": s.get("note") or "",
+        "inputs": s.get("inputs") or None,
     }
 
 
@@ -201,7 +203,8 @@ _MEASUREMENT = {
             "type": ["object", "null"],
             "required": ["outputs", "n_samples", "constraint", "passed"],
             "properties": {"outputs": {"type": "array", "items": _OUTPUT}, "n_samples": {"type": "integer"},
-                           "constraint": {"type": "string"}, "passed": {"type": "boolean"}},  # fmt: skip
+                           "constraint": {"type": "string"}, "passed": {"type": "boolean"},
+                           "metric": _STR, "metric_value": _NUM, "reference_metric_value": _NUM},  # fmt: skip
         },
     },
 }
@@ -229,6 +232,8 @@ _TRIAL = {
         "label": {"type": "string"},
         "shape": {**_STR, "description": "the input shapes it ran at, NAME=DIMS;...; null when not recorded"},
         "measurement": _MEASUREMENT,
+        "inputs": {**_STR, "description": "what accuracy was judged on when it was not the user's data (a "
+                   "trial just measured; null when stored)"},
     },
 }
 _FINALIST = {
@@ -263,6 +268,7 @@ _STUDY = {
         "tie_with": {"type": "array", "items": {"type": "string"}},
         "speedup_vs_baseline": {**_NUM, "description": "winner over ONNX Runtime fp32 default, >1 is faster"},
         "note": {"type": "string"},
+        "inputs": {**_STR, "description": "what accuracy was judged on when it was not the user's data"},
     },
 }
 #: JSON Schema of every record above; ``--format json`` prints one record or a list of them.

@@ -111,6 +111,16 @@ def accuracy_verdict(
     return AccuracyVerdict(constraint, bool(passed))
 
 
+def with_metric(verdict: AccuracyVerdict, name: str, value: float, reference: float,
+                max_drop: float | None) -> AccuracyVerdict:  # fmt: skip
+    """``verdict`` with the user's task metric (higher is better) judged too: with ``max_drop`` its
+    drop from the reference's value must be ``<= max_drop``; without, it is only reported."""
+    if max_drop is None:
+        return verdict
+    constraint = f"{verdict.constraint} and {name} drop <= {max_drop:g}"
+    return AccuracyVerdict(constraint, verdict.passed and within(reference - value, max_drop))
+
+
 def worst(
     outputs: Sequence[OutputAccuracy],
     *,

@@ -15,6 +15,7 @@ from autodeploy.adapters import tflite
 from autodeploy.adapters.base import Artifact, TrialConfig
 from autodeploy.data import synthetic
 from autodeploy.device import probe_device
+from autodeploy.errors import UnsupportedConfigError
 from autodeploy.model import load_model
 from tests.models import seq_model
 
@@ -178,3 +179,33 @@ def test_conversion_leaves_the_users_model_file_unchanged(tmp_path):
     engine.build(load_model(path), TrialConfig("tflite", "fp32"), None, tmp_path / "artifacts")
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["artifacts", "m.onnx"]
+
+
+def test_an_xnnpack_failure_fails_only_the_xnnpack_configs(cnn, tmp_path, monkeypatch):
+    """The issue's PaddleOCR detector: "XNNPack delegate failed to reshape runtime" failed the fp32 *build*,
+    so no precision was tried. The file is fine; TFLite's own kernels run it. Here XNNPACK is made to
+    fail the same way (a fault injected into the delegate only): fp32 and fp16 both build, the xnnpack
+    configs are unsupported with the fix, and xnnpack=False runs and matches ONNX Runtime."""
+    from ai_edge_litert import interpreter as litert
+
+    real = litert.Interpreter
+
+    class XnnpackFails(real):  # the real interpreter; only the default delegate's prepare is made to fail
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._xnnpack = kwargs.get("experimental_op_resolver_type", litert.OpResolverType.AUTO) == litert.OpResolverType.AUTO
+
+        def allocate_tensors(self):
+            if self._xnnpack:
+                raise RuntimeError("tensorflow/lite/kernels/xnnpack: XNNPack delegate failed to reshape runtime")
+            return super().allocate_tensors()
+
+    monkeypatch.setattr(litert, "Interpreter", XnnpackFails)
+    feeds = synthetic(cnn, 2, seed=3).inputs
+    for precision in ("fp32", "fp16"):
+        artifact = ENGINE.build(cnn, TrialConfig("tflite", precision), None, tmp_path, calibration_hash="x")
+        assert "XNNPack delegate failed" in json.loads((artifact.path / tflite.LAYOUT_FILE).read_text())[tflite.XNNPACK_FAILED]
+        with pytest.raises(UnsupportedConfigError, match=r"XNNPACK delegate cannot run .*; fix: use --knob xnnpack=false"):
+            ENGINE.load(artifact, TrialConfig("tflite", precision), cnn)
+        got = _run(cnn, artifact, feeds, knobs={"xnnpack": False})
+        assert _cosine(got["logits"], _reference(cnn, feeds)["logits"]) > 0.999

@@ -15,7 +15,9 @@ import pytest
 from autodeploy import zoo
 from autodeploy.errors import UsageError
 
-SLOW = {"resnet50"}  # ~4 s per build, built twice for the determinism check
+# Fitted to real photographs on first build (tens of seconds each), built twice for the determinism check.
+SLOW = {"resnet50", "mobilenetv2"}
+FITTED = ("digits", "resnet50", "mobilenetv2")  # the models with their own labelled data
 NAMES = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in zoo.names()]
 IMAGE_MODELS = [
     pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
@@ -88,7 +90,7 @@ def test_registry_is_consistent() -> None:
     assert zoo.names() == tuple(zoo.ZOO) == tuple(EXPECTED_IO)
     for name, item in zoo.ZOO.items():
         assert item.name == name and item.description
-        assert item.has_dataset == (name == "digits")
+        assert item.has_dataset == (name in FITTED)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -124,7 +126,9 @@ def test_build_is_deterministic_and_cached(name: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", IMAGE_MODELS)
 def test_image_logits_depend_on_input(name: str, cache: Path) -> None:
     sess = session(zoo.get(name, cache))
-    logits = sess.run(None, random_feeds(sess, 8, seed=1))[0]
+    data = zoo.dataset(name, cache)  # a fitted model calls all noise one class, as a trained one does: use photos
+    feeds = random_feeds(sess, 8, seed=1) if data is None else {"input": data["inputs"]["input"][:8]}
+    logits = sess.run(None, feeds)[0]
     assert logits.std() > 0
     assert len(set(logits.argmax(axis=1).tolist())) > 1
 
@@ -159,6 +163,42 @@ def test_digits_dataset_layout(cache: Path) -> None:
     assert calib.dtype == np.float32 and calib.shape == (200, 64)
     assert 0.0 <= pixels.min() and pixels.max() <= 1.0
     assert (zoo.zoo_dir(cache) / f"digits-v{zoo.ZOO['digits'].version}.data.npz").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet50", "mobilenetv2"])
+def test_fitted_classifiers_have_margins_on_real_photos(name: str, cache: Path) -> None:
+    """Logits with a trained model's margins: the photos' classes are told apart, top-1 is no tie."""
+    data = zoo.dataset(name, cache)
+    x, labels = data["inputs"]["input"], data["labels"]
+    assert x.shape == (72, 3, 224, 224) and data["calibration"]["input"].shape == (64, 3, 224, 224)
+    assert abs(float(x.mean())) < 1.0 and 0.5 < float(x.std()) < 2.0  # ImageNet-normalized pixels
+    logits = session(zoo.get(name, cache)).run(None, {"input": x})[0]
+    top2 = np.sort(logits, axis=1)[:, -2:]
+    assert float((logits.argmax(axis=1) == labels).mean()) >= 0.8
+    assert float(np.median(top2[:, 1] - top2[:, 0])) > 0.1 * float(logits.std())
+
+
+@pytest.mark.slow
+def test_resnet50_bf16_verdict_is_about_the_engine(tmp_path: Path) -> None:
+    """On OpenVINO bf16 the fitted ResNet-50 keeps its top-1 within the 1% budget (it was 81% with random weights)."""
+    from autodeploy import api
+    from autodeploy.adapters import registry
+    from autodeploy.device import probe_device
+    from autodeploy.harness.timing import TimingPolicy
+
+    engine = registry.get("openvino")
+    if not engine.probe(probe_device()).available:
+        pytest.skip("OpenVINO is not installed")
+    if "bf16" not in engine.space(probe_device(), None).precisions:  # type: ignore[arg-type]
+        pytest.skip("this CPU has no bf16 (AVX-512 BF16 or AMX)")
+    record = api.bench("zoo:resnet50", engine="openvino", precision="bf16", timing=TimingPolicy(min_samples=4,
+                       min_duration_s=0.1), db=f"sqlite:///{tmp_path / 'r.db'}", cache=tmp_path)  # fmt: skip
+    accuracy = record.result.accuracy
+    assert record.ok and accuracy is not None and accuracy.passed, record.result.failure_message
+    assert accuracy.n_samples == 72 and accuracy.outputs[0].top1_agreement >= 0.99
+    assert accuracy.outputs[0].task_accuracy is not None  # judged on the photos' labels, not on noise
+    assert "inputs" not in record.result.extra  # no synthetic-inputs note: these are real pixels
 
 
 def test_dataset_is_none_without_real_data(tmp_path: Path) -> None:

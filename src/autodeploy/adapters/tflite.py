@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
-from autodeploy.errors import BuildError
+from autodeploy.errors import BuildError, UnsupportedConfigError
 from autodeploy.model import copy_unchanged
 from autodeploy.runtime import tflite as rt
 from autodeploy.runtime.tflite import permute as _permute
@@ -61,6 +61,9 @@ FLOAT_PRECISIONS = ("fp32", "fp16")
 #: onnx2tf fetches this sample file over the network unless it lies in its working folder; it
 #: only feeds onnx2tf's own dummy inference, so random images do.
 ONNX2TF_SAMPLE = "calibration_image_sample_data_20x128x128x3_float32.npy"
+#: In ``layout.json``: why the XNNPACK delegate could not run the file (its configs with ``xnnpack``
+#: are then unsupported; TFLite's own kernels run it).
+XNNPACK_FAILED = "xnnpack_failed"
 _QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "PYTHONWARNINGS": "ignore"}
 
 
@@ -133,6 +136,13 @@ class TfliteEngine(Engine):
         return {"converter": {d: version(d) for d in ("onnx2tf", "tensorflow")}}
 
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
+        xnnpack = bool(config.knobs.get("xnnpack", True))
+        failed = json.loads((artifact.path / LAYOUT_FILE).read_text()).get(XNNPACK_FAILED)
+        if xnnpack and failed:
+            raise UnsupportedConfigError(
+                f"the XNNPACK delegate cannot run this TFLite {config.precision} model ({failed})",
+                fix="use --knob xnnpack=false (TFLite's own kernels run it)",
+            )
         return {
             "model_file": MODEL_FILE,
             "layout_file": LAYOUT_FILE,
@@ -304,16 +314,34 @@ def _resolve_layout(model: ModelInfo, tflite_file: Path) -> dict[str, Any]:
     closest to it.
     """
     import onnxruntime as ort
-    from ai_edge_litert.interpreter import Interpreter
 
     from autodeploy.data import feeds as batch_feeds
     from autodeploy.data import synthetic
 
-    interpreter = Interpreter(model_path=str(tflite_file))
     # A graph whose shapes were fixed before conversion (:func:`_fixed_graph`) is probed at batch 1.
     batch = 2 if model.batchable() and not _dynamic_inputs(model) else (model.fixed_batch() or 1)
     axes = {name: model.batch_axis(name) for name in model.input_names}
     feeds = batch_feeds(synthetic(model, batch, seed=7).inputs, 0, batch, axes)
+    layout: dict[str, Any] = {}
+    try:
+        inputs, got = _probe(model, tflite_file, feeds, xnnpack=True)
+    except (RuntimeError, ValueError) as exc:
+        # XNNPACK may fail to prepare a model TFLite's own kernels run (e.g. "XNNPack delegate failed
+        # to reshape runtime"): the file is fine, only configs with the delegate are not (see XNNPACK_FAILED).
+        inputs, got = _probe(model, tflite_file, feeds, xnnpack=False)
+        layout[XNNPACK_FAILED] = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    session = ort.InferenceSession(str(model.path), providers=["CPUExecutionProvider"])
+    want = dict(zip(model.output_names, session.run(None, feeds), strict=True))
+    return {"inputs": inputs, "outputs": _match_outputs(want, got), **layout}
+
+
+def _probe(model: ModelInfo, tflite_file: Path, feeds: Mapping[str, np.ndarray], *,
+           xnnpack: bool) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:  # fmt: skip
+    """Run the TFLite file once on ``feeds``: its inputs matched to the ONNX ones, and its outputs."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    resolver = OpResolverType.AUTO if xnnpack else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    interpreter = Interpreter(model_path=str(tflite_file), experimental_op_resolver_type=resolver)
     inputs = _match_inputs(model, interpreter.get_input_details(), feeds)
     for entry in inputs:
         detail = next(d for d in interpreter.get_input_details() if d["name"] == entry["tflite"])
@@ -325,10 +353,7 @@ def _resolve_layout(model: ModelInfo, tflite_file: Path) -> dict[str, Any]:
         array = _permute(feeds[entry["name"]], entry["perm"])
         interpreter.set_tensor(detail["index"], np.ascontiguousarray(array, dtype=detail["dtype"]))
     interpreter.invoke()
-    got = {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
-    session = ort.InferenceSession(str(model.path), providers=["CPUExecutionProvider"])
-    want = dict(zip(model.output_names, session.run(None, feeds), strict=True))
-    return {"inputs": inputs, "outputs": _match_outputs(want, got)}
+    return inputs, {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
 
 
 def _match_inputs(

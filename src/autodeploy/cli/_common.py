@@ -136,3 +136,22 @@ def emit(fmt: Format, records: Mapping[str, Any] | list[Mapping[str, Any]]) -> N
     writer = csv.DictWriter(sys.stdout, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
+
+
+#: The image preprocessing flags of bench and tune, in benchmark_app's words (autodeploy/images.py).
+LayoutOption = Annotated[str | None, typer.Option(help="Image layout of the input, NCHW or NHWC (default: from the model).")]
+ReverseOption = Annotated[bool, typer.Option("--reverse-input-channels", help="Feed images as BGR, not RGB.")]
+MeanOption = Annotated[str | None, typer.Option(help="Per-channel values subtracted from 0..255 pixels, e.g. [123.675,116.28,103.53].")]
+ScaleOption = Annotated[str | None, typer.Option(help="Per-channel values the pixels are then divided by, e.g. [58.395,57.12,57.375].")]
+MetricOption = Annotated[str | None, typer.Option(help="Task metric MODULE:FUNCTION receiving (outputs, labels), higher is better; reported beside accuracy.")]
+MetricDropOption = Annotated[float | None, typer.Option(help="Largest drop of --metric from the FP32 reference's allowed (default: only reported).")]
+
+
+def preprocess_of(layout: str | None, reverse: bool, mean: str | None, scale: str | None) -> Any:
+    """The :class:`~autodeploy.images.Preprocess` the flags ask for, or ``None`` when none was given."""
+    from autodeploy.images import Preprocess, parse_values
+
+    if layout is None and not reverse and mean is None and scale is None:
+        return None
+    return Preprocess(layout.upper() if layout else None, reverse, parse_values(mean, "--mean-values"),
+                      parse_values(scale, "--scale-values"))  # fmt: skip

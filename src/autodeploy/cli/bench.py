@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -12,6 +11,12 @@ from autodeploy import api
 from autodeploy.cli._common import (
     Format,
     FormatOption,
+    LayoutOption,
+    MeanOption,
+    MetricDropOption,
+    MetricOption,
+    ReverseOption,
+    ScaleOption,
     command_line,
     emit,
     err,
@@ -19,6 +24,7 @@ from autodeploy.cli._common import (
     fmt_ms_ci,
     fmt_pct,
     out,
+    preprocess_of,
     shown,  # fmt: skip
     spinner,
 )
@@ -53,8 +59,15 @@ def bench(
         typer.Option(help="An input's batch axis, INPUT=AXIS (or INPUT=none: never batched); repeatable."),
     ] = None,
     data: Annotated[
-        Path | None, typer.Option(help="Input data: .npz or a folder of NAME.npy (plus optional 'labels').")
+        str | None, typer.Option(help="Input data: .npz, a folder of NAME.npy (plus optional 'labels'), a folder "
+                                 "of images (subfolders: classes), or sample:images (crops of real photos).")
     ] = None,
+    layout: LayoutOption = None,
+    reverse_input_channels: ReverseOption = False,
+    mean_values: MeanOption = None,
+    scale_values: ScaleOption = None,
+    metric: MetricOption = None,
+    max_metric_drop: MetricDropOption = None,
     input: Annotated[
         list[str] | None, typer.Option("--input", help="Pin a synthetic input to a constant, NAME=VALUE.")
     ] = None,
@@ -80,6 +93,8 @@ def bench(
     with spinner() as show:
         records = api.bench_shapes(model, engine=engine, precision=precision, batch=batch, threads=threads,
                                    knobs=_parse_knobs(knob or []), shapes=shape_set, data=data,
+                                   preprocess=preprocess_of(layout, reverse_input_channels, mean_values, scale_values),
+                                   metric=metric, max_metric_drop=max_metric_drop,
                                    batch_axes=parse_batch_axis_flags(batch_axis) if batch_axis else None,
                                    pins=parse_input_pins(input or []), timing=timing, timeout_s=timeout,
                                    build_timeout_s=build_timeout, memory_cap_mb=memory_cap_mb, db=db, progress=show,
@@ -195,6 +210,10 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: st
                 shown(o.name), f"{o.max_abs:.3g}", f"{o.mean_rel:.3g}", f"{o.cosine:.6f}", top1, exact, task
             )
         out.print(acc)
+        a = result.accuracy
+        if a.metric is not None and a.metric_value is not None:
+            out.print(f"metric {shown(a.metric)}: {a.metric_value:.6g} (ONNX Runtime FP32: "
+                      f"{a.reference_metric_value:.6g}, drop {a.reference_metric_value - a.metric_value:.4g})")  # type: ignore[operator]
     if note and result.extra.get("inputs"):
         err.print(f"[yellow]note[/yellow]: {shown(result.extra['inputs'])}")
     if not result.ok:

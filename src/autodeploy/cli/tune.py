@@ -24,12 +24,19 @@ from autodeploy import api
 from autodeploy.cli._common import (
     Format,
     FormatOption,
+    LayoutOption,
+    MeanOption,
+    MetricDropOption,
+    MetricOption,
+    ReverseOption,
+    ScaleOption,
     command_line,
     emit,
     err,
     fmt_ms,
     fmt_ms_ci,
     out,
+    preprocess_of,
     shown,
 )
 from autodeploy.errors import AutodeployError, UsageError
@@ -99,8 +106,15 @@ def tune(
         bool, typer.Option("--per-shape", help="With several shapes: one study and winner per shape (default: one config for the weighted mix).")
     ] = False,
     data: Annotated[
-        Path | None, typer.Option(help="Input data (.npz or folder of NAME.npy, optional 'labels').")
+        str | None, typer.Option(help="Input data: .npz, a folder of NAME.npy (optional 'labels'), a folder of "
+                                 "images (subfolders: classes), or sample:images (crops of real photos).")
     ] = None,
+    layout: LayoutOption = None,
+    reverse_input_channels: ReverseOption = False,
+    mean_values: MeanOption = None,
+    scale_values: ScaleOption = None,
+    metric: MetricOption = None,
+    max_metric_drop: MetricDropOption = None,
     db: Annotated[
         str | None,
         typer.Option(help="Results database URL (default: $AUTODEPLOY_DB or the user SQLite file)."),
@@ -121,6 +135,8 @@ def tune(
                   fresh=fresh, resume=resume, max_accuracy_drop=max_accuracy_drop, max_memory_mb=max_memory_mb,
                   sla_ms=sla_ms, finalists=finalists, rounds=rounds, min_samples=min_samples,
                   min_duration_s=min_duration, shapes=shape_set if shape else None, data=data, db=db,
+                  preprocess=preprocess_of(layout, reverse_input_channels, mean_values, scale_values),
+                  metric=metric, max_metric_drop=max_metric_drop,
                   storage=storage, command=command_line())  # fmt: skip
     try:
         if per_shape:

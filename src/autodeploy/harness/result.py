@@ -84,6 +84,10 @@ class Accuracy:
     #: classifiers, exact agreement >= 0.99 for integer outputs, else cosine >= 0.99).
     constraint: str
     passed: bool
+    #: The user's task metric (``--metric module:function``), on these outputs and on the reference's.
+    metric: str | None = None
+    metric_value: float | None = None
+    reference_metric_value: float | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Accuracy:
@@ -92,6 +96,9 @@ class Accuracy:
             n_samples=d["n_samples"],
             constraint=d["constraint"],
             passed=d["passed"],
+            metric=d.get("metric"),
+            metric_value=d.get("metric_value"),
+            reference_metric_value=d.get("reference_metric_value"),
         )
 
 

@@ -27,7 +27,7 @@ from autodeploy import verdict
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.adapters.registry import target_of
 from autodeploy.data import Dataset, split, synthetic
-from autodeploy.errors import TrialFailed
+from autodeploy.errors import AutodeployError, TrialFailed
 from autodeploy.harness.result import Measurement, TrialResult
 from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.timing import TimingPolicy
@@ -44,6 +44,22 @@ SYNTHETIC_NOTE = (
     "accuracy was judged on synthetic inputs (random values), not on real data; "
     "give --data with real inputs for a verdict about them"
 )
+#: Added to :data:`SYNTHETIC_NOTE` for a model with an image-shaped input.
+SAMPLE_IMAGES_HINT = (
+    "; for this image input, --data sample:images gives crops of real photographs "
+    "(with --mean-values/--scale-values/--reverse-input-channels as the model expects)"
+)
+
+
+def synthetic_note(model: ModelInfo) -> str:
+    """What every result measured on synthetic inputs says; for an image model it names ``sample:images``."""
+    from autodeploy.images import image_input
+
+    try:
+        image_input(model)
+    except AutodeployError:  # not an image model (or one whose size is open): the plain note
+        return SYNTHETIC_NOTE
+    return SYNTHETIC_NOTE + SAMPLE_IMAGES_HINT
 Progress = Callable[[str], None]
 
 
@@ -69,6 +85,8 @@ class HarnessSettings:
     seed: int = 0
     max_top1_drop: float = DEFAULT_MAX_ACCURACY_DROP
     min_cosine: float = DEFAULT_MIN_COSINE
+    metric: str | None = None  # the user's task metric, module:function (harness/metric.py)
+    max_metric_drop: float | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +101,7 @@ class PreparedData:
     evaluation_items: int
     has_labels: bool
     synthetic: bool = False  # made by :func:`synthetic`, not given
+    note: str | None = None  # said with every result on these inputs (:func:`synthetic_note`)
 
 
 @dataclass(frozen=True)
@@ -128,7 +147,7 @@ def prepare_data(
     (cal_path, cal_sha), (ev_path, ev_sha) = paths
     return PreparedData(
         cal_path, cal_sha, ev_path, ev_sha, len(calibration), len(evaluation), evaluation.labels is not None,
-        made,
+        made, synthetic_note(model) if made else None,
     )
 
 
@@ -169,6 +188,7 @@ class Prepared:
     engine_version: str | None = None
     failure: tuple[str, str] | None = None  # (kind, message)
     synthetic: bool = False  # the evaluation inputs were made up: every result says so
+    note: str | None = None  # what every result says about its inputs
 
 
 def prepare(
@@ -201,11 +221,12 @@ def prepare(
         built = run_worker(spec, settings.build_timeout_s, settings.memory_cap_mb, progress)
         if built.status != "ok":
             failure = (built.failure_kind or "build_failed", built.failure_message or "")
-            return Prepared(uid, config, scenario, None, failure=failure, synthetic=data.synthetic)
+            return Prepared(uid, config, scenario, None, failure=failure, synthetic=data.synthetic,
+                            note=data.note)
         artifact = Path(built.payload["artifact_path"])
         build_s, engine_version = built.payload["build_s"], built.payload.get("engine_version")
     spec = replace(spec, mode="measure", artifact_path=str(artifact), reference_path=str(ref))
-    return Prepared(uid, config, scenario, spec, build_s, engine_version, synthetic=data.synthetic)
+    return Prepared(uid, config, scenario, spec, build_s, engine_version, synthetic=data.synthetic, note=data.note)
 
 
 def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | None = None) -> TrialResult:
@@ -215,7 +236,7 @@ def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | 
     failed with kind ``inaccurate``, its latency and accuracy filled in.
     """
     uid, config = prepared.uid, prepared.config
-    note = {"inputs": SYNTHETIC_NOTE} if prepared.synthetic else {}
+    note = {"inputs": prepared.note or SYNTHETIC_NOTE} if prepared.synthetic else {}
     if prepared.spec is None:
         kind, message = prepared.failure or ("build_failed", "not built")
         return TrialResult.failed(uid, config, kind, message, extra=note)
@@ -231,6 +252,9 @@ def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | 
     accuracy = measurement.accuracy
     if accuracy is not None and not accuracy.passed:
         worst = verdict.worst(accuracy.outputs, max_drop=settings.max_top1_drop, min_cosine=settings.min_cosine)
+        if accuracy.metric is not None and accuracy.metric_value is not None:
+            worst += (f"; {accuracy.metric} {accuracy.metric_value:.4g} "
+                      f"(reference {accuracy.reference_metric_value:.4g})")  # fmt: skip
         message = f"breaks the accuracy constraint ({accuracy.constraint}); worst: {worst}"
         return TrialResult.failed(uid, config, "inaccurate", message, **fields)
     return TrialResult(uid=uid, config=config, status="ok", **fields)
@@ -286,6 +310,8 @@ def _spec(
         policy=asdict(settings.policy),
         max_top1_drop=settings.max_top1_drop,
         min_cosine=settings.min_cosine,
+        metric=settings.metric,
+        max_metric_drop=settings.max_metric_drop,
         **extra,
     )
 

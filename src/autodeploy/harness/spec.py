@@ -35,6 +35,8 @@ class WorkerSpec:
     output_path: str | None = None  # reference mode: where to write the outputs
     scenario: str = "single-stream"  # or "server": also find the highest Poisson rate under sla_ms
     sla_ms: float | None = None
+    metric: str | None = None  # the user's task metric, module:function
+    max_metric_drop: float | None = None
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))

@@ -22,13 +22,15 @@ from typing import Any
 
 import numpy as np
 
+from autodeploy import verdict
 from autodeploy.adapters.base import Artifact, Runner, TrialConfig
 from autodeploy.adapters.registry import load_target
 from autodeploy.data import Dataset
 from autodeploy.device import probe_device
 from autodeploy.errors import UnsupportedConfigError
 from autodeploy.harness.accuracy import compare
-from autodeploy.harness.result import Measurement
+from autodeploy.harness.metric import load_metric, score
+from autodeploy.harness.result import Accuracy, Measurement
 from autodeploy.harness.scenarios import max_rate_under_sla
 from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.stats import summarize
@@ -141,6 +143,8 @@ class _Job:
                 min_cosine=self.spec.min_cosine,
             ),
         )
+        if self.spec.metric:
+            accuracy = _step("run_failed", lambda: _with_metric(accuracy, self.spec, outputs, reference, evaluation.labels))
         artifact = Artifact.read(Path(self.spec.artifact_path or ""))
         measurement = Measurement(
             scenario=self.spec.scenario, batch=self.config.batch, latency=summarize(timed.samples_ns),
@@ -182,6 +186,18 @@ class _Job:
         np.savez(tmp, **outputs)
         os.replace(tmp, out)
         return {"reference_path": str(out)}
+
+
+def _with_metric(accuracy: Accuracy, spec: WorkerSpec, outputs: dict[str, np.ndarray],
+                 reference: dict[str, np.ndarray], labels: np.ndarray | None) -> Accuracy:  # fmt: skip
+    """``accuracy`` with the user's task metric on the outputs and on the reference, judged by its budget."""
+    name = spec.metric or ""
+    fn = load_metric(name)
+    value, ref = score(fn, name, outputs, labels), score(fn, name, reference, labels)
+    judged = verdict.with_metric(verdict.AccuracyVerdict(accuracy.constraint, accuracy.passed), name, value, ref,
+                                 spec.max_metric_drop)  # fmt: skip
+    return replace(accuracy, constraint=judged.constraint, passed=judged.passed, metric=name, metric_value=value,
+                   reference_metric_value=ref)  # fmt: skip
 
 
 def _private_copy(model: ModelInfo, folder: Path) -> ModelInfo:

@@ -33,6 +33,7 @@ class Constraints(_Strict):
     max_accuracy_drop: float = Field(DEFAULT_MAX_ACCURACY_DROP, ge=0, le=1, description="top-1 agreement drop (else 1 - cosine)")
     max_memory_mb: float | None = Field(None, gt=0, description="peak RSS of the worker over its baseline")
     sla_ms: float | None = Field(None, gt=0, description="p99 latency bound of the server objective")
+    max_metric_drop: float | None = Field(None, ge=0, description="drop of the user's --metric allowed (None: reported only)")
 
 
 class Screening(_Strict):
@@ -52,6 +53,15 @@ class Finalists(_Strict):
     rounds: int = Field(3, ge=1)
     min_samples: int = Field(200, ge=2)
     min_duration_s: float = Field(2.0, ge=0)
+
+
+class ImagePreprocess(_Strict):
+    """How images (a folder or ``sample:images``) become the input, in benchmark_app's words."""
+
+    layout: Literal["NCHW", "NHWC"] | None = None
+    reverse_input_channels: bool = False
+    mean_values: list[float] | None = None
+    scale_values: list[float] | None = None
 
 
 class StudyConfig(_Strict):
@@ -78,7 +88,9 @@ class StudyConfig(_Strict):
     shapes: dict[str, Any] = {}
     #: Several shapes: one study per shape (True), or one config for all, the objective weighted by the mix.
     per_shape: bool = False
-    data: str | None = None
+    data: str | None = None  # .npz, a folder of NAME.npy or of images, or sample:images
+    preprocess: ImagePreprocess | None = None
+    metric: str | None = None  # the user's task metric, module:function
 
     @field_validator("shapes", mode="before")
     @classmethod

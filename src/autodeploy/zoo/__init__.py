@@ -1,8 +1,8 @@
 """Models built in code for tests, demos and benchmarks: no downloads, deterministic, cached.
 
 ``get("tiny-cnn")`` builds the model on first use and returns the path of the cached ``.onnx``
-file; later calls return the same file. ``dataset("digits")`` gives the labelled evaluation and
-calibration data of the one trained model. A model reference on the command line is ``zoo:NAME``.
+file; later calls return the same file. ``dataset(name)`` gives the labelled evaluation and
+calibration data of the models fitted to real data (digits, resnet50, mobilenetv2). A model reference on the command line is ``zoo:NAME``.
 
 Builders live in submodules and are imported only when a model is built, so importing this
 package pulls in neither onnx nor scikit-learn nor onnxruntime.
@@ -61,12 +61,20 @@ ZOO: dict[str, ZooEntry] = {
     ),
     "mlp": ZooEntry("mlp", "[N,256] Gemm / MatMul+Add with Relu -> 10", "autodeploy.zoo.dense:mlp"),
     "resnet50": ZooEntry(
-        "resnet50", "ResNet-50 v1.5, [N,3,224,224] -> 1000, random weights", "autodeploy.zoo.cnn:resnet50"
+        "resnet50",
+        "ResNet-50 v1.5, [N,3,224,224] -> 1000, fitted to sklearn's sample photos (needs scikit-learn, Pillow)",
+        "autodeploy.zoo.cnn:resnet50",
+        version="2",
+        has_dataset=True,
+        dataset_builder="autodeploy.zoo.photos:dataset_arrays",
     ),
     "mobilenetv2": ZooEntry(
         "mobilenetv2",
-        "MobileNetV2 1.0, [N,3,224,224] -> 1000, random weights",
+        "MobileNetV2 1.0, [N,3,224,224] -> 1000, fitted to sklearn's sample photos (needs scikit-learn, Pillow)",
         "autodeploy.zoo.cnn:mobilenetv2",
+        version="2",
+        has_dataset=True,
+        dataset_builder="autodeploy.zoo.photos:dataset_arrays",
     ),
     "bert-small": ZooEntry(
         "bert-small",
@@ -123,7 +131,7 @@ def get(name: str, cache_dir: Path | None = None) -> Path:
 
 
 def dataset(name: str, cache_dir: Path | None = None) -> dict[str, Any] | None:
-    """Labelled data for models trained on a real dataset (only ``digits``); None for the others.
+    """Labelled data for models fitted to real data (digits, resnet50, mobilenetv2); None for the others.
 
     Returns:
         ``{"inputs": {input: float32 [N, ...]}, "labels": int64 [N], "calibration": {input: array}}``:

@@ -1,4 +1,5 @@
-"""Convolutional zoo models: tiny-cnn, resnet50 and mobilenetv2, with random (untrained) weights.
+"""Convolutional zoo models: tiny-cnn (random weights), resnet50 and mobilenetv2 (random convolutions
+with BatchNormalization statistics and a head fitted to real photographs, see :mod:`autodeploy.zoo.photos`).
 
 Batch normalization stays as separate ``BatchNormalization`` nodes after each bias-free Conv, the
 way a training framework exports it, so that our fusion passes have something to fold.
@@ -73,6 +74,16 @@ def image_model(g: Graph, size: int, classes: int, doc: str) -> onnx.ModelProto:
     return center_logits(model, size)
 
 
+def fitted_model(g: Graph, doc: str, **fit: float) -> onnx.ModelProto:
+    """A 224x224 ImageNet-shaped classifier whose BatchNormalization statistics and head are fitted to
+    real photographs (:func:`autodeploy.zoo.photos.fit`), so its logits have a trained model's margins."""
+    from autodeploy.zoo import photos
+
+    model = g.model([float_tensor("input", ["N", 3, 224, 224])],
+                    [float_tensor("logits", ["N", NUM_CLASSES_IMAGENET])], doc=doc)  # fmt: skip
+    return photos.fit(model, **fit)  # type: ignore[arg-type]
+
+
 def center_logits(model: onnx.ModelProto, size: int) -> onnx.ModelProto:
     """Shifts the head bias so the mean logits over a fixed random batch are zero.
 
@@ -129,7 +140,7 @@ def resnet50() -> onnx.ModelProto:
             x = bottleneck(g, x, c_in, width, stride if i == 0 else 1)
             c_in = width * 4
     classifier_head(g, x, c_in, NUM_CLASSES_IMAGENET)
-    return image_model(g, 224, NUM_CLASSES_IMAGENET, "ResNet-50 v1.5 topology, random weights")
+    return fitted_model(g, "ResNet-50 v1.5 topology, BN statistics and head fitted to sklearn's sample photos")
 
 
 def inverted_residual(g: Graph, x: str, c_in: int, c_out: int, expand: int, stride: int) -> str:
@@ -166,4 +177,6 @@ def mobilenetv2() -> onnx.ModelProto:
             c_in = c
     x = conv_bn(g, x, c_in, 1280, 1, act="relu6")
     classifier_head(g, x, 1280, NUM_CLASSES_IMAGENET)
-    return image_model(g, 224, NUM_CLASSES_IMAGENET, "MobileNetV2 topology (width 1.0), random weights")
+    # Its random features separate the photos' windows less well: more crops and a stronger ridge.
+    doc = "MobileNetV2 topology (width 1.0), BN statistics and head fitted to sklearn's sample photos"
+    return fitted_model(g, doc, per_class=16, ridge=1.0)
