@@ -35,6 +35,10 @@ class WorkerSpec:
     output_path: str | None = None  # reference mode: where to write the outputs
     scenario: str = "single-stream"  # or "server": also find the highest Poisson rate under sla_ms
     sla_ms: float | None = None
+    #: measure mode: the accuracy (``Accuracy.to_dict`` form) already measured on this same artifact
+    #: and batch by trial ``accuracy_from``; the worker reuses it instead of comparing again.
+    accuracy: dict[str, Any] | None = None
+    accuracy_from: str | None = None
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autodeploy.errors import UsageError
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
@@ -66,6 +66,8 @@ class StudyConfig(_Strict):
     knobs: dict[str, dict[str, list[Any]]] | None = None  # {engine: {knob: [choices]}}; None: engine's own
     trials: int | None = Field(None, ge=0, description="None: 30, or the whole grid with sampler grid")
     timeout_s: float | None = Field(None, gt=0, description="stop starting trials after this many seconds")
+    time_budget_s: float | None = Field(None, gt=0, description="wall time of the whole run, finalists included "
+                                        "(600, 90s, 10m, 1h30m): the best found in it, with the confidence reached")
     sampler: Sampler = "tpe"
     seed: int = 0
     fresh: bool = False
@@ -74,6 +76,18 @@ class StudyConfig(_Strict):
     finalists: Finalists = Finalists()
     shapes: dict[str, list[int]] = {}
     data: str | None = None
+
+    @field_validator("time_budget_s", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            from autodeploy.search.budget import parse_duration
+
+            try:
+                return parse_duration(value)
+            except UsageError as exc:
+                raise ValueError(exc.message) from None
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> StudyConfig:
