@@ -183,6 +183,8 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
         if counted:
             measured += 1
             reporter.trial_done(measured, best_label(study, cfg.objective))
+    if budget.left() <= 0:  # the last worker ran into the end of the budget
+        stopped_by = "time budget"
     summary = _finalize(ctx, study, reporter, _Memory.of(study), budget)
     summary = replace(summary, reference_s=reference_s, wall_s=time.monotonic() - budget.started,
                       time_budget_s=budget.seconds, stopped_by=stopped_by)  # fmt: skip
