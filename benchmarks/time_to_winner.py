@@ -81,6 +81,7 @@ def engines(quick: bool) -> list[str]:
 def run(case: Case, folder: Path, engine_list: list[str], timing: dict,
         **tune_args) -> tuple[object, optuna.Study, datetime, float]:  # fmt: skip
     """One study in its own database and cache: its summary, its Optuna study, when it started, its wall seconds."""
+    folder.mkdir(parents=True, exist_ok=True)
     db = f"sqlite:///{folder / 'results.db'}"
     started, clock = datetime.now(), time.monotonic()
     summary = api.tune(case.ref, name="s", engines=engine_list, shapes=case.shapes or None, data=case.data, db=db,
@@ -108,6 +109,7 @@ def best_per_branch(study: optuna.Study) -> dict[str, tuple[float, TrialConfig]]
 def interleaved(case: Case, configs: list[TrialConfig], folder: Path, rounds: int, policy: TimingPolicy) -> list[float | None]:
     """p90 ms of each config over ``rounds`` interleaved runs (rotated order), pooled samples."""
     samples: list[list[float]] = [[] for _ in configs]
+    folder.mkdir(parents=True, exist_ok=True)
     db = f"sqlite:///{folder / 'judge.db'}"
     for r in range(rounds):
         for i in [(j + r) % len(configs) for j in range(len(configs))]:
@@ -131,7 +133,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds of the judgement")
     args = parser.parse_args()
     device = probe_device()
-    console = Console()
+    console = Console(width=220)  # a table for a terminal or a file alike
     console.print(f"CPU: {device.cpu_model}; ISA: {', '.join(device.isa) or '-'}; logical cores: {device.logical_cores}")
     seeds = args.seeds or (1 if args.quick else 3)
     rounds = args.rounds or (2 if args.quick else 5)

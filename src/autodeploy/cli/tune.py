@@ -296,6 +296,7 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
         out.print(table)
     if summary.winner is None:
         err.print(f"[red]no winner[/]: {shown(summary.note)}")
+        _print_search(summary)
         return
     line = f"winner: [bold]{shown(summary.winner.label)}[/] at {value_text(summary.winner.statistic, objective)}"
     if summary.winner.baseline:

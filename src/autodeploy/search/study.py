@@ -151,7 +151,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     measured, asked, stopped_by = 0, 0, "trials"
     memory = _Memory.of(study)
     while measured < trials:
-        if asked >= max_asks:
+        if asked >= max_asks or (asked and len(memory.looked) >= space.size()):
             stopped_by = "search space"
             break
         if cfg.timeout_s is not None and time.monotonic() - budget.started > cfg.timeout_s:
@@ -221,14 +221,16 @@ def _check_budget(ctx: StudyContext, budget: Budget, reporter: Reporter) -> floa
 
 def _finalist_reserve(cfg: StudyConfig, memory: _Memory, budget: Budget) -> float:
     """Seconds screening leaves for the finalists: their runs at the screening's cost per run, each
-    longer by the extra timed seconds; at most 30% of the budget (fewer rounds fit then)."""
+    longer by the extra timed seconds; at least one round, else at most 30% of the budget (fewer
+    rounds fit then)."""
     if budget.seconds is None or cfg.finalists.count == 0 or cfg.objective not in ("latency", "throughput"):
         return 0.0
     if not memory.timing_s:
         return 0.0
     f = cfg.finalists
     per_run = sum(memory.timing_s) / len(memory.timing_s) + max(0.0, f.min_duration_s - cfg.screening.min_duration_s)
-    return min(per_run * f.rounds * (f.count + 1), 0.3 * budget.seconds)
+    one_round = per_run * (f.count + 1)  # the finalists and the baseline
+    return min(one_round * f.rounds, max(one_round, 0.3 * budget.seconds))
 
 
 def _check_same_model_and_device(ctx: StudyContext) -> None:
@@ -367,6 +369,8 @@ class _Memory:
       measured slower than fp32 on the same runtime, same batch and threads).
     * ``build_s``: engine -> the longest build timed here (what a slow conversion will cost).
     * ``timing_s``: the measure workers' timing seconds (what a finalist run will cost).
+    * ``looked``: the configs measured, failed or pruned: when it holds the whole space, asking
+      more only brings repeats.
     """
 
     dead: dict[str, str] = field(default_factory=dict)
@@ -376,6 +380,7 @@ class _Memory:
     slower: dict[str, str] = field(default_factory=dict)
     build_s: dict[str, float] = field(default_factory=dict)
     timing_s: list[float] = field(default_factory=list)
+    looked: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, study: optuna.Study) -> _Memory:
@@ -387,6 +392,9 @@ class _Memory:
                 memory.dead[attrs["artifact_key"]] = attrs["dead_artifact"]
             if t.state == _state().COMPLETE and "repeat_of" not in attrs:
                 memory.seen.setdefault(TrialConfig.from_dict(attrs["config"]).key(), t)
+            if t.state.is_finished() and "config" in attrs and not attrs.get("budget_timeout") \
+                    and not attrs.get("budget_skip"):  # fmt: skip
+                memory.looked.add(TrialConfig.from_dict(attrs["config"]).key())
             memory.learn(attrs)
         if len(study.directions) == 1:
             memory.slower = _slower_int8(trials, minimize=study.directions[0].name == "MINIMIZE")
@@ -450,6 +458,7 @@ def _enqueue_portfolio(study: optuna.Study, space: SearchSpace) -> None:
     seen = {(t.params.get("engine"), t.params.get(f"{t.params.get('engine')}.precision"))
             for t in study.get_trials(deepcopy=False)
             if not t.user_attrs.get("budget_timeout")}  # stopped by a time budget: a resume tries again  # fmt: skip
+    waiting = [t.system_attrs.get("fixed_params") for t in study.get_trials(deepcopy=False, states=(_state().WAITING,))]
     order = list(space.engines)
     for engine in sorted(order, key=lambda e: (registry.get(e).slow_build, order.index(e))):
         choices = space.engines[engine]
@@ -460,7 +469,8 @@ def _enqueue_portfolio(study: optuna.Study, space: SearchSpace) -> None:
             if choices.threads:
                 params["threads"] = max(space.threads)  # all cores: what an engine's default would use
             params.update({f"{engine}.{knob}": values[0] for knob, values in choices.knobs.items()})
-            study.enqueue_trial(params, skip_if_exists=True)
+            if params not in waiting:  # (Optuna's skip_if_exists would also skip a retry of a stopped trial)
+                study.enqueue_trial(params)
 
 
 def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: SearchSpace,
@@ -663,7 +673,7 @@ def _finalize(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory
         kind = "repeated" if "repeat_of" in t.user_attrs else t.state.name.lower()  # repeats cost nothing
         counts[kind] = counts.get(kind, 0) + 1
     skipped = list(dict.fromkeys(t.user_attrs["budget_skip"] for t in trials if t.user_attrs.get("budget_skip")))
-    learned = {"deprioritized": dict(memory.slower), "skipped": _latest_per_branch(skipped)}
+    learned = {"deprioritized": dict(memory.slower), "skipped": _first_per_branch(skipped)}
     runs: list[tuple[str, dict[str, float]]] = []  # this run's finalist workers: engine, wall seconds
     summary = _decide(ctx, study, reporter, memory, budget, counts, runs)
     return replace(summary, time_by_engine=_time_by_engine(trials, runs), **learned)
@@ -697,11 +707,11 @@ def _decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: 
     return replace(summary, confidence=confidence)
 
 
-def _latest_per_branch(reasons: list[str]) -> list[str]:
-    """One skip reason per ``engine/precision`` (the last said), in first-seen order."""
+def _first_per_branch(reasons: list[str]) -> list[str]:
+    """One skip reason per ``engine/precision``: the first, as the user was told it."""
     by: dict[str, str] = {}
     for reason in reasons:
-        by[reason.split(":")[0]] = reason
+        by.setdefault(reason.split(":")[0], reason)
     return list(by.values())
 
 
