@@ -241,16 +241,16 @@ def _trial(engine, precision, threads, value):
 
 
 def test_an_int8_branch_stays_open_where_it_wins_at_some_setting():
-    from autodeploy.search.study import _Memory
+    from autodeploy.search.memory import Memory
 
     study = optuna.create_study(direction="minimize")
     for trial in (_trial("openvino", "fp32", 4, 1.0), _trial("openvino", "int8", 4, 1.2),
                   _trial("onnxruntime", "fp32", 4, 1.0), _trial("onnxruntime", "int8", 4, 1.3),
                   _trial("onnxruntime", "int8", 1, 0.9), _trial("onnxruntime", "fp32", 1, 1.5)):  # fmt: skip
         study.add_trial(trial)
-    slower = _Memory.of(study).slower
+    slower = Memory.of(study).slower
     assert list(slower) == ["openvino/int8"] and "b1/t4: 1.2 against 1" in slower["openvino/int8"]
-    assert _Memory.of(optuna.create_study(direction="maximize")).slower == {}
+    assert Memory.of(optuna.create_study(direction="maximize")).slower == {}
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("600", 600), ("90s", 90), ("10m", 600), ("1h30m", 5400),

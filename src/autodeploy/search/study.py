@@ -11,7 +11,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -24,12 +24,13 @@ from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import StoreError, TrialFailed, UsageError
 from autodeploy.harness.result import Accuracy, TrialResult
-from autodeploy.harness.run import HarnessSettings, KnownAccuracy, PreparedData, prepare, reference, run_trial
+from autodeploy.harness.run import HarnessSettings, PreparedData, prepare, reference, run_trial
 from autodeploy.harness.stats import bootstrap_mean_ci, summarize
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.results_db.store import DeviceRecord, ModelRecord, Store
 from autodeploy.search.budget import SLOW_BUILD_GUESS_S, Budget, duration_text
 from autodeploy.search.config import StudyConfig
+from autodeploy.search.memory import Memory, accuracy_key
 from autodeploy.search.objective import DIRECTIONS, Metrics, values, violations
 from autodeploy.search.space import SearchSpace, build_space, suggest, unsupported_reason
 from autodeploy.verdict import feasible, pareto_front
@@ -149,7 +150,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     reporter.study(ctx.name, cfg.objective)
     reporter.start(trials, space)
     measured, asked, stopped_by = 0, 0, "trials"
-    memory = _Memory.of(study)
+    memory = Memory.of(study)
     while measured < trials:
         if asked >= max_asks or (asked and len(memory.looked) >= space.size()):
             stopped_by = "search space"
@@ -161,7 +162,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
             stopped_by = "time budget"
             break
         _fail_stale_trials(study)
-        memory = _Memory.of(study)  # read afresh: workers sharing the study learn from each other
+        memory = Memory.of(study)  # read afresh: workers sharing the study learn from each other
         with warnings.catch_warnings():
             # "Heartbeat ... is supposed to be used with Study.optimize": _heartbeat beats for us.
             warnings.filterwarnings("ignore", "Heartbeat of storage")
@@ -185,7 +186,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
             reporter.trial_done(measured, best_label(study, cfg.objective))
     if budget.left() <= 0:  # the last worker ran into the end of the budget
         stopped_by = "time budget"
-    summary = _finalize(ctx, study, reporter, _Memory.of(study), budget)
+    summary = _finalize(ctx, study, reporter, Memory.of(study), budget)
     summary = replace(summary, reference_s=reference_s, wall_s=time.monotonic() - budget.started,
                       time_budget_s=budget.seconds, stopped_by=stopped_by)  # fmt: skip
     ctx.store.finish_study(ctx.name, winner_uid=summary.winner.uids[-1] if summary.winner and summary.winner.uids else None,
@@ -219,7 +220,7 @@ def _check_budget(ctx: StudyContext, budget: Budget, reporter: Reporter) -> floa
     return referenced - started
 
 
-def _finalist_reserve(cfg: StudyConfig, memory: _Memory, budget: Budget) -> float:
+def _finalist_reserve(cfg: StudyConfig, memory: Memory, budget: Budget) -> float:
     """Seconds screening leaves for the finalists: their runs at the screening's cost per run, each
     longer by the extra timed seconds; at least one round, else at most 30% of the budget (fewer
     rounds fit then)."""
@@ -353,105 +354,6 @@ def _enqueue_grid(study: optuna.Study, space: SearchSpace) -> int:
     return len(missing)
 
 
-@dataclass
-class _Memory:
-    """What the study has learned that no other config can change, rebuilt from its trials on resume.
-
-    * ``dead``: artifact key -> why every config that builds that artifact is pruned: it failed
-      to build, or it broke the accuracy budget (accuracy depends on the artifact, not on
-      threads, streams or hints).
-    * ``seen``: config key -> the trial that measured it; a repeat is answered from it for free.
-    * ``artifacts``: artifact key -> the folder built for it: configs that differ only in runtime
-      settings (threads, streams, hints) are measured on it without a build worker.
-    * ``accuracy``: artifact key and batch -> the accuracy measured on it, reused by every other
-      config of that artifact and batch (the worker does not compare again).
-    * ``slower``: ``engine/precision`` -> why that branch gets no more trials (an int8 artifact
-      measured slower than fp32 on the same runtime, same batch and threads).
-    * ``build_s``: engine -> the longest build timed here (what a slow conversion will cost).
-    * ``timing_s``: the measure workers' timing seconds (what a finalist run will cost).
-    * ``looked``: the configs measured, failed or pruned: when it holds the whole space, asking
-      more only brings repeats.
-    """
-
-    dead: dict[str, str] = field(default_factory=dict)
-    seen: dict[str, optuna.trial.FrozenTrial] = field(default_factory=dict)
-    artifacts: dict[str, str] = field(default_factory=dict)
-    accuracy: dict[str, KnownAccuracy] = field(default_factory=dict)
-    slower: dict[str, str] = field(default_factory=dict)
-    build_s: dict[str, float] = field(default_factory=dict)
-    timing_s: list[float] = field(default_factory=list)
-    looked: set[str] = field(default_factory=set)
-
-    @classmethod
-    def of(cls, study: optuna.Study) -> _Memory:
-        memory = cls()
-        trials = study.get_trials(deepcopy=False)
-        for t in trials:
-            attrs = t.user_attrs
-            if attrs.get("dead_artifact"):
-                memory.dead[attrs["artifact_key"]] = attrs["dead_artifact"]
-            if t.state == _state().COMPLETE and "repeat_of" not in attrs:
-                memory.seen.setdefault(TrialConfig.from_dict(attrs["config"]).key(), t)
-            if t.state.is_finished() and "config" in attrs and not attrs.get("budget_timeout") \
-                    and not attrs.get("budget_skip"):  # fmt: skip
-                memory.looked.add(TrialConfig.from_dict(attrs["config"]).key())
-            memory.learn(attrs)
-        if len(study.directions) == 1:
-            memory.slower = _slower_int8(trials, minimize=study.directions[0].name == "MINIMIZE")
-        return memory
-
-    def learn(self, attrs: Mapping[str, Any]) -> None:
-        """Take in what one measurement (a trial's user attributes) taught about its artifact."""
-        config = attrs.get("config")
-        if config is None:
-            return
-        artifact = attrs.get("artifact_key", "")
-        if attrs.get("artifact_path") and artifact:
-            self.artifacts.setdefault(artifact, attrs["artifact_path"])
-        if attrs.get("accuracy") and artifact:
-            known = KnownAccuracy(attrs.get("accuracy_uid") or attrs.get("uid", ""), Accuracy.from_dict(attrs["accuracy"]))
-            self.accuracy.setdefault(_accuracy_key(artifact, config["batch"]), known)
-        wall = attrs.get("wall_s") or {}
-        if wall.get("build") and not attrs.get("artifact_reused"):
-            engine = config["engine"]
-            self.build_s[engine] = max(self.build_s.get(engine, 0.0), float(wall["build"]))
-        if wall.get("timing"):
-            self.timing_s.append(float(wall["timing"]))
-
-
-def _accuracy_key(artifact: str, batch: int) -> str:
-    return f"{artifact}/b{batch}"
-
-
-def _slower_int8(trials: list[optuna.trial.FrozenTrial], *, minimize: bool) -> dict[str, str]:
-    """``engine/int8…`` -> reason, for each int8 branch whose best feasible value is worse than fp32's
-    on the same engine at every batch and thread count both were measured at (at least one)."""
-    best: dict[tuple[str, str, int, Any], float] = {}
-    for t in trials:
-        if t.state != _state().COMPLETE or not t.constraints or not feasible(t.constraints):
-            continue
-        c = t.user_attrs["config"]
-        key = (c["engine"], c["precision"], c["batch"], c["threads"])
-        better = min if minimize else max
-        best[key] = better(best.get(key, t.values[0]), t.values[0])
-    out: dict[str, str] = {}
-    for (engine, precision, batch, threads), value in best.items():
-        if not precision.startswith("int8"):
-            continue
-        branch = f"{engine}/{precision}"
-        fp32 = best.get((engine, "fp32", batch, threads))
-        if fp32 is None:
-            continue
-        faster = value < fp32 if minimize else value > fp32
-        if faster:
-            out[branch] = ""  # one setting where int8 wins keeps the branch open
-        elif branch not in out or out[branch]:
-            where = f"b{batch}/t{'default' if threads is None else threads}"
-            out[branch] = (f"{precision} measured slower than fp32 on {engine} ({where}: {value:.4g} against "
-                           f"{fp32:.4g}); no more trials on this branch")  # fmt: skip
-    return {k: v for k, v in out.items() if v}
-
-
 def _enqueue_portfolio(study: optuna.Study, space: SearchSpace) -> None:
     """Cover before exploiting: one default config per engine × precision is tried first, cheap
     builds before slow ones (onnx2tf takes minutes), then the sampler refines batch, threads and knobs."""
@@ -474,7 +376,7 @@ def _enqueue_portfolio(study: optuna.Study, space: SearchSpace) -> None:
 
 
 def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: SearchSpace,
-            reporter: Reporter, memory: _Memory, budget: Budget) -> bool:  # fmt: skip
+            reporter: Reporter, memory: Memory, budget: Budget) -> bool:  # fmt: skip
     """Tell the study about one suggested config; True when it cost a measurement (pruned and repeated configs don't)."""
     state = _state()
     config = suggest(trial, space)
@@ -527,7 +429,7 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
     return True
 
 
-def _unaffordable(ctx: StudyContext, config: TrialConfig, artifact: str, memory: _Memory, budget: Budget) -> str:
+def _unaffordable(ctx: StudyContext, config: TrialConfig, artifact: str, memory: Memory, budget: Budget) -> str:
     """Why a slow conversion (onnx2tf) is skipped: its build would not end before the time budget does."""
     if budget.seconds is None or not registry.get(config.engine).slow_build or artifact in memory.artifacts:
         return ""
@@ -541,7 +443,7 @@ def _unaffordable(ctx: StudyContext, config: TrialConfig, artifact: str, memory:
             "a larger --time-budget or a --resume looks at it")  # fmt: skip
 
 
-def _bury(trial: optuna.Trial, memory: _Memory, artifact: str, reason: str) -> None:
+def _bury(trial: optuna.Trial, memory: Memory, artifact: str, reason: str) -> None:
     """Every later config of this artifact is pruned with ``reason`` (also after a resume)."""
     trial.set_user_attr("dead_artifact", reason)
     memory.dead[artifact] = reason
@@ -568,7 +470,7 @@ class _Measured:
     ci: tuple[float, float] | None = None  # the screening value's 95% CI (latency)
 
     def attrs(self, artifact: str) -> dict[str, Any]:
-        """What the Optuna trial stores about this measurement (JSON), read back by :meth:`_Memory.learn`."""
+        """What the Optuna trial stores about this measurement (JSON), read back by :meth:`Memory.learn`."""
         out: dict[str, Any] = {"uid": self.uid, "reused": self.reused, "artifact_key": artifact}
         if self.accuracy is not None:
             out.update(accuracy=asdict(self.accuracy), accuracy_uid=self.accuracy_uid)
@@ -584,7 +486,7 @@ class _Measured:
 
 
 def _measure(ctx: StudyContext, config: TrialConfig, reporter: Reporter, phase: str = "screening",
-             memory: _Memory | None = None) -> _Measured:  # fmt: skip
+             memory: Memory | None = None) -> _Measured:  # fmt: skip
     """Metrics of ``config``: from the store when measured before here, else a fresh trial (stored).
 
     With ``memory``, a config whose artifact was built before is measured on it (no build worker)
@@ -600,7 +502,7 @@ def _measure(ctx: StudyContext, config: TrialConfig, reporter: Reporter, phase: 
     built = memory.artifacts.get(artifact_key) if memory is not None else None
     if built is not None and not (Path(built) / "artifact.json").is_file():
         built = None  # removed since (a cleared cache): build it again
-    known = memory.accuracy.get(_accuracy_key(artifact_key, config.batch)) if memory is not None else None
+    known = memory.accuracy.get(accuracy_key(artifact_key, config.batch)) if memory is not None else None
     reporter.phase(f"{config.label()}: starting")
     result = run_trial(ctx.model, config, ctx.data, ctx.settings, progress=lambda p: reporter.phase(f"{config.label()}: {p}"),
                        scenario="server" if cfg.objective == "server" else "single-stream",
@@ -665,7 +567,7 @@ def best_label(study: optuna.Study, objective: str) -> str | None:
 # -- finalists and the winner ------------------------------------------------------------
 
 
-def _finalize(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: _Memory,
+def _finalize(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: Memory,
               budget: Budget) -> StudySummary:  # fmt: skip
     counts: dict[str, int] = {}
     trials = study.get_trials(deepcopy=False)
@@ -679,7 +581,7 @@ def _finalize(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory
     return replace(summary, time_by_engine=_time_by_engine(trials, runs), **learned)
 
 
-def _decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: _Memory, budget: Budget,
+def _decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: Memory, budget: Budget,
             counts: dict[str, int], runs: list[tuple[str, dict[str, float]]]) -> StudySummary:  # fmt: skip
     """The finalists and the winner: re-measured interleaved when the objective and the time allow."""
     cfg = ctx.config
@@ -729,7 +631,7 @@ def _time_by_engine(trials: list[optuna.trial.FrozenTrial],
 
 
 def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Reporter, with_baseline: bool,
-                 memory: _Memory, budget: Budget, runs: list[tuple[str, dict[str, float]]]) -> tuple[list[Finalist], int]:  # fmt: skip
+                 memory: Memory, budget: Budget, runs: list[tuple[str, dict[str, float]]]) -> tuple[list[Finalist], int]:  # fmt: skip
     """A B C A B C …: every round runs each config once, in a rotated order, so drift hits all alike.
 
     Under a time budget a round starts only when the time left pays for one more (as long as the
