@@ -174,6 +174,14 @@ def test_the_portfolio_looks_at_every_engine_and_precision_first_cheap_builds_be
     assert waiting[0]["onnxruntime.execution_mode"] == "ORT_SEQUENTIAL" and waiting[2]["tflite.xnnpack"] is True
     _enqueue_portfolio(study, space)  # a resume or a second worker adds nothing twice
     assert len(study.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 4
+    # int8 builds calibrate: every cheap engine's other precisions come first
+    space = SearchSpace({"onnxruntime": EngineChoices(("fp32", "int8"), {}), "openvino": EngineChoices(("fp32", "int8"), {})},
+                        batches=(1,), threads=(1,))  # fmt: skip
+    study = optuna.create_study()
+    _enqueue_portfolio(study, space)
+    waiting = [t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
+    assert [(p["engine"], p[f"{p['engine']}.precision"]) for p in waiting] == [
+        ("onnxruntime", "fp32"), ("openvino", "fp32"), ("onnxruntime", "int8"), ("openvino", "int8")]  # fmt: skip
 
 
 @pytest.mark.slow

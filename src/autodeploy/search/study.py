@@ -356,23 +356,25 @@ def _enqueue_grid(study: optuna.Study, space: SearchSpace) -> int:
 
 def _enqueue_portfolio(study: optuna.Study, space: SearchSpace) -> None:
     """Cover before exploiting: one default config per engine × precision is tried first, cheap
-    builds before slow ones (onnx2tf takes minutes), then the sampler refines batch, threads and knobs."""
+    builds before slow ones (onnx2tf takes minutes; int8 builds calibrate, so every engine's other
+    precisions come before them), then the sampler refines batch, threads and knobs."""
     seen = {(t.params.get("engine"), t.params.get(f"{t.params.get('engine')}.precision"))
             for t in study.get_trials(deepcopy=False)
             if not t.user_attrs.get("budget_timeout")}  # stopped by a time budget: a resume tries again  # fmt: skip
     waiting = [t.system_attrs.get("fixed_params") for t in study.get_trials(deepcopy=False, states=(_state().WAITING,))]
     order = list(space.engines)
-    for engine in sorted(order, key=lambda e: (registry.get(e).slow_build, order.index(e))):
+    branches = [(e, p) for e in order for p in space.engines[e].precisions]
+    branches.sort(key=lambda b: (registry.get(b[0]).slow_build, b[1].startswith("int8"), order.index(b[0])))
+    for engine, precision in branches:
         choices = space.engines[engine]
-        for precision in choices.precisions:
-            if (engine, precision) in seen:
-                continue
-            params: dict[str, Any] = {"engine": engine, f"{engine}.precision": precision, "batch": space.batches[0]}
-            if choices.threads:
-                params["threads"] = max(space.threads)  # all cores: what an engine's default would use
-            params.update({f"{engine}.{knob}": values[0] for knob, values in choices.knobs.items()})
-            if params not in waiting:  # (Optuna's skip_if_exists would also skip a retry of a stopped trial)
-                study.enqueue_trial(params)
+        if (engine, precision) in seen:
+            continue
+        params: dict[str, Any] = {"engine": engine, f"{engine}.precision": precision, "batch": space.batches[0]}
+        if choices.threads:
+            params["threads"] = max(space.threads)  # all cores: what an engine's default would use
+        params.update({f"{engine}.{knob}": values[0] for knob, values in choices.knobs.items()})
+        if params not in waiting:  # (Optuna's skip_if_exists would also skip a retry of a stopped trial)
+            study.enqueue_trial(params)
 
 
 def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: SearchSpace,
