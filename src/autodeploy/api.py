@@ -264,6 +264,7 @@ def tune(
     knobs: Mapping[str, Mapping[str, Sequence[Any]]] | None = None,
     trials: int | None = None,
     timeout_s: float | None = None,
+    time_budget: str | float | None = None,
     sampler: str | None = None,
     seed: int | None = None,
     fresh: bool = False,
@@ -299,7 +300,11 @@ def tune(
         name: the study's name (default ``MODEL-OBJECTIVE-FINGERPRINT``).
         objective: ``latency``, ``throughput``, ``server`` (needs ``sla_ms``) or ``pareto``.
         engines, precisions, batches, threads, knobs: the search space (default: all available here).
-        trials: trials this run adds (default 30; the whole grid for ``sampler="grid"``).
+        trials: trials this run adds (default 30; the whole grid for ``sampler="grid"``; with
+            ``time_budget`` alone, as many as the space has configs).
+        time_budget: wall time of this run, finalists included: seconds, or ``"90s"``, ``"10m"``,
+            ``"1h30m"``. The summary is the best found in it, with the confidence reached
+            (``confidence``); every trial is kept for ``resume``.
         shapes: per input one shape, several (``{"x": [(1, 3, 48, 320), (1, 3, 48, 640)]}``), a weighted mix
             (``{"x": [{"shape": "1x3x48x320", "weight": 3}, ...]}``) or a :class:`~autodeploy.shapes.ShapeSet`:
             every config is measured at each shape and judged by the mix (:func:`tune_per_shape`: one study per shape).
@@ -323,7 +328,8 @@ def tune(
 
     Raises:
         UsageError: no model, an invalid config, a study that exists (without ``resume``) or was
-            made with another search space or objective.
+            made with another search space or objective, a ``time_budget`` too small to measure
+            even the baseline (the message says how long that takes here).
         ModelError, DataError, StoreError: the model, the data or the database is unusable.
     """
     from autodeploy.search.study import Reporter, StudyCase, StudyContext, run_study
@@ -333,9 +339,13 @@ def tune(
             "no model given", fix="pass a model (an .onnx path or zoo:NAME), or `model` in the config"
         )
     reporter = reporter or Reporter()
+    if time_budget is not None:
+        from autodeploy.search.budget import parse_duration
+
+        time_budget = parse_duration(time_budget)
     arguments = {"model": model, "name": name, "objective": objective, "engines": engines, "precisions": precisions,
                  "batches": batches, "threads": threads, "knobs": knobs, "trials": trials, "timeout_s": timeout_s,
-                 "sampler": sampler, "seed": seed, "fresh": fresh or None, "resume": resume or None,
+                 "time_budget_s": time_budget, "sampler": sampler, "seed": seed, "fresh": fresh or None, "resume": resume or None,
                  "max_accuracy_drop": max_accuracy_drop, "max_memory_mb": max_memory_mb, "sla_ms": sla_ms,
                  "finalists": finalists, "rounds": rounds, "min_samples": min_samples,
                  "min_duration_s": min_duration_s, "shapes": shapes, "per_shape": per_shape, "data": data,
@@ -358,7 +368,7 @@ def tune(
         stored = store.get_study(study_name) if resume else None
         if stored is not None:
             cfg = study_config.validate(
-                keys, overrides, base={**stored.settings, "trials": None, "fresh": False}
+                keys, overrides, base={**stored.settings, "trials": None, "fresh": False, "time_budget_s": None}
             )
         if cfg.per_shape and cfg.shape_set().several:
             raise UsageError("this study config asks for one study per shape (per_shape: true)",

@@ -7,7 +7,10 @@ Two record kinds, each carrying ``schema`` and ``schema_version``:
   (times in ms, memory in MB, throughput in items/s: the unit is in every field name).
 - ``autodeploy.study``: one study's summary (``tune``, ``results studies``): the winner, the runner-up,
   the finalists with the objective's statistic, its unit and 95% CI, the speedup over the ORT fp32
-  default. The dashboard's winners page reads the same record.
+  default; and (fields added in 0.1, so still schema version 1) where the time went per engine
+  (``time_by_engine``), the time budget and what stopped screening, what the winner's confidence
+  rests on, the branches the search deprioritized and the slow conversions it skipped, with reasons.
+  The dashboard's winners page reads the same record.
 
 :data:`SCHEMA` is the JSON Schema (draft 2020-12) of both; ``autodeploy schema`` prints it. A change
 that removes or renames a field bumps :data:`SCHEMA_VERSION`; adding a field does not.
@@ -106,6 +109,14 @@ def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
         "speedup_vs_baseline": s.get("speedup_vs_baseline"),
         "note": s.get("note") or "",
         "inputs": s.get("inputs") or None,
+        "confidence": s.get("confidence") or "",
+        "time_budget_s": s.get("time_budget_s"),
+        "wall_s": s.get("wall_s"),
+        "stopped_by": s.get("stopped_by") or "",
+        "reference_s": s.get("reference_s"),
+        "time_by_engine": {e: dict(row) for e, row in (s.get("time_by_engine") or {}).items()},
+        "deprioritized": dict(s.get("deprioritized") or {}),
+        "skipped": list(s.get("skipped") or ()),
     }
 
 
@@ -269,6 +280,22 @@ _STUDY = {
         "speedup_vs_baseline": {**_NUM, "description": "winner over ONNX Runtime fp32 default, >1 is faster"},
         "note": {"type": "string"},
         "inputs": {**_STR, "description": "what accuracy was judged on when it was not the user's data"},
+        "confidence": {"type": "string", "description": "what the winner's numbers rest on"},
+        "time_budget_s": {**_NUM, "description": "--time-budget of the run that wrote this summary"},
+        "wall_s": {**_NUM, "description": "wall time of that run"},
+        "stopped_by": {"type": "string", "description": "trials | time budget | timeout | search space"},
+        "reference_s": {**_NUM, "description": "the ORT fp32 reference, when that run computed it first"},
+        "time_by_engine": {
+            "type": "object",
+            "description": "seconds per engine over the whole study: build, accuracy, timing; worker runs",
+            "additionalProperties": {"type": "object", "properties": {"build_s": {"type": "number"},
+                                     "accuracy_s": {"type": "number"}, "timing_s": {"type": "number"},
+                                     "runs": {"type": "integer"}}},  # fmt: skip
+        },
+        "deprioritized": {"type": "object", "additionalProperties": {"type": "string"},
+                          "description": "engine/precision -> why the search spent no more trials on it"},  # fmt: skip
+        "skipped": {"type": "array", "items": {"type": "string"},
+                    "description": "slow conversions the time budget could not pay for"},  # fmt: skip
     },
 }
 #: JSON Schema of every record above; ``--format json`` prints one record or a list of them.

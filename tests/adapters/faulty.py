@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import signal
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ FAULTS = (
     "raise_in_run",
     "raise_in_load",
     "wrong_outputs",
+    "hang_in_build",  # the build never ends (a stuck conversion): only a timeout stops it
+    "slow_int8",  # an int8 artifact that runs 2 ms slower per call than fp32 (a runtime without int8 kernels)
 )
 
 
@@ -44,6 +47,8 @@ class FaultyEngine(OnnxRuntimeEngine):
     def _build(self, model: Any, config: TrialConfig, calibration: Any, outdir: Path) -> dict[str, Any]:
         if config.knobs.get("fault") == "fail_build":
             raise BuildError("deliberate build failure")
+        if config.knobs.get("fault") == "hang_in_build":
+            time.sleep(3600)
         return super()._build(model, config, calibration, outdir)
 
     def _space(self, target: Any, model: Any) -> EngineSpace:
@@ -51,13 +56,16 @@ class FaultyEngine(OnnxRuntimeEngine):
         return EngineSpace(space.precisions, space.unsupported, {**space.knobs, "fault": FAULTS})
 
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: Any) -> dict[str, Any]:
-        return {**super()._runtime_settings(artifact, config, model), "fault": config.knobs.get("fault", "none")}
+        return {**super()._runtime_settings(artifact, config, model), "fault": config.knobs.get("fault", "none"),
+                "precision": config.precision}
 
 
 def open(model_dir: Path, settings: Mapping[str, Any], io: IO) -> Runner:  # noqa: A001 - the runtime interface
     fault = settings["fault"]
     if fault == "raise_in_load":
         raise RuntimeError("deliberate load failure")
+    if fault == "slow_int8" and settings.get("precision") != "int8":
+        fault = "none"
     return _FaultyRunner(onnxruntime.open(model_dir, settings, io), fault)
 
 
@@ -78,9 +86,21 @@ class _FaultyRunner(Runner):
             hog = []
             for _ in range(64):  # up to 8 GiB in 128 MiB steps, each page touched
                 hog.append(np.ones(16 * 2**20, dtype=np.float64))
+        elif self._fault == "slow_int8":
+            time.sleep(0.002)
         elif self._fault == "raise_in_run":
             raise RuntimeError("deliberate run failure")
         outputs = [v for v in self._inner.run(feeds).values()]
         if self._fault == "wrong_outputs":
             outputs = [np.roll(o, 1, axis=-1) for o in outputs]  # shifts every argmax
         return outputs
+
+
+class SlowFaultyEngine(FaultyEngine):
+    """The same engine, declared a slow converter (as TFLite's onnx2tf is): a time budget may skip it."""
+
+    name = "slowfaulty"
+    slow_build = True
+
+
+SLOW_TARGET = "tests.adapters.faulty:SlowFaultyEngine"

@@ -90,6 +90,9 @@ def test_tune_json_is_a_study_record_with_the_stored_winner(env, capsys):  # noq
     validate(record)
     assert record["statistic"] == "p90_ms" and record["statistic_unit"] == "ms"
     assert record["winner"]["label"].startswith("onnxruntime/fp32/b1/") and record["winner"]["statistic"] > 0
+    spent = record["time_by_engine"]["onnxruntime"]  # where the time went: screening and finalist workers
+    assert spent["runs"] >= 3 and spent["timing_s"] > 0 and spent["accuracy_s"] > 0 and spent["build_s"] >= 0
+    assert record["confidence"].startswith("re-measured interleaved: 1 of 1 rounds") and record["stopped_by"]
     code, out, _ = run(capsys, "results", "studies", "--format", "json")
     (stored,) = json.loads(out)
     validate(stored)
@@ -97,3 +100,15 @@ def test_tune_json_is_a_study_record_with_the_stored_winner(env, capsys):  # noq
     code, out, _ = run(capsys, "results", "studies", "--format", "csv")
     (line,) = list(csv.DictReader(io.StringIO(out)))
     assert float(line["winner.statistic"]) == record["winner"]["statistic"]
+
+
+@pytest.mark.slow
+def test_tune_with_a_time_budget_too_small_for_the_baseline_says_so_in_one_line(env, capsys):  # noqa: F811
+    tmp_path, _ = env
+    model = mlp(tmp_path / "m.onnx")
+    code, out, err = run(capsys, "tune", str(model), "--time-budget", "0.1s", *TUNE)
+    assert code == 2 and out == ""
+    (line,) = [l for l in err.splitlines() if l.strip()]
+    assert "too small: measuring even the baseline (ONNX Runtime fp32) takes about" in line and "--time-budget" in line
+    code, _, err = run(capsys, "tune", str(model), "--time-budget", "ten minutes", *TUNE)
+    assert code == 2 and "is not a duration" in err

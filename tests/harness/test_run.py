@@ -204,3 +204,19 @@ def test_outputs_line_up_item_by_item_even_when_the_model_misdeclares_them():
     out = _run_all(Seq(), batches, 4, {"x": 0, "y": 0, "s": 0})
     assert out["y"].shape == (4, 5, 1) and out["y"][2, 4, 0] == 2 * 3 * 4
     assert out["s"].shape == (4,) and list(out["s"]) == [0, 3, 6, 9]
+
+
+def test_a_known_accuracy_is_reused_by_the_worker_not_computed_again(setup):
+    """Accuracy depends on the artifact: given the accuracy an earlier trial measured on it, the worker
+    times the artifact and returns that accuracy as it is (a marker no comparison could produce)."""
+    from autodeploy.harness.run import KnownAccuracy
+
+    model, settings, data = setup
+    first = run_trial(model, TrialConfig("onnxruntime", threads=1), data, settings)
+    assert first.ok and "accuracy_reused_from" not in first.extra and first.extra["wall_s"]["build"] > 0
+    marker = replace(first.accuracy, constraint="measured by the first trial", n_samples=12345)
+    again = run_trial(model, TrialConfig("onnxruntime", threads=2), data, settings,
+                      artifact=Path(first.artifact_path), known=KnownAccuracy(first.uid, marker))  # fmt: skip
+    assert again.ok and again.accuracy == marker and again.extra["accuracy_reused_from"] == first.uid
+    assert again.artifact_path == first.artifact_path and again.build_s is None  # no build worker ran
+    assert set(again.extra["wall_s"]) == {"build", "timing", "accuracy"} and again.latency.n >= 64

@@ -15,7 +15,7 @@ from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import load_model
 from autodeploy.results_db import Store
 from autodeploy.search.config import StudyConfig
-from autodeploy.search.study import StudyContext, run_study
+from autodeploy.search.study import Reporter, StudyContext, run_study
 from autodeploy.verdict import feasible
 from tests.adapters.faulty import TARGET
 from tests.models import mlp
@@ -71,7 +71,8 @@ def test_study_finalists_winner_and_resume(tmp_path):
     again = make_ctx(tmp_path, db, resume=True, trials=2, precisions=["fp32", "fp16"], finalists={"count": 0})
     run_study(again)
     resumed = optuna.load_study(study_name="s", storage=db).trials
-    assert len(resumed) == 8 + 1 + 6  # a resume remembers both configs: 2 + 4 asks, all pruned or repeats
+    # a resume remembers every config of the space as looked at: one ask (a repeat or pruned), then it stops
+    assert len(resumed) == 8 + 1 + 1
     assert [t for t in resumed[9:] if t.state.name != "PRUNED" and "repeat_of" not in t.user_attrs] == []
 
 
@@ -173,6 +174,14 @@ def test_the_portfolio_looks_at_every_engine_and_precision_first_cheap_builds_be
     assert waiting[0]["onnxruntime.execution_mode"] == "ORT_SEQUENTIAL" and waiting[2]["tflite.xnnpack"] is True
     _enqueue_portfolio(study, space)  # a resume or a second worker adds nothing twice
     assert len(study.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 4
+    # int8 builds calibrate: every cheap engine's other precisions come first
+    space = SearchSpace({"onnxruntime": EngineChoices(("fp32", "int8"), {}), "openvino": EngineChoices(("fp32", "int8"), {})},
+                        batches=(1,), threads=(1,))  # fmt: skip
+    study = optuna.create_study()
+    _enqueue_portfolio(study, space)
+    waiting = [t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
+    assert [(p["engine"], p[f"{p['engine']}.precision"]) for p in waiting] == [
+        ("onnxruntime", "fp32"), ("openvino", "fp32"), ("onnxruntime", "int8"), ("openvino", "int8")]  # fmt: skip
 
 
 @pytest.mark.slow
@@ -198,3 +207,146 @@ def test_a_config_the_memory_plan_cannot_fit_is_pruned_before_building(tmp_path)
     assert trials and all(t.state.name == "PRUNED" for t in trials)
     assert all("memory plan needs at least" in t.user_attrs["pruned_reason"] for t in trials)
     assert ctx.store.study_trials("s") == [], "nothing was built or measured"
+
+# -- build once, measure many; priorities; the time budget -------------------------------------
+
+
+def _by_threads(trials):
+    return {t.user_attrs["config"]["threads"]: t for t in trials if t.state.name == "COMPLETE"}
+
+
+@pytest.mark.slow
+def test_runtime_settings_reuse_one_build_and_its_accuracy(tmp_path):
+    """Threads do not change the artifact: the second config skips the build worker and the worker
+    takes the accuracy the first measured instead of comparing again (the trial says whose)."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    ctx = make_ctx(tmp_path, db, sampler="grid", precisions=["fp32"], threads=[1, 2], finalists={"count": 0},
+                   knobs={"onnxruntime": {"execution_mode": ["ORT_SEQUENTIAL"]}})  # fmt: skip
+    summary = run_study(ctx)
+    first, second = (t for _, t in sorted(_by_threads(optuna.load_study(study_name="s", storage=db).trials).items()))
+    assert "accuracy_reused_from" not in first.user_attrs and first.user_attrs["artifact_reused"] is False
+    assert second.user_attrs["accuracy_reused_from"] == first.user_attrs["uid"]
+    assert second.user_attrs["artifact_reused"] is True and second.user_attrs["wall_s"]["build"] < 0.5  # no worker
+    assert second.user_attrs["artifact_path"] == first.user_attrs["artifact_path"]
+    rows = {r.uid: r for r in ctx.store.study_trials("s")}
+    assert rows[second.user_attrs["uid"]].accuracy == rows[first.user_attrs["uid"]].accuracy
+    engine_time = summary.time_by_engine["onnxruntime"]
+    assert engine_time["runs"] == 2 and engine_time["timing_s"] > 0 and engine_time["accuracy_s"] > 0
+
+
+@pytest.mark.slow
+def test_an_int8_slower_than_fp32_on_the_same_runtime_gets_no_more_trials(tmp_path):
+    registry.register("faulty", TARGET)
+    try:
+        db = f"sqlite:///{tmp_path / 'r.db'}"
+        ctx = make_ctx(tmp_path, db, engines=["faulty"], precisions=["fp32", "int8"], threads=[1, 2], trials=4,
+                       knobs={"faulty": {"fault": ["slow_int8"]}}, finalists={"count": 0},
+                       constraints={"max_accuracy_drop": 1.0})  # fmt: skip
+        summary = run_study(ctx)
+    finally:
+        registry.unregister("faulty")
+    trials = optuna.load_study(study_name="s", storage=db).trials
+    int8 = [t for t in trials if t.user_attrs["config"]["precision"] == "int8"]
+    assert int8[0].state.name == "COMPLETE"  # the portfolio's look, at the same threads as fp32's
+    later = [t for t in int8[1:] if "repeat_of" not in t.user_attrs]
+    assert all(t.state.name == "PRUNED" and "measured slower than fp32" in t.user_attrs["pruned_reason"] for t in later)
+    assert "int8 measured slower than fp32 on faulty" in summary.deprioritized["faulty/int8"]
+    assert len([t for t in trials if t.state.name == "COMPLETE" and "repeat_of" not in t.user_attrs]) <= 3
+
+
+def _trial(engine, precision, threads, value):
+    config = TrialConfig(engine, precision, threads=threads).to_dict()
+    return optuna.trial.create_trial(params={}, distributions={}, values=[value], user_attrs={"config": config},
+                                     system_attrs={"constraints": [0.0]})  # fmt: skip
+
+
+def test_an_int8_branch_stays_open_where_it_wins_at_some_setting():
+    from autodeploy.search.memory import Memory
+
+    study = optuna.create_study(direction="minimize")
+    for trial in (_trial("openvino", "fp32", 4, 1.0), _trial("openvino", "int8", 4, 1.2),
+                  _trial("onnxruntime", "fp32", 4, 1.0), _trial("onnxruntime", "int8", 4, 1.3),
+                  _trial("onnxruntime", "int8", 1, 0.9), _trial("onnxruntime", "fp32", 1, 1.5)):  # fmt: skip
+        study.add_trial(trial)
+    slower = Memory.of(study).slower
+    assert list(slower) == ["openvino/int8"] and "b1/t4: 1.2 against 1" in slower["openvino/int8"]
+    assert Memory.of(optuna.create_study(direction="maximize")).slower == {}
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("600", 600), ("90s", 90), ("10m", 600), ("1h30m", 5400),
+                                               ("1.5h", 5400), (45, 45)])  # fmt: skip
+def test_time_budgets_read_as_people_write_them(text, seconds):
+    from autodeploy.search.budget import parse_duration
+
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["10x", "m", "-5m", "0", "ten minutes"])
+def test_a_time_budget_that_is_no_duration_is_refused(text):
+    from autodeploy.search.budget import parse_duration
+
+    with pytest.raises(UsageError, match="time-budget"):
+        parse_duration(text)
+
+
+@pytest.mark.slow
+def test_a_time_budget_too_small_for_the_baseline_says_how_long_the_baseline_takes(tmp_path):
+    ctx = make_ctx(tmp_path, f"sqlite:///{tmp_path / 'r.db'}", precisions=["fp32"], time_budget_s=0.1)
+    with pytest.raises(UsageError, match=r"too small: measuring even the baseline \(ONNX Runtime fp32\) takes about "
+                                         r"[\d.]+ s here") as raised:  # fmt: skip
+        run_study(ctx)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.slow
+def test_a_budget_ending_mid_build_stops_that_build_only_and_a_resume_goes_on(tmp_path):
+    """The hung build is stopped when the budget ends and recorded as timeout; the config measured before
+    is the answer; a resume keeps every trial and tries the stopped config again."""
+    registry.register("faulty", TARGET)
+    try:
+        db = f"sqlite:///{tmp_path / 'r.db'}"
+        space = dict(engines=["onnxruntime", "faulty"], precisions=["fp32"], sampler="random",
+                     knobs={"onnxruntime": {"execution_mode": ["ORT_SEQUENTIAL"]}, "faulty": {"fault": ["hang_in_build"]}},
+                     finalists={"count": 0})  # fmt: skip
+        summary = run_study(make_ctx(tmp_path, db, time_budget_s=30, **space))
+        first = optuna.load_study(study_name="s", storage=db).trials
+        resumed = run_study(make_ctx(tmp_path, db, resume=True, time_budget_s=20, **space))
+    finally:
+        registry.unregister("faulty")
+    hung = [t for t in first if t.user_attrs["config"]["engine"] == "faulty"]
+    assert [t.state.name for t in hung] == ["FAIL"] and hung[0].user_attrs["failure"].startswith("timeout")
+    assert hung[0].user_attrs["budget_timeout"] is True
+    assert summary.winner is not None and summary.winner.config.engine == "onnxruntime"
+    assert summary.stopped_by == "time budget" and summary.wall_s < 30 + 10  # the stop is prompt
+    assert "screening only" in summary.confidence
+    after = optuna.load_study(study_name="s", storage=db).trials
+    assert [(t.number, t.state, t.values) for t in after[: len(first)]] == [(t.number, t.state, t.values) for t in first]
+    retried = after[len(first)]  # the portfolio asks the stopped config again, first
+    assert retried.user_attrs["config"]["engine"] == "faulty" and retried.user_attrs["budget_timeout"]
+    assert resumed.winner is not None and resumed.winner.config.engine == "onnxruntime"
+    assert len(ctx_rows := Store.open(db).study_trials("s")) >= 3 and any(r.failure_kind == "timeout" for r in ctx_rows)
+
+
+@pytest.mark.slow
+def test_a_slow_conversion_the_budget_cannot_pay_for_is_skipped_and_said(tmp_path):
+    from tests.adapters.faulty import SLOW_TARGET
+
+    registry.register("slowfaulty", SLOW_TARGET)
+    notes = []
+
+    class Notes(Reporter):
+        def note(self, text):
+            notes.append(text)
+
+    try:
+        db = f"sqlite:///{tmp_path / 'r.db'}"
+        ctx = make_ctx(tmp_path, db, engines=["onnxruntime", "slowfaulty"], precisions=["fp32"], time_budget_s=60,
+                       knobs={"slowfaulty": {"fault": ["none"]}}, finalists={"count": 0})  # fmt: skip
+        summary = run_study(ctx, Notes())
+    finally:
+        registry.unregister("slowfaulty")
+    trials = optuna.load_study(study_name="s", storage=db).trials
+    slow = [t for t in trials if t.user_attrs["config"]["engine"] == "slowfaulty"]
+    assert slow and all(t.state.name == "PRUNED" and t.user_attrs.get("budget_skip") for t in slow)
+    assert len(notes) == 1 and notes[0].startswith("skipped slowfaulty/fp32: its conversion takes about 2.0 min")
+    assert summary.skipped == notes and summary.winner is not None

@@ -73,6 +73,10 @@ def tune(
         int | None, typer.Option(help="Trials this run adds (default 30; the whole grid for --sampler grid).")
     ] = None,
     timeout: Annotated[float | None, typer.Option(help="Start no new trial after this many seconds.")] = None,
+    time_budget: Annotated[
+        str | None, typer.Option(metavar="DURATION", help="Wall time of this run, finalists included (600, 90s, 10m, "
+                                 "1h30m): the best found in it, with the confidence reached; --resume goes on.")
+    ] = None,
     sampler: Annotated[
         str | None, typer.Option(help="tpe (default, seeded) | grid | random | nsga2.")
     ] = None,
@@ -131,8 +135,8 @@ def tune(
     shape_set = parse_flags(shape or [])
     per_shape = per_shape or bool(study_config.read(config).get("per_shape")) if config is not None else per_shape
     kwargs = dict(config=config, objective=objective, engines=engine, precisions=precision,
-                  batches=batch, threads=threads, trials=trials, timeout_s=timeout, sampler=sampler, seed=seed,
-                  fresh=fresh, resume=resume, max_accuracy_drop=max_accuracy_drop, max_memory_mb=max_memory_mb,
+                  batches=batch, threads=threads, trials=trials, timeout_s=timeout, time_budget=time_budget,
+                  sampler=sampler, seed=seed, fresh=fresh, resume=resume, max_accuracy_drop=max_accuracy_drop, max_memory_mb=max_memory_mb,
                   sla_ms=sla_ms, finalists=finalists, rounds=rounds, min_samples=min_samples,
                   min_duration_s=min_duration, shapes=shape_set if shape else None, data=data, db=db,
                   preprocess=preprocess_of(layout, reverse_input_channels, mean_values, scale_values),
@@ -254,6 +258,9 @@ class _ProgressReporter:  # a search.study.Reporter (not imported: it loads the 
             return
         self.progress.update(self.task, description=shown(f"{self.best} | {text}"[:110]))
 
+    def note(self, text: str) -> None:
+        self.progress.console.print(f"[yellow]note[/]: {shown(text)}")
+
     def _stop_status(self) -> None:
         if self.status is not None:
             self.status.stop()
@@ -337,6 +344,7 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
         out.print(shapes)
     if summary.winner is None:
         err.print(f"[red]no winner[/]: {shown(summary.note)}")
+        _print_search(summary)
         return
     line = f"winner: [bold]{shown(summary.winner.label)}[/] at {value_text(summary.winner.statistic, objective)}"
     if summary.winner.baseline:
@@ -351,6 +359,38 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
         out.print(shown(why))
     if summary.note:
         out.print(shown(summary.note))
+    _print_search(summary)
+
+
+def _print_search(summary: StudySummary) -> None:
+    """What the winner rests on, what the search learned and left out, and where the time went."""
+    if summary.confidence:
+        out.print(f"confidence: {shown(summary.confidence)}")
+    if summary.time_budget_s is not None and summary.wall_s is not None:
+        stop = f"; screening stopped by {summary.stopped_by}" if summary.stopped_by else ""
+        out.print(f"time budget: {fmt_s(summary.time_budget_s)}, used {fmt_s(summary.wall_s)}{shown(stop)}; "
+                  "every trial is kept for --resume")  # fmt: skip
+    for branch, reason in summary.deprioritized.items():
+        out.print(f"deprioritized {shown(branch)}: {shown(reason)}")
+    for reason in summary.skipped:
+        out.print(shown(reason))
+    if not summary.time_by_engine:
+        return
+    table = Table(title="where the time went (whole study)")
+    for column in ("engine", "build", "accuracy", "timing", "worker runs"):
+        table.add_column(column, justify="left" if column == "engine" else "right")
+    for engine, row in sorted(summary.time_by_engine.items()):
+        table.add_row(shown(engine), fmt_s(row["build_s"]), fmt_s(row["accuracy_s"]), fmt_s(row["timing_s"]),
+                      str(int(row["runs"])))  # fmt: skip
+    if summary.reference_s:
+        table.add_row("reference (ORT fp32)", "", fmt_s(summary.reference_s), "", "1")
+    out.print(table)
+
+
+def fmt_s(seconds: float) -> str:
+    from autodeploy.search.budget import duration_text
+
+    return duration_text(seconds)
 
 
 def _stat_ci(value: float | None, ci: tuple[float, float] | None, objective: str) -> str:

@@ -17,7 +17,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from autodeploy.adapters.base import TrialConfig
 from autodeploy.adapters.registry import target_of
 from autodeploy.data import Dataset, split, synthetic
 from autodeploy.errors import AutodeployError, TrialFailed
-from autodeploy.harness.result import Measurement, TrialResult
+from autodeploy.harness.result import Accuracy, Measurement, TrialResult
 from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import ModelInfo
@@ -229,18 +229,32 @@ def prepare(
     return Prepared(uid, config, scenario, spec, build_s, engine_version, synthetic=data.synthetic, note=data.note)
 
 
-def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | None = None) -> TrialResult:
+@dataclass(frozen=True)
+class KnownAccuracy:
+    """The accuracy trial ``uid`` measured on an artifact: any config of the same artifact and batch reuses it."""
+
+    uid: str
+    accuracy: Accuracy
+
+
+def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | None = None,
+            known: KnownAccuracy | None = None) -> TrialResult:  # fmt: skip
     """Measure a prepared config in one fresh worker; a failure is a result, never an exception.
 
     A run whose outputs break the accuracy constraint is measured all the same and returned as
-    failed with kind ``inaccurate``, its latency and accuracy filled in.
+    failed with kind ``inaccurate``, its latency and accuracy filled in. With ``known`` the
+    worker times the artifact and takes the accuracy from ``known`` instead of comparing again
+    (``extra["accuracy_reused_from"]`` names the trial that measured it).
     """
     uid, config = prepared.uid, prepared.config
     note = {"inputs": prepared.note or SYNTHETIC_NOTE} if prepared.synthetic else {}
     if prepared.spec is None:
         kind, message = prepared.failure or ("build_failed", "not built")
         return TrialResult.failed(uid, config, kind, message, extra=note)
-    measured = run_worker(prepared.spec, settings.timeout_s, settings.memory_cap_mb, progress)
+    spec = prepared.spec
+    if known is not None:
+        spec = replace(spec, accuracy=asdict(known.accuracy), accuracy_from=known.uid)
+    measured = run_worker(spec, settings.timeout_s, settings.memory_cap_mb, progress)
     if measured.status != "ok":
         return TrialResult.failed(uid, config, measured.failure_kind or "run_failed", measured.failure_message or "",
                                   engine_version=prepared.engine_version, extra=note)  # fmt: skip
@@ -270,21 +284,34 @@ def run_trial(
     uid: str | None = None,
     scenario: str = "single-stream",
     sla_ms: float | None = None,
+    artifact: Path | None = None,
+    known: KnownAccuracy | None = None,
 ) -> TrialResult:
     """Build (once, cached) and measure one config; a failure is a result, never an exception.
 
     ``scenario="server"`` also finds the highest Poisson query rate whose p99 stays under ``sla_ms``
     (``result.extra["server"]``). When the FP32 reference itself cannot run (it hangs, crashes,
     runs out of memory), the result is failed with that kind and ``extra["reference_failed"]``.
+    ``artifact`` (built before for the same build key) skips the build worker; ``known`` reuses
+    the accuracy measured on that artifact (see :func:`measure`).
+
+    ``extra["wall_s"]`` says where the wall time went: ``build`` (the build worker, or nothing
+    when ``artifact`` was given), ``timing`` (the measure worker beside its accuracy: start,
+    load, warm-up, timed calls) and ``accuracy`` (running the evaluation inputs and comparing).
     """
     uid = uid or uuid.uuid4().hex
+    start = time.monotonic()
     try:
-        prepared = prepare(
-            model, config, data, settings, progress=progress, uid=uid, scenario=scenario, sla_ms=sla_ms
-        )
+        prepared = prepare(model, config, data, settings, artifact=artifact, progress=progress, uid=uid,
+                           scenario=scenario, sla_ms=sla_ms)  # fmt: skip
     except TrialFailed as failure:  # no reference, nothing to judge against: a failed trial, stored as such
         return TrialResult.failed(uid, config, failure.kind, failure.detail, extra={"reference_failed": True})
-    return measure(prepared, settings, progress)
+    built = time.monotonic()
+    result = measure(prepared, settings, progress, known)
+    measure_s = time.monotonic() - built
+    accuracy_s = min(float(result.extra.get("accuracy_s", 0.0)), measure_s)
+    wall = {"build": built - start, "timing": measure_s - accuracy_s, "accuracy": accuracy_s}
+    return replace(result, extra={**result.extra, "wall_s": wall})
 
 
 def _spec(

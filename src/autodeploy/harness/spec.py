@@ -37,6 +37,10 @@ class WorkerSpec:
     sla_ms: float | None = None
     metric: str | None = None  # the user's task metric, module:function
     max_metric_drop: float | None = None
+    #: measure mode: the accuracy (``Accuracy.to_dict`` form) already measured on this same artifact
+    #: and batch by trial ``accuracy_from``; the worker reuses it instead of comparing again.
+    accuracy: dict[str, Any] | None = None
+    accuracy_from: str | None = None
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))

@@ -77,6 +77,8 @@ class StudyConfig(_Strict):
     knobs: dict[str, dict[str, list[Any]]] | None = None  # {engine: {knob: [choices]}}; None: engine's own
     trials: int | None = Field(None, ge=0, description="None: 30, or the whole grid with sampler grid")
     timeout_s: float | None = Field(None, gt=0, description="stop starting trials after this many seconds")
+    time_budget_s: float | None = Field(None, gt=0, description="wall time of the whole run, finalists included "
+                                        "(600, 90s, 10m, 1h30m): the best found in it, with the confidence reached")
     sampler: Sampler = "tpe"
     seed: int = 0
     fresh: bool = False
@@ -104,6 +106,18 @@ class StudyConfig(_Strict):
 
     def shape_set(self) -> ShapeSet:
         return ShapeSet.of(self.shapes)
+
+    @field_validator("time_budget_s", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            from autodeploy.search.budget import parse_duration
+
+            try:
+                return parse_duration(value)
+            except UsageError as exc:
+                raise ValueError(exc.message) from None
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> StudyConfig:

@@ -6,6 +6,7 @@ its kind, or taken from the store, and the loop can stop cleanly at any point.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -13,18 +14,23 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from uuid import uuid4
 
 import numpy as np
 
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import StoreError, TrialFailed, UsageError
-from autodeploy.harness.run import HarnessSettings, PreparedData, run_trial
+from autodeploy.harness.result import Accuracy, TrialResult
+from autodeploy.harness.run import HarnessSettings, PreparedData, prepare, reference, run_trial
 from autodeploy.harness.stats import bootstrap_mean_ci, summarize
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.results_db.store import DeviceRecord, ModelRecord, Store
+from autodeploy.search.budget import SLOW_BUILD_GUESS_S, Budget, duration_text
 from autodeploy.search.config import StudyConfig
+from autodeploy.search.memory import Memory, accuracy_key
 from autodeploy.search.objective import DIRECTIONS, Metrics, values, violations
 from autodeploy.search.space import SearchSpace, build_space, suggest, unsupported_reason
 from autodeploy.verdict import feasible, pareto_front
@@ -94,6 +100,7 @@ class Reporter:
     def start(self, total: int, space: SearchSpace) -> None: ...
     def finalists(self, runs: int) -> None: ...  # the interleaved re-measurement begins: runs to come
     def phase(self, text: str) -> None: ...
+    def note(self, text: str) -> None: ...  # something the user should read, e.g. a slow conversion skipped
     def trial_done(self, done: int, best: str | None) -> None: ...
 
 
@@ -124,15 +131,31 @@ class StudySummary:
     speedup_vs_baseline: float | None = None
     note: str = ""  # e.g. "no trial meets the constraints: best-so-far shown"
     inputs: str = ""  # what accuracy was judged on, when it was not the user's data
+    #: Where the wall time went, per engine, over the whole study (screening trials of every run,
+    #: and this run's finalists): build, accuracy and timing seconds, and how many worker runs.
+    time_by_engine: dict[str, dict[str, float]] = field(default_factory=dict)
+    reference_s: float | None = None  # the ONNX Runtime fp32 reference, when this run computed it first
+    wall_s: float | None = None  # this run, start to summary
+    time_budget_s: float | None = None
+    stopped_by: str = ""  # why screening stopped: "trials", "time budget", "timeout", "search space"
+    confidence: str = ""  # what the winner's numbers rest on (interleaved rounds, or screening only)
+    deprioritized: dict[str, str] = field(default_factory=dict)  # "engine/precision" -> why no more trials
+    skipped: list[str] = field(default_factory=list)  # slow conversions the time budget could not pay for
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySummary:
-    """Run (or resume) the study ``ctx.name``: screening trials, then finalists and the winner."""
+    """Run (or resume) the study ``ctx.name``: screening trials, then finalists and the winner.
+
+    With ``time_budget_s`` the whole run (finalists included) fits the budget: a worker running
+    when it ends is stopped (``timeout``), screening leaves room for the finalists, and the
+    summary says what the winner's confidence rests on. Every trial stays for ``--resume``.
+    """
     reporter = reporter or Reporter()
     cfg = ctx.config
+    budget = Budget(cfg.time_budget_s)
     _check_same_model_and_device(ctx)
     study, storage = _open_study(ctx)
     space = build_space(cfg, ctx.device, ctx.model)
@@ -142,22 +165,34 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
                 "knobs": {e: {k: list(v) for k, v in c.knobs.items()} for e, c in space.engines.items()}}  # fmt: skip
     ctx.store.save_study(ctx.name, model=ModelRecord.of(ctx.model), device=DeviceRecord.of(ctx.device),
                          objective=cfg.objective, settings=settings, command=ctx.command)  # fmt: skip
-    budget = cfg.trials if cfg.trials is not None else DEFAULT_TRIALS
+    reference_s = _check_budget(ctx, budget, reporter) if budget.seconds is not None else None
+    if cfg.trials is not None:
+        trials = cfg.trials
+    else:  # a time budget without --trials: every config may get its look, the budget decides
+        trials = space.size() if budget.seconds is not None else DEFAULT_TRIALS
     if cfg.sampler == "grid":
-        budget = min(cfg.trials if cfg.trials is not None else 10**9, _enqueue_grid(study, space))
+        trials = min(cfg.trials if cfg.trials is not None else 10**9, _enqueue_grid(study, space))
     else:
         _enqueue_portfolio(study, space)
     # --trials counts measurements: pruned configs and repeats cost nothing, so more may be asked
     # (the grid asks each of its points once).
-    max_asks = budget if cfg.sampler == "grid" else budget + space.size()
+    max_asks = trials if cfg.sampler == "grid" else trials + space.size()
     reporter.study(ctx.name, cfg.objective)
-    reporter.start(budget, space)
-    started, measured, asked = time.monotonic(), 0, 0
-    while measured < budget and asked < max_asks:
-        if cfg.timeout_s is not None and time.monotonic() - started > cfg.timeout_s:
+    reporter.start(trials, space)
+    measured, asked, stopped_by = 0, 0, "trials"
+    memory = Memory.of(study)
+    while measured < trials:
+        if asked >= max_asks or (asked and len(memory.looked) >= space.size()):
+            stopped_by = "search space"
+            break
+        if cfg.timeout_s is not None and time.monotonic() - budget.started > cfg.timeout_s:
+            stopped_by = "timeout"
+            break
+        if budget.left() <= _finalist_reserve(cfg, memory, budget):
+            stopped_by = "time budget"
             break
         _fail_stale_trials(study)
-        memory = _Memory.of(study)  # read afresh: workers sharing the study learn from each other
+        memory = Memory.of(study)  # read afresh: workers sharing the study learn from each other
         with warnings.catch_warnings():
             # "Heartbeat ... is supposed to be used with Study.optimize": _heartbeat beats for us.
             warnings.filterwarnings("ignore", "Heartbeat of storage")
@@ -165,7 +200,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
         asked += 1
         try:
             with _heartbeat(storage, study, trial):
-                counted = _screen(ctx, study, trial, space, reporter, memory)
+                counted = _screen(ctx, study, trial, space, reporter, memory, budget)
         except ValueError as exc:
             study.tell(trial, state=_state().FAIL)
             if "dynamic value space" not in str(exc):
@@ -179,10 +214,54 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
         if counted:
             measured += 1
             reporter.trial_done(measured, best_label(study, cfg.objective))
-    summary = _finalize(ctx, study, reporter)
+    if budget.left() <= 0:  # the last worker ran into the end of the budget
+        stopped_by = "time budget"
+    summary = _finalize(ctx, study, reporter, Memory.of(study), budget)
+    summary = replace(summary, reference_s=reference_s, wall_s=time.monotonic() - budget.started,
+                      time_budget_s=budget.seconds, stopped_by=stopped_by)  # fmt: skip
     ctx.store.finish_study(ctx.name, winner_uid=summary.winner.uids[-1] if summary.winner and summary.winner.uids else None,
                            summary=summary.to_dict())  # fmt: skip
     return summary
+
+
+def _check_budget(ctx: StudyContext, budget: Budget, reporter: Reporter) -> float:
+    """Compute the reference and build the baseline, timed; refuse a budget that cannot measure even
+    the baseline (ORT fp32 default). Returns the seconds the reference took.
+
+    A baseline measurement is the reference (once), a build worker and a measure worker (which
+    costs at least what the build worker did, plus the screening's timed phase).
+    """
+    started = time.monotonic()
+    try:
+        reference(ctx.model, ctx.data, ctx.settings, lambda p: reporter.phase(f"reference: {p}"))
+    except TrialFailed as failure:  # stored like any trial whose reference failed, then raised
+        failed = TrialResult.failed(uuid4().hex, BASELINE, failure.kind, failure.detail, extra={"reference_failed": True})
+        ctx.store.add_trial(failed, model=ModelRecord.of(ctx.model), device=DeviceRecord.of(ctx.device),
+                            command=ctx.command, study=ctx.name, phase="screening")  # fmt: skip
+        raise
+    referenced = time.monotonic()
+    prepare(ctx.model, BASELINE, ctx.data, ctx.settings, progress=lambda p: reporter.phase(f"baseline: {p}"))
+    build_s = time.monotonic() - referenced
+    need = (time.monotonic() - started) + build_s + ctx.settings.policy.min_duration_s
+    if budget.seconds is not None and budget.seconds < need:
+        raise UsageError(f"--time-budget {duration_text(budget.seconds)} is too small: measuring even the baseline "
+                         f"(ONNX Runtime fp32) takes about {duration_text(need)} here",
+                         fix=f"give --time-budget {math.ceil(need * 2)}s or more")  # fmt: skip
+    return referenced - started
+
+
+def _finalist_reserve(cfg: StudyConfig, memory: Memory, budget: Budget) -> float:
+    """Seconds screening leaves for the finalists: their runs at the screening's cost per run, each
+    longer by the extra timed seconds; at least one round, else at most 30% of the budget (fewer
+    rounds fit then)."""
+    if budget.seconds is None or cfg.finalists.count == 0 or cfg.objective not in ("latency", "throughput"):
+        return 0.0
+    if not memory.timing_s:
+        return 0.0
+    f = cfg.finalists
+    per_run = sum(memory.timing_s) / len(memory.timing_s) + max(0.0, f.min_duration_s - cfg.screening.min_duration_s)
+    one_round = per_run * (f.count + 1)  # the finalists and the baseline
+    return min(one_round * f.rounds, max(one_round, 0.3 * budget.seconds))
 
 
 def _check_same_model_and_device(ctx: StudyContext) -> None:
@@ -305,50 +384,31 @@ def _enqueue_grid(study: optuna.Study, space: SearchSpace) -> int:
     return len(missing)
 
 
-@dataclass
-class _Memory:
-    """What the study has learned that no other config can change, rebuilt from its trials on resume.
-
-    * ``dead``: artifact key -> why every config that builds that artifact is pruned: it failed
-      to build, or it broke the accuracy budget (accuracy depends on the artifact, not on
-      threads, streams or hints).
-    * ``seen``: config key -> the trial that measured it; a repeat is answered from it for free.
-    """
-
-    dead: dict[str, str] = field(default_factory=dict)
-    seen: dict[str, optuna.trial.FrozenTrial] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, study: optuna.Study) -> _Memory:
-        memory = cls()
-        for t in study.get_trials(deepcopy=False):
-            if t.user_attrs.get("dead_artifact"):
-                memory.dead[t.user_attrs["artifact_key"]] = t.user_attrs["dead_artifact"]
-            if t.state == _state().COMPLETE and "repeat_of" not in t.user_attrs:
-                memory.seen.setdefault(TrialConfig.from_dict(t.user_attrs["config"]).key(), t)
-        return memory
-
-
 def _enqueue_portfolio(study: optuna.Study, space: SearchSpace) -> None:
     """Cover before exploiting: one default config per engine × precision is tried first, cheap
-    builds before slow ones (onnx2tf takes minutes), then the sampler refines batch, threads and knobs."""
+    builds before slow ones (onnx2tf takes minutes; int8 builds calibrate, so every engine's other
+    precisions come before them), then the sampler refines batch, threads and knobs."""
     seen = {(t.params.get("engine"), t.params.get(f"{t.params.get('engine')}.precision"))
-            for t in study.get_trials(deepcopy=False)}  # fmt: skip
+            for t in study.get_trials(deepcopy=False)
+            if not t.user_attrs.get("budget_timeout")}  # stopped by a time budget: a resume tries again  # fmt: skip
+    waiting = [t.system_attrs.get("fixed_params") for t in study.get_trials(deepcopy=False, states=(_state().WAITING,))]
     order = list(space.engines)
-    for engine in sorted(order, key=lambda e: (registry.get(e).slow_build, order.index(e))):
+    branches = [(e, p) for e in order for p in space.engines[e].precisions]
+    branches.sort(key=lambda b: (registry.get(b[0]).slow_build, b[1].startswith("int8"), order.index(b[0])))
+    for engine, precision in branches:
         choices = space.engines[engine]
-        for precision in choices.precisions:
-            if (engine, precision) in seen:
-                continue
-            params: dict[str, Any] = {"engine": engine, f"{engine}.precision": precision, "batch": space.batches[0]}
-            if choices.threads:
-                params["threads"] = max(space.threads)  # all cores: what an engine's default would use
-            params.update({f"{engine}.{knob}": values[0] for knob, values in choices.knobs.items()})
-            study.enqueue_trial(params, skip_if_exists=True)
+        if (engine, precision) in seen:
+            continue
+        params: dict[str, Any] = {"engine": engine, f"{engine}.precision": precision, "batch": space.batches[0]}
+        if choices.threads:
+            params["threads"] = max(space.threads)  # all cores: what an engine's default would use
+        params.update({f"{engine}.{knob}": values[0] for knob, values in choices.knobs.items()})
+        if params not in waiting:  # (Optuna's skip_if_exists would also skip a retry of a stopped trial)
+            study.enqueue_trial(params)
 
 
 def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: SearchSpace,
-            reporter: Reporter, memory: _Memory) -> bool:  # fmt: skip
+            reporter: Reporter, memory: Memory, budget: Budget) -> bool:  # fmt: skip
     """Tell the study about one suggested config; True when it cost a measurement (pruned and repeated configs don't)."""
     state = _state()
     config = suggest(trial, space)
@@ -356,8 +416,15 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
     artifact = _artifact_key(ctx, config)
     trial.set_user_attr("artifact_key", artifact)
     reason = next((r for c in ctx.shape_cases() if (r := unsupported_reason(config, ctx.device, c.model))), None)
-    reason = reason or memory.dead.get(artifact)
+    reason = reason or memory.dead.get(artifact) or memory.slower.get(f"{config.engine}/{config.precision}")
     reason = reason or _cannot_fit(ctx, config)  # the memory plan: pruned before anything is built
+    if not reason:
+        reason = _unaffordable(ctx, config, artifact, memory, budget)
+        if reason:
+            trial.set_user_attr("budget_skip", reason)
+            if f"{config.engine}/{config.precision}" not in budget.told:
+                budget.told.add(f"{config.engine}/{config.precision}")
+                reporter.note(reason)
     if reason:
         trial.set_user_attr("pruned_reason", reason)
         study.tell(trial, state=state.PRUNED)
@@ -371,15 +438,18 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
             trial.set_constraint(key, value)
         study.tell(trial, earlier.values)
         return False
-    measured = _measure(ctx, config, reporter)
-    trial.set_user_attr("uid", measured.uid)
+    measured = _measure(replace(ctx, settings=budget.capped(ctx.settings)), config, reporter, memory=memory)
+    for key, value in measured.attrs(artifact).items():
+        trial.set_user_attr(key, value)
     if measured.per_shape:
         trial.set_user_attr("shape_uids", {k: m.uid for k, m in measured.per_shape.items()})
         trial.set_user_attr("shape_values", {k: values(m.metrics, ctx.config.objective)[0] if m.metrics else None
                                              for k, m in measured.per_shape.items()})  # fmt: skip
-    trial.set_user_attr("reused", measured.reused)
+    memory.learn({**measured.attrs(artifact), "config": config.to_dict()})
     if measured.metrics is None:
         trial.set_user_attr("failure", measured.failure)
+        if measured.failure and measured.failure.startswith("timeout") and budget.left() <= 1.0:
+            trial.set_user_attr("budget_timeout", True)  # not the config's fault: a resume tries it again
         if measured.failure and measured.failure.startswith("build_failed"):
             _bury(trial, memory, artifact, f"trial {trial.number} built the same artifact and failed: "
                   f"{measured.failure}")  # fmt: skip
@@ -403,7 +473,21 @@ def _cannot_fit(ctx: StudyContext, config: TrialConfig) -> str | None:
     return next((r for c in ctx.shape_cases() if (r := cannot_fit(c.model, config.batch, config.precision, limit))), None)
 
 
-def _bury(trial: optuna.Trial, memory: _Memory, artifact: str, reason: str) -> None:
+def _unaffordable(ctx: StudyContext, config: TrialConfig, artifact: str, memory: Memory, budget: Budget) -> str:
+    """Why a slow conversion (onnx2tf) is skipped: its build would not end before the time budget does."""
+    if budget.seconds is None or not registry.get(config.engine).slow_build or artifact in memory.artifacts:
+        return ""
+    build_s = memory.build_s.get(config.engine, SLOW_BUILD_GUESS_S)
+    need = build_s + ctx.settings.policy.min_duration_s + _finalist_reserve(ctx.config, memory, budget)
+    if budget.left() >= need:
+        return ""
+    timed = "as timed here" if config.engine in memory.build_s else "a first guess, none timed here yet"
+    return (f"skipped {config.engine}/{config.precision}: its conversion takes about {duration_text(build_s)} "
+            f"({timed}) and {duration_text(max(budget.left(), 0))} of the time budget is left; "
+            "a larger --time-budget or a --resume looks at it")  # fmt: skip
+
+
+def _bury(trial: optuna.Trial, memory: Memory, artifact: str, reason: str) -> None:
     """Every later config of this artifact is pruned with ``reason`` (also after a resume)."""
     trial.set_user_attr("dead_artifact", reason)
     memory.dead[artifact] = reason
@@ -422,29 +506,65 @@ class _Measured:
     metrics: Metrics | None
     uid: str
     failure: str | None = None
-    reused: bool = False
+    reused: bool = False  # taken from the store: nothing ran
     samples_ms: tuple[float, ...] = ()
     #: Per shape key, that shape's measurement (several shapes only).
     per_shape: dict[str, _Measured] = field(default_factory=dict)
+    accuracy: Accuracy | None = None
+    accuracy_uid: str = ""  # the trial that measured ``accuracy`` (this one, unless it was reused)
+    artifact_path: str | None = None
+    artifact_reused: bool = False  # measured on an artifact built for an earlier config: no build worker
+    wall_s: dict[str, float] = field(default_factory=dict)  # build, timing, accuracy seconds
+    ci: tuple[float, float] | None = None  # the screening value's 95% CI (latency)
+
+    def attrs(self, artifact: str) -> dict[str, Any]:
+        """What the Optuna trial stores about this measurement (JSON), read back by :meth:`Memory.learn`."""
+        out: dict[str, Any] = {"uid": self.uid, "reused": self.reused, "artifact_key": artifact}
+        if self.accuracy is not None:
+            out.update(accuracy=asdict(self.accuracy), accuracy_uid=self.accuracy_uid)
+            if self.accuracy_uid and self.accuracy_uid != self.uid:
+                out["accuracy_reused_from"] = self.accuracy_uid
+        if self.artifact_path:
+            out.update(artifact_path=self.artifact_path, artifact_reused=self.artifact_reused)
+        if self.wall_s:
+            out["wall_s"] = self.wall_s
+        if self.ci is not None:
+            out["ci"] = list(self.ci)
+        return out
 
 
-def _measure(
-    ctx: StudyContext, config: TrialConfig, reporter: Reporter, phase: str = "screening"
-) -> _Measured:
-    """Metrics of ``config`` at every shape of the study, combined by the mix (:func:`combine`)."""
+
+def _measure(ctx: StudyContext, config: TrialConfig, reporter: Reporter, phase: str = "screening",
+             memory: Memory | None = None) -> _Measured:  # fmt: skip
+    """Metrics of ``config`` at every shape of the study, combined by the mix (:func:`combine`).
+
+    With one shape and ``memory``, a config whose artifact was built before is measured on it (no
+    build worker) and the accuracy measured on that artifact at this batch is reused (no comparison
+    in the worker). With several shapes every shape is its own artifact and accuracy: no reuse.
+    """
     cases = ctx.shape_cases()
     if len(cases) == 1:
-        return _measure_case(ctx, cases[0], config, reporter, phase)
+        return _measure_case(ctx, cases[0], config, reporter, phase, memory)
     per_shape = {}
     for case in cases:
-        measured = _measure_case(ctx, case, config, reporter, phase)
+        measured = _measure_case(ctx, case, config, reporter, phase, None)
         per_shape[case.key] = measured
         if measured.metrics is None:  # one shape failing fails the config for the mix
             failure = f"at {case.key}: {measured.failure}"
-            return _Measured(None, measured.uid, failure, per_shape=per_shape)
+            return _Measured(None, measured.uid, failure, per_shape=per_shape, wall_s=_walls(per_shape))
     metrics = combine([(c.weight, per_shape[c.key].metrics) for c in cases])  # type: ignore[misc]
     last = per_shape[cases[-1].key]
-    return _Measured(metrics, last.uid, reused=all(m.reused for m in per_shape.values()), per_shape=per_shape)
+    return _Measured(metrics, last.uid, reused=all(m.reused for m in per_shape.values()), per_shape=per_shape,
+                     wall_s=_walls(per_shape))  # fmt: skip
+
+
+def _walls(per_shape: dict[str, _Measured]) -> dict[str, float]:
+    """Build, timing and accuracy seconds over every shape."""
+    out: dict[str, float] = {}
+    for measured in per_shape.values():
+        for part, seconds in measured.wall_s.items():
+            out[part] = out.get(part, 0.0) + seconds
+    return out
 
 
 def combine(weighted: list[tuple[float, Metrics]]) -> Metrics:
@@ -471,7 +591,8 @@ def combine(weighted: list[tuple[float, Metrics]]) -> Metrics:
 
 
 def _measure_case(
-    ctx: StudyContext, case: StudyCase, config: TrialConfig, reporter: Reporter, phase: str
+    ctx: StudyContext, case: StudyCase, config: TrialConfig, reporter: Reporter, phase: str,
+    memory: Memory | None,
 ) -> _Measured:
     """Metrics of ``config`` at one shape: from the store when measured before here, else a fresh trial (stored)."""
     cfg = ctx.config
@@ -481,20 +602,35 @@ def _measure_case(
         row = ctx.store.find_measured(case.model.sha256, ctx.device.fingerprint, config.key(), version,
                                       shape_key=case.key)  # fmt: skip
         if row is not None and row.accuracy is not None:
-            return _Measured(Metrics.of_row(row), row.uid, reused=True)
+            return _Measured(Metrics.of_row(row), row.uid, reused=True, accuracy=row.accuracy, accuracy_uid=row.uid)
+    artifact_key = _artifact_key(ctx, config) if memory is not None else ""
+    built = memory.artifacts.get(artifact_key) if memory is not None else None
+    if built is not None and not (Path(built) / "artifact.json").is_file():
+        built = None  # removed since (a cleared cache): build it again
+    known = memory.accuracy.get(accuracy_key(artifact_key, config.batch)) if memory is not None else None
     reporter.phase(f"{config.label()}{at}: starting")
     result = run_trial(case.model, config, case.data, ctx.settings,
                        progress=lambda p: reporter.phase(f"{config.label()}{at}: {p}"),
                        scenario="server" if cfg.objective == "server" else "single-stream",
-                       sla_ms=cfg.constraints.sla_ms if cfg.objective == "server" else None)  # fmt: skip
+                       sla_ms=cfg.constraints.sla_ms if cfg.objective == "server" else None,
+                       artifact=None if built is None else Path(built), known=known)  # fmt: skip
     ctx.store.add_trial(result, model=ModelRecord.of(case.model), device=DeviceRecord.of(ctx.device),
                         command=ctx.command, study=ctx.name, phase=phase, shape_key=case.key,
                         shapes=case.model.measured_shapes(config.batch))  # fmt: skip
     if result.extra.get("reference_failed"):  # stored above; every other trial would fail the same way
         raise TrialFailed(result.failure_kind or "crashed", result.failure_message or "")
+    wall = dict(result.extra.get("wall_s") or {})
+    common = dict(wall_s=wall, artifact_path=result.artifact_path, artifact_reused=built is not None)
     if result.latency is None or result.accuracy is None:
-        return _Measured(None, result.uid, f"{result.failure_kind}: {result.failure_message}")
-    return _Measured(Metrics.of_result(result), result.uid, samples_ms=result.samples_ms)
+        return _Measured(None, result.uid, f"{result.failure_kind}: {result.failure_message}", **common)
+    used = result.extra.get("accuracy_reused_from") or result.uid
+    if memory is not None:
+        memory.learn({"config": config.to_dict(), "artifact_key": artifact_key, "uid": result.uid,
+                      "artifact_path": result.artifact_path, "accuracy": asdict(result.accuracy), "accuracy_uid": used})  # fmt: skip
+    latency = result.latency
+    ci = latency.p90_ci if latency.p90_ci is not None else latency.median_ci
+    return _Measured(Metrics.of_result(result), result.uid, samples_ms=result.samples_ms, accuracy=result.accuracy,
+                     accuracy_uid=used, ci=ci if cfg.objective == "latency" else None, **common)  # fmt: skip
 
 
 def _state() -> Any:
@@ -538,30 +674,76 @@ def best_label(study: optuna.Study, objective: str) -> str | None:
 # -- finalists and the winner ------------------------------------------------------------
 
 
-def _finalize(ctx: StudyContext, study: optuna.Study, reporter: Reporter) -> StudySummary:
-    cfg = ctx.config
+def _finalize(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: Memory,
+              budget: Budget) -> StudySummary:  # fmt: skip
     counts: dict[str, int] = {}
-    for t in study.get_trials(deepcopy=False):
+    trials = study.get_trials(deepcopy=False)
+    for t in trials:
         kind = "repeated" if "repeat_of" in t.user_attrs else t.state.name.lower()  # repeats cost nothing
         counts[kind] = counts.get(kind, 0) + 1
+    skipped = list(dict.fromkeys(t.user_attrs["budget_skip"] for t in trials if t.user_attrs.get("budget_skip")))
+    learned = {"deprioritized": dict(memory.slower), "skipped": _first_per_branch(skipped)}
+    runs: list[tuple[str, dict[str, float]]] = []  # this run's finalist workers: engine, wall seconds
+    summary = _decide(ctx, study, reporter, memory, budget, counts, runs)
+    return replace(summary, time_by_engine=_time_by_engine(trials, runs), **learned)
+
+
+def _decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: Memory, budget: Budget,
+            counts: dict[str, int], runs: list[tuple[str, dict[str, float]]]) -> StudySummary:  # fmt: skip
+    """The finalists and the winner: re-measured interleaved when the objective and the time allow."""
+    cfg = ctx.config
     top = ranked(study, cfg.objective)[: max(cfg.finalists.count, 1)]
     if not top:
         return _best_so_far(study, cfg.objective, counts, ctx.name)
     remeasure = cfg.finalists.count > 0 and cfg.objective in ("latency", "throughput")
-    if not remeasure:
+    if not remeasure or budget.left() <= 0:
         finalists = [_from_screening(t) for t in top]
+        why = "not re-measured" if not remeasure else "the time budget ran out before the finalists"
         return StudySummary(ctx.name, cfg.objective, counts, finalists, finalists[0],
-                            note="winner from screening values (not re-measured)")  # fmt: skip
+                            note=f"winner from screening values ({why})",
+                            confidence=f"screening only: one short run per config ({why})")  # fmt: skip
     configs = [TrialConfig.from_dict(t.user_attrs["config"]) for t in top]
     baseline_ok = registry.get(BASELINE.engine).probe(ctx.device).available
     with_baseline = baseline_ok and BASELINE.key() not in {c.key() for c in configs}
-    finalists = _interleaved(ctx, [*configs, *([BASELINE] if with_baseline else [])], reporter, with_baseline)
-    return _choose(ctx.name, cfg.objective, counts, finalists)
+    finalists, rounds = _interleaved(ctx, [*configs, *([BASELINE] if with_baseline else [])], reporter,
+                                     with_baseline, memory, budget, runs)  # fmt: skip
+    summary = _choose(ctx.name, cfg.objective, counts, finalists)
+    confidence = f"re-measured interleaved: {rounds} of {cfg.finalists.rounds} rounds"
+    if rounds < cfg.finalists.rounds:
+        confidence += " (the time budget ran out)"
+    if summary.winner is not None:
+        confidence += f", {summary.winner.n_samples} samples of the winner"
+    return replace(summary, confidence=confidence)
 
 
-def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Reporter,
-                 with_baseline: bool) -> list[Finalist]:  # fmt: skip
-    """A B C A B C …: every round runs each config once (at every shape), in a rotated order, so drift hits all alike."""
+def _first_per_branch(reasons: list[str]) -> list[str]:
+    """One skip reason per ``engine/precision``: the first, as the user was told it."""
+    by: dict[str, str] = {}
+    for reason in reasons:
+        by.setdefault(reason.split(":")[0], reason)
+    return list(by.values())
+
+
+def _time_by_engine(trials: list[optuna.trial.FrozenTrial],
+                    runs: list[tuple[str, dict[str, float]]]) -> dict[str, dict[str, float]]:  # fmt: skip
+    """Build, accuracy and timing seconds per engine, and the worker runs they add up over."""
+    walls = [(t.user_attrs["config"]["engine"], t.user_attrs["wall_s"]) for t in trials if t.user_attrs.get("wall_s")]
+    out: dict[str, dict[str, float]] = {}
+    for engine, wall in [*walls, *runs]:
+        row = out.setdefault(engine, {"build_s": 0.0, "accuracy_s": 0.0, "timing_s": 0.0, "runs": 0})
+        for part in ("build", "accuracy", "timing"):
+            row[f"{part}_s"] += float(wall.get(part, 0.0))
+        row["runs"] += 1
+    return out
+
+
+def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Reporter, with_baseline: bool,
+                 memory: Memory, budget: Budget, runs: list[tuple[str, dict[str, float]]]) -> tuple[list[Finalist], int]:  # fmt: skip
+    """A B C A B C …: every round runs each config once (at every shape), in a rotated order, so drift hits all alike.
+
+    Under a time budget a round starts only when the time left pays for one more (as long as the
+    rounds so far took); returns the finalists and the rounds run.
+    """
     f = ctx.config.finalists
     policy = TimingPolicy(min_samples=f.min_samples, min_duration_s=f.min_duration_s,
                           max_duration_s=max(60.0, 4 * f.min_duration_s))  # fmt: skip
@@ -571,16 +753,22 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
     uids: list[list[str]] = [[] for _ in configs]
     failures: list[str | None] = [None for _ in configs]
     reporter.finalists(f.rounds * len(configs))
+    started, rounds = time.monotonic(), 0
     for r in range(f.rounds):
+        if r > 0 and budget.left() < (time.monotonic() - started) / r:
+            reporter.note(f"the time budget pays for {r} of {f.rounds} finalist rounds; the winner rests on those")
+            break
         for i in [(j + r) % len(configs) for j in range(len(configs))]:
             reporter.phase(f"finalists round {r + 1}/{f.rounds}: {configs[i].label()}")
-            measured = _measure(long_ctx, configs[i], reporter, phase="finalist")
+            measured = _measure(long_ctx, configs[i], reporter, phase="finalist", memory=memory)
+            runs.append((configs[i].engine, measured.wall_s))
             uids[i].append(measured.uid)
             if measured.metrics is None:
                 failures[i] = measured.failure
                 continue
             for key, one in (measured.per_shape or {cases[0].key: measured}).items():
                 samples[i][key].extend(one.samples_ms)
+        rounds += 1
     out = []
     for i, config in enumerate(configs):
         per_case = {c.key: _statistic(samples[i][c.key], config.batch, ctx.config.objective) for c in cases}
@@ -589,7 +777,7 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
         is_baseline = with_baseline and i == len(configs) - 1
         per_shape = {k: v[0] for k, v in per_case.items()} if len(cases) > 1 else {}
         out.append(Finalist(config, config.label(), stat, ci, n, uids[i], is_baseline, failures[i], per_shape))
-    return out
+    return out, rounds
 
 
 def _mix(weighted: list[tuple[float, float | None, tuple[float, float] | None]],
@@ -665,9 +853,11 @@ def _choose(name: str, objective: str, counts: dict[str, int], finalists: list[F
 
 
 def _from_screening(t: optuna.trial.FrozenTrial) -> Finalist:
+    """A finalist from its screening trial: its value and, for latency, the 95% CI of that one short run."""
     config = TrialConfig.from_dict(t.user_attrs["config"])
-    return Finalist(config, config.label(), t.values[0], None, 0, [t.user_attrs.get("uid", "")],
-                    per_shape=dict(t.user_attrs.get("shape_values") or {}))  # fmt: skip
+    ci = t.user_attrs.get("ci")
+    return Finalist(config, config.label(), t.values[0], None if ci is None else (ci[0], ci[1]), 0,
+                    [t.user_attrs.get("uid", "")], per_shape=dict(t.user_attrs.get("shape_values") or {}))  # fmt: skip
 
 
 def _best_so_far(study: optuna.Study, objective: str, counts: dict[str, int], name: str) -> StudySummary:

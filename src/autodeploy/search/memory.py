@@ -1,0 +1,123 @@
+"""What a study learned that no other config can change, rebuilt from its Optuna trials.
+
+Read afresh before each trial (workers sharing a study learn from each other) and after a resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.harness.result import Accuracy
+from autodeploy.harness.run import KnownAccuracy
+from autodeploy.verdict import feasible
+
+if TYPE_CHECKING:
+    import optuna
+
+
+def _complete() -> Any:
+    from optuna.trial import TrialState
+
+    return TrialState.COMPLETE
+
+
+@dataclass
+class Memory:
+    """What the study has learned that no other config can change, rebuilt from its trials on resume.
+
+    * ``dead``: artifact key -> why every config that builds that artifact is pruned: it failed
+      to build, or it broke the accuracy budget (accuracy depends on the artifact, not on
+      threads, streams or hints).
+    * ``seen``: config key -> the trial that measured it; a repeat is answered from it for free.
+    * ``artifacts``: artifact key -> the folder built for it: configs that differ only in runtime
+      settings (threads, streams, hints) are measured on it without a build worker.
+    * ``accuracy``: artifact key and batch -> the accuracy measured on it, reused by every other
+      config of that artifact and batch (the worker does not compare again).
+    * ``slower``: ``engine/precision`` -> why that branch gets no more trials (an int8 artifact
+      measured slower than fp32 on the same runtime, same batch and threads).
+    * ``build_s``: engine -> the longest build timed here (what a slow conversion will cost).
+    * ``timing_s``: the measure workers' timing seconds (what a finalist run will cost).
+    * ``looked``: the configs measured, failed or pruned: when it holds the whole space, asking
+      more only brings repeats.
+    """
+
+    dead: dict[str, str] = field(default_factory=dict)
+    seen: dict[str, optuna.trial.FrozenTrial] = field(default_factory=dict)
+    artifacts: dict[str, str] = field(default_factory=dict)
+    accuracy: dict[str, KnownAccuracy] = field(default_factory=dict)
+    slower: dict[str, str] = field(default_factory=dict)
+    build_s: dict[str, float] = field(default_factory=dict)
+    timing_s: list[float] = field(default_factory=list)
+    looked: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, study: optuna.Study) -> Memory:
+        memory = cls()
+        trials = study.get_trials(deepcopy=False)
+        for t in trials:
+            attrs = t.user_attrs
+            if attrs.get("dead_artifact"):
+                memory.dead[attrs["artifact_key"]] = attrs["dead_artifact"]
+            if t.state == _complete() and "repeat_of" not in attrs:
+                memory.seen.setdefault(TrialConfig.from_dict(attrs["config"]).key(), t)
+            if t.state.is_finished() and "config" in attrs and not attrs.get("budget_timeout") \
+                    and not attrs.get("budget_skip"):  # fmt: skip
+                memory.looked.add(TrialConfig.from_dict(attrs["config"]).key())
+            memory.learn(attrs)
+        if len(study.directions) == 1:
+            memory.slower = slower_int8(trials, minimize=study.directions[0].name == "MINIMIZE")
+        return memory
+
+    def learn(self, attrs: Mapping[str, Any]) -> None:
+        """Take in what one measurement (a trial's user attributes) taught about its artifact."""
+        config = attrs.get("config")
+        if config is None:
+            return
+        artifact = attrs.get("artifact_key", "")
+        if attrs.get("artifact_path") and artifact:
+            self.artifacts.setdefault(artifact, attrs["artifact_path"])
+        if attrs.get("accuracy") and artifact:
+            known = KnownAccuracy(attrs.get("accuracy_uid") or attrs.get("uid", ""), Accuracy.from_dict(attrs["accuracy"]))
+            self.accuracy.setdefault(accuracy_key(artifact, config["batch"]), known)
+        wall = attrs.get("wall_s") or {}
+        if wall.get("build") and not attrs.get("artifact_reused"):
+            engine = config["engine"]
+            self.build_s[engine] = max(self.build_s.get(engine, 0.0), float(wall["build"]))
+        if wall.get("timing"):
+            self.timing_s.append(float(wall["timing"]))
+
+
+def accuracy_key(artifact: str, batch: int) -> str:
+    return f"{artifact}/b{batch}"
+
+
+def slower_int8(trials: list[optuna.trial.FrozenTrial], *, minimize: bool) -> dict[str, str]:
+    """``engine/int8…`` -> reason, for each int8 branch whose best feasible value is worse than fp32's
+    on the same engine at every batch and thread count both were measured at (at least one)."""
+    best: dict[tuple[str, str, int, Any], float] = {}
+    for t in trials:
+        if t.state != _complete() or not t.constraints or not feasible(t.constraints):
+            continue
+        c = t.user_attrs["config"]
+        key = (c["engine"], c["precision"], c["batch"], c["threads"])
+        better = min if minimize else max
+        best[key] = better(best.get(key, t.values[0]), t.values[0])
+    out: dict[str, str] = {}
+    for (engine, precision, batch, threads), value in best.items():
+        if not precision.startswith("int8"):
+            continue
+        branch = f"{engine}/{precision}"
+        fp32 = best.get((engine, "fp32", batch, threads))
+        if fp32 is None:
+            continue
+        faster = value < fp32 if minimize else value > fp32
+        if faster:
+            out[branch] = ""  # one setting where int8 wins keeps the branch open
+        elif branch not in out or out[branch]:
+            where = f"b{batch}/t{'default' if threads is None else threads}"
+            out[branch] = (f"{precision} measured slower than fp32 on {engine} ({where}: {value:.4g} against "
+                           f"{fp32:.4g}); no more trials on this branch")  # fmt: skip
+    return {k: v for k, v in out.items() if v}
