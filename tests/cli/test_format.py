@@ -108,7 +108,7 @@ def test_tune_with_a_time_budget_too_small_for_the_baseline_says_so_in_one_line(
     model = mlp(tmp_path / "m.onnx")
     code, out, err = run(capsys, "tune", str(model), "--time-budget", "0.1s", *TUNE)
     assert code == 2 and out == ""
-    (line,) = [l for l in err.splitlines() if l.strip()]
+    (line,) = [text for text in err.splitlines() if text.strip()]
     assert "too small: measuring even the baseline (ONNX Runtime fp32) takes about" in line and "--time-budget" in line
     code, _, err = run(capsys, "tune", str(model), "--time-budget", "ten minutes", *TUNE)
     assert code == 2 and "is not a duration" in err
