@@ -112,6 +112,8 @@ def bench(
     cache: Path | None = None,
     progress: Progress | None = None,
     command: str | None = None,
+    scenario: str = "single-stream",
+    sla_ms: float | None = None,
 ) -> StoredTrial:
     """Measure one config of ``model`` on this device in an isolated worker, and store it.
 
@@ -134,6 +136,10 @@ def bench(
         cache: the cache folder (default :func:`cache_dir`).
         progress: told each phase (``"onnxruntime/fp32/b1/t1: building"``).
         command: what to record as the command that reproduces this (default: this call).
+        scenario: MLPerf LoadGen's ``single-stream`` (default), ``offline`` (items/s with the knob
+            ``num_requests`` in flight, default the engine's optimum), ``multi-stream`` (latency with
+            ``num_requests`` in flight) or ``server`` (highest Poisson rate whose p99 meets ``sla_ms``).
+        sla_ms: the p99 bound of the ``server`` scenario (required there).
 
     Returns:
         The stored trial: its id in the store and its result (failed trials included).
@@ -145,6 +151,7 @@ def bench(
     if config is not None and (engine, precision, batch, threads, knobs) != (None,) * 5:
         raise UsageError("give a TrialConfig or engine/precision/batch/threads/knobs, not both",
                          fix="put every setting in the TrialConfig")  # fmt: skip
+    _check_scenario(scenario, sla_ms)
     report = progress or _silent
     command = command or _python_call("bench", model, config=config, engine=engine, precision=precision,
                                       batch=batch, threads=threads, knobs=knobs, shapes=shapes, data=data,
@@ -171,12 +178,22 @@ def bench(
         prepared = _prepare_data(resolved, info, settings, dataset, pins)
         # 5. run the trial in a fresh worker
         report(f"{label}: starting worker")
-        result = run_trial(
-            info, trial_config, prepared, settings, progress=lambda phase: report(f"{label}: {phase}")
-        )
+        result = run_trial(info, trial_config, prepared, settings, progress=lambda phase: report(f"{label}: {phase}"),
+                           scenario=scenario, sla_ms=sla_ms)  # fmt: skip
         # 6. store it
         trial_id = _add_trial(store, result, info, device, command)
     return StoredTrial(trial_id, result, info, device)
+
+
+def _check_scenario(scenario: str, sla_ms: float | None) -> None:
+    from autodeploy.harness.scenarios import SCENARIOS
+
+    if scenario not in SCENARIOS:
+        raise UsageError(f"unknown scenario {scenario!r}", fix=f"choose one of {', '.join(SCENARIOS)}")
+    if scenario == "server" and sla_ms is None:
+        raise UsageError("the server scenario needs a p99 bound", fix="pass --sla-ms, e.g. --sla-ms 10")
+    if sla_ms is not None and sla_ms <= 0:
+        raise UsageError(f"--sla-ms must be > 0, got {sla_ms:g}", fix="pass a positive p99 bound in ms")
 
 
 # -- tune ----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from autodeploy.adapters.base import Artifact, EngineSpace, TrialConfig
 from autodeploy.adapters.ort import OnnxRuntimeEngine
 from autodeploy.errors import BuildError
 from autodeploy.runtime import onnxruntime
-from autodeploy.runtime.base import IO, Runner
+from autodeploy.runtime.base import IO, Pool, Runner, ThreadPool
 
 TARGET = "tests.adapters.faulty:FaultyEngine"
 FAULTS = (
@@ -33,6 +33,7 @@ FAULTS = (
     "raise_in_run",
     "raise_in_load",
     "wrong_outputs",
+    "fail_in_flight",  # the sync path runs; with requests in flight (Runner.pool) the 5th call raises
 )
 
 
@@ -81,6 +82,14 @@ class _FaultyRunner(Runner):
         elif self._fault == "raise_in_run":
             raise RuntimeError("deliberate run failure")
         outputs = [v for v in self._inner.run(feeds).values()]
+        if self._fault == "fail_in_flight" and getattr(self, "_in_flight", None) is not None:
+            self._in_flight += 1
+            if self._in_flight >= 5:
+                raise RuntimeError("deliberate failure of a request in flight")
         if self._fault == "wrong_outputs":
             outputs = [np.roll(o, 1, axis=-1) for o in outputs]  # shifts every argmax
         return outputs
+
+    def _pool(self, requests: int | None) -> Pool:
+        self._in_flight = 0
+        return ThreadPool([self._run] * (requests or 2))

@@ -528,8 +528,10 @@ class Store:
         engine_version: str | None,
         *,
         samples: bool = False,
+        scenario: str | None = None,
     ) -> TrialRow | None:
-        """The newest trial with a measurement for this model, device, config and engine version.
+        """The newest trial with a measurement for this model, device, config and engine version
+        (and ``scenario``, when given: an offline number is no single-stream one).
 
         Failed trials that were measured (``inaccurate``) count: their numbers are still valid.
         ``config_key`` is :meth:`TrialConfig.key`; ``engine_version=None`` matches only NULL.
@@ -541,6 +543,8 @@ class Store:
             Trial.engine_version == engine_version,  # None renders as IS NULL
             Measurement.id.is_not(None),
         )
+        if scenario is not None:
+            query = query.where(Measurement.scenario == scenario)
         rows = self._rows(_newest_first(query).limit(1), samples=samples)
         return rows[0] if rows else None
 
@@ -894,6 +898,7 @@ def _columns(m: MeasurementRecord) -> dict[str, Any]:
         else:
             columns[key] = value
     columns["samples_ms"] = list(m.samples_ms or ())
+    columns["serving"] = m.serving
     columns["accuracy_passed"] = None if m.accuracy is None else m.accuracy.passed
     return columns
 
@@ -906,7 +911,7 @@ def _record(ms: Measurement, *, samples: bool) -> MeasurementRecord:
             d[key] = _pair(getattr(ms, f"{key}_low"), getattr(ms, f"{key}_high"))
         else:
             d[key] = getattr(ms, key)
-    return MeasurementRecord.from_dict(d)
+    return MeasurementRecord.from_dict({**d, "serving": ms.serving})
 
 
 def _select_rows(*, samples: bool) -> sa.Select[Any]:

@@ -381,6 +381,10 @@ class _Measured:
     samples_ms: tuple[float, ...] = ()
 
 
+#: The MLPerf scenario each objective is measured in: throughput with requests in flight (offline).
+SCENARIO_OF = {"latency": "single-stream", "pareto": "single-stream", "throughput": "offline", "server": "server"}
+
+
 def _measure(
     ctx: StudyContext, config: TrialConfig, reporter: Reporter, phase: str = "screening"
 ) -> _Measured:
@@ -388,12 +392,13 @@ def _measure(
     cfg = ctx.config
     if not cfg.fresh and cfg.objective != "server" and phase == "screening":
         version = registry.get(config.engine).probe_version()
-        row = ctx.store.find_measured(ctx.model.sha256, ctx.device.fingerprint, config.key(), version)
+        row = ctx.store.find_measured(ctx.model.sha256, ctx.device.fingerprint, config.key(), version,
+                                      scenario=SCENARIO_OF[cfg.objective])  # fmt: skip
         if row is not None and row.accuracy is not None:
             return _Measured(Metrics.of_row(row), row.uid, reused=True)
     reporter.phase(f"{config.label()}: starting")
     result = run_trial(ctx.model, config, ctx.data, ctx.settings, progress=lambda p: reporter.phase(f"{config.label()}: {p}"),
-                       scenario="server" if cfg.objective == "server" else "single-stream",
+                       scenario=SCENARIO_OF[cfg.objective],
                        sla_ms=cfg.constraints.sla_ms if cfg.objective == "server" else None)  # fmt: skip
     ctx.store.add_trial(result, model=ModelRecord.of(ctx.model), device=DeviceRecord.of(ctx.device),
                         command=ctx.command, study=ctx.name, phase=phase)  # fmt: skip
@@ -474,6 +479,7 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
                           max_duration_s=max(60.0, 4 * f.min_duration_s))  # fmt: skip
     long_ctx = replace(ctx, settings=replace(ctx.settings, policy=policy))
     samples: list[list[float]] = [[] for _ in configs]
+    rates: list[list[float]] = [[] for _ in configs]  # items/s of each run (offline: not from latencies)
     uids: list[list[str]] = [[] for _ in configs]
     failures: list[str | None] = [None for _ in configs]
     reporter.finalists(f.rounds * len(configs))
@@ -486,9 +492,13 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
                 failures[i] = measured.failure
                 continue
             samples[i].extend(measured.samples_ms)
+            rates[i].append(measured.metrics.throughput or 0.0)
     out = []
     for i, config in enumerate(configs):
-        stat, ci = _statistic(samples[i], config.batch, ctx.config.objective)
+        if ctx.config.objective == "throughput":  # one number per worker run: the runs' median and range
+            stat, ci = (float(np.median(rates[i])), (min(rates[i]), max(rates[i]))) if rates[i] else (None, None)
+        else:
+            stat, ci = _statistic(samples[i], config.batch, ctx.config.objective)
         is_baseline = with_baseline and i == len(configs) - 1
         out.append(Finalist(config, config.label(), stat, ci, len(samples[i]), uids[i], is_baseline, failures[i]))
     return out
