@@ -131,6 +131,8 @@ class _OvPool(Pool):
         self.fixed_batch = True  # compiled at the config's shapes
         self._queue = ov.AsyncInferQueue(compiled, n)
         self._queue.set_callback(self._callback)
+        self._preset: list[Any] = [None] * n  # the feeds each request's input tensors wrap now
+        self._ov = ov
 
     def _callback(self, request: Any, tag: int) -> None:
         try:  # an exception raised here would surface in a later, unrelated start_async
@@ -142,7 +144,15 @@ class _OvPool(Pool):
         self._queue.get_idle_request_id()
 
     def start(self, feeds: Mapping[str, np.ndarray], tag: int) -> None:
-        self._queue.start_async(dict(feeds), tag, share_inputs=True)
+        # As benchmark_app does: each request's input tensors wrap the feeds in place, set once per
+        # request while the same feeds come back; start_async then only starts it.
+        slot = self._queue.get_idle_request_id()  # the request start_async takes next (one driver thread)
+        if self._preset[slot] is not feeds:
+            request = self._queue[slot]
+            for name, array in feeds.items():
+                request.set_tensor(name, self._ov.Tensor(np.ascontiguousarray(array), shared_memory=True))
+            self._preset[slot] = feeds
+        self._queue.start_async(None, tag)
 
     def drain(self) -> None:
         self._queue.wait_all()
