@@ -118,3 +118,11 @@ def test_openvino_streams_beyond_its_threads_are_pruned(model):
     assert "INFERENCE_NUM_THREADS=4 on 2" in engine.oversubscription(TrialConfig("openvino", threads=4), 2)
     # requests queue onto OpenVINO's streams: they are never oversubscription on their own
     assert engine.oversubscription(TrialConfig("openvino", knobs={"num_requests": 8}), 2) is None
+
+
+def test_a_queue_delay_at_batch_one_is_pruned_as_a_no_op(model):
+    device = probe_device()
+    reason = unsupported_reason(TrialConfig("onnxruntime", threads=1, knobs={"max_queue_delay_us": 500}), device, model)
+    assert "changes nothing at batch 1" in reason
+    assert unsupported_reason(TrialConfig("onnxruntime", batch=4, threads=1, knobs={"max_queue_delay_us": 500}),
+                              device, model) is None  # fmt: skip

@@ -123,6 +123,8 @@ def unsupported_reason(config: TrialConfig, device: DeviceInfo, model: ModelInfo
         over = engine.oversubscription(config, device.logical_cores)
         if over:
             return f"{config.label()} {over}"
+        if config.batch == 1 and config.knobs.get("max_queue_delay_us", 0):
+            return f"{config.label()}: a queue delay changes nothing at batch 1 (the batcher's max batch size)"
         for spec in model.inputs:
             model.input_shape(spec.name, config.batch)
     except (UnsupportedConfigError, ShapeError) as exc:
