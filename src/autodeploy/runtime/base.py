@@ -164,8 +164,9 @@ class Pool(ABC):
 
     Contract: :meth:`wait_free` blocks until a request is idle; :meth:`start` then starts it at
     once (it never waits for a request) and returns; :attr:`on_done` is called from an engine
-    thread when it ends, ``on_done(tag, None)`` or ``on_done(tag, error)``, and must not raise. :meth:`drain` waits for every started request
-    to end; :meth:`close` drains, then frees the requests. One thread drives a pool.
+    thread when it ends, ``on_done(tag, None)`` or ``on_done(tag, error)``, and must not raise.
+    :meth:`drain` waits for every started request to end; :meth:`close` drains, then frees the
+    requests. One thread drives a pool.
     ``info`` says what the engine really set up (requests, streams, threads), read back from it.
     """
 
