@@ -185,3 +185,21 @@ def test_every_engine_and_precision_gets_a_look_before_any_is_refined(tmp_path):
     trials = optuna.load_study(study_name="s", storage=db).trials
     first = {(t.user_attrs["config"]["engine"], t.user_attrs["config"]["precision"]) for t in trials[: 2 * len(engines)]}
     assert first == {(e, p) for e in engines for p in ("fp32", "int8")}
+
+
+@pytest.mark.slow
+def test_a_throughput_study_measures_offline_and_compares_runs(tmp_path):
+    """--objective throughput: every trial in the offline scenario with its requests in flight; the
+    finalists compared on items/s per worker run; a single-stream trial of the same config is not reused."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    ctx = make_ctx(tmp_path, db, objective="throughput", trials=2, batches=[2],
+                   knobs={"onnxruntime": {"num_requests": [1, 2], "sessions": ["shared"]}},
+                   finalists={"count": 1, "rounds": 2, "min_samples": 64, "min_duration_s": 0.1})  # fmt: skip
+    summary = run_study(ctx)
+    rows = ctx.store.study_trials("s")
+    assert rows and {r.measurement.scenario for r in rows} == {"offline"}
+    assert all(r.measurement.serving["concurrency"]["requests"] == r.config.knobs["num_requests"]
+               for r in rows if r.config.knobs)  # fmt: skip
+    winner = summary.winner
+    assert winner is not None and winner.statistic > 0 and winner.ci[0] <= winner.statistic <= winner.ci[1]
+    assert len(winner.uids) == 2  # one items/s per round

@@ -495,13 +495,22 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
             rates[i].append(measured.metrics.throughput or 0.0)
     out = []
     for i, config in enumerate(configs):
-        if ctx.config.objective == "throughput":  # one number per worker run: the runs' median and range
-            stat, ci = (float(np.median(rates[i])), (min(rates[i]), max(rates[i]))) if rates[i] else (None, None)
+        if ctx.config.objective == "throughput":  # offline: one items/s per worker run, the unit of statistics
+            stat, ci = _throughput_statistic(rates[i])
         else:
             stat, ci = _statistic(samples[i], config.batch, ctx.config.objective)
         is_baseline = with_baseline and i == len(configs) - 1
         out.append(Finalist(config, config.label(), stat, ci, len(samples[i]), uids[i], is_baseline, failures[i]))
     return out
+
+
+def _throughput_statistic(rates: list[float]) -> tuple[float | None, tuple[float, float] | None]:
+    """Mean items/s of the runs and a bootstrap 95% CI of it (a single run: no interval beyond itself)."""
+    if not rates:
+        return None, None
+    if len(rates) == 1:
+        return rates[0], (rates[0], rates[0])
+    return float(np.mean(rates)), bootstrap_mean_ci(rates, seed=0, n_boot=2000)
 
 
 def _statistic(
