@@ -120,6 +120,8 @@ def bench(
     cache: Path | None = None,
     progress: Progress | None = None,
     command: str | None = None,
+    scenario: str = "single-stream",
+    sla_ms: float | None = None,
 ) -> StoredTrial:
     """Measure one config of ``model`` on this device in an isolated worker, and store it.
 
@@ -147,6 +149,10 @@ def bench(
         cache: the cache folder (default :func:`cache_dir`).
         progress: told each phase (``"onnxruntime/fp32/b1/t1: building"``).
         command: what to record as the command that reproduces this (default: this call).
+        scenario: MLPerf LoadGen's ``single-stream`` (default), ``offline`` (items/s with the knob
+            ``num_requests`` in flight, default the engine's optimum), ``multi-stream`` (latency with
+            ``num_requests`` in flight) or ``server`` (highest Poisson rate whose p99 meets ``sla_ms``).
+        sla_ms: the p99 bound of the ``server`` scenario (required there).
 
     Returns:
         The stored trial: its id in the store and its result (failed trials included).
@@ -167,7 +173,7 @@ def bench(
                         shapes=shape_set, batch_axes=batch_axes, data=data, preprocess=preprocess, pins=pins,
                         metric=metric, max_metric_drop=max_metric_drop, timing=timing,
                         timeout_s=timeout_s, build_timeout_s=build_timeout_s, memory_cap_mb=memory_cap_mb, db=db,
-                        cache=cache, progress=progress, command=command)[0]  # fmt: skip
+                        cache=cache, progress=progress, command=command, scenario=scenario, sla_ms=sla_ms)[0]  # fmt: skip
 
 
 def bench_shapes(
@@ -194,6 +200,8 @@ def bench_shapes(
     cache: Path | None = None,
     progress: Progress | None = None,
     command: str | None = None,
+    scenario: str = "single-stream",
+    sla_ms: float | None = None,
 ) -> list[StoredTrial]:
     """:func:`bench` at each case of a shape set: one trial per shape, each compiled for its shape and stored with it.
 
@@ -207,6 +215,7 @@ def bench_shapes(
     if config is not None and (engine, precision, batch, threads, knobs) != (None,) * 5:
         raise UsageError("give a TrialConfig or engine/precision/batch/threads/knobs, not both",
                          fix="put every setting in the TrialConfig")  # fmt: skip
+    _check_scenario(scenario, sla_ms)
     report = progress or _silent
     shape_set = ShapeSet.of(shapes)
     command = command or _python_call("bench_shapes", model, config=config, engine=engine, precision=precision,
@@ -241,11 +250,23 @@ def bench_shapes(
             # 5. run the trial in a fresh worker
             report(f"{label}{at}: starting worker")
             result = run_trial(info, trial_config, prepared, settings,
-                               progress=lambda phase, at=at: report(f"{label}{at}: {phase}"))  # fmt: skip
+                               progress=lambda phase, at=at: report(f"{label}{at}: {phase}"),
+                               scenario=scenario, sla_ms=sla_ms)  # fmt: skip
             # 6. store it, with its shape
             trial_id = _add_trial(store, result, info, device, command, case.key())
             stored.append(StoredTrial(trial_id, result, info, device, case.key()))
     return stored
+
+
+def _check_scenario(scenario: str, sla_ms: float | None) -> None:
+    from autodeploy.harness.scenarios import SCENARIOS
+
+    if scenario not in SCENARIOS:
+        raise UsageError(f"unknown scenario {scenario!r}", fix=f"choose one of {', '.join(SCENARIOS)}")
+    if scenario == "server" and sla_ms is None:
+        raise UsageError("the server scenario needs a p99 bound", fix="pass --sla-ms, e.g. --sla-ms 10")
+    if sla_ms is not None and sla_ms <= 0:
+        raise UsageError(f"--sla-ms must be > 0, got {sla_ms:g}", fix="pass a positive p99 bound in ms")
 
 
 # -- tune ----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from autodeploy.adapters.base import Artifact, EngineSpace, TrialConfig
 from autodeploy.adapters.ort import OnnxRuntimeEngine
 from autodeploy.errors import BuildError
 from autodeploy.runtime import onnxruntime
-from autodeploy.runtime.base import IO, Runner
+from autodeploy.runtime.base import IO, Pool, Runner, ThreadPool
 
 TARGET = "tests.adapters.faulty:FaultyEngine"
 FAULTS = (
@@ -36,6 +36,7 @@ FAULTS = (
     "wrong_outputs",
     "hang_in_build",  # the build never ends (a stuck conversion): only a timeout stops it
     "slow_int8",  # an int8 artifact that runs 2 ms slower per call than fp32 (a runtime without int8 kernels)
+    "fail_in_flight",  # the sync path runs; with requests in flight (Runner.pool) the 5th call raises
 )
 
 
@@ -91,9 +92,17 @@ class _FaultyRunner(Runner):
         elif self._fault == "raise_in_run":
             raise RuntimeError("deliberate run failure")
         outputs = [v for v in self._inner.run(feeds).values()]
+        if self._fault == "fail_in_flight" and getattr(self, "_in_flight", None) is not None:
+            self._in_flight += 1
+            if self._in_flight >= 5:
+                raise RuntimeError("deliberate failure of a request in flight")
         if self._fault == "wrong_outputs":
             outputs = [np.roll(o, 1, axis=-1) for o in outputs]  # shifts every argmax
         return outputs
+
+    def _pool(self, requests: int | None) -> Pool:
+        self._in_flight = 0
+        return ThreadPool([self._run] * (requests or 2))
 
 
 class SlowFaultyEngine(FaultyEngine):

@@ -114,3 +114,20 @@ def test_the_shipped_runtime_runs_the_artifact_as_the_harness_does(engine, model
         want = runner.run(feeds)
     assert list(got) == list(want) == ["logits"]
     np.testing.assert_array_equal(got["logits"], want["logits"])
+
+
+def test_requests_in_flight_through_the_engines_parallel_api(engine, model, tmp_path):
+    """Runner.pool: N requests at once (AsyncInferQueue, ORT threads, LiteRT interpreters, TensorRT contexts)."""
+    config = TrialConfig(engine.name, "fp32", batch=4, threads=1)
+    artifact = engine.build(model, config, None, tmp_path / "a")
+    feeds = {"x": synthetic(model, 4).inputs["x"]}
+    ended: list[tuple[int, object]] = []
+    with engine.load(artifact, config, model) as runner:
+        pool = runner.pool(3)
+        pool.on_done = lambda tag, error: ended.append((tag, error))
+        for tag in range(12):
+            pool.wait_free()
+            pool.start(feeds, tag)
+        pool.close()
+    assert pool.requests == 3 and pool.info["requests"] == 3
+    assert sorted(tag for tag, _ in ended) == list(range(12)) and all(error is None for _, error in ended)

@@ -74,6 +74,13 @@ def _bad_inputs(tmp_path):
             "results database",
         ),
         "unknown trial": (["results", "show", "999"], "no trial with id 999"),
+        "server without sla": (["bench", str(good), "--scenario", "server"], "server scenario needs a p99 bound"),
+        "tune server without sla": (["tune", str(good), "--objective", "server"], "needs constraints.sla_ms"),
+        "unknown scenario": (["bench", str(good), "--scenario", "batch"], "unknown scenario 'batch'"),
+        "negative queue delay": (["bench", str(good), "--scenario", "server", "--sla-ms", "5",
+                                  "--knob", "max_queue_delay_us=-1"], "queue delay must be an integer >= 0"),
+        "too many requests": (["bench", str(good), "--scenario", "offline", "--knob", "num_requests=65"],
+                              "requests in flight must be 1 to 64"),
     }
 
 
@@ -88,7 +95,34 @@ BAD_INPUTS = [
     "unknown zoo model",
     "unwritable database",
     "unknown trial",
+    "server without sla",
+    "tune server without sla",
+    "unknown scenario",
+    "negative queue delay",
+    "too many requests",
 ]
+
+
+@pytest.mark.parametrize("case", ["server without sla", "negative queue delay", "too many requests",
+                                  "tune server without sla"])  # fmt: skip
+def test_bad_serving_input_is_exit_code_2(env, capsys, case):
+    tmp_path, _ = env
+    argv, _ = _bad_inputs(tmp_path)[case]
+    assert run(capsys, *argv)[0] == 2
+
+
+def test_bench_offline_and_multi_stream_say_what_ran_in_flight(env, capsys):
+    tmp_path, db = env
+    model = mlp(tmp_path / "m.onnx")
+    for scenario in ("offline", "multi-stream"):
+        code, out, err = run(capsys, "bench", str(model), "--threads", "1", "--scenario", scenario,
+                             "--knob", "num_requests=2", *FAST[:4])  # fmt: skip
+        assert code == 0, err
+        assert re.search(r"requests in flight\s+│\s+requests=2", out) and "items/s" in out
+    with Store.open(db) as store:
+        rows = store.list_trials()
+    assert sorted(r.measurement.scenario for r in rows) == ["multi-stream", "offline"]
+    assert all(r.measurement.serving["concurrency"]["requests"] == 2 for r in rows)
 
 
 @pytest.mark.parametrize("case", BAD_INPUTS)

@@ -73,3 +73,56 @@ def test_unsupported_combinations_have_a_reason(tmp_path, model):
     assert "static batch dim 1" in unsupported_reason(
         TrialConfig("onnxruntime", batch=4), probe_device(), static
     )
+
+
+def test_throughput_and_server_search_their_knobs_by_default(model):
+    device = probe_device()
+    engines = ["onnxruntime", "openvino"]
+    latency = build_space(StudyConfig(model="m", engines=engines), device, model)
+    throughput = build_space(StudyConfig(model="m", engines=engines, objective="throughput"), device, model)
+    server = build_space(StudyConfig(model="m", engines=engines, objective="server",
+                                     constraints={"sla_ms": 5}), device, model)  # fmt: skip
+    assert "num_requests" not in latency.engines["onnxruntime"].knobs
+    ort = throughput.engines["onnxruntime"].knobs
+    assert {"num_requests", "sessions", "inter_op_num_threads", "execution_mode"} <= set(ort)
+    assert "max_queue_delay_us" not in ort and throughput.batches == (1, 2, 4, 8, 16, 32)
+    if "openvino" in throughput.engines:
+        assert {"PERFORMANCE_HINT", "NUM_STREAMS", "num_requests"} <= set(throughput.engines["openvino"].knobs)
+    assert "max_queue_delay_us" in server.engines["onnxruntime"].knobs and server.batches == (1, 2, 4, 8)
+    assert "AUTO" in ort["num_requests"]
+
+
+def test_configs_that_oversubscribe_the_cores_are_pruned_with_that_reason(model):
+    import dataclasses
+
+    two = dataclasses.replace(probe_device(), logical_cores=2, physical_cores=2)
+    fits = TrialConfig("onnxruntime", threads=1, knobs={"num_requests": 2})
+    over = TrialConfig("onnxruntime", threads=2, knobs={"num_requests": 2})
+    default_threads_over = TrialConfig("onnxruntime", knobs={"num_requests": 2})  # ORT's default: every core
+    assert unsupported_reason(fits, two, model) is None
+    assert "num_requests=2 × 2 thread(s) each = 4 threads on 2 logical cores" in unsupported_reason(over, two, model)
+    assert "oversubscribes" in unsupported_reason(default_threads_over, two, model)
+    assert unsupported_reason(TrialConfig("onnxruntime", knobs={"num_requests": "AUTO"}), two, model) is None
+    parallel = TrialConfig("onnxruntime", threads=1, knobs={"num_requests": 2, "execution_mode": "ORT_PARALLEL",
+                                                             "inter_op_num_threads": 2})  # fmt: skip
+    assert "oversubscribes" in unsupported_reason(parallel, two, model)
+
+
+def test_openvino_streams_beyond_its_threads_are_pruned(model):
+    from autodeploy.adapters.openvino import OpenVinoEngine
+
+    engine = OpenVinoEngine()
+    one_thread = TrialConfig("openvino", threads=1, knobs={"NUM_STREAMS": 2, "num_requests": 4})
+    assert "would silently compile 1 stream" in engine.oversubscription(one_thread, 2)
+    assert engine.oversubscription(TrialConfig("openvino", threads=2, knobs={"NUM_STREAMS": 2}), 2) is None
+    assert "INFERENCE_NUM_THREADS=4 on 2" in engine.oversubscription(TrialConfig("openvino", threads=4), 2)
+    # requests queue onto OpenVINO's streams: they are never oversubscription on their own
+    assert engine.oversubscription(TrialConfig("openvino", knobs={"num_requests": 8}), 2) is None
+
+
+def test_a_queue_delay_at_batch_one_is_pruned_as_a_no_op(model):
+    device = probe_device()
+    reason = unsupported_reason(TrialConfig("onnxruntime", threads=1, knobs={"max_queue_delay_us": 500}), device, model)
+    assert "changes nothing at batch 1" in reason
+    assert unsupported_reason(TrialConfig("onnxruntime", batch=4, threads=1, knobs={"max_queue_delay_us": 500}),
+                              device, model) is None  # fmt: skip

@@ -350,3 +350,20 @@ def test_a_slow_conversion_the_budget_cannot_pay_for_is_skipped_and_said(tmp_pat
     assert slow and all(t.state.name == "PRUNED" and t.user_attrs.get("budget_skip") for t in slow)
     assert len(notes) == 1 and notes[0].startswith("skipped slowfaulty/fp32: its conversion takes about 2.0 min")
     assert summary.skipped == notes and summary.winner is not None
+
+
+def test_a_throughput_study_measures_offline_and_compares_runs(tmp_path):
+    """--objective throughput: every trial in the offline scenario with its requests in flight; the
+    finalists compared on items/s per worker run; a single-stream trial of the same config is not reused."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    ctx = make_ctx(tmp_path, db, objective="throughput", trials=2, batches=[2],
+                   knobs={"onnxruntime": {"num_requests": [1, 2], "sessions": ["shared"]}},
+                   finalists={"count": 1, "rounds": 2, "min_samples": 64, "min_duration_s": 0.1})  # fmt: skip
+    summary = run_study(ctx)
+    rows = ctx.store.study_trials("s")
+    assert rows and {r.measurement.scenario for r in rows} == {"offline"}
+    assert all(r.measurement.serving["concurrency"]["requests"] == r.config.knobs["num_requests"]
+               for r in rows if r.config.knobs)  # fmt: skip
+    winner = summary.winner
+    assert winner is not None and winner.statistic > 0 and winner.ci[0] <= winner.statistic <= winner.ci[1]
+    assert len(winner.uids) == 2  # one items/s per round

@@ -30,7 +30,7 @@ import tempfile
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -38,7 +38,7 @@ import numpy as np
 
 from autodeploy.errors import BuildError, UnsupportedConfigError, UsageError
 from autodeploy.runtime import machine
-from autodeploy.runtime.base import IO, Runner
+from autodeploy.runtime.base import IO, MAX_REQUESTS, Runner
 
 __all__ = ["ARTIFACT_FILE", "IO", "Artifact", "Availability", "Engine", "EngineSpace", "Runner", "TrialConfig",
            "io_of"]  # fmt: skip
@@ -49,6 +49,12 @@ if TYPE_CHECKING:
 
 ARTIFACT_FILE = "artifact.json"
 ARTIFACT_SCHEMA = 1
+#: Knobs of the harness's concurrency, the same words for every engine that has a parallel API
+#: (:meth:`Runner.pool`): requests in flight (``AUTO``: the engine's optimum; a thread, a session,
+#: an interpreter or an execution context each) and the dynamic batcher's max queue delay (µs;
+#: batches of up to the config's batch are formed from single-item queries). The tuples are
+#: what a study searches; any value in range may be benched.
+SERVING_KNOBS: dict[str, tuple[Any, ...]] = {"num_requests": (1, 2, 4, "AUTO"), "max_queue_delay_us": (0, 500, 2000)}
 
 
 @dataclass(frozen=True)
@@ -216,6 +222,8 @@ class Engine(ABC):
     build_knobs: ClassVar[frozenset[str]] = frozenset()
     #: Knobs a study searches by default (others keep the engine's default unless the study lists them).
     search_knobs: ClassVar[frozenset[str]] = frozenset()
+    #: Knobs a ``throughput`` or ``server`` study searches by default too (README, "Throughput knobs").
+    throughput_knobs: ClassVar[frozenset[str]] = frozenset({"num_requests"})
     #: Builds take minutes (onnx2tf): a study looks at this engine after the cheap ones.
     slow_build: ClassVar[bool] = False
 
@@ -232,8 +240,9 @@ class Engine(ABC):
             return Availability(False, reason=f"{type(exc).__name__}: {exc}")
 
     def space(self, target: DeviceInfo, model: ModelInfo) -> EngineSpace:
-        """Precisions and knobs this engine supports on ``target`` for ``model``."""
-        return self._space(target, model)
+        """Precisions and knobs this engine supports on ``target`` for ``model`` (with :data:`SERVING_KNOBS`)."""
+        offered = self._space(target, model)
+        return replace(offered, knobs={**SERVING_KNOBS, **offered.knobs})
 
     def check(self, target: DeviceInfo, model: ModelInfo, config: TrialConfig) -> None:
         """Raise :class:`UnsupportedConfigError` with the reason if ``config`` cannot run here."""
@@ -247,6 +256,9 @@ class Engine(ABC):
                 fix=f"choose one of {', '.join(space.precisions)}",
             )
         for knob, value in config.knobs.items():
+            if knob in SERVING_KNOBS:
+                _check_serving_knob(knob, value)
+                continue
             choices = space.knobs.get(knob)
             if choices is None:
                 raise UnsupportedConfigError(
@@ -354,6 +366,23 @@ class Engine(ABC):
         """
         return {}
 
+    def oversubscription(self, config: TrialConfig, logical_cores: int) -> str | None:
+        """Why ``config`` asks for more threads than the device has (a study prunes it), or ``None``.
+
+        The default fits engines that run each request in flight on a thread of its own with
+        ``threads`` threads each (ONNX Runtime, LiteRT): requests × threads must fit the cores.
+        ``AUTO`` requests are sized by the runtime to fit; ``threads=None`` is the engine's default (every core).
+        """
+        requests = config.knobs.get("num_requests", "AUTO")
+        if requests == "AUTO":
+            return None
+        parallel = config.knobs.get("execution_mode") == "ORT_PARALLEL"  # ORT's inter-op pool runs only then
+        threads = (config.threads or logical_cores) * (int(config.knobs.get("inter_op_num_threads") or 1) if parallel else 1)
+        if int(requests) * threads <= logical_cores:
+            return None
+        return (f"oversubscribes the cores: num_requests={requests} × {threads} thread(s) each = "
+                f"{int(requests) * threads} threads on {logical_cores} logical cores")  # fmt: skip
+
     def probe_version(self) -> str:
         """The installed engine version, from package metadata (imports nothing)."""
         return self._version() or "unknown"
@@ -381,6 +410,18 @@ class Engine(ABC):
     def _version(self) -> str | None:
         """The first installed distribution of :attr:`packages`, from metadata (nothing is imported)."""
         return machine.installed_version(self.packages)
+
+
+def _check_serving_knob(knob: str, value: Any) -> None:
+    """``num_requests`` 1..MAX_REQUESTS or AUTO; ``max_queue_delay_us`` >= 0 (an integer)."""
+    if knob == "num_requests":
+        if value == "AUTO" or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_REQUESTS):
+            return
+        raise UnsupportedConfigError(f"num_requests={value!r}: requests in flight must be 1 to {MAX_REQUESTS}, or AUTO",
+                                     fix=f"pass --knob num_requests=N with N <= {MAX_REQUESTS}")  # fmt: skip
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise UnsupportedConfigError(f"max_queue_delay_us={value!r}: the queue delay must be an integer >= 0 µs",
+                                     fix="pass --knob max_queue_delay_us=0 or more")  # fmt: skip
 
 
 def _file_sha256(path: Path) -> str:

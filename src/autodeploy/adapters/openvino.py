@@ -37,8 +37,6 @@ INSTALL_HINT = "pip install 'autodeploy[openvino]'"
 INFERENCE_PRECISION = {"fp32": "f32", "bf16": "bf16", "fp16": "f16", "int8": "f32"}
 PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT")
 NUM_STREAMS = (1, 2, "AUTO")
-#: Infer requests for the offline scenario (async); the runtime itself runs one sync request.
-NUM_REQUESTS = (1, 2, 4)
 BF16_ISA = ("avx512_bf16", "amx_bf16")
 
 
@@ -48,6 +46,7 @@ class OpenVinoEngine(Engine):
     runtime = rt.__name__
     packages = rt.PACKAGES
     build_packages = ("nncf",)
+    throughput_knobs = frozenset({"PERFORMANCE_HINT", "NUM_STREAMS", "num_requests"})
 
     def _probe(self, target: DeviceInfo) -> Availability:
         import openvino as ov
@@ -79,7 +78,6 @@ class OpenVinoEngine(Engine):
             knobs={
                 "PERFORMANCE_HINT": PERFORMANCE_HINTS,
                 "NUM_STREAMS": NUM_STREAMS,
-                "num_requests": NUM_REQUESTS,
             },
         )
 
@@ -113,6 +111,18 @@ class OpenVinoEngine(Engine):
 
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
         return runtime_settings(config, model)
+
+    def oversubscription(self, config: TrialConfig, logical_cores: int) -> str | None:
+        """OpenVINO shares ``INFERENCE_NUM_THREADS`` among its streams and queues requests onto them,
+        so only streams and threads count: each stream needs a thread, and threads fit the cores."""
+        threads = config.threads or logical_cores
+        if config.threads is not None and config.threads > logical_cores:
+            return f"oversubscribes the cores: INFERENCE_NUM_THREADS={config.threads} on {logical_cores} logical cores"
+        streams = config.knobs.get("NUM_STREAMS")
+        if isinstance(streams, int) and streams > threads:
+            return (f"NUM_STREAMS={streams} with {threads} thread(s): OpenVINO would silently compile "
+                    f"{threads} stream(s), not what the config says")  # fmt: skip
+        return None
 
     def requirements(self, artifact: Artifact, config: TrialConfig, device: Mapping[str, Any]) -> dict[str, Any]:
         if config.precision == "bf16":

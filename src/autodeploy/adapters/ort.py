@@ -37,6 +37,7 @@ class OnnxRuntimeEngine(Engine):
     build_knobs = frozenset({"quant_method"})
     # Parallel execution of independent branches is the one session option that often pays off.
     search_knobs = frozenset({"execution_mode"})
+    throughput_knobs = frozenset({"inter_op_num_threads", "num_requests", "sessions"})
 
     def _probe(self, target: DeviceInfo) -> Availability:
         import onnxruntime as ort
@@ -62,6 +63,7 @@ class OnnxRuntimeEngine(Engine):
                 "execution_mode": EXECUTION_MODES,
                 "graph_optimization_level": OPT_LEVELS,
                 "quant_method": QUANT_METHODS,
+                "sessions": rt.SESSIONS,  # several requests in flight: on one session, or one session each
             },
         )
 
@@ -99,6 +101,7 @@ def session_settings(config: TrialConfig) -> dict[str, Any]:
         "inter_op_num_threads": int(knobs.get("inter_op_num_threads", 0)),
         "execution_mode": knobs.get("execution_mode", "ORT_SEQUENTIAL"),
         "graph_optimization_level": knobs.get("graph_optimization_level", "ORT_ENABLE_ALL"),
+        **({"sessions": knobs["sessions"]} if "sessions" in knobs else {}),
     }
 
 

@@ -86,6 +86,9 @@ class TensorRTEngine(Engine):
         # The GPU does the work: a CPU thread count is not a TensorRT setting, so it is not searched.
         return EngineSpace(precisions=tuple(precisions), unsupported=unsupported, threads=False)
 
+    def oversubscription(self, config: TrialConfig, logical_cores: int) -> str | None:
+        return None  # requests run on the GPU, one execution context and stream each
+
     def build_key(self, model: ModelInfo, config: TrialConfig, version: str, calibration_hash: str) -> str:
         # The plan's optimization profile is tuned for the trial batch and spans the shapes covered,
         # so both join the key.

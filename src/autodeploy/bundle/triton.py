@@ -7,16 +7,24 @@ ignores). ``config.pbtxt`` carries the winner's settings in each backend's own w
 * onnxruntime (platform ``onnxruntime_onnx``): ``intra_op_thread_count``,
   ``inter_op_thread_count``, ``execution_mode`` and ``optimization.graph.level``
   (-1 basic, 1 extended, 2 disabled; unset means all, as in the Triton ORT backend).
-* openvino (backend ``openvino``): ``INFERENCE_NUM_THREADS``, ``NUM_STREAMS``,
-  ``PERFORMANCE_HINT`` and ``HINT_BF16`` for a bf16 winner; ``num_requests`` becomes the
-  instance count.
-* tensorrt (platform ``tensorrt_plan``): the plan; one GPU instance.
+* openvino (backend ``openvino``): ``INFERENCE_NUM_THREADS``, ``NUM_STREAMS`` and
+  ``PERFORMANCE_HINT`` *as compiled* (read back from the compiled model when it was measured),
+  ``HINT_BF16`` for a bf16 winner, and for a batch above one ``SKIP_OV_DYNAMIC_BATCHSIZE``
+  (compiled at the batch, as measured) with ``ENABLE_BATCH_PADDING`` (partial batches padded, as
+  the harness's batcher does; the backend rejects them otherwise).
+* tensorrt (platform ``tensorrt_plan``): the plan on GPU instances.
 
 An in-house winner is served by the backend of the runtime it was measured on (``runtime`` knob).
 
-The batch axis becomes ``max_batch_size`` (the winner's batch; a TensorRT plan's profile
-maximum) with dynamic batching preferring the winner's batch; a model with a static batch
-dim gets ``max_batch_size: 0`` and its full shapes.
+``instance_group`` is the number of requests that were in flight when it was measured (one per
+Triton instance: an OpenVINO infer request, an ORT session, a TensorRT context); one for a
+single-stream winner. ``dynamic_batching`` is written only for a winner measured through the
+harness's batcher (the ``server`` scenario), with its max queue delay; others were measured on
+whole batches and get none. The batch axis becomes ``max_batch_size`` (the winner's batch; a
+TensorRT plan's profile maximum); a model with a static batch dim gets ``max_batch_size: 0``
+and its full shapes. What Triton cannot carry (the Triton OpenVINO backend has no f32 precision
+setting; one ORT session shared by several threads) is listed by :func:`config_pbtxt`, written
+to the repository's ``README.md`` and printed by the CLI.
 """
 
 from __future__ import annotations
@@ -45,7 +53,8 @@ TRITON_DTYPES = {"float16": "TYPE_FP16", "float32": "TYPE_FP32", "float64": "TYP
                  "int8": "TYPE_INT8", "int16": "TYPE_INT16", "int32": "TYPE_INT32", "int64": "TYPE_INT64",
                  "uint8": "TYPE_UINT8", "uint16": "TYPE_UINT16", "uint32": "TYPE_UINT32", "uint64": "TYPE_UINT64",
                  "bfloat16": "TYPE_BF16", "object": "TYPE_STRING", "str": "TYPE_STRING"}  # fmt: skip
-MAX_QUEUE_DELAY_US = 100
+BF16_ISA = ("avx512_bf16", "amx_bf16")
+README = "README.md"
 
 
 def model_name_of(name: str) -> str:
@@ -71,7 +80,10 @@ def write_repository(source: Source, dest: str | Path, *, tar: bool = False, mod
         for file in artifact.files:  # model.onnx (+ external data), model.xml/.bin, or model.plan
             (version / file).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(artifact.path / file, version / file)
-        (stage / name / "config.pbtxt").write_text(config_pbtxt(manifest, name, artifact))
+        text, notes = config_pbtxt(manifest, name, artifact)
+        (stage / name / "config.pbtxt").write_text(text)
+        (stage / name / README).write_text(readme(name, manifest, notes))
+        manifest["triton"] = {"not_carried": notes}
         check_as_measured(source, {name: sha256_file(version / name) for name in artifact.files})
         manifest["format"] = "triton"
         manifest["files"] = {p.relative_to(stage / name).as_posix(): {"sha256": sha256_file(p), "size": p.stat().st_size}
@@ -80,12 +92,15 @@ def write_repository(source: Source, dest: str | Path, *, tar: bool = False, mod
     return dest
 
 
-def config_pbtxt(manifest: dict[str, Any], name: str, artifact: Artifact) -> str:
-    """The model configuration (protobuf text format) for the winner described by ``manifest``."""
+def config_pbtxt(manifest: dict[str, Any], name: str, artifact: Artifact) -> tuple[str, list[str]]:
+    """The model configuration (protobuf text format) for the winner described by ``manifest``,
+    and what of the measured config it cannot carry (one sentence each)."""
     engine, settings = manifest["engine"].get("runtime", manifest["engine"]["name"]), manifest["settings"]
     model = manifest["model"]
+    serving = manifest["measurements"].get("serving") or {}
     batchable = _batch_first(model)
     max_batch = _max_batch(engine, settings["batch"], artifact) if batchable else 0
+    notes: list[str] = []
     lines = [f"# autodeploy winner {settings['engine']}/{settings['precision']}/b{settings['batch']}"
              f"/t{settings['threads'] or 'default'}: {manifest['measurements']['median_ms']:.3f} ms median "
              f"on {manifest['device']['cpu']} (fingerprint {manifest['device']['fingerprint']})",
@@ -97,17 +112,43 @@ def config_pbtxt(manifest: dict[str, Any], name: str, artifact: Artifact) -> str
     lines += _tensors("input", model["inputs"], shapes, batchable)
     lines += _tensors("output", model["outputs"], {}, batchable)
     kind = "KIND_GPU" if engine == "tensorrt" else "KIND_CPU"
-    count = int(settings["knobs"].get("num_requests", 1)) if engine == "openvino" else 1
+    concurrency = serving.get("concurrency") or {}
+    count = int(concurrency.get("requests", 1))
     lines.append(f"instance_group [\n  {{\n    count: {count}\n    kind: {kind}\n  }}\n]")
-    if max_batch > 0:
-        lines.append(f"dynamic_batching {{\n  preferred_batch_size: [ {settings['batch']} ]\n"
-                     f"  max_queue_delay_microseconds: {MAX_QUEUE_DELAY_US}\n}}")  # fmt: skip
-    params, level = _parameters(engine, settings)
+    split = (serving.get("server") or {}).get("split") or {}
+    if max_batch > 0 and "max_queue_delay_us" in split:
+        lines.append(f"dynamic_batching {{\n  max_queue_delay_microseconds: {int(split['max_queue_delay_us'])}\n}}")
+    elif max_batch > 1:
+        notes.append(f"dynamic batching was not measured (a {manifest['measurements']['scenario']} winner, "
+                     f"timed on whole batches of {settings['batch']}); none is configured, so send whole batches")  # fmt: skip
+    if engine == "onnxruntime" and count > 1 and concurrency.get("sessions", count) != count:
+        notes.append(f"measured as {count} threads sharing one ONNX Runtime session; Triton gives each of "
+                     f"its {count} instances a session of its own (more memory)")  # fmt: skip
+    params, level = _parameters(engine, settings, serving.get("compiled") or concurrency, max_batch, notes,
+                                manifest.get("device") or {})  # fmt: skip
     if level is not None:
         lines.append(f"optimization {{\n  graph {{\n    level: {level}\n  }}\n}}")
     for key, value in params.items():
         lines.append(f'parameters {{\n  key: "{key}"\n  value: {{\n    string_value: "{value}"\n  }}\n}}')
+    return "\n".join(lines) + "\n", notes
+
+
+def readme(name: str, manifest: dict[str, Any], notes: list[str]) -> str:
+    """The repository's README: what it serves, and what of the measured config Triton cannot carry."""
+    s = manifest["settings"]
+    lines = [f"# {name}: a Triton model repository written by autodeploy", "",
+             f"Serves the winner {s['engine']}/{s['precision']}/b{s['batch']} as measured on {manifest['device']['cpu']} "
+             f"({manifest['measurements']['scenario']} scenario). `config.pbtxt` carries its settings; `manifest.json` "
+             "has the measurements.", "", "## Not carried over", ""]  # fmt: skip
+    lines += [f"- {note}" for note in notes] or ["Nothing: every measured setting is in config.pbtxt."]
     return "\n".join(lines) + "\n"
+
+
+def notes_of(path: Path) -> list[str]:
+    """What a written repository (folder) could not carry, from its manifest."""
+    for manifest in sorted(Path(path).glob("*/manifest.json")):
+        return list((json.loads(manifest.read_text()).get("triton") or {}).get("not_carried") or [])
+    return []
 
 
 def _batch_first(model: dict[str, Any]) -> bool:
@@ -150,8 +191,10 @@ def _tensors(
     return [f"{kind} [\n" + ",\n".join(blocks) + "\n]"]
 
 
-def _parameters(engine: str, settings: dict[str, Any]) -> tuple[dict[str, str], int | None]:
-    """Backend parameters and the ORT graph optimization level, from the winner's settings."""
+def _parameters(engine: str, settings: dict[str, Any], compiled: dict[str, Any], max_batch: int, notes: list[str],
+                device: dict[str, Any]) -> tuple[dict[str, str], int | None]:  # fmt: skip
+    """Backend parameters and the ORT graph optimization level, from the winner's settings and
+    (OpenVINO) what its compiled model said it set up."""
     threads, knobs = settings["threads"], settings["knobs"]
     params: dict[str, str] = {}
     if engine == "onnxruntime":
@@ -163,11 +206,32 @@ def _parameters(engine: str, settings: dict[str, Any]) -> tuple[dict[str, str], 
             params["execution_mode"] = "1"
         return params, ORT_GRAPH_LEVEL.get(knobs.get("graph_optimization_level", "ORT_ENABLE_ALL"))
     if engine == "openvino":
+        _openvino_parameters(params, settings, compiled, max_batch, notes, device)
+    return params, None
+
+
+def _openvino_parameters(params: dict[str, str], settings: dict[str, Any], compiled: dict[str, Any], max_batch: int,
+                         notes: list[str], device: dict[str, Any]) -> None:  # fmt: skip
+    threads, knobs = settings["threads"], settings["knobs"]
+    if "NUM_STREAMS" in compiled:  # as compiled: OpenVINO may have set up fewer streams than asked
+        params["INFERENCE_NUM_THREADS"] = str(compiled["INFERENCE_NUM_THREADS"])
+        params["NUM_STREAMS"] = str(compiled["NUM_STREAMS"])
+        params["PERFORMANCE_HINT"] = str(compiled["PERFORMANCE_HINT"])
+    else:
+        notes.append("streams and threads were not read back from the compiled model (measured before autodeploy "
+                     "recorded them); the requested values are written, which OpenVINO may have reduced")  # fmt: skip
         if threads:
             params["INFERENCE_NUM_THREADS"] = str(threads)
         params["PERFORMANCE_HINT"] = str(knobs.get("PERFORMANCE_HINT", "LATENCY"))
         if "NUM_STREAMS" in knobs:
             params["NUM_STREAMS"] = str(knobs["NUM_STREAMS"])
-        if settings["precision"] == "bf16":
-            params["HINT_BF16"] = "YES"
-    return params, None
+    if settings["precision"] == "bf16":
+        params["HINT_BF16"] = "YES"
+    elif any(flag in (device.get("isa") or ()) for flag in BF16_ISA) or not device.get("isa"):
+        precision = compiled.get("INFERENCE_PRECISION_HINT", "f32")
+        notes.append(f"measured at INFERENCE_PRECISION_HINT={precision}; Triton's OpenVINO backend has no setting "
+                     "for it (only HINT_BF16), and on a CPU with AVX512-BF16 or AMX its CPU plugin then runs bf16: "
+                     f"serve this {settings['precision']} winner on a CPU without them, or with the onnxruntime backend")  # fmt: skip
+    if max_batch > 1:
+        params["SKIP_OV_DYNAMIC_BATCHSIZE"] = "YES"  # compiled at the batch, as measured (no auto-batching)
+        params["ENABLE_BATCH_PADDING"] = "YES"  # a partial batch is padded, as the batcher did; else rejected

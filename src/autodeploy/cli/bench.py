@@ -85,6 +85,10 @@ def bench(
             help="Results database URL (default: $AUTODEPLOY_DB or a SQLite file in the user data folder)."
         ),
     ] = None,
+    scenario: Annotated[
+        str, typer.Option(help="MLPerf LoadGen scenario: single-stream, offline, multi-stream or server.")
+    ] = "single-stream",
+    sla_ms: Annotated[float | None, typer.Option(help="p99 bound in ms of the server scenario (required there).")] = None,
     format: FormatOption = Format.table,
 ) -> None:
     """Measure one engine/precision/batch/threads config in an isolated worker and store the result."""
@@ -98,7 +102,7 @@ def bench(
                                    batch_axes=parse_batch_axis_flags(batch_axis) if batch_axis else None,
                                    pins=parse_input_pins(input or []), timing=timing, timeout_s=timeout,
                                    build_timeout_s=build_timeout, memory_cap_mb=memory_cap_mb, db=db, progress=show,
-                                   command=command_line())  # fmt: skip
+                                   command=command_line(), scenario=scenario, sla_ms=sla_ms)  # fmt: skip
     for record in records:
         result = record.result
         if result.extra.get("reference_failed"):  # nothing was measured: the model itself cannot run here
@@ -187,6 +191,17 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: st
     table.add_row("CV", f"{lat.cv:.1%}" + (" [yellow](unstable)[/]" if lat.unstable else ""))
     table.add_row("samples", f"{lat.n} in {result.duration_s:.1f} s (+{result.warmup_calls} warm-up)")
     table.add_row("throughput", f"{result.throughput:.1f} items/s")
+    concurrency = result.extra.get("concurrency")
+    if concurrency:
+        table.add_row("requests in flight", shown(", ".join(f"{k}={v}" for k, v in concurrency.items())))
+    server = result.extra.get("server")
+    if server:
+        table.add_row("server: max rate under SLA", f"{server['max_rate_qps']:.1f} q/s")
+        split = server.get("split") or {}
+        if "queue_ms" in split:
+            table.add_row("server: queued / computing p99",
+                          f"{fmt_ms(split['queue_ms']['p99'])} / {fmt_ms(split['compute_ms']['p99'])} "
+                          f"(mean batch {split['mean_batch']:.2f})")
     table.add_row("peak RSS over baseline", f"{result.peak_rss_mb:.1f} MB")
     table.add_row("artifact size", f"{result.artifact_mb:.2f} MB")
     out.print(table)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from autodeploy import api
-from autodeploy.cli._common import command_line, fmt_ms, out, shown
+from autodeploy.cli._common import command_line, err, fmt_ms, out, shown
 from autodeploy.errors import UsageError
 
 
@@ -46,6 +46,11 @@ def export(
               f"({format}{', tar.gz' if tar else ''}, {size / 2**20:.2f} MB)")  # fmt: skip
     out.print(f"measured on {shown(t.device_cpu)} (fingerprint {t.device_fingerprint}): median {fmt_ms(t.median_ms)}, "
               f"p90 {fmt_ms(t.p90_ms)}, {t.throughput or 0:.1f} items/s; accuracy {t.accuracy.constraint if t.accuracy else '-'}")  # fmt: skip
+    if format == "triton" and not tar:
+        from autodeploy.bundle.triton import notes_of
+
+        for note in notes_of(path):  # also in the repository's README.md
+            err.print(f"[yellow]not carried to Triton[/]: {shown(note)}", soft_wrap=True)
     if format == "bundle":
         trust = " --trust PUBLIC_KEY" if sign else ""
         out.print(f"check it with: autodeploy bundle verify {shown(str(path))}{trust}")

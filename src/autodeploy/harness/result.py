@@ -110,7 +110,7 @@ LATENCY_KEYS = {"n": "n_samples", "median": "median_ms", "mean": "mean_ms", "std
 #: The sample counts that a p90 / p99 claim needs (DESIGN.md; harness/stats.py applies them).
 _CLAIMS = (("p90", 64), ("p99", 662))
 #: Measurement fields whose flat form is not the value itself.
-_NESTED = ("latency", "accuracy", "samples_ms")
+_NESTED = ("latency", "accuracy", "samples_ms", "serving")
 
 
 def _insufficient(n: int) -> tuple[str, ...]:
@@ -141,6 +141,9 @@ class Measurement:
     duration_s: float
     accuracy: Accuracy | None
     samples_ms: tuple[float, ...] | None = None
+    #: offline, multi-stream and server: what ran in flight, read back from the engine (``concurrency``:
+    #: requests, streams, threads as compiled) and the server search (``server``: max rate, queueing/compute split).
+    serving: dict[str, Any] | None = None
 
     def to_dict(self, *, samples: bool = True) -> dict[str, Any]:
         """The flat, JSON-ready form, keys in :meth:`keys` order: the latency statistics under their
@@ -149,7 +152,8 @@ class Measurement:
         flat.update({f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NESTED})
         flat["accuracy"] = None if self.accuracy is None else asdict(self.accuracy)
         flat["samples_ms"] = None if self.samples_ms is None else list(self.samples_ms)
-        return {key: flat[key] for key in self.keys(samples=samples)}
+        out = {key: flat[key] for key in self.keys(samples=samples)}
+        return out if self.serving is None else {**out, "serving": self.serving}  # single-stream: format unchanged
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Measurement:
@@ -161,7 +165,7 @@ class Measurement:
         rest = {f.name: d[f.name] for f in fields(cls) if f.name not in _NESTED}
         samples = d.get("samples_ms")
         accuracy = None if d.get("accuracy") is None else Accuracy.from_dict(d["accuracy"])
-        return cls(**rest, latency=latency, accuracy=accuracy,
+        return cls(**rest, latency=latency, accuracy=accuracy, serving=d.get("serving"),
                    samples_ms=None if samples is None else tuple(samples))  # fmt: skip
 
     @classmethod

@@ -29,6 +29,7 @@ from autodeploy.adapters.registry import target_of
 from autodeploy.data import Dataset, split, synthetic
 from autodeploy.errors import AutodeployError, TrialFailed
 from autodeploy.harness.result import Accuracy, Measurement, TrialResult
+from autodeploy.harness.scenarios import SCENARIOS
 from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import ModelInfo
@@ -211,8 +212,8 @@ def prepare(
     Raises:
         TrialFailed: the reference could not be computed (nothing to judge accuracy against).
     """
-    if scenario not in ("single-stream", "server") or (scenario == "server" and not sla_ms):
-        raise ValueError(f"scenario {scenario!r} needs to be single-stream, or server with sla_ms")
+    if scenario not in SCENARIOS or (scenario == "server" and not sla_ms):
+        raise ValueError(f"scenario {scenario!r} needs to be one of {', '.join(SCENARIOS)} (server with sla_ms)")
     uid = uid or uuid.uuid4().hex
     ref = reference(reference_model or model, data, settings, progress)
     spec = _spec("build", model, config, data, settings, uid=uid, scenario=scenario, sla_ms=sla_ms)

@@ -33,7 +33,7 @@ class WorkerSpec:
     max_top1_drop: float = DEFAULT_MAX_ACCURACY_DROP
     min_cosine: float = DEFAULT_MIN_COSINE
     output_path: str | None = None  # reference mode: where to write the outputs
-    scenario: str = "single-stream"  # or "server": also find the highest Poisson rate under sla_ms
+    scenario: str = "single-stream"  # LoadGen's names (harness.scenarios.SCENARIOS); server needs sla_ms
     sla_ms: float | None = None
     metric: str | None = None  # the user's task metric, module:function
     max_metric_drop: float | None = None

@@ -29,11 +29,12 @@ from autodeploy.data import Dataset
 from autodeploy.device import probe_device
 from autodeploy.errors import UnsupportedConfigError
 from autodeploy.harness.accuracy import compare
+from autodeploy.harness.concurrency import BatchPolicy, LoopRun, closed_loop, open_loop
 from autodeploy.harness.metric import load_metric, score
 from autodeploy.harness.result import Accuracy, Measurement
-from autodeploy.harness.scenarios import max_rate_under_sla
+from autodeploy.harness.scenarios import search_rate
 from autodeploy.harness.spec import WorkerSpec
-from autodeploy.harness.stats import summarize
+from autodeploy.harness.stats import MIN_SAMPLES_P99, summarize
 from autodeploy.harness.timing import TimingPolicy, time_calls
 from autodeploy.model import ModelInfo, copy_unchanged
 
@@ -122,13 +123,19 @@ class _Job:
         feeds = batches[0]
         policy = TimingPolicy(**self.spec.policy)
         self.phase("warm-up and timing")
-        timed = _step("run_failed", lambda: time_calls(lambda: runner.run(feeds), policy))
-        server = None
-        if self.spec.scenario == "server":
-            self.phase("server scenario")
-            service_ms = float(np.median(timed.samples_ns)) / 1e6
-            server = _step("run_failed", lambda: max_rate_under_sla(
-                lambda: runner.run(feeds), self.spec.sla_ms or 0.0, service_ms))
+        if self.spec.scenario == "single-stream":
+            timed = _step("run_failed", lambda: time_calls(lambda: runner.run(feeds), policy))
+            samples, duration, warmup, stopped_by = timed.samples_ns, timed.duration_s, timed.warmup_calls, timed.stopped_by
+            throughput = self.config.batch * len(samples) / (samples.sum() / 1e9)
+            extra: dict[str, Any] = {}
+        else:
+            _step("run_failed", lambda: runner.run(feeds))  # the feeds are checked once, by the sync path
+            loop, extra = _step("run_failed", lambda: self._concurrent(runner, evaluation, feeds, policy))
+            samples, duration, warmup, stopped_by = loop.samples_ns, loop.duration_s, loop.warmup_calls, loop.stopped_by
+            throughput = self.config.batch * len(samples) / duration
+        compiled = runner.describe()
+        if compiled:
+            extra["compiled"] = compiled
         timing_s = time.perf_counter() - started
         started = time.perf_counter()
         if self.spec.accuracy is not None:  # accuracy depends on the artifact: measured once, by another trial
@@ -144,21 +151,21 @@ class _Job:
         accuracy_s = time.perf_counter() - started
         artifact = Artifact.read(Path(self.spec.artifact_path or ""))
         measurement = Measurement(
-            scenario=self.spec.scenario, batch=self.config.batch, latency=summarize(timed.samples_ns),
-            throughput=self.config.batch * len(timed.samples_ns) / (timed.samples_ns.sum() / 1e9),
-            peak_rss_mb=peak / 2**20, artifact_mb=artifact.size_bytes() / 2**20, build_s=None,  # the parent knows it
-            warmup_calls=timed.warmup_calls, duration_s=timed.duration_s, accuracy=accuracy,
-            samples_ms=tuple(float(x) for x in timed.samples_ns / 1e6),
+            scenario=self.spec.scenario, batch=self.config.batch, latency=summarize(samples),
+            throughput=throughput, peak_rss_mb=peak / 2**20, artifact_mb=artifact.size_bytes() / 2**20,
+            build_s=None,  # the parent knows it
+            warmup_calls=warmup, duration_s=duration, accuracy=accuracy,
+            samples_ms=tuple(float(x) for x in samples / 1e6), serving=extra or None,
         )  # fmt: skip
         return {
             "engine_version": version,
             "measurement": measurement.to_dict(),
             "artifact_path": str(artifact.path),
             "artifact_files": digests,
-            "extra": {"stopped_by": timed.stopped_by, "eval_items": len(evaluation),
+            "extra": {"stopped_by": stopped_by, "eval_items": len(evaluation),
                       "timing_s": timing_s, "accuracy_s": accuracy_s,
                       **({"accuracy_reused_from": self.spec.accuracy_from} if self.spec.accuracy is not None else {}),
-                      **({"server": server.to_dict()} if server else {})},
+                      **extra},
         }
 
     def _compare(self, outputs: dict[str, np.ndarray], evaluation: Dataset) -> Accuracy:
@@ -169,6 +176,33 @@ class _Job:
         if self.spec.metric:  # the user's task metric, on the outputs and on the reference
             accuracy = _step("run_failed", lambda: _with_metric(accuracy, self.spec, outputs, reference, evaluation.labels))
         return accuracy
+
+    def _concurrent(self, runner: Runner, evaluation: Dataset, feeds: dict[str, np.ndarray],
+                    policy: TimingPolicy) -> tuple[LoopRun, dict[str, Any]]:  # fmt: skip
+        """offline / multi-stream: the closed loop; server: the closed loop for capacity, then the rate search.
+
+        The pool's requests stay in flight until drained, so the peak RSS read after covers them all.
+        """
+        knobs = self.config.knobs
+        requests = knobs.get("num_requests", "AUTO")
+        pool = runner.pool(None if requests == "AUTO" else int(requests))
+        try:
+            loop = closed_loop(pool, feeds, policy)
+            extra: dict[str, Any] = {"concurrency": {**pool.info, "requests": pool.requests}}
+            if self.spec.scenario == "server":
+                self.phase("server scenario")
+                sized = _sized_feeds(evaluation, self.config.batch, self._axes(), pool.fixed_batch)
+                batching = BatchPolicy(self.config.batch, int(knobs.get("max_queue_delay_us", 0)))
+                capacity = self.config.batch * len(loop.samples_ns) / loop.duration_s  # items/s: a query is one item
+                server = search_rate(lambda rate, i: open_loop(pool, sized.__getitem__, rate, MIN_SAMPLES_P99,
+                                                               batching, seed=i),
+                                     self.spec.sla_ms or 0.0, capacity)  # fmt: skip
+                split = {**(server.split or {}), "max_batch": batching.max_batch,
+                         "max_queue_delay_us": batching.max_delay_us, "requests": pool.requests}
+                extra["server"] = {**server.to_dict(), "split": split}
+        finally:
+            pool.close()
+        return loop, extra
 
     def reference(self) -> dict[str, Any]:
         """ONNX Runtime FP32 outputs on the evaluation inputs, saved as .npz."""
@@ -235,6 +269,15 @@ def _run_all(
                 value = np.moveaxis(value, axis, 0)
             collected.setdefault(name, []).append(value)
     return {name: np.concatenate(parts)[:n] for name, parts in collected.items()}
+
+
+def _sized_feeds(evaluation: Dataset, batch: int, axes: dict[str, int | None],
+                 fixed: bool) -> dict[int, dict[str, np.ndarray]]:  # fmt: skip
+    """The feeds of a call of 1..``batch`` items; padded to ``batch`` where the engine runs one fixed shape."""
+    from autodeploy.data import feeds
+
+    full = feeds(evaluation.inputs, 0, batch, axes)
+    return {k: full if fixed else feeds(evaluation.inputs, 0, k, axes) for k in range(1, batch + 1)}
 
 
 def _items(feeds: dict[str, np.ndarray], axes: dict[str, int | None]) -> int:

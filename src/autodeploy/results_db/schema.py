@@ -158,6 +158,7 @@ class Measurement(Base):
     samples_ms: Mapped[list[float]] = mapped_column(sa.JSON)  # raw per-call latencies
     warmup_calls: Mapped[int]
     duration_s: Mapped[float]
+    serving: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))  # requests in flight, server split
 
 
 class GateRun(Base):

@@ -547,8 +547,10 @@ class Store:
         *,
         samples: bool = False,
         shape_key: str = "",
+        scenario: str | None = None,
     ) -> TrialRow | None:
-        """The newest trial with a measurement for this model, device, config, engine version and shape.
+        """The newest trial with a measurement for this model, device, config, engine version and shape
+        (and ``scenario``, when given: an offline number is no single-stream one).
 
         Failed trials that were measured (``inaccurate``) count: their numbers are still valid.
         ``config_key`` is :meth:`TrialConfig.key`; ``engine_version=None`` matches only NULL.
@@ -566,6 +568,8 @@ class Store:
             same_shape,
             Measurement.id.is_not(None),
         )
+        if scenario is not None:
+            query = query.where(Measurement.scenario == scenario)
         rows = self._rows(_newest_first(query).limit(1), samples=samples)
         return rows[0] if rows else None
 
@@ -923,6 +927,7 @@ def _columns(m: MeasurementRecord) -> dict[str, Any]:
         else:
             columns[key] = value
     columns["samples_ms"] = list(m.samples_ms or ())
+    columns["serving"] = m.serving
     columns["accuracy_passed"] = None if m.accuracy is None else m.accuracy.passed
     return columns
 
@@ -935,7 +940,7 @@ def _record(ms: Measurement, *, samples: bool) -> MeasurementRecord:
             d[key] = _pair(getattr(ms, f"{key}_low"), getattr(ms, f"{key}_high"))
         else:
             d[key] = getattr(ms, key)
-    return MeasurementRecord.from_dict(d)
+    return MeasurementRecord.from_dict({**d, "serving": ms.serving})
 
 
 def _select_rows(*, samples: bool) -> sa.Select[Any]:

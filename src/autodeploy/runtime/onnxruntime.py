@@ -3,24 +3,37 @@
 ``settings``: ``model_file`` and ONNX Runtime's own ``SessionOptions`` names:
 ``intra_op_num_threads`` (0: ORT's default, one per physical core), ``inter_op_num_threads``,
 ``execution_mode`` (``ORT_SEQUENTIAL``/``ORT_PARALLEL``) and ``graph_optimization_level``
-(``ORT_DISABLE_ALL`` ... ``ORT_ENABLE_ALL``).
+(``ORT_DISABLE_ALL`` ... ``ORT_ENABLE_ALL``). For several requests in flight (:meth:`Runner.pool`),
+``sessions`` says how they run: ``shared`` (concurrent ``run`` calls on one session from N threads;
+ORT documents ``InferenceSession.run`` as thread-safe) or ``per_request`` (N sessions, one per thread).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .base import IO, Runner
+from .base import IO, Pool, Runner, ThreadPool, Unsupported
 
 PACKAGES = ("onnxruntime",)
 MODEL_FILE = "model.onnx"
 
 
+SESSIONS = ("shared", "per_request")
+
+
 def open(model_dir: Path, settings: Mapping[str, Any], io: IO) -> Runner:  # noqa: A001 - the runtime interface
+    if settings.get("sessions", "shared") not in SESSIONS:
+        raise Unsupported(f"sessions={settings.get('sessions')!r} is not one of {SESSIONS}",
+                          fix="set sessions to shared or per_request")  # fmt: skip
+    return _OrtRunner(_session(model_dir, settings), io, model_dir, settings)
+
+
+def _session(model_dir: Path, settings: Mapping[str, Any]) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -31,18 +44,31 @@ def open(model_dir: Path, settings: Mapping[str, Any], io: IO) -> Runner:  # noq
         ort.GraphOptimizationLevel, settings.get("graph_optimization_level", "ORT_ENABLE_ALL")
     )
     options.log_severity_level = 3  # warnings from quantized graphs are noise in a benchmark
-    session = ort.InferenceSession(
+    return ort.InferenceSession(
         str(Path(model_dir) / settings.get("model_file", MODEL_FILE)),
         sess_options=options,
         providers=["CPUExecutionProvider"],
     )
-    return _OrtRunner(session, io)
 
 
 class _OrtRunner(Runner):
-    def __init__(self, session: Any, io: IO) -> None:
+    def __init__(self, session: Any, io: IO, model_dir: Path, settings: Mapping[str, Any]) -> None:
         super().__init__(io)
         self._session = session
+        self._model_dir, self._settings = model_dir, dict(settings)
+
+    def _pool(self, requests: int | None) -> Pool:
+        # Default: as many requests as the cores hold at the session's thread count.
+        threads = int(self._settings.get("intra_op_num_threads", 0)) or (os.cpu_count() or 1)
+        n = requests or max(1, (os.cpu_count() or 1) // threads)
+        names = list(self.output_names)
+        if self._settings.get("sessions", "shared") == "shared":
+            sessions = [self._session] * n
+        else:
+            sessions = [self._session] + [_session(self._model_dir, self._settings) for _ in range(n - 1)]
+        pool = ThreadPool([lambda feeds, s=s: s.run(names, dict(feeds)) for s in sessions])
+        pool.info.update(sessions=len({id(s) for s in sessions}), intra_op_num_threads=threads)
+        return pool
 
     def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         return self._session.run(list(self.output_names), dict(feeds))

@@ -6,7 +6,8 @@ optimization profile's ``min``/``opt``/``max`` shape; a feed outside it is refus
 range in the message, before TensorRT sees it). A plan only runs under both version and architecture,
 so :func:`open` checks them before deserializing and turns a crash or an opaque error into a
 message saying what to rebuild. Device memory and copies go through ``cuda-python``'s runtime
-bindings; tensors are bound by name (``set_tensor_address``) and run with ``execute_async_v3``.
+bindings; tensors are bound by name (``set_tensor_address``) and run with ``execute_async_v3``. Several requests in flight
+(:meth:`Runner.pool`) get one execution context and one CUDA stream each, on one engine.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import IO, FeedError, Runner, RuntimeFailure, Unsupported
+from .base import IO, FeedError, Pool, Runner, RuntimeFailure, ThreadPool, Unsupported
 
 PACKAGES = ("tensorrt", "tensorrt-cu12", "tensorrt-cu13")
 MODEL_FILE = "model.plan"
@@ -97,17 +98,47 @@ def device_capability() -> str:
 
 
 class _TrtRunner(Runner):
-    """Binds device buffers by tensor name; regrows them when a bigger batch arrives."""
+    """One execution context on its own CUDA stream; a pool adds a context and a stream per request."""
 
     def __init__(self, engine: Any, io: IO, profile: Mapping[str, Mapping[str, Sequence[int]]]) -> None:
+        super().__init__(io)
+        self._engine = engine
+        self._main = _Context(engine, self.output_names, profile)
+        self._extra: list[_Context] = []
+
+    def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return self._main.run(feeds)
+
+    def _pool(self, requests: int | None) -> Pool:
+        # TensorRT 10: any number of contexts share one engine's weights; each needs its own
+        # stream and buffers, and a context runs one enqueue at a time.
+        n = requests or 2
+        self._extra.extend(_Context(self._engine, self.output_names, self._main.profile) for _ in range(n - 1 - len(self._extra)))
+        pool = ThreadPool([c.run for c in [self._main, *self._extra[: n - 1]]])
+        pool.info.update(execution_contexts=n, cuda_streams=n)
+        return pool
+
+    def _close(self) -> None:
+        for context in (self._main, *self._extra):
+            context.close()
+        del self._engine
+
+
+class _Context:
+    """An execution context, its CUDA stream and its device buffers, bound by tensor name."""
+
+    def __init__(self, engine: Any, output_names: tuple[str, ...],
+                 profile: Mapping[str, Mapping[str, Sequence[int]]]) -> None:  # fmt: skip
         import tensorrt as trt
 
-        super().__init__(io)
-        self._trt, self._cudart, self._engine = trt, cudart(), engine
+        self._trt, self._cudart, self._engine, self._outputs = trt, cudart(), engine, output_names
         self._context = engine.create_execution_context()
+        if self._context is None:
+            raise RuntimeFailure("TensorRT could not create an execution context (out of GPU memory?)",
+                                 fix="ask for fewer requests in flight (num_requests)")  # fmt: skip
         self._stream = check(self._cudart.cudaStreamCreate())
         self._buffers: dict[str, tuple[int, int]] = {}  # name -> (device pointer, bytes)
-        self._profile = profile
+        self.profile = profile
 
     def _device(self, name: str, nbytes: int) -> int:
         pointer, size = self._buffers.get(name, (0, 0))
@@ -122,9 +153,9 @@ class _TrtRunner(Runner):
     def _dtype(self, name: str) -> np.dtype:
         return np.dtype(self._trt.nptype(self._engine.get_tensor_dtype(name)))
 
-    def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         rt, kind = self._cudart, self._cudart.cudaMemcpyKind
-        check_profile(self._profile, {name: value.shape for name, value in feeds.items()})
+        check_profile(self.profile, {name: value.shape for name, value in feeds.items()})
         for name, value in feeds.items():
             host = np.ascontiguousarray(value, dtype=self._dtype(name))
             self._context.set_input_shape(name, host.shape)
@@ -132,21 +163,21 @@ class _TrtRunner(Runner):
             check(rt.cudaMemcpyAsync(pointer, host.ctypes.data, host.nbytes, kind.cudaMemcpyHostToDevice,
                                      self._stream))  # fmt: skip
         outputs = []
-        for name in self.output_names:
+        for name in self._outputs:
             host = np.empty(tuple(self._context.get_tensor_shape(name)), dtype=self._dtype(name))
             self._device(name, host.nbytes)
             outputs.append(host)
         if not self._context.execute_async_v3(self._stream):
             raise RuntimeFailure("TensorRT execute_async_v3 failed")
-        for name, host in zip(self.output_names, outputs, strict=True):
+        for name, host in zip(self._outputs, outputs, strict=True):
             check(rt.cudaMemcpyAsync(host.ctypes.data, self._buffers[name][0], host.nbytes,
                                      kind.cudaMemcpyDeviceToHost, self._stream))  # fmt: skip
         check(rt.cudaStreamSynchronize(self._stream))
         return outputs
 
-    def _close(self) -> None:
+    def close(self) -> None:
         for pointer, _ in self._buffers.values():
             self._cudart.cudaFree(pointer)
         self._buffers.clear()
         self._cudart.cudaStreamDestroy(self._stream)
-        del self._context, self._engine
+        del self._context

@@ -4,18 +4,21 @@
 and the axis permutation between the ONNX layout and onnx2tf's channels-last one), ``num_threads``
 (``None``: TFLite's default) and ``xnnpack`` (True: the ``AUTO`` op resolver with the default
 XNNPACK delegate; False: TFLite's own builtin kernels). Callers feed and get the ONNX layout.
+Several requests in flight (:meth:`Runner.pool`) run on N interpreters, one per thread (an
+interpreter is not thread-safe; ``invoke`` releases the GIL).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .base import IO, Runner, Unsupported
+from .base import IO, Pool, Runner, ThreadPool, Unsupported
 
 PACKAGES = ("ai-edge-litert",)
 MODEL_FILE = "model.tflite"
@@ -23,28 +26,33 @@ LAYOUT_FILE = "layout.json"
 
 
 def open(model_dir: Path, settings: Mapping[str, Any], io: IO) -> Runner:  # noqa: A001 - the runtime interface
+    model_dir = Path(model_dir)
+    layout = json.loads((model_dir / settings.get("layout_file", LAYOUT_FILE)).read_text())
+    return _TfliteRunner(lambda: _interpreter(model_dir, settings), layout, io, settings.get("num_threads"))
+
+
+def _interpreter(model_dir: Path, settings: Mapping[str, Any]) -> Any:
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    model_dir = Path(model_dir)
     resolver = (
         OpResolverType.AUTO
         if settings.get("xnnpack", True)
         else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
     )
-    interpreter = Interpreter(
+    return Interpreter(
         model_path=str(model_dir / settings.get("model_file", MODEL_FILE)),
         num_threads=settings.get("num_threads"),
         experimental_op_resolver_type=resolver,
     )
-    layout = json.loads((model_dir / settings.get("layout_file", LAYOUT_FILE)).read_text())
-    return _TfliteRunner(interpreter, layout, io)
 
 
 class _TfliteRunner(Runner):
     """Feeds ONNX-layout inputs, returns ONNX-layout outputs; resizes when the batch changes."""
 
-    def __init__(self, interpreter: Any, layout: Mapping[str, Any], io: IO) -> None:
+    def __init__(self, make: Any, layout: Mapping[str, Any], io: IO, threads: int | None = None) -> None:
         super().__init__(io)
+        self._make, self._layout, self._threads = make, layout, threads
+        interpreter = make()
         self._it = interpreter
         by_name = {d["name"]: d for d in interpreter.get_input_details()}
         out_by_name = {d["name"]: d for d in interpreter.get_output_details()}
@@ -86,6 +94,13 @@ class _TfliteRunner(Runner):
             self._it.resize_tensor_input(detail["index"], list(array.shape))
             self._shapes[detail["index"]] = array.shape
         self._it.allocate_tensors()
+
+    def _pool(self, requests: int | None) -> Pool:
+        n = requests or max(1, (os.cpu_count() or 1) // (self._threads or 1))
+        runners = [self] + [_TfliteRunner(self._make, self._layout, self.io, self._threads) for _ in range(n - 1)]
+        pool = ThreadPool([r._run for r in runners])
+        pool.info.update(interpreters=n, num_threads=self._threads)
+        return pool
 
     def _close(self) -> None:
         del self._it

@@ -131,7 +131,9 @@ class StudyConfig(_Strict):
     def default_batches(self) -> list[int]:
         if self.batches is not None:
             return sorted(set(self.batches))
-        return [1] if self.objective in ("latency", "server") else [1, 2, 4, 8, 16, 32]
+        if self.objective == "server":  # the dynamic batcher's max batch size (1: no batching)
+            return [1, 2, 4, 8]
+        return [1] if self.objective == "latency" else [1, 2, 4, 8, 16, 32]
 
 
 def load(

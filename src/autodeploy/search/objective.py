@@ -51,7 +51,9 @@ class Metrics:
     @classmethod
     def of_row(cls, r: TrialRow) -> Metrics:
         assert r.median_ms is not None and r.accuracy is not None
-        return cls(r.uid, r.median_ms, r.p90_ms, r.throughput, r.peak_rss_mb, accuracy_drop(r.accuracy))
+        server = ((r.measurement.serving if r.measurement else None) or {}).get("server") or {}
+        return cls(r.uid, r.median_ms, r.p90_ms, r.throughput, r.peak_rss_mb, accuracy_drop(r.accuracy),
+                   server.get("max_rate_qps"))  # fmt: skip
 
     @property
     def latency_ms(self) -> float:

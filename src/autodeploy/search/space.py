@@ -66,6 +66,10 @@ class SearchSpace:
         return points
 
 
+#: Objectives measured with requests in flight, whose knobs (requests, streams, instances) are searched by default.
+THROUGHPUT = ("throughput", "server")
+
+
 def default_threads(logical_cores: int) -> tuple[int, ...]:
     """Powers of two up to the logical core count, and the core count itself."""
     values = {1, logical_cores}
@@ -88,7 +92,10 @@ def build_space(config: StudyConfig, device: DeviceInfo, model: ModelInfo) -> Se
         if config.knobs and name in config.knobs:
             knobs = {k: tuple(v) for k, v in config.knobs[name].items()}
         else:
-            knobs = {k: tuple(offered.knobs[k]) for k in sorted(engine.search_knobs) if k in offered.knobs}
+            wanted = set(engine.search_knobs) | (set(engine.throughput_knobs) if config.objective in THROUGHPUT else set())
+            if config.objective == "server":
+                wanted.add("max_queue_delay_us")  # the dynamic batcher's delay; the batch is its max batch size
+            knobs = {k: tuple(offered.knobs[k]) for k in sorted(wanted) if k in offered.knobs}
         engines[name] = EngineChoices(precisions, knobs, offered.threads)
     if not engines:
         reasons = "; ".join(f"{k}: {v}" for k, v in skipped.items())
@@ -111,7 +118,13 @@ def suggest(trial: optuna.Trial, space: SearchSpace) -> TrialConfig:
 def unsupported_reason(config: TrialConfig, device: DeviceInfo, model: ModelInfo) -> str | None:
     """Why this combination cannot run here (the study prunes it), or ``None``."""
     try:
-        registry.get(config.engine).check(device, model, config)
+        engine = registry.get(config.engine)
+        engine.check(device, model, config)
+        over = engine.oversubscription(config, device.logical_cores)
+        if over:
+            return f"{config.label()} {over}"
+        if config.batch == 1 and config.knobs.get("max_queue_delay_us", 0):
+            return f"{config.label()}: a queue delay changes nothing at batch 1 (the batcher's max batch size)"
         for spec in model.inputs:
             model.input_shape(spec.name, config.batch)
     except (UnsupportedConfigError, ShapeError) as exc:

@@ -533,6 +533,9 @@ class _Measured:
         return out
 
 
+#: The MLPerf scenario each objective is measured in: throughput with requests in flight (offline).
+SCENARIO_OF = {"latency": "single-stream", "pareto": "single-stream", "throughput": "offline", "server": "server"}
+
 
 def _measure(ctx: StudyContext, config: TrialConfig, reporter: Reporter, phase: str = "screening",
              memory: Memory | None = None) -> _Measured:  # fmt: skip
@@ -600,7 +603,7 @@ def _measure_case(
     if not cfg.fresh and cfg.objective != "server" and phase == "screening":
         version = registry.get(config.engine).probe_version()
         row = ctx.store.find_measured(case.model.sha256, ctx.device.fingerprint, config.key(), version,
-                                      shape_key=case.key)  # fmt: skip
+                                      shape_key=case.key, scenario=SCENARIO_OF[cfg.objective])  # fmt: skip
         if row is not None and row.accuracy is not None:
             return _Measured(Metrics.of_row(row), row.uid, reused=True, accuracy=row.accuracy, accuracy_uid=row.uid)
     artifact_key = _artifact_key(ctx, config) if memory is not None else ""
@@ -611,7 +614,7 @@ def _measure_case(
     reporter.phase(f"{config.label()}{at}: starting")
     result = run_trial(case.model, config, case.data, ctx.settings,
                        progress=lambda p: reporter.phase(f"{config.label()}{at}: {p}"),
-                       scenario="server" if cfg.objective == "server" else "single-stream",
+                       scenario=SCENARIO_OF[cfg.objective],
                        sla_ms=cfg.constraints.sla_ms if cfg.objective == "server" else None,
                        artifact=None if built is None else Path(built), known=known)  # fmt: skip
     ctx.store.add_trial(result, model=ModelRecord.of(case.model), device=DeviceRecord.of(ctx.device),
@@ -750,6 +753,7 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
     long_ctx = replace(ctx, settings=replace(ctx.settings, policy=policy))
     cases = ctx.shape_cases()
     samples: list[dict[str, list[float]]] = [{c.key: [] for c in cases} for _ in configs]
+    rates: list[list[float]] = [[] for _ in configs]  # items/s of each run (offline: not from latencies)
     uids: list[list[str]] = [[] for _ in configs]
     failures: list[str | None] = [None for _ in configs]
     reporter.finalists(f.rounds * len(configs))
@@ -768,11 +772,15 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
                 continue
             for key, one in (measured.per_shape or {cases[0].key: measured}).items():
                 samples[i][key].extend(one.samples_ms)
+            rates[i].append(measured.metrics.throughput or 0.0)
         rounds += 1
     out = []
     for i, config in enumerate(configs):
         per_case = {c.key: _statistic(samples[i][c.key], config.batch, ctx.config.objective) for c in cases}
-        stat, ci = _mix([(c.weight, *per_case[c.key]) for c in cases], ctx.config.objective)
+        if ctx.config.objective == "throughput":  # offline: one items/s per worker run (the mix's), the unit of statistics
+            stat, ci = _throughput_statistic(rates[i])
+        else:
+            stat, ci = _mix([(c.weight, *per_case[c.key]) for c in cases], ctx.config.objective)
         n = sum(len(v) for v in samples[i].values())
         is_baseline = with_baseline and i == len(configs) - 1
         per_shape = {k: v[0] for k, v in per_case.items()} if len(cases) > 1 else {}
@@ -798,6 +806,15 @@ def _mix(weighted: list[tuple[float, float | None, tuple[float, float] | None]],
     stat = join([s for _, s, _ in weighted])  # type: ignore[misc]
     low, high = join([ci[0] for _, _, ci in weighted]), join([ci[1] for _, _, ci in weighted])  # type: ignore[index]
     return stat, (min(low, high), max(low, high))
+
+
+def _throughput_statistic(rates: list[float]) -> tuple[float | None, tuple[float, float] | None]:
+    """Mean items/s of the runs and a bootstrap 95% CI of it (a single run: no interval beyond itself)."""
+    if not rates:
+        return None, None
+    if len(rates) == 1:
+        return rates[0], (rates[0], rates[0])
+    return float(np.mean(rates)), bootstrap_mean_ci(rates, seed=0, n_boot=2000)
 
 
 def _statistic(

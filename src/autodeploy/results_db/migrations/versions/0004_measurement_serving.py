@@ -1,0 +1,28 @@
+"""What ran in flight: the offline/multi-stream/server measurement's concurrency and server split.
+
+Revision ID: 0004
+Revises: 0003
+Create Date: 2026-12-03
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0004"
+down_revision: str | None = "0003"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("ad_measurements") as batch:
+        batch.add_column(sa.Column("serving", sa.JSON(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("ad_measurements") as batch:
+        batch.drop_column("serving")
