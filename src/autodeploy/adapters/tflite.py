@@ -137,7 +137,8 @@ class TfliteEngine(Engine):
 
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
         xnnpack = bool(config.knobs.get("xnnpack", True))
-        failed = json.loads((artifact.path / LAYOUT_FILE).read_text()).get(XNNPACK_FAILED)
+        layout = artifact.path / LAYOUT_FILE if artifact.path is not None else None
+        failed = json.loads(layout.read_text()).get(XNNPACK_FAILED) if layout is not None and layout.is_file() else None
         if xnnpack and failed:
             raise UnsupportedConfigError(
                 f"the XNNPACK delegate cannot run this TFLite {config.precision} model ({failed})",
@@ -147,7 +148,7 @@ class TfliteEngine(Engine):
             "model_file": MODEL_FILE,
             "layout_file": LAYOUT_FILE,
             "num_threads": config.threads,  # None: TFLite's default
-            "xnnpack": bool(config.knobs.get("xnnpack", True)),
+            "xnnpack": xnnpack,
         }
 
 
