@@ -113,8 +113,10 @@ def test_failed_commit_leaves_no_trace_and_storing_again_changes_nothing(env, ca
     assert len(stored) == 1  # measured once, then taken from the store
 
     # The same configs again: taken from the store, nothing stored twice, nothing changed.
+    before = len(optuna.load_study(study_name="s", storage=db).trials)
     code, _, err = run(capsys, *tune, "--trials", "3", "--resume")
     assert code == 0, err
     assert _snapshot(db) == stored
-    again = optuna.load_study(study_name="s", storage=db).trials[-3:]
-    assert [t.user_attrs.get("reused") for t in again] == [True] * 3
+    # the space's one config was looked at already, so the search stops early: what it asked is reused
+    again = optuna.load_study(study_name="s", storage=db).trials[before:]
+    assert again and [t.user_attrs.get("reused") for t in again] == [True] * len(again)

@@ -647,7 +647,13 @@ class Store:
             s.flush()
             return study.id
 
-        return self._run(f"cannot save study {name!r} in", upsert, write=True)
+        what = f"cannot save study {name!r} in"
+        try:
+            return self._run(what, upsert, write=True)
+        except sa.exc.IntegrityError:
+            # Workers that join one study (--resume) may all find it missing and create it at once,
+            # or race on its device or model row; the retry finds the rows the first one stored.
+            return self._run(what, upsert, write=True)
 
     def finish_study(self, name: str, *, winner_uid: str | None, summary: dict[str, Any]) -> None:
         """Record the outcome of a study: the winning trial (or none) and the finalists' numbers."""
