@@ -56,7 +56,7 @@ def main() -> None:
     from autodeploy.device import probe_device
 
     device = probe_device()
-    print(f"CPU: {device.cpu_model} ({device.logical_cores} logical cores); flags: {' '.join(device.isa)}")
+    print(device.cpu_line())
     with tempfile.TemporaryDirectory(prefix="autodeploy-dashboard-load-") as tmp:
         path = args.db or Path(tmp) / "results.db"
         url = f"sqlite:///{path}"

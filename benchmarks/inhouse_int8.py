@@ -60,7 +60,6 @@ CONFIGS = (
     ("in-house int8 on OpenVINO", "inhouse", "int8", {"runtime": "openvino"}, "ov"),
 )
 FP32 = {"ort": "ORT fp32", "ov": "OpenVINO fp32"}
-FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
 
 
 def main() -> None:
@@ -82,8 +81,7 @@ def main() -> None:
         args.models, args.rounds, args.items, args.min_duration = "ppocrv5-det", 1, 8, 0.5
     console = Console(width=170)
     device = probe_device()
-    console.print(f"CPU: {device.cpu_model}; {device.physical_cores} cores; features: "
-                  + ", ".join(f for f in FEATURES if device.has(f)))  # fmt: skip
+    console.print(device.cpu_line())
     console.print("[yellow]note:[/yellow] read ratios; absolute times depend on the machine's load")
     from sklearn.datasets import load_sample_images
 

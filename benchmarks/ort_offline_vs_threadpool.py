@@ -76,8 +76,7 @@ def main() -> None:
         args.model, args.rounds, args.seconds = "zoo:tiny-cnn", 2, 2.0
     console = Console()
     device = probe_device()
-    console.print(f"CPU: {device.cpu_model}, {device.physical_cores} physical / {device.logical_cores} logical cores; "
-                  f"flags: {' '.join(device.isa)}")  # fmt: skip
+    console.print(device.cpu_line())
 
     name = zoo.parse_ref(args.model)
     info = load_model(zoo.get(name) if name else args.model)

@@ -134,7 +134,7 @@ def main() -> None:
     args = parser.parse_args()
     device = probe_device()
     console = Console(width=220)  # a table for a terminal or a file alike
-    console.print(f"CPU: {device.cpu_model}; ISA: {', '.join(device.isa) or '-'}; logical cores: {device.logical_cores}")
+    console.print(device.cpu_line())
     seeds = args.seeds or (1 if args.quick else 3)
     rounds = args.rounds or (2 if args.quick else 5)
     engine_list = engines(args.quick)

@@ -70,3 +70,10 @@ def test_probe_does_not_import_engines():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONPATH": src}
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_benchmarks_cpu_line_names_the_cpu_its_cores_and_flags():
+    device = probe_device()
+    line = device.cpu_line()
+    assert line.startswith(f"CPU: {device.cpu_model}, ") and f"{device.logical_cores} logical cores" in line
+    assert all(flag in line for flag in device.isa) and "\n" not in line

@@ -65,6 +65,11 @@ class DeviceInfo:
             return "neon" in self.isa or "asimd" in self.isa
         return flag in self.isa
 
+    def cpu_line(self) -> str:
+        """What every benchmark prints first: the CPU, its cores and the ISA flags it ran on."""
+        return (f"CPU: {self.cpu_model}, {self.physical_cores} physical / {self.logical_cores} logical cores; "
+                f"flags: {' '.join(self.isa) or '-'}")  # fmt: skip
+
     @property
     def fingerprint(self) -> str:
         """16 hex digits of SHA-256 over the hardware identity (not engine or Python versions)."""
