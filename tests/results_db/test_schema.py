@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
@@ -32,8 +31,7 @@ def test_migrated_database_matches_models(store: Store) -> None:
 
 
 def test_downgrade_to_base_and_back(store: Store) -> None:
-    with store.engine.begin() as conn:
-        command.downgrade(migrate.alembic_config(connection=conn), "base")
+    migrate.downgrade(store.engine, "base")
     with store.engine.connect() as conn:
         assert set(sa.inspect(conn).get_table_names()) == {VERSION_TABLE}
     migrate.upgrade(store.engine)
@@ -65,14 +63,14 @@ def test_newer_schema_is_refused(db_url: str) -> None:
 def test_a_revision_0001_database_upgrades_and_keeps_its_trials(store: Store) -> None:
     """A store written before artifact hashes were kept: its trials stay, with no hashes to check."""
     trial_id = store.add_trial(ok_result(), model=MODEL, device=DEVICE)
-    with store.engine.begin() as conn:
-        command.downgrade(migrate.alembic_config(connection=conn), "0001")
+    migrate.downgrade(store.engine, "0001")
     with store.engine.connect() as conn:
         assert "ad_exports" not in sa.inspect(conn).get_table_names()
     migrate.upgrade(store.engine)
     assert schema_diff(store.engine) == []
     row = store.get_trial(trial_id)
     assert row is not None and row.uid == "trial-ok" and row.artifact_files == {}
+    assert row.measurement is not None and row.measurement.latency.median == 1.25
 
 
 def test_a_revision_0002_database_upgrades_and_its_trials_read_as_shape_not_recorded(store: Store) -> None:
@@ -81,17 +79,14 @@ def test_a_revision_0002_database_upgrades_and_its_trials_read_as_shape_not_reco
     from autodeploy.report import trial_record
 
     trial_id = store.add_trial(ok_result(), model=MODEL, device=DEVICE)
-    with store.engine.connect() as conn:
-        if conn.dialect.name == "sqlite":  # batch mode re-creates ad_trials to drop a column: keep its measurements
-            conn.connection.dbapi_connection.execute("PRAGMA foreign_keys = OFF")
-        with conn.begin():
-            command.downgrade(migrate.alembic_config(connection=conn), "0002")
+    migrate.downgrade(store.engine, "0002")  # SQLite re-creates ad_trials to drop a column
     with store.engine.connect() as conn:
         assert "shape_key" not in {c["name"] for c in sa.inspect(conn).get_columns("ad_trials")}
     migrate.upgrade(store.engine)
     assert schema_diff(store.engine) == []
     row = store.get_trial(trial_id)
     assert row is not None and row.shape_key is None and row.shapes is None and row.shape_text == "-"
+    assert row.measurement is not None and row.measurement.latency.median == 1.25  # not cascaded away
     assert trial_record(row)["shape"] is None
     found = store.find_measured(MODEL.sha256, DEVICE.fingerprint, row.config_key, row.engine_version)
     assert found is not None and found.id == trial_id

@@ -12,6 +12,7 @@ against a database already at head, then clean the generated file by hand.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -66,7 +67,36 @@ def upgrade(engine: sa.Engine) -> None:
     with engine.connect() as conn:
         if current_revision(conn) == head_revision():
             return
-    with engine.connect().execution_options(autodeploy_write=True) as conn, conn.begin():
-        if conn.dialect.name == "postgresql":
-            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_LOCK_KEY)))
-        command.upgrade(alembic_config(connection=conn), "head")
+    _migrate(engine, command.upgrade, "head")
+
+
+def downgrade(engine: sa.Engine, revision: str) -> None:
+    """Take the schema back to ``revision`` (for tests and for undoing an upgrade by hand).
+
+    Rows that the older schema can hold are kept: see :func:`_migrate`.
+    """
+    _migrate(engine, command.downgrade, revision)
+
+
+def _migrate(engine: sa.Engine, step: Callable[[Config, str], None], revision: str) -> None:
+    """Run one Alembic command in one write transaction.
+
+    SQLite cannot drop or change a column in place, so batch mode copies the table and drops the
+    old one. With foreign keys on, that drop cascades: every measurement of every trial would go
+    with it. SQLite only lets a connection switch them off outside a transaction, so it is done
+    here, before BEGIN, and checked after: a migration must leave no dangling row.
+    """
+    with engine.connect().execution_options(autodeploy_write=True) as conn:
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite:  # on the driver's connection: SQLAlchemy would open a transaction first
+            conn.connection.dbapi_connection.execute("PRAGMA foreign_keys = OFF")
+        try:
+            with conn.begin():
+                if conn.dialect.name == "postgresql":
+                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_LOCK_KEY)))
+                step(alembic_config(connection=conn), revision)
+                if sqlite and (broken := conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()):
+                    raise RuntimeError(f"migration to {revision} left rows without their parent: {broken[:3]}")
+        finally:
+            if sqlite:
+                conn.connection.dbapi_connection.execute("PRAGMA foreign_keys = ON")
