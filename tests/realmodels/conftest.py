@@ -33,5 +33,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         terminalreporter.write_line(
             f"{row['model']:18} {row['engine']:11} {row['precision']:12} {row['outcome']}"
         )
-    WHEELS.mkdir(parents=True, exist_ok=True)
-    (WHEELS / "corpus-results.json").write_text(json.dumps(ROWS, indent=1))
+    save(ROWS, WHEELS / "corpus-results.json")
+
+
+def save(rows: list[dict], path: Path) -> None:
+    """Merge this run's rows into ``path``: a row replaces the one of the same model, engine and
+    precision; rows this run did not reach (a ``-k`` selection, an interrupted run) are kept."""
+    from autodeploy.device import probe_device
+
+    cpu = probe_device().cpu_line()
+    key = lambda r: (r["model"], r["engine"], r["precision"])  # noqa: E731
+    kept = json.loads(path.read_text()) if path.is_file() else []
+    merged = {key(r): r for r in kept} | {key(r): {**r, "cpu": cpu} for r in rows}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(list(merged.values()), indent=1))

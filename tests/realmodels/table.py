@@ -14,7 +14,9 @@ RESULTS = Path(".cache/realmodels/corpus-results.json")
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | ORT fp32 (baseline) | engine | best config inside the budget | vs ORT fp32 | verdict |",
+    cpus = sorted({r["cpu"] for r in rows if r.get("cpu")})
+    lines = [f"Measured on: {'; '.join(cpus) or 'machine not recorded'}", "",
+             "| model | ORT fp32 (baseline) | engine | best config inside the budget | vs ORT fp32 | verdict |",
              "|---|---:|---|---|---:|---|"]  # fmt: skip
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == model]
