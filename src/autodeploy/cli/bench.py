@@ -59,8 +59,10 @@ def bench(
         typer.Option(help="An input's batch axis, INPUT=AXIS (or INPUT=none: never batched); repeatable."),
     ] = None,
     data: Annotated[
-        str | None, typer.Option(help="Input data: .npz, a folder of NAME.npy (plus optional 'labels'), a folder "
-                                 "of images (subfolders: classes), or sample:images (crops of real photos).")
+        list[str] | None, typer.Option(help="Input data: .npz, a folder of NAME.npy (plus optional 'labels'), a folder "
+                                       "of images (subfolders: classes), or sample:images (crops of real photos). "
+                                       "Images are resized to each --shape; for arrays of several shapes repeat "
+                                       "--data, one per --shape in the same order.")
     ] = None,
     layout: LayoutOption = None,
     reverse_input_channels: ReverseOption = False,
@@ -96,7 +98,7 @@ def bench(
     shape_set = parse_flags(shape or [])
     with spinner() as show:
         records = api.bench_shapes(model, engine=engine, precision=precision, batch=batch, threads=threads,
-                                   knobs=_parse_knobs(knob or []), shapes=shape_set, data=data,
+                                   knobs=_parse_knobs(knob or []), shapes=shape_set, data=data or None,
                                    preprocess=preprocess_of(layout, reverse_input_channels, mean_values, scale_values),
                                    metric=metric, max_metric_drop=max_metric_drop,
                                    batch_axes=parse_batch_axis_flags(batch_axis) if batch_axis else None,
