@@ -80,7 +80,7 @@ ZOO: dict[str, ZooEntry] = {
         "mobilenetv2",
         "MobileNetV2 1.0, [N,3,224,224] -> 1000, fitted to sklearn's sample photos (needs scikit-learn, Pillow)",
         "autodeploy.zoo.cnn:mobilenetv2",
-        version="2",
+        version="3",
         has_dataset=True,
         dataset_builder="autodeploy.zoo.photos:dataset_arrays",
         preprocess=IMAGENET,
