@@ -684,6 +684,8 @@ def _python_call(function: str, *args: Any, **kwargs: Any) -> str:
             return repr(str(value))
         if isinstance(value, Dataset):
             return f"<Dataset of {len(value)} items>"
+        if isinstance(value, list | tuple) and value and not isinstance(value[0], int | float):
+            return f"[{', '.join(show(v) for v in value)}]"  # several data sources, one per shape
         if hasattr(value, "name") and hasattr(value, "winner"):  # a StudySummary
             return repr(value.name)
         return repr(value)

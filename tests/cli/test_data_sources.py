@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -103,3 +102,38 @@ def test_gate_evaluates_on_an_image_folder(env, capsys):
     code, out, err = run_cli(capsys, "gate", "--baseline", str(model), "--candidate", str(model),
                              "--data", str(folder), "--layout", "NHWC", "--no-store", "--db", db)  # fmt: skip
     assert code == 64 and "3 (RGB) or 1 (gray)" in out + err  # bad input, not an inconclusive 2
+
+
+def test_a_bundles_inputs_come_from_the_trial_else_its_study_else_are_unknown():
+    from dataclasses import replace
+    from datetime import datetime, timezone
+
+    from autodeploy.bundle.export import Source, inputs_of
+    from autodeploy.results_db.store import StudyRow
+
+    def source(inputs, settings=None, model="m"):
+        now = datetime.now(timezone.utc)
+        trial = replace(_trial_row(), inputs=inputs)
+        study = None if settings is None else StudyRow(1, "s", "latency", settings, None, None, None, model, "0", "0", now, now)
+        return Source(trial, study, {"name": model}, {})
+
+    recorded = {"data": "photos/", "preprocess": IMAGENET.to_dict()}
+    assert inputs_of(source(recorded)) == recorded
+    assert inputs_of(source(None)) is None  # a bench trial stored before schema 0005: not recorded
+    tuned = source(None, {"data": "sample:images", "preprocess": {"layout": "NHWC", "reverse_input_channels": True}})
+    assert inputs_of(tuned) == {"data": "sample:images", "preprocess": {"layout": "NHWC", "reverse_input_channels": True,
+                                                                       "mean_values": None, "scale_values": None}}  # fmt: skip
+    assert inputs_of(source(None, {}, model="zoo:mobilenetv2"))["preprocess"] == IMAGENET.to_dict()  # the zoo's own
+    assert inputs_of(source(None, {})) == {"data": "synthetic", "preprocess": None}
+
+
+def _trial_row():
+    from datetime import datetime, timezone
+
+    from autodeploy.adapters.base import TrialConfig
+    from autodeploy.results_db.store import TrialRow
+
+    return TrialRow(id=1, uid="u", created_at=datetime.now(timezone.utc), status="ok", failure_kind=None,
+                    failure_message=None, study=None, phase=None, command=None, artifact_path=None,
+                    engine_version=None, config=TrialConfig("onnxruntime"), config_key="k", model_name="m",
+                    model_sha256="0", device_cpu="cpu", device_fingerprint="0")  # fmt: skip
