@@ -363,3 +363,23 @@ def test_arrays_come_one_source_per_shape_in_the_order_of_the_shapes(env, capsys
     code, _, err = run_cli(capsys, "bench", str(model), "--shape", "x=1x3x16x24", "--shape", "x=1x3x16x48",
                            "--data", narrow, "--db", db)  # fmt: skip
     assert code == 2 and "shape x=1x3x16x48 has no matching data" in err and "Traceback" not in err
+    # without --shape, each --data's arrays fix one shape
+    stored = autodeploy.bench_shapes(model, threads=1, data=[Path(narrow), Path(wide)], timing=FAST, db=db)
+    assert [s.shape_key for s in stored] == ["x=1x3x16x24", "x=1x3x16x48"] and all(s.ok for s in stored)
+    with Store.open(db, readonly=True) as store:
+        assert [store.get_trial(s.id).inputs["data"] for s in stored] == [narrow, wide]  # the files, as given
+    code, out, err = run_cli(capsys, "bench", str(model), "--threads", "1", "--min-samples", "16", "--min-duration",
+                             "0.05", "--data", narrow, "--data", wide, "--db", db)  # fmt: skip
+    assert code == 0 and "per shape" in out and "x=1x3x16x48" in out, err
+
+
+def test_several_data_sources_without_shapes_need_dims_the_data_can_fix(env):
+    from tests.models import mlp
+
+    tmp_path, db = env
+    model = mlp(tmp_path / "m.onnx")
+    for name in ("a", "b"):
+        np.savez(tmp_path / f"{name}.npz", x=np.zeros((4, 8), np.float32))
+    with pytest.raises(UsageError, match=r"2 data sources and no --shape, but the model's inputs \['x.*'\] have no "
+                                         r"dynamic dims for data to fix; fix: give one --data"):  # fmt: skip
+        autodeploy.bench_shapes(model, data=[tmp_path / "a.npz", tmp_path / "b.npz"], db=db)

@@ -231,9 +231,11 @@ def bench_shapes(
     _check_metric(metric, max_metric_drop)  # a bad --metric fails now, in one line
     # 1. resolve the model (a zoo model is built on first use), then fix it at each shape
     resolved = resolve_model(model, None, cache_dir=cache, progress=report)
-    sources = _data_per_case(data, shape_set)
+    sources = loaded = _data_per_case(data, shape_set)
+    if len(sources) > len(shape_set.cases):  # several sources, no --shape: each one's arrays fix a shape
+        shape_set, loaded = _shapes_of_data(resolved, batch_axes, sources, preprocess)
     cases = [_with_data(resolved, batch_axes, source, case, shape_set, preprocess)
-             for source, case in zip(sources, shape_set.cases, strict=True)]  # fmt: skip
+             for source, case in zip(loaded, shape_set.cases, strict=True)]  # fmt: skip
     # 2. probe the device and check the config runs here, at every shape, before any work
     device = probe_device()
     for info, _ in cases:
@@ -592,11 +594,25 @@ def _data_per_case(data: str | Path | Dataset | Sequence[str | Path | Dataset] |
     sources = list(data)
     if len(sources) == 1:
         return sources * len(shape_set.cases)
-    if len(sources) != len(shape_set.cases):
+    if len(sources) != len(shape_set.cases) and (shape_set.several or shape_set.cases[0].shapes):
         keys = ", ".join(c.key() or "(none)" for c in shape_set.cases)
         raise UsageError(f"{len(sources)} data sources for {len(shape_set.cases)} shapes ({keys})",
                          fix="give one --data for every shape, or one per --shape in the same order")  # fmt: skip
     return sources
+
+
+def _shapes_of_data(resolved: ResolvedModel, batch_axes: Mapping[str, int | None] | None,
+                    sources: Sequence[str | Path | Dataset | None], preprocess: Preprocess | None,
+                    ) -> tuple[ShapeSet, list[str | Path | Dataset | None]]:  # fmt: skip
+    """A shape set with one case per data source, each the shapes its arrays fix, and the loaded data."""
+    info = resolved.info.with_batch_axes(batch_axes) if batch_axes else resolved.info
+    loaded = [load_source(source, info, preprocess) for source in sources]
+    shapes = [shapes_from_data(info, d) if d is not None else {} for d in loaded]
+    if not all(shapes):
+        raise UsageError(f"{len(sources)} data sources and no --shape, but the model's inputs "
+                         f"{[s.name + s.shape_str() for s in info.inputs]} have no dynamic dims for data to fix",
+                         fix="give one --data, or one --shape per --data")  # fmt: skip
+    return ShapeSet(tuple(ShapeCase(s) for s in shapes)), list(loaded)
 
 
 def _check_metric(metric: str | None, max_metric_drop: float | None) -> None:

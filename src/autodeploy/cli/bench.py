@@ -33,7 +33,7 @@ from autodeploy.errors import TrialFailed, UsageError
 from autodeploy.harness.result import TrialResult
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import parse_batch_axis_flags
-from autodeploy.shapes import ShapeSet, parse_flags
+from autodeploy.shapes import ShapeCase, ShapeSet, parse_flags, parse_key
 
 
 def bench(
@@ -62,7 +62,7 @@ def bench(
         list[str] | None, typer.Option(help="Input data: .npz, a folder of NAME.npy (plus optional 'labels'), a folder "
                                        "of images (subfolders: classes), or sample:images (crops of real photos). "
                                        "Images are resized to each --shape; for arrays of several shapes repeat "
-                                       "--data, one per --shape in the same order.")
+                                       "--data, one per --shape in the same order (without --shape: one shape per --data).")
     ] = None,
     layout: LayoutOption = None,
     reverse_input_channels: ReverseOption = False,
@@ -105,6 +105,8 @@ def bench(
                                    pins=parse_input_pins(input or []), timing=timing, timeout_s=timeout,
                                    build_timeout_s=build_timeout, memory_cap_mb=memory_cap_mb, db=db, progress=show,
                                    command=command_line(), scenario=scenario, sla_ms=sla_ms)  # fmt: skip
+    if len(records) > len(shape_set.cases):  # the shapes came from several --data
+        shape_set = ShapeSet(tuple(ShapeCase(parse_key(r.shape_key)) for r in records))
     for record in records:
         result = record.result
         if result.extra.get("reference_failed"):  # nothing was measured: the model itself cannot run here
