@@ -54,6 +54,7 @@ def test_a_bundle_records_what_it_was_measured_on_and_runs_images_the_same_way(e
     bundle = autodeploy.export(trial=trial.id, output=tmp_path / "b", db=db)
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["inputs"] == {"data": str(folder), "preprocess": IMAGENET.to_dict()}
+    assert f"Measured on inputs: {folder} (NCHW, RGB, mean [123.675, 116.28, 103.53]" in (bundle / "README.md").read_text()
     # no flag: images are fed as measured; a flag replaces the recorded preprocessing; arrays never get it
     want = load_data(folder, load_model(model), IMAGENET).inputs["input"][:1]
     np.testing.assert_array_equal(_feeds(manifest, bundle, str(folder), (None, False, None, None))["input"], want)

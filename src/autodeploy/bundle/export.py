@@ -238,6 +238,18 @@ def inputs_of(source: Source) -> dict[str, Any] | None:
                          zoo.own_inputs(source.model["name"]))  # fmt: skip
 
 
+def inputs_text(inputs: dict[str, Any] | None) -> str:
+    """``photos/ (NCHW, RGB, mean [...], scale [...])``: a manifest's ``inputs`` in one line."""
+    if not inputs:
+        return "not recorded"
+    p = inputs.get("preprocess")
+    if not p:
+        return str(inputs["data"])
+    steps = [p.get("layout") or "layout from the model", "BGR" if p.get("reverse_input_channels") else "RGB"]
+    steps += [f"{k.split('_')[0]} {p[k]}" for k in ("mean_values", "scale_values") if p.get(k)]
+    return f"{inputs['data']} ({', '.join(steps)})"
+
+
 def constraint_verdicts(source: Source) -> dict[str, Any]:
     """Each constraint that chose the trial: its limit, the measured value and whether it held
     (:func:`autodeploy.verdict.constraint_verdicts`, the study's own rule)."""
@@ -337,6 +349,7 @@ def readme_md(manifest: dict[str, Any]) -> str:
 Exported by {manifest["created_by"]} from {origin}.
 Measured on `{manifest["device"]["cpu"]}` (fingerprint `{manifest["device"]["fingerprint"]}`):
 median {m["median_ms"]:.3f} ms, p90 {p90}, {m["throughput"]:.1f} items/s at batch {m["batch"]}.
+Measured on inputs: {inputs_text(manifest.get("inputs"))}; feed images preprocessed the same way.
 
 ```bash
 pip install -r requirements.txt          # numpy and {e["package"]}=={e["runtime_version"]}, nothing else

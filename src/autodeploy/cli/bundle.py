@@ -78,6 +78,7 @@ def verify(
 def info(path: BundlePath, format: FormatOption = Format.table) -> None:
     """What the bundle holds: model, engine, tuned settings, the measurements that chose it, its files."""
     from autodeploy.bundle import BundleError, check_compatible, opened, read_manifest
+    from autodeploy.bundle.export import inputs_text
     from autodeploy.device import probe_device
 
     with opened(path) as root:
@@ -110,7 +111,7 @@ def info(path: BundlePath, format: FormatOption = Format.table) -> None:
         ),  # fmt: skip
         ("throughput", f"{meas['throughput'] or 0:.1f} items/s; peak RSS {meas['peak_rss_mb'] or 0:.1f} MB"),
         ("accuracy", _accuracy(m["accuracy"])),
-        ("measured on inputs", _inputs(m.get("inputs"))),
+        ("measured on inputs", inputs_text(m.get("inputs"))),
         (
             "constraints",
             ", ".join(f"{k}: {'pass' if v['passed'] else 'FAIL'}" for k, v in m["constraints"].items()),
@@ -252,18 +253,6 @@ def _feeds(manifest: dict[str, Any], root: Path, data: str | None, flags: tuple[
     measured = (manifest.get("inputs") or {}).get("preprocess")
     dataset = data_of(data, info, *flags, default=Preprocess.from_dict(measured) if measured else None)
     return (dataset or synthetic(info, batch)).batches(batch, {s.name: info.batch_axis(s.name) for s in info.inputs})[0]
-
-
-def _inputs(inputs: dict[str, Any] | None) -> str:
-    """``sample:images (NCHW, RGB, mean [...], scale [...])``: what the bundle was measured on."""
-    if not inputs:
-        return "not recorded"
-    p = inputs.get("preprocess")
-    if not p:
-        return str(inputs["data"])
-    steps = [p.get("layout") or "layout from the model", "BGR" if p.get("reverse_input_channels") else "RGB"]
-    steps += [f"{k.split('_')[0]} {p[k]}" for k in ("mean_values", "scale_values") if p.get(k)]
-    return f"{inputs['data']} ({', '.join(steps)})"
 
 
 def _spec(s: dict[str, Any]) -> str:
