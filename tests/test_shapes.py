@@ -298,3 +298,88 @@ def test_the_loader_refuses_a_shape_outside_a_tensorrt_profile_and_warns_for_oth
     with pytest.raises(BundleError, match=r"outside the TensorRT plan's optimization profile \(1x3x16x24 \.\. 8x3x16x48\)"):
         check_shapes(trt, {"x": (1, 3, 16, 64)})
     assert check_shapes({"runtime": {}}, {"x": (1, 3, 16, 64)}) == []  # a bundle from before shapes were recorded
+
+
+# -- data at several shapes: images resized to each, arrays one source per shape -------------------
+
+
+def _pngs(folder: Path, n: int = 6) -> Path:
+    """A folder of small PNG crops of scikit-learn's sample photos."""
+    PIL = pytest.importorskip("PIL.Image")
+    from autodeploy.images import sample_crops
+
+    folder.mkdir(parents=True)
+    for i, crop in enumerate(sample_crops(n, 40, 50, seed=3)):
+        PIL.fromarray(crop).save(folder / f"{i}.png")
+    return folder
+
+
+def test_an_image_folder_is_resized_to_each_shape(env):
+    tmp_path, db = env
+    model = paddle_like(tmp_path / "p.onnx")
+    folder = _pngs(tmp_path / "imgs")
+    from autodeploy import api
+    from autodeploy.model import resolve_model
+
+    shapes = parse_flags(["x=1x3x16x24", "x=1x3x16x48"])
+    resolved = resolve_model(str(model), None)
+    loaded = [api._with_data(resolved, None, str(folder), case, shapes) for case in shapes.cases]
+    assert [d.inputs["x"].shape for _, d in loaded] == [(6, 3, 16, 24), (6, 3, 16, 48)]
+    assert all(d.inputs["x"].max() > 1 for _, d in loaded)  # pixels 0..255, not noise
+    stored = autodeploy.bench_shapes(model, threads=1, shapes=shapes, data=folder, timing=FAST, db=db)
+    assert all(s.ok for s in stored), [s.result.failure_message for s in stored]
+    assert not any("inputs" in s.result.extra for s in stored)  # no "judged on synthetic inputs" note
+
+
+def test_arrays_come_one_source_per_shape_in_the_order_of_the_shapes(env, capsys):
+    from autodeploy.errors import DataError
+    from tests.cli_runner import run_cli
+
+    tmp_path, db = env
+    model = paddle_like(tmp_path / "p.onnx")
+    rng = np.random.default_rng(0)
+    for name, shape in (("narrow", NARROW), ("wide", WIDE)):
+        np.savez(tmp_path / f"{name}.npz", x=rng.standard_normal((4, *shape[1:])).astype(np.float32))
+    narrow, wide = str(tmp_path / "narrow.npz"), str(tmp_path / "wide.npz")
+    shapes = parse_flags(["x=1x3x16x24", "x=1x3x16x48"])
+    with pytest.raises(DataError, match=r"^shape x=1x3x16x48 has no matching data: input data 'x' has items of "
+                                        r"shape \(3, 16, 24\), the model wants \(3, 16, 48\); fix: give arrays of each shape"):  # fmt: skip
+        autodeploy.bench_shapes(model, shapes=shapes, data=narrow, db=db)
+    with pytest.raises(DataError, match=r"^shape x=1x3x16x24 has no matching data"):
+        autodeploy.bench_shapes(model, shapes=shapes, data=[wide, narrow], db=db)
+    with pytest.raises(UsageError, match=r"3 data sources for 2 shapes \(x=1x3x16x24, x=1x3x16x48\)"):
+        autodeploy.bench_shapes(model, shapes=shapes, data=[narrow, wide, wide], db=db)
+    assert not (tmp_path / "r.db").exists()  # refused before the store was opened
+    code, out, err = run_cli(capsys, "bench", str(model), "--threads", "1", "--min-samples", "16", "--min-duration", "0.05",
+                             "--shape", "x=1x3x16x24", "--shape", "x=1x3x16x48", "--data", narrow, "--data", wide,
+                             "--db", db, "--format", "json")  # fmt: skip
+    assert code == 0, err
+    records = json.loads(out)
+    assert [r["shape"] for r in records] == ["x=1x3x16x24", "x=1x3x16x48"]
+    assert not any(r["inputs"] for r in records)  # measured on the user's arrays, not synthetic ones
+    with Store.open(db, readonly=True) as store:
+        trials = [store.get_trial(r["id"]) for r in records]
+    assert all(t.measurement is not None for t in trials)
+    code, _, err = run_cli(capsys, "bench", str(model), "--shape", "x=1x3x16x24", "--shape", "x=1x3x16x48",
+                           "--data", narrow, "--db", db)  # fmt: skip
+    assert code == 2 and "shape x=1x3x16x48 has no matching data" in err and "Traceback" not in err
+    # without --shape, each --data's arrays fix one shape
+    stored = autodeploy.bench_shapes(model, threads=1, data=[Path(narrow), Path(wide)], timing=FAST, db=db)
+    assert [s.shape_key for s in stored] == ["x=1x3x16x24", "x=1x3x16x48"] and all(s.ok for s in stored)
+    with Store.open(db, readonly=True) as store:
+        assert [store.get_trial(s.id).inputs["data"] for s in stored] == [narrow, wide]  # the files, as given
+    code, out, err = run_cli(capsys, "bench", str(model), "--threads", "1", "--min-samples", "16", "--min-duration",
+                             "0.05", "--data", narrow, "--data", wide, "--db", db)  # fmt: skip
+    assert code == 0 and "per shape" in out and "x=1x3x16x48" in out, err
+
+
+def test_several_data_sources_without_shapes_need_dims_the_data_can_fix(env):
+    from tests.models import mlp
+
+    tmp_path, db = env
+    model = mlp(tmp_path / "m.onnx")
+    for name in ("a", "b"):
+        np.savez(tmp_path / f"{name}.npz", x=np.zeros((4, 8), np.float32))
+    with pytest.raises(UsageError, match=r"2 data sources and no --shape, but the model's inputs \['x.*'\] have no "
+                                         r"dynamic dims for data to fix; fix: give one --data"):  # fmt: skip
+        autodeploy.bench_shapes(model, data=[tmp_path / "a.npz", tmp_path / "b.npz"], db=db)

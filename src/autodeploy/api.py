@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 from autodeploy import verdict
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.data import Dataset, load_data, shapes_from_data
+from autodeploy.data import Dataset, inputs_record, load_source, shapes_from_data
 from autodeploy.device import DeviceInfo, probe_device
-from autodeploy.errors import UsageError
+from autodeploy.errors import DataError, UsageError
 from autodeploy.harness.result import TrialResult
 from autodeploy.harness.run import SYNTHETIC_NOTE, HarnessSettings, PreparedData, prepare_data, run_trial
 from autodeploy.harness.timing import TimingPolicy
@@ -187,7 +187,7 @@ def bench_shapes(
     knobs: Mapping[str, Any] | None = None,
     shapes: ShapeSet | Mapping[str, Any] | None = None,
     batch_axes: Mapping[str, int | None] | None = None,
-    data: str | Path | Dataset | None = None,
+    data: str | Path | Dataset | Sequence[str | Path | Dataset] | None = None,
     preprocess: Preprocess | None = None,
     pins: Mapping[str, float] | None = None,
     metric: str | None = None,
@@ -207,6 +207,8 @@ def bench_shapes(
 
     ``shapes`` is a :class:`~autodeploy.shapes.ShapeSet` or a study config's ``shapes`` mapping
     (a shape, a list of shapes or a weighted mix per input); the other arguments are :func:`bench`'s.
+    ``data`` is one source for every shape (images are resized to each shape; arrays must fit
+    each) or a list of sources, one per case in the set's order (arrays of each shape).
     Every shape is checked against the model before the first worker starts.
 
     Returns:
@@ -229,7 +231,11 @@ def bench_shapes(
     _check_metric(metric, max_metric_drop)  # a bad --metric fails now, in one line
     # 1. resolve the model (a zoo model is built on first use), then fix it at each shape
     resolved = resolve_model(model, None, cache_dir=cache, progress=report)
-    cases = [_with_data(resolved, batch_axes, data, case, shape_set, preprocess) for case in shape_set.cases]
+    sources = loaded = _data_per_case(data, shape_set)
+    if len(sources) > len(shape_set.cases):  # several sources, no --shape: each one's arrays fix a shape
+        shape_set, loaded = _shapes_of_data(resolved, batch_axes, sources, preprocess)
+    cases = [_with_data(resolved, batch_axes, source, case, shape_set, preprocess)
+             for source, case in zip(loaded, shape_set.cases, strict=True)]  # fmt: skip
     # 2. probe the device and check the config runs here, at every shape, before any work
     device = probe_device()
     for info, _ in cases:
@@ -242,7 +248,7 @@ def bench_shapes(
     # 3. open the store before measuring: a bad database fails in a second, not after a run
     stored = []
     with _store(db) as store:
-        for case, (info, dataset) in zip(shape_set.cases, cases, strict=True):
+        for case, source, (info, dataset) in zip(shape_set.cases, sources, cases, strict=True):
             at = f" at {case.key()}" if case.shapes and shape_set.several else ""
             # 4. prepare the data (each shape has its own inputs and reference)
             report(f"preparing data{at}")
@@ -253,7 +259,8 @@ def bench_shapes(
                                progress=lambda phase, at=at: report(f"{label}{at}: {phase}"),
                                scenario=scenario, sla_ms=sla_ms)  # fmt: skip
             # 6. store it, with its shape
-            trial_id = _add_trial(store, result, info, device, command, case.key())
+            fed = inputs_record(source, preprocess, _zoo_inputs(resolved))
+            trial_id = _add_trial(store, result, info, device, command, case.key(), fed)
             stored.append(StoredTrial(trial_id, result, info, device, case.key()))
     return stored
 
@@ -566,13 +573,46 @@ def _with_data(resolved: ResolvedModel, batch_axes: Mapping[str, int | None] | N
     info = resolved.info.with_batch_axes(batch_axes) if batch_axes else resolved.info
     if case is not None:
         info = info.at_shapes(case.shapes, shape_set.ranges() if shape_set and shape_set.several else None)
-    if data is None:
-        if preprocess is not None and preprocess != Preprocess():
-            raise UsageError("image preprocessing was given without image data",
-                             fix="add --data FOLDER_OF_IMAGES or --data sample:images")  # fmt: skip
+    try:
+        dataset = load_source(data, info, preprocess)
+    except DataError as exc:
+        if data is None or case is None or shape_set is None or not shape_set.several:
+            raise
+        raise DataError(f"shape {case.key()} has no matching data: {exc.message}",
+                        fix="give arrays of each shape (bench: one --data per --shape, in the same order), "
+                            "or a folder of images or sample:images, resized to each shape") from None  # fmt: skip
+    if dataset is None:
         return info, None
-    dataset = data if isinstance(data, Dataset) else load_data(data, info, preprocess)
     return info.with_shapes(shapes_from_data(info, dataset)), dataset  # arrays of a concrete shape fix open dims
+
+
+def _data_per_case(data: str | Path | Dataset | Sequence[str | Path | Dataset] | None,
+                   shape_set: ShapeSet) -> list[str | Path | Dataset | None]:  # fmt: skip
+    """One data source per case of the shape set: the one given for all, or the i-th for case i."""
+    if data is None or isinstance(data, str | Path | Dataset):
+        return [data] * len(shape_set.cases)
+    sources = list(data)
+    if len(sources) == 1:
+        return sources * len(shape_set.cases)
+    if len(sources) != len(shape_set.cases) and (shape_set.several or shape_set.cases[0].shapes):
+        keys = ", ".join(c.key() or "(none)" for c in shape_set.cases)
+        raise UsageError(f"{len(sources)} data sources for {len(shape_set.cases)} shapes ({keys})",
+                         fix="give one --data for every shape, or one per --shape in the same order")  # fmt: skip
+    return sources
+
+
+def _shapes_of_data(resolved: ResolvedModel, batch_axes: Mapping[str, int | None] | None,
+                    sources: Sequence[str | Path | Dataset | None], preprocess: Preprocess | None,
+                    ) -> tuple[ShapeSet, list[str | Path | Dataset | None]]:  # fmt: skip
+    """A shape set with one case per data source, each the shapes its arrays fix, and the loaded data."""
+    info = resolved.info.with_batch_axes(batch_axes) if batch_axes else resolved.info
+    loaded = [load_source(source, info, preprocess) for source in sources]
+    shapes = [shapes_from_data(info, d) if d is not None else {} for d in loaded]
+    if not all(shapes):
+        raise UsageError(f"{len(sources)} data sources and no --shape, but the model's inputs "
+                         f"{[s.name + s.shape_str() for s in info.inputs]} have no dynamic dims for data to fix",
+                         fix="give one --data, or one --shape per --data")  # fmt: skip
+    return ShapeSet(tuple(ShapeCase(s) for s in shapes)), list(loaded)
 
 
 def _check_metric(metric: str | None, max_metric_drop: float | None) -> None:
@@ -634,11 +674,18 @@ def _study_overrides(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _add_trial(store: Store, result: TrialResult, info: ModelInfo, device: DeviceInfo, command: str,
-               shape_key: str) -> int:  # fmt: skip
+               shape_key: str, inputs: Mapping[str, Any] | None = None) -> int:  # fmt: skip
     from autodeploy.results_db.store import DeviceRecord, ModelRecord
 
     return store.add_trial(result, model=ModelRecord.of(info), device=DeviceRecord.of(device), command=command,
-                           shape_key=shape_key, shapes=info.measured_shapes(result.config.batch))  # fmt: skip
+                           shape_key=shape_key, shapes=info.measured_shapes(result.config.batch), inputs=inputs)  # fmt: skip
+
+
+def _zoo_inputs(resolved: ResolvedModel) -> dict[str, Any] | None:
+    """What a zoo model's own data is (its record for the store), ``None`` when it has none."""
+    from autodeploy import zoo
+
+    return zoo.own_inputs(resolved.info.name) if resolved.data is not None else None
 
 
 def _silent(_: str) -> None:
@@ -653,6 +700,8 @@ def _python_call(function: str, *args: Any, **kwargs: Any) -> str:
             return repr(str(value))
         if isinstance(value, Dataset):
             return f"<Dataset of {len(value)} items>"
+        if isinstance(value, list | tuple) and value and not isinstance(value[0], int | float):
+            return f"[{', '.join(show(v) for v in value)}]"  # several data sources, one per shape
         if hasattr(value, "name") and hasattr(value, "winner"):  # a StudySummary
             return repr(value.name)
         return repr(value)

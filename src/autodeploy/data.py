@@ -173,6 +173,36 @@ def _check_size(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
         )
 
 
+def load_source(source: str | Path | Dataset | None, model: ModelInfo,
+                preprocess: Preprocess | None = None) -> Dataset | None:  # fmt: skip
+    """``--data`` as every command takes it (bench, tune, bundle run, inhouse quantize, gate):
+    ``None`` without a source (the caller's default inputs), else :func:`load_data`.
+
+    Raises:
+        DataError: the data does not fit the model, or image preprocessing was given without images.
+    """
+    from autodeploy.images import Preprocess
+
+    if source is None:
+        if preprocess is not None and preprocess != Preprocess():
+            raise DataError("image preprocessing (layout, channels, mean, scale) was given without image data",
+                            fix="add --data FOLDER_OF_IMAGES or --data sample:images")  # fmt: skip
+        return None
+    return source if isinstance(source, Dataset) else load_data(source, model, preprocess)
+
+
+def inputs_record(source: str | Path | Dataset | None, preprocess: Preprocess | None,
+                  default: Mapping[str, object] | None = None) -> dict[str, object]:  # fmt: skip
+    """What a trial was fed, as stored with it and written into its bundle: ``{"data": ..., "preprocess": ...}``.
+
+    ``default`` is the record of the inputs used without ``source`` (a zoo model's own data), else synthetic.
+    """
+    if source is None:
+        return dict(default) if default is not None else {"data": "synthetic", "preprocess": None}
+    data = f"<{len(source)} items given in Python>" if isinstance(source, Dataset) else str(source)
+    return {"data": data, "preprocess": preprocess.to_dict() if preprocess is not None else None}
+
+
 def load_data(source: str | Path, model: ModelInfo, preprocess: Preprocess | None = None) -> Dataset:
     """The user's inputs from ``--data``: ``sample:images``, a folder of images (preprocessed as
     :mod:`autodeploy.images` says), a ``.npz`` file, a ``.npy`` file or a folder of ``NAME.npy``."""

@@ -21,10 +21,10 @@ Pillow (``pip install 'autodeploy[images]'``) and, for ``sample:images``, scikit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -63,6 +63,13 @@ class Preprocess:
         return {"layout": self.layout.upper() if self.layout else None, "reverse_input_channels": self.reverse_input_channels,
                 "mean_values": list(self.mean_values) if self.mean_values else None,
                 "scale_values": list(self.scale_values) if self.scale_values else None}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Preprocess:
+        """The inverse of :meth:`to_dict` (a bundle's manifest, a zoo entry)."""
+        mean, scale = d.get("mean_values"), d.get("scale_values")
+        return cls(d.get("layout"), bool(d.get("reverse_input_channels")), tuple(mean) if mean else None,
+                   tuple(scale) if scale else None)  # fmt: skip
 
     def apply(self, rgb: np.ndarray, layout: str) -> np.ndarray:
         """``[N, H, W, C]`` RGB 0..255 -> float32 in ``layout`` (resizing is done before)."""

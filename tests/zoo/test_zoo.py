@@ -175,8 +175,10 @@ def test_fitted_classifiers_have_margins_on_real_photos(name: str, cache: Path) 
     assert abs(float(x.mean())) < 1.0 and 0.5 < float(x.std()) < 2.0  # ImageNet-normalized pixels
     logits = session(zoo.get(name, cache)).run(None, {"input": x})[0]
     top2 = np.sort(logits, axis=1)[:, -2:]
-    assert float((logits.argmax(axis=1) == labels).mean()) >= 0.8
-    assert float(np.median(top2[:, 1] - top2[:, 0])) > 0.1 * float(logits.std())
+    # A trained classifier's margins: a clear top class on almost every photo, several logits ahead
+    # (MobileNetV2 fitted on 16 crops per class had 87.5% accuracy and a median margin of 1.3 logits).
+    assert float((logits.argmax(axis=1) == labels).mean()) >= 0.95
+    assert float(np.median(top2[:, 1])) > 5.0 and float(np.median(top2[:, 1] - top2[:, 0])) > 3.0
 
 
 @pytest.mark.slow

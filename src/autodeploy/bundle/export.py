@@ -221,6 +221,35 @@ def shapes_record(source: Source) -> dict[str, Any]:
             "fed": source.trial.shapes, "batch_axes": {s.name: info.batch_axis(s.name) for s in info.inputs}}  # fmt: skip
 
 
+def inputs_of(source: Source) -> dict[str, Any] | None:
+    """What the shipped trial was fed (data source, image preprocessing): recorded with it (schema
+    0005), else its study's ``data`` and ``preprocess`` keys; ``None`` when unknown (an older bench trial)."""
+    if source.trial.inputs is not None:
+        return dict(source.trial.inputs)
+    if source.study is None:
+        return None
+    from autodeploy import zoo
+    from autodeploy.data import inputs_record
+    from autodeploy.images import Preprocess
+
+    settings = source.study.settings
+    preprocess = settings.get("preprocess")
+    return inputs_record(settings.get("data"), Preprocess.from_dict(preprocess) if preprocess else None,
+                         zoo.own_inputs(source.model["name"]))  # fmt: skip
+
+
+def inputs_text(inputs: dict[str, Any] | None) -> str:
+    """``photos/ (NCHW, RGB, mean [...], scale [...])``: a manifest's ``inputs`` in one line."""
+    if not inputs:
+        return "not recorded"
+    p = inputs.get("preprocess")
+    if not p:
+        return str(inputs["data"])
+    steps = [p.get("layout") or "layout from the model", "BGR" if p.get("reverse_input_channels") else "RGB"]
+    steps += [f"{k.split('_')[0]} {p[k]}" for k in ("mean_values", "scale_values") if p.get(k)]
+    return f"{inputs['data']} ({', '.join(steps)})"
+
+
 def constraint_verdicts(source: Source) -> dict[str, Any]:
     """Each constraint that chose the trial: its limit, the measured value and whether it held
     (:func:`autodeploy.verdict.constraint_verdicts`, the study's own rule)."""
@@ -269,6 +298,7 @@ def build_manifest(source: Source, artifact: Artifact, *, command: str | None = 
         },  # fmt: skip
         "model": {**source.model, "shapes": {k: list(v) for k, v in trial_shapes(source).items()}},
         "shapes": shapes_record(source),
+        "inputs": inputs_of(source),  # what it was measured on: `bundle run --data` preprocesses images the same way
         "engine": engine_record(config, trial.engine_version or "unknown"),
         "settings": config.to_dict(),
         "runtime": runtime_settings(config, artifact, model_info(source)),
@@ -319,6 +349,7 @@ def readme_md(manifest: dict[str, Any]) -> str:
 Exported by {manifest["created_by"]} from {origin}.
 Measured on `{manifest["device"]["cpu"]}` (fingerprint `{manifest["device"]["fingerprint"]}`):
 median {m["median_ms"]:.3f} ms, p90 {p90}, {m["throughput"]:.1f} items/s at batch {m["batch"]}.
+Measured on inputs: {inputs_text(manifest.get("inputs"))}; feed images preprocessed the same way.
 
 ```bash
 pip install -r requirements.txt          # numpy and {e["package"]}=={e["runtime_version"]}, nothing else

@@ -11,6 +11,7 @@ import shlex
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -23,8 +24,8 @@ from autodeploy.api import cache_dir
 from autodeploy.model import ResolvedModel
 from autodeploy.units import fmt_ms, fmt_ms_ci, fmt_pct
 
-__all__ = ["Format", "FormatOption", "ResolvedModel", "cache_dir", "command_line", "emit", "err", "fmt_ms",
-           "fmt_ms_ci", "fmt_pct", "engine_noise", "out", "quiet_engines", "resolve_model", "shown", "spinner"]  # fmt: skip
+__all__ = ["DataOption", "Format", "FormatOption", "ResolvedModel", "cache_dir", "command_line", "emit", "err", "fmt_ms",
+           "fmt_ms_ci", "fmt_pct", "data_of", "engine_noise", "out", "quiet_engines", "resolve_model", "shown", "spinner"]  # fmt: skip
 
 #: Piped or redirected output is never cut to 80 columns: tables keep every cell whole.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
@@ -138,13 +139,34 @@ def emit(fmt: Format, records: Mapping[str, Any] | list[Mapping[str, Any]]) -> N
     writer.writerows(rows)
 
 
-#: The image preprocessing flags of bench and tune, in benchmark_app's words (autodeploy/images.py).
+#: ``--data`` and the image preprocessing flags, as every command that takes inputs reads them
+#: (bench, tune, bundle run, inhouse quantize, gate), in benchmark_app's words (autodeploy/images.py).
+DataOption = Annotated[str | None, typer.Option(help="Input data: .npz, a folder of NAME.npy (plus optional 'labels'), a folder "
+                                                "of images (subfolders: classes), or sample:images (crops of real photos).")]  # fmt: skip
 LayoutOption = Annotated[str | None, typer.Option(help="Image layout of the input, NCHW or NHWC (default: from the model).")]
 ReverseOption = Annotated[bool, typer.Option("--reverse-input-channels", help="Feed images as BGR, not RGB.")]
 MeanOption = Annotated[str | None, typer.Option(help="Per-channel values subtracted from 0..255 pixels, e.g. [123.675,116.28,103.53].")]
 ScaleOption = Annotated[str | None, typer.Option(help="Per-channel values the pixels are then divided by, e.g. [58.395,57.12,57.375].")]
 MetricOption = Annotated[str | None, typer.Option(help="Task metric MODULE:FUNCTION receiving (outputs, labels), higher is better; reported beside accuracy.")]
 MetricDropOption = Annotated[float | None, typer.Option(help="Largest drop of --metric from the FP32 reference's allowed (default: only reported).")]
+
+
+def data_of(source: str | None, info: Any, layout: str | None, reverse: bool, mean: str | None, scale: str | None,
+            *, default: Any = None) -> Any:  # fmt: skip
+    """The :class:`~autodeploy.data.Dataset` that ``--data`` and the preprocessing flags give
+    (:func:`autodeploy.data.load_source`, the path bench and tune take), or ``None`` without ``--data``.
+
+    ``default`` is the :class:`~autodeploy.images.Preprocess` for images when no flag is given (a
+    bundle's, as it was measured); arrays never get it.
+    """
+    from autodeploy import images
+    from autodeploy.data import load_source
+
+    preprocess = preprocess_of(layout, reverse, mean, scale)
+    if preprocess is None and source is not None and default is not None:
+        is_images = source == images.SAMPLE_IMAGES or images.is_image_folder(Path(source))
+        preprocess = default if is_images else None
+    return load_source(source, info, preprocess)
 
 
 def preprocess_of(layout: str | None, reverse: bool, mean: str | None, scale: str | None) -> Any:

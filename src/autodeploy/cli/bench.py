@@ -33,7 +33,7 @@ from autodeploy.errors import TrialFailed, UsageError
 from autodeploy.harness.result import TrialResult
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import parse_batch_axis_flags
-from autodeploy.shapes import ShapeSet, parse_flags
+from autodeploy.shapes import ShapeCase, ShapeSet, parse_flags, parse_key
 
 
 def bench(
@@ -59,8 +59,10 @@ def bench(
         typer.Option(help="An input's batch axis, INPUT=AXIS (or INPUT=none: never batched); repeatable."),
     ] = None,
     data: Annotated[
-        str | None, typer.Option(help="Input data: .npz, a folder of NAME.npy (plus optional 'labels'), a folder "
-                                 "of images (subfolders: classes), or sample:images (crops of real photos).")
+        list[str] | None, typer.Option(help="Input data: .npz, a folder of NAME.npy (plus optional 'labels'), a folder "
+                                       "of images (subfolders: classes), or sample:images (crops of real photos). "
+                                       "Images are resized to each --shape; for arrays of several shapes repeat "
+                                       "--data, one per --shape in the same order (without --shape: one shape per --data).")
     ] = None,
     layout: LayoutOption = None,
     reverse_input_channels: ReverseOption = False,
@@ -96,13 +98,15 @@ def bench(
     shape_set = parse_flags(shape or [])
     with spinner() as show:
         records = api.bench_shapes(model, engine=engine, precision=precision, batch=batch, threads=threads,
-                                   knobs=_parse_knobs(knob or []), shapes=shape_set, data=data,
+                                   knobs=_parse_knobs(knob or []), shapes=shape_set, data=data or None,
                                    preprocess=preprocess_of(layout, reverse_input_channels, mean_values, scale_values),
                                    metric=metric, max_metric_drop=max_metric_drop,
                                    batch_axes=parse_batch_axis_flags(batch_axis) if batch_axis else None,
                                    pins=parse_input_pins(input or []), timing=timing, timeout_s=timeout,
                                    build_timeout_s=build_timeout, memory_cap_mb=memory_cap_mb, db=db, progress=show,
                                    command=command_line(), scenario=scenario, sla_ms=sla_ms)  # fmt: skip
+    if len(records) > len(shape_set.cases):  # the shapes came from several --data
+        shape_set = ShapeSet(tuple(ShapeCase(parse_key(r.shape_key)) for r in records))
     for record in records:
         result = record.result
         if result.extra.get("reference_failed"):  # nothing was measured: the model itself cannot run here

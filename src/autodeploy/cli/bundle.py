@@ -8,7 +8,22 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from autodeploy.cli._common import Format, FormatOption, emit, engine_noise, err, fmt_ms, out, shown
+from autodeploy.cli._common import (
+    DataOption,
+    Format,
+    FormatOption,
+    LayoutOption,
+    MeanOption,
+    ReverseOption,
+    ScaleOption,
+    data_of,
+    emit,
+    engine_noise,
+    err,
+    fmt_ms,
+    out,
+    shown,
+)
 
 app = typer.Typer(
     help="Check, describe and measure an exported bundle (folder or .tar.gz).", no_args_is_help=True
@@ -63,6 +78,7 @@ def verify(
 def info(path: BundlePath, format: FormatOption = Format.table) -> None:
     """What the bundle holds: model, engine, tuned settings, the measurements that chose it, its files."""
     from autodeploy.bundle import BundleError, check_compatible, opened, read_manifest
+    from autodeploy.bundle.export import inputs_text
     from autodeploy.device import probe_device
 
     with opened(path) as root:
@@ -95,6 +111,7 @@ def info(path: BundlePath, format: FormatOption = Format.table) -> None:
         ),  # fmt: skip
         ("throughput", f"{meas['throughput'] or 0:.1f} items/s; peak RSS {meas['peak_rss_mb'] or 0:.1f} MB"),
         ("accuracy", _accuracy(m["accuracy"])),
+        ("measured on inputs", inputs_text(m.get("inputs"))),
         (
             "constraints",
             ", ".join(f"{k}: {'pass' if v['passed'] else 'FAIL'}" for k, v in m["constraints"].items()),
@@ -123,7 +140,11 @@ def info(path: BundlePath, format: FormatOption = Format.table) -> None:
 @app.command()
 def run(
     path: BundlePath,
-    data: Annotated[Path | None, typer.Option(help="Inputs (.npz or folder of NAME.npy); default: synthetic.")] = None,
+    data: DataOption = None,
+    layout: LayoutOption = None,
+    reverse_input_channels: ReverseOption = False,
+    mean_values: MeanOption = None,
+    scale_values: ScaleOption = None,
     min_samples: Annotated[int, typer.Option(min=2, help="Timed calls at least.")] = 64,
     min_duration: Annotated[float, typer.Option(help="Timed seconds at least.")] = 2.0,
     max_duration: Annotated[float, typer.Option(help="Timed seconds at most.")] = 60.0,
@@ -131,7 +152,11 @@ def run(
                                    help="Run under another engine version than benchmarked (warns).")] = False,
     trust: TrustOption = None,
 ) -> None:  # fmt: skip
-    """Load the bundle (verified), time it here, and show this machine's latency next to the manifest's."""
+    """Load the bundle (verified), time it here, and show this machine's latency next to the manifest's.
+
+    Without --data the inputs are synthetic. Images (--data FOLDER or sample:images) are preprocessed
+    as the bundle was measured (its manifest's ``inputs``) unless a preprocessing flag is given.
+    """
     from autodeploy.bundle import loader, opened
     from autodeploy.device import probe_device
     from autodeploy.harness.stats import summarize
@@ -143,7 +168,7 @@ def run(
             predictor = loader.load(root, allow_other_version=allow_other_version, trust=trust)
         with predictor:
             m = predictor.manifest
-            feeds = _feeds(m, root, data)
+            feeds = _feeds(m, root, data, (layout, reverse_input_channels, mean_values, scale_values))
             with engine_noise():  # some engines (LiteRT) create their delegates on the first call
                 predictor.run(feeds)
             with err.status(f"timing {shown(str(path))} ({len(next(iter(feeds.values())))} items per call)"):
@@ -214,16 +239,20 @@ def _provenance(db: str, digest: str) -> None:
               f"(manifest sha256 {digest[:16]}…{', signed' if e.signed else ''})")  # fmt: skip
 
 
-def _feeds(manifest: dict[str, Any], root: Path, data: Path | None) -> dict[str, Any]:
-    """One batch at the bundle's batch size: the user's first items, or synthetic ones."""
-    from autodeploy.data import load_user_data, synthetic
+def _feeds(manifest: dict[str, Any], root: Path, data: str | None, flags: tuple[Any, ...]) -> dict[str, Any]:
+    """One batch at the bundle's batch size: the user's first items (images preprocessed by the flags
+    ``(layout, reverse, mean, scale)``, else as the bundle was measured), or synthetic ones."""
+    from autodeploy.data import synthetic
+    from autodeploy.images import Preprocess
     from autodeploy.model import ModelInfo
 
-    model = manifest["model"]
-    info = ModelInfo.from_dict({**model, "path": str(root), "opset": 0, "external_files": []})
+    model, shapes = manifest["model"], manifest.get("shapes") or {}
+    info = ModelInfo.from_dict({**model, "path": str(root), "opset": 0, "external_files": [],
+                                "batch_axes": shapes.get("batch_axes") or {}})  # fmt: skip
     batch = manifest["settings"]["batch"]
-    dataset = load_user_data(data, info) if data else synthetic(info, batch)
-    return dataset.batches(batch)[0]
+    measured = (manifest.get("inputs") or {}).get("preprocess")
+    dataset = data_of(data, info, *flags, default=Preprocess.from_dict(measured) if measured else None)
+    return (dataset or synthetic(info, batch)).batches(batch, {s.name: info.batch_axis(s.name) for s in info.inputs})[0]
 
 
 def _spec(s: dict[str, Any]) -> str:

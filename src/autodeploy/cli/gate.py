@@ -20,10 +20,16 @@ from typer.core import TyperCommand
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.bundle.loader import BundleError
 from autodeploy.cli._common import (
+    DataOption,
     Format,
     FormatOption,
+    LayoutOption,
+    MeanOption,
+    ReverseOption,
+    ScaleOption,
     cache_dir,
     command_line,
+    data_of,
     emit,
     err,
     out,
@@ -62,7 +68,8 @@ class GateOptions:
     batch: int
     threads: int
     shape: tuple[str, ...]
-    data: Path | None
+    data: str | None
+    preprocess: tuple[str | None, bool, str | None, str | None]  # --layout, --reverse-input-channels, --mean/--scale-values
     reference_model: Path | None
     calls: int
     duration: float
@@ -98,7 +105,11 @@ def gate(
     batch: Annotated[int, typer.Option(min=1, help="Items per call for model arms.")] = 1,
     threads: Annotated[int, typer.Option(min=1, help="Engine threads for model arms (one thread is the least noisy).")] = 1,
     shape: Annotated[list[str] | None, typer.Option(help="Fix an input shape, NAME=1x3x224x224; repeatable.")] = None,
-    data: Annotated[Path | None, typer.Option(help="Evaluation inputs (.npz or folder of NAME.npy, optional 'labels').")] = None,
+    data: DataOption = None,
+    layout: LayoutOption = None,
+    reverse_input_channels: ReverseOption = False,
+    mean_values: MeanOption = None,
+    scale_values: ScaleOption = None,
     reference_model: Annotated[Path | None, typer.Option(help="Source ONNX model for a bundle's accuracy reference.")] = None,
     calls: Annotated[int, typer.Option(min=2, help="Timed calls per run at least.")] = 100,
     duration: Annotated[float, typer.Option(min=0.0, help="Timed seconds per run at least (more runs beat longer runs).")] = 0.1,
@@ -121,6 +132,7 @@ def gate(
         baseline=baseline, candidate=candidate, max_regression=max_regression, max_accuracy_drop=max_accuracy_drop,
         rounds=rounds, min_samples=min_samples, alpha=alpha, metric=tuple(metric or ()), against_db=against_db,
         engine=engine, precision=precision, batch=batch, threads=threads, shape=tuple(shape or ()), data=data,
+        preprocess=(layout, reverse_input_channels, mean_values, scale_values),
         reference_model=reference_model, calls=calls, duration=duration, timeout=timeout, store=store, db=db,
         seed=seed,
     )  # fmt: skip
@@ -185,7 +197,6 @@ def _run(o: GateOptions) -> Any:
 
 
 def _arm(role: str, ref: str, config: TrialConfig, o: GateOptions, stack: ExitStack) -> Any:
-    from autodeploy.data import load_user_data
     from autodeploy.gate.measure import bundle_arm, model_arm
     from autodeploy.model import load_model, parse_shape_flags
 
@@ -198,7 +209,7 @@ def _arm(role: str, ref: str, config: TrialConfig, o: GateOptions, stack: ExitSt
         reference = load_model(o.reference_model, shapes) if o.reference_model else None
         return bundle_arm(role, ref, root, reference_model=reference)
     resolved = resolve_model(ref, shapes)
-    user = load_user_data(o.data, resolved.info) if o.data else None
+    user = data_of(o.data, resolved.info, *o.preprocess)
     return model_arm(role, ref, resolved.info, config, data=user or resolved.data,
                      calibration=None if user else resolved.calibration)  # fmt: skip
 

@@ -8,7 +8,18 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from autodeploy.cli._common import err, out, resolve_model, shown
+from autodeploy.cli._common import (
+    DataOption,
+    LayoutOption,
+    MeanOption,
+    ReverseOption,
+    ScaleOption,
+    data_of,
+    err,
+    out,
+    resolve_model,
+    shown,
+)
 from autodeploy.errors import UsageError
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
@@ -80,9 +91,11 @@ def quantize(
         bool, typer.Option(help="7-bit weights (for ONNX Runtime on x86 CPUs without VNNI).")
     ] = False,
     budget: Annotated[float, typer.Option(help="Allowed top-1 agreement drop on calibration data.")] = DEFAULT_MAX_ACCURACY_DROP,
-    data: Annotated[
-        Path | None, typer.Option(help="Calibration inputs: .npz or a folder of NAME.npy.")
-    ] = None,
+    data: DataOption = None,
+    layout: LayoutOption = None,
+    reverse_input_channels: ReverseOption = False,
+    mean_values: MeanOption = None,
+    scale_values: ScaleOption = None,
     items: Annotated[
         int, typer.Option(min=1, help="Synthetic calibration items when no data is given.")
     ] = 64,
@@ -90,14 +103,15 @@ def quantize(
     """Optimize, then quantize to QDQ INT8 (runs in ONNX Runtime and OpenVINO); print the report."""
     import onnx
 
-    from autodeploy.data import load_user_data, synthetic
+    from autodeploy.data import synthetic
     from autodeploy.inhouse.passes import optimize as run_passes
     from autodeploy.inhouse.quantize import QuantConfig
     from autodeploy.inhouse.quantize import quantize as run_quantizer
 
     resolved = resolve_model(model, {})
-    if data is not None:
-        cal = load_user_data(data, resolved.info).inputs
+    user = data_of(data, resolved.info, layout, reverse_input_channels, mean_values, scale_values)
+    if user is not None:
+        cal = user.inputs
     elif resolved.calibration is not None:
         cal = resolved.calibration.inputs
     else:

@@ -99,6 +99,8 @@ class Trial(Base):
     shape_key: Mapped[str | None] = mapped_column(index=True)
     #: Every input's concrete shape as fed, ``{name: [dims]}`` (NULL before revision 0003, or when unknown).
     shapes: Mapped[dict[str, list[int]] | None] = mapped_column(sa.JSON)
+    #: What it was fed, ``{"data": source, "preprocess": {...} | None}`` (NULL before revision 0005, or when unknown).
+    inputs: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

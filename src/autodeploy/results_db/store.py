@@ -207,6 +207,8 @@ class TrialRow(MeasuredShortcuts):
     shape_key: str | None = None
     #: Every input's concrete shape as fed (``None`` before schema 0003).
     shapes: dict[str, list[int]] | None = None
+    #: What it was fed: ``{"data": source, "preprocess": {...} | None}`` (``None`` before schema 0005, or unknown).
+    inputs: dict[str, Any] | None = None
 
     @property
     def shape_text(self) -> str:
@@ -361,11 +363,13 @@ class Store:
         phase: str | None = None,
         shape_key: str | None = None,
         shapes: Mapping[str, Sequence[int]] | None = None,
+        inputs: Mapping[str, Any] | None = None,
     ) -> int:
         """Store a trial (and its measurement, if any) in one transaction; return its id.
 
         ``shape_key`` names the shapes the user fixed (:meth:`ShapeCase.key`), ``shapes`` every
         input's shape as fed: a trial is measured at one shape, and a repeat is found by it.
+        ``inputs`` says what it was fed (data source, image preprocessing), for its bundle.
 
         The device and model are added when their fingerprint / SHA-256 is new, else the stored
         ones are used unchanged. A result whose ``uid`` is already stored changes nothing and
@@ -383,7 +387,7 @@ class Store:
 
         def insert(s: Session) -> int:
             return _insert_trial(s, result, model, device, command=command, study=study, phase=phase,
-                                 shape_key=shape_key, shapes=shapes)  # fmt: skip
+                                 shape_key=shape_key, shapes=shapes, inputs=inputs)  # fmt: skip
 
         what = f"cannot store trial {result.uid} in"
         try:
@@ -863,6 +867,7 @@ def _insert_trial(
     phase: str | None,
     shape_key: str | None = None,
     shapes: Mapping[str, Sequence[int]] | None = None,
+    inputs: Mapping[str, Any] | None = None,
 ) -> int:
     existing = s.scalar(sa.select(Trial.id).where(Trial.uid == result.uid))
     if existing is not None:
@@ -889,6 +894,7 @@ def _insert_trial(
         artifact_files=result.artifact_files or None,
         shape_key=shape_key,
         shapes=None if shapes is None else {k: [int(d) for d in v] for k, v in shapes.items()},
+        inputs=None if inputs is None else dict(inputs),
     )
     s.add(trial)
     s.flush()
@@ -1009,5 +1015,5 @@ def _to_row(t: Trial, m: Model, d: Device, ms: Measurement | None, *, samples: b
         config_key=t.config_key, model_name=m.name, model_sha256=m.sha256, device_cpu=d.cpu,
         device_fingerprint=d.fingerprint, measurement=None if ms is None else _record(ms, samples=samples),
         artifact_files=dict(t.artifact_files or {}), shape_key=t.shape_key,
-        shapes=None if t.shapes is None else dict(t.shapes),
+        shapes=None if t.shapes is None else dict(t.shapes), inputs=None if t.inputs is None else dict(t.inputs),
     )  # fmt: skip

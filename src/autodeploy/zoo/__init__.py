@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     import numpy as np
 
 REF_PREFIX = "zoo:"
+#: ImageNet preprocessing (torchvision's) in benchmark_app's words: the photo classifiers' data
+#: (``autodeploy.zoo.photos.IMAGENET``), as :meth:`autodeploy.images.Preprocess.to_dict` writes it.
+IMAGENET = {"layout": "NCHW", "reverse_input_channels": False, "mean_values": [123.675, 116.28, 103.53],
+            "scale_values": [58.395, 57.12, 57.375]}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,8 @@ class ZooEntry:
         has_dataset: Whether ``dataset_builder`` gives real labelled data for this model.
         dataset_builder: Like ``builder``; returns flat arrays ``inputs/<name>``, ``labels``,
             ``calibration/<name>``.
+        preprocess: How the dataset's images were made into inputs
+            (:meth:`autodeploy.images.Preprocess.to_dict`): what its bundles feed images with.
     """
 
     name: str
@@ -47,6 +53,7 @@ class ZooEntry:
     version: str = "1"
     has_dataset: bool = False
     dataset_builder: str | Callable[[], dict[str, np.ndarray]] | None = None
+    preprocess: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.has_dataset != (self.dataset_builder is not None):
@@ -67,14 +74,16 @@ ZOO: dict[str, ZooEntry] = {
         version="2",
         has_dataset=True,
         dataset_builder="autodeploy.zoo.photos:dataset_arrays",
+        preprocess=IMAGENET,
     ),
     "mobilenetv2": ZooEntry(
         "mobilenetv2",
         "MobileNetV2 1.0, [N,3,224,224] -> 1000, fitted to sklearn's sample photos (needs scikit-learn, Pillow)",
         "autodeploy.zoo.cnn:mobilenetv2",
-        version="2",
+        version="3",
         has_dataset=True,
         dataset_builder="autodeploy.zoo.photos:dataset_arrays",
+        preprocess=IMAGENET,
     ),
     "bert-small": ZooEntry(
         "bert-small",
@@ -149,6 +158,16 @@ def dataset(name: str, cache_dir: Path | None = None) -> dict[str, Any] | None:
     with np.load(path, allow_pickle=False) as npz:
         flat = {key: npz[key] for key in npz.files}
     return _nest(flat)
+
+
+def own_inputs(ref: str) -> dict[str, Any] | None:
+    """What a zoo model's own data is, as stored with a trial: ``{"data": ..., "preprocess": ...}``;
+    ``None`` when ``ref`` is not a zoo model with a dataset."""
+    name = parse_ref(ref)
+    if name is None or name not in ZOO or not ZOO[name].has_dataset:
+        return None
+    preprocess = ZOO[name].preprocess
+    return {"data": f"zoo:{name} (its own data)", "preprocess": dict(preprocess) if preprocess else None}
 
 
 def zoo_dir(cache_dir: Path | None = None) -> Path:

@@ -177,6 +177,7 @@ def mobilenetv2() -> onnx.ModelProto:
             c_in = c
     x = conv_bn(g, x, c_in, 1280, 1, act="relu6")
     classifier_head(g, x, 1280, NUM_CLASSES_IMAGENET)
-    # Its random features separate the photos' windows less well: more crops and a stronger ridge.
+    # Its random features separate the photos' windows less well: more crops give it a trained model's
+    # margins (16 crops with ridge 1.0 left a median top-1 margin of 1.3 logits and 87.5% task accuracy).
     doc = "MobileNetV2 topology (width 1.0), BN statistics and head fitted to sklearn's sample photos"
-    return fitted_model(g, doc, per_class=16, ridge=1.0)
+    return fitted_model(g, doc, per_class=64, ridge=0.1)

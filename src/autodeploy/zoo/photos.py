@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autodeploy.images import Preprocess, resize, sample_photos
+from autodeploy.zoo import IMAGENET as zoo_imagenet
 
 if TYPE_CHECKING:
     import onnx
 
 #: ImageNet preprocessing (torchvision's), in benchmark_app's words.
-IMAGENET = Preprocess(layout="NCHW", mean_values=(123.675, 116.28, 103.53), scale_values=(58.395, 57.12, 57.375))
+IMAGENET = Preprocess.from_dict(zoo_imagenet)
 SIZE = 224
 #: Windows (centre row, centre column) of 200x200 pixels in each 427x640 photograph: a 2x3 grid.
 WINDOW = 200
