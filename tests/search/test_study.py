@@ -367,3 +367,121 @@ def test_a_throughput_study_measures_offline_and_compares_runs(tmp_path):
     winner = summary.winner
     assert winner is not None and winner.statistic > 0 and winner.ci[0] <= winner.statistic <= winner.ci[1]
     assert len(winner.uids) == 2  # one items/s per round
+
+
+# -- cover, then refine only contenders; finalists halved; ties only when close ----------------
+
+
+def test_the_portfolio_looks_at_precisions_this_cpu_runs_natively_first():
+    from autodeploy.search.space import EngineChoices, SearchSpace
+    from autodeploy.search.study import _enqueue_portfolio
+
+    space = SearchSpace({"openvino": EngineChoices(("fp32", "bf16", "int8"), {})}, batches=(1,), threads=(1,))
+
+    def order(isa):
+        study = optuna.create_study()
+        _enqueue_portfolio(study, space, isa)
+        return [t.system_attrs["fixed_params"]["openvino.precision"]
+                for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]  # fmt: skip
+
+    assert order(("avx512_bf16", "avx512_vnni")) == ["bf16", "fp32", "int8"]  # int8 builds calibrate: still last
+    assert order(("avx2",)) == ["fp32", "bf16", "int8"]
+
+
+def test_a_branch_far_behind_the_best_is_named_an_outsider():
+    from autodeploy.search.memory import outsiders
+
+    best = {"openvino/fp32": 1.0, "onnxruntime/fp32": 1.4, "inhouse/int8": 2.0}
+    out = outsiders(best, minimize=True)
+    assert list(out) == ["inhouse/int8"] and "2.00x worse than openvino/fp32" in out["inhouse/int8"]
+    assert list(outsiders({"a/fp32": 100.0, "b/fp32": 60.0}, minimize=False)) == ["b/fp32"]  # items/s
+    assert outsiders({"a/fp32": 1.0}, minimize=True) == {}
+
+
+def _ranked(*rows):
+    return [optuna.trial.create_trial(params={}, distributions={}, values=[v],
+                                      user_attrs={"config": TrialConfig(e, p, threads=t).to_dict()})
+            for e, p, t, v in rows]  # fmt: skip
+
+
+def test_finalists_are_the_best_of_each_branch_first_and_only_contenders():
+    from autodeploy.search.study import _contenders
+
+    ranked = _ranked(("openvino", "fp32", 2, 1.00), ("openvino", "fp32", 1, 1.02), ("inhouse", "fp32", 2, 1.10),
+                     ("onnxruntime", "fp32", 2, 1.30), ("onnxruntime", "int8", 2, 1.80))  # fmt: skip
+    picked = [(c["engine"], c["threads"]) for c in (t.user_attrs["config"] for t in _contenders(ranked, 3, "latency"))]
+    assert picked == [("openvino", 2), ("inhouse", 2), ("onnxruntime", 2)]  # one per branch before a second of one
+    picked = [t.values[0] for t in _contenders(ranked, 10, "latency")]
+    assert picked == [1.00, 1.02, 1.10, 1.30]  # 1.8 is more than 1.5x behind: no longer runs for it
+
+
+def test_a_finalist_wholly_behind_the_leader_runs_no_more_rounds():
+    from autodeploy.search.study import _still_in
+
+    stats = [(0, 1.0, (0.95, 1.05)), (1, 1.04, (1.0, 1.1)), (2, 1.5, (1.4, 1.6)), (3, None, None)]
+    assert _still_in(stats, "latency") == [0, 1]
+    assert _still_in([(0, 100.0, (90.0, 110.0)), (1, 50.0, (45.0, 55.0))], "throughput") == [0]
+    assert _still_in([(0, 100.0, (100.0, 100.0)), (1, 50.0, (50.0, 50.0))], "throughput") == [0, 1]  # one run each
+
+
+def test_a_tie_needs_close_statistics_not_only_overlapping_intervals():
+    """A noisy all-cores config 1.29x faster is not tied with a one-thread config (the cheaper one would win)."""
+    from autodeploy.search.study import Finalist, _choose
+
+    def finalist(threads, p90, ci):
+        config = TrialConfig("openvino", "fp32", threads=threads)
+        return Finalist(config, config.label(), p90, ci, 600, ["u"])
+
+    fast_noisy, slow = finalist(2, 1.00, (0.90, 1.40)), finalist(1, 1.29, (1.25, 1.33))
+    assert _choose("s", "latency", {}, [slow, fast_noisy]).winner is fast_noisy
+    close = finalist(1, 1.02, (0.98, 1.06))
+    summary = _choose("s", "latency", {}, [close, fast_noisy])
+    assert summary.winner is close and summary.tie_with == [fast_noisy.label]  # a real tie: the cheaper one
+
+
+@pytest.mark.slow
+def test_after_every_branch_had_its_look_only_contenders_are_refined(tmp_path):
+    """faulty/int8 runs 2 ms slower per call than onnxruntime/int8 (the mlp takes microseconds): it gets
+    its one look in the portfolio, then no more trials, and is said to be behind; the study stops by itself."""
+    registry.register("faulty", TARGET)
+    try:
+        db = f"sqlite:///{tmp_path / 'r.db'}"
+        ctx = make_ctx(tmp_path, db, engines=["onnxruntime", "faulty"], precisions=["int8"], threads=[1, 2],
+                       knobs={"faulty": {"fault": ["slow_int8"]}}, finalists={"count": 0},
+                       constraints={"max_accuracy_drop": 1.0})  # fmt: skip
+        summary = run_study(ctx)
+    finally:
+        registry.unregister("faulty")
+    trials = optuna.load_study(study_name="s", storage=db).trials
+    faulty = [t for t in trials if t.user_attrs["config"]["engine"] == "faulty" and "repeat_of" not in t.user_attrs]
+    assert faulty[0].state.name == "COMPLETE" and faulty[0].number < 2  # the portfolio's look
+    assert faulty[1:] and all(t.state.name == "PRUNED" and "worse than onnxruntime/int8" in t.user_attrs["pruned_reason"]
+                              for t in faulty[1:])  # fmt: skip
+    ort = {TrialConfig.from_dict(t.user_attrs["config"]).key() for t in trials
+           if t.user_attrs["config"]["engine"] == "onnxruntime" and t.state.name == "COMPLETE"}  # fmt: skip
+    assert len(ort) >= 2  # the contender is refined (threads, execution mode)
+    assert "worse than onnxruntime/int8" in summary.deprioritized["faulty/int8"]
+    assert summary.stopped_by in ("search space", "no improvement")
+
+
+@pytest.mark.slow
+def test_finalists_halve_a_config_that_falls_wholly_behind(tmp_path, monkeypatch):
+    import autodeploy.search.study as study_module
+
+    monkeypatch.setattr(study_module, "CONTENDER_RATIO", 1000.0)  # let the slow branch into the finalists
+    registry.register("faulty", TARGET)
+    try:
+        db = f"sqlite:///{tmp_path / 'r.db'}"
+        ctx = make_ctx(tmp_path, db, engines=["onnxruntime", "faulty"], precisions=["int8"], trials=2,
+                       knobs={"faulty": {"fault": ["slow_int8"]}, "onnxruntime": {"execution_mode": ["ORT_SEQUENTIAL"]}},
+                       finalists={"count": 2, "rounds": 3, "min_samples": 64, "min_duration_s": 0.1},
+                       constraints={"max_accuracy_drop": 1.0})  # fmt: skip
+        summary = run_study(ctx)
+    finally:
+        registry.unregister("faulty")
+    by = {f.config.engine if not f.baseline else "baseline": f for f in summary.finalists}
+    assert len(by["faulty"].uids) == 1 and by["faulty"].statistic > 2.0  # one round: 2 ms behind, wholly
+    assert summary.winner is not None and summary.winner.config.engine == "onnxruntime"
+    assert len(summary.winner.uids) >= 1
+    if len(summary.winner.uids) < 3:
+        assert "fell wholly behind" in summary.confidence

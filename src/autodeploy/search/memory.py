@@ -42,6 +42,8 @@ class Memory:
     * ``timing_s``: the measure workers' timing seconds (what a finalist run will cost).
     * ``looked``: the configs measured, failed or pruned: when it holds the whole space, asking
       more only brings repeats.
+    * ``branch_best``: ``engine/precision`` -> its best feasible screening value (single objective),
+      what :func:`outsiders` compares once every branch has had its look.
     """
 
     dead: dict[str, str] = field(default_factory=dict)
@@ -52,6 +54,8 @@ class Memory:
     build_s: dict[str, float] = field(default_factory=dict)
     timing_s: list[float] = field(default_factory=list)
     looked: set[str] = field(default_factory=set)
+    branch_best: dict[str, float] = field(default_factory=dict)
+    minimize: bool = True
 
     @classmethod
     def of(cls, study: optuna.Study) -> Memory:
@@ -68,7 +72,9 @@ class Memory:
                 memory.looked.add(TrialConfig.from_dict(attrs["config"]).key())
             memory.learn(attrs)
         if len(study.directions) == 1:
-            memory.slower = slower_int8(trials, minimize=study.directions[0].name == "MINIMIZE")
+            memory.minimize = study.directions[0].name == "MINIMIZE"
+            memory.slower = slower_int8(trials, minimize=memory.minimize)
+            memory.branch_best = branch_best(trials, minimize=memory.minimize)
         return memory
 
     def learn(self, attrs: Mapping[str, Any]) -> None:
@@ -92,6 +98,40 @@ class Memory:
 
 def accuracy_key(artifact: str, batch: int) -> str:
     return f"{artifact}/b{batch}"
+
+
+def branch_best(trials: list[optuna.trial.FrozenTrial], *, minimize: bool) -> dict[str, float]:
+    """``engine/precision`` -> the best feasible value measured on that branch (repeats add nothing)."""
+    out: dict[str, float] = {}
+    better = min if minimize else max
+    for t in trials:
+        if t.state != _complete() or not t.constraints or not feasible(t.constraints) or "repeat_of" in t.user_attrs:
+            continue
+        c = t.user_attrs["config"]
+        branch = f"{c['engine']}/{c['precision']}"
+        out[branch] = better(out.get(branch, t.values[0]), t.values[0])
+    return out
+
+
+#: Once every engine × precision has had its look, a branch whose best screening value is this many
+#: times worse than the best branch's is not refined: other threads or knobs rarely buy that back,
+#: and the finalists' interleaved runs judge only contenders.
+CONTENDER_RATIO = 1.5
+
+
+def outsiders(best: dict[str, float], *, minimize: bool, ratio: float = CONTENDER_RATIO) -> dict[str, str]:
+    """``engine/precision`` -> why it is not refined: its best is more than ``ratio`` times worse than the best branch's."""
+    if len(best) < 2:
+        return {}
+    lead = min(best, key=best.__getitem__) if minimize else max(best, key=best.__getitem__)
+    top = best[lead]
+    out = {}
+    for branch, value in best.items():
+        factor = (value / top if minimize else top / value) if value > 0 and top > 0 else 1.0
+        if factor > ratio:
+            out[branch] = (f"screened {factor:.2f}x worse than {lead} ({value:.4g} against {top:.4g}); "
+                           f"only branches within {ratio:g}x of the best are refined")  # fmt: skip
+    return out
 
 
 def slower_int8(trials: list[optuna.trial.FrozenTrial], *, minimize: bool) -> dict[str, str]:
