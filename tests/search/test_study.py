@@ -388,14 +388,24 @@ def test_the_portfolio_looks_at_precisions_this_cpu_runs_natively_first():
     assert order(("avx2",)) == ["fp32", "bf16", "int8"]
 
 
-def test_a_branch_far_behind_the_best_is_named_an_outsider():
+def test_a_branch_far_behind_the_best_at_the_same_threads_is_named_an_outsider():
     from autodeploy.search.memory import outsiders
 
-    best = {"openvino/fp32": 1.0, "onnxruntime/fp32": 1.4, "inhouse/int8": 2.0}
-    out = outsiders(best, minimize=True)
-    assert list(out) == ["inhouse/int8"] and "2.00x worse than openvino/fp32" in out["inhouse/int8"]
-    assert list(outsiders({"a/fp32": 100.0, "b/fp32": 60.0}, minimize=False)) == ["b/fp32"]  # items/s
-    assert outsiders({"a/fp32": 1.0}, minimize=True) == {}
+    study = optuna.create_study(direction="minimize")
+    for trial in (_trial("openvino", "fp32", 2, 1.0), _trial("onnxruntime", "fp32", 2, 1.4),
+                  _trial("inhouse", "int8", 2, 2.0), _trial("inhouse", "fp32", 2, 1.6),
+                  _trial("openvino", "fp32", 1, 0.5)):  # fmt: skip
+        study.add_trial(trial)
+    out = outsiders(study.trials, minimize=True)
+    # judged at t2, where all were measured: openvino/fp32's t1 value is no yardstick for the others' t2
+    assert sorted(out) == ["inhouse/fp32", "inhouse/int8"]
+    assert "2.00x worse than openvino/fp32 at b1/t2" in out["inhouse/int8"]
+    study.add_trial(_trial("inhouse", "fp32", 1, 0.6))  # close to the best at t1: a contender after all
+    assert sorted(outsiders(study.trials, minimize=True)) == ["inhouse/int8"]
+    items_per_s = optuna.create_study(direction="maximize")
+    for trial in (_trial("a", "fp32", 1, 100.0), _trial("b", "fp32", 1, 60.0)):
+        items_per_s.add_trial(trial)
+    assert list(outsiders(items_per_s.trials, minimize=False)) == ["b/fp32"]
 
 
 def _ranked(*rows):
@@ -420,6 +430,7 @@ def test_a_finalist_wholly_behind_the_leader_runs_no_more_rounds():
 
     stats = [(0, 1.0, (0.95, 1.05)), (1, 1.04, (1.0, 1.1)), (2, 1.5, (1.4, 1.6)), (3, None, None)]
     assert _still_in(stats, "latency") == [0, 1]
+    assert _still_in([(0, 1.0, (0.95, 1.05)), (1, 1.12, (1.1, 1.2))], "latency", margin=0.10) == [0, 1]  # not clear yet
     assert _still_in([(0, 100.0, (90.0, 110.0)), (1, 50.0, (45.0, 55.0))], "throughput") == [0]
     assert _still_in([(0, 100.0, (100.0, 100.0)), (1, 50.0, (50.0, 50.0))], "throughput") == [0, 1]  # one run each
 

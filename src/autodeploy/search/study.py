@@ -30,7 +30,7 @@ from autodeploy.harness.timing import TimingPolicy
 from autodeploy.results_db.store import DeviceRecord, ModelRecord, Store
 from autodeploy.search.budget import SLOW_BUILD_GUESS_S, Budget, duration_text
 from autodeploy.search.config import StudyConfig
-from autodeploy.search.memory import CONTENDER_RATIO, Memory, accuracy_key, outsiders
+from autodeploy.search.memory import CONTENDER_RATIO, Memory, accuracy_key
 from autodeploy.search.objective import DIRECTIONS, Metrics, values, violations
 from autodeploy.search.space import SearchSpace, build_space, suggest, unsupported_reason
 from autodeploy.verdict import feasible, pareto_front
@@ -51,6 +51,9 @@ IMPROVEMENT = 0.02
 #: with it (and the cheaper one wins). Overlapping 95% intervals alone would tie configs far apart when
 #: one of them is noisy (all cores on a busy machine).
 TIE_TOLERANCE = 0.03
+#: After the finalists' first round a config leaves the rounds only when its interval lies this
+#: fraction beyond the leader's; after later rounds, when it lies wholly behind at all.
+FIRST_ROUND_MARGIN = 0.10
 # A running trial beats every HEARTBEAT_S; one silent for GRACE_S (its process was killed) is
 # failed by the next run or worker of the study (Optuna's fail_stale_trials).
 HEARTBEAT_S = 5
@@ -469,7 +472,7 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
     reason = reason or memory.dead.get(artifact) or memory.slower.get(branch)
     earlier = memory.seen.get(config.key())
     if not reason and earlier is None and _refining(study, ctx.config):  # every branch had its look: refine only contenders
-        reason = outsiders(memory.branch_best, minimize=memory.minimize).get(branch)
+        reason = memory.behind.get(branch)
     reason = reason or _cannot_fit(ctx, config)  # the memory plan: pruned before anything is built
     if not reason:
         reason = _unaffordable(ctx, config, artifact, memory, budget)
@@ -737,7 +740,7 @@ def _finalize(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory
         kind = "repeated" if "repeat_of" in t.user_attrs else t.state.name.lower()  # repeats cost nothing
         counts[kind] = counts.get(kind, 0) + 1
     skipped = list(dict.fromkeys(t.user_attrs["budget_skip"] for t in trials if t.user_attrs.get("budget_skip")))
-    behind = outsiders(memory.branch_best, minimize=memory.minimize) if _refining(study, ctx.config) else {}
+    behind = memory.behind if _refining(study, ctx.config) else {}
     learned = {"deprioritized": {**behind, **memory.slower}, "skipped": _first_per_branch(skipped)}
     runs: list[tuple[str, dict[str, float]]] = []  # this run's finalist workers: engine, wall seconds
     summary = _decide(ctx, study, reporter, memory, budget, counts, runs)
@@ -850,7 +853,9 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
             reporter.note(f"the time budget pays for {r} of {f.rounds} finalist rounds; the winner rests on those")
             break
         if r > 0:
-            active = _still_in([(i, *statistic(i)[:2]) for i in active], ctx.config.objective)
+            # after one round only a clear gap counts (drift between A and B is not yet averaged out)
+            margin = FIRST_ROUND_MARGIN if r == 1 else 0.0
+            active = _still_in([(i, *statistic(i)[:2]) for i in active], ctx.config.objective, margin)
             if len(active) == 1:
                 settled = True
                 break  # one config left: every other interval lies wholly behind it
@@ -876,8 +881,10 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
     return out, rounds, settled
 
 
-def _still_in(stats: list[tuple[int, float | None, tuple[float, float] | None]], objective: str) -> list[int]:
-    """The configs (by index) that can still win or tie: those whose interval reaches the leader's.
+def _still_in(stats: list[tuple[int, float | None, tuple[float, float] | None]], objective: str,
+              margin: float = 0.0) -> list[int]:  # fmt: skip
+    """The configs (by index) that can still win or tie: those whose interval reaches the leader's
+    (widened by ``margin``, a fraction of the leader's bound).
 
     A config without a statistic yet (it failed, or too few samples) stays only when nothing has
     one; an interval of one point (one throughput run) decides nothing, so then all stay.
@@ -887,9 +894,9 @@ def _still_in(stats: list[tuple[int, float | None, tuple[float, float] | None]],
         return [i for i, _, _ in stats]
     if objective == "throughput":
         lead = max(known, key=lambda k: k[1])
-        return [i for i, _, ci in known if ci[1] >= lead[2][0]]
+        return [i for i, _, ci in known if ci[1] >= lead[2][0] * (1 - margin)]
     lead = min(known, key=lambda k: k[1])
-    return [i for i, _, ci in known if ci[0] <= lead[2][1]]
+    return [i for i, _, ci in known if ci[0] <= lead[2][1] * (1 + margin)]
 
 
 def _mix(weighted: list[tuple[float, float | None, tuple[float, float] | None]],
