@@ -157,31 +157,57 @@ def test_three_workers_share_one_study_on_postgres(tmp_path, postgres_url):
     assert len({r.config_key for r in rows} | pruned) == 4  # each measured, or pruned with its artifact's fate
 
 
+def _portfolio(space, isa=(), values=None):
+    """Every stage of the portfolio as the study asks it: (engine, precision, params) in order; each
+    asked config is told ``values[(engine, precision)]`` (pruned when missing)."""
+    from autodeploy.search.space import suggest
+    from autodeploy.search.study import _enqueue_portfolio
+
+    study = optuna.create_study()
+    asked = []
+    while _enqueue_portfolio(study, space, isa):
+        trial = study.ask()
+        config = suggest(trial, space)
+        asked.append((config.engine, config.precision, trial.params))
+        value = (values or {}).get((config.engine, config.precision))
+        trial.set_user_attr("config", config.to_dict())
+        if value is None:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            trial.set_constraint("accuracy_drop", 0.0)
+            study.tell(trial, value)
+    assert not _enqueue_portfolio(study, space, isa)  # a resume or a second worker adds nothing twice
+    return asked
+
+
 def test_the_portfolio_looks_at_every_engine_and_precision_first_cheap_builds_before_slow():
     from autodeploy.search.space import EngineChoices, SearchSpace
-    from autodeploy.search.study import _enqueue_portfolio
 
     space = SearchSpace({"tflite": EngineChoices(("fp32", "int8"), {"xnnpack": (True, False)}),
                          "onnxruntime": EngineChoices(("fp32", "int8"), {"execution_mode": ("ORT_SEQUENTIAL",
                                                                                             "ORT_PARALLEL")})},
                         batches=(1, 8), threads=(1, 2))  # fmt: skip
-    study = optuna.create_study()
-    _enqueue_portfolio(study, space)
-    waiting = [t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
-    assert [(p["engine"], p[f"{p['engine']}.precision"]) for p in waiting] == [
+    asked = _portfolio(space)
+    assert [(e, p) for e, p, _ in asked] == [
         ("onnxruntime", "fp32"), ("onnxruntime", "int8"), ("tflite", "fp32"), ("tflite", "int8")]  # fmt: skip
-    assert all(p["batch"] == 1 and p["threads"] == 2 for p in waiting)
-    assert waiting[0]["onnxruntime.execution_mode"] == "ORT_SEQUENTIAL" and waiting[2]["tflite.xnnpack"] is True
-    _enqueue_portfolio(study, space)  # a resume or a second worker adds nothing twice
-    assert len(study.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 4
+    params = [p for _, _, p in asked]
+    assert all(p["batch"] == 1 and p["threads"] == 2 for p in params)
+    assert params[0]["onnxruntime.execution_mode"] == "ORT_SEQUENTIAL" and params[2]["tflite.xnnpack"] is True
     # int8 builds calibrate: every cheap engine's other precisions come first
     space = SearchSpace({"onnxruntime": EngineChoices(("fp32", "int8"), {}), "openvino": EngineChoices(("fp32", "int8"), {})},
                         batches=(1,), threads=(1,))  # fmt: skip
-    study = optuna.create_study()
-    _enqueue_portfolio(study, space)
-    waiting = [t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
-    assert [(p["engine"], p[f"{p['engine']}.precision"]) for p in waiting] == [
+    assert [(e, p) for e, p, _ in _portfolio(space)] == [
         ("onnxruntime", "fp32"), ("openvino", "fp32"), ("onnxruntime", "int8"), ("openvino", "int8")]  # fmt: skip
+
+
+def test_the_portfolio_looks_at_int8_of_the_fastest_engine_first():
+    from autodeploy.search.space import EngineChoices, SearchSpace
+
+    space = SearchSpace({"onnxruntime": EngineChoices(("fp32", "int8"), {}), "openvino": EngineChoices(("fp32", "int8"), {}),
+                         "inhouse": EngineChoices(("fp32", "int8"), {})}, batches=(1,), threads=(1,))  # fmt: skip
+    values = {("onnxruntime", "fp32"): 2.0, ("openvino", "fp32"): 1.0}  # inhouse/fp32 failed: no value
+    asked = [(e, p) for e, p, _ in _portfolio(space, values=values)]
+    assert asked[3:] == [("openvino", "int8"), ("onnxruntime", "int8"), ("inhouse", "int8")]
 
 
 @pytest.mark.slow
@@ -374,18 +400,10 @@ def test_a_throughput_study_measures_offline_and_compares_runs(tmp_path):
 
 def test_the_portfolio_looks_at_precisions_this_cpu_runs_natively_first():
     from autodeploy.search.space import EngineChoices, SearchSpace
-    from autodeploy.search.study import _enqueue_portfolio
 
     space = SearchSpace({"openvino": EngineChoices(("fp32", "bf16", "int8"), {})}, batches=(1,), threads=(1,))
-
-    def order(isa):
-        study = optuna.create_study()
-        _enqueue_portfolio(study, space, isa)
-        return [t.system_attrs["fixed_params"]["openvino.precision"]
-                for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]  # fmt: skip
-
-    assert order(("avx512_bf16", "avx512_vnni")) == ["bf16", "fp32", "int8"]  # int8 builds calibrate: still last
-    assert order(("avx2",)) == ["fp32", "bf16", "int8"]
+    assert [p for _, p, _ in _portfolio(space, ("avx512_bf16", "avx512_vnni"))] == ["bf16", "fp32", "int8"]
+    assert [p for _, p, _ in _portfolio(space, ("avx2",))] == ["fp32", "bf16", "int8"]  # int8 calibrates: last
 
 
 def test_a_branch_far_behind_the_best_at_the_same_threads_is_named_an_outsider():

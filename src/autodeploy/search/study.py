@@ -184,7 +184,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     if cfg.sampler == "grid":
         trials = min(cfg.trials if cfg.trials is not None else 10**9, _enqueue_grid(study, space))
     else:
-        _enqueue_portfolio(study, space, ctx.device.isa)
+        _enqueue_portfolio(study, space, ctx.device.isa)  # its first stage; the others as each is asked
     # --trials counts measurements: pruned configs and repeats cost nothing, so more may be asked
     # (the grid asks each of its points once).
     max_asks = trials if cfg.sampler == "grid" else trials + space.size()
@@ -208,6 +208,8 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
             stopped_by = "time budget"
             break
         _fail_stale_trials(study)
+        if cfg.sampler != "grid":
+            _enqueue_portfolio(study, space, ctx.device.isa)
         memory = Memory.of(study)  # read afresh: workers sharing the study learn from each other
         with warnings.catch_warnings():
             # "Heartbeat ... is supposed to be used with Study.optimize": _heartbeat beats for us.
@@ -233,11 +235,11 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
             now = _best_value(study, cfg.objective)
             if _improved(best, now, memory.minimize):
                 best, stale = now, 0
-            elif _refining(study, cfg):
+            elif _refining(study, cfg, space):
                 stale += 1
     if budget.left() <= 0:  # the last worker ran into the end of the budget
         stopped_by = "time budget"
-    summary = _finalize(ctx, study, reporter, Memory.of(study), budget)
+    summary = _finalize(ctx, study, reporter, Memory.of(study), budget, space)
     summary = replace(summary, reference_s=reference_s, wall_s=time.monotonic() - budget.started,
                       time_budget_s=budget.seconds, stopped_by=stopped_by)  # fmt: skip
     ctx.store.finish_study(ctx.name, winner_uid=summary.winner.uids[-1] if summary.winner and summary.winner.uids else None,
@@ -302,11 +304,11 @@ def _improved(old: float | None, new: float | None, minimize: bool) -> bool:
     return new < old * (1 - IMPROVEMENT) if minimize else new > old * (1 + IMPROVEMENT)
 
 
-def _refining(study: optuna.Study, cfg: StudyConfig) -> bool:
-    """Every config of the portfolio has been asked (no enqueued one waits): the sampler refines now."""
+def _refining(study: optuna.Study, cfg: StudyConfig, space: SearchSpace) -> bool:
+    """Every engine × precision has had its look (none waits, none is left): the sampler refines now."""
     if cfg.sampler == "grid":
         return False
-    return not study.get_trials(deepcopy=False, states=(_state().WAITING,))
+    return not study.get_trials(deepcopy=False, states=(_state().WAITING,)) and not _unseen_branches(study, space)
 
 
 def _check_same_model_and_device(ctx: StudyContext) -> None:
@@ -433,30 +435,63 @@ def _enqueue_grid(study: optuna.Study, space: SearchSpace) -> int:
 NATIVE = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
 
 
-def _enqueue_portfolio(study: optuna.Study, space: SearchSpace, isa: tuple[str, ...] = ()) -> None:
-    """Cover before exploiting: one default config per engine × precision is tried first, cheap
-    builds before slow ones (onnx2tf takes minutes; int8 builds calibrate, so every engine's other
-    precisions come before them), precisions this CPU runs natively (``isa``: bf16 with AVX512-BF16
-    or AMX) before the others, then the sampler refines batch, threads and knobs of the contenders."""
-    seen = {(t.params.get("engine"), t.params.get(f"{t.params.get('engine')}.precision"))
-            for t in study.get_trials(deepcopy=False)
-            if not t.user_attrs.get("budget_timeout")}  # stopped by a time budget: a resume tries again  # fmt: skip
-    waiting = [t.system_attrs.get("fixed_params") for t in study.get_trials(deepcopy=False, states=(_state().WAITING,))]
+def _enqueue_portfolio(study: optuna.Study, space: SearchSpace, isa: tuple[str, ...] = ()) -> bool:
+    """Cover before exploiting: one default config per engine × precision is looked at first, in
+    stages, then the sampler refines batch, threads and knobs of the contenders. Returns whether
+    the portfolio still has configs to ask (enqueued now or before).
+
+    Stages, each enqueued once the one before has been asked: the cheap builds (precisions this
+    CPU runs natively, ``isa``: bf16 with AVX512-BF16 or AMX, before the others); then int8 (its
+    builds calibrate), the engine that ran fastest so far first (its int8 kernels are the likeliest
+    to win); then slow converters (onnx2tf takes minutes), cheap precisions before int8.
+    """
+    if study.get_trials(deepcopy=False, states=(_state().WAITING,)):
+        return True  # a stage is still being asked
+    left = _unseen_branches(study, space)
+    if not left:
+        return False
     order = list(space.engines)
-    branches = [(e, p) for e in order for p in space.engines[e].precisions]
     native = {p for p, flags in NATIVE.items() if any(f in isa for f in flags)}
-    branches.sort(key=lambda b: (registry.get(b[0]).slow_build, b[1].startswith("int8"), b[1] not in native,
-                                 order.index(b[0])))  # fmt: skip
-    for engine, precision in branches:
+    stage = min(_stage(b) for b in left)
+    group = [b for b in left if _stage(b) == stage]
+    if stage % 2 == 0:  # cheap precisions
+        group.sort(key=lambda b: (b[1] not in native, order.index(b[0])))
+    else:  # int8: the fastest engine so far first, engines not measured yet after, in their order
+        fastest = _engine_ranking(study)
+        group.sort(key=lambda b: (fastest.index(b[0]) if b[0] in fastest else len(fastest), order.index(b[0])))
+    for engine, precision in group:
         choices = space.engines[engine]
-        if (engine, precision) in seen:
-            continue
         params: dict[str, Any] = {"engine": engine, f"{engine}.precision": precision, "batch": space.batches[0]}
         if choices.threads:
             params["threads"] = max(space.threads)  # all cores: what an engine's default would use
         params.update({f"{engine}.{knob}": values[0] for knob, values in choices.knobs.items()})
-        if params not in waiting:  # (Optuna's skip_if_exists would also skip a retry of a stopped trial)
-            study.enqueue_trial(params)
+        study.enqueue_trial(params)
+    return True
+
+
+def _stage(branch: tuple[str, str]) -> int:
+    """0: cheap builds, 1: int8 (calibrates), 2 and 3: the same on slow converters."""
+    return 2 * registry.get(branch[0]).slow_build + branch[1].startswith("int8")
+
+
+def _unseen_branches(study: optuna.Study, space: SearchSpace) -> list[tuple[str, str]]:
+    """The engine × precision branches no trial has looked at (one stopped by a time budget: a resume tries again)."""
+    seen = {(t.params.get("engine"), t.params.get(f"{t.params.get('engine')}.precision"))
+            for t in study.get_trials(deepcopy=False)
+            if not t.user_attrs.get("budget_timeout")}  # fmt: skip
+    return [(e, p) for e in space.engines for p in space.engines[e].precisions if (e, p) not in seen]
+
+
+def _engine_ranking(study: optuna.Study) -> list[str]:
+    """Engines by their best feasible screening value so far, best first (single objective)."""
+    if len(study.directions) != 1:
+        return []
+    sign = 1 if study.directions[0].name == "MINIMIZE" else -1
+    best: dict[str, float] = {}
+    for t in feasible_trials(study):
+        engine = t.user_attrs["config"]["engine"]
+        best[engine] = min(best.get(engine, sign * t.values[0]), sign * t.values[0])
+    return sorted(best, key=best.__getitem__)
 
 
 def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: SearchSpace,
@@ -471,7 +506,7 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
     branch = f"{config.engine}/{config.precision}"
     reason = reason or memory.dead.get(artifact) or memory.slower.get(branch)
     earlier = memory.seen.get(config.key())
-    if not reason and earlier is None and _refining(study, ctx.config):  # every branch had its look: refine only contenders
+    if not reason and earlier is None and _refining(study, ctx.config, space):  # every branch had its look: refine only contenders
         reason = memory.behind.get(branch)
     reason = reason or _cannot_fit(ctx, config)  # the memory plan: pruned before anything is built
     if not reason:
@@ -733,14 +768,14 @@ def best_label(study: optuna.Study, objective: str) -> str | None:
 
 
 def _finalize(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: Memory,
-              budget: Budget) -> StudySummary:  # fmt: skip
+              budget: Budget, space: SearchSpace) -> StudySummary:  # fmt: skip
     counts: dict[str, int] = {}
     trials = study.get_trials(deepcopy=False)
     for t in trials:
         kind = "repeated" if "repeat_of" in t.user_attrs else t.state.name.lower()  # repeats cost nothing
         counts[kind] = counts.get(kind, 0) + 1
     skipped = list(dict.fromkeys(t.user_attrs["budget_skip"] for t in trials if t.user_attrs.get("budget_skip")))
-    behind = memory.behind if _refining(study, ctx.config) else {}
+    behind = memory.behind if _refining(study, ctx.config, space) else {}
     learned = {"deprioritized": {**behind, **memory.slower}, "skipped": _first_per_branch(skipped)}
     runs: list[tuple[str, dict[str, float]]] = []  # this run's finalist workers: engine, wall seconds
     summary = _decide(ctx, study, reporter, memory, budget, counts, runs)
