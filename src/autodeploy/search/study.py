@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 BASELINE = TrialConfig("onnxruntime", "fp32", batch=1, threads=None)
 DEFAULT_TRIALS = 30
-#: Without --trials, screening stops once every engine × precision has had its look and this many
+#: Without --trials (or a time budget), screening stops once every engine × precision has had its look and this many
 #: measurements in a row have not improved the best by IMPROVEMENT (the budget of trials is a cap, not a target).
 PATIENCE = 6
 IMPROVEMENT = 0.02
@@ -192,7 +192,8 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     reporter.start(trials, space)
     measured, asked, stopped_by = 0, 0, "trials"
     memory = Memory.of(study)
-    patient = cfg.trials is None and cfg.sampler != "grid" and len(DIRECTIONS[cfg.objective]) == 1
+    # without --trials or a time budget, the search ends when refining stops paying off
+    patient = cfg.trials is None and budget.seconds is None and cfg.sampler != "grid" and len(DIRECTIONS[cfg.objective]) == 1
     best, stale = _best_value(study, cfg.objective), 0  # measurements since the best last improved
     while measured < trials:
         if patient and stale >= PATIENCE:
