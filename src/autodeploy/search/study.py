@@ -30,7 +30,7 @@ from autodeploy.harness.timing import TimingPolicy
 from autodeploy.results_db.store import DeviceRecord, ModelRecord, Store
 from autodeploy.search.budget import SLOW_BUILD_GUESS_S, Budget, duration_text
 from autodeploy.search.config import StudyConfig
-from autodeploy.search.memory import CONTENDER_RATIO, Memory, accuracy_key
+from autodeploy.search.memory import Memory, accuracy_key
 from autodeploy.search.objective import DIRECTIONS, Metrics, values, violations
 from autodeploy.search.space import SearchSpace, build_space, suggest, unsupported_reason
 from autodeploy.verdict import feasible, pareto_front
@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 BASELINE = TrialConfig("onnxruntime", "fp32", batch=1, threads=None)
 DEFAULT_TRIALS = 30
 #: Without --trials (or a time budget), screening stops once every engine × precision has had its look and this many
-#: measurements in a row have not improved the best by IMPROVEMENT (the budget of trials is a cap, not a target).
+#: measurements (or repeats the sampler asked for) in a row have not improved the best by IMPROVEMENT (the
+#: number of trials is then a cap, not a target).
 PATIENCE = 6
 IMPROVEMENT = 0.02
 #: Finalists whose statistic is within this fraction of the best's, with overlapping intervals, tie
@@ -238,6 +239,8 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
                 best, stale = now, 0
             elif _refining(study, cfg, space):
                 stale += 1
+        elif "repeat_of" in trial.user_attrs and _refining(study, cfg, space):
+            stale += 1  # the sampler proposes what it has measured: it has nothing new to try
     if budget.left() <= 0:  # the last worker ran into the end of the budget
         stopped_by = "time budget"
     summary = _finalize(ctx, study, reporter, Memory.of(study), budget, space)
@@ -787,7 +790,7 @@ def _decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: 
             counts: dict[str, int], runs: list[tuple[str, dict[str, float]]]) -> StudySummary:  # fmt: skip
     """The finalists and the winner: re-measured interleaved when the objective and the time allow."""
     cfg = ctx.config
-    top = _contenders(ranked(study, cfg.objective), max(cfg.finalists.count, 1), cfg.objective)
+    top = _contenders(ranked(study, cfg.objective), max(cfg.finalists.count, 1))
     if not top:
         return _best_so_far(study, cfg.objective, counts, ctx.name)
     remeasure = cfg.finalists.count > 0 and cfg.objective in ("latency", "throughput")
@@ -811,27 +814,19 @@ def _decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: 
     return replace(summary, confidence=confidence)
 
 
-def _contenders(ranked_trials: list[optuna.trial.FrozenTrial], count: int, objective: str) -> list[optuna.trial.FrozenTrial]:
+def _contenders(ranked_trials: list[optuna.trial.FrozenTrial], count: int) -> list[optuna.trial.FrozenTrial]:
     """The finalists: the best config of each engine × precision first (the interleaved runs judge
-    branches against each other), then the next best configs, all within CONTENDER_RATIO of the best
-    screening value (single objective): a config that far behind is not worth longer runs."""
-    if not ranked_trials:
-        return []
-    pool = ranked_trials
-    if len(DIRECTIONS[objective]) == 1:
-        lead = ranked_trials[0].values[0]
-        minimize = DIRECTIONS[objective][0] == "minimize"
-        pool = [t for t in ranked_trials if lead <= 0 or t.values[0] <= 0
-                or (t.values[0] / lead if minimize else lead / t.values[0]) <= CONTENDER_RATIO]  # fmt: skip
+    branches against each other, and one lucky screening run must not crowd out the other branches),
+    then the next best configs; in screening order. The rounds drop those that fall wholly behind."""
     firsts, seen = [], set()
-    for t in pool:
+    for t in ranked_trials:
         c = t.user_attrs["config"]
         if (c["engine"], c["precision"]) not in seen:
             seen.add((c["engine"], c["precision"]))
             firsts.append(t)
-    rest = [t for t in pool if t not in firsts]
+    rest = [t for t in ranked_trials if t not in firsts]
     chosen = [*firsts, *rest][:count]
-    return sorted(chosen, key=pool.index)
+    return sorted(chosen, key=ranked_trials.index)
 
 
 def _first_per_branch(reasons: list[str]) -> list[str]:
