@@ -510,3 +510,31 @@ def test_finalists_halve_a_config_that_falls_wholly_behind(tmp_path):
     assert len(summary.winner.uids) >= 1
     if len(summary.winner.uids) < 3:
         assert "fell wholly behind" in summary.confidence
+
+
+def test_after_the_portfolio_each_contender_is_measured_at_every_thread_count():
+    from autodeploy.search.memory import Memory
+    from autodeploy.search.space import EngineChoices, SearchSpace
+    from autodeploy.search.study import _enqueue_neighbours
+
+    space = SearchSpace({"openvino": EngineChoices(("fp32", "int8"), {}), "onnxruntime": EngineChoices(("fp32",), {})},
+                        batches=(1,), threads=(1, 2, 4))  # fmt: skip
+    study = optuna.create_study(direction="minimize")
+    for trial in (_trial("openvino", "fp32", 4, 1.0), _trial("openvino", "int8", 4, 1.2), _trial("onnxruntime", "fp32", 4, 3.0)):
+        study.add_trial(trial)
+
+    def waiting():
+        return sorted((p["engine"], p[f"{p['engine']}.precision"], p["threads"])
+                      for p in (t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))))  # fmt: skip
+
+    _enqueue_neighbours(study, space, Memory.of(study), "latency")
+    # int8 is slower than fp32 on openvino, onnxruntime 3x behind: neither is refined
+    assert waiting() == [("openvino", "fp32", 1), ("openvino", "fp32", 2)]
+    _enqueue_neighbours(study, space, Memory.of(study), "latency")
+    assert len(waiting()) == 2  # nothing twice while they wait
+    for trial in study.get_trials(states=(optuna.trial.TrialState.WAITING,)):
+        study.tell(study.ask().number, state=optuna.trial.TrialState.PRUNED)
+    study.add_trial(_trial("openvino", "fp32", 1, 0.9))  # a new best: its own neighbours are looked at already
+    study.add_trial(_trial("openvino", "fp32", 2, 0.95))
+    _enqueue_neighbours(study, space, Memory.of(study), "latency")
+    assert waiting() == []

@@ -210,9 +210,9 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
             stopped_by = "time budget"
             break
         _fail_stale_trials(study)
-        if cfg.sampler != "grid":
-            _enqueue_portfolio(study, space, ctx.device.isa)
         memory = Memory.of(study)  # read afresh: workers sharing the study learn from each other
+        if cfg.sampler != "grid" and not _enqueue_portfolio(study, space, ctx.device.isa):
+            _enqueue_neighbours(study, space, memory, cfg.objective)
         with warnings.catch_warnings():
             # "Heartbeat ... is supposed to be used with Study.optimize": _heartbeat beats for us.
             warnings.filterwarnings("ignore", "Heartbeat of storage")
@@ -471,6 +471,34 @@ def _enqueue_portfolio(study: optuna.Study, space: SearchSpace, isa: tuple[str, 
         params.update({f"{engine}.{knob}": values[0] for knob, values in choices.knobs.items()})
         study.enqueue_trial(params)
     return True
+
+
+def _enqueue_neighbours(study: optuna.Study, space: SearchSpace, memory: Memory, objective: str) -> None:
+    """Once every branch has had its look: the best config of each contender branch at every other
+    thread count, before the sampler goes on (the artifact is built already: a measure worker each).
+
+    Threads are the runtime setting that moves latency most on a CPU, and the sampler, asked to
+    exploit, would repeat the best config rather than try them. Nothing is enqueued while a trial
+    waits, nor twice (a config looked at is skipped), so this is a local search that follows the best.
+    """
+    if len(DIRECTIONS[objective]) != 1 or study.get_trials(deepcopy=False, states=(_state().WAITING,)):
+        return
+    leaders: dict[str, TrialConfig] = {}
+    for t in ranked(study, objective):
+        config = TrialConfig.from_dict(t.user_attrs["config"])
+        leaders.setdefault(f"{config.engine}/{config.precision}", config)
+    for branch, config in leaders.items():
+        choices = space.engines.get(config.engine)
+        if choices is None or branch in memory.behind or branch in memory.slower or not choices.threads:
+            continue
+        for threads in space.threads:
+            neighbour = replace(config, threads=threads)
+            if neighbour.key() in memory.looked:
+                continue
+            params: dict[str, Any] = {"engine": config.engine, f"{config.engine}.precision": config.precision,
+                                      "batch": config.batch, "threads": threads}  # fmt: skip
+            params.update({f"{config.engine}.{k}": v for k, v in config.knobs.items()})
+            study.enqueue_trial(params)
 
 
 def _stage(branch: tuple[str, str]) -> int:
