@@ -160,12 +160,12 @@ def test_three_workers_share_one_study_on_postgres(tmp_path, postgres_url):
 def _portfolio(space, isa=(), values=None):
     """Every stage of the portfolio as the study asks it: (engine, precision, params) in order; each
     asked config is told ``values[(engine, precision)]`` (pruned when missing)."""
+    from autodeploy.search.portfolio import enqueue_portfolio
     from autodeploy.search.space import suggest
-    from autodeploy.search.study import _enqueue_portfolio
 
     study = optuna.create_study()
     asked = []
-    while _enqueue_portfolio(study, space, isa):
+    while enqueue_portfolio(study, space, isa):
         trial = study.ask()
         config = suggest(trial, space)
         asked.append((config.engine, config.precision, trial.params))
@@ -176,7 +176,7 @@ def _portfolio(space, isa=(), values=None):
         else:
             trial.set_constraint("accuracy_drop", 0.0)
             study.tell(trial, value)
-    assert not _enqueue_portfolio(study, space, isa)  # a resume or a second worker adds nothing twice
+    assert not enqueue_portfolio(study, space, isa)  # a resume or a second worker adds nothing twice
     return asked
 
 
@@ -514,8 +514,9 @@ def test_finalists_halve_a_config_that_falls_wholly_behind(tmp_path):
 
 def test_after_the_portfolio_each_contender_is_measured_at_every_thread_count():
     from autodeploy.search.memory import Memory
+    from autodeploy.search.portfolio import enqueue_neighbours
     from autodeploy.search.space import EngineChoices, SearchSpace
-    from autodeploy.search.study import _enqueue_neighbours
+    from autodeploy.search.study import ranked
 
     space = SearchSpace({"openvino": EngineChoices(("fp32", "int8"), {}), "onnxruntime": EngineChoices(("fp32",), {})},
                         batches=(1,), threads=(1, 2, 4))  # fmt: skip
@@ -527,14 +528,14 @@ def test_after_the_portfolio_each_contender_is_measured_at_every_thread_count():
         return sorted((p["engine"], p[f"{p['engine']}.precision"], p["threads"])
                       for p in (t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))))  # fmt: skip
 
-    _enqueue_neighbours(study, space, Memory.of(study), "latency")
+    enqueue_neighbours(study, space, Memory.of(study), ranked(study, "latency"))
     # int8 is slower than fp32 on openvino, onnxruntime 3x behind: neither is refined
     assert waiting() == [("openvino", "fp32", 1), ("openvino", "fp32", 2)]
-    _enqueue_neighbours(study, space, Memory.of(study), "latency")
+    enqueue_neighbours(study, space, Memory.of(study), ranked(study, "latency"))
     assert len(waiting()) == 2  # nothing twice while they wait
     for _ in range(2):  # asked and pruned (no config: nothing looked at)
         study.tell(study.ask().number, state=optuna.trial.TrialState.PRUNED)
     study.add_trial(_trial("openvino", "fp32", 1, 0.9))  # a new best: its own neighbours are looked at already
     study.add_trial(_trial("openvino", "fp32", 2, 0.95))
-    _enqueue_neighbours(study, space, Memory.of(study), "latency")
+    enqueue_neighbours(study, space, Memory.of(study), ranked(study, "latency"))
     assert waiting() == []

@@ -32,6 +32,7 @@ from autodeploy.search.budget import SLOW_BUILD_GUESS_S, Budget, duration_text
 from autodeploy.search.config import StudyConfig
 from autodeploy.search.memory import Memory, accuracy_key
 from autodeploy.search.objective import DIRECTIONS, Metrics, values, violations
+from autodeploy.search.portfolio import enqueue_grid, enqueue_neighbours, enqueue_portfolio, unseen_branches
 from autodeploy.search.space import SearchSpace, build_space, suggest, unsupported_reason
 from autodeploy.verdict import feasible, pareto_front
 
@@ -183,9 +184,9 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     else:  # a time budget without --trials: every config may get its look, the budget decides
         trials = space.size() if budget.seconds is not None else DEFAULT_TRIALS
     if cfg.sampler == "grid":
-        trials = min(cfg.trials if cfg.trials is not None else 10**9, _enqueue_grid(study, space))
+        trials = min(cfg.trials if cfg.trials is not None else 10**9, enqueue_grid(study, space))
     else:
-        _enqueue_portfolio(study, space, ctx.device.isa)  # its first stage; the others as each is asked
+        enqueue_portfolio(study, space, ctx.device.isa)  # its first stage; the others as each is asked
     # --trials counts measurements: pruned configs and repeats cost nothing, so more may be asked
     # (the grid asks each of its points once).
     max_asks = trials if cfg.sampler == "grid" else trials + space.size()
@@ -211,8 +212,8 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
             break
         _fail_stale_trials(study)
         memory = Memory.of(study)  # read afresh: workers sharing the study learn from each other
-        if cfg.sampler != "grid" and not _enqueue_portfolio(study, space, ctx.device.isa):
-            _enqueue_neighbours(study, space, memory, cfg.objective)
+        if cfg.sampler != "grid" and not enqueue_portfolio(study, space, ctx.device.isa) and len(DIRECTIONS[cfg.objective]) == 1:
+            enqueue_neighbours(study, space, memory, ranked(study, cfg.objective))
         with warnings.catch_warnings():
             # "Heartbeat ... is supposed to be used with Study.optimize": _heartbeat beats for us.
             warnings.filterwarnings("ignore", "Heartbeat of storage")
@@ -312,7 +313,7 @@ def _refining(study: optuna.Study, cfg: StudyConfig, space: SearchSpace) -> bool
     """Every engine × precision has had its look (none waits, none is left): the sampler refines now."""
     if cfg.sampler == "grid":
         return False
-    return not study.get_trials(deepcopy=False, states=(_state().WAITING,)) and not _unseen_branches(study, space)
+    return not study.get_trials(deepcopy=False, states=(_state().WAITING,)) and not unseen_branches(study, space)
 
 
 def _check_same_model_and_device(ctx: StudyContext) -> None:
@@ -424,106 +425,6 @@ def _sampler(cfg: StudyConfig, seed: int) -> optuna.samplers.BaseSampler:
         if cfg.sampler == "nsga2":
             return optuna.samplers.NSGAIISampler(seed=seed)
         return optuna.samplers.RandomSampler(seed=seed)  # "random", and "grid" (grid points are enqueued)
-
-
-def _enqueue_grid(study: optuna.Study, space: SearchSpace) -> int:
-    """Enqueue every grid point the study has not run yet; return how many."""
-    seen = [t.params for t in study.get_trials(deepcopy=False)]
-    missing = [p for p in space.grid() if p not in seen]
-    for params in missing:
-        study.enqueue_trial(params, skip_if_exists=True)
-    return len(missing)
-
-
-#: Precisions a CPU runs natively when it has one of these ISA flags: looked at first among the cheap builds.
-NATIVE = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
-
-
-def _enqueue_portfolio(study: optuna.Study, space: SearchSpace, isa: tuple[str, ...] = ()) -> bool:
-    """Cover before exploiting: one default config per engine × precision is looked at first, in
-    stages, then the sampler refines batch, threads and knobs of the contenders. Returns whether
-    the portfolio still has configs to ask (enqueued now or before).
-
-    Stages, each enqueued once the one before has been asked: the cheap builds (precisions this
-    CPU runs natively, ``isa``: bf16 with AVX512-BF16 or AMX, before the others); then int8 (its
-    builds calibrate), the engine that ran fastest so far first (its int8 kernels are the likeliest
-    to win); then slow converters (onnx2tf takes minutes), cheap precisions before int8.
-    """
-    if study.get_trials(deepcopy=False, states=(_state().WAITING,)):
-        return True  # a stage is still being asked
-    left = _unseen_branches(study, space)
-    if not left:
-        return False
-    order = list(space.engines)
-    native = {p for p, flags in NATIVE.items() if any(f in isa for f in flags)}
-    stage = min(_stage(b) for b in left)
-    group = [b for b in left if _stage(b) == stage]
-    if stage % 2 == 0:  # cheap precisions
-        group.sort(key=lambda b: (b[1] not in native, order.index(b[0])))
-    else:  # int8: the fastest engine so far first, engines not measured yet after, in their order
-        fastest = _engine_ranking(study)
-        group.sort(key=lambda b: (fastest.index(b[0]) if b[0] in fastest else len(fastest), order.index(b[0])))
-    for engine, precision in group:
-        choices = space.engines[engine]
-        params: dict[str, Any] = {"engine": engine, f"{engine}.precision": precision, "batch": space.batches[0]}
-        if choices.threads:
-            params["threads"] = max(space.threads)  # all cores: what an engine's default would use
-        params.update({f"{engine}.{knob}": values[0] for knob, values in choices.knobs.items()})
-        study.enqueue_trial(params)
-    return True
-
-
-def _enqueue_neighbours(study: optuna.Study, space: SearchSpace, memory: Memory, objective: str) -> None:
-    """Once every branch has had its look: the best config of each contender branch at every other
-    thread count, before the sampler goes on (the artifact is built already: a measure worker each).
-
-    Threads are the runtime setting that moves latency most on a CPU, and the sampler, asked to
-    exploit, would repeat the best config rather than try them. Nothing is enqueued while a trial
-    waits, nor twice (a config looked at is skipped), so this is a local search that follows the best.
-    """
-    if len(DIRECTIONS[objective]) != 1 or study.get_trials(deepcopy=False, states=(_state().WAITING,)):
-        return
-    leaders: dict[str, TrialConfig] = {}
-    for t in ranked(study, objective):
-        config = TrialConfig.from_dict(t.user_attrs["config"])
-        leaders.setdefault(f"{config.engine}/{config.precision}", config)
-    for branch, config in leaders.items():
-        choices = space.engines.get(config.engine)
-        if choices is None or branch in memory.behind or branch in memory.slower or not choices.threads:
-            continue
-        for threads in space.threads:
-            neighbour = replace(config, threads=threads)
-            if neighbour.key() in memory.looked:
-                continue
-            params: dict[str, Any] = {"engine": config.engine, f"{config.engine}.precision": config.precision,
-                                      "batch": config.batch, "threads": threads}  # fmt: skip
-            params.update({f"{config.engine}.{k}": v for k, v in config.knobs.items()})
-            study.enqueue_trial(params)
-
-
-def _stage(branch: tuple[str, str]) -> int:
-    """0: cheap builds, 1: int8 (calibrates), 2 and 3: the same on slow converters."""
-    return 2 * registry.get(branch[0]).slow_build + branch[1].startswith("int8")
-
-
-def _unseen_branches(study: optuna.Study, space: SearchSpace) -> list[tuple[str, str]]:
-    """The engine × precision branches no trial has looked at (one stopped by a time budget: a resume tries again)."""
-    seen = {(t.params.get("engine"), t.params.get(f"{t.params.get('engine')}.precision"))
-            for t in study.get_trials(deepcopy=False)
-            if not t.user_attrs.get("budget_timeout")}  # fmt: skip
-    return [(e, p) for e in space.engines for p in space.engines[e].precisions if (e, p) not in seen]
-
-
-def _engine_ranking(study: optuna.Study) -> list[str]:
-    """Engines by their best feasible screening value so far, best first (single objective)."""
-    if len(study.directions) != 1:
-        return []
-    sign = 1 if study.directions[0].name == "MINIMIZE" else -1
-    best: dict[str, float] = {}
-    for t in feasible_trials(study):
-        engine = t.user_attrs["config"]["engine"]
-        best[engine] = min(best.get(engine, sign * t.values[0]), sign * t.values[0])
-    return sorted(best, key=best.__getitem__)
 
 
 def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: SearchSpace,
