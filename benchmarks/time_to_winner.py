@@ -228,7 +228,8 @@ def main() -> None:
         own = time_to_within(grid_study, grid_started, top[0].values[0])
         grid_best = TrialConfig.from_dict(top[0].user_attrs["config"])
         branches = best_per_branch(grid_study)
-        fractions, strict, walls, winners, within, misses = [], [], [], [], [], set()
+        fractions, strict, walls, winners, within = [], [], [], [], []
+        misses: dict[str, list[float]] = {}  # engine/precision -> how much faster than tune's winner, per seed that missed it
         for seed in range(seeds):
             summary, study, started, wall = run(case, folder / f"tune-{seed}", engine_list, timing, seed=seed)
             console.print(f"{case.label} tune seed {seed}: {breakdown(summary, study, started, wall)}")
@@ -255,14 +256,15 @@ def main() -> None:
             mine = judged[0]
             for config, p90 in zip(rivals, judged[1:], strict=True):
                 if mine is not None and p90 is not None and p90 * (1 + MISS) <= mine:
-                    misses.add(f"{config.engine}/{config.precision} ({mine / p90:.2f}x)")
+                    misses.setdefault(f"{config.engine}/{config.precision}", []).append(mine / p90)
             best = [p for c, p in zip(rivals, judged[1:], strict=True) if c == grid_best]
             within.append(mine is not None and (not best or best[0] is None or mine <= best[0] * (1 + TOLERANCE)))
         table.add_row(case.label, str(len(grid_study.trials)), f"{grid_wall:.0f} s", grid_best.label(),
                       "; ".join(winners), f"{own / grid_wall:.0%}" if own is not None else "-",
                       median_text(fractions), median_text(strict),
                       f"{statistics.median(walls):.0%}", f"{sum(within)}/{len(within)}",
-                      ", ".join(sorted(misses)) or "none")  # fmt: skip
+                      ", ".join(f"{b} ({'x, '.join(f'{r:.2f}' for r in rs)}x; {len(rs)}/{seeds} seeds)"
+                                for b, rs in sorted(misses.items())) or "none")  # fmt: skip
     console.print(table)
     console.print(f"[dim]work folder: {tmp}; this benchmark ran {time.monotonic() - begun:.0f} s[/]")
 
