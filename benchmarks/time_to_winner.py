@@ -21,7 +21,8 @@ and, per run, where its wall time went (builds, accuracy, screening timing, the 
 Usage::
 
     python benchmarks/time_to_winner.py            # zoo:resnet50, zoo:bert-small, ppocrv5-det 320; 3 seeds (an hour or more)
-    python benchmarks/time_to_winner.py --medium   # zoo:bert-small, ppocrv5-det 96; 2 seeds, no slow builders: ~10 min
+    python benchmarks/time_to_winner.py --medium   # zoo:bert-small, ppocrv5-det 96; 2 seeds, no slow builders
+                                                   # (17 min on a 2-core machine loaded by other work, about half quiet)
     python benchmarks/time_to_winner.py --quick    # ppocrv5-det 64, one seed, short timing: ~3 min
 """
 
