@@ -157,31 +157,57 @@ def test_three_workers_share_one_study_on_postgres(tmp_path, postgres_url):
     assert len({r.config_key for r in rows} | pruned) == 4  # each measured, or pruned with its artifact's fate
 
 
+def _portfolio(space, isa=(), values=None):
+    """Every stage of the portfolio as the study asks it: (engine, precision, params) in order; each
+    asked config is told ``values[(engine, precision)]`` (pruned when missing)."""
+    from autodeploy.search.portfolio import enqueue_portfolio
+    from autodeploy.search.space import suggest
+
+    study = optuna.create_study()
+    asked = []
+    while enqueue_portfolio(study, space, isa):
+        trial = study.ask()
+        config = suggest(trial, space)
+        asked.append((config.engine, config.precision, trial.params))
+        value = (values or {}).get((config.engine, config.precision))
+        trial.set_user_attr("config", config.to_dict())
+        if value is None:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            trial.set_constraint("accuracy_drop", 0.0)
+            study.tell(trial, value)
+    assert not enqueue_portfolio(study, space, isa)  # a resume or a second worker adds nothing twice
+    return asked
+
+
 def test_the_portfolio_looks_at_every_engine_and_precision_first_cheap_builds_before_slow():
     from autodeploy.search.space import EngineChoices, SearchSpace
-    from autodeploy.search.study import _enqueue_portfolio
 
     space = SearchSpace({"tflite": EngineChoices(("fp32", "int8"), {"xnnpack": (True, False)}),
                          "onnxruntime": EngineChoices(("fp32", "int8"), {"execution_mode": ("ORT_SEQUENTIAL",
                                                                                             "ORT_PARALLEL")})},
                         batches=(1, 8), threads=(1, 2))  # fmt: skip
-    study = optuna.create_study()
-    _enqueue_portfolio(study, space)
-    waiting = [t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
-    assert [(p["engine"], p[f"{p['engine']}.precision"]) for p in waiting] == [
+    asked = _portfolio(space)
+    assert [(e, p) for e, p, _ in asked] == [
         ("onnxruntime", "fp32"), ("onnxruntime", "int8"), ("tflite", "fp32"), ("tflite", "int8")]  # fmt: skip
-    assert all(p["batch"] == 1 and p["threads"] == 2 for p in waiting)
-    assert waiting[0]["onnxruntime.execution_mode"] == "ORT_SEQUENTIAL" and waiting[2]["tflite.xnnpack"] is True
-    _enqueue_portfolio(study, space)  # a resume or a second worker adds nothing twice
-    assert len(study.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 4
+    params = [p for _, _, p in asked]
+    assert all(p["batch"] == 1 and p["threads"] == 2 for p in params)
+    assert params[0]["onnxruntime.execution_mode"] == "ORT_SEQUENTIAL" and params[2]["tflite.xnnpack"] is True
     # int8 builds calibrate: every cheap engine's other precisions come first
     space = SearchSpace({"onnxruntime": EngineChoices(("fp32", "int8"), {}), "openvino": EngineChoices(("fp32", "int8"), {})},
                         batches=(1,), threads=(1,))  # fmt: skip
-    study = optuna.create_study()
-    _enqueue_portfolio(study, space)
-    waiting = [t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
-    assert [(p["engine"], p[f"{p['engine']}.precision"]) for p in waiting] == [
+    assert [(e, p) for e, p, _ in _portfolio(space)] == [
         ("onnxruntime", "fp32"), ("openvino", "fp32"), ("onnxruntime", "int8"), ("openvino", "int8")]  # fmt: skip
+
+
+def test_the_portfolio_looks_at_int8_of_the_fastest_engine_first():
+    from autodeploy.search.space import EngineChoices, SearchSpace
+
+    space = SearchSpace({"onnxruntime": EngineChoices(("fp32", "int8"), {}), "openvino": EngineChoices(("fp32", "int8"), {}),
+                         "inhouse": EngineChoices(("fp32", "int8"), {})}, batches=(1,), threads=(1,))  # fmt: skip
+    values = {("onnxruntime", "fp32"): 2.0, ("openvino", "fp32"): 1.0}  # inhouse/fp32 failed: no value
+    asked = [(e, p) for e, p, _ in _portfolio(space, values=values)]
+    assert asked[3:] == [("openvino", "int8"), ("onnxruntime", "int8"), ("inhouse", "int8")]
 
 
 @pytest.mark.slow
@@ -367,3 +393,149 @@ def test_a_throughput_study_measures_offline_and_compares_runs(tmp_path):
     winner = summary.winner
     assert winner is not None and winner.statistic > 0 and winner.ci[0] <= winner.statistic <= winner.ci[1]
     assert len(winner.uids) == 2  # one items/s per round
+
+
+# -- cover, then refine only contenders; finalists halved; ties only when close ----------------
+
+
+def test_the_portfolio_looks_at_precisions_this_cpu_runs_natively_first():
+    from autodeploy.search.space import EngineChoices, SearchSpace
+
+    space = SearchSpace({"openvino": EngineChoices(("fp32", "bf16", "int8"), {})}, batches=(1,), threads=(1,))
+    assert [p for _, p, _ in _portfolio(space, ("avx512_bf16", "avx512_vnni"))] == ["bf16", "fp32", "int8"]
+    assert [p for _, p, _ in _portfolio(space, ("avx2",))] == ["fp32", "bf16", "int8"]  # int8 calibrates: last
+
+
+def test_a_branch_far_behind_the_best_at_the_same_threads_is_named_an_outsider():
+    from autodeploy.search.memory import outsiders
+
+    study = optuna.create_study(direction="minimize")
+    for trial in (_trial("openvino", "fp32", 2, 1.0), _trial("onnxruntime", "fp32", 2, 1.4),
+                  _trial("inhouse", "int8", 2, 2.0), _trial("inhouse", "fp32", 2, 1.6),
+                  _trial("openvino", "fp32", 1, 0.5)):  # fmt: skip
+        study.add_trial(trial)
+    out = outsiders(study.trials, minimize=True)
+    # judged at t2, where all were measured: openvino/fp32's t1 value is no yardstick for the others' t2
+    assert sorted(out) == ["inhouse/fp32", "inhouse/int8"]
+    assert "2.00x worse than openvino/fp32 at b1/t2" in out["inhouse/int8"]
+    study.add_trial(_trial("inhouse", "fp32", 1, 0.6))  # close to the best at t1: a contender after all
+    assert sorted(outsiders(study.trials, minimize=True)) == ["inhouse/int8"]
+    items_per_s = optuna.create_study(direction="maximize")
+    for trial in (_trial("a", "fp32", 1, 100.0), _trial("b", "fp32", 1, 60.0)):
+        items_per_s.add_trial(trial)
+    assert list(outsiders(items_per_s.trials, minimize=False)) == ["b/fp32"]
+
+
+def _ranked(*rows):
+    return [optuna.trial.create_trial(params={}, distributions={}, values=[v],
+                                      user_attrs={"config": TrialConfig(e, p, threads=t).to_dict()})
+            for e, p, t, v in rows]  # fmt: skip
+
+
+def test_finalists_are_the_best_of_each_branch_first():
+    from autodeploy.search.study import _contenders
+
+    ranked = _ranked(("openvino", "fp32", 2, 1.00), ("openvino", "fp32", 1, 1.02), ("inhouse", "fp32", 2, 1.10),
+                     ("onnxruntime", "fp32", 2, 1.30), ("onnxruntime", "int8", 2, 1.80))  # fmt: skip
+    picked = [(c["engine"], c["threads"]) for c in (t.user_attrs["config"] for t in _contenders(ranked, 3))]
+    assert picked == [("openvino", 2), ("inhouse", 2), ("onnxruntime", 2)]  # one per branch before a second of one
+    assert [t.values[0] for t in _contenders(ranked, 5)] == [1.00, 1.02, 1.10, 1.30, 1.80]  # then by screening
+
+
+def test_a_finalist_wholly_behind_the_leader_runs_no_more_rounds():
+    from autodeploy.search.study import _still_in
+
+    stats = [(0, 1.0, (0.95, 1.05)), (1, 1.04, (1.0, 1.1)), (2, 1.5, (1.4, 1.6)), (3, None, None)]
+    assert _still_in(stats, "latency") == [0, 1]
+    assert _still_in([(0, 1.0, (0.95, 1.05)), (1, 1.12, (1.1, 1.2))], "latency", margin=0.10) == [0, 1]  # not clear yet
+    assert _still_in([(0, 100.0, (90.0, 110.0)), (1, 50.0, (45.0, 55.0))], "throughput") == [0]
+    assert _still_in([(0, 100.0, (100.0, 100.0)), (1, 50.0, (50.0, 50.0))], "throughput") == [0, 1]  # one run each
+
+
+def test_a_tie_needs_close_statistics_not_only_overlapping_intervals():
+    """A noisy all-cores config 1.29x faster is not tied with a one-thread config (the cheaper one would win)."""
+    from autodeploy.search.study import Finalist, _choose
+
+    def finalist(threads, p90, ci):
+        config = TrialConfig("openvino", "fp32", threads=threads)
+        return Finalist(config, config.label(), p90, ci, 600, ["u"])
+
+    fast_noisy, slow = finalist(2, 1.00, (0.90, 1.40)), finalist(1, 1.29, (1.25, 1.33))
+    assert _choose("s", "latency", {}, [slow, fast_noisy]).winner is fast_noisy
+    close = finalist(1, 1.02, (0.98, 1.06))
+    summary = _choose("s", "latency", {}, [close, fast_noisy])
+    assert summary.winner is close and summary.tie_with == [fast_noisy.label]  # a real tie: the cheaper one
+
+
+@pytest.mark.slow
+def test_after_every_branch_had_its_look_only_contenders_are_refined(tmp_path):
+    """faulty/int8 runs 2 ms slower per call than onnxruntime/int8 (the mlp takes microseconds): it gets
+    its one look in the portfolio, then no more trials, and is said to be behind; the study stops by itself."""
+    registry.register("faulty", TARGET)
+    try:
+        db = f"sqlite:///{tmp_path / 'r.db'}"
+        ctx = make_ctx(tmp_path, db, engines=["onnxruntime", "faulty"], precisions=["int8"], threads=[1, 2],
+                       knobs={"faulty": {"fault": ["slow_int8"]}}, finalists={"count": 0},
+                       constraints={"max_accuracy_drop": 1.0})  # fmt: skip
+        summary = run_study(ctx)
+    finally:
+        registry.unregister("faulty")
+    trials = optuna.load_study(study_name="s", storage=db).trials
+    faulty = [t for t in trials if t.user_attrs["config"]["engine"] == "faulty" and "repeat_of" not in t.user_attrs]
+    assert faulty[0].state.name == "COMPLETE" and faulty[0].number < 2  # the portfolio's look
+    assert faulty[1:] and all(t.state.name == "PRUNED" and "worse than onnxruntime/int8" in t.user_attrs["pruned_reason"]
+                              for t in faulty[1:])  # fmt: skip
+    ort = {TrialConfig.from_dict(t.user_attrs["config"]).key() for t in trials
+           if t.user_attrs["config"]["engine"] == "onnxruntime" and t.state.name == "COMPLETE"}  # fmt: skip
+    assert len(ort) >= 2  # the contender is refined (threads, execution mode)
+    assert "worse than onnxruntime/int8" in summary.deprioritized["faulty/int8"]
+    assert summary.stopped_by in ("search space", "no improvement")
+
+
+@pytest.mark.slow
+def test_finalists_halve_a_config_that_falls_wholly_behind(tmp_path):
+    registry.register("faulty", TARGET)
+    try:
+        db = f"sqlite:///{tmp_path / 'r.db'}"
+        ctx = make_ctx(tmp_path, db, engines=["onnxruntime", "faulty"], precisions=["int8"], trials=2,
+                       knobs={"faulty": {"fault": ["slow_int8"]}, "onnxruntime": {"execution_mode": ["ORT_SEQUENTIAL"]}},
+                       finalists={"count": 2, "rounds": 3, "min_samples": 64, "min_duration_s": 0.1},
+                       constraints={"max_accuracy_drop": 1.0})  # fmt: skip
+        summary = run_study(ctx)
+    finally:
+        registry.unregister("faulty")
+    by = {f.config.engine if not f.baseline else "baseline": f for f in summary.finalists}
+    assert len(by["faulty"].uids) == 1 and by["faulty"].statistic > 2.0  # one round: 2 ms behind, wholly
+    assert summary.winner is not None and summary.winner.config.engine == "onnxruntime"
+    assert len(summary.winner.uids) >= 1
+    if len(summary.winner.uids) < 3:
+        assert "fell wholly behind" in summary.confidence
+
+
+def test_after_the_portfolio_each_contender_is_measured_at_every_thread_count():
+    from autodeploy.search.memory import Memory
+    from autodeploy.search.portfolio import enqueue_neighbours
+    from autodeploy.search.space import EngineChoices, SearchSpace
+    from autodeploy.search.study import ranked
+
+    space = SearchSpace({"openvino": EngineChoices(("fp32", "int8"), {}), "onnxruntime": EngineChoices(("fp32",), {})},
+                        batches=(1,), threads=(1, 2, 4))  # fmt: skip
+    study = optuna.create_study(direction="minimize")
+    for trial in (_trial("openvino", "fp32", 4, 1.0), _trial("openvino", "int8", 4, 1.2), _trial("onnxruntime", "fp32", 4, 3.0)):
+        study.add_trial(trial)
+
+    def waiting():
+        return sorted((p["engine"], p[f"{p['engine']}.precision"], p["threads"])
+                      for p in (t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))))  # fmt: skip
+
+    enqueue_neighbours(study, space, Memory.of(study), ranked(study, "latency"))
+    # int8 is slower than fp32 on openvino, onnxruntime 3x behind: neither is refined
+    assert waiting() == [("openvino", "fp32", 1), ("openvino", "fp32", 2)]
+    enqueue_neighbours(study, space, Memory.of(study), ranked(study, "latency"))
+    assert len(waiting()) == 2  # nothing twice while they wait
+    for _ in range(2):  # asked and pruned (no config: nothing looked at)
+        study.tell(study.ask().number, state=optuna.trial.TrialState.PRUNED)
+    study.add_trial(_trial("openvino", "fp32", 1, 0.9))  # a new best: its own neighbours are looked at already
+    study.add_trial(_trial("openvino", "fp32", 2, 0.95))
+    enqueue_neighbours(study, space, Memory.of(study), ranked(study, "latency"))
+    assert waiting() == []

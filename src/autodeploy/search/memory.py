@@ -42,6 +42,8 @@ class Memory:
     * ``timing_s``: the measure workers' timing seconds (what a finalist run will cost).
     * ``looked``: the configs measured, failed or pruned: when it holds the whole space, asking
       more only brings repeats.
+    * ``behind``: ``engine/precision`` -> why it is not refined once every branch has had its look
+      (:func:`outsiders`: far behind the best branch at the same batch and threads).
     """
 
     dead: dict[str, str] = field(default_factory=dict)
@@ -52,6 +54,8 @@ class Memory:
     build_s: dict[str, float] = field(default_factory=dict)
     timing_s: list[float] = field(default_factory=list)
     looked: set[str] = field(default_factory=set)
+    behind: dict[str, str] = field(default_factory=dict)
+    minimize: bool = True
 
     @classmethod
     def of(cls, study: optuna.Study) -> Memory:
@@ -68,7 +72,9 @@ class Memory:
                 memory.looked.add(TrialConfig.from_dict(attrs["config"]).key())
             memory.learn(attrs)
         if len(study.directions) == 1:
-            memory.slower = slower_int8(trials, minimize=study.directions[0].name == "MINIMIZE")
+            memory.minimize = study.directions[0].name == "MINIMIZE"
+            memory.slower = slower_int8(trials, minimize=memory.minimize)
+            memory.behind = outsiders(trials, minimize=memory.minimize)
         return memory
 
     def learn(self, attrs: Mapping[str, Any]) -> None:
@@ -94,17 +100,55 @@ def accuracy_key(artifact: str, batch: int) -> str:
     return f"{artifact}/b{batch}"
 
 
-def slower_int8(trials: list[optuna.trial.FrozenTrial], *, minimize: bool) -> dict[str, str]:
-    """``engine/int8…`` -> reason, for each int8 branch whose best feasible value is worse than fp32's
-    on the same engine at every batch and thread count both were measured at (at least one)."""
+#: Once every engine × precision has had its look, a branch whose best screening value is this many
+#: times worse than the best branch's is not refined: other threads or knobs rarely buy that back,
+#: and the finalists' interleaved runs judge only contenders.
+CONTENDER_RATIO = 1.5
+
+
+def outsiders(trials: list[optuna.trial.FrozenTrial], *, minimize: bool, ratio: float = CONTENDER_RATIO) -> dict[str, str]:
+    """``engine/precision`` -> why it is not refined: at every batch and thread count it was measured at
+    (the portfolio measures each branch at the same one), another branch did more than ``ratio`` times better.
+
+    Branches are compared at the same settings only: a branch measured at all cores is not judged
+    against another's best thread count.
+    """
+    best = _best_per_setting(trials, minimize)
+    settings: dict[tuple[int, Any], dict[str, float]] = {}
+    for (engine, precision, batch, threads), value in best.items():
+        settings.setdefault((batch, threads), {})[f"{engine}/{precision}"] = value
+    verdicts: dict[str, list[str]] = {}  # branch -> one reason per setting ("" where it is a contender)
+    for (batch, threads), values in settings.items():
+        if len(values) < 2:
+            continue
+        lead = min(values, key=values.__getitem__) if minimize else max(values, key=values.__getitem__)
+        top = values[lead]
+        for branch, value in values.items():
+            factor = (value / top if minimize else top / value) if value > 0 and top > 0 else 1.0
+            where = f"b{batch}/t{'default' if threads is None else threads}"
+            verdicts.setdefault(branch, []).append(
+                f"screened {factor:.2f}x worse than {lead} at {where} ({value:.4g} against {top:.4g}); only "
+                f"branches within {ratio:g}x of the best are refined" if factor > ratio else "")  # fmt: skip
+    return {branch: reasons[0] for branch, reasons in verdicts.items() if all(reasons)}
+
+
+def _best_per_setting(trials: list[optuna.trial.FrozenTrial], minimize: bool) -> dict[tuple[str, str, int, Any], float]:
+    """(engine, precision, batch, threads) -> the best feasible value measured there."""
     best: dict[tuple[str, str, int, Any], float] = {}
+    better = min if minimize else max
     for t in trials:
         if t.state != _complete() or not t.constraints or not feasible(t.constraints):
             continue
         c = t.user_attrs["config"]
         key = (c["engine"], c["precision"], c["batch"], c["threads"])
-        better = min if minimize else max
         best[key] = better(best.get(key, t.values[0]), t.values[0])
+    return best
+
+
+def slower_int8(trials: list[optuna.trial.FrozenTrial], *, minimize: bool) -> dict[str, str]:
+    """``engine/int8…`` -> reason, for each int8 branch whose best feasible value is worse than fp32's
+    on the same engine at every batch and thread count both were measured at (at least one)."""
+    best = _best_per_setting(trials, minimize)
     out: dict[str, str] = {}
     for (engine, precision, batch, threads), value in best.items():
         if not precision.startswith("int8"):

@@ -32,6 +32,7 @@ from autodeploy.search.budget import SLOW_BUILD_GUESS_S, Budget, duration_text
 from autodeploy.search.config import StudyConfig
 from autodeploy.search.memory import Memory, accuracy_key
 from autodeploy.search.objective import DIRECTIONS, Metrics, values, violations
+from autodeploy.search.portfolio import enqueue_grid, enqueue_neighbours, enqueue_portfolio, unseen_branches
 from autodeploy.search.space import SearchSpace, build_space, suggest, unsupported_reason
 from autodeploy.verdict import feasible, pareto_front
 
@@ -43,6 +44,18 @@ if TYPE_CHECKING:
 
 BASELINE = TrialConfig("onnxruntime", "fp32", batch=1, threads=None)
 DEFAULT_TRIALS = 30
+#: Without --trials (or a time budget), screening stops once every engine × precision has had its look and this many
+#: measurements (or repeats the sampler asked for) in a row have not improved the best by IMPROVEMENT (the
+#: number of trials is then a cap, not a target).
+PATIENCE = 6
+IMPROVEMENT = 0.02
+#: Finalists whose statistic is within this fraction of the best's, with overlapping intervals, tie
+#: with it (and the cheaper one wins). Overlapping 95% intervals alone would tie configs far apart when
+#: one of them is noisy (all cores on a busy machine).
+TIE_TOLERANCE = 0.03
+#: After the finalists' first round a config leaves the rounds only when its interval lies this
+#: fraction beyond the leader's; after later rounds, when it lies wholly behind at all.
+FIRST_ROUND_MARGIN = 0.10
 # A running trial beats every HEARTBEAT_S; one silent for GRACE_S (its process was killed) is
 # failed by the next run or worker of the study (Optuna's fail_stale_trials).
 HEARTBEAT_S = 5
@@ -171,9 +184,9 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     else:  # a time budget without --trials: every config may get its look, the budget decides
         trials = space.size() if budget.seconds is not None else DEFAULT_TRIALS
     if cfg.sampler == "grid":
-        trials = min(cfg.trials if cfg.trials is not None else 10**9, _enqueue_grid(study, space))
+        trials = min(cfg.trials if cfg.trials is not None else 10**9, enqueue_grid(study, space))
     else:
-        _enqueue_portfolio(study, space)
+        enqueue_portfolio(study, space, ctx.device.isa)  # its first stage; the others as each is asked
     # --trials counts measurements: pruned configs and repeats cost nothing, so more may be asked
     # (the grid asks each of its points once).
     max_asks = trials if cfg.sampler == "grid" else trials + space.size()
@@ -181,7 +194,13 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     reporter.start(trials, space)
     measured, asked, stopped_by = 0, 0, "trials"
     memory = Memory.of(study)
+    # without --trials or a time budget, the search ends when refining stops paying off
+    patient = cfg.trials is None and budget.seconds is None and cfg.sampler != "grid" and len(DIRECTIONS[cfg.objective]) == 1
+    best, stale = _best_value(study, cfg.objective), 0  # measurements since the best last improved
     while measured < trials:
+        if patient and stale >= PATIENCE:
+            stopped_by = "no improvement"
+            break
         if asked >= max_asks or (asked and len(memory.looked) >= space.size()):
             stopped_by = "search space"
             break
@@ -193,6 +212,8 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
             break
         _fail_stale_trials(study)
         memory = Memory.of(study)  # read afresh: workers sharing the study learn from each other
+        if cfg.sampler != "grid" and not enqueue_portfolio(study, space, ctx.device.isa) and len(DIRECTIONS[cfg.objective]) == 1:
+            enqueue_neighbours(study, space, memory, ranked(study, cfg.objective))
         with warnings.catch_warnings():
             # "Heartbeat ... is supposed to be used with Study.optimize": _heartbeat beats for us.
             warnings.filterwarnings("ignore", "Heartbeat of storage")
@@ -214,9 +235,16 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
         if counted:
             measured += 1
             reporter.trial_done(measured, best_label(study, cfg.objective))
+            now = _best_value(study, cfg.objective)
+            if _improved(best, now, memory.minimize):
+                best, stale = now, 0
+            elif _refining(study, cfg, space):
+                stale += 1
+        elif "repeat_of" in trial.user_attrs and _refining(study, cfg, space):
+            stale += 1  # the sampler proposes what it has measured: it has nothing new to try
     if budget.left() <= 0:  # the last worker ran into the end of the budget
         stopped_by = "time budget"
-    summary = _finalize(ctx, study, reporter, Memory.of(study), budget)
+    summary = _finalize(ctx, study, reporter, Memory.of(study), budget, space)
     summary = replace(summary, reference_s=reference_s, wall_s=time.monotonic() - budget.started,
                       time_budget_s=budget.seconds, stopped_by=stopped_by)  # fmt: skip
     ctx.store.finish_study(ctx.name, winner_uid=summary.winner.uids[-1] if summary.winner and summary.winner.uids else None,
@@ -262,6 +290,30 @@ def _finalist_reserve(cfg: StudyConfig, memory: Memory, budget: Budget) -> float
     per_run = sum(memory.timing_s) / len(memory.timing_s) + max(0.0, f.min_duration_s - cfg.screening.min_duration_s)
     one_round = per_run * (f.count + 1)  # the finalists and the baseline
     return min(one_round * f.rounds, max(one_round, 0.3 * budget.seconds))
+
+
+def _best_value(study: optuna.Study, objective: str) -> float | None:
+    """The best feasible screening value so far (single objective), or ``None``."""
+    if len(DIRECTIONS[objective]) != 1:
+        return None
+    top = ranked(study, objective)
+    return top[0].values[0] if top else None
+
+
+def _improved(old: float | None, new: float | None, minimize: bool) -> bool:
+    """``new`` beats ``old`` by more than IMPROVEMENT (a first value always does)."""
+    if new is None:
+        return False
+    if old is None:
+        return True
+    return new < old * (1 - IMPROVEMENT) if minimize else new > old * (1 + IMPROVEMENT)
+
+
+def _refining(study: optuna.Study, cfg: StudyConfig, space: SearchSpace) -> bool:
+    """Every engine × precision has had its look (none waits, none is left): the sampler refines now."""
+    if cfg.sampler == "grid":
+        return False
+    return not study.get_trials(deepcopy=False, states=(_state().WAITING,)) and not unseen_branches(study, space)
 
 
 def _check_same_model_and_device(ctx: StudyContext) -> None:
@@ -375,38 +427,6 @@ def _sampler(cfg: StudyConfig, seed: int) -> optuna.samplers.BaseSampler:
         return optuna.samplers.RandomSampler(seed=seed)  # "random", and "grid" (grid points are enqueued)
 
 
-def _enqueue_grid(study: optuna.Study, space: SearchSpace) -> int:
-    """Enqueue every grid point the study has not run yet; return how many."""
-    seen = [t.params for t in study.get_trials(deepcopy=False)]
-    missing = [p for p in space.grid() if p not in seen]
-    for params in missing:
-        study.enqueue_trial(params, skip_if_exists=True)
-    return len(missing)
-
-
-def _enqueue_portfolio(study: optuna.Study, space: SearchSpace) -> None:
-    """Cover before exploiting: one default config per engine × precision is tried first, cheap
-    builds before slow ones (onnx2tf takes minutes; int8 builds calibrate, so every engine's other
-    precisions come before them), then the sampler refines batch, threads and knobs."""
-    seen = {(t.params.get("engine"), t.params.get(f"{t.params.get('engine')}.precision"))
-            for t in study.get_trials(deepcopy=False)
-            if not t.user_attrs.get("budget_timeout")}  # stopped by a time budget: a resume tries again  # fmt: skip
-    waiting = [t.system_attrs.get("fixed_params") for t in study.get_trials(deepcopy=False, states=(_state().WAITING,))]
-    order = list(space.engines)
-    branches = [(e, p) for e in order for p in space.engines[e].precisions]
-    branches.sort(key=lambda b: (registry.get(b[0]).slow_build, b[1].startswith("int8"), order.index(b[0])))
-    for engine, precision in branches:
-        choices = space.engines[engine]
-        if (engine, precision) in seen:
-            continue
-        params: dict[str, Any] = {"engine": engine, f"{engine}.precision": precision, "batch": space.batches[0]}
-        if choices.threads:
-            params["threads"] = max(space.threads)  # all cores: what an engine's default would use
-        params.update({f"{engine}.{knob}": values[0] for knob, values in choices.knobs.items()})
-        if params not in waiting:  # (Optuna's skip_if_exists would also skip a retry of a stopped trial)
-            study.enqueue_trial(params)
-
-
 def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: SearchSpace,
             reporter: Reporter, memory: Memory, budget: Budget) -> bool:  # fmt: skip
     """Tell the study about one suggested config; True when it cost a measurement (pruned and repeated configs don't)."""
@@ -416,7 +436,11 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
     artifact = _artifact_key(ctx, config)
     trial.set_user_attr("artifact_key", artifact)
     reason = next((r for c in ctx.shape_cases() if (r := unsupported_reason(config, ctx.device, c.model))), None)
-    reason = reason or memory.dead.get(artifact) or memory.slower.get(f"{config.engine}/{config.precision}")
+    branch = f"{config.engine}/{config.precision}"
+    reason = reason or memory.dead.get(artifact) or memory.slower.get(branch)
+    earlier = memory.seen.get(config.key())
+    if not reason and earlier is None and _refining(study, ctx.config, space):  # every branch had its look: refine only contenders
+        reason = memory.behind.get(branch)
     reason = reason or _cannot_fit(ctx, config)  # the memory plan: pruned before anything is built
     if not reason:
         reason = _unaffordable(ctx, config, artifact, memory, budget)
@@ -429,7 +453,6 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
         trial.set_user_attr("pruned_reason", reason)
         study.tell(trial, state=state.PRUNED)
         return False
-    earlier = memory.seen.get(config.key())
     if earlier is not None:  # TPE likes to repeat itself: answer from the first measurement
         trial.set_user_attr("repeat_of", earlier.number)
         trial.set_user_attr("uid", earlier.user_attrs.get("uid", ""))
@@ -678,14 +701,15 @@ def best_label(study: optuna.Study, objective: str) -> str | None:
 
 
 def _finalize(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: Memory,
-              budget: Budget) -> StudySummary:  # fmt: skip
+              budget: Budget, space: SearchSpace) -> StudySummary:  # fmt: skip
     counts: dict[str, int] = {}
     trials = study.get_trials(deepcopy=False)
     for t in trials:
         kind = "repeated" if "repeat_of" in t.user_attrs else t.state.name.lower()  # repeats cost nothing
         counts[kind] = counts.get(kind, 0) + 1
     skipped = list(dict.fromkeys(t.user_attrs["budget_skip"] for t in trials if t.user_attrs.get("budget_skip")))
-    learned = {"deprioritized": dict(memory.slower), "skipped": _first_per_branch(skipped)}
+    behind = memory.behind if _refining(study, ctx.config, space) else {}
+    learned = {"deprioritized": {**behind, **memory.slower}, "skipped": _first_per_branch(skipped)}
     runs: list[tuple[str, dict[str, float]]] = []  # this run's finalist workers: engine, wall seconds
     summary = _decide(ctx, study, reporter, memory, budget, counts, runs)
     return replace(summary, time_by_engine=_time_by_engine(trials, runs), **learned)
@@ -695,7 +719,7 @@ def _decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: 
             counts: dict[str, int], runs: list[tuple[str, dict[str, float]]]) -> StudySummary:  # fmt: skip
     """The finalists and the winner: re-measured interleaved when the objective and the time allow."""
     cfg = ctx.config
-    top = ranked(study, cfg.objective)[: max(cfg.finalists.count, 1)]
+    top = _contenders(ranked(study, cfg.objective), max(cfg.finalists.count, 1))
     if not top:
         return _best_so_far(study, cfg.objective, counts, ctx.name)
     remeasure = cfg.finalists.count > 0 and cfg.objective in ("latency", "throughput")
@@ -708,15 +732,30 @@ def _decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: 
     configs = [TrialConfig.from_dict(t.user_attrs["config"]) for t in top]
     baseline_ok = registry.get(BASELINE.engine).probe(ctx.device).available
     with_baseline = baseline_ok and BASELINE.key() not in {c.key() for c in configs}
-    finalists, rounds = _interleaved(ctx, [*configs, *([BASELINE] if with_baseline else [])], reporter,
+    finalists, rounds, settled = _interleaved(ctx, [*configs, *([BASELINE] if with_baseline else [])], reporter,
                                      with_baseline, memory, budget, runs)  # fmt: skip
     summary = _choose(ctx.name, cfg.objective, counts, finalists)
     confidence = f"re-measured interleaved: {rounds} of {cfg.finalists.rounds} rounds"
     if rounds < cfg.finalists.rounds:
-        confidence += " (the time budget ran out)"
+        confidence += " (every other finalist fell wholly behind)" if settled else " (the time budget ran out)"
     if summary.winner is not None:
         confidence += f", {summary.winner.n_samples} samples of the winner"
     return replace(summary, confidence=confidence)
+
+
+def _contenders(ranked_trials: list[optuna.trial.FrozenTrial], count: int) -> list[optuna.trial.FrozenTrial]:
+    """The finalists: the best config of each engine × precision first (the interleaved runs judge
+    branches against each other, and one lucky screening run must not crowd out the other branches),
+    then the next best configs; in screening order. The rounds drop those that fall wholly behind."""
+    firsts, seen = [], set()
+    for t in ranked_trials:
+        c = t.user_attrs["config"]
+        if (c["engine"], c["precision"]) not in seen:
+            seen.add((c["engine"], c["precision"]))
+            firsts.append(t)
+    rest = [t for t in ranked_trials if t not in firsts]
+    chosen = [*firsts, *rest][:count]
+    return sorted(chosen, key=ranked_trials.index)
 
 
 def _first_per_branch(reasons: list[str]) -> list[str]:
@@ -741,11 +780,14 @@ def _time_by_engine(trials: list[optuna.trial.FrozenTrial],
 
 
 def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Reporter, with_baseline: bool,
-                 memory: Memory, budget: Budget, runs: list[tuple[str, dict[str, float]]]) -> tuple[list[Finalist], int]:  # fmt: skip
+                 memory: Memory, budget: Budget, runs: list[tuple[str, dict[str, float]]]) -> tuple[list[Finalist], int, bool]:  # fmt: skip
     """A B C A B C …: every round runs each config once (at every shape), in a rotated order, so drift hits all alike.
 
-    Under a time budget a round starts only when the time left pays for one more (as long as the
-    rounds so far took); returns the finalists and the rounds run.
+    Successive halving on measurement length: after each round a config whose interval lies wholly
+    behind the leader's (it cannot win nor tie) runs no more rounds; its statistic stays that of
+    the rounds it ran. Under a time budget a round starts only when the time left pays for one more
+    (as long as the rounds so far took); returns the finalists, the rounds run and whether the
+    rounds ended early because one config was left.
     """
     f = ctx.config.finalists
     policy = TimingPolicy(min_samples=f.min_samples, min_duration_s=f.min_duration_s,
@@ -757,12 +799,27 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
     uids: list[list[str]] = [[] for _ in configs]
     failures: list[str | None] = [None for _ in configs]
     reporter.finalists(f.rounds * len(configs))
-    started, rounds = time.monotonic(), 0
+    started, rounds, settled = time.monotonic(), 0, False
+    active = list(range(len(configs)))
+
+    def statistic(i: int) -> tuple[float | None, tuple[float, float] | None, dict[str, tuple]]:
+        per_case = {c.key: _statistic(samples[i][c.key], configs[i].batch, ctx.config.objective) for c in cases}
+        if ctx.config.objective == "throughput":  # offline: one items/s per worker run (the mix's), the unit of statistics
+            return (*_throughput_statistic(rates[i]), per_case)
+        return (*_mix([(c.weight, *per_case[c.key]) for c in cases], ctx.config.objective), per_case)
+
     for r in range(f.rounds):
         if r > 0 and budget.left() < (time.monotonic() - started) / r:
             reporter.note(f"the time budget pays for {r} of {f.rounds} finalist rounds; the winner rests on those")
             break
-        for i in [(j + r) % len(configs) for j in range(len(configs))]:
+        if r > 0:
+            # after one round only a clear gap counts (drift between A and B is not yet averaged out)
+            margin = FIRST_ROUND_MARGIN if r == 1 else 0.0
+            active = _still_in([(i, *statistic(i)[:2]) for i in active], ctx.config.objective, margin)
+            if len(active) == 1:
+                settled = True
+                break  # one config left: every other interval lies wholly behind it
+        for i in [active[(j + r) % len(active)] for j in range(len(active))]:
             reporter.phase(f"finalists round {r + 1}/{f.rounds}: {configs[i].label()}")
             measured = _measure(long_ctx, configs[i], reporter, phase="finalist", memory=memory)
             runs.append((configs[i].engine, measured.wall_s))
@@ -776,16 +833,30 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
         rounds += 1
     out = []
     for i, config in enumerate(configs):
-        per_case = {c.key: _statistic(samples[i][c.key], config.batch, ctx.config.objective) for c in cases}
-        if ctx.config.objective == "throughput":  # offline: one items/s per worker run (the mix's), the unit of statistics
-            stat, ci = _throughput_statistic(rates[i])
-        else:
-            stat, ci = _mix([(c.weight, *per_case[c.key]) for c in cases], ctx.config.objective)
+        stat, ci, per_case = statistic(i)
         n = sum(len(v) for v in samples[i].values())
         is_baseline = with_baseline and i == len(configs) - 1
         per_shape = {k: v[0] for k, v in per_case.items()} if len(cases) > 1 else {}
         out.append(Finalist(config, config.label(), stat, ci, n, uids[i], is_baseline, failures[i], per_shape))
-    return out, rounds
+    return out, rounds, settled
+
+
+def _still_in(stats: list[tuple[int, float | None, tuple[float, float] | None]], objective: str,
+              margin: float = 0.0) -> list[int]:  # fmt: skip
+    """The configs (by index) that can still win or tie: those whose interval reaches the leader's
+    (widened by ``margin``, a fraction of the leader's bound).
+
+    A config without a statistic yet (it failed, or too few samples) stays only when nothing has
+    one; an interval of one point (one throughput run) decides nothing, so then all stay.
+    """
+    known = [(i, stat, ci) for i, stat, ci in stats if stat is not None and ci is not None]
+    if not known or any(ci[0] == ci[1] for _, _, ci in known):
+        return [i for i, _, _ in stats]
+    if objective == "throughput":
+        lead = max(known, key=lambda k: k[1])
+        return [i for i, _, ci in known if ci[1] >= lead[2][0] * (1 - margin)]
+    lead = min(known, key=lambda k: k[1])
+    return [i for i, _, ci in known if ci[0] <= lead[2][1] * (1 + margin)]
 
 
 def _mix(weighted: list[tuple[float, float | None, tuple[float, float] | None]],
@@ -834,7 +905,8 @@ def _statistic(
 
 
 def _choose(name: str, objective: str, counts: dict[str, int], finalists: list[Finalist]) -> StudySummary:
-    """Best statistic wins; finalists whose CI overlaps the best's are a tie, and the cheapest of the tie wins.
+    """Best statistic wins; finalists within TIE_TOLERANCE of it whose CI overlaps the best's are a tie,
+    and the cheapest of the tie wins.
 
     The baseline (ORT fp32 default) competes too: when nothing the search found beats it, it is the winner.
     """
@@ -850,7 +922,8 @@ def _choose(name: str, objective: str, counts: dict[str, int], finalists: list[F
         if higher_is_better
         else min(candidates, key=lambda f: f.statistic)
     )
-    tied = [f for f in candidates if f.ci[0] <= best.ci[1] and best.ci[0] <= f.ci[1]]
+    close = [f for f in candidates if abs(f.statistic - best.statistic) <= TIE_TOLERANCE * abs(best.statistic)]
+    tied = [f for f in close if f.ci[0] <= best.ci[1] and best.ci[0] <= f.ci[1]]
 
     def cost(f: Finalist) -> tuple[int, int]:
         # Fewer threads, then smaller batch; the engine's default thread count means "all cores".
