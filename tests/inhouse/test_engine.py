@@ -9,6 +9,7 @@ from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.data import synthetic
 from autodeploy.device import probe_device
+from autodeploy.errors import UnsupportedConfigError
 from autodeploy.inhouse.engine import REPORT_FILE
 from autodeploy.model import load_model
 from tests.models import mlp
@@ -73,3 +74,26 @@ def test_int8_calibrates_a_recurrent_model_on_its_own_batch_axis(tmp_path):
         out = runner.run({"input": calibration["input"][:2], "sr": np.array(16000, np.int64),
                           "state": np.moveaxis(calibration["state"][:2], 0, 1)})  # fmt: skip
     assert out["stateN"].shape == (2, 2, 128) and out["output"].shape == (2, 1)
+
+
+def test_float_precision_sets_openvinos_hint_for_the_float_remainder(model, tmp_path):
+    pytest.importorskip("openvino")
+    from autodeploy.inhouse.engine import float_precision
+
+    engine = registry.get("inhouse")
+    config = TrialConfig("inhouse", "int8", knobs={"runtime": "openvino", "float_precision": "f32"})
+    artifact = engine.build(model, config, synthetic(model, 64, seed=1).inputs, tmp_path / "a")
+    hint = lambda c: engine.runtime_settings(artifact, c, model)["properties"]["INFERENCE_PRECISION_HINT"]  # noqa: E731
+    assert hint(config) == "f32"
+    bf16 = TrialConfig("inhouse", "int8", knobs={"runtime": "openvino", "float_precision": "bf16"})
+    assert hint(bf16) == "bf16"
+    assert engine.requirements(artifact, bf16, probe_device().to_dict())["isa_any_of"]
+    assert engine.requirements(artifact, config, probe_device().to_dict()) == {}
+    auto = TrialConfig("inhouse", "int8", knobs={"runtime": "openvino"})
+    assert float_precision(auto, ()) == "f32", "no bf16 ISA: the remainder stays f32"
+    native = any(probe_device().has(f) for f in ("avx512_bf16", "amx_bf16"))
+    if native:  # auto picks bf16 where the CPU runs it natively
+        assert hint(auto) == "bf16"
+    else:  # and a CPU without it refuses an explicit bf16 with the reason
+        with pytest.raises(UnsupportedConfigError, match="float_precision"):
+            engine.check(probe_device(), model, bf16)

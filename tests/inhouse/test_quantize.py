@@ -310,3 +310,94 @@ def test_smoothquant_is_exact_in_float_and_helps_with_outlier_channels():
         return float(np.abs(_run(q, held_out) - want).mean() / np.abs(want).mean())
 
     assert error(0.5) < 0.7 * error(None)
+
+
+def _upsampling_head() -> onnx.ModelProto:
+    """Conv -> Relu -> ConvTranspose (x2) -> Sigmoid: the upsampling head of a DB text detector."""
+    rng = np.random.default_rng(5)
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N,4,8,8] x) => (float[N,1,16,16] y) {
+            a = Conv<pads = [1,1,1,1]>(x, w1, b1)
+            r = Relu(a)
+            t = ConvTranspose<strides = [2,2]>(r, w2, b2)
+            y = Sigmoid(t)
+        }""")
+    weights = {"w1": rng.standard_normal((8, 4, 3, 3)) * 0.3, "b1": rng.standard_normal(8) * 0.1,
+               "w2": rng.standard_normal((8, 1, 2, 2)) * 0.3, "b2": np.array([0.1])}  # fmt: skip
+    model.graph.initializer.extend(
+        onnx.numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in weights.items()
+    )
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_convtranspose_is_int8_on_openvino_only():
+    """NNCF quantizes ConvTranspose (OpenVINO's ConvolutionBackpropData has an int8 kernel); ONNX
+    Runtime's CPU provider has no QLinearConvTranspose, so its placement leaves it float."""
+    model = _upsampling_head()
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 4, 8, 8)).astype(np.float32)}
+    ov_q, _ = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
+    ort_q, _ = quantize(model, cal, QuantConfig(placement="onnxruntime", accuracy_budget=None))
+    producers = {o: n.op_type for n in ov_q.graph.node for o in n.output}
+    deconv = next(n for n in ov_q.graph.node if n.op_type == "ConvTranspose")
+    assert [producers.get(i) for i in deconv.input] == ["DequantizeLinear", "DequantizeLinear", None], (
+        "activation and weight read through DQ; the bias stays float (an OpenVINO post-op)"
+    )
+    weight_dq = [n for n in ov_q.graph.node if n.op_type == "DequantizeLinear" and "w2" in n.input[0]]
+    assert len(weight_dq) == 1 and onnx.helper.get_attribute_value(weight_dq[0].attribute[0]) == 1, (
+        "per output channel: axis 1 of [C_in, C_out, kH, kW]"
+    )
+    ort_deconv = next(n for n in ort_q.graph.node if n.op_type == "ConvTranspose")
+    assert ort_deconv.input[1] == "w2", "its weight stays float on ONNX Runtime"
+    a, b = _run(model, cal).ravel(), _run(ov_q, cal).ravel()
+    assert a @ b / np.linalg.norm(a) / np.linalg.norm(b) > 0.99
+
+
+def test_convtranspose_runs_int8_in_openvino():
+    ov = pytest.importorskip("openvino")
+    model = _upsampling_head()
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 4, 8, 8)).astype(np.float32)}
+    q, _ = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
+    core = ov.Core()
+    read = core.read_model(q.SerializeToString(), b"")
+    read.reshape({"x": [1, 4, 8, 8]})
+    compiled = core.compile_model(read, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    layers = {
+        op.get_friendly_name(): (op.get_rt_info()["layerType"].astype(str), op.get_rt_info()["runtimePrecision"].astype(str))
+        for op in compiled.get_runtime_model().get_ordered_ops()
+    }  # fmt: skip
+    deconv = [p for t, p in layers.values() if t == "Deconvolution"]
+    assert deconv and all(p in ("u8", "i8") for p in deconv), layers
+    got = compiled({"x": cal["x"][:1]})[0]
+    want = _run(model, {"x": cal["x"][:1]})
+    np.testing.assert_allclose(got, want, atol=0.05)
+
+
+@pytest.mark.parametrize("remainder", ["f32", "bf16"])
+def test_the_float_remainder_runs_in_the_hinted_precision_and_int8_stays_int8(tmp_path, remainder):
+    """The fallback's float Convs run in bf16 with OpenVINO's hint (the engine's ``float_precision``);
+    the quantized Convs stay u8/i8 either way."""
+    ov = pytest.importorskip("openvino")
+    from autodeploy.device import probe_device
+
+    if remainder == "bf16" and not any(probe_device().has(f) for f in ("avx512_bf16", "amx_bf16")):
+        pytest.skip("this CPU runs no bf16 natively")
+    model = _conv_head(tmp_path)
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 16, 16)).astype(np.float32)}
+    model = qdq.name_nodes(model)
+    the_plan = qdq.plan(model, "openvino")
+    ranges = calibrate.collect_ranges(model, the_plan.tensors, [cal])
+    kept = [n.name for n in model.graph.node if n.op_type == "Conv"][1:2]  # as the fallback keeps one
+    q = qdq.insert_qdq(model, the_plan, ranges, symmetric=False, keep_float=kept)
+    core = ov.Core()
+    read = core.read_model(q.SerializeToString(), b"")
+    read.reshape({"x": [1, 3, 16, 16]})
+    compiled = core.compile_model(read, "CPU", {"INFERENCE_PRECISION_HINT": remainder})
+    convs = [
+        op.get_rt_info()["runtimePrecision"].astype(str)
+        for op in compiled.get_runtime_model().get_ordered_ops()
+        if op.get_rt_info()["layerType"].astype(str) == "Convolution"
+    ]
+    assert any(p in ("u8", "i8") for p in convs), convs
+    floats = [p for p in convs if p not in ("u8", "i8")]
+    assert floats and set(floats) == {remainder}, convs

@@ -13,6 +13,13 @@ Build knobs:
   ``openvino`` (standard ops only; the QDQ model is read by OpenVINO's ONNX frontend). The
   int8 QDQ placement follows it (:func:`autodeploy.inhouse.quantize.qdq.plan`).
 
+Run-time knob ``float_precision`` (int8 on OpenVINO): what the layers the quantizer left float
+(the fallback's, and the ops with no int8 kernel) run in. ``auto`` (default) is ``bf16`` where
+the CPU runs bf16 natively (AVX512-BF16 or AMX) and OpenVINO reports it, else ``f32``; the
+int8 layers stay int8 either way (OpenVINO's ``INFERENCE_PRECISION_HINT`` only moves the float
+remainder). On ppocrv5-det, whose fallback keeps 21 of 95 nodes float, bf16 made the artifact
+1.25x faster at held-out cosine 0.9929 vs 0.9948 (loaded machine, interleaved rounds).
+
 Run-time knobs are ONNX Runtime's (``adapters/ort.py``); the artifact runs on the ``runtime``
 knob's engine runtime (:mod:`autodeploy.runtime`), with the settings that engine's adapter derives.
 The artifact is ``model.onnx`` plus ``inhouse.json``: what each pass did, the quantization
@@ -42,6 +49,8 @@ if TYPE_CHECKING:
     from autodeploy.model import ModelInfo
 
 REPORT_FILE = "inhouse.json"
+#: ``float_precision`` values: what the float remainder of an int8 artifact runs in on OpenVINO.
+FLOAT_PRECISIONS = ("auto", "f32", "bf16")
 #: The runtimes an in-house artifact can run on (the ``runtime`` knob); their versions join ours.
 RUNTIME_DISTS = ("onnxruntime", "openvino")
 CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
@@ -105,6 +114,7 @@ class InhouseEngine(Engine):
                 "runtime": runtimes,
                 "bias_correction": (False, True),
                 "smoothquant": (False, True),
+                "float_precision": FLOAT_PRECISIONS if _native_bf16(target) else ("auto", "f32"),
                 "inter_op_num_threads": (1, 2, 4),
                 "execution_mode": EXECUTION_MODES,
                 "graph_optimization_level": OPT_LEVELS,
@@ -159,8 +169,40 @@ class InhouseEngine(Engine):
             from autodeploy.adapters.openvino import runtime_settings
 
             # OpenVINO's ONNX frontend reads the QDQ model directly; its settings are OpenVINO's own.
-            return {**runtime_settings(config, model), "model_file": MODEL_FILE}
+            settings = {**runtime_settings(config, model), "model_file": MODEL_FILE}
+            if config.precision == "int8":
+                from autodeploy.device import probe_device
+
+                remainder = float_precision(config, probe_device().isa)
+                settings["properties"] = {**settings["properties"], "INFERENCE_PRECISION_HINT": remainder}
+            return settings
         return ort.session_settings(config)
+
+    def requirements(self, artifact: Artifact, config: TrialConfig, device: Mapping[str, Any]) -> dict[str, Any]:
+        if config.precision == "int8" and config.knobs.get("runtime") == "openvino":
+            if float_precision(config, device.get("isa", ())) == "bf16":
+                from autodeploy.adapters.openvino import BF16_ISA
+
+                return {"isa_any_of": list(BF16_ISA),
+                        "why": "the float layers of this int8 artifact run in bf16 on OpenVINO"}  # fmt: skip
+        return {}
+
+
+def float_precision(config: TrialConfig, isa: Any) -> str:
+    """``f32`` or ``bf16``: what the float remainder of an int8 artifact on OpenVINO runs in, on a CPU with ``isa``."""
+    chosen = str(config.knobs.get("float_precision", "auto"))
+    if chosen != "auto":
+        return chosen
+    from autodeploy.adapters.openvino import BF16_ISA, _capabilities
+
+    native = any(flag in tuple(isa) for flag in BF16_ISA)
+    return "bf16" if native and "BF16" in _capabilities() else "f32"
+
+
+def _native_bf16(target: DeviceInfo) -> bool:
+    from autodeploy.adapters.openvino import BF16_ISA
+
+    return importlib.util.find_spec("openvino") is not None and any(target.has(f) for f in BF16_ISA)
 
 
 def _quantize(

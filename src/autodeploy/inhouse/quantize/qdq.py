@@ -7,7 +7,8 @@ Which tensors are quantized (the layout ONNX Runtime's and OpenVINO's QDQ fusion
 
 * the float activation inputs and outputs of :data:`QUANT_OPS` nodes, once per tensor; every
   consumer reads the dequantized copy except nodes kept in float by the fallback;
-* weights of Conv/Gemm/MatMul: int8, symmetric, per output channel (or per tensor);
+* weights of Conv/Gemm/MatMul (and ConvTranspose for OpenVINO): int8, symmetric, per output
+  channel (or per tensor);
 * biases of Conv and Gemm: int32 with scale ``input_scale * weight_scale`` (zero point 0);
 * data-movement ops (:data:`SHARED_SCALE_OPS`) give their output the input's scale, so the
   runtime can run them on int8 unchanged;
@@ -27,10 +28,14 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 #: Ops whose inputs/outputs get QDQ. Weighted ops map to (weight input, bias input or None).
-WEIGHTED_OPS = {"Conv": (1, 2), "Gemm": (1, 2), "MatMul": (1, None)}
+#: ConvTranspose's bias stays float: OpenVINO adds it as a post-op of its int8 kernel.
+WEIGHTED_OPS = {"Conv": (1, 2), "Gemm": (1, 2), "MatMul": (1, None), "ConvTranspose": (1, None)}
+#: Weighted ops only OpenVINO runs in int8 (ConvolutionBackpropData, as NNCF quantizes it); ONNX
+#: Runtime's CPU provider has no QLinearConvTranspose, so QDQ there would only add rounding.
+OPENVINO_ONLY_OPS = frozenset({"ConvTranspose"})
 QUANT_OPS = frozenset(
     {
-        *WEIGHTED_OPS,
+        *(op for op in WEIGHTED_OPS if op not in OPENVINO_ONLY_OPS),
         "Add",
         "Mul",
         "Relu",
@@ -495,9 +500,12 @@ def _dequantize(
     )
 
 
-def _channel_axis(node: onnx.NodeProto, w: np.ndarray) -> int:
+def _channel_axis(node: onnx.NodeProto, w: np.ndarray) -> int | None:
     if node.op_type == "Conv":
         return 0
+    if node.op_type == "ConvTranspose":  # [C_in, C_out / group, kH, kW]: output channels on axis 1
+        group = next((a.i for a in node.attribute if a.name == "group"), 1)
+        return 1 if group == 1 else None  # grouped: axis 1 is not one output channel per scale
     if node.op_type == "Gemm":
         trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
         return 0 if trans_b else 1
