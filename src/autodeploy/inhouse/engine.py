@@ -13,12 +13,16 @@ Build knobs:
   ``openvino`` (standard ops only; the QDQ model is read by OpenVINO's ONNX frontend). The
   int8 QDQ placement follows it (:func:`autodeploy.inhouse.quantize.qdq.plan`).
 
-Run-time knob ``float_precision`` (int8 on OpenVINO): what the layers the quantizer left float
-(the fallback's, and the ops with no int8 kernel) run in. ``auto`` (default) is ``bf16`` where
-the CPU runs bf16 natively (AVX512-BF16 or AMX) and OpenVINO reports it, else ``f32``; the
-int8 layers stay int8 either way (OpenVINO's ``INFERENCE_PRECISION_HINT`` only moves the float
-remainder). On ppocrv5-det, whose fallback keeps 21 of 95 nodes float, bf16 made the artifact
-1.25x faster at held-out cosine 0.9929 vs 0.9948 (loaded machine, interleaved rounds).
+Build knob ``float_precision`` (int8 on OpenVINO): what the layers the quantizer leaves float
+(the fallback's, and the ops with no int8 kernel) run in: ``f32`` or ``bf16`` (OpenVINO's
+``INFERENCE_PRECISION_HINT``; int8 layers stay int8). With ``bf16`` the fallback judges each
+candidate on OpenVINO in bf16, so the layers it keeps are chosen under the error the artifact
+will have. ``auto`` (default) tries ``bf16`` where the CPU runs it natively (AVX512-BF16 or AMX)
+and OpenVINO reports it, and keeps ``f32`` when bf16 cannot meet the budget on the calibration
+data (ppocrv5-rec: bf16 remainder cosine 0.983 held out vs 0.998 in f32). The choice is recorded
+in the artifact (``meta["float_precision"]``) and applied when it is opened. On ppocrv5-det, whose
+fallback keeps about 20 of 75 nodes float, bf16 made the artifact about 1.2x faster (loaded
+machine, interleaved rounds; see ``benchmarks/inhouse_int8.py``).
 
 Run-time knobs are ONNX Runtime's (``adapters/ort.py``); the artifact runs on the ``runtime``
 knob's engine runtime (:mod:`autodeploy.runtime`), with the settings that engine's adapter derives.
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import replace
 import re
 from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
@@ -65,7 +70,7 @@ class InhouseEngine(Engine):
     name = "inhouse"
     extra = None  # onnxscript is a core dependency, and ONNX Runtime runs the result
     build_knobs = frozenset({"calibration", "activation_symmetric", "fallback", "reduce_range", "runtime",
-                             "bias_correction", "smoothquant"})  # fmt: skip
+                             "bias_correction", "smoothquant", "float_precision"})  # fmt: skip
     runtime = ort.rt.__name__  # or OpenVINO's, with the ``runtime`` knob (see runtime_module)
     build_packages = ("onnxscript",)
 
@@ -147,6 +152,7 @@ class InhouseEngine(Engine):
             optimized, quant = _quantize(optimized, config, calibration, model)
             report["quantization"] = quant
             meta.update(
+                float_precision=quant["float_precision"],
                 calibration=quant["calibration"],
                 reduce_range=quant["reduce_range"],
                 kept_float=len(quant["kept_float"]),
@@ -170,17 +176,15 @@ class InhouseEngine(Engine):
 
             # OpenVINO's ONNX frontend reads the QDQ model directly; its settings are OpenVINO's own.
             settings = {**runtime_settings(config, model), "model_file": MODEL_FILE}
-            if config.precision == "int8":
-                from autodeploy.device import probe_device
-
-                remainder = float_precision(config, probe_device().isa)
+            if config.precision == "int8":  # what the quantizer judged the float remainder in
+                remainder = str(artifact.meta.get("float_precision", "f32"))
                 settings["properties"] = {**settings["properties"], "INFERENCE_PRECISION_HINT": remainder}
             return settings
         return ort.session_settings(config)
 
     def requirements(self, artifact: Artifact, config: TrialConfig, device: Mapping[str, Any]) -> dict[str, Any]:
         if config.precision == "int8" and config.knobs.get("runtime") == "openvino":
-            if float_precision(config, device.get("isa", ())) == "bf16":
+            if artifact.meta.get("float_precision") == "bf16":
                 from autodeploy.adapters.openvino import BF16_ISA
 
                 return {"isa_any_of": list(BF16_ISA),
@@ -189,7 +193,9 @@ class InhouseEngine(Engine):
 
 
 def float_precision(config: TrialConfig, isa: Any) -> str:
-    """``f32`` or ``bf16``: what the float remainder of an int8 artifact on OpenVINO runs in, on a CPU with ``isa``."""
+    """``f32`` or ``bf16``: the float remainder to try first for an int8 artifact, on a CPU with ``isa``."""
+    if config.knobs.get("runtime", "onnxruntime") != "openvino":
+        return "f32"  # ONNX Runtime's CPU kernels have no bf16
     chosen = str(config.knobs.get("float_precision", "auto"))
     if chosen != "auto":
         return chosen
@@ -215,7 +221,14 @@ def _quantize(
     reduce_range = config.knobs.get("reduce_range", "auto")
     if reduce_range == "auto":
         reduce_range = _saturating_cpu()
+    from autodeploy.device import probe_device
+
+    remainder = float_precision(config, probe_device().isa)
+    auto = config.knobs.get("float_precision", "auto") == "auto"
+    if auto and not config.knobs.get("fallback", True):
+        remainder = "f32"  # nothing judges the accuracy: bf16 only where the user asks for it
     settings = QuantConfig(
+        float_precision=remainder,
         calibration=config.knobs.get("calibration", DEFAULT_CALIBRATION),
         activation_symmetric=bool(config.knobs.get("activation_symmetric", False)),
         reduce_range=bool(reduce_range),
@@ -227,6 +240,9 @@ def _quantize(
     )
     axes = {name: info.batch_axis(name) for name in info.input_names}
     quantized, report = quantize(model, calibration, settings, axes)
+    if auto and remainder == "bf16" and settings.accuracy_budget is not None and not report.budget_met:
+        # bf16 cannot hold the budget here: the f32 remainder may (the user asked for no precision)
+        quantized, report = quantize(model, calibration, replace(settings, float_precision="f32"), axes)
     return quantized, report.to_dict()
 
 

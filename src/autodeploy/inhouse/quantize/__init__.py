@@ -30,6 +30,7 @@ from autodeploy.inhouse.quantize import calibrate, qdq
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
 
 METHODS = calibrate.METHODS
+FLOAT_PRECISIONS = ("f32", "bf16")
 #: Calibration items used to rank layers; the budget itself is checked on all of them.
 SENSITIVITY_ITEMS = 32
 #: Up to this many quantized nodes, each is ranked by the model outputs' error when only it is
@@ -62,6 +63,9 @@ class QuantConfig:
         bias_correction: Subtract each Conv/Gemm's mean int8 output shift from its bias.
         smoothquant: SmoothQuant's alpha (e.g. 0.5): move activation outliers of LayerNorm -> MatMul
             into the weights (:mod:`.smooth`); ``None`` leaves the model as is.
+        float_precision: What the layers left float run in: ``f32``, or ``bf16`` (OpenVINO placement
+            only: its ``INFERENCE_PRECISION_HINT``). With ``bf16`` the budget is judged by running
+            each candidate on OpenVINO in bf16, so the fallback sees the error the artifact will have.
     """
 
     calibration: str = "minmax"
@@ -77,8 +81,13 @@ class QuantConfig:
     bias_correction: bool = False
     smoothquant: float | None = None
     budget_share: float = 0.5
+    float_precision: str = "f32"
 
     def __post_init__(self) -> None:
+        if self.float_precision not in FLOAT_PRECISIONS:
+            raise ValueError(f"float_precision must be one of {', '.join(FLOAT_PRECISIONS)}, got {self.float_precision!r}")
+        if self.float_precision == "bf16" and self.placement != "openvino":
+            raise ValueError("float_precision bf16 needs placement openvino (ONNX Runtime's CPU kernels have no bf16)")
         if self.placement not in qdq.PLACEMENTS:
             raise ValueError(f"placement must be one of {', '.join(qdq.PLACEMENTS)}, got {self.placement!r}")
         if self.calibration not in METHODS:
@@ -112,6 +121,7 @@ class QuantReport:
             "per_channel": self.config.per_channel,
             "reduce_range": self.config.reduce_range,
             "placement": self.config.placement,
+            "float_precision": self.config.float_precision,
             "bias_correction": self.config.bias_correction,
             "biases_corrected": self.biases_corrected,
             "smoothquant": self.config.smoothquant,
@@ -227,13 +237,15 @@ class _Judge:
     ) -> None:
         self.batches, self.config, self.calls = batches, config, 0
         self.reference = _run(model, batches)
+        # bf16 remainder: candidates run where (and as) the artifact will run; the reference stays FP32
+        self.run = _run_openvino_bf16 if config.float_precision == "bf16" else _run
 
     def __call__(self, candidate: onnx.ModelProto) -> tuple[bool, dict[str, float]]:
         from autodeploy.harness.accuracy import compare
         from autodeploy.verdict import accuracy_verdict
 
         self.calls += 1
-        outputs, reference = _run(candidate, self.batches), self.reference
+        outputs, reference = self.run(candidate, self.batches), self.reference
         budget = self.config.accuracy_budget if self.config.accuracy_budget is not None else 1.0
         # The evaluation data is not the calibration data: aim at a share of the budget here
         share = self.config.budget_share
@@ -503,6 +515,23 @@ def _batches(
     size = 1 if any(static(i) for i in model.graph.input if i.name in data) else max(1, batch)
     n = len(next(iter(data.values())))
     return [feeds(data, s, size, axes) for s in range(0, n, size)]
+
+
+def _run_openvino_bf16(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Like :func:`_run`, on OpenVINO's CPU plugin with its float layers in bf16 (int8 ones stay int8)."""
+    import openvino as ov
+
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(model.SerializeToString(), b""), "CPU",
+                                  {"INFERENCE_PRECISION_HINT": "bf16"})  # fmt: skip
+    names = [o.get_any_name() for o in compiled.outputs]
+    parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    request = compiled.create_infer_request()
+    for feeds in batches:
+        results = request.infer(feeds)
+        for name, port in zip(names, compiled.outputs, strict=True):
+            parts[name].append(np.array(results[port]))
+    return {n: np.concatenate(v) if v[0].ndim else np.stack(v) for n, v in parts.items()}
 
 
 def _run(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
