@@ -94,10 +94,13 @@ def test_float_precision_is_built_in_and_sets_openvinos_hint_for_the_float_remai
     artifact, config, hint, report = built("f32", float_precision="f32")
     assert hint == "f32" == artifact.meta["float_precision"] == report["float_precision"]
     assert engine.requirements(artifact, config, probe_device().to_dict()) == {}
-    _, _, hint, _ = built("off", fallback=False)
+    _, _, hint, _ = built("default")
+    assert hint == "f32", "the default remainder is f32"
+    _, _, hint, _ = built("off", fallback=False, float_precision="auto")
     assert hint == "f32", "auto without the fallback: nothing judges bf16, so the remainder stays f32"
-    auto = TrialConfig("inhouse", "int8", knobs={"runtime": "openvino"})
+    auto = TrialConfig("inhouse", "int8", knobs={"runtime": "openvino", "float_precision": "auto"})
     assert float_precision(auto, ()) == "f32", "no bf16 ISA: the remainder stays f32"
+    assert float_precision(auto, ("avx512_bf16",)) in ("bf16", "f32")
     assert float_precision(TrialConfig("inhouse", "int8"), ("avx512_bf16",)) == "f32", "ONNX Runtime: no bf16"
     native = any(probe_device().has(f) for f in ("avx512_bf16", "amx_bf16"))
     if not native:  # a CPU without bf16 refuses an explicit bf16 with the reason
@@ -109,5 +112,8 @@ def test_float_precision_is_built_in_and_sets_openvinos_hint_for_the_float_remai
     assert hint == "bf16" == artifact.meta["float_precision"] == report["float_precision"]
     assert engine.requirements(artifact, config, probe_device().to_dict())["isa_any_of"]
     assert engine.build_key(model, config, "v", "c") != engine.build_key(
-        model, TrialConfig("inhouse", "int8", knobs={"runtime": "openvino", "float_precision": "f32"}), "v", "c"
+        model,
+        TrialConfig("inhouse", "int8", knobs={"runtime": "openvino", "float_precision": "f32"}),
+        "v",
+        "c",
     )

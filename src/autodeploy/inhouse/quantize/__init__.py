@@ -85,9 +85,13 @@ class QuantConfig:
 
     def __post_init__(self) -> None:
         if self.float_precision not in FLOAT_PRECISIONS:
-            raise ValueError(f"float_precision must be one of {', '.join(FLOAT_PRECISIONS)}, got {self.float_precision!r}")
+            raise ValueError(
+                f"float_precision must be one of {', '.join(FLOAT_PRECISIONS)}, got {self.float_precision!r}"
+            )
         if self.float_precision == "bf16" and self.placement != "openvino":
-            raise ValueError("float_precision bf16 needs placement openvino (ONNX Runtime's CPU kernels have no bf16)")
+            raise ValueError(
+                "float_precision bf16 needs placement openvino (ONNX Runtime's CPU kernels have no bf16)"
+            )
         if self.placement not in qdq.PLACEMENTS:
             raise ValueError(f"placement must be one of {', '.join(qdq.PLACEMENTS)}, got {self.placement!r}")
         if self.calibration not in METHODS:
@@ -518,19 +522,27 @@ def _batches(
 
 
 def _run_openvino_bf16(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Like :func:`_run`, on OpenVINO's CPU plugin with its float layers in bf16 (int8 ones stay int8)."""
+    """Like :func:`_run`, on OpenVINO's CPU plugin with its float layers in bf16 (int8 ones stay int8).
+
+    Compiled at each batch's static shapes: with a dynamic batch dim OpenVINO 2026.4 returns a near-zero
+    map for the QDQ PP-OCRv5 det (cosine 0.22 vs 0.95 static), in f32 and bf16 alike.
+    """
     import openvino as ov
 
     core = ov.Core()
-    compiled = core.compile_model(core.read_model(model.SerializeToString(), b""), "CPU",
-                                  {"INFERENCE_PRECISION_HINT": "bf16"})  # fmt: skip
-    names = [o.get_any_name() for o in compiled.outputs]
-    parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
-    request = compiled.create_infer_request()
+    serialized = model.SerializeToString()
+    compiled: dict[tuple, Any] = {}
+    parts: dict[str, list[np.ndarray]] = {}
     for feeds in batches:
-        results = request.infer(feeds)
-        for name, port in zip(names, compiled.outputs, strict=True):
-            parts[name].append(np.array(results[port]))
+        key = tuple((k, v.shape) for k, v in sorted(feeds.items()))
+        if key not in compiled:
+            read = core.read_model(serialized, b"")
+            read.reshape({k: list(v.shape) for k, v in feeds.items()})
+            compiled[key] = core.compile_model(read, "CPU", {"INFERENCE_PRECISION_HINT": "bf16"})
+        net = compiled[key]
+        results = net.create_infer_request().infer(feeds)
+        for port in net.outputs:
+            parts.setdefault(port.get_any_name(), []).append(np.array(results[port]))
     return {n: np.concatenate(v) if v[0].ndim else np.stack(v) for n, v in parts.items()}
 
 
