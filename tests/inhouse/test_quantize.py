@@ -463,3 +463,29 @@ def test_a_bf16_remainder_is_judged_in_bf16_on_openvino(tmp_path):
     _, bf16 = quantize(model, cal, QuantConfig(**strict, float_precision="bf16"))
     assert f32.budget_met and not bf16.budget_met
     assert bf16.to_dict()["float_precision"] == "bf16"
+
+
+def test_the_openvino_placement_is_judged_on_openvino(tmp_path):
+    """The fallback's agreement is what OpenVINO computes for the candidate (its int8 kernels), not
+    ONNX Runtime's fake-quantized float run of the same QDQ graph."""
+    ov = pytest.importorskip("openvino")
+    model = _conv_head(tmp_path)
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 16, 16)).astype(np.float32)}
+    q, report = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
+    core = ov.Core()
+    read = core.read_model(q.SerializeToString(), b"")
+    read.reshape({"x": [8, 3, 16, 16]})  # the judge's batches: 8 items each
+    compiled = core.compile_model(read, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    got = np.concatenate([compiled({"x": cal["x"][i : i + 8]})[0] for i in (0, 8)]).ravel()
+    want = _run(model, cal).ravel()
+    cosine = got @ want / np.linalg.norm(got) / np.linalg.norm(want)
+    assert report.agreement_all_int8["y cosine"] == pytest.approx(cosine, abs=2e-6)
+    from autodeploy.inhouse.quantize import _Judge, _run, _run_openvino
+
+    batches = [{"x": cal["x"][:8]}]
+    for placement, precision, runner, hint in (("openvino", "bf16", _run_openvino, "bf16"),
+                                               ("openvino", "f32", _run_openvino, "f32"),
+                                               ("onnxruntime", "f32", _run, None)):  # fmt: skip
+        judge = _Judge(model, batches, QuantConfig(placement=placement, float_precision=precision))
+        assert getattr(judge.run, "func", judge.run) is runner
+        assert getattr(judge.run, "keywords", {}).get("hint") == hint
