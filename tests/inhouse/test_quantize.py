@@ -480,12 +480,12 @@ def test_the_openvino_placement_is_judged_on_openvino(tmp_path):
     want = _run(model, cal).ravel()
     cosine = got @ want / np.linalg.norm(got) / np.linalg.norm(want)
     assert report.agreement_all_int8["y cosine"] == pytest.approx(cosine, abs=2e-6)
-    from autodeploy.inhouse.quantize import _Judge, _run, _run_openvino
+    from autodeploy.inhouse import quantize as module
 
     batches = [{"x": cal["x"][:8]}]
-    for placement, precision, runner, hint in (("openvino", "bf16", _run_openvino, "bf16"),
-                                               ("openvino", "f32", _run_openvino, "f32"),
-                                               ("onnxruntime", "f32", _run, None)):  # fmt: skip
-        judge = _Judge(model, batches, QuantConfig(placement=placement, float_precision=precision))
+    for placement, precision, runner, hint in (("openvino", "bf16", module._run_openvino, "bf16"),
+                                               ("openvino", "f32", module._run_openvino, "f32"),
+                                               ("onnxruntime", "f32", module._run, None)):  # fmt: skip
+        judge = module._Judge(model, batches, QuantConfig(placement=placement, float_precision=precision))
         assert getattr(judge.run, "func", judge.run) is runner
         assert getattr(judge.run, "keywords", {}).get("hint") == hint
