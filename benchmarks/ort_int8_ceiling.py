@@ -90,7 +90,8 @@ def ceiling_lines(console, path: Path, info, calibration: dict, evaluation: dict
 
 def _bound(fp32: dict[str, float], int8: dict[str, float]) -> str:
     """Amdahl: the share of fp32 time in ops ORT has int8 kernels for, and the whole-model speed-up
-    if exactly those ran at the speed-up measured for them in the all-int8 model, the rest unchanged.
+    if exactly those ran at the speed-up measured for them in the all-int8 model, the rest unchanged
+    (an estimate: int8 removes fp32's NCHWc reorders and adds Q/DQ, so other ops move too).
     (In the all-int8 model "Conv" also counts: ORT runs a QDQ Conv it cannot fuse as float.)"""
     heavy = ("Conv", "FusedConv", "MatMul", "Gemm", "FusedMatMul")
     f = sum(v for op, v in fp32.items() if op in heavy) / (sum(fp32.values()) or 1.0)
@@ -106,9 +107,9 @@ def _bound(fp32: dict[str, float], int8: dict[str, float]) -> str:
     rest = 1 / 1.5 - (1.0 - f)  # the time left for the integer ops at 1.5x
     needed = f"{f / rest:.1f}x" if rest > 0 else "more than an infinite speed-up of them"
     return (f"{f:.0%} of ORT fp32 node time is in Conv/MatMul/Gemm; they ran {kernel:.2f}x faster as integer "
-            f"kernels in the all-int8 model; with every other op as fast as in fp32 (no Q/DQ cost) the model "
-            f"reaches at most {bound:.2f}x; 1.5x needs them {needed} faster, "
-            "or the other ops fused away")  # fmt: skip
+            f"kernels in the all-int8 model; with every other op as in fp32 the model would reach about {bound:.2f}x "
+            f"(an estimate, not a limit: int8 also drops fp32's layout reorders and adds Q/DQ); 1.5x needs "
+            f"them {needed} faster, or the other ops fused away")  # fmt: skip
 
 
 def _static_variants() -> list[tuple[str, dict]]:
