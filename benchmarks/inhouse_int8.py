@@ -9,7 +9,7 @@ than fp32 on its own runtime is flagged ``SLOWER than fp32``. The in-house int8 
 twice: its float layers in f32 (the default) and in bf16 (``float_precision=bf16``, where the CPU
 has it). After each model's table:
 
-* the ORT int8 ceiling, ORT's per-op-type profile and the Amdahl bound on any ORT int8
+* the ORT int8 ceiling, ORT's per-op-type profile and an Amdahl estimate of what ORT int8 can reach
   (``benchmarks/ort_int8_ceiling.py``; ``--no-ort-ceiling`` skips them);
 
 * the memory plan's prediction (weights + arena at the batch) vs the ORT fp32 worker's measured
