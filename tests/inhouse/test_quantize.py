@@ -489,3 +489,19 @@ def test_the_openvino_placement_is_judged_on_openvino(tmp_path):
         judge = module._Judge(model, batches, QuantConfig(placement=placement, float_precision=precision))
         assert getattr(judge.run, "func", judge.run) is runner
         assert getattr(judge.run, "keywords", {}).get("hint") == hint
+
+
+def test_layers_kept_float_run_on_their_own_bias_after_bias_correction(tmp_path):
+    """Bias correction offsets the int8 output shift; a layer the fallback keeps in float has none,
+    so it gets its original bias back: with every layer float the model is the FP32 one."""
+    model = _conv_head(tmp_path)
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 16, 16)).astype(np.float32)}
+    strict = QuantConfig(
+        placement="onnxruntime", min_cosine=0.9999999, max_float_fraction=1.0, bias_correction=True
+    )
+    q, report = quantize(model, cal, strict)
+    assert report.biases_corrected > 0
+    weighted = [n.name for n in qdq.name_nodes(model).graph.node if n.op_type == "Conv"]
+    if set(weighted) <= set(report.kept_float):  # every Conv float: exactly the FP32 convolutions
+        np.testing.assert_allclose(_run(q, cal), _run(model, cal), rtol=1e-3, atol=1e-3)
+    assert report.budget_met and report.agreement_final["y cosine"] >= 0.9999999

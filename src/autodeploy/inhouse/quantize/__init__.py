@@ -188,12 +188,13 @@ def quantize(
     )
     judge = _Judge(model, batches, config)
     corrected = 0
+    uncorrected = model
     if config.bias_correction and the_plan.weighted:
         model, corrected = _bias_correction(model, the_plan, ranges, config, batches)
 
     def build(keep_float: Sequence[str]) -> onnx.ModelProto:
         return qdq.insert_qdq(
-            model,
+            _original_biases(model, uncorrected, keep_float) if corrected else model,
             the_plan,
             ranges,
             symmetric=config.activation_symmetric,
@@ -391,6 +392,35 @@ def _bias_correction(
         changed += 1
     qdq.drop_unused_initializers(out.graph)
     return out, changed
+
+
+def _original_biases(
+    corrected: onnx.ModelProto, original: onnx.ModelProto, keep_float: Sequence[str]
+) -> onnx.ModelProto:
+    """``corrected`` with the layers kept in float back on their own biases: the correction offsets
+    the int8 output shift, which a float layer does not have."""
+    if not keep_float:
+        return corrected
+    out = onnx.ModelProto()
+    out.CopyFrom(corrected)
+    before = {n.name: n for n in original.graph.node}
+    initializers = {t.name: t for t in original.graph.initializer}
+    present = {t.name for t in out.graph.initializer}
+    for node in out.graph.node:
+        if node.name not in keep_float or node.name not in before or len(node.input) < 3:
+            continue
+        if not node.input[2].endswith("_bias_corrected"):
+            continue
+        old = before[node.name].input[2] if len(before[node.name].input) > 2 else ""
+        if not old:  # the correction added a bias the layer did not have
+            del node.input[2]
+            continue
+        node.input[2] = old
+        if old not in present and old in initializers:
+            out.graph.initializer.append(initializers[old])
+            present.add(old)
+    qdq.drop_unused_initializers(out.graph)
+    return out
 
 
 def _record(model: onnx.ModelProto, names: Sequence[str], batches: list) -> dict[str, np.ndarray]:
