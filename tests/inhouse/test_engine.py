@@ -9,6 +9,7 @@ from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.data import synthetic
 from autodeploy.device import probe_device
+from autodeploy.errors import UnsupportedConfigError
 from autodeploy.inhouse.engine import REPORT_FILE
 from autodeploy.model import load_model
 from tests.models import mlp
@@ -73,3 +74,46 @@ def test_int8_calibrates_a_recurrent_model_on_its_own_batch_axis(tmp_path):
         out = runner.run({"input": calibration["input"][:2], "sr": np.array(16000, np.int64),
                           "state": np.moveaxis(calibration["state"][:2], 0, 1)})  # fmt: skip
     assert out["stateN"].shape == (2, 2, 128) and out["output"].shape == (2, 1)
+
+
+def test_float_precision_is_built_in_and_sets_openvinos_hint_for_the_float_remainder(model, tmp_path):
+    pytest.importorskip("openvino")
+    from autodeploy.inhouse.engine import float_precision
+
+    engine = registry.get("inhouse")
+    data = synthetic(model, 64, seed=1).inputs
+
+    def built(name: str, **knobs):
+        config = TrialConfig("inhouse", "int8", knobs={"runtime": "openvino", **knobs})
+        engine.check(probe_device(), model, config)
+        artifact = engine.build(model, config, data, tmp_path / name)
+        hint = engine.runtime_settings(artifact, config, model)["properties"]["INFERENCE_PRECISION_HINT"]
+        report = json.loads((artifact.path / REPORT_FILE).read_text())["quantization"]
+        return artifact, config, hint, report
+
+    artifact, config, hint, report = built("f32", float_precision="f32")
+    assert hint == "f32" == artifact.meta["float_precision"] == report["float_precision"]
+    assert engine.requirements(artifact, config, probe_device().to_dict()) == {}
+    _, _, hint, _ = built("default")
+    assert hint == "f32", "the default remainder is f32"
+    _, _, hint, _ = built("off", fallback=False, float_precision="auto")
+    assert hint == "f32", "auto without the fallback: nothing judges bf16, so the remainder stays f32"
+    auto = TrialConfig("inhouse", "int8", knobs={"runtime": "openvino", "float_precision": "auto"})
+    assert float_precision(auto, ()) == "f32", "no bf16 ISA: the remainder stays f32"
+    assert float_precision(auto, ("avx512_bf16",)) in ("bf16", "f32")
+    assert float_precision(TrialConfig("inhouse", "int8"), ("avx512_bf16",)) == "f32", "ONNX Runtime: no bf16"
+    native = any(probe_device().has(f) for f in ("avx512_bf16", "amx_bf16"))
+    if not native:  # a CPU without bf16 refuses an explicit bf16 with the reason
+        bf16 = TrialConfig("inhouse", "int8", knobs={"runtime": "openvino", "float_precision": "bf16"})
+        with pytest.raises(UnsupportedConfigError, match="float_precision"):
+            engine.check(probe_device(), model, bf16)
+        return
+    artifact, config, hint, report = built("bf16", float_precision="bf16")
+    assert hint == "bf16" == artifact.meta["float_precision"] == report["float_precision"]
+    assert engine.requirements(artifact, config, probe_device().to_dict())["isa_any_of"]
+    assert engine.build_key(model, config, "v", "c") != engine.build_key(
+        model,
+        TrialConfig("inhouse", "int8", knobs={"runtime": "openvino", "float_precision": "f32"}),
+        "v",
+        "c",
+    )

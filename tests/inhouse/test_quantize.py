@@ -310,3 +310,198 @@ def test_smoothquant_is_exact_in_float_and_helps_with_outlier_channels():
         return float(np.abs(_run(q, held_out) - want).mean() / np.abs(want).mean())
 
     assert error(0.5) < 0.7 * error(None)
+
+
+def _upsampling_head() -> onnx.ModelProto:
+    """Conv -> Relu -> ConvTranspose (x2) -> Sigmoid: the upsampling head of a DB text detector."""
+    rng = np.random.default_rng(5)
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N,4,8,8] x) => (float[N,1,16,16] y) {
+            a = Conv<pads = [1,1,1,1]>(x, w1, b1)
+            r = Relu(a)
+            t = ConvTranspose<strides = [2,2]>(r, w2, b2)
+            y = Sigmoid(t)
+        }""")
+    weights = {"w1": rng.standard_normal((8, 4, 3, 3)) * 0.3, "b1": rng.standard_normal(8) * 0.1,
+               "w2": rng.standard_normal((8, 1, 2, 2)) * 0.3, "b2": np.array([0.1])}  # fmt: skip
+    model.graph.initializer.extend(
+        onnx.numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in weights.items()
+    )
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_convtranspose_is_int8_on_openvino_only():
+    """NNCF quantizes ConvTranspose (OpenVINO's ConvolutionBackpropData has an int8 kernel); ONNX
+    Runtime's CPU provider has no QLinearConvTranspose, so its placement leaves it float."""
+    model = _upsampling_head()
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 4, 8, 8)).astype(np.float32)}
+    ov_q, _ = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
+    ort_q, _ = quantize(model, cal, QuantConfig(placement="onnxruntime", accuracy_budget=None))
+    producers = {o: n.op_type for n in ov_q.graph.node for o in n.output}
+    deconv = next(n for n in ov_q.graph.node if n.op_type == "ConvTranspose")
+    assert [producers.get(i) for i in deconv.input] == ["DequantizeLinear", "DequantizeLinear", None], (
+        "activation and weight read through DQ; the bias stays float (an OpenVINO post-op)"
+    )
+    weight_dq = [n for n in ov_q.graph.node if n.op_type == "DequantizeLinear" and "w2" in n.input[0]]
+    assert len(weight_dq) == 1 and onnx.helper.get_attribute_value(weight_dq[0].attribute[0]) == 1, (
+        "per output channel: axis 1 of [C_in, C_out, kH, kW]"
+    )
+    ort_deconv = next(n for n in ort_q.graph.node if n.op_type == "ConvTranspose")
+    assert ort_deconv.input[1] == "w2", "its weight stays float on ONNX Runtime"
+    a, b = _run(model, cal).ravel(), _run(ov_q, cal).ravel()
+    assert a @ b / np.linalg.norm(a) / np.linalg.norm(b) > 0.99
+
+
+def test_convtranspose_runs_int8_in_openvino():
+    ov = pytest.importorskip("openvino")
+    model = _upsampling_head()
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 4, 8, 8)).astype(np.float32)}
+    q, _ = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
+    core = ov.Core()
+    read = core.read_model(q.SerializeToString(), b"")
+    read.reshape({"x": [1, 4, 8, 8]})
+    compiled = core.compile_model(read, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    layers = {
+        op.get_friendly_name(): (op.get_rt_info()["layerType"].astype(str), op.get_rt_info()["runtimePrecision"].astype(str))
+        for op in compiled.get_runtime_model().get_ordered_ops()
+    }  # fmt: skip
+    deconv = [p for t, p in layers.values() if t == "Deconvolution"]
+    assert deconv and all(p in ("u8", "i8") for p in deconv), layers
+    got = compiled({"x": cal["x"][:1]})[0]
+    want = _run(model, {"x": cal["x"][:1]})
+    np.testing.assert_allclose(got, want, atol=0.05)
+
+
+@pytest.mark.parametrize("remainder", ["f32", "bf16"])
+def test_the_float_remainder_runs_in_the_hinted_precision_and_int8_stays_int8(tmp_path, remainder):
+    """The fallback's float Convs run in bf16 with OpenVINO's hint (the engine's ``float_precision``);
+    the quantized Convs stay u8/i8 either way."""
+    ov = pytest.importorskip("openvino")
+    from autodeploy.device import probe_device
+
+    if remainder == "bf16" and not any(probe_device().has(f) for f in ("avx512_bf16", "amx_bf16")):
+        pytest.skip("this CPU runs no bf16 natively")
+    model = _conv_head(tmp_path)
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 16, 16)).astype(np.float32)}
+    model = qdq.name_nodes(model)
+    the_plan = qdq.plan(model, "openvino")
+    ranges = calibrate.collect_ranges(model, the_plan.tensors, [cal])
+    kept = [n.name for n in model.graph.node if n.op_type == "Conv"][1:2]  # as the fallback keeps one
+    q = qdq.insert_qdq(model, the_plan, ranges, symmetric=False, keep_float=kept)
+    core = ov.Core()
+    read = core.read_model(q.SerializeToString(), b"")
+    read.reshape({"x": [1, 3, 16, 16]})
+    compiled = core.compile_model(read, "CPU", {"INFERENCE_PRECISION_HINT": remainder})
+    convs = [
+        op.get_rt_info()["runtimePrecision"].astype(str)
+        for op in compiled.get_runtime_model().get_ordered_ops()
+        if op.get_rt_info()["layerType"].astype(str) == "Convolution"
+    ]
+    assert any(p in ("u8", "i8") for p in convs), convs
+    floats = [p for p in convs if p not in ("u8", "i8")]
+    assert floats and set(floats) == {remainder}, convs
+
+
+def _se_block() -> onnx.ModelProto:
+    """Conv -> SE block (GlobalAveragePool -> Conv -> Relu -> Conv -> HardSigmoid -> Mul) -> Conv -> SiLU."""
+    rng = np.random.default_rng(7)
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N,3,8,8] x) => (float[N,8,8,8] y) {
+            c = Conv<pads = [1,1,1,1]>(x, w1, b1)
+            p = GlobalAveragePool(c)
+            s1 = Conv(p, w2, b2)
+            r = Relu(s1)
+            s2 = Conv(r, w3, b3)
+            gate = HardSigmoid(s2)
+            e = Mul(c, gate)
+            d = Conv(e, w4, b4)
+            sd = Sigmoid(d)
+            y = Mul(d, sd)
+        }""")
+    weights = {"w1": rng.standard_normal((8, 3, 3, 3)) * 0.3, "b1": rng.standard_normal(8) * 0.1,
+               "w2": rng.standard_normal((2, 8, 1, 1)) * 0.3, "b2": rng.standard_normal(2) * 0.1,
+               "w3": rng.standard_normal((8, 2, 1, 1)) * 0.3, "b3": rng.standard_normal(8) * 0.1,
+               "w4": rng.standard_normal((8, 8, 1, 1)) * 0.3, "b4": rng.standard_normal(8) * 0.1}  # fmt: skip
+    model.graph.initializer.extend(
+        onnx.numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in weights.items()
+    )
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_se_gates_silu_and_the_se_pool_stay_float_on_openvino():
+    """NNCF's SE_BLOCK ignored pattern: OpenVINO runs the gate Mul, a SiLU and the SE block's pool in
+    float (fused); quantizing them only adds rounding and breaks the fusion. Every Conv stays int8."""
+    model = qdq.name_nodes(_se_block())
+    ops = {n.name: n.op_type for n in model.graph.node}
+    ov_plan, ort_plan = qdq.plan(model, "openvino"), qdq.plan(model, "onnxruntime")
+    assert sorted(ops[n] for n in ov_plan.nodes) == ["Conv"] * 4
+    assert "GlobalAveragePool" in {ops[n] for n in ort_plan.nodes}, "ONNX Runtime's QLinear pool stays"
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 8, 8)).astype(np.float32)}
+    q, _ = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
+    kinds = _qdq_inputs(q)
+    assert kinds["Mul"] == {"float"} and kinds["GlobalAveragePool"] == {"float"}
+    a, b = _run(model, cal).ravel(), _run(q, cal).ravel()
+    assert a @ b / np.linalg.norm(a) / np.linalg.norm(b) > 0.99
+
+
+def test_a_bf16_remainder_is_judged_in_bf16_on_openvino(tmp_path):
+    """The fallback's judge runs candidates where the artifact runs: a budget that a float remainder
+    in f32 meets, and bf16 cannot, is met with f32 and missed with bf16."""
+    pytest.importorskip("openvino")
+    from autodeploy.device import probe_device
+
+    if not any(probe_device().has(f) for f in ("avx512_bf16", "amx_bf16")):
+        pytest.skip("this CPU runs no bf16 natively")
+    with pytest.raises(ValueError, match="placement openvino"):
+        QuantConfig(float_precision="bf16")
+    model = _conv_head(tmp_path)
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 16, 16)).astype(np.float32)}
+    strict = dict(placement="openvino", min_cosine=0.99999, max_float_fraction=1.0)
+    _, f32 = quantize(model, cal, QuantConfig(**strict))
+    _, bf16 = quantize(model, cal, QuantConfig(**strict, float_precision="bf16"))
+    assert f32.budget_met and not bf16.budget_met
+    assert bf16.to_dict()["float_precision"] == "bf16"
+
+
+def test_the_openvino_placement_is_judged_on_openvino(tmp_path):
+    """The fallback's agreement is what OpenVINO computes for the candidate (its int8 kernels), not
+    ONNX Runtime's fake-quantized float run of the same QDQ graph."""
+    ov = pytest.importorskip("openvino")
+    model = _conv_head(tmp_path)
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 16, 16)).astype(np.float32)}
+    q, report = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
+    core = ov.Core()
+    read = core.read_model(q.SerializeToString(), b"")
+    read.reshape({"x": [8, 3, 16, 16]})  # the judge's batches: 8 items each
+    compiled = core.compile_model(read, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    got = np.concatenate([compiled({"x": cal["x"][i : i + 8]})[0] for i in (0, 8)]).ravel()
+    want = _run(model, cal).ravel()
+    cosine = got @ want / np.linalg.norm(got) / np.linalg.norm(want)
+    assert report.agreement_all_int8["y cosine"] == pytest.approx(cosine, abs=2e-6)
+    from autodeploy.inhouse import quantize as module
+
+    batches = [{"x": cal["x"][:8]}]
+    for placement, precision, runner, hint in (("openvino", "bf16", module._run_openvino, "bf16"),
+                                               ("openvino", "f32", module._run_openvino, "f32"),
+                                               ("onnxruntime", "f32", module._run, None)):  # fmt: skip
+        judge = module._Judge(model, batches, QuantConfig(placement=placement, float_precision=precision))
+        assert getattr(judge.run, "func", judge.run) is runner
+        assert getattr(judge.run, "keywords", {}).get("hint") == hint
+
+
+def test_layers_kept_float_run_on_their_own_bias_after_bias_correction(tmp_path):
+    """Bias correction offsets the int8 output shift; a layer the fallback keeps in float has none,
+    so it gets its original bias back: with every layer float the model is the FP32 one."""
+    model = _conv_head(tmp_path)
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 16, 16)).astype(np.float32)}
+    strict = QuantConfig(
+        placement="onnxruntime", min_cosine=0.9999999, max_float_fraction=1.0, bias_correction=True
+    )
+    q, report = quantize(model, cal, strict)
+    assert report.biases_corrected > 0
+    weighted = [n.name for n in qdq.name_nodes(model).graph.node if n.op_type == "Conv"]
+    if set(weighted) <= set(report.kept_float):  # every Conv float: exactly the FP32 convolutions
+        np.testing.assert_allclose(_run(q, cal), _run(model, cal), rtol=1e-3, atol=1e-3)
+    assert report.budget_met and report.agreement_final["y cosine"] >= 0.9999999

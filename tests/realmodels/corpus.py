@@ -122,13 +122,14 @@ MODELS = (
               {"input1": (1, 1, 64, 128)}, lambda p, n: {"input1": gray(crops(p, n, 64, 128))}),
 )  # fmt: skip
 
-#: Each engine's cheapest reduced precision (and the knobs that keep it cheap): no calibration
-#: where the engine has such a precision, else one calibration pass without accuracy fallback.
+#: Each engine's cheapest reduced precision, with the knobs a user gets by default: no calibration
+#: where the engine has such a precision, else int8 (the in-house one with its accuracy-aware
+#: fallback on, as ``autodeploy tune`` builds it).
 CHEAPEST = {
     "onnxruntime": ("int8", {}),  # ORT's own choice: static QDQ for conv nets, dynamic for transformers
     "openvino": ("bf16", {}),  # int8 where the CPU has no bf16 (picked from the engine's space)
     "tflite": ("fp16", {}),
     "tensorrt": ("fp16", {}),
-    "inhouse": ("int8", {"fallback": False}),
+    "inhouse": ("int8", {}),  # the default: fallback until the accuracy budget holds
 }
 FALLBACK = ("int8", {})

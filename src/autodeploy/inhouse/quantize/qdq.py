@@ -7,7 +7,8 @@ Which tensors are quantized (the layout ONNX Runtime's and OpenVINO's QDQ fusion
 
 * the float activation inputs and outputs of :data:`QUANT_OPS` nodes, once per tensor; every
   consumer reads the dequantized copy except nodes kept in float by the fallback;
-* weights of Conv/Gemm/MatMul: int8, symmetric, per output channel (or per tensor);
+* weights of Conv/Gemm/MatMul (and ConvTranspose for OpenVINO): int8, symmetric, per output
+  channel (or per tensor);
 * biases of Conv and Gemm: int32 with scale ``input_scale * weight_scale`` (zero point 0);
 * data-movement ops (:data:`SHARED_SCALE_OPS`) give their output the input's scale, so the
   runtime can run them on int8 unchanged;
@@ -27,10 +28,14 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 #: Ops whose inputs/outputs get QDQ. Weighted ops map to (weight input, bias input or None).
-WEIGHTED_OPS = {"Conv": (1, 2), "Gemm": (1, 2), "MatMul": (1, None)}
+#: ConvTranspose's bias stays float: OpenVINO adds it as a post-op of its int8 kernel.
+WEIGHTED_OPS = {"Conv": (1, 2), "Gemm": (1, 2), "MatMul": (1, None), "ConvTranspose": (1, None)}
+#: Weighted ops only OpenVINO runs in int8 (ConvolutionBackpropData, as NNCF quantizes it); ONNX
+#: Runtime's CPU provider has no QLinearConvTranspose, so QDQ there would only add rounding.
+OPENVINO_ONLY_OPS = frozenset({"ConvTranspose"})
 QUANT_OPS = frozenset(
     {
-        *WEIGHTED_OPS,
+        *(op for op in WEIGHTED_OPS if op not in OPENVINO_ONLY_OPS),
         "Add",
         "Mul",
         "Relu",
@@ -53,6 +58,12 @@ BINARY_OPS = frozenset({"Add", "Mul"})
 #: kernels only; activations, bias/scale ops and data movement after them stay inside the fused
 #: float post-ops of the producing Conv, so their outputs are never quantized.
 OPENVINO_INPUT_OPS = frozenset({*WEIGHTED_OPS, *BINARY_OPS, "AveragePool", "GlobalAveragePool"})
+#: Gate activations: a Mul of an activation by one of these is an SE block's channel gate or a
+#: SiLU/Swish (``x * sigmoid(x)``), which OpenVINO fuses into one float op; NNCF's SE_BLOCK ignored
+#: pattern leaves them (and the SE block's pool) unquantized on OpenVINO.
+GATE_OPS = frozenset({"Sigmoid", "HardSigmoid"})
+#: How far back from a gate the SE block's global pool is looked for (pool -> Conv -> act -> Conv -> gate).
+SE_DEPTH = 8
 PLACEMENTS = ("onnxruntime", "openvino")
 SHARED_SCALE_OPS = frozenset({"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze"})
 INT8_MIN, INT8_MAX = -128, 127
@@ -144,8 +155,11 @@ def plan(model: onnx.ModelProto, placement: str = "onnxruntime") -> Plan:
     floats = _float_tensors(model)
     outputs = {o.name for o in graph.output}
     ops = QUANT_OPS if placement == "onnxruntime" else OPENVINO_INPUT_OPS
+    gated = _gated(graph, consts) if placement == "openvino" else set()
     nodes = [
-        n for n in graph.node if n.op_type in ops and n.domain in ("", "ai.onnx") and _int8_node(n, consts)
+        n
+        for n in graph.node
+        if n.op_type in ops and n.domain in ("", "ai.onnx") and _int8_node(n, consts) and n.name not in gated
     ]
     tensors: list[str] = []
     for node in nodes:
@@ -183,6 +197,30 @@ def why_float(model: onnx.ModelProto, placement: str = "onnxruntime") -> dict[st
         else:
             reasons[node.op_type] = "its activations are graph outputs, which stay float"
     return reasons
+
+
+def _gated(graph: onnx.GraphProto, consts: Mapping[str, np.ndarray]) -> set[str]:
+    """Names of the gate Muls (activation x Sigmoid/HardSigmoid) and of the SE blocks' global pools
+    that feed their gates: on OpenVINO they stay float, as NNCF leaves them (see :data:`GATE_OPS`)."""
+    producer = {o: n for n in graph.node for o in n.output}
+    out: set[str] = set()
+    for node in graph.node:
+        if node.op_type != "Mul" or not _int8_node(node, consts):
+            continue
+        gates = [producer[i] for i in node.input if i in producer and producer[i].op_type in GATE_OPS]
+        if not gates:
+            continue
+        out.add(node.name)
+        current = gates[0]
+        for _ in range(SE_DEPTH):  # back along the gate's first activation input to the pool
+            ins = [i for i in current.input if i and i not in consts and i in producer]
+            if not ins:
+                break
+            current = producer[ins[0]]
+            if current.op_type in ("GlobalAveragePool", "ReduceMean"):
+                out.add(current.name)
+                break
+    return out
 
 
 def _int8_node(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> bool:
@@ -495,9 +533,12 @@ def _dequantize(
     )
 
 
-def _channel_axis(node: onnx.NodeProto, w: np.ndarray) -> int:
+def _channel_axis(node: onnx.NodeProto, w: np.ndarray) -> int | None:
     if node.op_type == "Conv":
         return 0
+    if node.op_type == "ConvTranspose":  # [C_in, C_out / group, kH, kW]: output channels on axis 1
+        group = next((a.i for a in node.attribute if a.name == "group"), 1)
+        return 1 if group == 1 else None  # grouped: axis 1 is not one output channel per scale
     if node.op_type == "Gemm":
         trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
         return 0 if trans_b else 1
