@@ -163,8 +163,8 @@ def _quantize(model: ModelInfo, method: str, calibration: Mapping[str, np.ndarra
                 quant_format=QuantFormat.QDQ,
                 per_channel=True,
                 # u8 activations x s8 weights: the pair x86's integer dot products take (VNNI's
-                # VPDPBUSD, AVX2's VPMADDUBSW). s8 x s8, ORT's default, measured 0.26-0.77x ORT fp32
-                # on an AVX-512 VNNI EPYC against 0.83-1.47x for u8 x s8 (benchmarks/ort_int8_ceiling.py).
+                # VPDPBUSD, AVX2's VPMADDUBSW). s8 x s8, ORT's default, measured 0.27-0.84x ORT fp32
+                # on an AVX-512 VNNI EPYC against 0.92-1.43x for u8 x s8 (benchmarks/ort_int8_ceiling.py).
                 activation_type=QuantType.QUInt8,
                 weight_type=QuantType.QInt8,
                 reduce_range=reduce_range,
