@@ -104,3 +104,20 @@ def test_ctrl_c_says_what_was_kept_and_how_to_resume(env, capsys, monkeypatch): 
 def test_the_resume_command_is_the_typed_one_plus_resume_and_name(monkeypatch, argv, expected):
     monkeypatch.setattr(sys, "argv", argv)
     assert tune.resume_command("s") == expected
+
+
+@pytest.mark.parametrize("objective", ["latency", "throughput"])
+def test_the_finalists_table_lists_the_winner_then_the_others_best_first(env, capsys, monkeypatch, objective):  # noqa: F811
+    """Finalists come in screening order; the table shows them as re-measured, so the runner-up is the second row."""
+    better, worse = (0.50, 0.90) if objective == "latency" else (900.0, 500.0)
+    screened_first = _finalist("openvino/fp32/b1/t1", worse, (worse, worse))
+    winner = _finalist("openvino/bf16/b1/t1", better / 2 if objective == "latency" else better * 2, (0.1, 0.2))
+    runner_up = _finalist("onnxruntime/fp32/b1/t1", better, (better, better))
+    summary = StudySummary(
+        "s", objective, {"complete": 3}, [screened_first, runner_up, winner], winner, speedup_vs_baseline=None
+    )
+    monkeypatch.setattr(tune.api, "tune", _fake_tune(summary))
+    code, out, err = run(capsys, "tune", "m.onnx", "--name", "s")
+    assert code == 0, err
+    rows = [line for line in out.splitlines() if "/b1/t1" in line and "│" in line]
+    assert [r.split("│")[1].strip() for r in rows] == [winner.label, runner_up.label, screened_first.label]

@@ -42,11 +42,12 @@ from autodeploy.cli._common import (
 from autodeploy.errors import AutodeployError, UsageError
 from autodeploy.search import config as study_config
 from autodeploy.search.config import EXAMPLES
+from autodeploy.search.objective import DIRECTIONS
 from autodeploy.shapes import ShapeSet, parse_flags
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 if TYPE_CHECKING:
-    from autodeploy.search.study import StudySummary
+    from autodeploy.search.study import Finalist, StudySummary
 
 Many = list[str] | None
 
@@ -308,6 +309,17 @@ def resume_command(name: str) -> str:
     return shlex.join(argv)
 
 
+def _best_first(summary: StudySummary) -> list[Finalist]:
+    """The finalists as ranked: the winner, then by their re-measured value, failures and unmeasured last."""
+    sign = -1 if DIRECTIONS.get(summary.objective, ["minimize"])[0] == "maximize" else 1
+    winner = summary.winner.label if summary.winner is not None else None
+
+    def rank(f: Finalist) -> tuple[bool, bool, bool, float]:
+        return (f.label != winner, bool(f.failure), f.statistic is None, sign * (f.statistic or 0.0))
+
+    return sorted(summary.finalists, key=rank)
+
+
 def _print_summary(summary: StudySummary, study_name: str) -> None:
     counts = ", ".join(f"{v} {k}" for k, v in sorted(summary.trials.items()))
     out.print(f"study [bold]{shown(study_name)}[/] ({summary.objective}): {counts}")
@@ -323,7 +335,7 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
         from autodeploy.report import runner_up  # the record the dashboard's winners page reads
 
         second = runner_up(summary.to_dict())
-        for f in summary.finalists:
+        for f in _best_first(summary):
             note = "baseline (ORT fp32 default)" if f.baseline else ""
             if summary.winner is not None and f.label == summary.winner.label:
                 note = "[green]winner[/]" + (" (baseline: ORT fp32 default)" if f.baseline else "")
