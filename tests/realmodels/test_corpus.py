@@ -79,7 +79,7 @@ def _precision(engine: str, reduced: bool, model: ModelInfo) -> tuple[str, dict]
 def test_real_model_on_engine(real, engine, reduced, photos, corpus_dir):
     prepared = _prepare(real, photos, corpus_dir)
     precision, knobs = _precision(engine, reduced, prepared.model)
-    config = TrialConfig(engine, precision, batch=1, threads=2, knobs=knobs)
+    config = TrialConfig(engine, precision, batch=1, threads=1, knobs=knobs)
     row = {"model": real.name, "engine": engine, "precision": precision}
     reason = unsupported_reason(config, probe_device(), prepared.model)
     if reason is None:
