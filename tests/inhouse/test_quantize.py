@@ -12,8 +12,12 @@ from autodeploy.inhouse.quantize import QuantConfig, calibrate, qdq, quantize
 from tests.models import mlp
 
 
-def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], fused: bool = True) -> np.ndarray:
+    """The first output under ORT; ``fused=False`` runs QDQ as fake quantization (no QLinear fusion)."""
+    options = ort.SessionOptions()
+    if not fused:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(
         None, feeds
     )[0]
 
@@ -505,3 +509,73 @@ def test_layers_kept_float_run_on_their_own_bias_after_bias_correction(tmp_path)
     if set(weighted) <= set(report.kept_float):  # every Conv float: exactly the FP32 convolutions
         np.testing.assert_allclose(_run(q, cal), _run(model, cal), rtol=1e-3, atol=1e-3)
     assert report.budget_met and report.agreement_final["y cosine"] >= 0.9999999
+
+
+def _depthwise_block(shared: bool = False) -> onnx.ModelProto:
+    """Conv -> depthwise Conv (-> graph output), whose input's channels span 1000x: channel 0 of the
+    first Conv's output is scaled up (a depthwise input of ppocrv5-det reaches 443). With ``shared``
+    a 1x1 Conv reads the same tensor too."""
+    rng = np.random.default_rng(7)
+    extra = "z = Conv(a, w3)" if shared else ""
+    outputs = "float[N,4,8,8] y, float[N,2,8,8] z" if shared else "float[N,4,8,8] y"
+    model = onnx.parser.parse_model(f"""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N,3,8,8] x) => ({outputs}) {{
+            a = Conv<pads = [1,1,1,1]>(x, w1, b1)
+            y = Conv<group = 4, pads = [1,1,1,1]>(a, w2, b2)
+            {extra}
+        }}""")
+    w1 = rng.standard_normal((4, 3, 3, 3)) * 0.3
+    w1[0] *= 1000.0
+    weights = {"w1": w1, "b1": np.zeros(4), "w2": rng.standard_normal((4, 1, 3, 3)) * 0.3,
+               "b2": rng.standard_normal(4) * 0.1, "w3": rng.standard_normal((2, 4, 1, 1))}  # fmt: skip
+    model.graph.initializer.extend(
+        onnx.numpy_helper.from_array(np.asarray(v, np.float32), k)
+        for k, v in weights.items()
+        if shared or k != "w3"
+    )
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_a_depthwise_input_is_quantized_per_channel_on_openvino():
+    """NNCF's per-channel activation quantizer for depthwise convolutions on OpenVINO's CPU plugin:
+    one scale (and zero point) per channel of the depthwise input. Per tensor, channel 0's range
+    rounds the small channels to a few levels; per channel they stay close to FP32."""
+    model = qdq.name_nodes(_depthwise_block())
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 8, 8)).astype(np.float32)}
+    assert qdq.plan(model, "openvino").per_channel == ("a",)
+    assert qdq.plan(model, "onnxruntime").per_channel == (), "QLinearConv takes one input scale"
+    assert qdq.plan(qdq.name_nodes(_depthwise_block(shared=True)), "openvino").per_channel == (), (
+        "a tensor a regular Conv also reads keeps one scale"
+    )
+    q, _ = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
+    a_q = next(n for n in q.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "a")
+    scale = onnx.numpy_helper.to_array(next(t for t in q.graph.initializer if t.name == a_q.input[1]))
+    assert scale.shape == (4,) and {x.name: x.i for x in a_q.attribute} == {"axis": 1}
+    assert scale[0] > 100 * scale[1:].max(), "channel 0 has its own, much larger, scale"
+    want = _run(model, cal)
+    per_tensor, _ = quantize(model, cal, QuantConfig(placement="onnxruntime", accuracy_budget=None))
+    error = {
+        label: np.abs(_run(m, cal, fused=False)[:, 1:] - want[:, 1:]).mean() / np.abs(want[:, 1:]).mean()
+        for label, m in (("per channel", q), ("per tensor", per_tensor))
+    }
+    assert error["per channel"] < 0.02 < error["per tensor"], error
+
+
+def test_a_per_channel_depthwise_input_runs_int8_in_openvino():
+    ov = pytest.importorskip("openvino")
+    model = qdq.name_nodes(_depthwise_block())
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 8, 8)).astype(np.float32)}
+    q, _ = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
+    read = ov.Core().read_model(q.SerializeToString(), b"")
+    read.reshape({"x": [16, 3, 8, 8]})
+    compiled = ov.Core().compile_model(read, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    kinds = [
+        (op.get_rt_info()["layerType"].astype(str), op.get_rt_info()["runtimePrecision"].astype(str))
+        for op in compiled.get_runtime_model().get_ordered_ops()
+    ]
+    convolutions = [p for t, p in kinds if t == "Convolution"]
+    assert convolutions == ["u8", "u8"], f"the first Conv and the depthwise one run on u8 inputs: {kinds}"
+    got, want = compiled(cal)[0], _run(model, cal)
+    error = np.abs(got[:, 1:] - want[:, 1:]).mean() / np.abs(want[:, 1:]).mean()
+    assert error < 0.02, error

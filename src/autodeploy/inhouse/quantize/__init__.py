@@ -185,6 +185,7 @@ def quantize(
         method=config.calibration,
         percentile=config.percentile,
         symmetric=config.activation_symmetric,
+        per_channel=the_plan.per_channel,
     )
     judge = _Judge(model, batches, config)
     corrected = 0
@@ -592,6 +593,10 @@ def _run(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]]) -> dict[s
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    if any(n.op_type == "QuantizeLinear" and n.attribute for n in model.graph.node):
+        # A per-channel activation quantizer (the OpenVINO placement's depthwise inputs) is not a
+        # QLinear kernel's input: ORT's QDQ fusion would fail on it, so it runs as fake quantization.
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     parts: dict[str, list[np.ndarray]] = {n: [] for n in names}

@@ -15,7 +15,9 @@ Which tensors are quantized (the layout ONNX Runtime's and OpenVINO's QDQ fusion
 * with asymmetric activations, a ``Relu`` or ``Clip(0, hi)`` right after a quantized node is
   folded into that node's output quantization (its zero point is the uint8 minimum, so the
   saturating QuantizeLinear is the activation) - what ORT's quantizer does too;
-* graph outputs stay float.
+* graph outputs stay float;
+* OpenVINO placement: a tensor read only by depthwise convolutions is quantized per channel
+  (axis 1), as NNCF does for OpenVINO's CPU plugin; its consumers' biases then stay float.
 """
 
 from __future__ import annotations
@@ -76,27 +78,33 @@ REDUCED_WEIGHT_MAX = 63
 
 @dataclass(frozen=True)
 class QParams:
-    scale: float
-    zero_point: int
+    scale: float | np.ndarray  # an array: one per channel on axis 1
+    zero_point: int | np.ndarray
     unsigned: bool = False  # uint8 (asymmetric activations) or int8 (symmetric, weights)
 
+    @property
+    def per_channel(self) -> bool:
+        return np.ndim(self.scale) == 1
 
-def activation_qparams(lo: float, hi: float, symmetric: bool) -> QParams:
-    """Scale and zero point covering ``[lo, hi]`` (widened to include 0).
+
+def activation_qparams(lo: float | np.ndarray, hi: float | np.ndarray, symmetric: bool) -> QParams:
+    """Scale and zero point covering ``[lo, hi]`` (widened to include 0); arrays of per-channel
+    bounds give per-channel scales and zero points.
 
     Asymmetric activations are uint8 (ONNX Runtime's recommended U8S8 on x86; OpenVINO takes
     either), symmetric ones int8 with zero point 0.
     """
-    lo, hi = min(lo, 0.0), max(hi, 0.0)
-    if symmetric:
-        scale = max(-lo, hi) / INT8_MAX
-        zero_point = 0
-    else:
-        scale = (hi - lo) / UINT8_MAX
-        zero_point = int(np.clip(round(-lo / scale), 0, UINT8_MAX)) if scale > 0 else 0
-    if not np.isfinite(scale) or scale <= 0:
-        return QParams(1.0, 0, not symmetric)
-    return QParams(float(np.float32(scale)), zero_point, not symmetric)
+    lo, hi = np.minimum(lo, 0.0), np.maximum(hi, 0.0)
+    scale = np.maximum(-lo, hi) / INT8_MAX if symmetric else (hi - lo) / UINT8_MAX
+    # A channel (or tensor) that is all zeros gets scale 1; any scale quantizes zero exactly.
+    scale = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
+    zero_point = np.zeros(np.shape(scale), np.int64)
+    if not symmetric:
+        zero_point = np.clip(np.round(-lo / scale), 0, UINT8_MAX).astype(np.int64)
+    scale = scale.astype(np.float32)
+    if scale.ndim:
+        return QParams(scale, zero_point, not symmetric)
+    return QParams(float(scale), int(zero_point), not symmetric)
 
 
 def quantize_weight(w: np.ndarray, axis: int | None, qmax: int = WEIGHT_MAX) -> tuple[np.ndarray, np.ndarray]:
@@ -124,6 +132,8 @@ class Plan:
     foldable: Mapping[str, float] = field(default_factory=dict)  # Relu/Clip output -> upper bound
     #: ``openvino``: only quantized consumers read a dequantized tensor; ``onnxruntime``: all do.
     placement: str = "onnxruntime"
+    #: Tensors quantized per channel (axis 1): read only by depthwise convolutions (OpenVINO).
+    per_channel: tuple[str, ...] = ()
 
 
 def name_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -168,13 +178,36 @@ def plan(model: onnx.ModelProto, placement: str = "onnxruntime") -> Plan:
             if name and name in floats and name not in consts and name not in tensors:
                 tensors.append(name)
     weighted = tuple(n.name for n in nodes if _weight(n, consts) is not None)
+    kept = tuple(t for t in tensors if t not in outputs)
     return Plan(
         tuple(n.name for n in nodes),
         weighted,
-        tuple(t for t in tensors if t not in outputs),
+        kept,
         _foldable(graph, consts, outputs) if placement == "onnxruntime" else {},
         placement,
+        _depthwise_inputs(nodes, consts, kept) if placement == "openvino" else (),
     )
+
+
+def _depthwise_inputs(
+    nodes: list[onnx.NodeProto], consts: Mapping[str, np.ndarray], tensors: Collection[str]
+) -> tuple[str, ...]:
+    """Of ``tensors``, those whose every quantized reader is a depthwise Conv (one input channel per
+    group): OpenVINO's CPU plugin takes their quantizer per channel (NNCF's ``q8_a_ch``). ONNX
+    Runtime's QLinearConv takes one input scale, so its placement never asks for this."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in nodes:
+        for name in _activation_inputs(node, consts):
+            readers.setdefault(name, []).append(node)
+    return tuple(t for t in tensors if readers.get(t) and all(_depthwise(n, consts) for n in readers[t]))
+
+
+def _depthwise(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> bool:
+    if node.op_type != "Conv" or node.input[1] not in consts:
+        return False
+    group = next((a.i for a in node.attribute if a.name == "group"), 1)
+    w = consts[node.input[1]]
+    return group > 1 and w.ndim >= 2 and w.shape[1] == 1 and w.shape[0] == group
 
 
 def why_float(model: onnx.ModelProto, placement: str = "onnxruntime") -> dict[str, str]:
@@ -426,15 +459,17 @@ class _Builder:
                 f"{tensor}_zero_point", np.array(q.zero_point, np.uint8 if q.unsigned else np.int8)
             )
             quantized = self.unique(f"{tensor}_quantized")
+            axis = {"axis": 1} if q.per_channel else {}
             pairs[tensor] = [
                 helper.make_node(
-                    "QuantizeLinear", [tensor, scale, zero], [quantized], self.unique(f"{tensor}_Q")
+                    "QuantizeLinear", [tensor, scale, zero], [quantized], self.unique(f"{tensor}_Q"), **axis
                 ),
                 helper.make_node(
                     "DequantizeLinear",
                     [quantized, scale, zero],
                     [readers[tensor]],
                     self.unique(f"{tensor}_DQ"),
+                    **axis,
                 ),
             ]
         graph.initializer.extend(self.initializers)
@@ -500,7 +535,7 @@ def _quantize_weights(
     nodes = [_dequantize(builder, f"{w_name}_{node.name}", q, scale, axis, np.int8, node, 1)]
     bias = _bias(node, consts)
     x_q = qparams.get(node.input[0])
-    if bias is not None and x_q is not None:
+    if bias is not None and x_q is not None and not x_q.per_channel:
         b_scale = (x_q.scale * scale * np.ones(len(consts[bias]))).astype(np.float32)
         b_q = np.round(consts[bias] / b_scale)
         if np.abs(b_q).max(initial=0) < 2**31 - 1:
