@@ -199,10 +199,11 @@ def _depthwise_inputs(
     for node in nodes:
         for name in _activation_inputs(node, consts):
             readers.setdefault(name, []).append(node)
-    return tuple(t for t in tensors if readers.get(t) and all(_depthwise(n, consts) for n in readers[t]))
+    return tuple(t for t in tensors if readers.get(t) and all(is_depthwise(n, consts) for n in readers[t]))
 
 
-def _depthwise(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> bool:
+def is_depthwise(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> bool:
+    """A Conv with one input channel per group and one output channel per input channel."""
     if node.op_type != "Conv" or node.input[1] not in consts:
         return False
     group = next((a.i for a in node.attribute if a.name == "group"), 1)
