@@ -29,6 +29,8 @@ def test_registered_and_builds_report(model, tmp_path):
     report = json.loads((artifact.path / REPORT_FILE).read_text())
     assert report["quantization"]["calibration"] == "entropy"
     assert report["quantization"]["activation_symmetric"] is True
+    assert report["quantization"]["bias_correction"] is True, "on unless the knob turns it off"
+    assert report["quantization"]["biases_corrected"] > 0
     assert report["memory"]["arena_bytes"] <= report["memory"]["no_reuse_bytes"]
     assert any(p["name"] == "matmul-add-to-gemm" and p["rewrites"] == 1 for p in report["passes"]["passes"])
     assert artifact.meta["calibration"] == "entropy" and "matmul-add-to-gemm" in artifact.meta["passes"]
