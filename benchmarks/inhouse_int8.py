@@ -6,8 +6,9 @@ policy, accuracy against the same ONNX Runtime FP32 reference) on the same calib
 evaluation crops; rounds are interleaved (A B C .. A B C ..) and the lower median of the rounds
 is reported, so read ratios measured in one run, not absolute times. An INT8 artifact slower
 than fp32 on its own runtime is flagged ``SLOWER than fp32``. The in-house int8 on OpenVINO runs
-three times: its float layers in f32 (the default), in bf16 (``float_precision=bf16``, where the CPU
-has it), and without bias correction (on by default). After each model's table:
+four times: its float layers in f32 (the default), in bf16 (``float_precision=bf16``, where the CPU
+has it), without bias correction (on by default), and without the fallback (every node int8: the
+comparison with NNCF at NNCF's own accuracy). After each model's table:
 
 * the ORT int8 ceiling, ORT's per-op-type profile and an Amdahl estimate of what ORT int8 can reach
   (``benchmarks/ort_int8_ceiling.py``; ``--no-ort-ceiling`` skips them);
@@ -74,6 +75,7 @@ CONFIGS = (
         {"runtime": "openvino", "bias_correction": False},
         "ov",
     ),
+    ("  same, no fallback (all int8)", "inhouse", "int8", {"runtime": "openvino", "fallback": False}, "ov"),
 )
 FP32 = {"ort": "ORT fp32", "ov": "OpenVINO fp32"}
 
@@ -242,7 +244,12 @@ def _table(console, name, configs, results, settings, args, workdir: Path) -> No
         if engine == "inhouse":
             runtime_ = knobs.get("runtime", "onnxruntime")
             remainder = knobs.get("float_precision")
-            key = (runtime_, remainder or "f32", knobs.get("bias_correction", True))
+            key = (
+                runtime_,
+                remainder or "f32",
+                knobs.get("bias_correction", True),
+                knobs.get("fallback", True),
+            )
             notes.append(kept.get(key, ""))
         if acc is not None and not acc.passed:
             notes.append(worst(acc.outputs))
@@ -253,8 +260,8 @@ def _table(console, name, configs, results, settings, args, workdir: Path) -> No
     console.print(table)
 
 
-def _kept_float(workdir: Path) -> dict[tuple[str, str, bool], str]:
-    """(runtime, float precision, bias correction) -> 'N of M nodes kept float (in bf16)' from the in-house artifacts' reports."""
+def _kept_float(workdir: Path) -> dict[tuple[str, str, bool, bool], str]:
+    """(runtime, float precision, bias correction, fallback) -> 'N of M nodes kept float (in bf16)' from the in-house artifacts' reports."""
     out = {}
     for report in sorted(workdir.rglob("inhouse.json"), key=lambda p: p.stat().st_mtime):
         quant = json.loads(report.read_text()).get("quantization")
@@ -262,9 +269,14 @@ def _kept_float(workdir: Path) -> dict[tuple[str, str, bool], str]:
             total = quant["quantized_nodes"] + len(quant["kept_float"])
             met = "" if quant["budget_met"] else ", budget NOT met on calibration data"
             remainder = quant.get("float_precision", "f32")
-            out[(quant.get("placement", "onnxruntime"), remainder, bool(quant.get("bias_correction")))] = (
-                f"{len(quant['kept_float'])} of {total} nodes float, run in {remainder}{met}"
+            fallback = quant.get("accuracy_budget") is not None
+            key = (
+                quant.get("placement", "onnxruntime"),
+                remainder,
+                bool(quant.get("bias_correction")),
+                fallback,
             )
+            out[key] = f"{len(quant['kept_float'])} of {total} nodes float, run in {remainder}{met}"
     return out
 
 
