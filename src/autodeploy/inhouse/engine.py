@@ -8,8 +8,9 @@ Build knobs:
 * ``smoothquant``: SmoothQuant scaling (alpha 0.5) of LayerNorm -> MatMul before quantizing (int8);
 * ``bias_correction``: subtract each Conv/Gemm's mean int8 output shift from its bias (int8; on by
   default, as NNCF's FastBiasCorrection is: in ``benchmarks/inhouse_int8.py``, 16 + 16 real crops,
-  on OpenVINO the fallback kept 6 of ppocrv5-det's 75 nodes float instead of 12 (0.99x NNCF's speed
-  instead of 0.84x), and ppocrv5-rec met the budget held out, cosine 0.9967 against 0.9855);
+  on OpenVINO the fallback kept 6 of ppocrv5-det's 75 nodes float instead of 12 (0.99x and 0.83x
+  NNCF's speed in two runs, against 0.84x and 0.70x), and ppocrv5-rec met the budget held out,
+  cosine 0.9967 against 0.9855);
 * ``reduce_range``: 7-bit weights; ``auto`` turns it on for x86 CPUs without VNNI, where the
   int8 kernels of both ONNX Runtime and OpenVINO saturate with full-range weights (int8);
 * ``runtime``: ``onnxruntime`` (default; fp32 passes may use ORT's fused contrib ops) or
