@@ -593,7 +593,8 @@ def _run(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]]) -> dict[s
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    if any(n.op_type == "QuantizeLinear" and n.attribute for n in model.graph.node):
+    per_axis = (n for n in model.graph.node if n.op_type == "QuantizeLinear")
+    if any(a.name == "axis" for n in per_axis for a in n.attribute):
         # A per-channel activation quantizer (the OpenVINO placement's depthwise inputs) is not a
         # QLinear kernel's input: ORT's QDQ fusion would fail on it, so it runs as fake quantization.
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
