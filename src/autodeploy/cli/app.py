@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import click
 import typer
 
 from autodeploy.cli import (
@@ -23,6 +22,11 @@ from autodeploy.cli import (
 )
 from autodeploy.cli._common import err, quiet_engines, shown
 from autodeploy.errors import AutodeployError, MissingExtraError
+
+if TYPE_CHECKING:  # Typer >= 0.20 vendors its own click; older Typer uses the click package
+    from typer.core import TyperCommand as Command
+    from typer.core import TyperOption as Option
+    from typer.core import _TyperParameter as Parameter
 
 app = typer.Typer(
     name="autodeploy",
@@ -69,22 +73,25 @@ METAVARS = {"shape": "NAME=DIMS", "knob": "NAME=VALUE", "input": "NAME=VALUE", "
             "metric": "METRIC", "trust": "PUBKEY", "sign_key": "KEY", "output": "PATH"}  # fmt: skip
 
 
-def _metavars(command: click.Command) -> click.Command:
-    """Meaningful metavars in every help page (``--batch N``, ``--shape NAME=DIMS``), never ``<list[str]>``."""
+def _metavars(command: Command) -> Command:
+    """Meaningful metavars in every help page (``--batch N``, ``--shape NAME=DIMS``), never ``<list[str]>``.
+
+    Duck-typed on click's attributes, never ``isinstance``: Typer >= 0.20 vendors its own click (no
+    ``param.type``), older Typer uses the click package, and autodeploy depends on neither directly."""
     for param in command.params:
-        descriptor = getattr(param, "type_descriptor", None)  # Typer >= 0.20 vendors click: no param.type
-        choice = descriptor.is_choice if descriptor is not None else isinstance(getattr(param, "type", None), click.Choice)
+        descriptor = getattr(param, "type_descriptor", None)
+        choice = descriptor.is_choice if descriptor is not None else type(getattr(param, "type", None)).__name__ == "Choice"
         if param.metavar is not None or choice:
             continue
         if getattr(param, "is_flag", False):
             param.metavar = ""
         else:
             param.metavar = METAVARS.get(param.name or "") or _by_type(param)
-        if isinstance(param, click.Argument) or type(param).__name__ == "TyperArgument":
+        if param.param_type_name == "argument":
             param.display_type_rich = lambda ctx: None  # the name column already says MODEL; no "<str>"
     make_help = command.get_help_option
 
-    def help_option(ctx: click.Context) -> click.Option | None:
+    def help_option(ctx: object) -> Option | None:
         option = make_help(ctx)
         if option is not None:
             option.metavar = ""  # not "<bool>"
@@ -96,7 +103,7 @@ def _metavars(command: click.Command) -> click.Command:
     return command
 
 
-def _by_type(param: click.Parameter) -> str:
+def _by_type(param: Parameter) -> str:
     kind = param.bare_type() if hasattr(param, "bare_type") else param.type.name
     kind, name = kind.removeprefix("list[").removesuffix("]").lower(), param.name or "value"
     if kind in ("int", "integer"):

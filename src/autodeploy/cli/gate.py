@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from typer.core import TyperCommand
 
@@ -44,10 +43,9 @@ from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 BAD_INPUT = (UsageError, ModelError, DataError, UnsupportedConfigError, BundleError)
 
 
-#: Click's usage error; newer Typer vendors its own copy of click, so take both.
-_CLICK_USAGE = tuple(
-    {click.UsageError, *(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")}
-)
+#: Click's usage error, as Typer raises it: Typer >= 0.20 vendors its own click, older Typer uses the
+#: click package; either way it is a base of ``typer.BadParameter``.
+_CLICK_USAGE = tuple(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
 @dataclass(frozen=True)
@@ -82,7 +80,7 @@ class GateOptions:
 class GateCommand(TyperCommand):
     """Click's own usage errors exit 2, which is *inconclusive* here: make them 64 (EX_USAGE)."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         try:
             return super().parse_args(ctx, args)
         except _CLICK_USAGE as exc:
@@ -175,10 +173,7 @@ def _run(o: GateOptions) -> Any:
     device = probe_device()
     with ExitStack() as stack:
         db = stack.enter_context(Store.open(o.db)) if o.store or o.against_db else None
-        arms = [
-            _arm(role, ref, config, o, stack)
-            for role, ref in (("baseline", o.baseline), ("candidate", o.candidate))
-        ]
+        arms = _arms(config, o, stack)
         for arm in arms:
             if arm.kind == "model":
                 from autodeploy.adapters import registry
@@ -196,22 +191,33 @@ def _run(o: GateOptions) -> Any:
     return result
 
 
-def _arm(role: str, ref: str, config: TrialConfig, o: GateOptions, stack: ExitStack) -> Any:
+def _arms(config: TrialConfig, o: GateOptions, stack: ExitStack) -> list[Any]:
+    """The baseline and candidate arms. Model arms first: a bundle arm's accuracy reference is the
+    other arm's model when that is the bundle's source model (``--baseline model.onnx --candidate BUNDLE``)."""
     from autodeploy.gate.measure import bundle_arm, model_arm
     from autodeploy.model import load_model, parse_shape_flags
 
     shapes = parse_shape_flags(list(o.shape))
-    path = Path(ref)
-    if path.is_dir() or ref.endswith((".tar.gz", ".tgz")):
+    refs = (("baseline", o.baseline), ("candidate", o.candidate))
+    models = {}
+    for role, ref in refs:
+        if not (Path(ref).is_dir() or ref.endswith((".tar.gz", ".tgz"))):
+            resolved = resolve_model(ref, shapes)
+            user = data_of(o.data, resolved.info, *o.preprocess)
+            models[role] = model_arm(role, ref, resolved.info, config, data=user or resolved.data,
+                                     calibration=None if user else resolved.calibration)  # fmt: skip
+    arms = []
+    for role, ref in refs:
+        if role in models:
+            arms.append(models[role])
+            continue
         from autodeploy import bundle
 
-        root = stack.enter_context(bundle.opened(path))
+        root = stack.enter_context(bundle.opened(Path(ref)))
         reference = load_model(o.reference_model, shapes) if o.reference_model else None
-        return bundle_arm(role, ref, root, reference_model=reference)
-    resolved = resolve_model(ref, shapes)
-    user = data_of(o.data, resolved.info, *o.preprocess)
-    return model_arm(role, ref, resolved.info, config, data=user or resolved.data,
-                     calibration=None if user else resolved.calibration)  # fmt: skip
+        arms.append(bundle_arm(role, ref, root, reference_model=reference,
+                               others=[arm.model for arm in models.values()]))  # fmt: skip
+    return arms
 
 
 def parse_fraction(text: str, flag: str) -> float:
