@@ -11,7 +11,9 @@ def test_study_round_trip_and_resume(store: Store) -> None:
                              settings={"trials": 5}, command="autodeploy tune m --resume")  # fmt: skip
     assert again == first
     row = store.get_study("s1")
-    assert row.settings == {"trials": 5} and row.command.endswith("--resume") and row.winner_uid is None
+    # The resume refreshes the settings but keeps the command that created the study: a `--resume
+    # --trials 0` names no --data or --engine, and the reproduce line lost them.
+    assert row.settings == {"trials": 5} and row.command == "autodeploy tune m" and row.winner_uid is None
     assert row.model_sha256 == MODEL.sha256 and row.device_fingerprint == DEVICE.fingerprint
     assert store.get_study("nope") is None
 
@@ -30,3 +32,14 @@ def test_study_trials_by_phase_and_winner(store: Store) -> None:
     row = store.get_study("s2")
     assert row.winner_uid == "c" and row.summary["finalists"][0]["uid"] == "c"
     assert [s.name for s in store.list_studies()][0] == "s2"
+
+
+def test_list_trials_of_a_study_keeps_the_other_filters(store: Store) -> None:
+    # `results list --study S --status failed` listed every trial of S: --study ignored --status.
+    store.save_study("s3", model=MODEL, device=DEVICE, objective="latency", settings={}, command=None)
+    for uid, result in (("a", ok_result("a")), ("b", failed_result("b")), ("c", failed_result("c"))):
+        store.add_trial(result, model=MODEL, device=DEVICE, study="s3")
+    store.add_trial(failed_result("d"), model=MODEL, device=DEVICE, study="other")
+    assert [t.uid for t in store.list_trials(study="s3", status="failed")] == ["b", "c"]  # oldest first
+    assert [t.uid for t in store.list_trials(study="s3", status="ok")] == ["a"]
+    assert [t.uid for t in store.list_trials(study="s3", limit=2)] == ["a", "b"]

@@ -32,10 +32,7 @@ def list_(
     from autodeploy.results_db.store import Store
 
     with Store.open(db, readonly=True) as store:
-        if study is not None:
-            rows = store.study_trials(study)[:limit]
-        else:
-            rows = store.list_trials(model=model, engine=engine, status=status, limit=limit)
+        rows = store.list_trials(model=model, engine=engine, status=status, study=study, limit=limit)
     if format is not Format.table:
         emit(format, [trial_record(r) for r in rows])
         return

@@ -514,15 +514,17 @@ class Store:
         model: str | None = None,
         engine: str | None = None,
         status: str | None = None,
+        study: str | None = None,
         limit: int = 50,
         samples: bool = False,
     ) -> list[TrialRow]:
-        """The newest trials first, filtered.
+        """The newest trials first (a study's: oldest first, in the order they ran), filtered.
 
         Args:
             model: a model name, or a prefix of its SHA-256.
             engine: an engine name as in the trial config.
             status: ``"ok"`` or ``"failed"``.
+            study: only this study's trials.
             limit: at most this many rows.
             samples: also load the raw per-call latencies (large).
         """
@@ -537,6 +539,8 @@ class Store:
             query = query.where(Trial.engine == engine)
         if status is not None:
             query = query.where(Trial.status == status)
+        if study is not None:
+            return self._rows(query.where(Trial.study == study).order_by(Trial.id).limit(limit), samples=samples)
         return self._rows(_newest_first(query).limit(limit), samples=samples)
 
     def count_trials(self) -> int:
@@ -637,7 +641,10 @@ class Store:
         self, name: str, *, model: ModelRecord, device: DeviceRecord, objective: str,
         settings: dict[str, Any], command: str | None,
     ) -> int:  # fmt: skip
-        """Create the study ``name``, or refresh its settings and command when it exists (resume)."""
+        """Create the study ``name``, or refresh its settings when it exists (resume).
+
+        The command that created the study is kept: it is the one that reproduces it (``--resume
+        --trials 0`` names no ``--data`` or ``--engine``); it is set here only when none was stored."""
         self._check_writable(f"cannot save study {name!r} in")
 
         def upsert(s: Session) -> int:
@@ -647,7 +654,7 @@ class Store:
                               objective=objective, settings=settings, command=command)  # fmt: skip
                 s.add(study)
             else:
-                study.settings, study.command = settings, command
+                study.settings, study.command = settings, study.command or command
             s.flush()
             return study.id
 
