@@ -187,3 +187,21 @@ def test_json_and_csv_verdicts_for_programs(models, db, capsys):
     rows = list(csv.DictReader(io.StringIO(out)))
     assert code == 2 and [r["name"] for r in rows] == [m["name"] for m in record["metrics"]]
     assert {r["gate_verdict"] for r in rows} == {"inconclusive"} and rows[-1]["verdict"] == "pass"  # accuracy
+
+
+@pytest.mark.slow
+def test_a_reduced_precision_bundle_takes_its_source_model_on_the_other_side_as_reference(models, db, tmp_path,
+                                                                                          capsys):  # fmt: skip
+    # An ORT int8 bundle ships no source model: `--baseline model.onnx --candidate BUNDLE` exited 64 with
+    # "fix: gate it against its source model (--baseline model.onnx)", which is what was given.
+    folder, base, slow = models
+    assert run_cli(capsys, "bench", str(base), "--engine", "onnxruntime", "--precision", "int8",
+                   "--threads", "1", "--db", db)[0] == 0  # fmt: skip
+    with Store.open(db) as store:
+        trial = store.list_trials(limit=1)[0].id
+    assert run_cli(capsys, "export", "--trial", str(trial), "-o", str(tmp_path / "int8"), "--db", db)[0] == 0
+    code, out, err = gate(capsys, "--baseline", str(base), "--candidate", str(tmp_path / "int8"), *FAST, "--no-store")
+    assert code in (0, 1, 2), out + err  # a verdict, whatever this machine's load makes it; not 64
+    assert "(bundle, `onnxruntime/int8/b1" in out
+    code, out, err = gate(capsys, "--baseline", str(slow), "--candidate", str(tmp_path / "int8"), *FAST, "--no-store")
+    assert code == 64 and "slow is another model" in out + err  # another model is no reference

@@ -10,7 +10,7 @@ becomes one :class:`Round`: the unit of the gate's statistics (see :mod:`autodep
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,12 +93,14 @@ def model_arm(role: str, ref: str, info: ModelInfo, config: TrialConfig, *, data
     return Arm(role, ref, "model", info, config, info, data=data, calibration=calibration)
 
 
-def bundle_arm(role: str, ref: str, root: Path, *, reference_model: ModelInfo | None) -> Arm:
+def bundle_arm(role: str, ref: str, root: Path, *, reference_model: ModelInfo | None,
+               others: Sequence[ModelInfo] = ()) -> Arm:  # fmt: skip
     """A bundle folder measured with its manifest's engine, settings and shipped artifact.
 
     The files are verified against the manifest first. ``reference_model`` is the source ONNX
-    model for the accuracy reference; without it, an ONNX Runtime fp32 bundle's own model file
-    serves when its SHA-256 is the source model's.
+    model for the accuracy reference; without it, the other arm's model (``others``) serves when
+    it is the bundle's source model (same SHA-256), and so does an ONNX Runtime fp32 bundle's own
+    model file.
 
     Raises:
         BundleError: the bundle is damaged or cannot run here.
@@ -114,14 +116,17 @@ def bundle_arm(role: str, ref: str, root: Path, *, reference_model: ModelInfo | 
     info = ModelInfo(path=root / "model" / artifact.files[0], name=m["name"], sha256=m["sha256"],
                      inputs=_specs(m["inputs"]), outputs=_specs(m["outputs"]), opset=0,
                      shapes={k: tuple(v) for k, v in (m.get("shapes") or {}).items()})  # fmt: skip
+    if reference_model is None:
+        reference_model = next((other for other in others if other.sha256 == info.sha256), None)
     if reference_model is None and artifact.engine == "onnxruntime" and artifact.precision == "fp32":
         own = load_model(root / "model" / "model.onnx", info.shapes, name=info.name)
         reference_model = own if own.sha256 == info.sha256 else None
     if reference_model is None:
+        given = "".join(f"; {other.name} is another model (SHA-256 {other.sha256[:12]})" for other in others)
         raise UsageError(
-            f"bundle {ref} ships a {artifact.engine} {artifact.precision} artifact, not its source ONNX model, "
-            "so its accuracy reference cannot be computed",
-            fix="gate it against its source model (--baseline model.onnx), or pass --reference-model model.onnx",
+            f"bundle {ref} ships a {artifact.engine} {artifact.precision} artifact, not its source ONNX model "
+            f"{m['name']} (SHA-256 {m['sha256'][:12]}), so its accuracy reference cannot be computed{given}",
+            fix="gate it against its source model (--baseline SOURCE.onnx), or pass --reference-model SOURCE.onnx",
         )
     if reference_model.sha256 != info.sha256:
         notes += (
