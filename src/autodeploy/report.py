@@ -117,6 +117,7 @@ def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
         "time_by_engine": {e: dict(row) for e, row in (s.get("time_by_engine") or {}).items()},
         "deprioritized": dict(s.get("deprioritized") or {}),
         "skipped": list(s.get("skipped") or ()),
+        "failures": {kind: dict(seen) for kind, seen in (s.get("failures") or {}).items()},
     }
 
 
@@ -296,6 +297,9 @@ _STUDY = {
                           "description": "engine/precision -> why the search spent no more trials on it"},  # fmt: skip
         "skipped": {"type": "array", "items": {"type": "string"},
                     "description": "slow conversions the time budget could not pay for"},  # fmt: skip
+        "failures": {"type": "object", "description": "failed trials by failure kind: count, first config, its reason",
+                     "additionalProperties": {"type": "object", "properties": {"count": {"type": "integer"},
+                                              "config": {"type": "string"}, "reason": {"type": "string"}}}},  # fmt: skip
     },
 }
 #: JSON Schema of every record above; ``--format json`` prints one record or a list of them.

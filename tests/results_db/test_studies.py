@@ -37,7 +37,7 @@ def test_study_trials_by_phase_and_winner(store: Store) -> None:
 def test_list_trials_of_a_study_keeps_the_other_filters(store: Store) -> None:
     # `results list --study S --status failed` listed every trial of S: --study ignored --status.
     store.save_study("s3", model=MODEL, device=DEVICE, objective="latency", settings={}, command=None)
-    for uid, result in (("a", ok_result("a")), ("b", failed_result("b")), ("c", failed_result("c"))):
+    for result in (ok_result("a"), failed_result("b"), failed_result("c")):
         store.add_trial(result, model=MODEL, device=DEVICE, study="s3")
     store.add_trial(failed_result("d"), model=MODEL, device=DEVICE, study="other")
     assert [t.uid for t in store.list_trials(study="s3", status="failed")] == ["b", "c"]  # oldest first

@@ -94,6 +94,35 @@ def test_failures_are_recorded_and_the_study_goes_on(tmp_path):
     assert summary.winner is not None and summary.winner.config.knobs == {"fault": "none"}
     kinds = sorted(str(r.failure_kind) for r in ctx.store.study_trials("s"))
     assert kinds == ["None", "run_failed"]
+    assert summary.failures == {"run_failed": {"count": 1, "config": failed_label(study),
+                                               "reason": failed.user_attrs["failure"]}}  # fmt: skip
+
+
+def failed_label(study) -> str:
+    from autodeploy.adapters.base import TrialConfig
+
+    failed = next(t for t in study.trials if t.state.name == "FAIL")
+    return TrialConfig.from_dict(failed.user_attrs["config"]).label()
+
+
+@pytest.mark.slow
+def test_a_load_failure_prunes_every_config_of_that_artifact_whatever_its_runtime_knobs(tmp_path):
+    """A study ran 15 identical load_failed trials that differed only in a runtime knob: learned once now."""
+    registry.register("faulty", TARGET)
+    try:
+        db = f"sqlite:///{tmp_path / 'r.db'}"
+        ctx = make_ctx(tmp_path, db, engines=["faulty"], sampler="grid", precisions=["fp32"], threads=[1, 2],
+                       knobs={"faulty": {"fault": ["raise_in_load"]}}, finalists={"count": 0})  # fmt: skip
+        summary = run_study(ctx)
+    finally:
+        registry.unregister("faulty")
+    trials = optuna.load_study(study_name="s", storage=db).trials
+    assert sorted(t.state.name for t in trials) == ["FAIL", "PRUNED"]
+    pruned = next(t for t in trials if t.state.name == "PRUNED")
+    assert "loaded the same artifact and failed: load_failed" in pruned.user_attrs["pruned_reason"]
+    assert len(ctx.store.study_trials("s")) == 1  # one worker run, not one per thread count
+    assert summary.failures["load_failed"]["count"] == 1
+    assert "deliberate load failure" in summary.failures["load_failed"]["reason"]
 
 
 @pytest.mark.slow

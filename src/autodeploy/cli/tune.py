@@ -386,6 +386,10 @@ def _print_search(summary: StudySummary) -> None:
         out.print(f"deprioritized {shown(branch)}: {shown(reason)}")
     for reason in summary.skipped:
         out.print(shown(reason))
+    for kind, seen in summary.failures.items():
+        first = seen["reason"].splitlines()[0] if seen["reason"] else kind
+        out.print(f"failed: {seen['count']} {shown(kind)}, e.g. {shown(seen['config'])}: {shown(first[:200])}",
+                  soft_wrap=True)  # fmt: skip
     if not summary.time_by_engine:
         return
     table = Table(title="where the time went (whole study)")

@@ -154,6 +154,8 @@ class StudySummary:
     confidence: str = ""  # what the winner's numbers rest on (interleaved rounds, or screening only)
     deprioritized: dict[str, str] = field(default_factory=dict)  # "engine/precision" -> why no more trials
     skipped: list[str] = field(default_factory=list)  # slow conversions the time budget could not pay for
+    #: Failed trials by failure kind: how many, and the first one's config and reason.
+    failures: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -473,8 +475,10 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
         trial.set_user_attr("failure", measured.failure)
         if measured.failure and measured.failure.startswith("timeout") and budget.left() <= 1.0:
             trial.set_user_attr("budget_timeout", True)  # not the config's fault: a resume tries it again
-        if measured.failure and measured.failure.startswith("build_failed"):
-            _bury(trial, memory, artifact, f"trial {trial.number} built the same artifact and failed: "
+        kind = failure_kind(measured.failure)
+        if kind in ("build_failed", "load_failed"):  # the artifact's fault, whatever the runtime knobs
+            verb = "built" if kind == "build_failed" else "loaded"
+            _bury(trial, memory, artifact, f"trial {trial.number} {verb} the same artifact and failed: "
                   f"{measured.failure}")  # fmt: skip
         study.tell(trial, state=state.FAIL)
         return True
@@ -709,10 +713,32 @@ def _finalize(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory
         counts[kind] = counts.get(kind, 0) + 1
     skipped = list(dict.fromkeys(t.user_attrs["budget_skip"] for t in trials if t.user_attrs.get("budget_skip")))
     behind = memory.behind if _refining(study, ctx.config, space) else {}
-    learned = {"deprioritized": {**behind, **memory.slower}, "skipped": _first_per_branch(skipped)}
+    learned = {"deprioritized": {**behind, **memory.slower}, "skipped": _first_per_branch(skipped),
+               "failures": _failures(trials)}  # fmt: skip
     runs: list[tuple[str, dict[str, float]]] = []  # this run's finalist workers: engine, wall seconds
     summary = _decide(ctx, study, reporter, memory, budget, counts, runs)
     return replace(summary, time_by_engine=_time_by_engine(trials, runs), **learned)
+
+
+def failure_kind(failure: str | None) -> str | None:
+    """``build_failed`` from a trial's stored failure, ``"build_failed: ..."`` or ``"at x=1x3: build_failed: ..."``."""
+    if not failure:
+        return None
+    text = failure.split(": ", 1)[1] if failure.startswith("at ") and ": " in failure else failure
+    return text.split(":", 1)[0].strip() or None
+
+
+def _failures(trials: list[optuna.trial.FrozenTrial]) -> dict[str, dict[str, Any]]:
+    """Failed trials by kind, each with a count and its first example (config and reason)."""
+    found: dict[str, dict[str, Any]] = {}
+    for t in trials:
+        kind = failure_kind(t.user_attrs.get("failure")) if t.state.name == "FAIL" else None
+        if kind is None:
+            continue
+        entry = found.setdefault(kind, {"count": 0, "config": TrialConfig.from_dict(t.user_attrs["config"]).label(),
+                                        "reason": t.user_attrs["failure"]})  # fmt: skip
+        entry["count"] += 1
+    return found
 
 
 def _decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: Memory, budget: Budget,
