@@ -121,3 +121,17 @@ def test_the_finalists_table_lists_the_winner_then_the_others_best_first(env, ca
     assert code == 0, err
     rows = [line for line in out.splitlines() if "/b1/t1" in line and "│" in line]
     assert [r.split("│")[1].strip() for r in rows] == [winner.label, runner_up.label, screened_first.label]
+
+
+def test_the_screening_bar_ends_done_when_the_search_space_runs_out_first():
+    # The bar said "13/28 ... eta 5 min" while the summary said "stopped by search space".
+    from autodeploy.cli.tune import _ProgressReporter
+
+    with _ProgressReporter() as reporter:
+        reporter.start(28, space=None)
+        for done in range(1, 14):
+            reporter.trial_done(done, None)
+        task = reporter.progress.tasks[reporter.task]
+        assert (task.completed, task.total) == (13, 28)
+    task = reporter.progress.tasks[reporter.task]
+    assert (task.completed, task.total, task.fields["eta"]) == (13, 13, "0s") and task.finished

@@ -222,6 +222,8 @@ class _ProgressReporter:  # a search.study.Reporter (not imported: it loads the 
     def __exit__(self, *exc: object) -> None:
         self._stop_status()
         if self.task is not None:
+            if exc[0] is None:
+                self._screening_done()
             if self.final is not None and exc[0] is None:
                 self.progress.update(self.final, completed=self.progress.tasks[self.final].total, eta="0s")
             self.progress.stop()
@@ -240,8 +242,13 @@ class _ProgressReporter:  # a search.study.Reporter (not imported: it loads the 
     def finalists(self, runs: int) -> None:
         if self.task is None:
             return
-        self.progress.update(self.task, description=shown(f"screening done | {self.best}"[:110]))
+        self._screening_done()
         self.final = self.progress.add_task("finalists", total=runs, eta="-")
+
+    def _screening_done(self) -> None:
+        """Screening may end before its trial count (search space, time budget): the bar says done, not 13/28."""
+        done = self.progress.tasks[self.task].completed
+        self.progress.update(self.task, total=done, eta="0s", description=shown(f"screening done | {self.best}"[:110]))
 
     def phase(self, text: str) -> None:
         if self.task is None:
