@@ -64,7 +64,10 @@ class FaultyEngine(OnnxRuntimeEngine):
 def open(model_dir: Path, settings: Mapping[str, Any], io: IO) -> Runner:  # noqa: A001 - the runtime interface
     fault = settings["fault"]
     if fault == "raise_in_load":
-        raise RuntimeError("deliberate load failure")
+        # As OpenVINO words it: where in its source first, the node that broke last.
+        raise RuntimeError("Exception from src/inference/src/cpp/core.cpp:117:\n"
+                           "Exception from src/plugins/intel_cpu/src/node.cpp:1621:\n"
+                           "[ GENERAL_ERROR ] deliberate load failure of node /model/Add_10")  # fmt: skip
     if fault == "slow_int8" and settings.get("precision") != "int8":
         fault = "none"
     return _FaultyRunner(onnxruntime.open(model_dir, settings, io), fault)

@@ -209,3 +209,14 @@ def test_bench_at_two_shapes_prints_each_and_the_mix_and_lists_them_per_shape(en
     assert code == 0 and [r["shape"] for r in records] == ["x=1x3x16x24", "x=1x3x16x48"]
     code, _, err = run(capsys, "bench", str(model), "--shape", "x=1x2x16x24", *FAST)
     assert code == 2 and "input 'x'" in err and "axis 1 is fixed at 3" in err and len(err.strip().splitlines()) == 1
+
+
+def test_results_show_prints_an_engines_whole_reason_line_by_line(env, capsys):
+    from tests.results_db.factories import DEVICE, MODEL, failed_result
+
+    _, db = env
+    with Store.open(db) as store:
+        trial = store.add_trial(failed_result("f"), model=MODEL, device=DEVICE)
+    code, out, _ = run(capsys, "results", "show", str(trial))
+    assert code == 0
+    assert re.search(r"failure_message\s+│\s+boom\s+│\n.*│\s+line 2\s+│", out), out  # two lines, not "boom\\nline 2"

@@ -10,6 +10,7 @@ import pytest
 
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
+from autodeploy.harness.result import REASON_LINES, headline, reason
 from autodeploy.harness.run import HarnessSettings, measure, prepare, prepare_data, reference, run_trial
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import load_model
@@ -101,6 +102,19 @@ def test_misbehaving_engine_is_recorded_with_its_kind(faulty, setup, fault, kind
     # Within its timeout (plus the reference, build and SIGTERM grace), and nothing left behind.
     assert time.monotonic() - start < timeout_s + 30
     assert _no_orphans() == []
+
+
+@pytest.mark.slow
+def test_an_engines_whole_reason_is_kept_and_its_headline_names_the_node(faulty, setup):
+    # OpenVINO's first line is a file:line of its own source; only that line was stored.
+    model, settings, data = setup
+    result = run_trial(model, TrialConfig("faulty", knobs={"fault": "raise_in_load"}), data, settings)
+    assert result.failure_message.splitlines() == [
+        "RuntimeError: Exception from src/inference/src/cpp/core.cpp:117:",
+        "Exception from src/plugins/intel_cpu/src/node.cpp:1621:",
+        "[ GENERAL_ERROR ] deliberate load failure of node /model/Add_10",
+    ]
+    assert headline(result.failure_message) == "RuntimeError: [ GENERAL_ERROR ] deliberate load failure of node /model/Add_10"
 
 
 def test_unsupported_config_is_a_result_not_an_exception(setup):
@@ -220,3 +234,22 @@ def test_a_known_accuracy_is_reused_by_the_worker_not_computed_again(setup):
     assert again.ok and again.accuracy == marker and again.extra["accuracy_reused_from"] == first.uid
     assert again.artifact_path == first.artifact_path and again.build_s is None  # no build worker ran
     assert set(again.extra["wall_s"]) == {"build", "timing", "accuracy"} and again.latency.n >= 64
+
+
+def test_the_headline_of_an_openvino_conversion_failure_is_the_op_that_failed():
+    # As OpenVINO 2026 refuses a model with an ONNX Loop (stored until now as its first line only).
+    stored = (
+        "OpConversionFailure: Check 'false' failed at src/frontends/common_translators/src/unconverted_ops_report.cpp:151:\n"
+        "FrontEnd API failed with OpConversionFailure:\nModel wasn't fully converted. Failed operations detailed log:\n"
+        "-- Loop-13 with a message:\nNone\nSummary:\n-- Conversion is failed for: Loop-13"
+    )
+    assert headline(stored) == "OpConversionFailure: -- Conversion is failed for: Loop-13"
+    assert headline("run_failed: RuntimeError: deliberate run failure") == "run_failed: RuntimeError: deliberate run failure"
+    assert headline(None) == ""
+
+
+def test_a_reason_keeps_every_line_up_to_a_cap_and_counts_the_rest():
+    text = reason(ValueError("first\n\n" + "\n".join(f"line {i}" for i in range(100))))
+    lines = text.splitlines()
+    assert lines[0] == "ValueError: first" and lines[1] == "line 0"
+    assert len(lines) == REASON_LINES + 1 and lines[-1] == f"... {101 - REASON_LINES} more lines"

@@ -30,6 +30,7 @@ from autodeploy.bundle import loader
 from autodeploy.bundle.archive import write_tar
 from autodeploy.bundle.loader import KIND, MANIFEST, MANIFEST_DIGEST, MODEL_DIR, SCHEMA, BundleError
 from autodeploy.errors import BuildError, StoreError, UnknownEngineError, UsageError
+from autodeploy.harness.result import headline
 from autodeploy.model import ModelInfo, TensorSpec
 from autodeploy.shapes import ShapeSet, parse_key
 
@@ -98,7 +99,7 @@ def _source(store: Store, trial: TrialRow, study: StudyRow | None) -> Source:
     fix = "export a trial that passed (autodeploy results list --status ok)"
     if not trial.measured or trial.accuracy is None:
         why = (
-            f"it failed ({trial.failure_kind}: {trial.failure_message})"
+            f"it failed ({trial.failure_kind}: {headline(trial.failure_message)})"
             if trial.status != "ok"
             else "it has no measurement"
         )
@@ -114,7 +115,7 @@ def _source(store: Store, trial: TrialRow, study: StudyRow | None) -> Source:
             and all(v["passed"] for v in study_verdicts.values())
         ):
             raise BundleError(f"trial {trial.id} ({trial.engine}) cannot be shipped: it failed "
-                              f"({trial.failure_kind}: {trial.failure_message})", fix=fix)  # fmt: skip
+                              f"({trial.failure_kind}: {headline(trial.failure_message)})", fix=fix)  # fmt: skip
     return source
 
 

@@ -30,7 +30,7 @@ from autodeploy.cli._common import (
 )
 from autodeploy.data import parse_input_pins
 from autodeploy.errors import TrialFailed, UsageError
-from autodeploy.harness.result import TrialResult
+from autodeploy.harness.result import TrialResult, headline
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import parse_batch_axis_flags
 from autodeploy.shapes import ShapeCase, ShapeSet, parse_flags, parse_key
@@ -112,7 +112,7 @@ def bench(
         if result.extra.get("reference_failed"):  # nothing was measured: the model itself cannot run here
             at = f" at {record.shape_key}" if shape_set.several else ""
             raise TrialFailed(result.failure_kind or "crashed",
-                              f"{result.failure_message}{at} (stored as failed trial {record.id})")  # fmt: skip
+                              f"{headline(result.failure_message)}{at} (stored as failed trial {record.id})")  # fmt: skip
     for note in records[0].model.notes:  # intake notes (dynamic -1 dims, optional inputs), after the checks
         err.print(f"note: {shown(note)}")
     if format is Format.table:
@@ -180,7 +180,9 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: st
     title = f"{model_name}  {config.label()}{f'  at {shape}' if shape else ''}  (trial {trial_id})"
     if result.latency is None:
         err.print(
-            f"[red]{shown(title)}: failed ({result.failure_kind})[/red]: {shown(result.failure_message or '')}"
+            f"[red]{shown(title)}: failed ({result.failure_kind})[/red]: {shown(headline(result.failure_message))}"
+            + (f" [dim](the whole reason: autodeploy results show {trial_id})[/dim]"
+               if "\n" in (result.failure_message or "") else "")  # fmt: skip
         )
         return
     lat = result.latency
@@ -236,4 +238,4 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: st
     if note and result.extra.get("inputs"):
         err.print(f"[yellow]note[/yellow]: {shown(result.extra['inputs'])}")
     if not result.ok:
-        err.print(f"[red]failed ({result.failure_kind})[/red]: {shown(result.failure_message or '')}")
+        err.print(f"[red]failed ({result.failure_kind})[/red]: {shown(headline(result.failure_message))}")

@@ -94,6 +94,9 @@ def show(
     for key, value in {**stored, **row.config.to_dict(), **measured}.items():
         if key == "samples_ms" and value:
             value = f"{len(value)} samples"
+        if key == "failure_message" and value:  # the engine's whole reason, line by line
+            table.add_row(key, "\n".join(shown(line) for line in str(value).splitlines()))
+            continue
         table.add_row(key, shown(str(value)))
     out.print(table)
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from autodeploy import verdict
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.harness.result import Measurement
+from autodeploy.harness.result import Measurement, headline
 from autodeploy.report import HIGHER_IS_BETTER, STATISTIC, study_record
 from autodeploy.results_db.store import Catalog, Store, TrialFilter, TrialRow
 from autodeploy.units import fmt_ms_ci
@@ -531,7 +531,7 @@ def verdicts(
 
 def _reason(r: Any, limits: verdict.Limits, objective: str) -> str:
     if r.status != "ok" and r.failure_kind != "inaccurate":  # inaccurate: the study's budget decides below
-        return f"{r.failure_kind}: {r.failure_message or ''}".strip()
+        return f"{r.failure_kind}: {headline(r.failure_message)}".strip()
     if pd.isna(r.latency_ms):
         return "no measurement"
     measured = verdict.Measured(r.latency_ms, _number(r.accuracy_drop), _number(r.peak_rss_mb))

@@ -21,6 +21,7 @@ from autodeploy import verdict
 from autodeploy.adapters.base import Artifact, TrialConfig
 from autodeploy.data import Dataset
 from autodeploy.errors import UsageError
+from autodeploy.harness.result import headline
 from autodeploy.harness.run import HarnessSettings, Prepared, PreparedData, measure, prepare
 from autodeploy.harness.stats import MIN_SAMPLES_P90
 from autodeploy.model import ModelInfo, TensorSpec
@@ -187,7 +188,7 @@ def _round(role: str, index: int, prepared: Prepared, settings: HarnessSettings)
     result = measure(prepared, settings)
     if not result.samples_ms:  # the build or the run failed; "inaccurate" runs were measured
         stage = f"build failed ({result.failure_kind})" if prepared.spec is None else result.failure_kind
-        return Round(role, index, failure=f"{stage}: {result.failure_message}")
+        return Round(role, index, failure=f"{stage}: {headline(result.failure_message)}")
     samples = np.asarray(result.samples_ms, dtype=float)
     score, metric = accuracy_score(asdict(result.accuracy) if result.accuracy else None)
     return Round(

@@ -8,6 +8,7 @@ worker's JSON, the source of the store's measurement columns and the bundle mani
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -15,6 +16,46 @@ from typing import Any
 from autodeploy.adapters.base import TrialConfig
 
 #: Why a trial produced no usable measurement (DESIGN.md, "Measurement rules").
+#: An engine's failure reason is kept whole up to this many lines, each up to REASON_LINE_CHARS: its first
+#: line is often a file:line of the engine's own source, and the line that names the op or node comes later.
+REASON_LINES = 40
+REASON_LINE_CHARS = 500
+
+#: Lines of an engine's reason that say what failed (the op, the node), searched in this order.
+_TELLING = (
+    re.compile(r"Conversion is failed for", re.IGNORECASE),
+    re.compile(r"\b(node|op|operator|layer)\b[\s:(]", re.IGNORECASE),
+)
+#: Lines that only say where in the engine's source the error was raised.
+_WHERE = re.compile(r"(Exception from|failed at|^File) \S+:\d+:?$|^\[?\s*GENERAL_ERROR\s*\]?$")
+
+
+def reason(exc: BaseException) -> str:
+    """``Type: message`` of an exception, every line kept up to :data:`REASON_LINES` (cut lines are counted)."""
+    lines = [line.rstrip()[:REASON_LINE_CHARS] for line in str(exc).strip().splitlines() if line.strip()]
+    if len(lines) > REASON_LINES:
+        lines = [*lines[:REASON_LINES], f"... {len(lines) - REASON_LINES} more lines"]
+    text = "\n".join(lines)
+    return f"{type(exc).__name__}: {text}".rstrip(": ")
+
+
+def headline(message: str | None) -> str:
+    """The one line of a stored failure reason that says what failed, for tables and progress lines.
+
+    ``RuntimeError: Exception from src/inference/src/cpp/core.cpp:117:`` says where OpenVINO raised;
+    ``Conversion is failed for: Loop-13`` or the line naming the node says what broke. The exception's
+    type stays in front; a one-line reason is returned as it is.
+    """
+    lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else ""
+    kind, _, first = lines[0].partition(": ") if re.match(r"[\w.]+: ", lines[0]) else ("", "", lines[0])
+    body = [first, *lines[1:]]
+    best = next((line for pattern in _TELLING for line in body if pattern.search(line) and not _WHERE.search(line)),
+                next((line for line in body if not _WHERE.search(line)), first))  # fmt: skip
+    return f"{kind}: {best}" if kind else best
+
+
 FAILURE_KINDS = (
     "unavailable",  # the engine cannot run on this machine at all
     "unsupported",  # the engine cannot run this config here (pruned, with reason)

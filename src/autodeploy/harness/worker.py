@@ -31,7 +31,7 @@ from autodeploy.errors import UnsupportedConfigError
 from autodeploy.harness.accuracy import compare
 from autodeploy.harness.concurrency import BatchPolicy, LoopRun, closed_loop, open_loop
 from autodeploy.harness.metric import load_metric, score
-from autodeploy.harness.result import Accuracy, Measurement
+from autodeploy.harness.result import Accuracy, Measurement, reason
 from autodeploy.harness.scenarios import search_rate
 from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.stats import MIN_SAMPLES_P99, summarize
@@ -55,9 +55,8 @@ def _step(kind: str, fn: Callable[[], Any]) -> Any:
         raise _Failed("oom", f"MemoryError: {exc}") from None
     except UnsupportedConfigError as exc:
         raise _Failed("unsupported", str(exc)) from None
-    except Exception as exc:
-        text = str(exc).strip().splitlines()
-        raise _Failed(kind, f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")) from None
+    except Exception as exc:  # the engine's whole reason: the line naming the node is rarely its first
+        raise _Failed(kind, reason(exc)) from None
 
 
 class _Job:

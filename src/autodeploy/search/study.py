@@ -23,7 +23,7 @@ import numpy as np
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import StoreError, TrialFailed, UsageError
-from autodeploy.harness.result import Accuracy, TrialResult
+from autodeploy.harness.result import Accuracy, TrialResult, headline
 from autodeploy.harness.run import HarnessSettings, PreparedData, prepare, reference, run_trial
 from autodeploy.harness.stats import bootstrap_mean_ci, summarize
 from autodeploy.harness.timing import TimingPolicy
@@ -648,11 +648,11 @@ def _measure_case(
                         command=ctx.command, study=ctx.name, phase=phase, shape_key=case.key,
                         shapes=case.model.measured_shapes(config.batch))  # fmt: skip
     if result.extra.get("reference_failed"):  # stored above; every other trial would fail the same way
-        raise TrialFailed(result.failure_kind or "crashed", result.failure_message or "")
+        raise TrialFailed(result.failure_kind or "crashed", headline(result.failure_message))
     wall = dict(result.extra.get("wall_s") or {})
     common = dict(wall_s=wall, artifact_path=result.artifact_path, artifact_reused=built is not None)
     if result.latency is None or result.accuracy is None:
-        return _Measured(None, result.uid, f"{result.failure_kind}: {result.failure_message}", **common)
+        return _Measured(None, result.uid, f"{result.failure_kind}: {headline(result.failure_message)}", **common)
     used = result.extra.get("accuracy_reused_from") or result.uid
     if memory is not None:
         memory.learn({"config": config.to_dict(), "artifact_key": artifact_key, "uid": result.uid,
