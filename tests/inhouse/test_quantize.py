@@ -579,3 +579,26 @@ def test_a_per_channel_depthwise_input_runs_int8_in_openvino():
     got, want = compiled(cal)[0], _run(model, cal)
     error = np.abs(got[:, 1:] - want[:, 1:]).mean() / np.abs(want[:, 1:]).mean()
     assert error < 0.02, error
+
+
+@pytest.mark.parametrize("method", ["percentile", "entropy"])
+def test_a_near_constant_tensor_gets_its_min_max_range_not_a_histogram_error(method):
+    # An audio model's tensor spans a few float32 steps around 1000: percentile calibration raised
+    # numpy's "Too many bins for data range. Cannot create 2048 finite-sized bins."
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "tiny"], ["t"]), helper.make_node("Add", ["t", "offset"], ["y"])],
+        "near_constant",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor("tiny", TensorProto.FLOAT, [], [1e-4]), helper.make_tensor("offset", TensorProto.FLOAT, [], [1000.0])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(0)
+    batches = [{"x": rng.uniform(0, 1, (1, 64)).astype(np.float32)} for _ in range(4)]
+    ranges = calibrate.collect_ranges(model, ["y", "t"], batches, method=method)
+    lo, hi = ranges["y"]
+    assert 1000.0 <= lo < hi <= 1000.0 + 2e-4  # its observed min/max
+    assert 0.0 <= ranges["t"][0] < ranges["t"][1] <= 1e-4  # a resolvable tensor is still calibrated
+    assert qdq.activation_qparams(lo, hi, symmetric=False).scale > 0

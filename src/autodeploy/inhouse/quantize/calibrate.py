@@ -86,6 +86,9 @@ def collect_ranges(
     seen = [n for n in names if np.isfinite(lo[n]) and np.isfinite(hi[n]) and n not in channel_lo]
     ranges: dict[str, Range | ChannelRange] = {n: (lo[n], hi[n]) for n in seen}
     ranges.update({n: (channel_lo[n], channel_hi[n]) for n in channel_lo})
+    # A tensor whose range is a few float32 steps wide (near-constant) has no histogram: numpy cannot cut it
+    # into BINS distinct float32 bins ("Too many bins for data range"). Its min/max range is its range.
+    seen = [n for n in seen if _resolvable(lo[n], hi[n])]
     if method == "minmax" or not seen:
         return ranges
     signed = {n: np.zeros(BINS) for n in seen}
@@ -112,6 +115,14 @@ def collect_ranges(
                 t = kl_threshold(absolute[name], amax, levels)
             ranges[name] = (max(a, -t), min(b, t))
     return ranges
+
+
+def _resolvable(lo: float, hi: float) -> bool:
+    """Whether ``[lo, hi]`` splits into :data:`BINS` bins whose float32 edges all differ (or is one point)."""
+    if hi <= lo:
+        return True  # one value: the histograms below are skipped for it anyway
+    step = np.finfo(np.float32).eps * max(abs(lo), abs(hi))
+    return (hi - lo) / BINS > 4 * step
 
 
 def _quantile(hist: np.ndarray, lo: float, hi: float, q: float) -> float:
