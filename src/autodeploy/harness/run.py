@@ -26,6 +26,7 @@ import psutil
 from autodeploy import verdict
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.adapters.registry import target_of
+from autodeploy.child import module_argv
 from autodeploy.data import Dataset, split, synthetic
 from autodeploy.errors import AutodeployError, TrialFailed
 from autodeploy.harness.result import Accuracy, Measurement, TrialResult
@@ -357,7 +358,7 @@ def run_worker(
         spec.write(spec_path)
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "autodeploy.harness.worker", str(spec_path), str(result_path)],
+                module_argv("autodeploy.harness.worker", str(spec_path), str(result_path)),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
