@@ -169,6 +169,18 @@ def bundle_exporter() -> Any | None:
     return module if ok else None
 
 
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:=^&])")
+
+
+def md(text: object) -> str:
+    """``text`` (a model, study or device name from the store) as literal Markdown: every syntax character escaped.
+
+    Streamlit renders captions, infos and titles as Markdown: a name holding ``[x](javascript:…)``,
+    ``**bold**``, ``:red[…]`` or ``$…$`` would otherwise become a link, styling or LaTeX.
+    """
+    return _MARKDOWN.sub(r"\\\1", str(text)).replace("\n", " ")
+
+
 def file_stem(name: str) -> str:
     """A name from the store as a safe file-name stem: letters, digits and ``_.-`` only, never a path."""
     stem = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]+", "-", name)).strip("-.")[:100]
