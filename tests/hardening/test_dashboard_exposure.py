@@ -1,4 +1,4 @@
-"""The served dashboard (issue 28, case 5): names from the store are shown as text, never as Markdown."""
+"""The served dashboard (issue 28, case 5): a foreign Host is refused; names from the store are text, never Markdown."""
 
 import pytest
 
@@ -32,3 +32,59 @@ def test_a_model_named_like_markdown_is_captioned_as_text(tmp_path, monkeypatch,
     with_name = [text for text in shown if cache.md(HOSTILE) in text]
     assert with_name, shown
     assert not [text for text in shown if HOSTILE in text or "](" in text or "**" in text], shown
+
+
+def _get(port, path, host, headers=()):
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.putrequest("GET", path, skip_host=True)
+        for name, value in (("Host", host), *headers):
+            conn.putheader(name, value)
+        conn.endheaders()
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_the_served_dashboard_refuses_a_foreign_host(tmp_path):
+    """DNS rebinding: a page on evil.example resolving to 127.0.0.1 must not reach the dashboard."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import time
+
+    from autodeploy.cli.dashboard import server_argv
+    from autodeploy.dashboard import DB_ENV
+    from autodeploy.results_db import Store
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    Store.open(url).close()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(server_argv(port), env={**os.environ, DB_ENV: url}, cwd=tmp_path, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # bounded wait for the server to listen
+            assert proc.poll() is None and time.monotonic() < deadline, "the dashboard did not start"
+            try:
+                if _get(port, "/_stcore/health", f"127.0.0.1:{port}") == 200:
+                    break
+            except OSError:
+                time.sleep(0.5)
+        assert _get(port, "/_stcore/health", f"localhost:{port}") == 200
+        assert _get(port, "/", "evil.example") == 400
+        upgrade = (("Upgrade", "websocket"), ("Connection", "Upgrade"),
+                   ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="), ("Sec-WebSocket-Version", "13"))  # fmt: skip
+        ours = f"127.0.0.1:{port}"
+        assert _get(port, "/_stcore/stream", ours, (("Origin", f"http://{ours}"), *upgrade)) == 101
+        # The rebinding page's request: its own name as Host, and the matching Origin.
+        assert _get(port, "/_stcore/stream", "evil.example", (("Origin", "http://evil.example"), *upgrade)) != 101
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
