@@ -389,8 +389,8 @@ def tune(
     with _store(db) as store:
         # 2. probe the device; name the study
         device = probe_device()
-        study_name = cfg.name or default_study_name(
-            display_name(cfg.model), cfg.objective, device.fingerprint
+        study_name = study_config.check_study_name(
+            cfg.name or default_study_name(display_name(cfg.model), cfg.objective, device.fingerprint)
         )
         # 3. on resume, the study's stored search space goes under the config and the arguments
         stored = store.get_study(study_name) if resume else None
@@ -454,7 +454,8 @@ def tune_per_shape(model: str | Path | None = None, *, config: str | Path | Mapp
 
 def default_study_name(model: str, objective: str, fingerprint: str) -> str:
     """``MODEL-OBJECTIVE-FINGERPRINT``, the model name reduced to letters, digits and ``_.-``."""
-    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', model).strip('-')}-{objective}-{fingerprint[:8]}"
+    model = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]+", "-", model)).strip("-.")[:120]
+    return f"{model}-{objective}-{fingerprint[:8]}"
 
 
 # -- export --------------------------------------------------------------------------------

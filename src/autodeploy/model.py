@@ -338,10 +338,11 @@ _ORT_LOAD_TIMEOUT_S = 120.0
 def _ort_refuses(path: Path) -> str | None:
     """ONNX Runtime's one-line reason for refusing ``path``, or ``None`` when it loads it."""
     import subprocess
-    import sys
+
+    from autodeploy.child import code_argv
 
     try:
-        done = subprocess.run([sys.executable, "-c", _ORT_LOAD, str(path)], capture_output=True, text=True,
+        done = subprocess.run(code_argv(_ORT_LOAD, str(path)), capture_output=True, text=True,
                               timeout=_ORT_LOAD_TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)  # fmt: skip
     except subprocess.TimeoutExpired:
         return f"it did not load within {_ORT_LOAD_TIMEOUT_S:g} s"

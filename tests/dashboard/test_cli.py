@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from autodeploy.child import module_argv
 from autodeploy.cli.app import main
 from autodeploy.dashboard import APP, DB_ENV
 from autodeploy.results_db import Store
@@ -22,8 +23,10 @@ def test_dashboard_execs_streamlit_on_localhost_without_usage_stats(tmp_path, mo
         main(["dashboard", "--db", url, "--port", "8765"])
     assert exc.value.code == 0
     ((_, argv, env),) = calls
-    assert argv[1:5] == ["-m", "autodeploy.dashboard.serve", "run", str(APP)]  # streamlit run, imports preloaded
-    flags = dict(zip(argv[5::2], argv[6::2], strict=True))
+    # streamlit run, imports preloaded, the working folder off sys.path
+    start = module_argv("autodeploy.dashboard.serve", "run", str(APP))
+    assert argv[: len(start)] == start
+    flags = dict(zip(argv[len(start) :: 2], argv[len(start) + 1 :: 2], strict=True))
     assert flags == {"--server.address": "127.0.0.1", "--server.port": "8765", "--server.headless": "true",
                      "--browser.gatherUsageStats": "false", "--client.toolbarMode": "minimal"}  # fmt: skip
     assert env[DB_ENV] == url

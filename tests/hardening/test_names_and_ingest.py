@@ -24,7 +24,7 @@ from tests.models import mlp
 FAST = ["--engine", "onnxruntime", "--threads", "1", "--precision", "fp32", "--batch", "1",
         "--min-samples", "64", "--min-duration", "0.1", "--finalists", "0"]  # fmt: skip
 HOSTILE_MODEL = "x'); DROP TABLE trials;--"
-HOSTILE_STUDY = "[red]study[/red] x'); DROP TABLE studies;-- [bold]"
+HOSTILE_STUDY = "[red]study[bold] x'); DROP TABLE studies;-- [link=x]"  # no '/': study names are never paths
 
 
 @pytest.fixture

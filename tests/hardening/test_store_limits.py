@@ -49,6 +49,36 @@ def test_file_uri_stores_open_read_only_when_asked(tmp_path, query):
     assert not (tmp_path / "missing.db").exists()
 
 
+#: Every SQLite URL form: {P} is the database file. Each opens truly read-only or is refused in one line.
+READONLY_FORMS = [
+    "sqlite:///{P}", "sqlite:///{P}?mode=rw", "sqlite:///file:{P}", "sqlite:///file:{P}?uri=true",
+    "sqlite:///file:{P}?mode=rwc&uri=true", "sqlite:///file://localhost{P}", "sqlite:///file:{P}#",
+    "sqlite:///file:{P}%23", "sqlite:///file:{P}%3Fmode%3Drw?uri=true", "sqlite:///file:{P}%3Fmode%3Drw%26x%3D1",
+    "sqlite:///file:{P}?immutable=1", "sqlite:///file:{P}?vfs=unix-none", "sqlite:///{P}?nolock=1",
+    "sqlite:///:memory:", "sqlite://", "sqlite:///file::memory:?uri=true",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("form", READONLY_FORMS)
+def test_every_sqlite_url_form_is_read_only_or_refused(tmp_path, form):
+    path = tmp_path / "r.db"
+    Store.open(f"sqlite:///{path}").close()
+    before = path.read_bytes()
+    try:
+        store = Store.open(form.format(P=path), readonly=True)
+    except StoreError as exc:
+        assert "\n" not in str(exc) and ("read-only" in str(exc) or "does not exist" in str(exc)), exc
+    else:
+        with store, store.engine.connect() as conn:
+            for sql in ("CREATE TABLE evil (x INTEGER)", "INSERT INTO autodeploy_alembic_version VALUES ('x')"):
+                with pytest.raises(Exception, match="readonly|read-only"):
+                    conn.exec_driver_sql(sql)
+                conn.rollback()
+    assert path.read_bytes() == before
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'evil'").fetchone() == (0,)
+
+
 def test_control_characters_in_model_names_never_reach_the_terminal(tmp_path, capsys, monkeypatch):
     """An input named with ANSI escapes (a hostile model) is printed with the escapes made visible."""
     import onnx

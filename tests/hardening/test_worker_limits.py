@@ -1,5 +1,6 @@
 """Every worker obeys a timeout, and a reference that cannot run is stored as a failed trial."""
 
+import re
 import time
 
 import numpy as np
@@ -70,3 +71,43 @@ def test_a_study_refuses_another_model_or_device(tmp_path):
     with pytest.raises(UsageError, match="study 'S' was measured on device .*this device is"):
         run_study(dataclasses.replace(ctx, device=other_device, resume=True))
     assert len(ctx.store.study_trials("S")) == 1  # nothing was added by the refused joins
+
+
+def test_a_worker_that_prints_far_more_than_the_cap_keeps_a_capped_log_on_disk(tmp_path, monkeypatch):
+    """A metric printing 40 MB: the log on disk keeps its head and tail and says what was cut."""
+    import tempfile
+    from pathlib import Path
+
+    from autodeploy.harness import run as harness_run
+    from tests.models import mlp
+
+    (tmp_path / "loud.py").write_text(
+        "import sys\n"
+        "def metric(outputs, labels):\n"
+        "    print('FIRST LINE', flush=True)\n"
+        "    for _ in range(40):\n"
+        "        sys.stdout.write('x' * (1 << 20))\n"
+        "    sys.stdout.flush()\n"
+        "    sys.stderr.write('LAST LINE\\n')\n"
+        "    return 1.0\n"
+    )
+    logs = []
+
+    class Kept(tempfile.TemporaryDirectory):  # the worker's folder, read just before it is removed
+        def cleanup(self):
+            log = Path(self.name, "stderr.log")
+            if log.exists():
+                logs.append((log.stat().st_size, log.read_bytes()[: 100 << 20]))
+            super().cleanup()
+
+    monkeypatch.setattr(harness_run.tempfile, "TemporaryDirectory", Kept)
+    stored = autodeploy.bench(str(mlp(tmp_path / "m.onnx")), timing=FAST, timeout_s=120, db=f"sqlite:///{tmp_path / 'r.db'}",
+                              cache=tmp_path / "cache", metric=f"{tmp_path / 'loud.py'}:metric")  # fmt: skip
+    assert stored.result.ok, stored.result.failure_message
+    loud = [text for size, text in logs if text.startswith(b"FIRST LINE")]
+    assert loud, [text[:20] for _, text in logs]
+    cap = 5 << 20  # a few MB, whatever was printed
+    for text in loud:
+        assert len(text) <= cap, f"worker log of {len(text)} bytes on disk, over the cap of {cap}"
+        assert re.search(rb"\n\[autodeploy: \d+ bytes of the worker's output cut here", text)
+        assert text.endswith(b"LAST LINE\n")

@@ -27,7 +27,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
+from autodeploy.child import module_argv
 from autodeploy.errors import BuildError, UnsupportedConfigError
 from autodeploy.model import copy_unchanged
 from autodeploy.runtime import tflite as rt
@@ -195,7 +195,7 @@ def _convert(
     log = scratch / "onnx2tf.log"
     with open(log, "wb") as sink:
         done = subprocess.run(
-            [sys.executable, "-m", "autodeploy.adapters.tflite_convert", "convert.json"],
+            module_argv("autodeploy.adapters.tflite_convert", "convert.json"),
             cwd=scratch,
             stdout=sink,
             stderr=subprocess.STDOUT,

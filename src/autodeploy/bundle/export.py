@@ -322,21 +322,24 @@ def build_manifest(source: Source, artifact: Artifact, *, command: str | None = 
 
 
 def requirements_txt(manifest: dict[str, Any]) -> str:
+    """``name==version`` lines only (the loader refuses anything else): numpy and the engine runtime, pinned."""
     engine = manifest["engine"]
-    lines = ["# The runtime this bundle was benchmarked with: pip install -r requirements.txt",
-             "numpy>=1.24", f"{engine['package']}=={engine['runtime_version']}"]  # fmt: skip
+    lines = ["# The runtime this bundle was benchmarked with. Verify the bundle first (autodeploy bundle verify .),",
+             "# then: pip install --only-binary=:all: -r requirements.txt",
+             _pinned("numpy"), f"{engine['package']}=={engine['runtime_version']}"]  # fmt: skip
     for extra in RUNNER_EXTRAS.get(engine["runtime"], ()):
         lines.append(_pinned(extra))
     return "\n".join(lines) + "\n"
 
 
 def _pinned(dist: str) -> str:
+    """``dist==VERSION`` as installed here; a comment when it is not (an unpinned name is no pin)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         return f"{dist}=={version(dist)}"
     except PackageNotFoundError:
-        return dist
+        return f"# {dist}: not installed where this bundle was exported; install the version that fits the engine"
 
 
 def readme_md(manifest: dict[str, Any]) -> str:
@@ -353,9 +356,14 @@ median {m["median_ms"]:.3f} ms, p90 {p90}, {m["throughput"]:.1f} items/s at batc
 Measured on inputs: {inputs_text(manifest.get("inputs"))}; feed images preprocessed the same way.
 
 ```bash
-pip install -r requirements.txt          # numpy and {e["package"]}=={e["runtime_version"]}, nothing else
+autodeploy bundle verify .               # first, with code that is not in this bundle (add --trust KEY.pub)
+pip install --only-binary=:all: -r requirements.txt   # numpy and {e["package"]}=={e["runtime_version"]}: wheels only
 python -I loader.py                      # verify every file and check this machine can run it
 ```
+
+Without autodeploy, read `requirements.txt` before installing: it must hold only `name==version`
+lines (a path, URL or `-e`/`--index-url` option there would run code at install); the loader
+and `autodeploy bundle verify` refuse anything else.
 
 ```python
 import runpy

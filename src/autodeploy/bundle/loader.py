@@ -5,6 +5,8 @@ of :mod:`autodeploy.runtime` that the harness measured with, copied verbatim. So
 in a bare environment, without putting the bundle folder on ``sys.path`` (where a file planted
 next to the loader could shadow a module it imports) and without cached bytecode::
 
+    autodeploy bundle verify BUNDLE        # first, with code that is not in the bundle
+    pip install --only-binary=:all: -r BUNDLE/requirements.txt   # name==version pins only, wheels only
     python -I BUNDLE/loader.py             # verify every file and check this machine can run it
 
     import runpy
@@ -50,6 +52,10 @@ SIGNATURE = "bundle.sig"
 SIGN_INSTALL = "pip install model-signing pyopenssl (or 'autodeploy[sign]')"
 MODEL_DIR = "model"
 LOADER = "loader.py"
+REQUIREMENTS = "requirements.txt"
+#: The only requirement line a bundle may hold: ``name==version``. A path, URL, VCS link or pip option
+#: (``./pkg``, ``-e``, ``--index-url``, ``git+https://``) would run code from anywhere at ``pip install``.
+_PIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?==[0-9][A-Za-z0-9.+!]*")
 RUNTIME_DIR = "runtime"
 #: Engines whose artifacts only run under the exact version that built them.
 VERSION_LOCKED = frozenset({"tensorrt"})
@@ -128,6 +134,7 @@ def verify(root: str | Path, *, trust: str | Path | None = None) -> dict[str, An
             or a signature that is missing or does not verify with ``trust``.
     """
     root = Path(root)
+    check_requirements(root)  # whatever the checksums say: a resealed manifest can list any content
     if trust is not None:
         verify_signature(root, trust)
     manifest = read_manifest(root)
@@ -159,6 +166,26 @@ def verify(root: str | Path, *, trust: str | Path | None = None) -> dict[str, An
         if rel.as_posix() not in expected:
             raise BundleError(f"bundle {root}: {rel.as_posix()} is not listed in the manifest", fix=REEXPORT)
     return manifest
+
+
+def check_requirements(root: str | Path) -> None:
+    """Refuse a ``requirements.txt`` holding anything but ``name==version`` lines (and comments).
+
+    Raises:
+        BundleError: naming the first line that is a path, URL, VCS link, pip option or unpinned name.
+    """
+    path = Path(root) / REQUIREMENTS
+    if path.is_symlink() or not path.is_file():
+        return  # the file check below says it is missing when the manifest lists it
+    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if text and not text.startswith("#") and not _PIN.fullmatch(text):
+            raise BundleError(
+                f"bundle {root}: {REQUIREMENTS} line {number} {text[:80]!r} is not a name==version pin "
+                "(a path, URL or pip option there runs code at pip install)",
+                fix="do not install this bundle's requirements; " + REEXPORT,
+            )
 
 
 def verify_signature(root: Path, public_key: str | Path) -> None:

@@ -15,10 +15,20 @@ from typing import Annotated
 
 import typer
 
+from autodeploy.child import module_argv
 from autodeploy.cli._common import err, shown
 from autodeploy.errors import UsageError
 
 INSTALL_HINT = "pip install 'autodeploy[dashboard]'"
+
+
+def server_argv(port: int) -> list[str]:
+    """The server's command line: ``streamlit run`` on the app, never importing from the working folder."""
+    from autodeploy.dashboard import APP
+
+    return module_argv("autodeploy.dashboard.serve", "run", str(APP), "--server.address", "127.0.0.1",
+                       "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats",
+                       "false", "--client.toolbarMode", "minimal")  # fmt: skip
 
 
 def dashboard(
@@ -29,7 +39,7 @@ def dashboard(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port on 127.0.0.1.")] = 8501,
 ) -> None:
     """Open the comparison dashboard (studies, compare, Pareto, trials, devices) in the browser."""
-    from autodeploy.dashboard import APP, DB_ENV
+    from autodeploy.dashboard import DB_ENV
     from autodeploy.results_db.store import Store
 
     missing = [name for name in ("streamlit", "plotly") if importlib.util.find_spec(name) is None]
@@ -40,9 +50,7 @@ def dashboard(
     with Store.open(db, readonly=True) as store:  # fail here, in one line, rather than in the browser
         url = store.url
     # `streamlit run`, with the pages' heavy imports done before the server listens (dashboard/serve.py).
-    argv = [sys.executable, "-m", "autodeploy.dashboard.serve", "run", str(APP), "--server.address", "127.0.0.1",
-            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
-            "--client.toolbarMode", "minimal"]  # fmt: skip
+    argv = server_argv(port)
     env = {**os.environ, **({DB_ENV: db} if db else {})}
     err.print(
         f"dashboard on [bold]http://127.0.0.1:{port}[/] over {shown(url)} (read-only); Ctrl-C stops it",

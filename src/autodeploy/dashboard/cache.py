@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import shlex
 import tempfile
 from pathlib import Path
@@ -168,11 +169,29 @@ def bundle_exporter() -> Any | None:
     return module if ok else None
 
 
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:=^&])")
+
+
+def md(text: object) -> str:
+    """``text`` (a model, study or device name from the store) as literal Markdown: every syntax character escaped.
+
+    Streamlit renders captions, infos and titles as Markdown: a name holding ``[x](javascript:…)``,
+    ``**bold**``, ``:red[…]`` or ``$…$`` would otherwise become a link, styling or LaTeX.
+    """
+    return _MARKDOWN.sub(r"\\\1", str(text)).replace("\n", " ")
+
+
+def file_stem(name: str) -> str:
+    """A name from the store as a safe file-name stem: letters, digits and ``_.-`` only, never a path."""
+    stem = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]+", "-", name)).strip("-.")[:100]
+    return stem or "study"
+
+
 def export_command(study_name: str) -> str:
     """The shell command that writes the winner's bundle, for when the exporter is not installed here."""
     url = db_url()
     return shlex.join(
-        ["autodeploy", "export", study_name, "-o", f"{study_name}-bundle", *(["--db", url] if url else [])]
+        ["autodeploy", "export", study_name, "-o", f"{file_stem(study_name)}-bundle", *(["--db", url] if url else [])]
     )
 
 
@@ -183,7 +202,7 @@ def build_bundle(exporter: Any, study_name: str) -> tuple[bytes, str]:
     artifact is not on this machine) for the page to show.
     """
     source = exporter.study_winner(store(db_url()), study_name)
-    name = f"{study_name}-bundle.tar.gz"
+    name = f"{file_stem(study_name)}-bundle.tar.gz"  # a name from the store never becomes a path
     with tempfile.TemporaryDirectory(prefix="autodeploy-bundle-") as tmp:
         path = exporter.write_bundle(source, Path(tmp) / name, tar=True, command=export_command(study_name))
         return Path(path).read_bytes(), name

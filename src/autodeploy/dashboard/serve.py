@@ -25,7 +25,33 @@ def preload() -> None:
             continue
 
 
+#: The Host a request to the dashboard may name: anything else is a DNS-rebinding page reaching 127.0.0.1.
+ALLOWED_HOSTS = ("127.0.0.1", "localhost")
+
+
+def guard_hosts() -> None:
+    """Put Starlette's ``TrustedHostMiddleware`` first in Streamlit's server: HTTP and websocket
+    requests whose ``Host`` is not :data:`ALLOWED_HOSTS` get 400 / a closed socket (Streamlit's CORS and
+    XSRF options check the Origin, never the Host)."""
+    try:
+        from starlette.middleware import Middleware
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+        from streamlit.web.server.starlette import starlette_app
+    except ImportError:
+        raise SystemExit(
+            "autodeploy dashboard: this Streamlit has no Starlette server to guard against DNS rebinding; "
+            "fix: pip install --upgrade 'streamlit>=1.67'"
+        ) from None
+    make = starlette_app.create_streamlit_middleware
+
+    def create_streamlit_middleware() -> list[Middleware]:
+        return [Middleware(TrustedHostMiddleware, allowed_hosts=list(ALLOWED_HOSTS)), *make()]
+
+    starlette_app.create_streamlit_middleware = create_streamlit_middleware
+
+
 def main() -> None:
+    guard_hosts()
     preload()
     from streamlit.web.cli import main as streamlit
 

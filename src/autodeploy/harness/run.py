@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -26,6 +27,7 @@ import psutil
 from autodeploy import verdict
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.adapters.registry import target_of
+from autodeploy.child import module_argv
 from autodeploy.data import Dataset, split, synthetic
 from autodeploy.errors import AutodeployError, TrialFailed
 from autodeploy.harness.result import Accuracy, Measurement, TrialResult
@@ -355,17 +357,19 @@ def run_worker(
             Path(tmp, "stderr.log"),
         )
         spec.write(spec_path)
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "autodeploy.harness.worker", str(spec_path), str(result_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                env=_worker_env(),
-                start_new_session=True,
-            )
-            death = _supervise(proc, timeout_s, memory_cap_mb, result_path, progress)
+        proc = subprocess.Popen(
+            module_argv("autodeploy.harness.worker", str(spec_path), str(result_path)),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=_worker_env(),
+            start_new_session=True,
+        )
+        log = _CappedLog(proc, log_path)
+        log.start()
+        death = _supervise(proc, timeout_s, memory_cap_mb, result_path, progress)
         _kill_group(proc.pid, signal.SIGKILL)  # no orphan survives its worker
+        log.join(LOG_JOIN_S)  # the group is dead, so the pipe is closed (a child that left the group may hold it)
         log_tail = _tail(log_path)
         if death:
             kind, message = death
@@ -459,6 +463,35 @@ def _worker_env() -> dict[str, str]:
 
 #: Only the end of a worker's log is read (a quantizer can write megabytes of warnings).
 LOG_TAIL_BYTES = 16 * 1024
+#: What of a worker's output is kept on disk: its first and last bytes (a metric can print gigabytes).
+LOG_HEAD_KEPT = 2 << 20
+LOG_TAIL_KEPT = 2 << 20
+LOG_JOIN_S = 10.0
+
+
+class _CappedLog(threading.Thread):
+    """Copy a worker's output to ``path``, keeping its first and last bytes and saying how many were cut."""
+
+    def __init__(self, proc: subprocess.Popen, path: Path) -> None:
+        super().__init__(name=f"worker-log-{proc.pid}", daemon=True)
+        assert proc.stdout is not None
+        self.source, self.path = proc.stdout, path
+
+    def run(self) -> None:
+        head_left, tail, cut = LOG_HEAD_KEPT, bytearray(), 0
+        with self.source, open(self.path, "wb") as out:
+            while chunk := self.source.read1(1 << 16):
+                if head_left:
+                    out.write(chunk[:head_left])
+                    chunk, head_left = chunk[head_left:], max(0, head_left - len(chunk))
+                tail += chunk
+                if len(tail) > LOG_TAIL_KEPT:
+                    cut += len(tail) - LOG_TAIL_KEPT
+                    del tail[: len(tail) - LOG_TAIL_KEPT]
+            if cut:
+                out.write(f"\n[autodeploy: {cut} bytes of the worker's output cut here; the first {LOG_HEAD_KEPT} "
+                          f"and the last {LOG_TAIL_KEPT} are kept]\n".encode())  # fmt: skip
+            out.write(tail)
 
 
 def _tail(path: Path, lines: int = 3) -> str:

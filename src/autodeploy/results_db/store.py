@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import platformdirs
 import sqlalchemy as sa
@@ -777,7 +777,9 @@ def _resolve_url(url: str | None) -> tuple[sa.URL, str]:
 def _check_sqlite_path(url: sa.URL, shown: str, *, readonly: bool) -> sa.URL:
     """Fail early, with the reason, where SQLite would only say 'unable to open'."""
     if url.database and url.database.startswith("file:"):
-        return _readonly_uri(url) if readonly else url
+        if not readonly:
+            return url
+        url = url.set(database=_uri_path(url.database, shown))
     if not url.database or url.database == ":memory:":
         return url
 
@@ -792,7 +794,7 @@ def _check_sqlite_path(url: sa.URL, shown: str, *, readonly: bool) -> sa.URL:
             raise fail(
                 "the file does not exist", fix="store a result first (autodeploy bench), or pass --db with an existing database"
             )
-        return url.set(database=f"file:{quote(str(path))}", query={**url.query, "mode": "ro", "uri": "true"})
+        return _readonly_uri(url, path, shown)
     if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
         raise fail(f"parent {path.parent} is not a writable folder")
     if path.exists() and not os.access(path, os.W_OK):
@@ -800,10 +802,40 @@ def _check_sqlite_path(url: sa.URL, shown: str, *, readonly: bool) -> sa.URL:
     return url
 
 
-def _readonly_uri(url: sa.URL) -> sa.URL:
-    """A ``sqlite:///file:PATH?...`` URL with SQLite's ``mode=ro`` forced, whatever mode it asked for."""
-    query = {k: v for k, v in url.query.items() if k != "mode"}
-    return url.set(query={**query, "mode": "ro", "uri": "true"})
+#: Query keys a read-only SQLite URL may carry: ``mode`` is replaced by ``ro``; the others cannot write.
+_READONLY_KEYS = frozenset({"mode", "uri", "cache", "timeout"})
+_FIX_READONLY = "give sqlite:///PATH (or sqlite:///file:PATH) with no '?' or '#' in the path and no other options"
+
+
+def _uri_path(database: str, shown: str) -> str:
+    """The file a ``file:`` URI names; a query or fragment inside it (``#``, ``%3F``) would override ``mode=ro``."""
+    rest = database.removeprefix("file:")
+    if "?" in rest or "#" in rest:
+        raise StoreLocationError(
+            f"cannot open results database {shown} read-only: its file: URI has a query or fragment in the path",
+            fix=_FIX_READONLY,
+        )
+    if rest.startswith("//"):  # file://HOST/PATH: SQLite accepts only an empty host or localhost
+        host, _, tail = rest[2:].partition("/")
+        if host not in ("", "localhost"):
+            raise StoreLocationError(
+                f"cannot open results database {shown} read-only: file URI host {host!r} is not local",
+                fix=_FIX_READONLY,
+            )
+        rest = "/" + tail
+    return unquote(rest)
+
+
+def _readonly_uri(url: sa.URL, path: Path, shown: str) -> sa.URL:
+    """``sqlite:///file:PATH?mode=ro&uri=true``, built from the file's path, whatever mode the URL asked for."""
+    foreign = sorted(set(url.query) - _READONLY_KEYS)
+    if foreign:
+        raise StoreLocationError(
+            f"cannot open results database {shown} read-only: option {', '.join(foreign)} is not allowed there",
+            fix=_FIX_READONLY,
+        )
+    query = {k: v for k, v in url.query.items() if k in ("cache", "timeout")}
+    return url.set(database=f"file:{quote(str(path))}", query={**query, "mode": "ro", "uri": "true"})
 
 
 def _create_engine(url: sa.URL, shown: str, *, readonly: bool) -> sa.Engine:

@@ -64,6 +64,27 @@ class ImagePreprocess(_Strict):
     scale_values: list[float] | None = None
 
 
+#: A study name is shown, stored and put in file names (bundles, CSVs): no path syntax, no control characters.
+MAX_STUDY_NAME = 200
+
+
+def check_study_name(name: str) -> str:
+    """``name`` when it can name a study.
+
+    Raises:
+        UsageError: empty, longer than :data:`MAX_STUDY_NAME`, or holding a path separator, ``..`` or a
+            control character.
+    """
+    fix = "choose a --name of letters, digits and '_.-' (no '/', '\\', '..' or control characters)"
+    if not name.strip() or len(name) > MAX_STUDY_NAME:
+        raise UsageError(f"study name of {len(name)} characters: it must have 1 to {MAX_STUDY_NAME}", fix=fix)
+    bad = next((c for c in name if c in "/\\" or not c.isprintable()), None)
+    if bad is not None or ".." in name:
+        what = repr(bad) if bad is not None else "'..'"
+        raise UsageError(f"study name {name!r} holds {what}, which could be read as a path", fix=fix)
+    return name
+
+
 class StudyConfig(_Strict):
     """Everything that defines a study. Field names are the YAML keys."""
 

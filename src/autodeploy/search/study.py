@@ -29,7 +29,7 @@ from autodeploy.harness.stats import bootstrap_mean_ci, summarize
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.results_db.store import DeviceRecord, ModelRecord, Store
 from autodeploy.search.budget import SLOW_BUILD_GUESS_S, Budget, duration_text
-from autodeploy.search.config import StudyConfig
+from autodeploy.search.config import StudyConfig, check_study_name
 from autodeploy.search.memory import Memory, accuracy_key
 from autodeploy.search.objective import DIRECTIONS, Metrics, values, violations
 from autodeploy.search.portfolio import enqueue_grid, enqueue_neighbours, enqueue_portfolio, unseen_branches
@@ -171,6 +171,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     reporter = reporter or Reporter()
     cfg = ctx.config
     budget = Budget(cfg.time_budget_s)
+    check_study_name(ctx.name)
     _check_same_model_and_device(ctx)
     study, storage = _open_study(ctx)
     space = build_space(cfg, ctx.device, ctx.model)

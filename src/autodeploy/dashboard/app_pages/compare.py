@@ -48,16 +48,17 @@ filters = replace(filters, model=pair["model_sha256"], device=pair["device"])  #
 df = cache.trials(url, filters, measured_only=True)
 best = queries.best_per_config(df, metric)
 if best.empty:
-    st.info(f"No successful measurement of {label} matches the filters (every trial failed).")
+    st.info(f"No successful measurement of {cache.md(label)} matches the filters (every trial failed).")
     st.stop()
 finalists = queries.study_finalists(cache.finalists(url, filters), pair["model_sha256"], pair["device"], metric)
 best = queries.rank_by_finalists(best, finalists, metric)
 
 remeasured = (best["source"] != "best trial").sum()
-ranking = (f"ranked as study {finalists['study'].iloc[0]} ranked them: its {remeasured} finalists by their "
+ranking = (f"ranked as study {cache.md(finalists['study'].iloc[0])} ranked them: its {remeasured} finalists by their "
            "re-measured values (winner on top), then the other configs by their best trial"
            if remeasured else "ranked by each config's best trial")  # fmt: skip
-st.caption(f"{len(best)} configs of {label}, {ranking}; engines: {', '.join(sorted(best['engine'].unique()))}.")
+st.caption(f"{len(best)} configs of {cache.md(label)}, {ranking}; "
+           f"engines: {cache.md(', '.join(sorted(best['engine'].unique())))}.")
 few = best[best["n_samples"] < queries.FEW_SAMPLES]
 if metric.ci is not None and not few.empty:
     st.caption(f"⚠ {len(few)} config(s) have under {queries.FEW_SAMPLES} samples: their confidence intervals are rough.")

@@ -25,7 +25,7 @@ df = cache.trials(url, queries.Filters(model=model, engines=filters.engines, sce
                   measured_only=True)  # fmt: skip
 ok = df[queries.measured(df)]
 if ok.empty:
-    st.info(f"No successful measurement of {models[model]} yet.")
+    st.info(f"No successful measurement of {cache.md(models[model])} yet.")
     st.stop()
 # Per device, configs ranked as Compare ranks them (the newest study's finalists at their re-measured values,
 # winner first); each engine × precision bar is the first of that ranking: the winner's bar is the winner.
@@ -35,7 +35,7 @@ ranked = [queries.rank_by_finalists(queries.best_per_config(rows, metric),
           for device, rows in ok.groupby("device", sort=False)]  # fmt: skip
 best = pd.concat(ranked).drop_duplicates(["device", "engine", "precision"])
 seen = best["device"].nunique()
-st.caption(f"{models[model]} measured on {seen} device fingerprint{'s' if seen != 1 else ''}.")
+st.caption(f"{cache.md(models[model])} measured on {seen} device fingerprint{'s' if seen != 1 else ''}.")
 st.plotly_chart(charts.across_devices(best, metric), key="devices_bars")
 st.dataframe(best[["device", "cpu", "engine", "engine_version", "precision", "config_label", "role", "source", "latency_ms",
                    "latency_ci_low", "latency_ci_high", "throughput", "trial_id"]], hide_index=True)  # fmt: skip

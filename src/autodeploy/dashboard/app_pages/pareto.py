@@ -34,7 +34,7 @@ if budget.max_memory_mb is not None:
 if budget.sla_ms is not None:
     # The study's rule: the server objective is the rate under the SLA; elsewhere the SLA bounds latency.
     limits.append(f"p99 ≤ {budget.sla_ms:g} ms" if objective == "server" else f"latency ≤ {budget.sla_ms:g} ms")
-st.caption(f"Constraints of {name}: {', '.join(limits)}. Winner: {winner or 'none'}.")
+st.caption(f"Constraints of {cache.md(name)}: {', '.join(limits)}. Winner: {cache.md(winner or 'none')}.")
 
 if df["latency_ms"].notna().any():
     st.plotly_chart(charts.pareto(df, budget, objective), key="pareto_scatter")

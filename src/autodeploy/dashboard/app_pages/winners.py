@@ -40,7 +40,8 @@ st.subheader("Finalists of each study")
 for row in table.itertuples():
     bars, metric = queries.finalist_bars(finalists[finalists["study"] == row.study], row.objective)
     if bars.empty:
-        st.caption(f"{row.model} on {row.cpu} ({row.study}): no finalist has a value. {row.note}")
+        st.caption(f"{cache.md(row.model)} on {cache.md(row.cpu)} ({cache.md(row.study)}): no finalist has a value. "
+                   f"{cache.md(row.note)}")
         continue
     title = f"{row.model} on {row.cpu}: {row.study}"
     st.plotly_chart(charts.ci_bars(bars, metric, title=title), key=f"winners_{row.study}")
