@@ -13,6 +13,16 @@ own (0 pass, 1 fail, 2 inconclusive, 64 bad input, 70 could not run).
 from __future__ import annotations
 
 
+def excerpt(text: object, limit: int = 200, *, quote: bool = False) -> str:
+    """``text`` taken from input (a file name, an archive member, a model field) cut to ``limit``
+    characters, saying how long it was: an error that echoes input stays one short line.
+    With ``quote``, the kept part is shown as ``repr`` (control characters visible)."""
+    text = str(text)
+    kept = text[:limit]
+    shown = repr(kept) if quote else kept
+    return shown if len(text) <= limit else f"{shown}... [{len(text):,} characters]"
+
+
 class AutodeployError(Exception):
     """Base of every error autodeploy raises on purpose (bad input, unavailable engine, ...).
 

@@ -426,13 +426,14 @@ def check_as_measured(source: Source, shipped: dict[str, str]) -> None:
 def manifest_digest(path: str | Path) -> str:
     """SHA-256 of the manifest of the bundle (folder or .tar.gz) or Triton repository at ``path``."""
     import hashlib
-    import tarfile
+
+    from autodeploy.bundle.archive import open_archive
 
     path = Path(path)
     if path.is_dir():
         found = [path / MANIFEST] if (path / MANIFEST).is_file() else sorted(path.glob(f"*/{MANIFEST}"))
         return hashlib.sha256(found[0].read_bytes()).hexdigest()
-    with tarfile.open(path, "r:*") as tar:
+    with open_archive(path) as tar:
         for member in tar:
             parts = member.name.split("/")
             if parts[-1] == MANIFEST and len(parts) <= 3 and member.isfile():
