@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from autodeploy.bundle.loader import MANIFEST, BundleError
-from autodeploy.errors import excerpt
+from autodeploy.errors import WriteError, excerpt
 
 MAX_BYTES = 4 * 2**30
 MAX_MEMBERS = 10_000
@@ -244,9 +244,9 @@ def safe_extract(
         raise BundleError(
             f"cannot extract {archive} into {dest}: it already exists", fix="choose a new folder"
         )
-    dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.parent / f".{dest.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
         with open_archive(archive) as tar:
             members = check_members(tar, archive.name, max_bytes=max_bytes, max_members=max_members)
             tmp.mkdir()
@@ -258,6 +258,11 @@ def safe_extract(
         os.rename(tmp, dest)
     except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:  # damaged gzip streams
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and str(exc.filename) != str(archive):  # the destination's fault, maybe
+            full = WriteError.of(exc, f"the files of {archive.name}", dest.parent,
+                                 instead="extract it elsewhere (TMPDIR for a temporary folder)")  # fmt: skip
+            if full is not None:
+                raise full from None
         raise BundleError(f"cannot extract archive {archive}: {type(exc).__name__}: {excerpt(exc)}",
                           fix="the file is damaged or not a .tar.gz; copy or export it again") from None  # fmt: skip
     except BaseException:
