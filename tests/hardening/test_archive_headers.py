@@ -113,13 +113,18 @@ def test_a_gnu_long_name_of_20_mb_is_refused_from_its_header(tmp_path):
             + [_member("x", tarfile.REGTYPE, b"")],
             "more than 8 extended headers in a row",
         ),
+        (
+            [m for i in range(300) for m in (_member("././@PaxHeader", tarfile.XHDTYPE, _pax({"comment": "c" * 60_000})),
+                                              _member(f"bundle/{i}", tarfile.REGTYPE, b""))],
+            "its extended headers take more than 16,777,216 bytes together",
+        ),  # fmt: skip
         ([_member("././@PaxHeader", tarfile.XHDTYPE, b"99 path=x\n")], "has a malformed record at byte 0"),
         (
             [_member("././@PaxHeader", tarfile.XHDTYPE, _pax({"GNU.sparse.size": "9"}))],
             "describes a sparse file",
         ),
     ],
-    ids=["gnu-name-under-cap", "pax-path", "header-run", "bad-record-length", "pax-sparse"],
+    ids=["gnu-name-under-cap", "pax-path", "header-run", "header-total", "bad-record-length", "pax-sparse"],
 )
 def test_malformed_or_overlong_headers_are_refused_with_a_short_message(tmp_path, members, reason):
     path = tmp_path / "hostile.tar.gz"

@@ -11,7 +11,8 @@ name ``L``/``K``) is read whole into memory, and before CPython 3.12.6, 3.11.10 
 (CVE-2024-6232) tarfile searched it with a regex that backtracks quadratically on a run of
 digits (a 344-byte archive stalled it for minutes). So each one is refused over
 :data:`MAX_EXTENDED_HEADER`, a pax header's records are checked in linear time before tarfile
-reads the same bytes, and names are refused over :data:`MAX_NAME` characters.
+reads the same bytes, names are refused over :data:`MAX_NAME` characters, and all extended
+headers together over :data:`MAX_EXTENDED_TOTAL` bytes (member data is bounded by ``max_bytes``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ MAX_EXTENDED_HEADER = 64 * 2**10
 MAX_NAME = 1024
 #: Extended headers in a row before one member (pax global + pax + GNU long name and link is 4).
 MAX_EXTENDED_RUN = 8
+#: All extended headers of an archive together: the decompression budget of everything but file data
+#: (which ``max_bytes`` bounds). A bundle's take about 100 bytes a member.
+MAX_EXTENDED_TOTAL = 16 * 2**20
 _EXTENDED = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
              tarfile.GNUTYPE_LONGLINK)  # fmt: skip
 _REFUSE_FIX = "export the bundle again; never extract this archive by hand"
@@ -70,6 +74,9 @@ class _BoundedTarInfo(tarfile.TarInfo):
             raise _Refused(
                 f"a {kind} declares {self.size:,} bytes, over the {MAX_EXTENDED_HEADER:,}-byte cap"
             )
+        total = tar._autodeploy_total = getattr(tar, "_autodeploy_total", 0) + self.size  # type: ignore[attr-defined]
+        if total > MAX_EXTENDED_TOTAL:
+            raise _Refused(f"its extended headers take more than {MAX_EXTENDED_TOTAL:,} bytes together")
         return super()._proc_member(tar)
 
     def _proc_pax(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
