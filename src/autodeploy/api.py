@@ -257,7 +257,7 @@ def bench_shapes(
             report(f"{label}{at}: starting worker")
             result = run_trial(info, trial_config, prepared, settings,
                                progress=lambda phase, at=at: report(f"{label}{at}: {phase}"),
-                               scenario=scenario, sla_ms=sla_ms)  # fmt: skip
+                               scenario=scenario, sla_ms=sla_ms, measured=store.artifact_files_measured)  # fmt: skip
             # 6. store it, with its shape
             fed = inputs_record(source, preprocess, _zoo_inputs(resolved))
             trial_id = _add_trial(store, result, info, device, command, case.key(), fed)

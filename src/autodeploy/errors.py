@@ -12,6 +12,19 @@ own (0 pass, 1 fail, 2 inconclusive, 64 bad input, 70 could not run).
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
+
+
+def excerpt(text: object, limit: int = 200, *, quote: bool = False) -> str:
+    """``text`` taken from input (a file name, an archive member, a model field) cut to ``limit``
+    characters, saying how long it was: an error that echoes input stays one short line.
+    With ``quote``, the kept part is shown as ``repr`` (control characters visible)."""
+    text = str(text)
+    kept = text[:limit]
+    shown = repr(kept) if quote else kept
+    return shown if len(text) <= limit else f"{shown}... [{len(text):,} characters]"
+
 
 class AutodeployError(Exception):
     """Base of every error autodeploy raises on purpose (bad input, unavailable engine, ...).
@@ -86,6 +99,27 @@ class MissingExtraError(UsageError):
             return None
         return cls(f"{module} is not installed (it comes with the '{extra}' extra)",
                    fix=f"pip install 'autodeploy[{extra}]'")  # fmt: skip
+
+
+#: ``errno`` values that mean the destination cannot take the bytes (full disk, quota, file size
+#: limit, read-only or forbidden), never that the input is damaged.
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+class WriteError(AutodeployError):
+    """A file could not be written where asked (no space, quota, read-only); nothing was left behind."""
+
+    @classmethod
+    def of(cls, error: OSError, what: str | Path, where: str | Path, *, instead: str) -> WriteError | None:
+        """The one-line error for ``error`` raised while writing ``what`` under the folder ``where``,
+        or ``None`` when ``error`` is not about the destination (a read failed: that is another error)."""
+        named = [Path(f) for f in (error.filename, error.filename2) if isinstance(f, (str, Path))]
+        if error.errno not in WRITE_ERRNOS or (named and not any(f.is_relative_to(where) for f in named)):
+            return None  # a read elsewhere failed (a cache file, the input itself): not the destination's fault
+        space = error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+        fix = f"free space on the disk of {where}" if space else f"make {where} writable"
+        return cls(f"cannot write {what}: {error.strerror or error} (under {where}); nothing was left behind",
+                   fix=f"{fix}, or {instead}")  # fmt: skip
 
 
 class StoreError(AutodeployError):

@@ -13,7 +13,8 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+import stat
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -291,7 +292,7 @@ def load_model(
     info = ModelInfo(
         path=path.resolve(),
         name=name or path.stem,
-        sha256=_sha256([path.resolve(), *(path.parent / f for f in external)]),
+        sha256=_sha256(path.resolve(), path.parent, external),
         inputs=inputs,
         outputs=outputs,
         opset=opset,
@@ -577,25 +578,68 @@ def _utf8(text: str) -> bool:
     return True
 
 
-def _sha256(files: Sequence[Path], copy_to: Sequence[Path] | None = None) -> str:
-    """SHA-256 over ``files`` in order, read without following a final symlink; optionally copied as read.
+def _sha256(model: Path, folder: Path, external: Sequence[str], copy_to: Sequence[Path] | None = None) -> str:
+    """SHA-256 over ``model`` and its ``external`` data files in order; optionally copied as read.
 
-    The model file itself is passed resolved (a link to a model is fine); its external data is
-    read as the plain files that intake checked, never through a link swapped in later.
+    The model file itself is opened resolved (a link to a model is fine). Its external data is
+    opened one path component at a time from a descriptor of ``folder``, following no link at
+    any level (``O_NOFOLLOW`` guards only the last component of a path, so a folder swapped for
+    a link on the way would otherwise be followed): only plain files and folders inside it are read.
     """
     digest = hashlib.sha256()
-    for i, file in enumerate(files):
-        try:
-            fd = os.open(file, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except OSError as exc:
-            raise ModelError(f"cannot read {file}: {exc.strerror or exc}",
-                             fix="keep the model and its external data as plain files, not links") from None  # fmt: skip
-        with os.fdopen(fd, "rb") as fh, (open(copy_to[i], "wb") if copy_to else contextlib.nullcontext()) as out:
+    targets = copy_to or [None] * (1 + len(external))
+    for i, (fd, target) in enumerate(zip(_open_all(model, folder, external), targets, strict=True)):
+        if target is not None and i:
+            target.parent.mkdir(parents=True, exist_ok=True)  # external data may live in a subfolder (d/w.bin)
+        with os.fdopen(fd, "rb") as fh, (open(target, "wb") if target else contextlib.nullcontext()) as out:
             for chunk in iter(lambda: fh.read(1 << 20), b""):  # noqa: B023 - fh is this iteration's
                 digest.update(chunk)
                 if out is not None:
                     out.write(chunk)
     return digest.hexdigest()
+
+
+_NO_LINKS = "keep the model and its external data as plain files and folders inside the model's folder, not links"
+
+
+def _open_all(model: Path, folder: Path, external: Sequence[str]) -> Iterator[int]:
+    """A read descriptor of ``model``, then of each external data file, opened lazily in order."""
+    try:
+        yield os.open(model, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise ModelError(f"cannot read {model}: {exc.strerror or exc}", fix=_NO_LINKS) from None
+    for rel in external:
+        yield _open_below(folder, rel)
+
+
+def _open_below(folder: Path, rel: str) -> int:
+    """``folder / rel`` opened for reading, each component relative to its parent's descriptor, no link followed."""
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    if not (nofollow and os.open in os.supports_dir_fd):  # not POSIX: the last component is the one checked
+        try:
+            return os.open(folder / rel, os.O_RDONLY | nofollow)
+        except OSError as exc:
+            raise ModelError(f"cannot read {folder / rel}: {exc.strerror or exc}", fix=_NO_LINKS) from None
+    *dirs, name = Path(rel).parts
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i, part in enumerate([*dirs, name]):
+            flags = os.O_RDONLY | nofollow | (os.O_DIRECTORY if i < len(dirs) else 0)
+            try:
+                child = os.open(part, flags, dir_fd=fd)
+            except OSError as exc:
+                where = "/".join([*dirs, name][: i + 1])
+                why = "is a link" if os.path.islink(folder / where) else (exc.strerror or str(exc))
+                raise ModelError(f"cannot read external data {rel!r} of the model in {folder}: {where} {why}",
+                                 fix=_NO_LINKS) from None  # fmt: skip
+            os.close(fd)
+            fd = child
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ModelError(f"external data {rel!r} of the model in {folder} is not a plain file", fix=_NO_LINKS)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def copy_unchanged(model: ModelInfo, folder: Path, name: str) -> None:
@@ -605,8 +649,7 @@ def copy_unchanged(model: ModelInfo, folder: Path, name: str) -> None:
     changed since intake (a file replaced, a link swapped in) is refused, so an artifact never
     holds bytes other than the ones the reference was computed from.
     """
-    sources = [model.path.resolve(), *(model.path.parent / f for f in model.external_files)]
     targets = [folder / name, *(folder / f for f in model.external_files)]
-    if _sha256(sources, copy_to=targets) != model.sha256:
+    if _sha256(model.path.resolve(), model.path.parent, model.external_files, copy_to=targets) != model.sha256:
         raise ModelError(f"{model.path} or its external data changed since it was taken in",
                          fix="run the command again, and keep the model unchanged while it runs")  # fmt: skip

@@ -96,7 +96,7 @@ def test_damaged_or_foreign_archives_are_clear_errors(stored, tmp_path):
     data[len(data) // 2] ^= 0xFF
     (tmp_path / "bad.tar.gz").write_bytes(bytes(data))
     # Where the flip lands decides which check catches it; each must be a clear BundleError.
-    with pytest.raises(BundleError, match="cannot extract archive|does not match|is missing|not listed|holds no bundle"):
+    with pytest.raises(BundleError, match="cannot extract archive|refusing archive|does not match|is missing|not listed|holds no bundle"):
         autodeploy.bundle.load(tmp_path / "bad.tar.gz")
     (tmp_path / "text.tar.gz").write_text("not an archive")
     with pytest.raises(BundleError, match="cannot extract archive .*text.tar.gz"):

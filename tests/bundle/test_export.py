@@ -10,7 +10,7 @@ import pytest
 
 import autodeploy.bundle
 from autodeploy.bundle import BundleError, export, loader
-from autodeploy.errors import UsageError
+from autodeploy.errors import UsageError, WriteError
 from autodeploy.results_db.store import Store
 from tests.bundle.conftest import feeds
 
@@ -116,9 +116,9 @@ def test_an_export_that_fails_midway_leaves_nothing(stored, tmp_path, monkeypatc
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(export, "seal", broken)  # after the model and loader were copied
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(WriteError, match="No space left on device .*fix: free space on the disk of"):
         export.write_bundle(stored.source(), tmp_path / "b")
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(WriteError, match="No space left on device .*or choose another --output"):
         export.write_bundle(stored.source(), tmp_path / "b.tar.gz", tar=True)
     assert list(tmp_path.iterdir()) == []
 

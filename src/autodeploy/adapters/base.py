@@ -155,6 +155,10 @@ class Artifact:
     meta: Mapping[str, Any] = field(default_factory=dict)
     #: SHA-256 of each file as built (``artifact.json`` itself excluded: it holds these).
     sha256: Mapping[str, str] = field(default_factory=dict)
+    #: SHA-256 of the source model it was built from (``""`` in artifacts built before it was recorded).
+    model_sha256: str = ""
+    #: Taken from the cache by :meth:`Engine.build`, not built just now (not written to ``artifact.json``).
+    reused: bool = field(default=False, compare=False)
 
     def size_bytes(self) -> int:
         return sum((self.path / f).stat().st_size for f in self.files)
@@ -174,6 +178,7 @@ class Artifact:
             "engine_version": self.engine_version,
             "precision": self.precision,
             "key": self.key,
+            "model_sha256": self.model_sha256,
             "files": list(self.files),
             "meta": dict(self.meta),
             "sha256": dict(self.sha256),
@@ -196,6 +201,7 @@ class Artifact:
             files=tuple(data["files"]),
             meta=data.get("meta", {}),
             sha256=data.get("sha256", {}),
+            model_sha256=data.get("model_sha256", ""),
         )
 
 
@@ -296,19 +302,23 @@ class Engine(ABC):
         calibration_hash: str = "",
         version: str | None = None,
     ) -> Artifact:
-        """Convert/compile once; return the cached artifact when the key was built before.
+        """Convert/compile once; return the cached artifact (``reused``) when the key was built before.
 
         The artifact is built in a temporary folder and renamed into place, so a crash
-        mid-build never leaves a half-written artifact that later looks cached.
+        mid-build never leaves a half-written artifact that later looks cached. A cached one
+        is reused only when its ``artifact.json`` records this build (key and source model) and
+        its files match their recorded SHA-256; else it is built again. Anyone who can write the
+        cache can also rewrite ``artifact.json`` consistently: the harness checks a reused artifact
+        against the files a store recorded when it was measured (:func:`autodeploy.harness.run.prepare`).
         """
         version = version or self.probe_version()
         key = self.build_key(model, config, version, calibration_hash)
         final = Path(workdir) / f"{self.name}-{config.precision}-{key}"
         if (final / ARTIFACT_FILE).is_file():
             cached = Artifact.read(final)
-            if not cached.changed():
-                return cached
-            _discard(final)  # damaged or replaced since it was built: build it again
+            if (cached.key, cached.model_sha256) == (key, model.sha256) and not cached.changed():
+                return replace(cached, reused=True)
+            discard(final)  # damaged, replaced or built from something else: build it again
 
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
@@ -318,7 +328,7 @@ class Engine(ABC):
             if not files:
                 raise BuildError(f"{self.name} build wrote no files for {config.label()}")
             digests = {name: _file_sha256(tmp / name) for name in files}
-            artifact = Artifact(final, self.name, version, config.precision, key, files, meta, digests)
+            artifact = Artifact(final, self.name, version, config.precision, key, files, meta, digests, model.sha256)
             (tmp / ARTIFACT_FILE).write_text(json.dumps(artifact.to_dict(), indent=2))
             try:
                 os.rename(tmp, final)
@@ -432,7 +442,7 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _discard(folder: Path) -> None:
+def discard(folder: Path) -> None:
     """Move a cached artifact out of the way (atomically, so no reader sees half of it), then delete it."""
     stale = folder.with_name(f".{folder.name}.stale-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:

@@ -29,7 +29,7 @@ from autodeploy.adapters.base import ARTIFACT_FILE, Artifact, Engine, TrialConfi
 from autodeploy.bundle import loader
 from autodeploy.bundle.archive import write_tar
 from autodeploy.bundle.loader import KIND, MANIFEST, MANIFEST_DIGEST, MODEL_DIR, SCHEMA, BundleError
-from autodeploy.errors import BuildError, StoreError, UnknownEngineError, UsageError
+from autodeploy.errors import BuildError, StoreError, UnknownEngineError, UsageError, WriteError
 from autodeploy.harness.result import headline
 from autodeploy.model import ModelInfo, TensorSpec
 from autodeploy.shapes import ShapeSet, parse_key
@@ -435,13 +435,14 @@ def check_as_measured(source: Source, shipped: dict[str, str]) -> None:
 def manifest_digest(path: str | Path) -> str:
     """SHA-256 of the manifest of the bundle (folder or .tar.gz) or Triton repository at ``path``."""
     import hashlib
-    import tarfile
+
+    from autodeploy.bundle.archive import open_archive
 
     path = Path(path)
     if path.is_dir():
         found = [path / MANIFEST] if (path / MANIFEST).is_file() else sorted(path.glob(f"*/{MANIFEST}"))
         return hashlib.sha256(found[0].read_bytes()).hexdigest()
-    with tarfile.open(path, "r:*") as tar:
+    with open_archive(path) as tar:
         for member in tar:
             parts = member.name.split("/")
             if parts[-1] == MANIFEST and len(parts) <= 3 and member.isfile():
@@ -494,8 +495,8 @@ def staged(dest: Path, *, tar: bool) -> Iterator[Path]:
     dest.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(dest)
     tmp = dest.parent / f".{dest.name}.partial-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
     try:
+        tmp.mkdir()
         stage = tmp / "content"
         stage.mkdir()
         yield stage
@@ -508,6 +509,11 @@ def staged(dest: Path, *, tar: bool) -> Iterator[Path]:
         else:
             os.rename(stage, dest)
         _fsync(dest.parent)
+    except OSError as exc:  # a full disk is the user's to fix in one line, not a traceback
+        error = WriteError.of(exc, dest, dest.parent, instead="choose another --output")
+        if error is None:
+            raise
+        raise error from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 from autodeploy import verdict
-from autodeploy.adapters.base import TrialConfig
+from autodeploy.adapters.base import Artifact, TrialConfig, discard
 from autodeploy.adapters.registry import target_of
 from autodeploy.child import module_argv
 from autodeploy.data import Dataset, split, synthetic
@@ -206,10 +206,17 @@ def prepare(
     uid: str | None = None,
     scenario: str = "single-stream",
     sla_ms: float | None = None,
+    measured: Measured | None = None,
 ) -> Prepared:
     """Compute the FP32 reference of ``reference_model`` (default ``model``) and build ``config``
     in a worker (cached by the adapter), unless ``artifact`` is given: a folder built earlier,
     e.g. a bundle's, measured exactly as it is.
+
+    With ``measured`` (a results store's :meth:`~autodeploy.results_db.Store.artifact_files_measured`),
+    an artifact taken from the cache that the store measured before must still hold the files
+    of one of those measurements; if not, it was changed since (``artifact.json`` resealed with
+    it: anyone who can write the cache can), and it is built again from the model rather than
+    measured and exported under the model's SHA-256.
 
     Raises:
         TrialFailed: the reference could not be computed (nothing to judge accuracy against).
@@ -221,15 +228,41 @@ def prepare(
     spec = _spec("build", model, config, data, settings, uid=uid, scenario=scenario, sla_ms=sla_ms)
     build_s = engine_version = None
     if artifact is None:
-        built = run_worker(spec, settings.build_timeout_s, settings.memory_cap_mb, progress)
-        if built.status != "ok":
-            failure = (built.failure_kind or "build_failed", built.failure_message or "")
-            return Prepared(uid, config, scenario, None, failure=failure, synthetic=data.synthetic,
-                            note=data.note)
-        artifact = Path(built.payload["artifact_path"])
+        for attempt in range(2):
+            built = run_worker(spec, settings.build_timeout_s, settings.memory_cap_mb, progress)
+            if built.status != "ok":
+                failure = (built.failure_kind or "build_failed", built.failure_message or "")
+                return Prepared(uid, config, scenario, None, failure=failure, synthetic=data.synthetic,
+                                note=data.note)
+            artifact = Path(built.payload["artifact_path"])
+            distrust = _distrusted(artifact, built.payload, measured)
+            if distrust is None:
+                break
+            if attempt:  # rebuilt, and again not what this build writes: someone is writing the cache
+                failure = ("build_failed", f"{distrust}, again after a rebuild")
+                return Prepared(uid, config, scenario, None, failure=failure, synthetic=data.synthetic,
+                                note=data.note)
+            if progress:
+                progress(f"{distrust}: building it again")
+            discard(artifact)
         build_s, engine_version = built.payload["build_s"], built.payload.get("engine_version")
     spec = replace(spec, mode="measure", artifact_path=str(artifact), reference_path=str(ref))
     return Prepared(uid, config, scenario, spec, build_s, engine_version, synthetic=data.synthetic, note=data.note)
+
+
+#: The files (``{name: SHA-256}``) of the artifact at a path, as each measurement a store holds recorded them.
+Measured = Callable[[Path], list[dict[str, str]]]
+
+
+def _distrusted(artifact: Path, payload: dict[str, Any], measured: Measured | None) -> str | None:
+    """Why the artifact a build worker took from the cache is not to be measured, or ``None``."""
+    if not payload.get("artifact_reused") or measured is None:
+        return None
+    recorded = measured(artifact)
+    if not recorded or Artifact.read(artifact).digests() in recorded:
+        return None
+    return (f"the cached artifact {artifact.name} is not the one the results store measured "
+            "(its files changed since)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -289,6 +322,7 @@ def run_trial(
     sla_ms: float | None = None,
     artifact: Path | None = None,
     known: KnownAccuracy | None = None,
+    measured: Measured | None = None,
 ) -> TrialResult:
     """Build (once, cached) and measure one config; a failure is a result, never an exception.
 
@@ -296,7 +330,8 @@ def run_trial(
     (``result.extra["server"]``). When the FP32 reference itself cannot run (it hangs, crashes,
     runs out of memory), the result is failed with that kind and ``extra["reference_failed"]``.
     ``artifact`` (built before for the same build key) skips the build worker; ``known`` reuses
-    the accuracy measured on that artifact (see :func:`measure`).
+    the accuracy measured on that artifact (see :func:`measure`); ``measured`` checks a cached
+    artifact against a store (see :func:`prepare`).
 
     ``extra["wall_s"]`` says where the wall time went: ``build`` (the build worker, or nothing
     when ``artifact`` was given), ``timing`` (the measure worker beside its accuracy: start,
@@ -306,7 +341,7 @@ def run_trial(
     start = time.monotonic()
     try:
         prepared = prepare(model, config, data, settings, artifact=artifact, progress=progress, uid=uid,
-                           scenario=scenario, sla_ms=sla_ms)  # fmt: skip
+                           scenario=scenario, sla_ms=sla_ms, measured=measured)  # fmt: skip
     except TrialFailed as failure:  # no reference, nothing to judge against: a failed trial, stored as such
         return TrialResult.failed(uid, config, failure.kind, failure.detail, extra={"reference_failed": True})
     built = time.monotonic()

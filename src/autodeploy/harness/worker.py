@@ -100,6 +100,7 @@ class _Job:
             )  # fmt: skip
         return {
             "artifact_path": str(artifact.path),
+            "artifact_reused": artifact.reused,
             "engine_version": version,
             "build_s": time.perf_counter() - start,
         }

@@ -489,6 +489,17 @@ class Store:
 
         return self._run("cannot read", check)
 
+    def artifact_files_measured(self, path: str | Path) -> list[dict[str, str]]:
+        """The files (name -> SHA-256, ``artifact.json`` included) of the artifact at ``path``, as each
+        trial stored here measured them: what a cached artifact taken again must still be."""
+
+        def fetch(s: Session) -> list[dict[str, str]]:
+            query = sa.select(Trial.artifact_files).where(Trial.artifact_path == str(path),
+                                                          Trial.artifact_files.is_not(None))  # fmt: skip
+            return [dict(files) for files in s.execute(query).scalars()]
+
+        return self._run("cannot read", fetch)
+
     def model_interface(self, sha256: str) -> dict[str, Any] | None:
         """A stored model's name, SHA-256, inputs and outputs; ``None`` when it is not stored."""
 

@@ -644,7 +644,8 @@ def _measure_case(
                        progress=lambda p: reporter.phase(f"{config.label()}{at}: {p}"),
                        scenario=SCENARIO_OF[cfg.objective],
                        sla_ms=cfg.constraints.sla_ms if cfg.objective == "server" else None,
-                       artifact=None if built is None else Path(built), known=known)  # fmt: skip
+                       artifact=None if built is None else Path(built), known=known,
+                       measured=ctx.store.artifact_files_measured)  # fmt: skip
     ctx.store.add_trial(result, model=ModelRecord.of(case.model), device=DeviceRecord.of(ctx.device),
                         command=ctx.command, study=ctx.name, phase=phase, shape_key=case.key,
                         shapes=case.model.measured_shapes(config.batch))  # fmt: skip
