@@ -171,3 +171,54 @@ def test_overrides_choose_the_measure_and_its_threshold():
     assert loose.passed and loose.constraint == "SQNR >= 15 dB" and loose.outputs[0].sqnr_db == pytest.approx(20, abs=0.5)
     with pytest.raises(ValueError, match="does not have"):
         compare({"n": got}, {"n": ref}, overrides={"m": Override("sqnr")})
+
+
+@pytest.fixture(scope="module")
+def detector_run(tmp_path_factory):
+    """The detector of tests/models.py on crops of real photos, through the harness's workers."""
+    from autodeploy.data import Dataset
+    from autodeploy.harness.run import HarnessSettings, prepare_data
+    from autodeploy.harness.timing import TimingPolicy
+    from autodeploy.images import sample_crops
+    from autodeploy.model import load_model
+    from tests.models import detector
+
+    pytest.importorskip("sklearn", reason="scikit-learn (the dev extras) gives the photos")
+    folder = tmp_path_factory.mktemp("detector")
+    model = load_model(detector(folder / "det.onnx"))
+    crops = sample_crops(32, 32, 32).astype(np.float32).transpose(0, 3, 1, 2) / 255
+    quick = TimingPolicy(warmup_min_calls=2, warmup_max_s=0.5, min_samples=5, min_duration_s=0.05, max_duration_s=0.5)
+    settings = HarnessSettings(workdir=folder / "work", policy=quick, timeout_s=120, calibration_items=16,
+                               evaluation_items=16)  # fmt: skip
+    return model, settings, prepare_data(model, settings, data=Dataset({"x": np.ascontiguousarray(crops)}))
+
+
+@pytest.mark.parametrize(("engine", "precision", "method"), [
+    ("onnxruntime", "fp32", None), ("openvino", "bf16", None),
+    ("onnxruntime", "int8", "dynamic"),  # the adapter's own choice here: Concat's output stays float
+    ("onnxruntime", "int8", "static"),  # QDQ after Concat: one scale, 320 / 255, for pixels and scores
+])  # fmt: skip
+def test_a_detector_through_the_harness_static_int8_fails_naming_the_class_channels(detector_run, engine,
+                                                                                     precision, method):
+    from autodeploy.adapters import registry
+    from autodeploy.adapters.base import TrialConfig
+    from autodeploy.device import probe_device
+    from autodeploy.harness.run import run_trial
+    from autodeploy.search.space import unsupported_reason
+
+    model, settings, data = detector_run
+    config = TrialConfig(engine, precision, batch=1, threads=1, knobs={"quant_method": method} if method else {})
+    availability = registry.get(engine).probe(probe_device())
+    reason = None if availability.available else str(availability)
+    reason = reason or unsupported_reason(config, probe_device(), model)
+    if reason:
+        pytest.skip(reason)
+    result = run_trial(model, config, data, settings)
+    (o,) = result.accuracy.outputs
+    assert o.kind == "sqnr" and o.cosine > 0.99  # the flattened cosine the old rule passed
+    if method == "static":  # measured: class scores at 2.5 dB, flattened cosine 0.99999
+        assert result.failure_kind == "inaccurate" and o.channels == "axis 1, channels 4-11" and o.sqnr_db < 10
+        assert "output 'output0', axis 1, channels 4-11: SQNR" in result.failure_message
+    else:  # measured: fp32 identical, bf16 and dynamic int8 above 30 dB in every group
+        assert result.ok, result.failure_message
+        assert o.sqnr_db > 25
