@@ -139,3 +139,44 @@ def paddle_like(path: Path) -> Path:
     model.ir_version = 8
     onnx.save(model, str(path))  # the checker accepts -1 dims; no check here to keep the export's form
     return path
+
+
+def detector(path: Path, *, classes: int = 8, seed: int = 0) -> Path:
+    """An anchor-free detector's head on 32x32 RGB: x[N, 3, 32, 32] -> output0[N, 4 + classes, 64].
+
+    Patch features (a stride-4 Conv) give 64 anchors; per anchor 4 box coordinates in pixels
+    (``Sigmoid(.) * 320``) then ``classes`` scores (``Sigmoid``), concatenated into one output as
+    YOLOv8's export does: one tensor whose channels carry quantities 320x apart.
+    """
+    rng = np.random.default_rng(seed)
+    conv = numpy_helper.from_array((rng.standard_normal((16, 3, 4, 4)) * 0.3).astype(np.float32), "conv")
+    wb = numpy_helper.from_array((rng.standard_normal((16, 4)) * 0.5).astype(np.float32), "wb")
+    ws = numpy_helper.from_array((rng.standard_normal((16, classes)) * 1.5).astype(np.float32), "ws")
+    bs = numpy_helper.from_array(np.full(classes, -2.0, np.float32), "bs")  # most anchors: low scores
+    scale = numpy_helper.from_array(np.array(320.0, np.float32), "scale")
+    shape = numpy_helper.from_array(np.array([0, 16, 64], np.int64), "shape")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "conv"], ["f"], kernel_shape=[4, 4], strides=[4, 4]),
+            helper.make_node("Relu", ["f"], ["fr"]),
+            helper.make_node("Reshape", ["fr", "shape"], ["f3"]),
+            helper.make_node("Transpose", ["f3"], ["ft"], perm=[0, 2, 1]),  # [N, 64 anchors, 16]
+            helper.make_node("MatMul", ["ft", "wb"], ["b0"]),
+            helper.make_node("Sigmoid", ["b0"], ["b1"]),
+            helper.make_node("Mul", ["b1", "scale"], ["boxes"]),
+            helper.make_node("MatMul", ["ft", "ws"], ["s0"]),
+            helper.make_node("Add", ["s0", "bs"], ["s1"]),
+            helper.make_node("Sigmoid", ["s1"], ["scores"]),
+            helper.make_node("Concat", ["boxes", "scores"], ["cat"], axis=-1),
+            helper.make_node("Transpose", ["cat"], ["output0"], perm=[0, 2, 1]),
+        ],
+        "detector",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 32, 32])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["N", 4 + classes, 64])],
+        [conv, wb, ws, bs, scale, shape],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path

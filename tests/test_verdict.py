@@ -53,15 +53,15 @@ def test_import_loads_no_heavy_package():
 
 
 def test_each_output_is_judged_by_what_it_is_and_the_worst_is_named():
-    """A classifier by top-1, an embedding beside it by cosine (issue 14: judged per output)."""
+    """A classifier by top-1, an embedding beside it by SQNR (issue 14: judged per output; issue 25: SQNR)."""
     ref = {"logits": logits(), "embedding": logits(classes=1)}
     good = {"logits": flip_argmax(ref["logits"], 2), "embedding": ref["embedding"] * 1.001}
     acc = compare(good, ref)
-    assert acc.constraint == "top-1 agreement >= 0.99 and cosine >= 0.99" and acc.passed
+    assert acc.constraint == "top-1 agreement >= 0.99 and SQNR >= 17 dB" and acc.passed
     assert accuracy_drop(acc) == pytest.approx(0.01)
-    bad = compare({**good, "embedding": -ref["embedding"]}, ref)  # cosine -1: the embedding fails it
-    assert not bad.passed and accuracy_drop(bad) == pytest.approx(2.0)
-    assert verdict.worst(bad.outputs) == "output 'embedding': cosine -1"
+    bad = compare({**good, "embedding": -ref["embedding"]}, ref)  # noise 4x the signal: -6 dB, a total loss
+    assert not bad.passed and accuracy_drop(bad) == pytest.approx(1.0)
+    assert verdict.worst(bad.outputs) == "output 'embedding': SQNR -6.0 dB, limit 17 dB"
     assert not compare({**good, "logits": flip_argmax(ref["logits"], 3)}, ref).passed
 
 

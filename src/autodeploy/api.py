@@ -112,6 +112,7 @@ def bench(
     pins: Mapping[str, float] | None = None,
     metric: str | None = None,
     max_metric_drop: float | None = None,
+    accuracy: Sequence[str] = (),
     timing: TimingPolicy | None = None,
     timeout_s: float = 600.0,
     build_timeout_s: float = 1800.0,
@@ -140,6 +141,9 @@ def bench(
         pins: synthetic inputs pinned to a constant, ``{"sample_rate": 16000}``.
         metric: the user's task metric, ``"module:function"`` receiving (outputs, labels), higher is better.
         max_metric_drop: the largest drop of ``metric`` from the FP32 reference's allowed (default: only reported).
+        accuracy: ``OUTPUT=MEASURE[:THRESHOLD]`` per output whose measure you choose (one of
+            ``autodeploy.verdict.MEASURES``, e.g. ``scores=decision:0.3``); the others are judged by
+            what they are (the producing node, the shape, the reference's values).
         timing: warm-up and sample counts (default: 64 samples and 2 s at least, 60 s at most).
         timeout_s: seconds before a worker that runs the model (the reference, the measurement) is killed.
         build_timeout_s: seconds before the worker that builds the artifact is killed.
@@ -171,7 +175,7 @@ def bench(
                                       max_metric_drop=max_metric_drop, timing=timing)  # fmt: skip
     return bench_shapes(model, config, engine=engine, precision=precision, batch=batch, threads=threads, knobs=knobs,
                         shapes=shape_set, batch_axes=batch_axes, data=data, preprocess=preprocess, pins=pins,
-                        metric=metric, max_metric_drop=max_metric_drop, timing=timing,
+                        metric=metric, max_metric_drop=max_metric_drop, accuracy=accuracy, timing=timing,
                         timeout_s=timeout_s, build_timeout_s=build_timeout_s, memory_cap_mb=memory_cap_mb, db=db,
                         cache=cache, progress=progress, command=command, scenario=scenario, sla_ms=sla_ms)[0]  # fmt: skip
 
@@ -192,6 +196,7 @@ def bench_shapes(
     pins: Mapping[str, float] | None = None,
     metric: str | None = None,
     max_metric_drop: float | None = None,
+    accuracy: Sequence[str] = (),
     timing: TimingPolicy | None = None,
     timeout_s: float = 600.0,
     build_timeout_s: float = 1800.0,
@@ -229,6 +234,7 @@ def bench_shapes(
     cache = cache or cache_dir()
     label = trial_config.label()
     _check_metric(metric, max_metric_drop)  # a bad --metric fails now, in one line
+    _check_accuracy(accuracy)
     # 1. resolve the model (a zoo model is built on first use), then fix it at each shape
     resolved = resolve_model(model, None, cache_dir=cache, progress=report)
     sources = loaded = _data_per_case(data, shape_set)
@@ -242,8 +248,13 @@ def bench_shapes(
         registry.get(trial_config.engine).check(device, info, trial_config)  # unknown engine/precision/knob
         for name in info.input_names:  # dynamic dims left unfixed: fail with the --shape fix now
             info.input_shape(name, trial_config.batch)
+        unknown = sorted({verdict.parse_override(t)[0] for t in accuracy} - set(info.output_names))
+        if unknown:
+            raise UsageError(f"--accuracy names output(s) {unknown} the model does not have",
+                             fix=f"name one of its outputs: {', '.join(info.output_names)}")  # fmt: skip
     settings = HarnessSettings(workdir=cache / "work", policy=timing or TimingPolicy(), timeout_s=timeout_s,
                                build_timeout_s=build_timeout_s, metric=metric, max_metric_drop=max_metric_drop,
+                               accuracy_overrides=tuple(accuracy),
                                **({"memory_cap_mb": memory_cap_mb} if memory_cap_mb else {}))  # fmt: skip
     # 3. open the store before measuring: a bad database fails in a second, not after a run
     stored = []
@@ -614,6 +625,15 @@ def _shapes_of_data(resolved: ResolvedModel, batch_axes: Mapping[str, int | None
                          f"{[s.name + s.shape_str() for s in info.inputs]} have no dynamic dims for data to fix",
                          fix="give one --data, or one --shape per --data")  # fmt: skip
     return ShapeSet(tuple(ShapeCase(s) for s in shapes)), list(loaded)
+
+
+def _check_accuracy(accuracy: Sequence[str]) -> None:
+    """Parse every ``--accuracy OUTPUT=MEASURE[:THRESHOLD]`` now, so a typo is one line before any work."""
+    for text in accuracy:
+        try:
+            verdict.parse_override(text)
+        except ValueError as exc:
+            raise UsageError(str(exc), fix=f"measures: {', '.join(verdict.MEASURES)}") from None
 
 
 def _check_metric(metric: str | None, max_metric_drop: float | None) -> None:

@@ -194,7 +194,10 @@ _OUTPUT = {
     "required": ["name", "max_abs", "mean_rel", "cosine"],
     "properties": {"name": {"type": "string"}, "max_abs": {"type": "number"}, "mean_rel": {"type": "number"},
                    "cosine": {"type": "number"}, "top1_agreement": _NUM, "task_accuracy": _NUM,
-                   "reference_task_accuracy": _NUM},  # fmt: skip
+                   "reference_task_accuracy": _NUM, "exact_agreement": _NUM,
+                   "kind": {"type": ["string", "null"], "description": "how the output was judged (autodeploy.verdict.MEASURES)"},
+                   "sqnr_db": _NUM, "channels": {"type": ["string", "null"]}, "min_sqnr_db": _NUM, "f1": _NUM,
+                   "decision_threshold": _NUM, "token_agreement": _NUM, "sequence_agreement": _NUM},  # fmt: skip
 }
 _MEASUREMENT = {
     "type": ["object", "null"],

@@ -9,13 +9,35 @@ quantizer's budget (:data:`DEFAULT_MAX_ACCURACY_DROP`).
 
 The rules:
 
-* **Accuracy**, judged per output by what the output is (:func:`output_metric`): an integer
-  output (ids) by its exact agreement, a classifier-shaped one by its top-1 agreement, both
-  ``>= 1 - max_drop``; any other (detection maps, boxes, embeddings, regression) by its cosine
-  similarity ``>= min_cosine``. Every output must pass, and with labels the task accuracy may
-  drop by at most ``max_drop``. Non-finite outputs (NaN cosine) always fail. :func:`worst`
-  names the output furthest from its limit. :func:`accuracy_drop` is the same rule as one
-  number: with ``min_cosine = 1 - max_drop`` it passes exactly when the drop is within the budget.
+* **Accuracy**, judged per output by what the output *means* (its kind, :func:`output_kind`, found
+  from the producing ONNX node, the shape and the reference's values, and overridable per output
+  with :func:`parse_override`). Never one number over a whole tensor (DESIGN.md, "Lessons"):
+
+  - ``exact``: integer and boolean outputs (ids), exact agreement ``>= 1 - max_drop``.
+  - ``top1``: class-score vectors ``[N, C > 1]``, top-1 agreement ``>= 1 - max_drop``.
+  - ``sequence``: ``[N, T, V]`` (or ``[N, T, 1, V]``) scores with a Softmax over the last axis (the producing node, or
+    rows summing to 1): the share of items whose whole argmax sequence is unchanged
+    ``>= 1 - max_drop``, so below 100 items one changed token in one item fails; a token where
+    the reference itself nearly tied (its own token's probability leads the candidate's by less
+    than ``harness.accuracy.SEQUENCE_TIE``, 0.2) is no change. The per-position token agreement
+    (every flip) is reported beside it.
+  - ``decision``: probabilities (produced by a Sigmoid, or a reference wholly inside [0, 1]),
+    thresholded at :data:`DEFAULT_DECISION_THRESHOLD`: the F1 of the candidate's positives against
+    the reference's ``>= 1 - max_drop`` (no positives on either side: 1.0), so rare events count.
+  - ``sqnr``: every other float output, per channel group: the channel axis and the groups of
+    adjacent channels of similar range are found by :mod:`autodeploy.harness.accuracy`; each
+    group's SQNR ``10 log10(sum ref^2 / sum (out - ref)^2)`` (the reference's mean kept, as cosine
+    keeps it) must be ``>= min SQNR``, the worst group deciding and named. The default limit is
+    :func:`sqnr_for_drop` of the budget: the SQNR at which a group's cosine would be
+    ``1 - max_drop`` (``1 - cos ~= 10^(-SQNR/10) / 2``): 17.0 dB at the 1% budget. The old rule
+    asked that cosine of the whole flattened tensor; it now holds for every group.
+  - ``cosine``: only by override (or records stored before kinds): cosine ``>= min_cosine``.
+
+  Every output must pass, and with labels the task accuracy may drop by at most ``max_drop``.
+  Non-finite outputs (NaN cosine) always fail. :func:`worst` names the output (and channels)
+  furthest from its limit. :func:`accuracy_drop` is the same rule as one number, each output's
+  :func:`output_drop` (``1 - agreement``, ``1 - F1``, ``10^(-SQNR/10) / 2``), so it is within the
+  budget exactly when every output passes.
 * **Constraints** (Optuna's ``Trial.set_constraint`` convention: a value ``<= 0`` holds):
   accuracy drop, peak memory, and the SLA. The SLA bounds latency for every objective except
   ``server``, whose objective *is* the highest rate under the SLA; there it is a constraint
@@ -41,6 +63,13 @@ if TYPE_CHECKING:
 DEFAULT_MAX_ACCURACY_DROP = 0.01
 #: The default where top-1 does not apply: cosine similarity >= 0.99 (the same 1% budget).
 DEFAULT_MIN_COSINE = 1.0 - DEFAULT_MAX_ACCURACY_DROP
+#: Probabilities become decisions above this (``decision`` outputs; overridable per output).
+DEFAULT_DECISION_THRESHOLD = 0.5
+#: What an output can be judged by (:func:`output_kind`, ``--accuracy OUTPUT=MEASURE[:THRESHOLD]``).
+MEASURES = ("exact", "top1", "sequence", "decision", "sqnr", "cosine")
+#: The measures whose THRESHOLD an override may set: the decision's probability cut, the SQNR
+#: limit in dB, the cosine limit. Agreements take the study's budget.
+THRESHOLDED = ("decision", "sqnr", "cosine")
 #: Slack for comparing fractions such as 99/100 with limits such as 1 - 0.01 (float rounding).
 TOLERANCE = 1e-9
 #: The objective whose value is the highest rate under the SLA (see :func:`violations`).
@@ -68,9 +97,94 @@ def within(value: float, limit: float) -> bool:
     return value <= limit + TOLERANCE
 
 
+def sqnr_for_drop(max_drop: float) -> float:
+    """The SQNR (dB) a budget asks of every channel group: where its cosine would be ``1 - max_drop``
+    (``1 - cos ~= noise / (2 signal)`` for small noise): 17.0 dB at 1%."""
+    return math.inf if max_drop <= 0 else 10.0 * math.log10(1.0 / (2.0 * max_drop))
+
+
+def sqnr_drop(sqnr_db: float, min_db: float | None = None, max_drop: float = DEFAULT_MAX_ACCURACY_DROP) -> float:
+    """An SQNR as a drop, ``10^(-SQNR/10) / 2`` (the ``1 - cosine`` it implies), shifted so that a
+    per-output limit ``min_db`` maps to ``max_drop``: within the budget exactly when ``SQNR >= limit``."""
+    if math.isnan(sqnr_db):
+        return math.inf
+    if min_db is None:
+        return 0.5 * 10.0 ** (-sqnr_db / 10.0) if sqnr_db > -300 else math.inf
+    return max_drop * 10.0 ** ((min_db - sqnr_db) / 10.0) if sqnr_db - min_db > -300 else math.inf
+
+
+@dataclass(frozen=True)
+class OutputFacts:
+    """What the comparison found out about one reference output, for :func:`output_kind` to judge.
+
+    ``producer`` is the ONNX op that makes the output (``"Softmax"`` only when over the last axis,
+    else e.g. ``"Softmax(axis=1)"``), ``None`` when unknown. ``unit_range``: every reference value
+    lies in [0, 1]. ``rows_sum_to_one``: non-negative and every last-axis row sums to 1.
+    """
+
+    dtype_kind: str  # numpy's dtype.kind: "f", "i", "u", "b", ...
+    shape: tuple[int, ...]
+    producer: str | None = None
+    unit_range: bool = False
+    rows_sum_to_one: bool = False
+
+
+def output_kind(facts: OutputFacts) -> str:
+    """The measure an output is judged by (one of :data:`MEASURES`; the rule in the module docstring)."""
+    shape = facts.shape
+    if facts.dtype_kind in "iub":
+        return "exact"
+    if len(shape) == 2 and shape[1] > 1:
+        return "top1"  # class-score vectors keep top-1, even as probabilities
+    positions = math.prod(shape[1:-1]) if len(shape) >= 3 else 0  # [N, T, V], also [N, T, 1, V]
+    if positions > 1 and shape[-1] > 1 and (facts.producer == "Softmax" or facts.rows_sum_to_one):
+        return "sequence"
+    if facts.producer == "Sigmoid" or facts.unit_range:
+        return "decision"
+    return "sqnr"
+
+
+@dataclass(frozen=True)
+class Override:
+    """A user's choice of measure for one output (``--accuracy OUTPUT=MEASURE[:THRESHOLD]``)."""
+
+    measure: str
+    threshold: float | None = None
+
+
+def parse_override(text: str) -> tuple[str, Override]:
+    """``"OUTPUT=MEASURE[:THRESHOLD]"`` -> ``(OUTPUT, Override)``.
+
+    Raises:
+        ValueError: not of that form, an unknown measure, or a threshold on a measure without one.
+    """
+    name, sep, rule = text.rpartition("=")
+    measure, _, threshold = rule.partition(":")
+    if not sep or not name or measure not in MEASURES:
+        raise ValueError(f"--accuracy {text!r}: expected OUTPUT=MEASURE[:THRESHOLD] with MEASURE one of "
+                         f"{', '.join(MEASURES)} (e.g. scores=decision:0.3, output0=sqnr:20)")  # fmt: skip
+    if threshold and measure not in THRESHOLDED:
+        raise ValueError(f"--accuracy {text!r}: {measure} takes no threshold (the budget sets it); "
+                         f"thresholds apply to {', '.join(THRESHOLDED)}")  # fmt: skip
+    try:
+        value = float(threshold) if threshold else None
+    except ValueError:
+        raise ValueError(f"--accuracy {text!r}: threshold {threshold!r} is not a number") from None
+    return name, Override(measure, value)
+
+
+_METRICS = {"exact": ("exact agreement", "exact_agreement"), "top1": ("top-1 agreement", "top1_agreement"),
+            "sequence": ("sequence agreement", "sequence_agreement"), "decision": ("F1", "f1"),
+            "sqnr": ("SQNR", "sqnr_db"), "cosine": ("cosine", "cosine")}  # fmt: skip
+
+
 def output_metric(o: OutputAccuracy) -> tuple[str, float]:
-    """The metric an output is judged by, and its value: ``exact agreement`` (integer outputs),
-    ``top-1 agreement`` (classifier-shaped ones) or ``cosine`` (every other output)."""
+    """The metric an output is judged by, and its value: by its ``kind`` (:data:`MEASURES`), or for a
+    record stored before kinds, ``exact agreement`` / ``top-1 agreement`` / ``cosine`` as then."""
+    if o.kind is not None:
+        label, attr = _METRICS[o.kind]
+        value = getattr(o, attr)
+        return label, math.nan if value is None else value
     if o.exact_agreement is not None:
         return "exact agreement", o.exact_agreement
     if o.top1_agreement is not None:
@@ -78,13 +192,38 @@ def output_metric(o: OutputAccuracy) -> tuple[str, float]:
     return "cosine", o.cosine
 
 
-def _shortfall(o: OutputAccuracy, max_drop: float, min_cosine: float) -> float:
-    """How far an output is below its limit (<= 0: it passes; inf: non-finite)."""
+def output_drop(o: OutputAccuracy, *, max_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+                min_cosine: float | None = None) -> float:  # fmt: skip
+    """The accuracy one output lost, comparable with the budget (``<= max_drop``: it passes).
+
+    ``1 - agreement`` or ``1 - F1``; an SQNR through :func:`sqnr_drop` (its own limit ``min_sqnr_db``
+    where one was set); ``1 - cosine`` (shifted to ``min_cosine`` when given). Non-finite: inf.
+    """
     if not math.isfinite(o.cosine):
         return math.inf
     metric, value = output_metric(o)
-    limit = min_cosine if metric == "cosine" else 1.0 - max_drop
-    return limit - value
+    if math.isnan(value):
+        return math.inf
+    if metric == "SQNR":
+        return sqnr_drop(value, o.min_sqnr_db, max_drop)
+    if metric == "cosine" and min_cosine is not None:
+        return 1.0 - value - (1.0 - min_cosine) + max_drop
+    return 1.0 - value
+
+
+def _shortfall(o: OutputAccuracy, max_drop: float, min_cosine: float) -> float:
+    """How far an output is below its limit, in drop units (<= 0: it passes; inf: non-finite)."""
+    return output_drop(o, max_drop=max_drop, min_cosine=min_cosine) - max_drop
+
+
+def _rule(o: OutputAccuracy, max_drop: float, min_cosine: float) -> str:
+    metric = output_metric(o)[0]
+    if metric == "SQNR":
+        return f"SQNR >= {o.min_sqnr_db if o.min_sqnr_db is not None else sqnr_for_drop(max_drop):.3g} dB"
+    if metric == "F1":
+        threshold = o.decision_threshold if o.decision_threshold is not None else DEFAULT_DECISION_THRESHOLD
+        return f"F1 at {threshold:g} >= {1 - max_drop:g}"
+    return f"{metric} >= {min_cosine if metric == 'cosine' else 1 - max_drop:g}"
 
 
 def accuracy_verdict(
@@ -97,11 +236,11 @@ def accuracy_verdict(
 
     Args:
         outputs: One entry per output; ``cosine`` is NaN where either array was non-finite.
-        max_drop: Allowed top-1 / exact agreement and task-accuracy drop, as a fraction.
+        max_drop: Allowed agreement, F1 and task-accuracy drop, as a fraction; sets the SQNR limit
+            (:func:`sqnr_for_drop`) of outputs without their own.
         min_cosine: Required cosine similarity of the outputs judged by cosine.
     """
-    metrics = list(dict.fromkeys(output_metric(o)[0] for o in outputs))
-    rules = [f"{m} >= {min_cosine if m == 'cosine' else 1 - max_drop:g}" for m in metrics]
+    rules = list(dict.fromkeys(_rule(o, max_drop, min_cosine) for o in outputs))
     constraint = " and ".join(rules)
     passed = all(within(_shortfall(o, max_drop, min_cosine), 0.0) for o in outputs)
     task = _task_drops(outputs)
@@ -127,24 +266,33 @@ def worst(
     max_drop: float = DEFAULT_MAX_ACCURACY_DROP,
     min_cosine: float = DEFAULT_MIN_COSINE,
 ) -> str:
-    """The output furthest below (or nearest to) its limit, as ``output 'y': cosine 0.95``."""
+    """The output furthest below (or nearest to) its limit, with its channels where it was judged per
+    channel group: ``output 'y': cosine 0.95``, ``output 'output0', channels 4-21: SQNR 0.0 dB, limit 17 dB``."""
     if not outputs:
         return "no outputs"
     o = max(outputs, key=lambda x: _shortfall(x, max_drop, min_cosine))
+    if not math.isfinite(o.cosine):
+        return f"output {o.name!r}: NaN or inf"
     metric, value = output_metric(o)
-    return f"output {o.name!r}: {metric} {value:.4g}" if math.isfinite(o.cosine) else f"output {o.name!r}: NaN or inf"
+    where = f"output {o.name!r}" + (f", {o.channels}" if o.channels else "")
+    if metric == "SQNR":
+        limit = o.min_sqnr_db if o.min_sqnr_db is not None else sqnr_for_drop(max_drop)
+        return f"{where}: SQNR {value:.1f} dB, limit {limit:.3g} dB"
+    if metric == "sequence agreement" and o.token_agreement is not None:
+        return f"{where}: sequence agreement {value:.4g} (token agreement {o.token_agreement:.4g})"
+    return f"{where}: {metric} {value:.4g}"
 
 
 def accuracy_drop(accuracy: Accuracy) -> float:
     """The accuracy lost, as one number in the rule's own terms (0 = identical, 1 = total loss).
 
-    The worst output's drop by its own metric (:func:`output_metric`: ``1 - agreement`` or
+    The worst output's :func:`output_drop` (``1 - agreement``, ``1 - F1``, ``10^(-SQNR/10) / 2``,
     ``1 - cosine``) and the task accuracy lost, with labels. Non-finite outputs are a total loss.
     """
     outputs = accuracy.outputs
     if not all(math.isfinite(o.cosine) for o in outputs):
         return 1.0
-    drops = [1.0 - output_metric(o)[1] for o in outputs]
+    drops = [min(output_drop(o), 1.0) if output_metric(o)[0] == "SQNR" else output_drop(o) for o in outputs]
     return max([*drops, *_task_drops(outputs)], default=0.0)
 
 

@@ -27,7 +27,7 @@ def test_identical_outputs_pass():
     assert by_name["logits"].max_abs == 0.0 and by_name["logits"].mean_rel == 0.0
     assert by_name["logits"].top1_agreement == 1.0
     assert by_name["features"].top1_agreement is None  # [N, 1] is not a classifier
-    assert acc.constraint == "top-1 agreement >= 0.99 and cosine >= 0.99"  # per output
+    assert acc.constraint == "top-1 agreement >= 0.99 and SQNR >= 17 dB"  # per output, by its kind
     assert Accuracy.from_dict(__import__("dataclasses").asdict(acc)) == acc
 
 
@@ -44,15 +44,16 @@ def test_one_percent_flipped_argmax_passes_top1():
     assert acc.outputs[0].top1_agreement == pytest.approx(0.99) and acc.passed
 
 
-def test_non_classifier_uses_cosine():
+def test_non_classifier_uses_sqnr_per_channel_and_reports_cosine():
+    """Issue 25: a float map is judged per channel group by SQNR; cosine stays a reported column."""
     rng = np.random.default_rng(1)
     ref = rng.normal(size=(8, 3, 16, 16))
     small = compare({"y": ref + 0.01 * rng.normal(size=ref.shape)}, {"y": ref})
-    assert small.constraint == "cosine >= 0.99"
-    assert small.passed and small.outputs[0].cosine > 0.999
+    assert small.constraint == "SQNR >= 17 dB" and small.outputs[0].kind == "sqnr"
+    assert small.passed and small.outputs[0].cosine > 0.999 and small.outputs[0].sqnr_db == pytest.approx(40, abs=1)
     assert small.outputs[0].max_abs > 0 and 0 < small.outputs[0].mean_rel < 0.05
     big = compare({"y": ref + 0.5 * rng.normal(size=ref.shape)}, {"y": ref})
-    assert not big.passed and big.outputs[0].cosine < 0.99
+    assert not big.passed and big.outputs[0].cosine < 0.99 and big.outputs[0].sqnr_db < 17
     assert compare({"y": ref}, {"y": ref}, min_cosine=0.999999).passed
 
 

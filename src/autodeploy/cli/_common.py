@@ -148,6 +148,7 @@ ReverseOption = Annotated[bool, typer.Option("--reverse-input-channels", help="F
 MeanOption = Annotated[str | None, typer.Option(help="Per-channel values subtracted from 0..255 pixels, e.g. [123.675,116.28,103.53].")]
 ScaleOption = Annotated[str | None, typer.Option(help="Per-channel values the pixels are then divided by, e.g. [58.395,57.12,57.375].")]
 MetricOption = Annotated[str | None, typer.Option(help="Task metric MODULE:FUNCTION receiving (outputs, labels), higher is better; reported beside accuracy.")]
+AccuracyOption = Annotated[list[str] | None, typer.Option(help="OUTPUT=MEASURE[:THRESHOLD]: judge OUTPUT by MEASURE (exact, top1, sequence, decision, sqnr, cosine) instead of the kind found from the graph; THRESHOLD is decision's probability cut or sqnr's dB limit. Repeatable.")]
 MetricDropOption = Annotated[float | None, typer.Option(help="Largest drop of --metric from the FP32 reference's allowed (default: only reported).")]
 
 
@@ -177,3 +178,19 @@ def preprocess_of(layout: str | None, reverse: bool, mean: str | None, scale: st
         return None
     return Preprocess(layout.upper() if layout else None, reverse, parse_values(mean, "--mean-values"),
                       parse_values(scale, "--scale-values"))  # fmt: skip
+
+
+def judged_by(o: Any) -> str:
+    """An output's kind and its measure's value, as a table cell: ``sqnr: 0.0 dB (axis 1, channels 4-21)``."""
+    from autodeploy import verdict
+
+    if o.kind is None:
+        return "-"
+    metric, value = verdict.output_metric(o)
+    shown = f"{value:.1f} dB" if metric == "SQNR" else f"{value:.4g}"
+    where = f" ({o.channels})" if o.channels else ""
+    if o.kind == "decision":
+        where = f" at {o.decision_threshold:g}"
+    if o.kind == "sequence" and o.token_agreement is not None:
+        where = f" (tokens {o.token_agreement:.4g})"
+    return f"{o.kind}: {metric} {shown}{where}"

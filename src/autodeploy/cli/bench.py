@@ -9,6 +9,7 @@ from rich.table import Table
 
 from autodeploy import api
 from autodeploy.cli._common import (
+    AccuracyOption,
     Format,
     FormatOption,
     LayoutOption,
@@ -23,6 +24,7 @@ from autodeploy.cli._common import (
     fmt_ms,
     fmt_ms_ci,
     fmt_pct,
+    judged_by,
     out,
     preprocess_of,
     shown,  # fmt: skip
@@ -70,6 +72,7 @@ def bench(
     scale_values: ScaleOption = None,
     metric: MetricOption = None,
     max_metric_drop: MetricDropOption = None,
+    accuracy: AccuracyOption = None,
     input: Annotated[
         list[str] | None, typer.Option("--input", help="Pin a synthetic input to a constant, NAME=VALUE.")
     ] = None,
@@ -100,7 +103,7 @@ def bench(
         records = api.bench_shapes(model, engine=engine, precision=precision, batch=batch, threads=threads,
                                    knobs=_parse_knobs(knob or []), shapes=shape_set, data=data or None,
                                    preprocess=preprocess_of(layout, reverse_input_channels, mean_values, scale_values),
-                                   metric=metric, max_metric_drop=max_metric_drop,
+                                   metric=metric, max_metric_drop=max_metric_drop, accuracy=accuracy or (),
                                    batch_axes=parse_batch_axis_flags(batch_axis) if batch_axis else None,
                                    pins=parse_input_pins(input or []), timing=timing, timeout_s=timeout,
                                    build_timeout_s=build_timeout, memory_cap_mb=memory_cap_mb, db=db, progress=show,
@@ -216,21 +219,20 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: st
                   "little; try a longer run (--min-duration 10), fewer threads (--threads 1) or a quieter "
                   "machine (close other programs, plug in the laptop)", soft_wrap=True)  # fmt: skip
     if result.accuracy is not None:
-        acc = Table(
-            title=f"accuracy vs ONNX Runtime FP32 on {result.accuracy.n_samples} items "
-            f"({result.accuracy.constraint}: {'pass' if result.accuracy.passed else 'FAIL'})"
-        )
-        columns = ("output", "max abs", "mean rel", "cosine", "top-1 agreement", "exact agreement", "task accuracy (ref)")
+        acc = Table(title=f"accuracy vs ONNX Runtime FP32 on {result.accuracy.n_samples} items: "
+                          f"{'pass' if result.accuracy.passed else 'FAIL'}")  # fmt: skip
+        columns = ("output", "judged by", "max abs", "mean rel", "cosine", "top-1 agreement", "exact agreement",
+                   "task accuracy (ref)")
         for column in columns:
             acc.add_column(column, justify="right" if column != "output" else "left")
         for o in result.accuracy.outputs:
             task = "-" if o.task_accuracy is None else f"{fmt_pct(o.task_accuracy)} ({fmt_pct(o.reference_task_accuracy)})"
             top1 = fmt_pct(o.top1_agreement)
             exact = fmt_pct(o.exact_agreement)
-            acc.add_row(
-                shown(o.name), f"{o.max_abs:.3g}", f"{o.mean_rel:.3g}", f"{o.cosine:.6f}", top1, exact, task
-            )
+            acc.add_row(shown(o.name), shown(judged_by(o)), f"{o.max_abs:.3g}", f"{o.mean_rel:.3g}", f"{o.cosine:.6f}",
+                        top1, exact, task)  # fmt: skip
         out.print(acc)
+        out.print(f"accuracy constraint: {shown(result.accuracy.constraint)}", soft_wrap=True)
         a = result.accuracy
         if a.metric is not None and a.metric_value is not None:
             out.print(f"metric {shown(a.metric)}: {a.metric_value:.6g} (ONNX Runtime FP32: "

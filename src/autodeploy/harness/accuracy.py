@@ -1,6 +1,10 @@
 """Accuracy of an engine's outputs against the ONNX Runtime FP32 reference (DESIGN.md).
 
-Metrics per output, all computed in float64:
+Each output's kind (:func:`autodeploy.verdict.output_kind`) is found from its producing ONNX node
+(:func:`producers`), its shape and the reference's values, or taken from the user's override; then
+the numbers that kind is judged by are computed beside the columns every output reports.
+
+Reported for every output, all computed in float64:
 
 * ``max_abs``: largest absolute difference.
 * ``mean_rel``: ``mean(|a - b|) / (mean(|b|) + 1e-12)``, the mean absolute error relative to
@@ -13,21 +17,53 @@ Metrics per output, all computed in float64:
 * ``exact_agreement``: for integer and boolean outputs (argmax ids, token ids, masks), the
   fraction of elements exactly equal to the reference's: ids have no "close".
 
+By kind:
+
+* ``sqnr``: per channel group (:func:`channel_groups`), ``10 log10(sum ref^2 / sum (out - ref)^2)``
+  with the reference's mean kept (as cosine keeps it: a near-constant channel is not failed for
+  noise that changes nothing); ``sqnr_db`` is the worst group's, ``channels`` names it.
+* ``decision``: ``f1`` of ``out > threshold`` against ``ref > threshold`` (1.0 when neither has a positive).
+* ``sequence``: ``token_agreement`` (per-position argmax) and ``sequence_agreement`` (items whose
+  whole argmax sequence is unchanged, a reference near-tie, :data:`SEQUENCE_TIE`, not counting).
+
 NaN or inf in either array makes ``cosine`` NaN and fails the constraint. The pass/fail rule
 itself is :func:`autodeploy.verdict.accuracy_verdict`; this module only measures.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from autodeploy.harness.result import Accuracy, OutputAccuracy
-from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE, accuracy_verdict
+from autodeploy.verdict import (
+    DEFAULT_DECISION_THRESHOLD,
+    DEFAULT_MAX_ACCURACY_DROP,
+    DEFAULT_MIN_COSINE,
+    OutputFacts,
+    Override,
+    accuracy_verdict,
+    output_kind,
+)
+
+if TYPE_CHECKING:
+    import onnx
 
 _EPS = 1e-12
+#: A channel axis is a non-batch axis of at most this many slices (longer ones are positions, anchors, pixels).
+MAX_CHANNELS = 1024
+#: Adjacent channels whose largest magnitudes (max |ref|) lie within this factor form one group.
+GROUP_RATIO = 10.0
+#: A changed token counts only where the reference's own token led the candidate's by this much
+#: probability: OpenVINO bf16 flips PP-OCRv5 rec tokens whose reference leads were 0.017 and 0.15.
+SEQUENCE_TIE = 0.2
+#: Ops a Sigmoid's values pass through unchanged on their way to an output.
+_SHAPE_OPS = ("Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose")
 
 
 def compare(
@@ -37,14 +73,16 @@ def compare(
     labels: np.ndarray | None = None,
     max_top1_drop: float = DEFAULT_MAX_ACCURACY_DROP,
     min_cosine: float = DEFAULT_MIN_COSINE,
+    producers: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Override] | None = None,
 ) -> Accuracy:
     """Compare ``outputs`` with ``reference`` and check the accuracy constraint.
 
-    The constraint is :func:`autodeploy.verdict.accuracy_verdict` (DESIGN.md default), per
-    output: an integer output's exact agreement and a classifier's top-1 agreement must be
-    ``>= 1 - max_top1_drop``, any other output's cosine similarity ``>= min_cosine``; with
-    ``labels`` the task accuracy may drop by at most ``max_top1_drop`` from the reference's.
-    Non-finite values always fail.
+    The constraint is :func:`autodeploy.verdict.accuracy_verdict` (DESIGN.md), per output by its
+    kind: exact / top-1 / sequence agreement and decision F1 ``>= 1 - max_top1_drop``, the worst
+    channel group's SQNR ``>= verdict.sqnr_for_drop(max_top1_drop)`` (or the override's limit),
+    cosine ``>= min_cosine`` where an override asks for it; with ``labels`` the task accuracy may
+    drop by at most ``max_top1_drop`` from the reference's. Non-finite values always fail.
 
     Args:
         outputs: Output name -> array with a leading sample axis ``N``.
@@ -53,16 +91,25 @@ def compare(
             classifier-shaped output (in ``reference`` order).
         max_top1_drop: Allowed top-1 / exact agreement and task-accuracy drop, as a fraction.
         min_cosine: Required cosine similarity of the outputs judged by cosine.
+        producers: Output name -> the op that produces it (:func:`producers`); without, the kind
+            follows from the shape and values alone.
+        overrides: Output name -> the measure (and threshold) the user chose for it.
 
     Raises:
         ValueError: names, shapes or sample counts differ, an output has no sample axis,
-            there are no samples, or ``labels`` are given without a classifier-shaped
-            output or with the wrong length.
+            there are no samples, ``labels`` are given without a classifier-shaped
+            output or with the wrong length, or an override names no output.
     """
     n = _check_inputs(outputs, reference)
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(reference))
+    if unknown:
+        raise ValueError(f"--accuracy names output(s) {unknown} the model does not have; its outputs: {sorted(reference)}")
     results = [
-        _compare_one(name, np.asarray(outputs[name]), np.asarray(reference[name])) for name in reference
-    ]
+        _compare_one(name, np.asarray(outputs[name]), np.asarray(reference[name]),
+                     (producers or {}).get(name), overrides.get(name))
+        for name in reference
+    ]  # fmt: skip
     if labels is not None:
         results = _with_task_accuracy(results, outputs, reference, labels, n)
     verdict = accuracy_verdict(results, max_drop=max_top1_drop, min_cosine=min_cosine)
@@ -100,7 +147,28 @@ def _is_discrete(a: np.ndarray) -> bool:
     return a.dtype.kind in "iub"
 
 
-def _compare_one(name: str, got: np.ndarray, ref: np.ndarray) -> OutputAccuracy:
+def facts(ref: np.ndarray, producer: str | None = None) -> OutputFacts:
+    """What :func:`autodeploy.verdict.output_kind` needs to know of a reference output."""
+    unit = rows = False
+    if ref.dtype.kind == "f" and ref.size and np.all(np.isfinite(ref)):
+        lo, hi = float(ref.min()), float(ref.max())
+        unit = lo >= 0.0 and hi <= 1.0
+        if ref.ndim >= 2 and lo >= 0.0:
+            rows = bool(np.allclose(ref.astype(np.float64).sum(axis=-1), 1.0, atol=1e-3))
+    return OutputFacts(ref.dtype.kind, tuple(ref.shape), producer, unit, rows)
+
+
+def kinds(reference: Mapping[str, np.ndarray], producers: Mapping[str, str] | None = None,
+          overrides: Mapping[str, Override] | None = None) -> dict[str, str]:  # fmt: skip
+    """Output name -> the measure it is judged by (the override's where given)."""
+    overrides, producers = overrides or {}, producers or {}
+    return {name: overrides[name].measure if name in overrides
+            else output_kind(facts(np.asarray(ref), producers.get(name)))
+            for name, ref in reference.items()}  # fmt: skip
+
+
+def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, producer: str | None = None,
+                 override: Override | None = None) -> OutputAccuracy:  # fmt: skip
     a = got.astype(np.float64).ravel()
     b = ref.astype(np.float64).ravel()
     with np.errstate(invalid="ignore", over="ignore"):
@@ -112,10 +180,154 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray) -> OutputAccuracy:
         top1 = float(np.mean(np.argmax(got, axis=-1) == np.argmax(ref, axis=-1)))
     if _is_discrete(ref):
         exact = float(np.mean(a == b)) if a.size else 1.0
-    return OutputAccuracy(
-        name=name, max_abs=max_abs, mean_rel=mean_rel, cosine=_cosine(a, b), top1_agreement=top1,
-        exact_agreement=exact,
-    )
+    base = OutputAccuracy(name=name, max_abs=max_abs, mean_rel=mean_rel, cosine=_cosine(a, b),
+                          top1_agreement=top1, exact_agreement=exact)  # fmt: skip
+    kind = override.measure if override is not None else output_kind(facts(ref, producer))
+    threshold = None if override is None else override.threshold
+    if kind == "exact":
+        return replace(base, kind=kind, exact_agreement=exact if exact is not None else float(np.mean(a == b)))
+    if kind == "top1":
+        if ref.ndim < 2:
+            raise ValueError(f"--accuracy {name}=top1: output {name!r} of shape {ref.shape} has no class axis")
+        agree = float(np.mean(np.argmax(got, axis=-1) == np.argmax(ref, axis=-1)))
+        return replace(base, kind=kind, top1_agreement=agree)
+    if kind == "sequence":
+        if ref.ndim < 3:
+            raise ValueError(f"--accuracy {name}=sequence: output {name!r} of shape {ref.shape} is not [N, T, V]")
+        same, changed = _token_changes(got, ref)
+        per_item = ~changed.reshape(len(changed), -1).any(axis=1)
+        return replace(base, kind=kind, token_agreement=float(same.mean()), sequence_agreement=float(per_item.mean()))
+    if kind == "decision":
+        cut = DEFAULT_DECISION_THRESHOLD if threshold is None else threshold
+        return replace(base, kind=kind, f1=_f1(a > cut, b > cut), decision_threshold=cut)
+    if kind == "cosine":
+        return replace(base, kind=kind)
+    db, where = _worst_group(got, ref)
+    return replace(base, kind=kind, sqnr_db=db, channels=where, min_sqnr_db=threshold)
+
+
+def _token_changes(got: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per position: whether the argmax agrees, and whether it changed where the reference decided.
+
+    A position whose reference probability of its own token leads that of the candidate's token by
+    less than :data:`SEQUENCE_TIE` was a near-tie in the reference itself: reported (token
+    agreement counts it) but not a changed sequence. Probabilities are the reference's own values
+    where its rows sum to 1, else its softmax (logits judged by override).
+    """
+    top, picked = np.argmax(ref, axis=-1), np.argmax(got, axis=-1)
+    probs = ref.astype(np.float64)
+    if not (probs.min(initial=0.0) >= 0 and np.allclose(probs.sum(axis=-1), 1.0, atol=1e-3)):
+        probs = np.exp(probs - probs.max(axis=-1, keepdims=True))
+        probs /= probs.sum(axis=-1, keepdims=True)
+    lead = (np.take_along_axis(probs, top[..., None], -1) - np.take_along_axis(probs, picked[..., None], -1))[..., 0]
+    return top == picked, (top != picked) & (lead >= SEQUENCE_TIE)
+
+
+def _f1(got: np.ndarray, ref: np.ndarray) -> float:
+    """F1 of ``got``'s positives against ``ref``'s; 1.0 when neither has any."""
+    tp = int(np.count_nonzero(got & ref))
+    wrong = int(np.count_nonzero(got ^ ref))
+    return 1.0 if tp + wrong == 0 else 2 * tp / (2 * tp + wrong)
+
+
+def channel_axis(ref: np.ndarray) -> int | None:
+    """The axis whose slices carry different quantities, or ``None`` (the output is one group).
+
+    Candidates are the non-batch axes of 2 to :data:`MAX_CHANNELS` slices. In a 2-D ``[N, D]`` or a
+    4-D-and-up ``[N, C, ...]`` output it is axis 1 (NC... layouts; the rest are spatial). In 3-D
+    ``[N, X, Y]`` it is the candidate whose slices' magnitudes (max |ref|) differ most, as a ratio:
+    axis 1 of a detector's ``[N, 4 + C, anchors]`` (pixels beside scores); ties go to axis 1.
+    """
+    candidates = [ax for ax in range(1, ref.ndim) if 2 <= ref.shape[ax] <= MAX_CHANNELS]
+    if ref.ndim != 3:
+        return 1 if 1 in candidates else None
+    if len(candidates) < 2:
+        return candidates[0] if candidates else None
+    return max(candidates, key=lambda ax: (_spread(_magnitudes(ref, ax)), -ax))
+
+
+def _magnitudes(ref: np.ndarray, axis: int) -> np.ndarray:
+    others = tuple(i for i in range(ref.ndim) if i != axis)
+    return np.abs(ref.astype(np.float64)).max(axis=others) if ref.size else np.zeros(ref.shape[axis])
+
+
+def _spread(mags: np.ndarray) -> float:
+    nonzero = mags[mags > 0]
+    return float(nonzero.max() / nonzero.min()) if nonzero.size else 1.0
+
+
+def channel_groups(ref: np.ndarray, axis: int) -> list[tuple[int, int]]:
+    """Runs ``[first, last]`` of adjacent channels whose magnitudes lie within :data:`GROUP_RATIO`
+    of each other; a channel that is all zeros joins the run it is in (its noise still counts)."""
+    groups: list[tuple[int, int]] = []
+    lo = hi = 0.0  # the current run's smallest and largest non-zero magnitude (0: none yet)
+    for i, m in enumerate(float(x) for x in _magnitudes(ref, axis)):
+        if groups and (m == 0 or lo == 0 or max(hi, m) <= GROUP_RATIO * min(lo, m)):
+            groups[-1] = (groups[-1][0], i)
+            if m:
+                lo, hi = (min(lo, m) if lo else m), max(hi, m)
+            continue
+        groups.append((i, i))
+        lo = hi = m
+    return groups
+
+
+def sqnr_db(got: np.ndarray, ref: np.ndarray) -> float:
+    """``10 log10(sum ref^2 / sum (got - ref)^2)``: inf when equal, -inf for noise on a silent reference."""
+    if not (np.all(np.isfinite(got)) and np.all(np.isfinite(ref))):
+        return math.nan
+    ref = ref.astype(np.float64)
+    scale = float(np.abs(ref).max(initial=0.0)) or 1.0  # scaled first: squares cannot overflow
+    signal = float(np.sum((ref / scale) ** 2))
+    noise = float(np.sum(((got.astype(np.float64) - ref) / scale) ** 2))
+    if noise == 0.0:
+        return math.inf
+    return -math.inf if signal == 0.0 else 10.0 * math.log10(signal / noise)
+
+
+def _worst_group(got: np.ndarray, ref: np.ndarray) -> tuple[float, str | None]:
+    """The worst channel group's SQNR, and which group it is (``None`` for a single-group output)."""
+    axis = channel_axis(ref)
+    if axis is None:
+        return sqnr_db(got, ref), None
+    groups = channel_groups(ref, axis)
+    found = []
+    for first, last in groups:
+        part = (slice(None),) * axis + (slice(first, last + 1),)
+        found.append((sqnr_db(got[part], ref[part]), first, last))
+    db, first, last = min(found, key=lambda x: (not math.isnan(x[0]), x[0]))
+    if len(groups) == 1:
+        return db, None
+    span = f"channel {first}" if first == last else f"channels {first}-{last}"
+    return db, f"axis {axis}, {span}"
+
+
+def producers(model: onnx.ModelProto | str | Path) -> dict[str, str]:
+    """Output name -> the op that produces it: ``Sigmoid`` (also through reshapes and casts),
+    ``Softmax`` (only over the last axis; otherwise ``Softmax(axis=k)``), or the op's type."""
+    import onnx
+
+    if not isinstance(model, onnx.ModelProto):
+        model = onnx.load(str(model), load_external_data=False)
+    graph = model.graph
+    made = {out: node for node in graph.node for out in node.output}
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    found = {}
+    for output in graph.output:
+        node, rank = made.get(output.name), len(output.type.tensor_type.shape.dim)
+        while node is not None and node.op_type in _SHAPE_OPS and node.input and node.input[0] in made:
+            source = made[node.input[0]]
+            if source.op_type != "Sigmoid" and source.op_type not in _SHAPE_OPS:
+                break
+            node = source
+        if node is None:
+            continue
+        found[output.name] = node.op_type
+        if node.op_type == "Softmax":
+            axis = next((a.i for a in node.attribute if a.name == "axis"), -1 if opset >= 13 else 1)
+            if axis != -1 and not (rank and axis == rank - 1):
+                found[output.name] = f"Softmax(axis={axis})"
+    return found
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:

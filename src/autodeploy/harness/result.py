@@ -115,14 +115,27 @@ class OutputAccuracy:
     task_accuracy: float | None = None  # when the user gave labels
     reference_task_accuracy: float | None = None
     exact_agreement: float | None = None  # for integer outputs (ids): the fraction of equal elements
+    #: How it was judged (:data:`autodeploy.verdict.MEASURES`); ``None`` in records stored before kinds.
+    kind: str | None = None
+    #: ``sqnr``: the worst channel group's SQNR in dB, which group (``"axis 1, channels 4-21"``), and
+    #: the output's own SQNR limit where the user set one (else the budget's, ``verdict.sqnr_for_drop``).
+    sqnr_db: float | None = None
+    channels: str | None = None
+    min_sqnr_db: float | None = None
+    #: ``decision``: the F1 of the thresholded positives against the reference's, at this threshold.
+    f1: float | None = None
+    decision_threshold: float | None = None
+    #: ``sequence``: per-position argmax agreement, and the share of items with the whole sequence unchanged.
+    token_agreement: float | None = None
+    sequence_agreement: float | None = None
 
 
 @dataclass(frozen=True)
 class Accuracy:
     outputs: tuple[OutputAccuracy, ...]
     n_samples: int
-    #: The constraint checked (DESIGN.md default, per output: top-1 agreement >= 0.99 for
-    #: classifiers, exact agreement >= 0.99 for integer outputs, else cosine >= 0.99).
+    #: The constraint checked, per output by its kind (``autodeploy.verdict``), e.g.
+    #: ``top-1 agreement >= 0.99 and SQNR >= 17 dB``.
     constraint: str
     passed: bool
     #: The user's task metric (``--metric module:function``), on these outputs and on the reference's.

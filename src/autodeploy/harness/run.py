@@ -90,6 +90,9 @@ class HarnessSettings:
     min_cosine: float = DEFAULT_MIN_COSINE
     metric: str | None = None  # the user's task metric, module:function (harness/metric.py)
     max_metric_drop: float | None = None
+    #: ``OUTPUT=MEASURE[:THRESHOLD]``: the measure an output is judged by, where the user chose it
+    #: (``autodeploy.verdict.parse_override``); every other output's follows from what it is.
+    accuracy_overrides: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -377,6 +380,7 @@ def _spec(
         min_cosine=settings.min_cosine,
         metric=settings.metric,
         max_metric_drop=settings.max_metric_drop,
+        accuracy_overrides=tuple(settings.accuracy_overrides),
         **extra,
     )
 

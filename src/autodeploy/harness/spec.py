@@ -37,6 +37,8 @@ class WorkerSpec:
     sla_ms: float | None = None
     metric: str | None = None  # the user's task metric, module:function
     max_metric_drop: float | None = None
+    #: ``OUTPUT=MEASURE[:THRESHOLD]`` per output whose measure the user chose (``verdict.parse_override``).
+    accuracy_overrides: tuple[str, ...] = ()
     #: measure mode: the accuracy (``Accuracy.to_dict`` form) already measured on this same artifact
     #: and batch by trial ``accuracy_from``; the worker reuses it instead of comparing again.
     accuracy: dict[str, Any] | None = None
@@ -47,4 +49,6 @@ class WorkerSpec:
 
     @classmethod
     def read(cls, path: Path) -> WorkerSpec:
-        return cls(**json.loads(Path(path).read_text()))
+        d = json.loads(Path(path).read_text())
+        d["accuracy_overrides"] = tuple(d.get("accuracy_overrides", ()))
+        return cls(**d)

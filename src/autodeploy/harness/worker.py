@@ -28,7 +28,7 @@ from autodeploy.adapters.registry import load_target
 from autodeploy.data import Dataset
 from autodeploy.device import probe_device
 from autodeploy.errors import UnsupportedConfigError
-from autodeploy.harness.accuracy import compare
+from autodeploy.harness.accuracy import compare, producers
 from autodeploy.harness.concurrency import BatchPolicy, LoopRun, closed_loop, open_loop
 from autodeploy.harness.metric import load_metric, score
 from autodeploy.harness.result import Accuracy, Measurement, reason
@@ -170,9 +170,12 @@ class _Job:
 
     def _compare(self, outputs: dict[str, np.ndarray], evaluation: Dataset) -> Accuracy:
         reference = dict(np.load(self.spec.reference_path or "", allow_pickle=False))
+        made = _step("run_failed", lambda: producers(self.model.path))  # what each output is, from the graph
+        overrides = dict(verdict.parse_override(text) for text in self.spec.accuracy_overrides)
         accuracy = _step("run_failed", lambda: compare(outputs, reference, labels=evaluation.labels,
                                                        max_top1_drop=self.spec.max_top1_drop,
-                                                       min_cosine=self.spec.min_cosine))  # fmt: skip
+                                                       min_cosine=self.spec.min_cosine, producers=made,
+                                                       overrides=overrides))  # fmt: skip
         if self.spec.metric:  # the user's task metric, on the outputs and on the reference
             accuracy = _step("run_failed", lambda: _with_metric(accuracy, self.spec, outputs, reference, evaluation.labels))
         return accuracy

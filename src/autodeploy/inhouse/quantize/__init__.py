@@ -36,8 +36,8 @@ FLOAT_PRECISIONS = ("f32", "bf16")
 #: Calibration items used to rank layers; the budget itself is checked on all of them.
 SENSITIVITY_ITEMS = 32
 #: Up to this many quantized nodes, each is ranked by the model outputs' error when only it is
-#: int8 (one model run each), judged by the output's own metric (:func:`verdict.output_metric`:
-#: top-1, exact agreement or cosine). Beyond, each weighted layer alone on its FP32 inputs.
+#: int8 (one model run each), judged by the output's own drop (:func:`verdict.output_drop`:
+#: agreements, F1 or channel SQNR). Beyond, each weighted layer alone on its FP32 inputs.
 MAX_RANKED_BY_OUTPUT = 400
 
 
@@ -291,12 +291,12 @@ def _subset(batches: list, items: int = SENSITIVITY_ITEMS) -> list:
 def _output_sensitivity(the_plan: qdq.Plan, build, batches: list, config: QuantConfig) -> dict[str, float]:
     """Per quantized node: how far the model's outputs fall from FP32 when only it is int8.
 
-    The loss is each output's own metric's shortfall (``1 - top-1 / exact agreement / cosine``,
-    the harness's rule), the worst output counting, plus its mean relative error as a tie-break,
+    The loss is each output's own drop (:func:`autodeploy.verdict.output_drop`: ``1 - agreement``,
+    ``1 - F1``, an SQNR's ``10^(-SQNR/10) / 2``: the harness's rule), the worst output counting, plus its mean relative error as a tie-break,
     so a detector's sigmoid map or an embedding ranks its layers as well as a classifier does.
     """
     from autodeploy.harness.accuracy import compare
-    from autodeploy.verdict import output_metric
+    from autodeploy.verdict import output_drop
 
     subset = _subset(batches)
     reference = _run(build(the_plan.nodes), subset)  # every node float: the FP32 model
@@ -304,7 +304,7 @@ def _output_sensitivity(the_plan: qdq.Plan, build, batches: list, config: QuantC
     for name in the_plan.nodes:
         outputs = _run(build([n for n in the_plan.nodes if n != name]), subset)
         results = [compare({k: outputs[k]}, {k: v}).outputs[0] for k, v in reference.items()]
-        losses = [1.0 - output_metric(o)[1] + 1e-3 * o.mean_rel for o in results]
+        losses = [output_drop(o) + 1e-3 * o.mean_rel for o in results]
         scores[name] = max(losses) if all(np.isfinite(losses)) else float("inf")
     return dict(sorted(scores.items(), key=lambda kv: -kv[1]))
 

@@ -1,0 +1,224 @@
+"""Issue 25: each output judged by what it means, and the verdicts that must fail do.
+
+The arrays here are synthetic on purpose: they test the verdict function itself (a zeroed channel
+group, one flipped token, dropped onsets), each beside the matching case that is fine, with noise at
+bf16's relative error (2^-8). The last test runs real reduced precisions on a detector through the harness.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from autodeploy import verdict
+from autodeploy.harness.accuracy import channel_axis, channel_groups, compare, kinds, producers
+from autodeploy.verdict import Override, parse_override
+
+BF16 = 2.0**-8
+
+
+def bf16_like(x: np.ndarray, seed: int = 1) -> np.ndarray:
+    return (x * (1 + BF16 * np.random.default_rng(seed).standard_normal(x.shape))).astype(np.float32)
+
+
+def detections(n: int = 8, classes: int = 16, anchors: int = 400, seed: int = 0) -> np.ndarray:
+    """[n, 4 + classes, anchors]: box coordinates in pixels (0-320), then sparse class scores (0-1)."""
+    rng = np.random.default_rng(seed)
+    boxes = rng.uniform(0, 320, (n, 4, anchors))
+    scores = 1 / (1 + np.exp(-rng.normal(-4, 2, (n, classes, anchors))))
+    return np.concatenate([boxes, scores], axis=1).astype(np.float32)
+
+
+def test_a_zeroed_class_group_fails_and_is_named_though_the_flattened_cosine_passes():
+    ref = detections()
+    got = ref.copy()
+    got[:, 4:] = 0.0  # every class score gone, the boxes intact
+    acc = compare({"output0": got}, {"output0": ref})
+    (o,) = acc.outputs
+    assert o.cosine > 0.999  # what the old rule judged: a pass
+    assert o.kind == "sqnr" and o.channels == "axis 1, channels 4-19" and o.sqnr_db == pytest.approx(0.0)
+    assert not acc.passed and acc.constraint == "SQNR >= 17 dB"
+    assert verdict.worst(acc.outputs) == "output 'output0', axis 1, channels 4-19: SQNR 0.0 dB, limit 17 dB"
+    assert verdict.accuracy_drop(acc) == pytest.approx(0.5)
+
+
+def test_scores_on_a_coarse_shared_int8_grid_fail_like_ort_static_int8():
+    ref = detections()
+    step = 320 / 255  # one scale for the whole output: every score becomes 0 or 1.25
+    acc = compare({"output0": (np.round(ref / step) * step).astype(np.float32)}, {"output0": ref})
+    (o,) = acc.outputs
+    assert o.cosine > 0.999 and not acc.passed and o.channels == "axis 1, channels 4-19" and o.sqnr_db < 3
+
+
+def test_bf16_noise_on_a_detector_passes():
+    ref = detections()
+    acc = compare({"output0": bf16_like(ref)}, {"output0": ref})
+    assert acc.passed and acc.outputs[0].sqnr_db > 40
+
+
+def test_the_channel_axis_and_groups():
+    ref = detections(anchors=400)
+    assert channel_axis(ref) == 1 and channel_groups(ref, 1) == [(0, 3), (4, 19)]
+    small = detections(anchors=100)  # anchors fit the channel size limit too: the ranges decide
+    assert channel_axis(small) == 1
+    assert channel_axis(np.zeros((2, 3, 8, 8))) == 1 and channel_axis(np.zeros((2, 1, 8, 8))) is None
+    assert channel_axis(np.transpose(ref, (0, 2, 1))[:, :1000]) == 2  # [N, anchors, 4 + C]
+    zeros = np.ones((1, 4, 5))
+    zeros[:, 1] = 0  # an all-zero channel joins the group it is in
+    assert channel_groups(zeros, 1) == [(0, 3)]
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def tokens(n: int = 16, positions: int = 46, vocab: int = 30, seed: int = 0) -> np.ndarray:
+    """Logits [n, positions, vocab] with a decided token at each position (a margin of 4 or more)."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(0, 1, (n, positions, vocab))
+    ids = rng.integers(0, vocab, (n, positions))
+    np.put_along_axis(logits, ids[..., None], 6.0, axis=-1)
+    return logits.astype(np.float32)
+
+
+def test_one_flipped_token_in_one_of_16_items_fails():
+    logits = tokens()
+    ref = softmax(logits)
+    flipped = logits.copy()
+    t = int(np.argmax(logits[5, 17]))
+    flipped[5, 17, (t + 1) % 30] = 9.0  # one token of one item
+    acc = compare({"probs": softmax(flipped)}, {"probs": ref})
+    (o,) = acc.outputs
+    assert o.kind == "sequence" and o.cosine > 0.99  # the old rule: a pass
+    assert o.token_agreement == pytest.approx(1 - 1 / (16 * 46)) and o.sequence_agreement == pytest.approx(15 / 16)
+    assert not acc.passed and acc.constraint == "sequence agreement >= 0.99"
+    assert verdict.worst(acc.outputs).startswith("output 'probs': sequence agreement 0.9375")
+
+
+def test_bf16_noise_on_a_sequence_and_a_reference_near_tie_pass():
+    logits = tokens()
+    acc = compare({"probs": softmax(bf16_like(logits))}, {"probs": softmax(logits)})
+    assert acc.passed and acc.outputs[0].sequence_agreement == 1.0
+    tie = logits.copy()
+    tie[2, 3] = 0.0
+    tie[2, 3, :2] = (3.0, 2.99)  # the reference itself barely chose token 0 here
+    swapped = tie.copy()
+    swapped[2, 3, :2] = (2.99, 3.0)
+    near = compare({"probs": softmax(swapped)}, {"probs": softmax(tie)})
+    assert near.passed and near.outputs[0].token_agreement < 1.0  # reported, not a changed sequence
+
+
+def piano_roll(n: int = 4, frames: int = 400, notes: int = 88, seed: int = 0) -> np.ndarray:
+    """[n, frames, notes] note probabilities: near 0 mostly, sparse onsets, many of them just above 0.5."""
+    rng = np.random.default_rng(seed)
+    roll = rng.uniform(0.0, 0.05, (n, frames, notes))
+    on = rng.random((n, frames, notes)) < 0.02
+    roll[on] = rng.uniform(0.52, 0.99, on.sum())
+    return roll.astype(np.float32)
+
+
+def test_dropped_onsets_in_a_sparse_probability_map_fail():
+    ref = piano_roll()
+    got = ref.copy()
+    weak = (ref > 0.5) & (ref < 0.6)
+    got[weak] = 0.48  # the weak onsets fall just under the threshold
+    acc = compare({"notes": got}, {"notes": ref})
+    (o,) = acc.outputs
+    assert o.kind == "decision" and o.decision_threshold == 0.5 and o.cosine > 0.99
+    assert o.f1 < 0.95 and not acc.passed and acc.constraint == "F1 at 0.5 >= 0.99"
+    fine = compare({"notes": bf16_like(ref)}, {"notes": ref})
+    assert fine.passed and fine.outputs[0].f1 > 0.99
+    silent = np.zeros_like(ref)
+    assert compare({"notes": silent + 0.1}, {"notes": silent}).passed  # no positives on either side
+
+
+def test_class_score_vectors_keep_top1_even_as_probabilities():
+    probs = softmax(tokens(n=100)[:, 0])
+    assert kinds({"p": probs}) == {"p": "top1"}
+    assert kinds({"ids": np.zeros((4, 3), np.int64)}) == {"ids": "exact"}
+
+
+def test_producers_are_read_from_the_graph(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 5, 7])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 5, 7]) for n in ("p", "s", "c", "q")]
+    graph = helper.make_graph([helper.make_node("Sigmoid", ["x"], ["p0"]), helper.make_node("Identity", ["p0"], ["p"]),
+                               helper.make_node("Softmax", ["x"], ["s"], axis=-1),
+                               helper.make_node("Softmax", ["x"], ["c"], axis=1),
+                               helper.make_node("Relu", ["x"], ["q"])], "g", [x], outs)  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(tmp_path / "g.onnx"))
+    found = producers(tmp_path / "g.onnx")
+    assert found == {"p": "Sigmoid", "s": "Softmax", "c": "Softmax(axis=1)", "q": "Relu"}
+    ref = np.random.default_rng(0).normal(size=(2, 5, 7)).astype(np.float32)
+    assert kinds({"p": ref, "s": ref, "c": ref, "q": ref}, found) == {
+        "p": "decision", "s": "sequence", "c": "sqnr", "q": "sqnr"}
+
+
+def test_overrides_choose_the_measure_and_its_threshold():
+    assert parse_override("scores=decision:0.3") == ("scores", Override("decision", 0.3))
+    assert parse_override("a=b=sqnr") == ("a=b", Override("sqnr", None))
+    for bad in ("scores", "scores=mse", "x=top1:0.5", "x=sqnr:loud"):
+        with pytest.raises(ValueError, match="--accuracy"):
+            parse_override(bad)
+    ref = piano_roll()
+    got = ref * 0.9  # onsets in 0.52-0.55 fall under 0.5; a 0.3 cut keeps every decision
+    assert not compare({"n": got}, {"n": ref}).passed
+    assert compare({"n": got}, {"n": ref}, overrides={"n": Override("decision", 0.3)}).passed
+    loose = compare({"n": got}, {"n": ref}, overrides={"n": Override("sqnr", 15.0)})
+    assert loose.passed and loose.constraint == "SQNR >= 15 dB" and loose.outputs[0].sqnr_db == pytest.approx(20, abs=0.5)
+    with pytest.raises(ValueError, match="does not have"):
+        compare({"n": got}, {"n": ref}, overrides={"m": Override("sqnr")})
+
+
+@pytest.fixture(scope="module")
+def detector_run(tmp_path_factory):
+    """The detector of tests/models.py on crops of real photos, through the harness's workers."""
+    from autodeploy.data import Dataset
+    from autodeploy.harness.run import HarnessSettings, prepare_data
+    from autodeploy.harness.timing import TimingPolicy
+    from autodeploy.images import sample_crops
+    from autodeploy.model import load_model
+    from tests.models import detector
+
+    pytest.importorskip("sklearn", reason="scikit-learn (the dev extras) gives the photos")
+    folder = tmp_path_factory.mktemp("detector")
+    model = load_model(detector(folder / "det.onnx"))
+    crops = sample_crops(32, 32, 32).astype(np.float32).transpose(0, 3, 1, 2) / 255
+    quick = TimingPolicy(warmup_min_calls=2, warmup_max_s=0.5, min_samples=5, min_duration_s=0.05, max_duration_s=0.5)
+    settings = HarnessSettings(workdir=folder / "work", policy=quick, timeout_s=120, calibration_items=16,
+                               evaluation_items=16)  # fmt: skip
+    return model, settings, prepare_data(model, settings, data=Dataset({"x": np.ascontiguousarray(crops)}))
+
+
+@pytest.mark.parametrize(("engine", "precision", "method"), [
+    ("onnxruntime", "fp32", None), ("openvino", "bf16", None),
+    ("onnxruntime", "int8", "dynamic"),  # the adapter's own choice here: Concat's output stays float
+    ("onnxruntime", "int8", "static"),  # QDQ after Concat: one scale, 320 / 255, for pixels and scores
+])  # fmt: skip
+def test_a_detector_through_the_harness_static_int8_fails_naming_the_class_channels(detector_run, engine,
+                                                                                     precision, method):
+    from autodeploy.adapters import registry
+    from autodeploy.adapters.base import TrialConfig
+    from autodeploy.device import probe_device
+    from autodeploy.harness.run import run_trial
+    from autodeploy.search.space import unsupported_reason
+
+    model, settings, data = detector_run
+    config = TrialConfig(engine, precision, batch=1, threads=1, knobs={"quant_method": method} if method else {})
+    availability = registry.get(engine).probe(probe_device())
+    reason = None if availability.available else str(availability)
+    reason = reason or unsupported_reason(config, probe_device(), model)
+    if reason:
+        pytest.skip(reason)
+    result = run_trial(model, config, data, settings)
+    (o,) = result.accuracy.outputs
+    assert o.kind == "sqnr" and o.cosine > 0.99  # the flattened cosine the old rule passed
+    if method == "static":  # measured: class scores at 2.5 dB, flattened cosine 0.99999
+        assert result.failure_kind == "inaccurate" and o.channels == "axis 1, channels 4-11" and o.sqnr_db < 10
+        assert "output 'output0', axis 1, channels 4-11: SQNR" in result.failure_message
+    else:  # measured: fp32 identical, bf16 and dynamic int8 above 30 dB in every group
+        assert result.ok, result.failure_message
+        assert o.sqnr_db > 25
