@@ -129,7 +129,7 @@ def info(path: BundlePath, format: FormatOption = Format.table) -> None:
     here = probe_device().fingerprint
     if here != m["device"]["fingerprint"]:
         err.print(f"[yellow]warning[/]: this machine's fingerprint is {here}, not the one measured "
-                  f"({m['device']['fingerprint']}): expect other numbers")  # fmt: skip
+                  f"({shown(m['device']['fingerprint'])}): expect other numbers")  # fmt: skip
     try:
         for warning in check_compatible(m):
             err.print(f"[yellow]warning[/]: {shown(warning)}")
@@ -179,10 +179,10 @@ def run(
     batch = m["settings"]["batch"]
     throughput = batch * len(timed.samples_ns) / (timed.samples_ns.sum() / 1e9)
     table = Table(
-        title=f"{shown(m['model']['name'])}  {m['engine']['name']}/{m['settings']['precision']}/b{batch}"
+        title=shown(f"{m['model']['name']}  {m['engine']['name']}/{m['settings']['precision']}/b{batch}")
     )
     table.add_column("statistic")
-    table.add_column(f"manifest ({m['device']['fingerprint'][:8]})", justify="right")
+    table.add_column(f"manifest ({shown(m['device']['fingerprint'][:8])})", justify="right")
     table.add_column(f"this machine ({here.fingerprint[:8]})", justify="right")
     table.add_column("this machine vs manifest", justify="right")
     for label, theirs, ours in (("median", meas["median_ms"], stats.median), ("p90", meas["p90_ms"], stats.p90),

@@ -33,6 +33,7 @@ from autodeploy.cli._common import (
     emit,
     err,
     out,
+    plain,
     resolve_model,
     shown,
 )
@@ -187,7 +188,7 @@ def _run(o: GateOptions) -> Any:
                 arm.model.input_shape(arm.model.inputs[0].name, arm.config.batch)
         with err.status("gate: starting") as status:
             result = run_gate(*arms, settings, harness, device=device, store=db,
-                              progress=lambda phase: status.update(f"gate: {phase}"))  # fmt: skip
+                              progress=lambda phase: status.update(f"gate: {shown(phase)}"))  # fmt: skip
         if db is not None and o.store:
             gate_id = db.add_gate_run(
                 result.to_record(), device=DeviceRecord.of(device), command=command_line()
@@ -238,7 +239,7 @@ def _report(result: Any, markdown: Path | None, junit: Path | None, fmt: Format 
 
     text = report.markdown(result)
     if fmt is Format.table:
-        out.print(text, markup=False, highlight=False, soft_wrap=True)
+        out.print(plain(text, keep="\n"), markup=False, highlight=False, soft_wrap=True)
     else:
         emit(fmt, _gate_record(result) if fmt is Format.json else _gate_rows(result))
     try:
