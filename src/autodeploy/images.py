@@ -21,6 +21,7 @@ Pillow (``pip install 'autodeploy[images]'``) and, for ``sample:images``, scikit
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,8 @@ def parse_values(text: str | None, flag: str) -> tuple[float, ...] | None:
         values = tuple(float(v) for v in text.strip().strip("[]").split(","))
     except ValueError:
         raise DataError(f"cannot parse {flag} {text!r}", fix=f"write it as {flag} [123.675,116.28,103.53]") from None
+    if not all(math.isfinite(v) for v in values):
+        raise DataError(f"{flag} {text!r} is not finite numbers", fix=f"write it as {flag} [123.675,116.28,103.53]")
     if flag.startswith("--scale") and any(v == 0 for v in values):
         raise DataError(f"{flag} {text!r} has a zero: pixels would be divided by it", fix="give non-zero scales")
     return values

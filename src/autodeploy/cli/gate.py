@@ -81,12 +81,13 @@ class GateOptions:
 
 
 class GateCommand(TyperCommand):
-    """Click's own usage errors exit 2, which is *inconclusive* here: make them 64 (EX_USAGE)."""
+    """Click's own usage errors, and ours from checking flags (a non-finite number), exit 2, which is
+    *inconclusive* here: make them 64 (EX_USAGE)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
             return super().parse_args(ctx, args)
-        except _CLICK_USAGE as exc:
+        except (*_CLICK_USAGE, UsageError) as exc:
             exc.exit_code = EXIT_USAGE
             raise
 
