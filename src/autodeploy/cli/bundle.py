@@ -24,6 +24,7 @@ from autodeploy.cli._common import (
     out,
     shown,
 )
+from autodeploy.errors import UsageError
 
 app = typer.Typer(
     help="Check, describe and measure an exported bundle (folder or .tar.gz).", no_args_is_help=True
@@ -50,10 +51,15 @@ def verify(
     with opened(path) as root:
         manifest = verify_files(root, trust=trust)
         digest = manifest_digest(root)
+    exported = None if db is None else _export_of(db, digest)  # in every format: not found is an error
     files = manifest["files"]
     size = sum(f["size"] for f in files.values())
     if format is not Format.table:
-        emit(format, _verified(path, manifest, digest, signed=trust is not None))
+        record = _verified(path, manifest, digest, signed=trust is not None)
+        if exported is not None:
+            record["exported_from"] = {"trial_id": exported.trial_id, "study": exported.study,
+                                       "created_at": exported.created_at.isoformat(), "signed": exported.signed}  # fmt: skip
+        emit(format, record)
         return
     out.print(f"[green]ok[/]: {shown(str(path))}: {len(files)} files match the manifest ({size / 2**20:.2f} MB; "
               "manifest.json checked against manifest.sha256)")  # fmt: skip
@@ -62,8 +68,10 @@ def verify(
                   "pass --trust PUBKEY to check who made it")  # fmt: skip
     else:
         out.print(f"signed: the signature over every file verifies with {shown(str(trust))}")
-    if db is not None:
-        _provenance(db, digest)
+    if exported is not None:
+        study = f" of study {shown(exported.study)}" if exported.study else ""
+        out.print(f"provenance: exported from trial {exported.trial_id}{study} on {exported.created_at:%Y-%m-%d %H:%M} "
+                  f"UTC (manifest sha256 {digest[:16]}…{', signed' if exported.signed else ''})")  # fmt: skip
     try:
         warnings = check_compatible(manifest)
     except BundleError as error:
@@ -223,20 +231,21 @@ def _compared(ours: float | None, theirs: float | None, *, lower_is_faster: bool
     return f"{max(ratio, 1 / ratio):.2f}x {'faster' if faster else 'slower'}"
 
 
-def _provenance(db: str, digest: str) -> None:
-    """Say which stored trial the bundle with this manifest digest was exported from, if any."""
+def _export_of(db: str, digest: str) -> Any:
+    """The latest recorded export of the bundle with this manifest digest (an ``ExportRow``).
+
+    Raises:
+        UsageError: the store holds no export with this digest (exit 2): a script must not read it as a yes.
+    """
     from autodeploy.results_db.store import Store
 
     with Store.open(db, readonly=True) as store:
         exports = store.exports_of(digest)
     if not exports:
-        err.print(f"[yellow]not found[/]: no export with this manifest (sha256 {digest[:16]}…) in {shown(db)}: "
-                  "it was exported elsewhere, or changed and re-sealed after export")  # fmt: skip
-        return
-    e = exports[-1]
-    study = f" of study {shown(e.study)}" if e.study else ""
-    out.print(f"provenance: exported from trial {e.trial_id}{study} on {e.created_at:%Y-%m-%d %H:%M} UTC "
-              f"(manifest sha256 {digest[:16]}…{', signed' if e.signed else ''})")  # fmt: skip
+        raise UsageError(f"no export with this manifest (sha256 {digest[:16]}…) in {db}: it was exported "
+                         "elsewhere, or changed and re-sealed after export",
+                         fix="pass the --db it was exported from, or verify without --db")  # fmt: skip
+    return exports[-1]
 
 
 def _feeds(manifest: dict[str, Any], root: Path, data: str | None, flags: tuple[Any, ...]) -> dict[str, Any]:
