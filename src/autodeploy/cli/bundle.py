@@ -198,7 +198,7 @@ def run(
         table.add_row(label, fmt_ms(theirs), fmt_ms(ours), _compared(ours, theirs, lower_is_faster=True))
     table.add_row("throughput", f"{meas['throughput'] or 0:.1f} items/s", f"{throughput:.1f} items/s",
                   _compared(throughput, meas["throughput"], lower_is_faster=False))  # fmt: skip
-    table.add_row("samples", str(meas["n_samples"]), f"{stats.n} (+{timed.warmup_calls} warm-up)", "")
+    table.add_row("samples", shown(meas["n_samples"]), f"{stats.n} (+{timed.warmup_calls} warm-up)", "")
     out.print(table)
     if here.fingerprint != m["device"]["fingerprint"]:
         err.print(f"[yellow]note[/]: measured on another device ({shown(m['device']['cpu'])}); "

@@ -181,7 +181,7 @@ def _print_passes(report: PipelineReport) -> None:
 
 def _print_memory(before: MemoryPlan, after: MemoryPlan) -> None:
     dims = ", ".join(f"{k}={v}" for k, v in after.dims.items()) or "static shapes"
-    table = Table(title=f"activation memory ({dims})")
+    table = Table(title=f"activation memory ({shown(dims)})")
     for column in ("", "before passes", "after passes"):
         table.add_column(column, justify="right" if column else "left")
     rows = (
