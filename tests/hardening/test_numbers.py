@@ -38,12 +38,12 @@ def _one_line(err: str) -> str:
     ["tune", "{m}", "--objective", "server", "--sla-ms", "inf"],
     ["tune", "{m}", "--max-accuracy-drop", "nan"],
     ["tune", "{m}", "--max-memory-mb", "inf"],
-    ["inhouse", "quantize", "{m}", "-o", "q.onnx", "--budget", "nan"],
+    ["inhouse", "quantize", "{m}", "-o", "{t}/q.onnx", "--budget", "nan"],
     ["bundle", "run", "{m}", "--max-duration", "inf"],
     ["bench", "{m}", "--mean-values", "[nan]"],
 ])  # fmt: skip
 def test_non_finite_numbers_are_refused_with_one_line(model, capsys, tmp_path, argv):
-    code, out, err = run_cli(capsys, *(a.format(m=model) for a in argv))
+    code, out, err = run_cli(capsys, *(a.format(m=model, t=tmp_path) for a in argv))
     assert code == 2, (code, out, err)
     assert "finite" in _one_line(err)
     with Store.open(f"sqlite:///{tmp_path / 'r.db'}") as store:
