@@ -16,6 +16,7 @@ Optuna and SQLAlchemy are imported when a pipeline runs, engines inside their wo
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -283,8 +284,8 @@ def _check_scenario(scenario: str, sla_ms: float | None) -> None:
         raise UsageError(f"unknown scenario {scenario!r}", fix=f"choose one of {', '.join(SCENARIOS)}")
     if scenario == "server" and sla_ms is None:
         raise UsageError("the server scenario needs a p99 bound", fix="pass --sla-ms, e.g. --sla-ms 10")
-    if sla_ms is not None and sla_ms <= 0:
-        raise UsageError(f"--sla-ms must be > 0, got {sla_ms:g}", fix="pass a positive p99 bound in ms")
+    if sla_ms is not None and not (0 < sla_ms < math.inf):  # nan too: stored as an ok trial at rate 0
+        raise UsageError(f"--sla-ms must be a finite number > 0, got {sla_ms:g}", fix="pass a positive p99 bound in ms")
 
 
 # -- tune ----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -173,6 +173,56 @@ def _check_size(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
         )
 
 
+def memory_limit() -> int:
+    """Bytes of user data read into memory at most: a quarter of this machine's memory (the data is
+    split, saved and loaded again by every worker, so it is held several times over)."""
+    import psutil
+
+    return psutil.virtual_memory().total // 4
+
+
+def check_fits(what: str, need: int, fix: str) -> None:
+    """Refuse, before reading it, data that would take more than :func:`memory_limit`."""
+    limit = memory_limit()
+    if need > limit:
+        raise DataError(f"{what} would take {_gib(need)} in memory, more than a quarter of this "
+                        f"machine's memory ({_gib(limit)})", fix=fix)  # fmt: skip
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.3g} GiB" if n < 2**40 else f"{n / 2**40:,.0f} TiB"
+
+
+def _check_declared(path: Path, need: int) -> None:
+    check_fits(f"input data {path}", need, fix="give fewer items (a few hundred measure accuracy well)")
+
+
+def _declared_bytes(source: Path | IO[bytes]) -> int:
+    """The size an ``.npy`` array declares in its header, read without reading the array: a header can
+    declare 64 TiB in a file of 128 bytes."""
+    from numpy.lib import format as npy
+
+    if isinstance(source, Path):
+        with source.open("rb") as fp:
+            return _declared_bytes(fp)
+    version = npy.read_magic(source)
+    read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0  # 3.0 is 2.0 in UTF-8
+    shape, _, dtype = read(source)
+    return math.prod(shape) * dtype.itemsize  # Python ints: no overflow
+
+
+def _npz_declared_bytes(npz: Any) -> int:
+    """What every array of an ``.npz`` declares; a member that is not an array (numpy would read it
+    whole, as bytes) is refused."""
+    total = 0
+    for member in npz.zip.namelist():
+        if not member.endswith(".npy"):
+            raise ValueError(f"{member!r} is not a numpy array")
+        with npz.zip.open(member) as fp:
+            total += _declared_bytes(fp)
+    return total
+
+
 def load_source(source: str | Path | Dataset | None, model: ModelInfo,
                 preprocess: Preprocess | None = None) -> Dataset | None:  # fmt: skip
     """``--data`` as every command takes it (bench, tune, bundle run, inhouse quantize, gate):
@@ -229,12 +279,16 @@ def load_user_data(path: str | Path, model: ModelInfo) -> Dataset:
     arrays: dict[str, np.ndarray] = {}
     try:
         if path.is_dir():
-            for file in sorted(path.glob("*.npy")):
+            files = sorted(path.glob("*.npy"))
+            _check_declared(path, sum(_declared_bytes(file) for file in files))
+            for file in files:
                 arrays[file.stem] = np.load(file, allow_pickle=False)
         elif path.suffix == ".npz":
             with np.load(path, allow_pickle=False) as npz:
+                _check_declared(path, _npz_declared_bytes(npz))
                 arrays = {k: npz[k] for k in npz.files}
         elif path.suffix == ".npy" and len(model.inputs) == 1:
+            _check_declared(path, _declared_bytes(path))
             arrays = {model.inputs[0].name: np.load(path, allow_pickle=False)}
         else:
             raise DataError(

@@ -21,6 +21,8 @@ Pillow (``pip install 'autodeploy[images]'``) and, for ``sample:images``, scikit
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,12 @@ if TYPE_CHECKING:
     from autodeploy.data import Dataset
     from autodeploy.model import ModelInfo
 
+#: Images in a ``--data`` folder at most: every item is held in memory (and saved for each worker), and
+#: a few hundred measure accuracy well; 100,000 tiny files took 4 GB in the parent.
+MAX_IMAGES = 10_000
+#: Pixels of one image at most (64 MP, 8192 x 8192), checked on its header before it is decoded; Pillow's
+#: own limit (about 179 MP, as an exception) is global and raises a type no caller expects.
+MAX_PIXELS = 8192 * 8192
 #: ``--data sample:images``.
 SAMPLE_IMAGES = "sample:images"
 #: How many sample crops: the harness's 64 calibration + 64 evaluation items.
@@ -92,6 +100,8 @@ def parse_values(text: str | None, flag: str) -> tuple[float, ...] | None:
         values = tuple(float(v) for v in text.strip().strip("[]").split(","))
     except ValueError:
         raise DataError(f"cannot parse {flag} {text!r}", fix=f"write it as {flag} [123.675,116.28,103.53]") from None
+    if not all(math.isfinite(v) for v in values):
+        raise DataError(f"{flag} {text!r} is not finite numbers", fix=f"write it as {flag} [123.675,116.28,103.53]")
     if flag.startswith("--scale") and any(v == 0 for v in values):
         raise DataError(f"{flag} {text!r} has a zero: pixels would be divided by it", fix="give non-zero scales")
     return values
@@ -170,16 +180,45 @@ def load_image_folder(path: Path, model: ModelInfo, preprocess: Preprocess) -> D
     if classes and any(label is None for _, label in files):
         raise DataError(f"{path} mixes images at its top level with class subfolders",
                         fix="put every image in a class subfolder, or none")  # fmt: skip
+    _check_count(path, len(files), target)
     pil = _pil()
     pixels = []
     for file, _ in files:
         try:
-            with pil.open(file) as image:
+            with _open(pil, file) as image:
                 pixels.append(_resized(image, target))
         except (OSError, ValueError) as exc:
             raise DataError(f"cannot read image {file}: {exc}", fix="remove or replace the file") from None
     labels = np.array([label for _, label in files], np.int64) if classes else None
     return _dataset(model, target, np.stack(pixels), preprocess, labels)
+
+
+def _open(pil: Any, file: Path) -> Any:
+    """The image at ``file``, its header read and its size checked against :data:`MAX_PIXELS`, not decoded yet."""
+    too_big = DataError(f"image {file} has more than {MAX_PIXELS / 1e6:.0f} million pixels, the most read "
+                        "(a decompression bomb?)", fix="resize it, or remove it from the folder")  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pil.DecompressionBombWarning)  # MAX_PIXELS, below Pillow's, decides
+        try:
+            image = pil.open(file)
+        except pil.DecompressionBombError:  # more than twice Pillow's own limit: refused by Pillow first
+            raise too_big from None
+    if image.width * image.height > MAX_PIXELS:
+        image.close()
+        raise too_big
+    return image
+
+
+def _check_count(path: Path, n: int, target: ImageInput) -> None:
+    """Refuse, before reading one, more images than :data:`MAX_IMAGES` or than fit in memory as fed."""
+    from autodeploy.data import check_fits
+
+    if n > MAX_IMAGES:
+        raise DataError(f"{path} holds {n} images; at most {MAX_IMAGES} are read (every one is held in memory)",
+                        fix="give a folder with fewer images (a few hundred measure accuracy well)")  # fmt: skip
+    itemsize = max(np.dtype(target.dtype).itemsize, 4)  # preprocessed as float32, then cast
+    check_fits(f"{n} images at {target.height}x{target.width}", n * target.channels * target.height *
+               target.width * itemsize, fix="give a folder with fewer images")  # fmt: skip
 
 
 def sample_images(model: ModelInfo, preprocess: Preprocess, n: int = SAMPLE_ITEMS, *, seed: int = 0) -> Dataset:

@@ -274,4 +274,4 @@ def test_bundle_verify_with_the_store_names_the_trial_it_came_from(tmp_path, cap
     assert code == 0 and f"exported from trial {benched.id} " in out, err
     _rewrite_manifest(path, lambda m: m["settings"].update(threads=7))  # consistent, but not what was exported
     code, out, err = run_cli(capsys, "bundle", "verify", str(path), "--db", db)
-    assert code == 0 and "no export with this manifest" in err, out
+    assert code == 2 and "no export with this manifest" in err and len(err.strip().splitlines()) == 1, out

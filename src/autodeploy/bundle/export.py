@@ -388,6 +388,8 @@ def write_bundle(source: Source, dest: str | Path, *, tar: bool = False, command
     With ``sign_key`` (a PEM elliptic-curve private key) the bundle is also signed (:func:`sign`).
     """
     dest = Path(dest)
+    if sign_key is not None:
+        loader.check_key(sign_key, private=True)  # before anything is written
     artifact = artifact_of(source)
     manifest = build_manifest(source, artifact, command=command)
     with staged(dest, tar=tar) as stage:

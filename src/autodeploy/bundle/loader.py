@@ -78,6 +78,12 @@ class BundleError(_ErrorBase):
     """A bundle is damaged, incomplete or unsafe, or cannot run on this machine."""
 
 
+class KeyFileError(BundleError):
+    """The key given to sign (``--sign``) or to check a signature (``--trust``) is not one: bad input, exit 2."""
+
+    exit_code = 2
+
+
 # -- integrity -------------------------------------------------------------------------------
 
 
@@ -194,6 +200,7 @@ def verify_signature(root: Path, public_key: str | Path) -> None:
     model-signing hashes every file of the folder, refuses files it did not sign, and checks
     the DSSE signature of that list with ``public_key``; nothing from the bundle is imported.
     """
+    check_key(public_key, private=False)
     if not (root / SIGNATURE).is_file() or (root / SIGNATURE).is_symlink():
         raise BundleError(f"bundle {root} is not signed ({SIGNATURE} is missing), but a trust key was given",
                           fix="export it again with --sign KEY, or verify without --trust (integrity only)")  # fmt: skip
@@ -210,6 +217,66 @@ def verify_signature(root: Path, public_key: str | Path) -> None:
         reason = _signature_reason(str(exc))
         raise BundleError(f"bundle {root}: the signature does not verify with {public_key}: {reason}",
                           fix="get the bundle again from its publisher; never run a bundle that fails this") from None  # fmt: skip
+
+
+#: The elliptic curves model-signing signs and verifies with.
+CURVES = ("secp256r1", "secp384r1", "secp521r1")
+NEW_KEY = ("make a P-256 key pair: openssl ecparam -genkey -name prime256v1 -noout -out key.pem && "
+           "openssl ec -in key.pem -pubout -out key.pub")  # fmt: skip
+TRUST_KEY = "give the publisher's PEM elliptic-curve public key (the .pub of the key the bundle was signed with)"
+
+
+def check_key(path: str | Path, *, private: bool) -> Path:
+    """The PEM elliptic-curve key at ``path`` (``private`` for signing, else public for ``--trust``), checked
+    before model-signing reads it: it fails on an RSA key with a bare ``AttributeError``, on a missing file
+    with ``FileNotFoundError``.
+
+    Raises:
+        KeyFileError: missing, a folder, unreadable, empty, not PEM, encrypted, the other half of the
+            pair, or not a key on one of :data:`CURVES`.
+    """
+    path, flag, want = Path(path), "--sign" if private else "--trust", "private" if private else "public"
+
+    def bad(what: str, fix: str | None = None) -> KeyFileError:
+        return KeyFileError(f"{flag} {path}: {what}", fix=fix or (NEW_KEY if private else TRUST_KEY))
+
+    if not path.exists():
+        raise bad("no such file", fix=f"give the path of a PEM {want} key")
+    if path.is_dir():
+        raise bad("is a folder, not a key file", fix=f"give the path of a PEM {want} key")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise bad(f"cannot be read ({exc.strerror or exc})", fix="check its permissions") from None
+    if not data.strip():
+        raise bad("is empty")
+    if not private and b"PRIVATE KEY" in data:
+        raise bad("is a private key; --trust takes the publisher's public key",
+                  fix="give the .pub that goes with it (openssl ec -in KEY -pubout -out KEY.pub); never hand out the private key")  # fmt: skip
+    if private and b"PUBLIC KEY" in data and b"PRIVATE KEY" not in data:
+        raise bad("is a public key; --sign takes the private key", fix="give the private key the .pub was made from")
+    try:
+        from cryptography.exceptions import UnsupportedAlgorithm
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+    except ImportError as exc:
+        raise KeyFileError(f"{flag} needs model-signing, which cannot be imported ({exc})", fix=SIGN_INSTALL) from None
+    try:
+        key = (serialization.load_pem_private_key(data, password=None) if private
+               else serialization.load_pem_public_key(data))  # fmt: skip
+    except TypeError:  # the only TypeError here: a password-protected key
+        raise bad("is encrypted; model-signing reads unencrypted keys only",
+                  fix=f"decrypt a copy: openssl pkey -in {path} -out plain.pem") from None  # fmt: skip
+    except (ValueError, UnsupportedAlgorithm):
+        raise bad(f"is not a PEM {want} key") from None
+    public = key.public_key() if private else key  # type: ignore[union-attr]
+    if not isinstance(public, ec.EllipticCurvePublicKey):
+        kind = type(public).__module__.rsplit(".", 1)[-1].upper().replace("ED", "Ed")
+        raise bad(f"is {'an' if kind[:1] in 'AEIOR' else 'a'} {kind} key; model-signing takes elliptic-curve keys "
+                  f"({', '.join(CURVES)})")  # fmt: skip
+    if public.curve.name not in CURVES:
+        raise bad(f"is a key on curve {public.curve.name}; model-signing takes {', '.join(CURVES)}")
+    return path
 
 
 def _signature_reason(text: str) -> str:

@@ -25,13 +25,14 @@ from autodeploy.model import ResolvedModel
 from autodeploy.units import fmt_ms, fmt_ms_ci, fmt_pct
 
 __all__ = ["DataOption", "Format", "FormatOption", "ResolvedModel", "cache_dir", "command_line", "emit", "err", "fmt_ms",
-           "fmt_ms_ci", "fmt_pct", "data_of", "engine_noise", "out", "quiet_engines", "resolve_model", "shown", "spinner"]  # fmt: skip
+           "fmt_ms_ci", "fmt_pct", "data_of", "engine_noise", "out", "plain", "quiet_engines", "resolve_model", "shown", "spinner"]  # fmt: skip
 
 #: Piped or redirected output is never cut to 80 columns: tables keep every cell whole.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
 err = Console(stderr=True, highlight=False)
-#: C0 and C1 control characters: an ANSI escape in a model's input name must not drive the terminal.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: C0 and C1 control characters (an ANSI escape in a model's name must not drive the terminal) and the
+#: bidirectional marks, embeddings, overrides and isolates (U+202E makes ``exe.onnx`` read as ``xnno.exe``).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 #: Engines' own log levels when not -v (TensorFlow and the LiteRT converter read it); workers inherit it.
@@ -78,9 +79,17 @@ def _flush_c_streams() -> None:
         pass
 
 
+def plain(value: object, *, keep: str = "") -> str:
+    """Text from models, files and users with its control characters made visible (``\\x1b``, ``\\u202e``):
+    for output that is not Rich markup (CSV cells, plain reports). ``keep`` names characters left as they are
+    (``"\\n"`` for a multi-line report)."""
+    return _CONTROL.sub(lambda m: m.group() if m.group() in keep else repr(m.group())[1:-1], str(value))
+
+
 def shown(value: object) -> str:
-    """Text from models, files and users, safe to print: control characters made visible, markup escaped."""
-    return escape(_CONTROL.sub(lambda m: repr(m.group())[1:-1], str(value)))
+    """Text from models, files and users, safe to print with Rich: control characters made visible, markup
+    escaped. Every untrusted string that reaches ``out``/``err``, a table title or a cell goes through it."""
+    return escape(plain(value))
 
 
 def resolve_model(ref: str, shapes: dict[str, tuple[int, ...]]) -> ResolvedModel:
@@ -97,10 +106,10 @@ def spinner() -> Iterator[Callable[[str], None]]:
     def show(text: str) -> None:
         nonlocal status
         if status is None:
-            status = err.status(escape(text))
+            status = err.status(shown(text))
             status.start()
         else:
-            status.update(escape(text))
+            status.update(shown(text))
 
     try:
         yield show
@@ -134,9 +143,24 @@ def emit(fmt: Format, records: Mapping[str, Any] | list[Mapping[str, Any]]) -> N
     from autodeploy.report import to_csv_rows
 
     columns, rows = to_csv_rows([records] if isinstance(records, Mapping) else records)
-    writer = csv.DictWriter(sys.stdout, fieldnames=columns, lineterminator="\n")
+    writer = csv.DictWriter(sys.stdout, fieldnames=[csv_cell(c) for c in columns], lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({csv_cell(k): csv_cell(v) for k, v in row.items()} for row in rows)
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell safe to open: control characters made visible, and text a spreadsheet would run as a formula
+    (``=``, ``+``, ``-``, ``@`` first, OWASP's rule) prefixed with ``'``; numbers, text that reads as one, and
+    a lone ``-`` are kept as they are."""
+    if not isinstance(value, str):
+        return value
+    value = plain(value)
+    if len(value) > 1 and value[0] in ("=", "+", "-", "@"):
+        try:
+            float(value)
+        except ValueError:
+            return "'" + value
+    return value
 
 
 #: ``--data`` and the image preprocessing flags, as every command that takes inputs reads them

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import sys
-from typing import TYPE_CHECKING, Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,7 +23,7 @@ from autodeploy.cli import (
     zoo,
 )
 from autodeploy.cli._common import err, quiet_engines, shown
-from autodeploy.errors import AutodeployError, MissingExtraError
+from autodeploy.errors import AutodeployError, MissingExtraError, UsageError
 
 if TYPE_CHECKING:  # Typer >= 0.20 vendors its own click; older Typer uses the click package
     from typer.core import TyperCommand as Command
@@ -115,11 +117,36 @@ def _by_type(param: Parameter) -> str:
     return name.upper()
 
 
+def _finite_floats(command: Command) -> Command:
+    """Every number option of every command refuses ``nan`` and ``inf`` (Typer's min/max let them through:
+    ``--sla-ms nan`` was stored as an ok server trial at rate 0): one line, exit 2."""
+    for param in command.params:
+        descriptor = getattr(param, "type_descriptor", None)  # Typer >= 0.20; older: click's own param.type
+        is_float = (descriptor.annotation is float if descriptor is not None
+                    else type(getattr(param, "type", None)).__name__ in ("FloatParamType", "FloatRange"))  # fmt: skip
+        if is_float:
+            param.callback = _finite(param.callback)
+    for sub in getattr(command, "commands", {}).values():
+        _finite_floats(sub)
+    return command
+
+
+def _finite(callback: Callable[..., Any] | None) -> Callable[..., Any]:
+    def check(ctx: object, param: Parameter, value: Any) -> Any:
+        for number in value if isinstance(value, (list, tuple)) else [value]:
+            if number is not None and not math.isfinite(number):
+                flag = param.opts[0] if param.opts else param.name
+                raise UsageError(f"{flag} {number} is not a finite number", fix=f"give a finite number, e.g. {flag} 10")
+        return value if callback is None else callback(ctx, param, value)
+
+    return check
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script. Exit codes (errors.py, README): 0 ok, 1 failure, 2 bad input
     or setup, 130 interrupted; ``gate`` has its own."""
     try:
-        _metavars(typer.main.get_command(app)).main(args=argv, prog_name="autodeploy")
+        _finite_floats(_metavars(typer.main.get_command(app))).main(args=argv, prog_name="autodeploy")
     except AutodeployError as error:
         _die(error)
     except ModuleNotFoundError as error:  # an optional extra is missing: one line with the pip command

@@ -27,7 +27,7 @@ from autodeploy.cli._common import (
     judged_by,
     out,
     preprocess_of,
-    shown,  # fmt: skip
+    shown,
     spinner,
 )
 from autodeploy.data import parse_input_pins
@@ -134,14 +134,14 @@ def bench(
 
 def _print_per_shape(records: list[api.StoredTrial], shape_set: ShapeSet) -> None:
     """One row per shape: the trial, its median and p90, its share of the mix and the accuracy verdict."""
-    table = Table(title=f"{records[0].model.name}  {records[0].config.label()}  per shape")
+    table = Table(title=f"{shown(records[0].model.name)}  {shown(records[0].config.label())}  per shape")
     for column in ("shape", "weight", "trial", "median", "p90", "accuracy"):
         table.add_column(column, justify="left" if column == "shape" else "right")
     for case, record in zip(shape_set.cases, records, strict=True):
         r = record.result
         verdict = "-" if r.accuracy is None else ("pass" if r.accuracy.passed else "FAIL")
         table.add_row(shown(case.key()), f"{shape_set.share(case):.0%}", str(record.id),
-                      fmt_ms(r.median_ms) if r.latency else f"failed ({r.failure_kind})",
+                      fmt_ms(r.median_ms) if r.latency else f"failed ({shown(r.failure_kind)})",
                       fmt_ms(r.p90_ms), verdict)  # fmt: skip
     results = [r.result for r in records]
     if all(r.latency is not None for r in results):  # the mix's expected latency, as `tune` weighs it
@@ -180,10 +180,10 @@ def _knob_value(text: str) -> object:
 
 def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: str = "", *, note: bool = True) -> None:
     config = result.config
-    title = f"{model_name}  {config.label()}{f'  at {shape}' if shape else ''}  (trial {trial_id})"
+    title = shown(f"{model_name}  {config.label()}{f'  at {shape}' if shape else ''}  (trial {trial_id})")
     if result.latency is None:
         err.print(
-            f"[red]{shown(title)}: failed ({result.failure_kind})[/red]: {shown(headline(result.failure_message))}"
+            f"[red]{title}: failed ({shown(result.failure_kind)})[/red]: {shown(headline(result.failure_message))}"
             + (f" [dim](the whole reason: autodeploy results show {trial_id})[/dim]"
                if "\n" in (result.failure_message or "") else "")  # fmt: skip
         )
@@ -240,4 +240,4 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: st
     if note and result.extra.get("inputs"):
         err.print(f"[yellow]note[/yellow]: {shown(result.extra['inputs'])}")
     if not result.ok:
-        err.print(f"[red]failed ({result.failure_kind})[/red]: {shown(headline(result.failure_message))}")
+        err.print(f"[red]failed ({shown(result.failure_kind)})[/red]: {shown(headline(result.failure_message))}")

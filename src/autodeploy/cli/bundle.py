@@ -24,6 +24,7 @@ from autodeploy.cli._common import (
     out,
     shown,
 )
+from autodeploy.errors import UsageError
 
 app = typer.Typer(
     help="Check, describe and measure an exported bundle (folder or .tar.gz).", no_args_is_help=True
@@ -50,10 +51,15 @@ def verify(
     with opened(path) as root:
         manifest = verify_files(root, trust=trust)
         digest = manifest_digest(root)
+    exported = None if db is None else _export_of(db, digest)  # in every format: not found is an error
     files = manifest["files"]
     size = sum(f["size"] for f in files.values())
     if format is not Format.table:
-        emit(format, _verified(path, manifest, digest, signed=trust is not None))
+        record = _verified(path, manifest, digest, signed=trust is not None)
+        if exported is not None:
+            record["exported_from"] = {"trial_id": exported.trial_id, "study": exported.study,
+                                       "created_at": exported.created_at.isoformat(), "signed": exported.signed}  # fmt: skip
+        emit(format, record)
         return
     out.print(f"[green]ok[/]: {shown(str(path))}: {len(files)} files match the manifest ({size / 2**20:.2f} MB; "
               "manifest.json checked against manifest.sha256)")  # fmt: skip
@@ -62,8 +68,10 @@ def verify(
                   "pass --trust PUBKEY to check who made it")  # fmt: skip
     else:
         out.print(f"signed: the signature over every file verifies with {shown(str(trust))}")
-    if db is not None:
-        _provenance(db, digest)
+    if exported is not None:
+        study = f" of study {shown(exported.study)}" if exported.study else ""
+        out.print(f"provenance: exported from trial {exported.trial_id}{study} on {exported.created_at:%Y-%m-%d %H:%M} "
+                  f"UTC (manifest sha256 {digest[:16]}…{', signed' if exported.signed else ''})")  # fmt: skip
     try:
         warnings = check_compatible(manifest)
     except BundleError as error:
@@ -129,7 +137,7 @@ def info(path: BundlePath, format: FormatOption = Format.table) -> None:
     here = probe_device().fingerprint
     if here != m["device"]["fingerprint"]:
         err.print(f"[yellow]warning[/]: this machine's fingerprint is {here}, not the one measured "
-                  f"({m['device']['fingerprint']}): expect other numbers")  # fmt: skip
+                  f"({shown(m['device']['fingerprint'])}): expect other numbers")  # fmt: skip
     try:
         for warning in check_compatible(m):
             err.print(f"[yellow]warning[/]: {shown(warning)}")
@@ -179,10 +187,10 @@ def run(
     batch = m["settings"]["batch"]
     throughput = batch * len(timed.samples_ns) / (timed.samples_ns.sum() / 1e9)
     table = Table(
-        title=f"{shown(m['model']['name'])}  {m['engine']['name']}/{m['settings']['precision']}/b{batch}"
+        title=shown(f"{m['model']['name']}  {m['engine']['name']}/{m['settings']['precision']}/b{batch}")
     )
     table.add_column("statistic")
-    table.add_column(f"manifest ({m['device']['fingerprint'][:8]})", justify="right")
+    table.add_column(f"manifest ({shown(m['device']['fingerprint'][:8])})", justify="right")
     table.add_column(f"this machine ({here.fingerprint[:8]})", justify="right")
     table.add_column("this machine vs manifest", justify="right")
     for label, theirs, ours in (("median", meas["median_ms"], stats.median), ("p90", meas["p90_ms"], stats.p90),
@@ -190,7 +198,7 @@ def run(
         table.add_row(label, fmt_ms(theirs), fmt_ms(ours), _compared(ours, theirs, lower_is_faster=True))
     table.add_row("throughput", f"{meas['throughput'] or 0:.1f} items/s", f"{throughput:.1f} items/s",
                   _compared(throughput, meas["throughput"], lower_is_faster=False))  # fmt: skip
-    table.add_row("samples", str(meas["n_samples"]), f"{stats.n} (+{timed.warmup_calls} warm-up)", "")
+    table.add_row("samples", shown(meas["n_samples"]), f"{stats.n} (+{timed.warmup_calls} warm-up)", "")
     out.print(table)
     if here.fingerprint != m["device"]["fingerprint"]:
         err.print(f"[yellow]note[/]: measured on another device ({shown(m['device']['cpu'])}); "
@@ -223,20 +231,21 @@ def _compared(ours: float | None, theirs: float | None, *, lower_is_faster: bool
     return f"{max(ratio, 1 / ratio):.2f}x {'faster' if faster else 'slower'}"
 
 
-def _provenance(db: str, digest: str) -> None:
-    """Say which stored trial the bundle with this manifest digest was exported from, if any."""
+def _export_of(db: str, digest: str) -> Any:
+    """The latest recorded export of the bundle with this manifest digest (an ``ExportRow``).
+
+    Raises:
+        UsageError: the store holds no export with this digest (exit 2): a script must not read it as a yes.
+    """
     from autodeploy.results_db.store import Store
 
     with Store.open(db, readonly=True) as store:
         exports = store.exports_of(digest)
     if not exports:
-        err.print(f"[yellow]not found[/]: no export with this manifest (sha256 {digest[:16]}…) in {shown(db)}: "
-                  "it was exported elsewhere, or changed and re-sealed after export")  # fmt: skip
-        return
-    e = exports[-1]
-    study = f" of study {shown(e.study)}" if e.study else ""
-    out.print(f"provenance: exported from trial {e.trial_id}{study} on {e.created_at:%Y-%m-%d %H:%M} UTC "
-              f"(manifest sha256 {digest[:16]}…{', signed' if e.signed else ''})")  # fmt: skip
+        raise UsageError(f"no export with this manifest (sha256 {digest[:16]}…) in {db}: it was exported "
+                         "elsewhere, or changed and re-sealed after export",
+                         fix="pass the --db it was exported from, or verify without --db")  # fmt: skip
+    return exports[-1]
 
 
 def _feeds(manifest: dict[str, Any], root: Path, data: str | None, flags: tuple[Any, ...]) -> dict[str, Any]:

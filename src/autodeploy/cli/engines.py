@@ -20,7 +20,7 @@ def engines(format: FormatOption = Format.table) -> None:
                                                                     "cpu": device.cpu_model}}
                       for e in all_engines()])  # fmt: skip
         return
-    table = Table(title=f"Engines on {device.cpu_model} ({device.logical_cores} logical cores)")
+    table = Table(title=f"Engines on {shown(device.cpu_model)} ({device.logical_cores} logical cores)")
     for column in ("engine", "status", "version", "reason / fix"):
         table.add_column(column)
     for engine in all_engines():

@@ -32,6 +32,7 @@ from autodeploy.cli._common import (
     emit,
     err,
     out,
+    plain,
     resolve_model,
     shown,
 )
@@ -78,12 +79,13 @@ class GateOptions:
 
 
 class GateCommand(TyperCommand):
-    """Click's own usage errors exit 2, which is *inconclusive* here: make them 64 (EX_USAGE)."""
+    """Click's own usage errors, and ours from checking flags (a non-finite number), exit 2, which is
+    *inconclusive* here: make them 64 (EX_USAGE)."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         try:
             return super().parse_args(ctx, args)
-        except _CLICK_USAGE as exc:
+        except (*_CLICK_USAGE, UsageError) as exc:
             exc.exit_code = EXIT_USAGE
             raise
 
@@ -182,7 +184,7 @@ def _run(o: GateOptions) -> Any:
                 arm.model.input_shape(arm.model.inputs[0].name, arm.config.batch)
         with err.status("gate: starting") as status:
             result = run_gate(*arms, settings, harness, device=device, store=db,
-                              progress=lambda phase: status.update(f"gate: {phase}"))  # fmt: skip
+                              progress=lambda phase: status.update(f"gate: {shown(phase)}"))  # fmt: skip
         if db is not None and o.store:
             gate_id = db.add_gate_run(
                 result.to_record(), device=DeviceRecord.of(device), command=command_line()
@@ -244,7 +246,7 @@ def _report(result: Any, markdown: Path | None, junit: Path | None, fmt: Format 
 
     text = report.markdown(result)
     if fmt is Format.table:
-        out.print(text, markup=False, highlight=False, soft_wrap=True)
+        out.print(plain(text, keep="\n"), markup=False, highlight=False, soft_wrap=True)
     else:
         emit(fmt, _gate_record(result) if fmt is Format.json else _gate_rows(result))
     try:

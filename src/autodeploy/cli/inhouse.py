@@ -137,7 +137,7 @@ def quantize(
     table.add_column("value", justify="right")
     table.add_row("calibration items", str(quant.calibration_items))
     table.add_row("quantized nodes / tensors", f"{quant.quantized_nodes} / {quant.quantized_tensors}")
-    table.add_row("layers kept in float", ", ".join(quant.kept_float) or "none")
+    table.add_row("layers kept in float", shown(", ".join(quant.kept_float)) or "none")
     for key, value in quant.agreement_final.items():
         table.add_row(shown(key), f"{value:.4f}")
     table.add_row("budget met (calibration data)", "yes" if quant.budget_met else "[red]no[/red]")
@@ -172,16 +172,16 @@ def _print_passes(report: PipelineReport) -> None:
         if p.rolled_back:
             detail = f"[yellow]rolled back[/yellow]: {shown(p.rolled_back)}"
         else:
-            detail = ", ".join(f"{k} x{v}" for k, v in p.detail.items())
+            detail = ", ".join(f"{shown(k)} x{v}" for k, v in p.detail.items())
             refused = "; ".join(f"{shown(k)} (x{v})" for k, v in p.refused.items())
             detail = "; ".join(x for x in (detail, f"[dim]refused: {refused}[/dim]" if refused else "") if x)
-        table.add_row(p.name, str(p.rewrites), detail or "-")
+        table.add_row(shown(p.name), str(p.rewrites), detail or "-")
     out.print(table)
 
 
 def _print_memory(before: MemoryPlan, after: MemoryPlan) -> None:
     dims = ", ".join(f"{k}={v}" for k, v in after.dims.items()) or "static shapes"
-    table = Table(title=f"activation memory ({dims})")
+    table = Table(title=f"activation memory ({shown(dims)})")
     for column in ("", "before passes", "after passes"):
         table.add_column(column, justify="right" if column else "left")
     rows = (

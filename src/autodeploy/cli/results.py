@@ -52,7 +52,7 @@ def list_(
     for r in rows:
         threads = "default" if r.threads is None else r.threads
         config = f"{r.engine}/{r.precision}/b{r.batch}/t{threads}"
-        state = "[green]ok[/]" if r.status == "ok" else f"[red]{r.failure_kind}[/]"
+        state = "[green]ok[/]" if r.status == "ok" else f"[red]{shown(r.failure_kind)}[/]"
         lat = None if r.measurement is None else r.measurement.latency
         median = "-" if lat is None else fmt_ms_ci(lat.median, lat.median_ci)
         throughput = "-" if r.throughput is None else f"{r.throughput:.1f}"

@@ -24,7 +24,8 @@ Sampler = Literal["tpe", "grid", "random", "nsga2"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    #: ``.nan`` and ``.inf`` in YAML are floats to pydantic; no number of a study may be either.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Constraints(_Strict):
