@@ -304,6 +304,8 @@ def tune(
     knobs: Mapping[str, Mapping[str, Sequence[Any]]] | None = None,
     trials: int | None = None,
     timeout_s: float | None = None,
+    build_timeout_s: float | None = None,
+    screening_time_s: float | None = None,
     time_budget: str | float | None = None,
     sampler: str | None = None,
     seed: int | None = None,
@@ -342,6 +344,9 @@ def tune(
         engines, precisions, batches, threads, knobs: the search space (default: all available here).
         trials: trials this run adds (default 30; the whole grid for ``sampler="grid"``; with
             ``time_budget`` alone, as many as the space has configs).
+        timeout_s, build_timeout_s: seconds before a worker running the model / building an artifact is
+            killed, as for :func:`bench` (``screening.timeout_s``, ``screening.build_timeout_s``).
+        screening_time_s: start no new screening trial after this many seconds (the finalists still run).
         time_budget: wall time of this run, finalists included: seconds, or ``"90s"``, ``"10m"``,
             ``"1h30m"``. The summary is the best found in it, with the confidence reached
             (``confidence``); every trial is kept for ``resume``.
@@ -385,6 +390,7 @@ def tune(
         time_budget = parse_duration(time_budget)
     arguments = {"model": model, "name": name, "objective": objective, "engines": engines, "precisions": precisions,
                  "batches": batches, "threads": threads, "knobs": knobs, "trials": trials, "timeout_s": timeout_s,
+                 "build_timeout_s": build_timeout_s, "screening_time_s": screening_time_s,
                  "time_budget_s": time_budget, "sampler": sampler, "seed": seed, "fresh": fresh or None, "resume": resume or None,
                  "max_accuracy_drop": max_accuracy_drop, "max_memory_mb": max_memory_mb, "sla_ms": sla_ms,
                  "finalists": finalists, "rounds": rounds, "min_samples": min_samples,
@@ -681,7 +687,8 @@ def _study_overrides(arguments: Mapping[str, Any]) -> dict[str, Any]:
     renamed = {"max_accuracy_drop": "constraints.max_accuracy_drop", "max_memory_mb": "constraints.max_memory_mb",
                "sla_ms": "constraints.sla_ms", "finalists": "finalists.count", "rounds": "finalists.rounds",
                "min_samples": "screening.min_samples", "min_duration_s": "screening.min_duration_s",
-               "max_metric_drop": "constraints.max_metric_drop"}  # fmt: skip
+               "max_metric_drop": "constraints.max_metric_drop", "timeout_s": "screening.timeout_s",
+               "build_timeout_s": "screening.build_timeout_s"}  # fmt: skip
     overrides = {renamed.get(k, k): v for k, v in arguments.items() if k != "resume"}
     for key in ("engines", "precisions", "batches", "threads"):
         overrides[key] = list(overrides[key]) if overrides[key] is not None else None

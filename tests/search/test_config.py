@@ -2,6 +2,7 @@
 import pytest
 
 from autodeploy.errors import UsageError
+from autodeploy.search import config as study_config
 from autodeploy.search.config import EXAMPLES, StudyConfig, load
 
 CONFIGS = sorted(EXAMPLES.glob("*.yaml"))  # installed with the package (package data)
@@ -54,3 +55,15 @@ def test_default_batches_follow_the_objective():
 def test_the_examples_ship_with_the_package_and_resolve_by_name():
     assert len(CONFIGS) >= 5 and all(p.parent.parent.name == "autodeploy" for p in CONFIGS)
     assert load("latency-mobilenetv2.yaml", {}).model == "zoo:mobilenetv2"
+
+
+def test_timeout_means_the_workers_timeout_and_the_old_study_key_keeps_its_meaning():
+    # `tune --timeout` meant "start no new trial" while `bench --timeout` kills a worker: one word, one meaning.
+    from autodeploy.api import _study_overrides
+
+    arguments = dict.fromkeys(("model", "engines", "precisions", "batches", "threads", "shapes", "data"))
+    arguments.update(shapes={}, timeout_s=30.0, build_timeout_s=90.0, screening_time_s=120.0)
+    cfg = study_config.validate({"model": "zoo:mlp"}, _study_overrides(arguments))
+    assert (cfg.screening.timeout_s, cfg.screening.build_timeout_s, cfg.screening_time_s) == (30.0, 90.0, 120.0)
+    old = study_config.validate({"model": "zoo:mlp", "timeout_s": 45}, {})  # a config (or stored study) of before
+    assert old.screening_time_s == 45 and old.screening.timeout_s == 600.0

@@ -73,7 +73,9 @@ def tune(
     trials: Annotated[
         int | None, typer.Option(help="Trials this run adds (default 30; the whole grid for --sampler grid).")
     ] = None,
-    timeout: Annotated[float | None, typer.Option(help="Start no new trial after this many seconds.")] = None,
+    timeout: Annotated[float | None, typer.Option(min=0.001, help="Seconds before a worker running the model (reference, measurement) is killed, as for bench (default 600).")] = None,
+    build_timeout: Annotated[float | None, typer.Option(min=0.001, help="Seconds before a worker building an artifact is killed (default 1800).")] = None,
+    screening_time: Annotated[float | None, typer.Option(min=0.001, metavar="SECONDS", help="Start no new screening trial after this many seconds (the finalists still run; --time-budget bounds the whole run).")] = None,
     time_budget: Annotated[
         str | None, typer.Option(metavar="DURATION", help="Wall time of this run, finalists included (600, 90s, 10m, "
                                  "1h30m): the best found in it, with the confidence reached; --resume goes on.")
@@ -136,7 +138,8 @@ def tune(
     shape_set = parse_flags(shape or [])
     per_shape = per_shape or bool(study_config.read(config).get("per_shape")) if config is not None else per_shape
     kwargs = dict(config=config, objective=objective, engines=engine, precisions=precision,
-                  batches=batch, threads=threads, trials=trials, timeout_s=timeout, time_budget=time_budget,
+                  batches=batch, threads=threads, trials=trials, timeout_s=timeout, build_timeout_s=build_timeout,
+                  screening_time_s=screening_time, time_budget=time_budget,
                   sampler=sampler, seed=seed, fresh=fresh, resume=resume, max_accuracy_drop=max_accuracy_drop, max_memory_mb=max_memory_mb,
                   sla_ms=sla_ms, finalists=finalists, rounds=rounds, min_samples=min_samples,
                   min_duration_s=min_duration, shapes=shape_set if shape else None, data=data, db=db,

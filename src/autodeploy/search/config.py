@@ -98,7 +98,9 @@ class StudyConfig(_Strict):
     threads: list[int] | None = None  # None: powers of two up to the logical cores, and the core count
     knobs: dict[str, dict[str, list[Any]]] | None = None  # {engine: {knob: [choices]}}; None: engine's own
     trials: int | None = Field(None, ge=0, description="None: 30, or the whole grid with sampler grid")
-    timeout_s: float | None = Field(None, gt=0, description="stop starting trials after this many seconds")
+    #: Was ``timeout_s``: "timeout" means the seconds before a worker is killed everywhere (``screening.timeout_s``,
+    #: ``bench --timeout``), so the study-wide stop is named for what it does.
+    screening_time_s: float | None = Field(None, gt=0, description="start no new screening trial after this many seconds")
     time_budget_s: float | None = Field(None, gt=0, description="wall time of the whole run, finalists included "
                                         "(600, 90s, 10m, 1h30m): the best found in it, with the confidence reached")
     sampler: Sampler = "tpe"
@@ -115,6 +117,16 @@ class StudyConfig(_Strict):
     data: str | None = None  # .npz, a folder of NAME.npy or of images, or sample:images
     preprocess: ImagePreprocess | None = None
     metric: str | None = None  # the user's task metric, module:function
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, value: Any) -> Any:
+        """A config or stored study of earlier versions says ``timeout_s`` for ``screening_time_s`` (same meaning)."""
+        if isinstance(value, Mapping) and "timeout_s" in value:
+            value = dict(value)
+            old = value.pop("timeout_s")
+            value.setdefault("screening_time_s", old)
+        return value
 
     @field_validator("shapes", mode="before")
     @classmethod

@@ -150,7 +150,7 @@ class StudySummary:
     reference_s: float | None = None  # the ONNX Runtime fp32 reference, when this run computed it first
     wall_s: float | None = None  # this run, start to summary
     time_budget_s: float | None = None
-    stopped_by: str = ""  # why screening stopped: "trials", "time budget", "timeout", "search space"
+    stopped_by: str = ""  # why screening stopped: "trials", "time budget", "screening time", "search space"
     confidence: str = ""  # what the winner's numbers rest on (interleaved rounds, or screening only)
     deprioritized: dict[str, str] = field(default_factory=dict)  # "engine/precision" -> why no more trials
     skipped: list[str] = field(default_factory=list)  # slow conversions the time budget could not pay for
@@ -207,8 +207,8 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
         if asked >= max_asks or (asked and len(memory.looked) >= space.size()):
             stopped_by = "search space"
             break
-        if cfg.timeout_s is not None and time.monotonic() - budget.started > cfg.timeout_s:
-            stopped_by = "timeout"
+        if cfg.screening_time_s is not None and time.monotonic() - budget.started > cfg.screening_time_s:
+            stopped_by = "screening time"
             break
         if budget.left() <= _finalist_reserve(cfg, memory, budget):
             stopped_by = "time budget"
