@@ -287,7 +287,7 @@ _STUDY = {
         "confidence": {"type": "string", "description": "what the winner's numbers rest on"},
         "time_budget_s": {**_NUM, "description": "--time-budget of the run that wrote this summary"},
         "wall_s": {**_NUM, "description": "wall time of that run"},
-        "stopped_by": {"type": "string", "description": "trials | time budget | timeout | search space"},
+        "stopped_by": {"type": "string", "description": "trials | time budget | screening time | no improvement | search space"},
         "reference_s": {**_NUM, "description": "the ORT fp32 reference, when that run computed it first"},
         "time_by_engine": {
             "type": "object",
