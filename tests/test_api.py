@@ -155,3 +155,23 @@ def test_a_resumed_study_keeps_its_input_shapes(env):
     autodeploy.tune(model, engines=["onnxruntime"], precisions=["fp32"], threads=[1], shapes=fixed, **common)
     again = autodeploy.tune(model, resume=True, **common)  # no shapes: the study's own apply
     assert sum(again.trials.values()) >= 2  # the resume ran (no ShapeError) and added to the study
+
+
+@pytest.mark.slow
+def test_bench_takes_the_same_accuracy_budget_as_tune(env):
+    # `bench` had no budget flag: a budget that admits everything turns the same outputs from
+    # inaccurate into a pass, and the default budget rejects them.
+    from autodeploy.adapters import registry
+    from tests.adapters.faulty import TARGET
+
+    tmp_path, db = env
+    registry.register("faulty", TARGET)
+    try:
+        config = TrialConfig("faulty", threads=1, knobs={"fault": "wrong_outputs"})  # every argmax shifted
+        strict = autodeploy.bench("zoo:tiny-cnn", config, timing=FAST, db=db).result
+        loose = autodeploy.bench("zoo:tiny-cnn", config, timing=FAST, db=db, max_accuracy_drop=1.0).result
+    finally:
+        registry.unregister("faulty")
+    assert strict.failure_kind == "inaccurate" and not strict.accuracy.passed
+    assert loose.ok and loose.accuracy.passed
+    assert strict.accuracy.outputs[0].cosine == pytest.approx(loose.accuracy.outputs[0].cosine)  # the same outputs

@@ -39,6 +39,7 @@ from autodeploy.model import ModelInfo, ResolvedModel, display_name, resolve_mod
 from autodeploy.search import config as study_config
 from autodeploy.search.config import StudyConfig
 from autodeploy.shapes import ShapeCase, ShapeSet
+from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 if TYPE_CHECKING:
     from autodeploy.bundle.export import Source
@@ -113,6 +114,7 @@ def bench(
     pins: Mapping[str, float] | None = None,
     metric: str | None = None,
     max_metric_drop: float | None = None,
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
     accuracy: Sequence[str] = (),
     timing: TimingPolicy | None = None,
     timeout_s: float = 600.0,
@@ -142,6 +144,8 @@ def bench(
         pins: synthetic inputs pinned to a constant, ``{"sample_rate": 16000}``.
         metric: the user's task metric, ``"module:function"`` receiving (outputs, labels), higher is better.
         max_metric_drop: the largest drop of ``metric`` from the FP32 reference's allowed (default: only reported).
+        max_accuracy_drop: the accuracy budget of every output, as ``tune``'s (default 1%): each output's
+            measure (top-1, exact, sequence, F1 of decisions, SQNR per channel group) may lose at most this much.
         accuracy: ``OUTPUT=MEASURE[:THRESHOLD]`` per output whose measure you choose (one of
             ``autodeploy.verdict.MEASURES``, e.g. ``scores=decision:0.3``); the others are judged by
             what they are (the producing node, the shape, the reference's values).
@@ -173,10 +177,13 @@ def bench(
     command = command or _python_call("bench", model, config=config, engine=engine, precision=precision,
                                       batch=batch, threads=threads, knobs=knobs, shapes=shapes, data=data,
                                       preprocess=preprocess, pins=pins, metric=metric,
-                                      max_metric_drop=max_metric_drop, timing=timing)  # fmt: skip
+                                      max_metric_drop=max_metric_drop, timing=timing,
+                                      **({"max_accuracy_drop": max_accuracy_drop}
+                                         if max_accuracy_drop != DEFAULT_MAX_ACCURACY_DROP else {}))  # fmt: skip
     return bench_shapes(model, config, engine=engine, precision=precision, batch=batch, threads=threads, knobs=knobs,
                         shapes=shape_set, batch_axes=batch_axes, data=data, preprocess=preprocess, pins=pins,
-                        metric=metric, max_metric_drop=max_metric_drop, accuracy=accuracy, timing=timing,
+                        metric=metric, max_metric_drop=max_metric_drop, max_accuracy_drop=max_accuracy_drop,
+                        accuracy=accuracy, timing=timing,
                         timeout_s=timeout_s, build_timeout_s=build_timeout_s, memory_cap_mb=memory_cap_mb, db=db,
                         cache=cache, progress=progress, command=command, scenario=scenario, sla_ms=sla_ms)[0]  # fmt: skip
 
@@ -197,6 +204,7 @@ def bench_shapes(
     pins: Mapping[str, float] | None = None,
     metric: str | None = None,
     max_metric_drop: float | None = None,
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
     accuracy: Sequence[str] = (),
     timing: TimingPolicy | None = None,
     timeout_s: float = 600.0,
@@ -229,7 +237,9 @@ def bench_shapes(
     command = command or _python_call("bench_shapes", model, config=config, engine=engine, precision=precision,
                                       batch=batch, threads=threads, knobs=knobs, shapes=shape_set.to_config(),
                                       data=data, preprocess=preprocess, pins=pins, metric=metric,
-                                      max_metric_drop=max_metric_drop, timing=timing)  # fmt: skip
+                                      max_metric_drop=max_metric_drop, timing=timing,
+                                      **({"max_accuracy_drop": max_accuracy_drop}
+                                         if max_accuracy_drop != DEFAULT_MAX_ACCURACY_DROP else {}))  # fmt: skip
     trial_config = config or TrialConfig(engine or "onnxruntime", precision or "fp32", batch or 1, threads,
                                          knobs or {})  # fmt: skip
     cache = cache or cache_dir()
@@ -255,6 +265,7 @@ def bench_shapes(
                              fix=f"name one of its outputs: {', '.join(info.output_names)}")  # fmt: skip
     settings = HarnessSettings(workdir=cache / "work", policy=timing or TimingPolicy(), timeout_s=timeout_s,
                                build_timeout_s=build_timeout_s, metric=metric, max_metric_drop=max_metric_drop,
+                               max_top1_drop=max_accuracy_drop, min_cosine=verdict.cosine_for_drop(max_accuracy_drop),
                                accuracy_overrides=tuple(accuracy),
                                **({"memory_cap_mb": memory_cap_mb} if memory_cap_mb else {}))  # fmt: skip
     # 3. open the store before measuring: a bad database fails in a second, not after a run

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from autodeploy import api
 from autodeploy.cli._common import (
+    ACCURACY_DROP_HELP,
     AccuracyOption,
     Format,
     FormatOption,
@@ -36,6 +37,7 @@ from autodeploy.harness.result import TrialResult, headline
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import parse_batch_axis_flags
 from autodeploy.shapes import ShapeCase, ShapeSet, parse_flags, parse_key
+from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 
 def bench(
@@ -72,6 +74,7 @@ def bench(
     scale_values: ScaleOption = None,
     metric: MetricOption = None,
     max_metric_drop: MetricDropOption = None,
+    max_accuracy_drop: Annotated[float, typer.Option(min=0.0, help=ACCURACY_DROP_HELP)] = DEFAULT_MAX_ACCURACY_DROP,
     accuracy: AccuracyOption = None,
     input: Annotated[
         list[str] | None, typer.Option("--input", help="Pin a synthetic input to a constant, NAME=VALUE.")
@@ -103,7 +106,8 @@ def bench(
         records = api.bench_shapes(model, engine=engine, precision=precision, batch=batch, threads=threads,
                                    knobs=_parse_knobs(knob or []), shapes=shape_set, data=data or None,
                                    preprocess=preprocess_of(layout, reverse_input_channels, mean_values, scale_values),
-                                   metric=metric, max_metric_drop=max_metric_drop, accuracy=accuracy or (),
+                                   metric=metric, max_metric_drop=max_metric_drop, max_accuracy_drop=max_accuracy_drop,
+                                   accuracy=accuracy or (),
                                    batch_axes=parse_batch_axis_flags(batch_axis) if batch_axis else None,
                                    pins=parse_input_pins(input or []), timing=timing, timeout_s=timeout,
                                    build_timeout_s=build_timeout, memory_cap_mb=memory_cap_mb, db=db, progress=show,

@@ -90,7 +90,7 @@ def quantize(
     reduce_range: Annotated[
         bool, typer.Option(help="7-bit weights (for ONNX Runtime on x86 CPUs without VNNI).")
     ] = False,
-    budget: Annotated[float, typer.Option(help="Allowed top-1 agreement drop on calibration data.")] = DEFAULT_MAX_ACCURACY_DROP,
+    budget: Annotated[float, typer.Option(help="Accuracy budget per output on calibration data, judged as bench judges each output.")] = DEFAULT_MAX_ACCURACY_DROP,
     bias_correction: Annotated[
         bool, typer.Option(help="Subtract each Conv/Gemm's mean int8 output shift from its bias.")
     ] = True,

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from autodeploy import api
 from autodeploy.cli._common import (
+    ACCURACY_DROP_HELP,
     Format,
     FormatOption,
     LayoutOption,
@@ -44,7 +45,6 @@ from autodeploy.search import config as study_config
 from autodeploy.search.config import EXAMPLES
 from autodeploy.search.objective import DIRECTIONS
 from autodeploy.shapes import ShapeSet, parse_flags
-from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 if TYPE_CHECKING:
     from autodeploy.search.study import Finalist, StudySummary
@@ -90,7 +90,7 @@ def tune(
         typer.Option("--resume", help="Add trials to an existing study (or join it from another worker)."),
     ] = False,
     max_accuracy_drop: Annotated[
-        float | None, typer.Option(help=f"Top-1 agreement drop allowed, as a fraction: 0.01 is 1% (default {DEFAULT_MAX_ACCURACY_DROP:.0%}).")
+        float | None, typer.Option(min=0.0, help=ACCURACY_DROP_HELP)
     ] = None,
     max_memory_mb: Annotated[float | None, typer.Option(help="Peak worker memory allowed, MB.")] = None,
     sla_ms: Annotated[
