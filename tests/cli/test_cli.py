@@ -220,3 +220,13 @@ def test_results_show_prints_an_engines_whole_reason_line_by_line(env, capsys):
     code, out, _ = run(capsys, "results", "show", str(trial))
     assert code == 0
     assert re.search(r"failure_message\s+│\s+boom\s+│\n.*│\s+line 2\s+│", out), out  # two lines, not "boom\\nline 2"
+
+
+def test_an_fp32_verdict_rests_on_every_item_given_and_says_when_they_are_few(env, capsys):
+    tmp_path, _ = env
+    model = mlp(tmp_path / "m.onnx")
+    np.savez(tmp_path / "d.npz", x=np.random.default_rng(0).standard_normal((20, 8), dtype=np.float32))
+    code, out, err = run(capsys, "bench", str(model), "--data", str(tmp_path / "d.npz"), *FAST)
+    assert code == 0, err
+    assert "on 20 items" in out  # none held back for a calibration nothing does
+    assert "rests on 20 items, fewer than 32" in " ".join(err.split())

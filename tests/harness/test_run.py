@@ -253,3 +253,15 @@ def test_a_reason_keeps_every_line_up_to_a_cap_and_counts_the_rest():
     lines = text.splitlines()
     assert lines[0] == "ValueError: first" and lines[1] == "line 0"
     assert len(lines) == REASON_LINES + 1 and lines[-1] == f"... {101 - REASON_LINES} more lines"
+
+
+def test_only_int8_is_judged_on_held_out_items_the_rest_on_every_item(setup):
+    # Half of --data was held back for int8 calibration even for fp32/bf16/fp16, which calibrate nothing.
+    from autodeploy.data import synthetic
+
+    model, settings, _ = setup
+    data = prepare_data(model, settings, data=synthetic(model, 32, seed=3))
+    assert (data.calibration_items, data.evaluation_items, data.all_items) == (16, 16, 32)
+    fp32 = run_trial(model, TrialConfig("onnxruntime", threads=1), data, settings)
+    int8 = run_trial(model, TrialConfig("onnxruntime", "int8", threads=1), data, settings)
+    assert fp32.accuracy.n_samples == 32 and int8.accuracy.n_samples == 16

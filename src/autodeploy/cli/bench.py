@@ -160,6 +160,10 @@ def _print_per_shape(records: list[api.StoredTrial], shape_set: ShapeSet) -> Non
     out.print(table)
 
 
+#: Below this many evaluation items an accuracy verdict is said to rest on few (one item is over 3%).
+FEW_ITEMS = 32
+
+
 def _parse_knobs(flags: list[str]) -> dict[str, object]:
     knobs: dict[str, object] = {}
     for flag in flags:
@@ -238,6 +242,10 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: st
         out.print(acc)
         out.print(f"accuracy constraint: {shown(result.accuracy.constraint)}", soft_wrap=True)
         a = result.accuracy
+        if a.n_samples < FEW_ITEMS:
+            err.print(f"[yellow]note[/]: the verdict rests on {a.n_samples} items, fewer than {FEW_ITEMS}: one item "
+                      f"is {1 / max(a.n_samples, 1):.0%} of an agreement; give more --data for a firmer verdict",
+                      soft_wrap=True)  # fmt: skip
         if a.metric is not None and a.metric_value is not None:
             out.print(f"metric {shown(a.metric)}: {a.metric_value:.6g} (ONNX Runtime FP32: "
                       f"{a.reference_metric_value:.6g}, drop {a.reference_metric_value - a.metric_value:.4g})")  # type: ignore[operator]

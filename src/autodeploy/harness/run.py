@@ -108,6 +108,22 @@ class PreparedData:
     has_labels: bool
     synthetic: bool = False  # made by :func:`synthetic`, not given
     note: str | None = None  # said with every result on these inputs (:func:`synthetic_note`)
+    #: Every item given, calibration split included: what a config that calibrates nothing is judged on
+    #: (:meth:`evaluation_for`). ``None`` when calibration data came apart from the evaluation data.
+    all_path: Path | None = None
+    all_sha256: str = ""
+    all_items: int = 0
+
+    def evaluation_for(self, config: TrialConfig | None) -> tuple[Path, str, int]:
+        """(path, SHA-256, items) of the inputs ``config``'s accuracy is judged on.
+
+        Only int8 calibrates, so only int8 is held to the items it was not calibrated on; fp32, bf16 and
+        fp16 are judged on every item (half of a user's 32 tables were held back for nothing).
+        ``None`` (the study's first reference) takes the held-out items.
+        """
+        if config is None or config.precision == "int8" or self.all_path is None:
+            return self.evaluation_path, self.evaluation_sha256, self.evaluation_items
+        return self.all_path, self.all_sha256, self.all_items
 
 
 @dataclass(frozen=True)
@@ -135,6 +151,7 @@ def prepare_data(
     if data is None:
         total = settings.calibration_items + settings.evaluation_items
         data = synthetic(model, total, seed=settings.seed, pins=pins)
+    everything = data if calibration is None else None
     if calibration is None:
         calibration, evaluation = split(data, settings.calibration_items, seed=settings.seed)
     else:
@@ -142,7 +159,7 @@ def prepare_data(
     folder = settings.workdir / "data"
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for dataset in (calibration, evaluation):
+    for dataset in (calibration, evaluation, everything or evaluation):
         digest = dataset.sha256()
         path = folder / f"{digest[:24]}.npz"
         if not path.exists():
@@ -150,25 +167,27 @@ def prepare_data(
             dataset.save(tmp)
             os.replace(tmp, path)
         paths.append((path, digest))
-    (cal_path, cal_sha), (ev_path, ev_sha) = paths
+    (cal_path, cal_sha), (ev_path, ev_sha), (all_path, all_sha) = paths
     return PreparedData(
         cal_path, cal_sha, ev_path, ev_sha, len(calibration), len(evaluation), evaluation.labels is not None,
-        made, synthetic_note(model) if made else None,
+        made, synthetic_note(model) if made else None, all_path, all_sha, len(everything or evaluation),
     )
 
 
 def reference(
-    model: ModelInfo, data: PreparedData, settings: HarnessSettings, progress: Progress | None = None
+    model: ModelInfo, data: PreparedData, settings: HarnessSettings, progress: Progress | None = None,
+    config: TrialConfig | None = None,
 ) -> Path:
-    """ONNX Runtime FP32 outputs on the evaluation inputs; computed once per model and data, in a worker."""
-    out = settings.workdir / "reference" / f"{model.sha256[:16]}-{data.evaluation_sha256[:16]}.npz"
+    """ONNX Runtime FP32 outputs on the inputs ``config`` is judged on (:meth:`PreparedData.evaluation_for`);
+    computed once per model and inputs, in a worker."""
+    path, sha256, _ = data.evaluation_for(config)
+    out = settings.workdir / "reference" / f"{model.sha256[:16]}-{sha256[:16]}.npz"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     batch = 8 if model.batchable() else (model.fixed_batch() or 1)
-    spec = _spec(
-        "reference", model, TrialConfig(REFERENCE_ENGINE, batch=batch), data, settings, output_path=str(out)
-    )
+    spec = _spec("reference", model, TrialConfig(REFERENCE_ENGINE, batch=batch), data, settings,
+                 output_path=str(out), evaluation_path=str(path))  # fmt: skip
     outcome = run_worker(spec, settings.timeout_s, settings.memory_cap_mb, progress)
     if outcome.status != "ok":
         raise TrialFailed(
@@ -227,7 +246,7 @@ def prepare(
     if scenario not in SCENARIOS or (scenario == "server" and not sla_ms):
         raise ValueError(f"scenario {scenario!r} needs to be one of {', '.join(SCENARIOS)} (server with sla_ms)")
     uid = uid or uuid.uuid4().hex
-    ref = reference(reference_model or model, data, settings, progress)
+    ref = reference(reference_model or model, data, settings, progress, config)
     spec = _spec("build", model, config, data, settings, uid=uid, scenario=scenario, sla_ms=sla_ms)
     build_s = engine_version = None
     if artifact is None:
@@ -374,7 +393,7 @@ def _spec(
         workdir=str(settings.workdir / "artifacts"),
         calibration_path=str(data.calibration_path),
         calibration_sha256=data.calibration_sha256,
-        evaluation_path=str(data.evaluation_path),
+        evaluation_path=extra.pop("evaluation_path", str(data.evaluation_for(config)[0])),
         policy=asdict(settings.policy),
         max_top1_drop=settings.max_top1_drop,
         min_cosine=settings.min_cosine,
