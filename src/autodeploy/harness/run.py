@@ -367,8 +367,11 @@ def run_worker(
         )
         log = _CappedLog(proc, log_path)
         log.start()
-        death = _supervise(proc, timeout_s, memory_cap_mb, result_path, progress)
-        _kill_group(proc.pid, signal.SIGKILL)  # no orphan survives its worker
+        try:
+            death = _supervise(proc, timeout_s, memory_cap_mb, result_path, progress)
+        finally:  # no orphan survives its worker, nor a caller interrupted while waiting (Ctrl-C)
+            _kill_group(proc.pid, signal.SIGKILL)
+            _reap(proc)
         log.join(LOG_JOIN_S)  # the group is dead, so the pipe is closed (a child that left the group may hold it)
         log_tail = _tail(log_path)
         if death:
@@ -444,6 +447,14 @@ def _stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         _kill_group(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    """Collect the killed worker's exit status, so no zombie stays behind a caller that goes on."""
+    try:
+        proc.wait(timeout=TERM_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _kill_group(pid: int, sig: signal.Signals) -> None:
