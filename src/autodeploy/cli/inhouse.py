@@ -19,6 +19,7 @@ from autodeploy.cli._common import (
     out,
     resolve_model,
     shown,
+    spinner,
 )
 from autodeploy.errors import UsageError
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
@@ -102,23 +103,27 @@ def quantize(
     items: Annotated[
         int, typer.Option(min=1, help="Synthetic calibration items when no data is given.")
     ] = 64,
+    timeout: Annotated[
+        float,
+        typer.Option(help="Seconds before the worker that optimizes and quantizes is killed (as --build-timeout)."),
+    ] = 1800.0,
+    memory_cap_mb: Annotated[
+        int | None, typer.Option(help="Worker memory cap in MB (default: 75% of RAM).")
+    ] = None,
 ) -> None:
-    """Optimize, then quantize to QDQ INT8 (runs in ONNX Runtime and OpenVINO); print the report."""
-    import onnx
-
+    """Optimize, then quantize to QDQ INT8 (runs in ONNX Runtime and OpenVINO) in a worker; print the report."""
     from autodeploy.data import synthetic
-    from autodeploy.inhouse.passes import optimize as run_passes
+    from autodeploy.harness.run import quantize_in_worker
     from autodeploy.inhouse.quantize import QuantConfig
-    from autodeploy.inhouse.quantize import quantize as run_quantizer
 
     resolved = resolve_model(model, {})
     user = data_of(data, resolved.info, layout, reverse_input_channels, mean_values, scale_values)
     if user is not None:
-        cal = user.inputs
+        cal = user
     elif resolved.calibration is not None:
-        cal = resolved.calibration.inputs
+        cal = resolved.calibration
     else:
-        cal = synthetic(resolved.info, items, seed=1).inputs
+        cal = synthetic(resolved.info, items, seed=1)
     config = QuantConfig(
         calibration=calibration,
         activation_symmetric=symmetric,
@@ -126,11 +131,13 @@ def quantize(
         accuracy_budget=budget if fallback else None,
         bias_correction=bias_correction,
     )
-    with err.status("optimizing"):
-        optimized, report = run_passes(onnx.load(str(resolved.info.path)))
-    with err.status(f"calibrating ({calibration}) and quantizing"):
-        quantized, quant = run_quantizer(optimized, cal, config)
-    _save(quantized, output)
+    try:
+        with spinner() as show:  # the worker's phases: optimizing, then calibrating and quantizing
+            report, quant = quantize_in_worker(resolved.info, cal, config, output, timeout_s=timeout,
+                                               memory_cap_mb=memory_cap_mb, progress=show)  # fmt: skip
+    except KeyboardInterrupt:  # the worker's process group is already killed
+        err.print("interrupted: the worker was stopped and nothing was written")
+        raise typer.Exit(130) from None
     _print_passes(report)
     table = Table(title=f"int8 quantization ({calibration}, {'symmetric' if symmetric else 'asymmetric'})")
     table.add_column("")

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -29,13 +29,17 @@ from autodeploy.adapters.base import Artifact, TrialConfig, discard
 from autodeploy.adapters.registry import target_of
 from autodeploy.child import module_argv
 from autodeploy.data import Dataset, split, synthetic
-from autodeploy.errors import AutodeployError, TrialFailed
-from autodeploy.harness.result import Accuracy, Measurement, TrialResult
+from autodeploy.errors import AutodeployError, BuildError, TrialFailed
+from autodeploy.harness.result import Accuracy, Measurement, TrialResult, headline
 from autodeploy.harness.scenarios import SCENARIOS
 from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import ModelInfo
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
+
+if TYPE_CHECKING:
+    from autodeploy.inhouse.passes import PipelineReport
+    from autodeploy.inhouse.quantize import QuantConfig, QuantReport
 
 POLL_S = 0.05
 TERM_GRACE_S = 3.0
@@ -194,6 +198,54 @@ def reference(
             outcome.failure_kind or "crashed", f"{REFERENCE_FAILED}: {outcome.failure_message}"
         )
     return out
+
+
+def quantize_in_worker(
+    model: ModelInfo, calibration: Dataset, config: QuantConfig, output: Path, *, timeout_s: float,
+    memory_cap_mb: int | None = None, progress: Progress | None = None,
+) -> tuple[PipelineReport, QuantReport]:
+    """``autodeploy inhouse quantize`` in a worker: the graph passes, then the INT8 quantizer with
+    ``config`` (the in-house engine's build chain), under the build's timeout and memory cap.
+
+    The QDQ model is written to ``output`` only when the worker succeeded.
+
+    Raises:
+        BuildError: the worker failed, ran past ``timeout_s`` or over ``memory_cap_mb``; the message
+            says which, and the fix.
+    """
+    from autodeploy.inhouse.passes import PipelineReport
+    from autodeploy.inhouse.quantize import QuantReport
+
+    phase = ""
+
+    def seen(name: str) -> None:
+        nonlocal phase
+        phase = name
+        if progress:
+            progress(name)
+
+    seen("starting the worker")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    # Beside the output, so the finished model is renamed into place (never half written).
+    with tempfile.TemporaryDirectory(prefix=".autodeploy-quantize-", dir=output.parent) as tmp:
+        cal_path, model_path = Path(tmp, "calibration.npz"), Path(tmp, "model.onnx")
+        calibration.save(cal_path)
+        spec = WorkerSpec(mode="quantize", uid=uuid.uuid4().hex, engine_target=target_of("inhouse"),
+                          config=TrialConfig("inhouse", "int8").to_dict(), model=model.to_dict(), workdir=tmp,
+                          calibration_path=str(cal_path), output_path=str(model_path),
+                          quant=asdict(config))  # fmt: skip
+        outcome = run_worker(spec, timeout_s, memory_cap_mb or _default_memory_cap_mb(), seen)
+        if outcome.failure_kind == "timeout":
+            raise BuildError(f"inhouse quantize still running after its timeout of {timeout_s:g} s "
+                             f"(while {phase}); the worker was stopped and nothing was written",
+                             fix="give it more time with --timeout SECONDS, or calibrate on fewer items "
+                                 "(--items, or a smaller --data)")  # fmt: skip
+        if outcome.status != "ok":
+            raise BuildError(f"inhouse quantize failed ({outcome.failure_kind}): "
+                             f"{headline(outcome.failure_message)}")  # fmt: skip
+        os.replace(model_path, output)
+    payload = outcome.payload
+    return PipelineReport.from_dict(payload["passes"]), QuantReport.from_dict(payload["quantization"], config)
 
 
 @dataclass(frozen=True)
@@ -425,8 +477,11 @@ def run_worker(
         )
         log = _CappedLog(proc, log_path)
         log.start()
-        death = _supervise(proc, timeout_s, memory_cap_mb, result_path, progress)
-        _kill_group(proc.pid, signal.SIGKILL)  # no orphan survives its worker
+        try:
+            death = _supervise(proc, timeout_s, memory_cap_mb, result_path, progress)
+        finally:  # no orphan survives its worker, nor a caller interrupted while waiting (Ctrl-C)
+            _kill_group(proc.pid, signal.SIGKILL)
+            _reap(proc)
         log.join(LOG_JOIN_S)  # the group is dead, so the pipe is closed (a child that left the group may hold it)
         log_tail = _tail(log_path)
         if death:
@@ -502,6 +557,14 @@ def _stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         _kill_group(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    """Collect the killed worker's exit status, so no zombie stays behind a caller that goes on."""
+    try:
+        proc.wait(timeout=TERM_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _kill_group(pid: int, sig: signal.Signals) -> None:

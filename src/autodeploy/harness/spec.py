@@ -15,10 +15,12 @@ class WorkerSpec:
     """One job for one worker process.
 
     ``mode`` is ``build`` (make the artifact), ``measure`` (load it, time it, compare with the
-    reference) or ``reference`` (ONNX Runtime FP32 outputs on the evaluation inputs).
+    reference), ``reference`` (ONNX Runtime FP32 outputs on the evaluation inputs) or
+    ``quantize`` (``autodeploy inhouse quantize``: the graph passes, then the INT8 quantizer
+    with ``quant``, the model written to ``output_path``).
     """
 
-    mode: Literal["build", "measure", "reference"]
+    mode: Literal["build", "measure", "reference", "quantize"]
     uid: str
     engine_target: str
     config: dict[str, Any]
@@ -32,7 +34,8 @@ class WorkerSpec:
     policy: dict[str, Any] = field(default_factory=dict)
     max_top1_drop: float = DEFAULT_MAX_ACCURACY_DROP
     min_cosine: float = DEFAULT_MIN_COSINE
-    output_path: str | None = None  # reference mode: where to write the outputs
+    output_path: str | None = None  # reference mode: where to write the outputs; quantize mode: the model
+    quant: dict[str, Any] | None = None  # quantize mode: the QuantConfig (``dataclasses.asdict`` form)
     scenario: str = "single-stream"  # LoadGen's names (harness.scenarios.SCENARIOS); server needs sla_ms
     sla_ms: float | None = None
     metric: str | None = None  # the user's task metric, module:function

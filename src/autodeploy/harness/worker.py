@@ -105,6 +105,26 @@ class _Job:
             "build_s": time.perf_counter() - start,
         }
 
+    def quantize(self) -> dict[str, Any]:
+        """``autodeploy inhouse quantize``: the graph passes, then the INT8 quantizer with ``spec.quant``;
+        the QDQ model goes to ``output_path``, the reports come back."""
+        import onnx
+
+        from autodeploy.inhouse.passes import optimize
+        from autodeploy.inhouse.quantize import QuantConfig, quantize
+
+        config = QuantConfig(**(self.spec.quant or {}))
+        calibration = Dataset.load(Path(self.spec.calibration_path or "")).inputs
+        with tempfile.TemporaryDirectory(prefix="autodeploy-model-") as private:
+            model = _step("build_failed", lambda: _private_copy(self.model, Path(private)))  # as build() reads it
+            proto = _step("build_failed", lambda: onnx.load(str(model.path)))
+        self.phase("optimizing")
+        optimized, passes = _step("build_failed", lambda: optimize(proto))
+        self.phase(f"calibrating ({config.calibration}) and quantizing")
+        quantized, report = _step("build_failed", lambda: quantize(optimized, calibration, config))
+        _step("build_failed", lambda: onnx.save(quantized, self.spec.output_path or ""))
+        return {"passes": passes.to_dict(), "quantization": report.to_dict()}
+
     def load(self) -> tuple[Runner, dict[str, str]]:
         """The loaded runner and the SHA-256 of every artifact file, hashed just before loading."""
         artifact = Artifact.read(Path(self.spec.artifact_path or ""))
@@ -349,7 +369,8 @@ def main(argv: list[str]) -> int:
     spec = WorkerSpec.read(spec_path)
     try:
         job = _Job(spec, result_path)
-        payload = {"build": job.build, "measure": job.measure, "reference": job.reference}[spec.mode]()
+        modes = {"build": job.build, "measure": job.measure, "reference": job.reference, "quantize": job.quantize}
+        payload = modes[spec.mode]()
         result = {"status": "ok", **{k: _serialize(v) for k, v in payload.items()}}
     except _Failed as failure:
         result = {"status": "failed", "failure_kind": failure.kind, "failure_message": str(failure)}

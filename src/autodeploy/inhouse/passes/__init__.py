@@ -59,6 +59,11 @@ class PassReport:
             "rolled_back": self.rolled_back,
         }
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PassReport:
+        """The report :meth:`to_dict` wrote (e.g. a worker's)."""
+        return cls(d["name"], d["rewrites"], dict(d["detail"]), dict(d["refused"]), d["rolled_back"])
+
 
 @dataclass(frozen=True)
 class PipelineReport:
@@ -82,6 +87,12 @@ class PipelineReport:
             "nodes_after": self.nodes_after,
             "passes": [p.to_dict() for p in self.passes],
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PipelineReport:
+        """The report :meth:`to_dict` wrote (e.g. a worker's)."""
+        passes = tuple(PassReport.from_dict(p) for p in d["passes"])
+        return cls(passes, d["nodes_before"], d["nodes_after"], d["target"])
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,17 @@ class QuantReport:
             **({"not_quantized": dict(self.not_quantized)} if self.not_quantized else {}),
         }
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], config: QuantConfig) -> QuantReport:
+        """The report :meth:`to_dict` wrote (e.g. a worker's) of a run with ``config``."""
+        return cls(
+            config=config, quantized_nodes=d["quantized_nodes"], quantized_tensors=d["quantized_tensors"],
+            weighted_layers=d["weighted_layers"], kept_float=tuple(d["kept_float"]), sensitivity=d["sensitivity"],
+            calibration_items=d["calibration_items"], agreement_all_int8=d["agreement_all_int8"],
+            agreement_final=d["agreement_final"], budget_met=d["budget_met"], evaluations=d["evaluations"],
+            not_quantized=d.get("not_quantized", {}), biases_corrected=d["biases_corrected"], smoothed=d["smoothed"],
+        )  # fmt: skip
+
 
 def quantize(
     model: onnx.ModelProto,
