@@ -314,8 +314,19 @@ def load_user_data(path: str | Path, model: ModelInfo) -> Dataset:
             arrays[name] = np.broadcast_to(array, (n, *array.shape))  # one value for every item
         _check_array(model, name, arrays[name])
     if labels is not None:
-        labels = np.asarray(labels).astype(np.int64).reshape(-1)
+        labels = _labels(np.asarray(labels), n, path)
     return Dataset(arrays, labels)
+
+
+def _labels(labels: np.ndarray, n: int, path: Path) -> np.ndarray:
+    """Labels as given, one entry per item (class ids, boxes, token sequences: any shape after the item
+    axis); whole-number floats in one dimension are class ids."""
+    if labels.ndim == 0 or len(labels) != n:
+        raise DataError(f"input data {path}: 'labels' has {labels.shape[0] if labels.ndim else 'no'} entries "
+                        f"for {n} items", fix="give one label entry per item, along the first axis")  # fmt: skip
+    if labels.ndim == 1 and np.issubdtype(labels.dtype, np.floating) and np.all(labels == np.round(labels)):
+        return labels.astype(np.int64)
+    return labels
 
 
 def _check_array(model: ModelInfo, name: str, array: np.ndarray) -> None:

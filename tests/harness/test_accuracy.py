@@ -85,10 +85,14 @@ def test_task_accuracy_drop_fails():
     assert compare({"logits": flip_argmax(ref, 2)}, {"logits": ref}, labels=labels, max_top1_drop=0.03).passed
 
 
-def test_labels_without_classifier_or_wrong_length_raise():
+def test_labels_without_a_classifier_are_the_metrics_and_a_wrong_length_raises():
+    # Issue 25: labels of a detector (or any output) reach --metric; they failed every trial here before.
     ref = np.zeros((5, 4, 4))
-    with pytest.raises(ValueError, match="classifier"):
-        compare({"y": ref}, {"y": ref}, labels=np.zeros(5, dtype=int))
+    for labels in (np.zeros(5, dtype=int), np.zeros((5, 4), dtype=np.float32)):
+        result = compare({"y": ref}, {"y": ref}, labels=labels)
+        assert result.passed and result.outputs[0].task_accuracy is None
+    boxes = compare({"l": logits(5)}, {"l": logits(5)}, labels=np.zeros((5, 4), dtype=np.float32))
+    assert boxes.outputs[0].task_accuracy is None  # not class ids: no built-in task accuracy
     with pytest.raises(ValueError, match="labels have 3"):
         compare({"l": logits(5)}, {"l": logits(5)}, labels=np.zeros(3, dtype=int))
 

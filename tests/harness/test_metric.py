@@ -31,6 +31,15 @@ def worse_each_time(outputs, labels):
     CALLS.append(1)  # called on the engine's outputs first, then on the reference's
     return 0.5 if len(CALLS) % 2 else 0.9
 
+def box_recall(outputs, labels):
+    """A detector's metric: labels are one box per item [N, 4]; recall of boxes within 40 px."""
+    boxes = outputs["output0"][:, :4, :]                    # [N, 4, anchors], pixels
+    scores = outputs["output0"][:, 4:, :].max(axis=1)       # [N, anchors]
+    best = boxes[np.arange(len(boxes)), :, scores.argmax(axis=1)]  # the top-scoring anchor's box
+    with open(os.environ["METRIC_LOG"], "a") as log:
+        log.write(json.dumps({"labels_shape": list(labels.shape)}) + "\\n")
+    return float((np.abs(best - labels).max(axis=1) < 40).mean())
+
 def broken(outputs, labels):
     raise KeyError("no output named 'boxes'")
 '''
@@ -77,9 +86,9 @@ def test_bench_calls_the_metric_with_outputs_and_labels(metrics, capsys):
     assert code == 0, err
     assert "metric mymetrics:accuracy:" in out and "drop 0" in out and "mymetrics:accuracy drop <= 0.01" in out
     calls = [json.loads(line) for line in (metrics / "calls.jsonl").read_text().splitlines()]
-    evaluation = [c for c in calls if c["shape"][0] != 20]  # the evaluation split, not the calibration items
-    assert len(evaluation) == 2 and all(c["names"] == ["logits"] and c["shape"][1] == 4 for c in evaluation)
-    assert len(evaluation[0]["labels"]) == evaluation[0]["shape"][0]  # one label per evaluation item
+    # fp32 calibrates nothing: it is judged on every item given, and the metric sees all 20 (engine, reference)
+    assert len(calls) == 2 and all(c["names"] == ["logits"] and c["shape"] == [20, 4] for c in calls)
+    assert calls[0]["labels"] == labels.tolist()  # one label per item, in order
 
 
 def test_the_metric_budget_is_enforced(metrics, capsys):
@@ -103,3 +112,19 @@ def test_a_bad_metric_is_one_line_and_exit_2(metrics, capsys):
         assert code == 2 and len(err.strip().splitlines()) == 1 and "fix:" in err
     code, _, err = run_cli(capsys, "bench", str(model), "--metric", "mymetrics:broken", *FAST)
     assert code == 1 and "metric mymetrics:broken raised KeyError" in " ".join(err.split())
+
+
+def test_a_metric_scores_a_detector_on_labels_of_any_shape(metrics, capsys):
+    # `--metric` with per-item labels failed every trial: "labels were given but no output is classifier-shaped".
+    from tests.models import detector
+
+    model = detector(metrics / "det.onnx")
+    rng = np.random.default_rng(0)
+    boxes = rng.uniform(0, 320, (24, 4)).astype(np.float32)  # one box per item: labels of shape [N, 4]
+    np.savez(metrics / "d.npz", x=rng.uniform(0, 1, (24, 3, 32, 32)).astype(np.float32), labels=boxes)
+    code, out, err = run_cli(capsys, "bench", str(model), "--data", "d.npz", "--metric", "mymetrics:box_recall",
+                             "--max-metric-drop", "0.01", *FAST)
+    assert code == 0, err
+    assert "metric mymetrics:box_recall:" in out and "drop 0" in out
+    calls = [json.loads(line) for line in (metrics / "calls.jsonl").read_text().splitlines()]
+    assert calls and all(c["labels_shape"] == [24, 4] for c in calls)

@@ -87,8 +87,9 @@ def compare(
     Args:
         outputs: Output name -> array with a leading sample axis ``N``.
         reference: The same names, shapes and ``N`` from the FP32 reference.
-        labels: Optional ``N`` integer class labels; scored against the argmax of the first
-            classifier-shaped output (in ``reference`` order).
+        labels: Optional labels, one entry per item. ``N`` integer class ids are scored against the
+            argmax of the first classifier-shaped output (in ``reference`` order); labels of any other
+            shape, or without such an output, are left to the user's ``--metric``.
         max_top1_drop: Allowed top-1 / exact agreement and task-accuracy drop, as a fraction.
         min_cosine: Required cosine similarity of the outputs judged by cosine.
         producers: Output name -> the op that produces it (:func:`producers`); without, the kind
@@ -97,8 +98,7 @@ def compare(
 
     Raises:
         ValueError: names, shapes or sample counts differ, an output has no sample axis,
-            there are no samples, ``labels`` are given without a classifier-shaped
-            output or with the wrong length, or an override names no output.
+            there are no samples, ``labels`` have the wrong length, or an override names no output.
     """
     n = _check_inputs(outputs, reference)
     overrides = dict(overrides or {})
@@ -351,9 +351,11 @@ def _with_task_accuracy(
     labels: np.ndarray,
     n: int,
 ) -> list[OutputAccuracy]:
-    labels = np.asarray(labels).ravel()
-    if labels.size != n:
-        raise ValueError(f"labels have {labels.size} entries, outputs have {n} samples")
+    labels = np.asarray(labels)
+    if len(labels) != n:
+        raise ValueError(f"labels have {len(labels)} entries, outputs have {n} samples")
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        return results  # not class ids (boxes, sequences, ...): they are the user's --metric's to score
     for i, r in enumerate(results):
         ref = np.asarray(reference[r.name])
         if _is_classifier(ref):
@@ -362,7 +364,4 @@ def _with_task_accuracy(
             results = list(results)
             results[i] = replace(r, task_accuracy=task, reference_task_accuracy=ref_task)
             return results
-    shapes = {k: np.shape(v) for k, v in reference.items()}
-    raise ValueError(
-        f"labels were given but no output is classifier-shaped [N, classes > 1]; output shapes: {shapes}"
-    )
+    return results  # class ids, but no classifier-shaped output to score them on: the --metric's to use
