@@ -119,3 +119,28 @@ def test_float_precision_is_built_in_and_sets_openvinos_hint_for_the_float_remai
         "v",
         "c",
     )
+
+
+def test_int8_is_calibrated_and_judged_at_the_trials_batch(tmp_path):
+    # A dynamic-batch model whose graph only holds at batch 1 (as a detector's decode head with batch-1
+    # constants is for OpenVINO's compiler): the quantizer ran it at batch 8 and the build failed.
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "one"], ["flat"]), helper.make_node("MatMul", ["flat", "w"], ["h"]),
+         helper.make_node("Relu", ["h"], ["logits"])],
+        "batch_one_head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 8])],
+        [numpy_helper.from_array(np.array([1, 16], np.int64), "one"),
+         numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w")],
+    )  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "b1.onnx")
+    info = load_model(tmp_path / "b1.onnx")
+    engine = registry.get("inhouse")
+    artifact = engine.build(info, TrialConfig("inhouse", "int8", batch=1), synthetic(info, 32, seed=1).inputs,
+                            tmp_path / "a")  # fmt: skip
+    report = json.loads((artifact.path / REPORT_FILE).read_text())
+    assert report["quantization"]["calibration_items"] == 32 and report["quantization"]["quantized_nodes"]

@@ -244,6 +244,9 @@ def _quantize(
         placement=config.knobs.get("runtime", "onnxruntime"),
         bias_correction=bool(config.knobs.get("bias_correction", True)),
         smoothquant=SMOOTHQUANT_ALPHA if config.knobs.get("smoothquant", False) else None,
+        # Calibrated and judged at the trial's batch: a dynamic-batch detector whose decode head holds
+        # batch-1 constants crashed OpenVINO's compiler when the judge compiled it at batch 8.
+        batch=config.batch,
     )
     axes = {name: info.batch_axis(name) for name in info.input_names}
     quantized, report = quantize(model, calibration, settings, axes)
