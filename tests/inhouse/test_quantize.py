@@ -462,7 +462,7 @@ def test_a_bf16_remainder_is_judged_in_bf16_on_openvino(tmp_path):
         QuantConfig(float_precision="bf16")
     model = _conv_head(tmp_path)
     cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 16, 16)).astype(np.float32)}
-    strict = dict(placement="openvino", min_cosine=0.99999, max_float_fraction=1.0)
+    strict = dict(placement="openvino", accuracy_budget=1e-5, max_float_fraction=1.0)  # SQNR >= 47 dB per channel group
     _, f32 = quantize(model, cal, QuantConfig(**strict))
     _, bf16 = quantize(model, cal, QuantConfig(**strict, float_precision="bf16"))
     assert f32.budget_met and not bf16.budget_met
