@@ -15,6 +15,11 @@ Knobs: ``num_threads`` is :attr:`TrialConfig.threads`; ``xnnpack`` (True/False) 
 interpreter's op resolver: ``AUTO`` applies the default XNNPACK delegate,
 ``BUILTIN_WITHOUT_DEFAULT_DELEGATES`` runs TFLite's own kernels.
 
+One onnx2tf conversion per model (and shapes and converter versions) serves every precision: it
+climbs the :data:`LADDER` (onnxslim first, then onnx2tf's own remedies) and is kept beside the
+artifacts with its outcome, a failure too; the quantized files are converted from its SavedModel.
+``artifact.json`` names the rung that made the file (``meta["conversion"]``).
+
 onnx2tf turns channels-first tensors (rank 3-5) into channels-last ones. The build records
 the mapping in ``layout.json`` (per input and output: the TFLite tensor name and the axis
 permutation), and the runner applies it, so callers feed and get the ONNX layout.
