@@ -15,7 +15,7 @@ from autodeploy.adapters import tflite
 from autodeploy.adapters.base import Artifact, TrialConfig
 from autodeploy.data import synthetic
 from autodeploy.device import probe_device
-from autodeploy.errors import UnsupportedConfigError
+from autodeploy.errors import BuildError, UnsupportedConfigError
 from autodeploy.model import load_model
 from tests.models import seq_model
 
@@ -109,6 +109,8 @@ def test_artifact_reloads_and_is_cached(cnn, artifacts):
     assert again.path == first.path, "same key: the cached artifact, no rebuild (no calibration needed)"
     reread = Artifact.read(first.path)
     assert reread.meta["converter"]["onnx2tf"] and reread.meta["converter"]["tensorflow"]
+    assert reread.meta["conversion"]["rung"] == tflite.LADDER[0].name, "the first rung (onnxslim) converts the CNN"
+    assert reread.meta["conversion"]["failed_rungs"] == []
     feeds = synthetic(cnn, 4, seed=4).inputs
     config = TrialConfig("tflite", "int8")
     with tflite.TfliteEngine().load(reread, config, cnn) as fresh:
@@ -209,3 +211,62 @@ def test_an_xnnpack_failure_fails_only_the_xnnpack_configs(cnn, tmp_path, monkey
             ENGINE.load(artifact, TrialConfig("tflite", precision), cnn)
         got = _run(cnn, artifact, feeds, knobs={"xnnpack": False})
         assert _cosine(got["logits"], _reference(cnn, feeds)["logits"]) > 0.999
+
+
+def _lp_pool(path):
+    """A graph onnx2tf cannot convert on any rung: it has no converter for LpPool (ONNX Runtime runs it)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], p=2)
+    graph = helper.make_graph([node], "lp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.slow
+def test_a_failed_conversion_fails_every_precision_at_once(tmp_path, monkeypatch):
+    """One onnx2tf conversion serves every precision, so its failure is kept: the first build pays
+    for onnx2tf (one rung here), the other precisions fail at once with the same reason."""
+    _needs_engine()
+    monkeypatch.setattr(tflite, "LADDER", tflite.LADDER[:1])
+    runs = []
+    convert = tflite._convert
+    monkeypatch.setattr(tflite, "_convert", lambda *a: runs.append(a[1]) or convert(*a))
+    model = load_model(_lp_pool(tmp_path / "lp.onnx"))
+    reasons = []
+    for precision in PRECISIONS:
+        with pytest.raises(BuildError) as failed:
+            ENGINE.build(model, TrialConfig("tflite", precision), synthetic(model, 4).inputs, tmp_path / "work")
+        reasons.append(str(failed.value))
+    assert len(runs) == 1, "onnx2tf ran once for four precisions"
+    assert len(set(reasons)) == 1 and "no converter for ONNX op LpPool" in reasons[0] and "[onnxslim]" in reasons[0]
+    assert "\n" not in reasons[0]
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["tflite-onnx2tf"], "the kept outcome, no artifact"
+
+
+def test_the_ladder_climbs_until_a_rung_converts_and_keeps_the_outcome(tmp_path, monkeypatch):
+    """Rungs are tried in order; the first that writes the float files wins, with the earlier rungs'
+    reasons recorded; a second conversion of the same model runs no rung."""
+    from tests.models import mlp
+
+    model = load_model(mlp(tmp_path / "m.onnx"))
+    tried = []
+
+    def fake(model, slim, options, fixed, out):
+        tried.append(options)
+        if len(tried) == 1:
+            return "exit 1: ValueError: Dimensions must be equal"
+        out.mkdir()
+        tflite._variant(out, model, "fp32").write_bytes(b"tflite")
+        return None
+
+    monkeypatch.setattr(tflite, "_convert", fake)
+    folder, record = tflite._conversion(model, tmp_path)
+    assert record["rung"] == tflite.LADDER[1].name and record["onnxslim"] is tflite.LADDER[1].slim
+    assert record["options"]["keep_shape_absolutely_input_names"] == list(model.input_names), "INPUTS is the model's inputs"
+    assert record["failed_rungs"] == [{"rung": tflite.LADDER[0].name, "reason": "exit 1: ValueError: Dimensions must be equal"}]
+    assert tflite._variant(folder, model, "fp32").read_bytes() == b"tflite"
+    assert tflite._conversion(model, tmp_path) == (folder, record) and len(tried) == 2, "kept: no rung runs again"

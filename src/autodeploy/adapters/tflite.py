@@ -15,6 +15,11 @@ Knobs: ``num_threads`` is :attr:`TrialConfig.threads`; ``xnnpack`` (True/False) 
 interpreter's op resolver: ``AUTO`` applies the default XNNPACK delegate,
 ``BUILTIN_WITHOUT_DEFAULT_DELEGATES`` runs TFLite's own kernels.
 
+One onnx2tf conversion per model (and shapes and converter versions) serves every precision: it
+climbs the :data:`LADDER` (onnxslim first, then onnx2tf's own remedies) and is kept beside the
+artifacts with its outcome, a failure too; the quantized files are converted from its SavedModel.
+``artifact.json`` names the rung that made the file (``meta["conversion"]``).
+
 onnx2tf turns channels-first tensors (rank 3-5) into channels-last ones. The build records
 the mapping in ``layout.json`` (per input and output: the TFLite tensor name and the axis
 permutation), and the runner applies it, so callers feed and get the ONNX layout.
@@ -29,8 +34,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from importlib.metadata import version
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +44,7 @@ from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace
 from autodeploy.child import module_argv
 from autodeploy.errors import BuildError, UnsupportedConfigError
 from autodeploy.model import copy_unchanged
+from autodeploy.runtime import machine
 from autodeploy.runtime import tflite as rt
 from autodeploy.runtime.tflite import permute as _permute
 
@@ -56,8 +61,39 @@ ONNX2TF_SUFFIX = {
     "int8-dynamic": "_dynamic_range_quant.tflite",
     "int8": "_integer_quant.tflite",  # int8 inside, float32 inputs and outputs
 }
-#: The precisions one onnx2tf run writes together (``_float32`` and ``_float16`` files).
+#: The precisions onnx2tf's conversion writes itself (``_float32`` and ``_float16`` files); the
+#: quantized ones are converted from the SavedModel it writes beside them.
 FLOAT_PRECISIONS = ("fp32", "fp16")
+#: Their versions key the kept conversion (a new onnx2tf may convert what an old one could not).
+CONVERTER_PACKAGES = ("onnx2tf", "tensorflow", "onnxslim")
+#: In the conversion folder: which rung converted the model (or every rung's reason).
+CONVERSION_FILE = "conversion.json"
+#: In a rung's options: the model's input names.
+INPUTS = "<inputs>"
+#: Each failed rung's reason is cut to this many characters in the build's one-line reason.
+MAX_RUNG_REASON = 300
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One way to run onnx2tf: on the onnxslim-simplified graph or on the graph as given, with
+    these ``onnx2tf.convert`` options (onnx2tf's own names)."""
+
+    name: str
+    slim: bool
+    options: Mapping[str, Any]
+
+
+#: The conversion ladder, tried in order on the fixed-shape graph until a rung converts.
+LADDER = (
+    # Ultralytics' TFLite export: onnxslim first, onnx2tf's own onnxsim off. Converts PP-OCRv5 rec
+    # (a MatMul of SVTR's attention fails unsimplified) and ddddocr's CRNN (its LSTM fails unsimplified).
+    Rung("onnxslim", True, {"not_use_onnxsim": True}),
+    # onnx2tf's own advice on a failed op (-kat): an input whose layout is not NCHW keeps its shape as given.
+    Rung("onnxslim + keep input shapes", True, {"not_use_onnxsim": True, "keep_shape_absolutely_input_names": INPUTS}),
+    # The graph as given with onnx2tf's defaults (the conversion before the ladder): for a graph onnxslim breaks.
+    Rung("onnx2tf defaults", False, {}),
+)
 #: onnx2tf fetches this sample file over the network unless it lies in its working folder; it
 #: only feeds onnx2tf's own dummy inference, so random images do.
 ONNX2TF_SAMPLE = "calibration_image_sample_data_20x128x128x3_float32.npy"
@@ -121,19 +157,20 @@ class TfliteEngine(Engine):
                 "full int8 TFLite quantization needs calibration data",
                 fix="give --data or use synthetic data",
             )
-        with tempfile.TemporaryDirectory(prefix="autodeploy-onnx2tf-") as scratch:
-            # One onnx2tf run writes both float files: fp32 and fp16 share it, converted once.
-            cache = _float_cache(model, outdir.parent) if config.precision in FLOAT_PRECISIONS else None
-            chosen = _variant(cache, model, config.precision) if cache else None
-            if chosen is None or not chosen.is_file():
-                converted = _convert(model, config.precision, calibration, Path(scratch))
-                chosen = _variant(converted, model, config.precision)
-                if cache:
-                    _keep_floats(converted, model, cache)
-            layout = _resolve_layout(model, chosen)
+        conversion, record = _conversion(model, outdir.parent)
+        with tempfile.TemporaryDirectory(prefix="autodeploy-tflite-") as scratch:
+            if config.precision in FLOAT_PRECISIONS:
+                chosen = _variant(conversion, model, config.precision)
+            else:
+                chosen = _quantize(conversion, model, config.precision, calibration, Path(scratch))
+            layout = _resolve_layout(model, chosen, kept_inputs="keep_shape_absolutely_input_names" in record["options"])
             shutil.copyfile(chosen, outdir / MODEL_FILE)
         (outdir / LAYOUT_FILE).write_text(json.dumps(layout, indent=2))
-        return {"converter": {d: version(d) for d in ("onnx2tf", "tensorflow")}}
+        return {
+            "converter": {d: v for d in CONVERTER_PACKAGES if (v := machine.installed_version((d,)))},
+            # Which rung of the ladder made the file, with which options, after which rungs failed and why.
+            "conversion": {k: record[k] for k in ("rung", "onnxslim", "options", "failed_rungs")},
+        }
 
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
         xnnpack = bool(config.knobs.get("xnnpack", True))
@@ -164,74 +201,134 @@ def _inverse(perm: Sequence[int] | None) -> list[int] | None:
 # -- conversion --------------------------------------------------------------------------
 
 
-def _convert(
-    model: ModelInfo, precision: str, calibration: Mapping[str, np.ndarray] | None, scratch: Path
-) -> Path:
-    """Convert in a child process (:mod:`autodeploy.adapters.tflite_convert`); return the folder
-    holding the .tflite files, named as onnx2tf names them."""
-    out = scratch / "tf"
-    # onnx2tf simplifies the ONNX file it is given and writes it back in place: give it a copy
-    # (checked against the intake hash), never the user's model.
-    source = scratch / "onnx"
-    source.mkdir()
-    copy_unchanged(model, source, model.path.name)
-    kwargs: dict[str, Any] = {
-        "input_onnx_file_path": str(_fixed_graph(replace(model, path=source / model.path.name), scratch)),
-        "output_folder_path": str(out),
-        "non_verbose": True,
-        "output_dynamic_range_quantized_tflite": precision == "int8-dynamic",
+def _conversion(model: ModelInfo, workdir: Path) -> tuple[Path, dict[str, Any]]:
+    """The folder onnx2tf wrote for ``model`` (SavedModel, float32 and float16 files) and its
+    :data:`CONVERSION_FILE` record, converting through the :data:`LADDER` on first use.
+
+    Every precision starts from this one conversion, so its outcome is kept per model, shapes
+    and converter versions, not per precision: a failure is recorded too, and every later build
+    fails at once with the same reason instead of paying for onnx2tf again.
+    """
+    folder = _conversion_dir(model, workdir)
+    if not (folder / CONVERSION_FILE).is_file():
+        _climb(model, folder)
+    record = json.loads((folder / CONVERSION_FILE).read_text())
+    if "failed" in record:
+        raise BuildError(
+            f"onnx2tf could not convert {model.name} to TFLite; every TFLite precision needs this conversion "
+            f"(outcome kept in {folder}): {record['failed']}",
+            fix="check the model's ops against onnx2tf's supported list, or try another engine "
+            "(delete that folder to convert again)",
+        )
+    return folder, record
+
+
+def _conversion_dir(model: ModelInfo, workdir: Path) -> Path:
+    import hashlib
+
+    versions = [machine.installed_version((d,)) for d in CONVERTER_PACKAGES]
+    ladder = [(r.name, r.slim, dict(r.options)) for r in LADDER]
+    key = json.dumps([model.sha256, model.shape_overrides_key(), versions, ladder], sort_keys=True)
+    return workdir / "tflite-onnx2tf" / hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def _climb(model: ModelInfo, folder: Path) -> None:
+    """Try each rung of the ladder in turn; keep the first conversion, or every rung's reason."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        # onnx2tf and onnxslim rewrite the ONNX file they are given: they get copies (checked against
+        # the intake hash), never the user's model.
+        source = scratch / "onnx"
+        source.mkdir()
+        copy_unchanged(model, source, model.path.name)
+        fixed = _fixed_graph(replace(model, path=source / model.path.name), scratch)
+        failed: list[dict[str, str]] = []
+        for i, rung in enumerate(LADDER):
+            out = scratch / f"rung-{i}"
+            options = _options(rung, model)
+            reason = _convert(model, rung.slim, options, fixed, out)
+            if reason is None:
+                record = {"rung": rung.name, "onnxslim": rung.slim, "options": options, "failed_rungs": failed}
+                break
+            failed.append({"rung": rung.name, "reason": reason})
+        else:
+            out = scratch / "failed"
+            out.mkdir()
+            said = [f["reason"] for f in failed]
+            reasons = "; ".join(f"[{f['rung']}] " + ("the same" if i and said[i] == said[i - 1] else said[i][:MAX_RUNG_REASON])
+                                for i, f in enumerate(failed))  # fmt: skip
+            record = {"failed": f"no rung of the conversion ladder converted it: {reasons}", "failed_rungs": failed}
+        (out / CONVERSION_FILE).write_text(json.dumps(record, indent=2))
+        try:
+            os.rename(out, folder)
+        except OSError:  # recorded by another build first
+            pass
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _options(rung: Rung, model: ModelInfo) -> dict[str, Any]:
+    return {k: list(model.input_names) if v == INPUTS else v for k, v in rung.options.items()}
+
+
+def _convert(model: ModelInfo, slim: bool, options: Mapping[str, Any], fixed: Path, out: Path) -> str | None:
+    """One rung in a child process (:mod:`autodeploy.adapters.tflite_convert`) on a copy of the
+    fixed-shape graph; ``None`` when onnx2tf wrote the float files into ``out``, else why not."""
+    work = out.with_name(f"{out.name}-work")
+    shutil.copytree(fixed.parent, work / "onnx")  # the file and any external data beside it
+    job = {
+        "onnxslim": slim,
+        "onnx2tf": {
+            "input_onnx_file_path": str(work / "onnx" / fixed.name),
+            "output_folder_path": str(out),
+            "non_verbose": True,
+            "output_signaturedefs": True,  # the SavedModel the quantized variants are converted from
+            **options,
+        },
     }
-    job: dict[str, Any] = {"onnx2tf": kwargs}
-    if precision == "int8":  # one int8 conversion of the SavedModel, not onnx2tf's five
+    reason = _child(job, work, "onnx2tf.log")
+    if reason is None and not _variant(out, model, "fp32").is_file():
+        reason = "onnx2tf exited without writing the float32 .tflite file"
+    shutil.rmtree(work, ignore_errors=True)
+    return reason
+
+
+def _quantize(
+    conversion: Path, model: ModelInfo, precision: str, calibration: Mapping[str, np.ndarray] | None, scratch: Path
+) -> Path:
+    """Convert the conversion's SavedModel to a quantized TFLite file (no onnx2tf run)."""
+    output = scratch / f"{model.path.stem}{ONNX2TF_SUFFIX[precision]}"
+    job: dict[str, Any] = {"quantize": {"saved_model": str(conversion), "output": str(output), "precision": precision}}
+    if precision == "int8":
         assert calibration is not None
-        kwargs["output_signaturedefs"] = True
-        job["int8"] = {
-            "output": str(_variant(out, model, precision)),
-            "calibration": _write_calibration(model, calibration, scratch),
-        }
+        job["quantize"]["calibration"] = _write_calibration(model, calibration, scratch)
+    reason = _child(job, scratch, "quantize.log")
+    if reason is not None or not output.is_file():
+        raise BuildError(
+            f"TensorFlow could not quantize {model.name}'s SavedModel to TFLite {precision}: {reason or 'no file written'}",
+            fix="use fp32 or fp16, or another engine",
+        )
+    return output
+
+
+def _child(job: Mapping[str, Any], cwd: Path, log_name: str) -> str | None:
+    """Run a converter job in its own process in ``cwd``; ``None`` on success, else why it failed."""
+    cwd.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
-    np.save(scratch / ONNX2TF_SAMPLE, rng.random((20, 128, 128, 3), dtype=np.float32))
-    (scratch / "convert.json").write_text(json.dumps(job))
-    log = scratch / "onnx2tf.log"
+    np.save(cwd / ONNX2TF_SAMPLE, rng.random((20, 128, 128, 3), dtype=np.float32))
+    (cwd / "job.json").write_text(json.dumps(job))
+    log = cwd / log_name
     with open(log, "wb") as sink:
         done = subprocess.run(
-            module_argv("autodeploy.adapters.tflite_convert", "convert.json"),
-            cwd=scratch,
+            module_argv("autodeploy.adapters.tflite_convert", "job.json"),
+            cwd=cwd,
             stdout=sink,
             stderr=subprocess.STDOUT,
             env={**os.environ, **_QUIET_ENV},
             check=False,
         )
-    expected = _variant(out, model, precision)
-    if done.returncode != 0 or not expected.is_file():
-        raise BuildError(
-            f"onnx2tf could not convert {model.name} to TFLite {precision} (exit {done.returncode}): "
-            + _log_tail(log),
-            fix="check the model's ops against onnx2tf's supported list, or try another engine",
-        )
-    return out
-
-
-def _float_cache(model: ModelInfo, workdir: Path) -> Path:
-    """Where one conversion's float files are kept for the other float precision's build."""
-    import hashlib
-
-    key = json.dumps([model.sha256, model.shape_overrides_key(), version("onnx2tf"), version("tensorflow")])
-    return workdir / "tflite-onnx2tf" / hashlib.sha256(key.encode()).hexdigest()[:24]
-
-
-def _keep_floats(converted: Path, model: ModelInfo, cache: Path) -> None:
-    """Copy the float files into ``cache``, renamed into place whole (another build may race)."""
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}.", dir=cache.parent))
-    for precision in FLOAT_PRECISIONS:
-        source = _variant(converted, model, precision)
-        if source.is_file():
-            shutil.copyfile(source, _variant(tmp, model, precision))
-    try:
-        os.rename(tmp, cache)
-    except OSError:  # kept by another build first
-        shutil.rmtree(tmp, ignore_errors=True)
+    return None if done.returncode == 0 else f"exit {done.returncode}: {_log_tail(log)}"
 
 
 def _variant(folder: Path, model: ModelInfo, precision: str) -> Path:
@@ -297,22 +394,26 @@ def _log_tail(log: Path, lines: int = 8) -> str:
     exception's last line, onnx2tf's ``ERROR:`` lines), else its last lines; never a stack."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace"))
     kept = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith(("I0000", "W0000"))]
-    raised = [line for line in kept if re.match(r"^[\w.]*(Error|Exception)\b", line)]
+    raised = [re.sub(r"^ModuleNotFoundError: No module named 'onnx2tf\.ops\.(\w+)'", r"onnx2tf has no converter for ONNX op \1", line)
+              for line in kept if re.match(r"^[\w.]*(Error|Exception)\b", line)]  # fmt: skip
     said = [line for line in kept if line.startswith("ERROR:")]
     frames = re.compile(r'^(File "|Traceback|\^+$|~+$)')
-    return " | ".join(raised[-1:] or said[-2:] or [line for line in kept if not frames.match(line)][-lines:]) or "no output"
+    node = [f"at ONNX node {line.split(':', 2)[2].strip()}" for line in said if line.startswith("ERROR: onnx_op_name:")]
+    found = raised[-1:] + node[-1:] if raised else said[-2:]
+    return " | ".join(found or [line for line in kept if not frames.match(line)][-lines:]) or "no output"
 
 
 # -- layout ------------------------------------------------------------------------------
 
 
-def _resolve_layout(model: ModelInfo, tflite_file: Path) -> dict[str, Any]:
+def _resolve_layout(model: ModelInfo, tflite_file: Path, *, kept_inputs: bool = False) -> dict[str, Any]:
     """Map each ONNX input/output to a TFLite tensor and an axis permutation.
 
     Inputs are matched by name and shape. Outputs are renamed by TensorFlow (``Identity_N``,
     ``PartitionedCall:N``), so each is matched numerically: the TFLite model and ONNX Runtime
     run one probe input, and each ONNX output takes the TFLite output (and permutation)
-    closest to it.
+    closest to it. ``kept_inputs``: onnx2tf kept the inputs' ONNX shapes (``-kat``), so a shape
+    that fits both layouts is taken as it is.
     """
     import onnxruntime as ort
 
@@ -325,11 +426,11 @@ def _resolve_layout(model: ModelInfo, tflite_file: Path) -> dict[str, Any]:
     feeds = batch_feeds(synthetic(model, batch, seed=7).inputs, 0, batch, axes)
     layout: dict[str, Any] = {}
     try:
-        inputs, got = _probe(model, tflite_file, feeds, xnnpack=True)
+        inputs, got = _probe(model, tflite_file, feeds, xnnpack=True, kept_inputs=kept_inputs)
     except (RuntimeError, ValueError) as exc:
         # XNNPACK may fail to prepare a model TFLite's own kernels run (e.g. "XNNPack delegate failed
         # to reshape runtime"): the file is fine, only configs with the delegate are not (see XNNPACK_FAILED).
-        inputs, got = _probe(model, tflite_file, feeds, xnnpack=False)
+        inputs, got = _probe(model, tflite_file, feeds, xnnpack=False, kept_inputs=kept_inputs)
         layout[XNNPACK_FAILED] = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     session = ort.InferenceSession(str(model.path), providers=["CPUExecutionProvider"])
     want = dict(zip(model.output_names, session.run(None, feeds), strict=True))
@@ -337,13 +438,13 @@ def _resolve_layout(model: ModelInfo, tflite_file: Path) -> dict[str, Any]:
 
 
 def _probe(model: ModelInfo, tflite_file: Path, feeds: Mapping[str, np.ndarray], *,
-           xnnpack: bool) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:  # fmt: skip
+           xnnpack: bool, kept_inputs: bool = False) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:  # fmt: skip
     """Run the TFLite file once on ``feeds``: its inputs matched to the ONNX ones, and its outputs."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     resolver = OpResolverType.AUTO if xnnpack else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
     interpreter = Interpreter(model_path=str(tflite_file), experimental_op_resolver_type=resolver)
-    inputs = _match_inputs(model, interpreter.get_input_details(), feeds)
+    inputs = _match_inputs(model, interpreter.get_input_details(), feeds, kept=kept_inputs)
     for entry in inputs:
         detail = next(d for d in interpreter.get_input_details() if d["name"] == entry["tflite"])
         array = _permute(feeds[entry["name"]], entry["perm"])
@@ -358,7 +459,7 @@ def _probe(model: ModelInfo, tflite_file: Path, feeds: Mapping[str, np.ndarray],
 
 
 def _match_inputs(
-    model: ModelInfo, details: Sequence[Mapping[str, Any]], feeds: Mapping[str, np.ndarray]
+    model: ModelInfo, details: Sequence[Mapping[str, Any]], feeds: Mapping[str, np.ndarray], *, kept: bool = False
 ) -> list[dict[str, Any]]:
     def key(name: str) -> str:
         # Quantized files name inputs after the SavedModel signature: serving_default_<name>:0.
@@ -375,7 +476,7 @@ def _match_inputs(
                 f"onnx2tf's TFLite model has no input for {spec.name!r}; it has {[d['name'] for d in details]}"
             )
         detail = named[0]
-        perm = _layout_of(feeds[spec.name].shape, tuple(int(d) for d in detail["shape_signature"]))
+        perm = _layout_of(feeds[spec.name].shape, tuple(int(d) for d in detail["shape_signature"]), kept=kept)
         if perm is False:
             raise BuildError(
                 f"TFLite input {detail['name']!r} has shape {detail['shape_signature'].tolist()}, "
@@ -385,14 +486,17 @@ def _match_inputs(
     return entries
 
 
-def _layout_of(onnx_shape: Sequence[int], signature: Sequence[int]) -> list[int] | None | bool:
-    """The permutation taking an ONNX-layout array to ``signature`` (-1: any size); False if none fits."""
+def _layout_of(onnx_shape: Sequence[int], signature: Sequence[int], *, kept: bool = False) -> list[int] | None | bool:
+    """The permutation taking an ONNX-layout array to ``signature`` (-1: any size); False if none fits.
+    ``kept``: onnx2tf was told to keep the ONNX shape (``-kat``), which then wins a tie."""
 
     def fits(shape: Sequence[int]) -> bool:
         return len(shape) == len(signature) and all(
             s in (-1, d) for s, d in zip(signature, shape, strict=True)
         )
 
+    if kept and fits(onnx_shape):
+        return None
     last = _channels_last(len(onnx_shape))
     if last is not None and fits([onnx_shape[i] for i in last]):
         return last  # onnx2tf's default; wins when both fit (e.g. all dims equal)
