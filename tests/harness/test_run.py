@@ -145,7 +145,10 @@ def test_a_worker_dies_with_its_parent(faulty, tmp_path):
     import textwrap
 
     script = tmp_path / "parent.py"
+    root = Path(__file__).resolve().parents[2]  # the test adapter is tests.adapters.faulty, importable from here
     script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(root)!r})
         from autodeploy.adapters import registry
         from autodeploy.adapters.base import TrialConfig
         from autodeploy.harness.run import HarnessSettings, measure, prepare, prepare_data, reference, run_trial

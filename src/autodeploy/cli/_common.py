@@ -21,6 +21,7 @@ from rich.status import Status
 
 from autodeploy import model
 from autodeploy.api import cache_dir
+from autodeploy.errors import UsageError
 from autodeploy.model import ResolvedModel
 from autodeploy.units import fmt_ms, fmt_ms_ci, fmt_pct
 
@@ -176,6 +177,21 @@ AccuracyOption = Annotated[list[str] | None, typer.Option(help="OUTPUT=MEASURE[:
 #: The accuracy budget, in the same words for bench and tune (what each output is judged by: README).
 ACCURACY_DROP_HELP = ("Accuracy budget per output, as a fraction (default 1%): each output's measure (top-1, exact, "
                       "sequence, F1 of decisions, SQNR per channel group) may lose at most this much.")
+
+
+def at_least(low: float) -> Callable[[Any, Any, float | None], float | None]:
+    """Callback for a float option with a lower bound. Typer's own ``min=`` is not used on floats: it is checked
+    before the app's finite-number check (``nan`` got a range error box) and prints a multi-line box."""
+
+    def check(ctx: Any, param: Any, value: float | None) -> float | None:
+        if value is not None and value < low:
+            flag = param.opts[0] if param.opts else param.name
+            raise UsageError(f"{flag} {value:g} is below {low:g}", fix=f"give {flag} at least {low:g}")
+        return value
+
+    return check
+
+
 MetricDropOption = Annotated[float | None, typer.Option(help="Largest drop of --metric from the FP32 reference's allowed (default: only reported).")]
 
 

@@ -19,6 +19,7 @@ from autodeploy.cli._common import (
     MetricOption,
     ReverseOption,
     ScaleOption,
+    at_least,
     command_line,
     emit,
     err,
@@ -74,7 +75,7 @@ def bench(
     scale_values: ScaleOption = None,
     metric: MetricOption = None,
     max_metric_drop: MetricDropOption = None,
-    max_accuracy_drop: Annotated[float, typer.Option(min=0.0, help=ACCURACY_DROP_HELP)] = DEFAULT_MAX_ACCURACY_DROP,
+    max_accuracy_drop: Annotated[float, typer.Option(callback=at_least(0.0), help=ACCURACY_DROP_HELP)] = DEFAULT_MAX_ACCURACY_DROP,
     accuracy: AccuracyOption = None,
     input: Annotated[
         list[str] | None, typer.Option("--input", help="Pin a synthetic input to a constant, NAME=VALUE.")

@@ -31,6 +31,7 @@ from autodeploy.cli._common import (
     MetricOption,
     ReverseOption,
     ScaleOption,
+    at_least,
     command_line,
     emit,
     err,
@@ -73,9 +74,9 @@ def tune(
     trials: Annotated[
         int | None, typer.Option(help="Trials this run adds (default 30; the whole grid for --sampler grid).")
     ] = None,
-    timeout: Annotated[float | None, typer.Option(min=0.001, help="Seconds before a worker running the model (reference, measurement) is killed, as for bench (default 600).")] = None,
-    build_timeout: Annotated[float | None, typer.Option(min=0.001, help="Seconds before a worker building an artifact is killed (default 1800).")] = None,
-    screening_time: Annotated[float | None, typer.Option(min=0.001, metavar="SECONDS", help="Start no new screening trial after this many seconds (the finalists still run; --time-budget bounds the whole run).")] = None,
+    timeout: Annotated[float | None, typer.Option(callback=at_least(0.001), help="Seconds before a worker running the model (reference, measurement) is killed, as for bench (default 600).")] = None,
+    build_timeout: Annotated[float | None, typer.Option(callback=at_least(0.001), help="Seconds before a worker building an artifact is killed (default 1800).")] = None,
+    screening_time: Annotated[float | None, typer.Option(callback=at_least(0.001), metavar="SECONDS", help="Start no new screening trial after this many seconds (the finalists still run; --time-budget bounds the whole run).")] = None,
     time_budget: Annotated[
         str | None, typer.Option(metavar="DURATION", help="Wall time of this run, finalists included (600, 90s, 10m, "
                                  "1h30m): the best found in it, with the confidence reached; --resume goes on.")
@@ -90,7 +91,7 @@ def tune(
         typer.Option("--resume", help="Add trials to an existing study (or join it from another worker)."),
     ] = False,
     max_accuracy_drop: Annotated[
-        float | None, typer.Option(min=0.0, help=ACCURACY_DROP_HELP)
+        float | None, typer.Option(callback=at_least(0.0), help=ACCURACY_DROP_HELP)
     ] = None,
     max_memory_mb: Annotated[float | None, typer.Option(help="Peak worker memory allowed, MB.")] = None,
     sla_ms: Annotated[

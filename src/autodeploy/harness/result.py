@@ -19,7 +19,7 @@ from autodeploy.adapters.base import TrialConfig
 #: An engine's failure reason is kept whole up to this many lines, each up to REASON_LINE_CHARS: its first
 #: line is often a file:line of the engine's own source, and the line that names the op or node comes later.
 REASON_LINES = 40
-REASON_LINE_CHARS = 500
+REASON_LINE_CHARS = 2000  # ORT puts its C++ signature before the words that matter on one line
 
 #: Lines of an engine's reason that say what failed (the op, the node), searched in this order.
 _TELLING = (
