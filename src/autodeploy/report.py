@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from autodeploy.search.study import StudySummary
 
 __all__ = ["HIGHER_IS_BETTER", "SCHEMA", "SCHEMA_VERSION", "STATISTIC", "flatten", "headline", "ratio_text",
+           "speedup_text",
            "runner_up", "study_record", "to_csv_rows", "trial_record"]
 
 SCHEMA_VERSION = 1
@@ -143,6 +144,19 @@ def ratio_text(r: Mapping[str, Any]) -> str:
     """A paired speed-up as read: ``3.78x [3.50, 4.00]``, or ``3.78x`` without an interval (screening only)."""
     ci, value = r.get("ci"), r["value"] if "value" in r else r["ratio"]  # a Ratio's dict, or the record's
     return f"{value:.2f}x" + ("" if ci is None else f" [{ci[0]:.2f}, {ci[1]:.2f}]")
+
+
+def speedup_text(record: Mapping[str, Any]) -> str:
+    """A study record's speed-up naming its statistic: ``3.78x [3.50, 4.00] (p90)``, ``, screening only`` when
+    it is; ``-`` without one. A record stored before the ratios were paired by round says "pooled calls"."""
+    main = (record.get("speedups") or {}).get(record.get("optimised") or "")
+    if main is not None:
+        text = f"{ratio_text(main)} ({record['optimised']})"
+    elif record.get("speedup_vs_baseline") is not None:
+        text = f"{record['speedup_vs_baseline']:.2f}x ({record['statistic'].removesuffix('_ms')}, pooled calls)"
+    else:
+        return "-"
+    return text + (", screening only" if record.get("screening_only") else "")
 
 
 def _value(value: float | None, statistic: str, objective: str) -> str:

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from autodeploy.cli._common import Format, FormatOption, emit, fmt_ms, fmt_ms_ci, out, shown
 from autodeploy.errors import UsageError
-from autodeploy.report import study_record, trial_record
+from autodeploy.report import speedup_text, study_record, trial_record
 
 app = typer.Typer(help="Read stored trials.", no_args_is_help=True)
 DbOption = Annotated[
@@ -121,23 +121,10 @@ def studies(
     for r in rows:
         record = study_record(r)  # the same record --format json prints and the dashboard's winners page reads
         winner = (record["winner"] or {}).get("label")
-        speedup = _speedup(record)
+        speedup = speedup_text(record)
         table.add_row(shown(r.name), shown(r.model_name), r.objective, f"{r.updated_at:%Y-%m-%d %H:%M}",
                       shown(winner) if winner else f"[yellow]{shown(record['note'] or 'not finished')}[/]",
                       speedup,
                       shown((record["runner_up"] or {}).get("label") or "-"))  # fmt: skip
     out.print(table)
 
-
-def _speedup(record: dict) -> str:
-    """The winner's speed-up naming its statistic: ``3.78x [3.50, 4.00] (p90)``; ``screening only`` when it is."""
-    from autodeploy.report import ratio_text
-
-    main = record["speedups"].get(record["optimised"] or "")
-    if main is not None:
-        text = f"{ratio_text(main)} ({record['optimised']})"
-    elif record["speedup_vs_baseline"] is not None:  # stored before the ratios were paired by round
-        text = f"{record['speedup_vs_baseline']:.2f}x ({record['statistic'].removesuffix('_ms')}, pooled calls)"
-    else:
-        return "-"
-    return text + (", screening only" if record["screening_only"] else "")

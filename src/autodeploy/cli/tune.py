@@ -339,7 +339,7 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
         table = Table(title=title)
         value_column = OBJECTIVE_WORDS.get(objective, "value") + " [95% CI]"
         if summary.statistic and remeasured:  # paired by round: each round's value, their median and range
-            value_column = f"{summary.statistic}: median of rounds [interval over rounds]"
+            value_column = f"{summary.statistic}: median of rounds \\[interval over rounds]"
         for column in ("config", value_column, "samples", "note"):
             table.add_column(column)
         from autodeploy.report import runner_up  # the record the dashboard's winners page reads
