@@ -209,8 +209,8 @@ def rank_by_finalists(best: pd.DataFrame, finalists: pd.DataFrame, metric: Metri
     """``best`` (one model × device, from :func:`best_per_config`) ranked as the study ranked it.
 
     ``finalists`` are one study's rows of :func:`finalists`. Where ``metric`` is the study's
-    statistic, a finalist's value and CI become its re-measured ones (all rounds pooled, as
-    ``tune`` printed them), the study's winner goes on top and the other finalists follow by
+    statistic, a finalist's value and CI become its re-measured ones (the median of its per-round
+    values and their interval over rounds, as ``tune`` printed them), the study's winner goes on top and the other finalists follow by
     value, then every other config by its best trial. Adds ``role`` (winner, runner-up, tie,
     baseline, finalist or empty) and ``source`` (where the number comes from).
     """
@@ -225,8 +225,9 @@ def rank_by_finalists(best: pd.DataFrame, finalists: pd.DataFrame, metric: Metri
         labels = out.loc[hit, "config_label"]
         out.loc[hit, metric.column] = remeasured.loc[labels, "value"].to_numpy()
         if metric.ci is not None:
-            out.loc[hit, metric.ci[0]] = remeasured.loc[labels, "ci_low"].to_numpy()
-            out.loc[hit, metric.ci[1]] = remeasured.loc[labels, "ci_high"].to_numpy()
+            # a finalist that left after one round has no interval: NaN, not None, in a float column
+            out.loc[hit, metric.ci[0]] = remeasured.loc[labels, "ci_low"].astype(float).to_numpy()
+            out.loc[hit, metric.ci[1]] = remeasured.loc[labels, "ci_high"].astype(float).to_numpy()
         out.loc[hit, "n_samples"] = remeasured.loc[labels, "n_samples"].to_numpy()
         out.loc[hit, "source"] = "finalists, re-measured"
     tier = [0 if same and r == "winner" else 1 if same and s != "best trial" else 2
