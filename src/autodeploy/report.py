@@ -9,7 +9,11 @@ Two record kinds, each carrying ``schema`` and ``schema_version``:
   the finalists with the objective's statistic, its unit and 95% CI, the speedup over the ORT fp32
   default; and (fields added in 0.1, so still schema version 1) where the time went per engine
   (``time_by_engine``), the time budget and what stopped screening, what the winner's confidence
-  rests on, the branches the search deprioritized and the slow conversions it skipped, with reasons.
+  rests on, the branches the search deprioritized and the slow conversions it skipped, with reasons;
+  and (issue 26) the speed-ups paired by round (``speedups``: the optimised statistic's and the
+  median's, each with its interval over rounds), which one the study optimised (``optimised``),
+  the rounds the winner rests on and whether it is a screening result only (``screening_only``),
+  and the one-line ``headline`` that names its statistic (:func:`headline`).
   The dashboard's winners page reads the same record.
 
 :data:`SCHEMA` is the JSON Schema (draft 2020-12) of both; ``autodeploy schema`` prints it. A change
@@ -30,13 +34,16 @@ if TYPE_CHECKING:
     from autodeploy.results_db.store import StudyRow, TrialRow
     from autodeploy.search.study import StudySummary
 
-__all__ = ["HIGHER_IS_BETTER", "SCHEMA", "SCHEMA_VERSION", "STATISTIC", "flatten", "runner_up", "study_record",
-           "to_csv_rows", "trial_record"]
+__all__ = ["HIGHER_IS_BETTER", "SCHEMA", "SCHEMA_VERSION", "STATISTIC", "flatten", "headline", "ratio_text",
+           "speedup_text",
+           "runner_up", "study_record", "to_csv_rows", "trial_record"]
 
 SCHEMA_VERSION = 1
 #: What a study's finalist ``statistic`` is, per objective: (field-style name, unit).
 STATISTIC = {"latency": ("p90_ms", "ms"), "throughput": ("throughput_items_per_s", "items/s"),
              "server": ("max_rate_qps", "queries/s"), "pareto": ("p90_ms", "ms")}  # fmt: skip
+#: The field-style name of a finalist's statistic by what each finalist round was reduced to.
+ROUND_STATISTIC = {"p90": "p90_ms", "median": "median_ms", "items/s": "throughput_items_per_s"}
 #: Objectives whose statistic is better when higher (a rate); the others are times.
 HIGHER_IS_BETTER = ("throughput", "server")
 
@@ -92,6 +99,7 @@ def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
                  "updated_at": summary.updated_at.isoformat(), "command": summary.command}  # fmt: skip
     objective = s["objective"]
     name, unit = STATISTIC.get(objective, ("value", None))
+    name = ROUND_STATISTIC.get(s.get("statistic") or "", name)
     second = runner_up(s)
     return {
         "schema": "autodeploy.study",
@@ -107,6 +115,11 @@ def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
         "finalists": [_finalist(f) for f in s.get("finalists") or ()],
         "tie_with": list(s.get("tie_with") or ()),
         "speedup_vs_baseline": s.get("speedup_vs_baseline"),
+        "optimised": s.get("statistic") or None,
+        "speedups": {k: _ratio(r) for k, r in (s.get("speedups") or {}).items()},
+        "rounds": s.get("rounds") or 0,
+        "screening_only": bool(s.get("screening_only")),
+        "headline": headline(s),
         "note": s.get("note") or "",
         "inputs": s.get("inputs") or None,
         "confidence": s.get("confidence") or "",
@@ -119,6 +132,77 @@ def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
         "skipped": list(s.get("skipped") or ()),
         "failures": {kind: dict(seen) for kind, seen in (s.get("failures") or {}).items()},
     }
+
+
+def _ratio(r: Mapping[str, Any]) -> dict[str, Any]:
+    ci = r.get("ci")
+    return {"ratio": r["value"], "ci": None if ci is None else [ci[0], ci[1]], "ci_level": r.get("level"),
+            "rounds": r.get("rounds")}  # fmt: skip
+
+
+def ratio_text(r: Mapping[str, Any]) -> str:
+    """A paired speed-up as read: ``3.78x [3.50, 4.00]``, or ``3.78x`` without an interval (screening only)."""
+    ci, value = r.get("ci"), r["value"] if "value" in r else r["ratio"]  # a Ratio's dict, or the record's
+    return f"{value:.2f}x" + ("" if ci is None else f" [{ci[0]:.2f}, {ci[1]:.2f}]")
+
+
+def speedup_text(record: Mapping[str, Any]) -> str:
+    """A study record's speed-up naming its statistic: ``3.78x [3.50, 4.00] (p90)``, ``, screening only`` when
+    it is; ``-`` without one. A record stored before the ratios were paired by round says "pooled calls"."""
+    main = (record.get("speedups") or {}).get(record.get("optimised") or "")
+    if main is not None:
+        text = f"{ratio_text(main)} ({record['optimised']})"
+    elif record.get("speedup_vs_baseline") is not None:
+        text = f"{record['speedup_vs_baseline']:.2f}x ({record['statistic'].removesuffix('_ms')}, pooled calls)"
+    else:
+        return "-"
+    return text + (", screening only" if record.get("screening_only") else "")
+
+
+def _value(value: float | None, statistic: str, objective: str) -> str:
+    from autodeploy.units import fmt_ms
+
+    if value is None:
+        return "-"
+    if objective in HIGHER_IS_BETTER:
+        return f"{value:.1f} {'items/s' if objective == 'throughput' else 'q/s'}"
+    return f"{statistic} {fmt_ms(value)}"
+
+
+def headline(summary: Mapping[str, Any]) -> str:
+    """The winner line, naming its statistic: ``winner: openvino/bf16/b1/t2, p90 7.49 ms vs 28.30 ms for the ORT
+    fp32 default: 3.78x [3.50, 4.00] (median 3.60x [3.41, 3.82]; intervals over 3 rounds, 75% coverage)``.
+
+    ``summary`` is :meth:`StudySummary.to_dict` (as stored); "" without a winner. A screening-only
+    winner says so and its speed-up carries no interval. A summary stored before the ratios were
+    paired by round shows its ratio under the objective's statistic.
+    """
+    winner = summary.get("winner")
+    if winner is None:
+        return ""
+    objective = summary["objective"]
+    statistic = summary.get("statistic") or {"latency": "p90", "pareto": "p90"}.get(objective, "")
+    text = f"winner: {winner['label']}, {_value(winner.get('statistic'), statistic, objective)}"
+    baseline = next((f for f in summary.get("finalists") or () if f.get("baseline")), None)
+    speedups = summary.get("speedups") or {}
+    main = speedups.get(statistic)
+    if winner.get("baseline"):
+        text += ": the ONNX Runtime fp32 default itself, no config the search found beat it"
+    elif main is not None and baseline is not None:
+        base = _value(baseline.get("statistic"), "", objective).strip()
+        text += f" vs {base} for the ORT fp32 default: {ratio_text(main)}"
+        extra = [f"{k} {ratio_text(m)}" for k, m in speedups.items() if k != statistic]
+        if main.get("ci") is not None:
+            extra.append(f"intervals over {main['rounds']} rounds, {main['level']:.0%} coverage")
+        if extra:
+            text += f" ({'; '.join(extra)})"
+    elif summary.get("speedup_vs_baseline") is not None:
+        text += f", {summary['speedup_vs_baseline']:.2f}x the ONNX Runtime fp32 default's {statistic or 'value'}"
+    if summary.get("screening_only"):
+        rounds = summary.get("rounds") or 0
+        text += (f"; screening only ({rounds} finalist round{'s' if rounds != 1 else ''}, no interval)"
+                 if rounds else "; screening only")  # fmt: skip
+    return text
 
 
 def runner_up(summary: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -260,6 +344,8 @@ _FINALIST = {
                    "per_shape": {"type": "object", "additionalProperties": _NUM,
                                  "description": "the statistic at each shape of a study over several"}},  # fmt: skip
 }
+_RATIO = {"type": "object", "required": ["ratio", "ci", "ci_level", "rounds"],
+          "properties": {"ratio": {"type": "number"}, "ci": _CI, "ci_level": _NUM, "rounds": {"type": ["integer", "null"]}}}
 _STUDY = {
     "type": "object",
     "required": ["schema", "schema_version", "name", "objective", "statistic", "statistic_unit", "trials",
@@ -281,7 +367,18 @@ _STUDY = {
                       "description": "the next finalist after the winner by the statistic"},
         "finalists": {"type": "array", "items": _FINALIST},
         "tie_with": {"type": "array", "items": {"type": "string"}},
-        "speedup_vs_baseline": {**_NUM, "description": "winner over ONNX Runtime fp32 default, >1 is faster"},
+        "speedup_vs_baseline": {**_NUM, "description": "winner over ONNX Runtime fp32 default, >1 is faster: the "
+                                "optimised statistic's median per-round ratio (speedups[optimised].ratio)"},
+        "optimised": {**_STR, "description": "what each finalist round was reduced to and compared by: p90 | median "
+                      "(latency, median where a round has under 64 calls) | items/s"},
+        "speedups": {"type": "object", "description": "the winner's speed-up over the ORT fp32 default per statistic "
+                     "(the optimised one and, for latency, the median): the median of the per-round ratios, paired "
+                     "by round, with its order-statistic interval and that interval's exact coverage (null when "
+                     "screening only)", "additionalProperties": _RATIO},
+        "rounds": {"type": "integer", "description": "finalist rounds the winner ran"},
+        "screening_only": {"type": "boolean", "description": "fewer than 3 rounds: the winner is a screening result "
+                           "and its speed-up has no interval"},
+        "headline": {"type": "string", "description": "the winner line, naming its statistic"},
         "note": {"type": "string"},
         "inputs": {**_STR, "description": "what accuracy was judged on when it was not the user's data"},
         "confidence": {"type": "string", "description": "what the winner's numbers rest on"},

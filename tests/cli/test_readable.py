@@ -9,7 +9,7 @@ import pytest
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.cli import _common, bench, tune
 from autodeploy.cli._common import fmt_ms, fmt_ms_ci
-from autodeploy.search.study import Finalist, StudySummary
+from autodeploy.search.study import Finalist, Ratio, StudySummary
 from tests.cli.test_cli import FAST, env, run  # noqa: F401 - env is a fixture
 from tests.models import mlp
 from tests.results_db.factories import ok_result
@@ -73,11 +73,15 @@ def test_tune_names_the_winner_explains_the_screening_best_and_prints_the_next_c
     best = _finalist("tflite/int8/b1/t1", 0.61, (0.60, 0.62))
     winner = _finalist("tflite/fp32/b1/t1", 0.42, (0.41, 0.43))
     baseline = _finalist("onnxruntime/fp32/b1/t1", 0.84, (0.83, 0.85), baseline=True)
-    summary = StudySummary("s", "latency", {"complete": 4}, [best, winner, baseline], winner, speedup_vs_baseline=2.0)
+    speedups = {"p90": Ratio(2.0, (1.9, 2.1), 0.75, 3), "median": Ratio(1.8, (1.7, 1.9), 0.75, 3)}
+    summary = StudySummary("s", "latency", {"complete": 4}, [best, winner, baseline], winner, speedup_vs_baseline=2.0,
+                           statistic="p90", speedups=speedups, rounds=3)  # fmt: skip
     monkeypatch.setattr(tune.api, "tune", _fake_tune(summary))
     code, out, err = run(capsys, "tune", "m.onnx", "--name", "s")
     assert code == 0, err
-    assert "winner: tflite/fp32/b1/t1 at 420.0 µs, 2.00x the speed of the ONNX Runtime fp32 default" in out
+    # issue 26: the headline names its statistic, gives the paired interval and the median's ratio
+    assert ("winner: tflite/fp32/b1/t1, p90 420.0 µs vs 840.0 µs for the ORT fp32 default: 2.00x [1.90, 2.10] "
+            "(median 1.80x [1.70, 1.90]; intervals over 3 rounds, 75% coverage)") in out
     assert "tflite/int8/b1/t1 led the screening, but re-measured interleaved" in out and "610.0 [600.0, 620.0] µs" in out
     for command in ("autodeploy export s -o s-bundle", "autodeploy bundle run s-bundle", "autodeploy dashboard"):
         assert command in out

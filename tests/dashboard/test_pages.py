@@ -18,7 +18,7 @@ pytest.importorskip("plotly", reason="the dashboard needs plotly: pip install 'a
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from autodeploy.dashboard import APP, DB_ENV  # noqa: E402
-from autodeploy.report import study_record  # noqa: E402
+from autodeploy.report import speedup_text, study_record  # noqa: E402
 from autodeploy.results_db import Store  # noqa: E402
 from autodeploy.units import fmt_ms_ci  # noqa: E402
 from tests.dashboard.conftest import SECOND_DEVICE, STUDY  # noqa: E402
@@ -234,8 +234,9 @@ def test_winners_agrees_with_the_study_record_the_cli_prints(monkeypatch, study_
     record = study_record(study_db.summary)  # what `tune --format json` printed
     (row,) = at.dataframe[0].value.to_dict("records")  # one study; the benched "wide" model has none
     assert row["winner"] == record["winner"]["label"] and row["study"] == STUDY
-    assert row["speedup_vs_baseline"] == record["speedup_vs_baseline"]
-    assert row["winner_value"] == fmt_ms_ci(record["winner"]["statistic"], tuple(record["winner"]["statistic_ci"]))
+    assert row["speedup"] == speedup_text(record) and f"({record['optimised']}" in row["speedup"]  # names its statistic
+    ci = record["winner"]["statistic_ci"]  # one finalist round (this fixture): no interval over rounds
+    assert row["winner_value"] == fmt_ms_ci(record["winner"]["statistic"], None if ci is None else tuple(ci))
     second = record["runner_up"]
     assert row["runner_up"] == (second["label"] if second else None)
     (bars,) = chart_specs(at)  # the study's finalists, winner on top, baseline named

@@ -130,3 +130,21 @@ def test_change_ci_of_a_million_samples_is_fast_and_rejects_empty_samples():
     assert low == pytest.approx(0.1, abs=0.01) and high == pytest.approx(0.1, abs=0.01)
     with pytest.raises(ValueError, match="non-empty"):
         bootstrap_change_ci([], [1.0])
+
+
+def test_median_interval_is_the_exact_order_statistic_interval_with_its_coverage():
+    from autodeploy.harness.stats import median_interval
+
+    assert median_interval([2.0]) is None  # one round: no interval
+    assert median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0, 0.75)  # min..max of 3 covers 1 - 2/8
+    low, high, coverage = median_interval(list(range(9)))
+    assert (low, high) == (1.0, 7.0) and coverage >= 0.95  # enough rounds: narrower than min..max
+
+
+def test_round_values_are_p90_with_the_calls_for_it_and_ratios_are_paired_by_round():
+    from autodeploy.harness.stats import paired_ratios, round_statistic, round_value
+
+    assert round_value(range(100), "p90") == pytest.approx(89.1) and round_value(range(10), "p90") is None
+    assert round_value(range(10), "median") == 4.5
+    assert round_statistic([200, 64]) == "p90" and round_statistic([200, 63]) == "median"
+    assert paired_ratios([2.0, None, 9.0], [1.0, 1.0, 3.0]).tolist() == [2.0, 3.0]  # only rounds both ran

@@ -472,13 +472,15 @@ def test_finalists_are_the_best_of_each_branch_first():
 
 
 def test_a_finalist_wholly_behind_the_leader_runs_no_more_rounds():
+    """Paired by round (issue 26): slower than the leader in every round, with a paired interval above 1."""
     from autodeploy.search.study import _still_in
 
-    stats = [(0, 1.0, (0.95, 1.05)), (1, 1.04, (1.0, 1.1)), (2, 1.5, (1.4, 1.6)), (3, None, None)]
-    assert _still_in(stats, "latency") == [0, 1]
-    assert _still_in([(0, 1.0, (0.95, 1.05)), (1, 1.12, (1.1, 1.2))], "latency", margin=0.10) == [0, 1]  # not clear yet
-    assert _still_in([(0, 100.0, (90.0, 110.0)), (1, 50.0, (45.0, 55.0))], "throughput") == [0]
-    assert _still_in([(0, 100.0, (100.0, 100.0)), (1, 50.0, (50.0, 50.0))], "throughput") == [0, 1]  # one run each
+    lead, close, behind = [1.0, 2.0, 1.0], [1.04, 1.9, 1.05], [1.5, 3.0, 1.6]  # round 2: the machine was slow
+    assert _still_in([(0, lead), (1, close), (2, behind), (3, [None, None, None])], "latency") == [0, 1]
+    assert _still_in([(0, [1.0]), (1, [1.08])], "latency", margin=0.10) == [0, 1]  # one round: not clear yet
+    assert _still_in([(0, [1.0]), (1, [1.5])], "latency", margin=0.10) == [0]
+    assert _still_in([(0, [100.0, 90.0]), (1, [50.0, 45.0])], "throughput") == [0]
+    assert _still_in([(0, [1.0, 1.0]), (1, [1.5, 1.5])], "latency", keep=1) == [0, 1]  # the baseline stays
 
 
 def test_a_tie_needs_close_statistics_not_only_overlapping_intervals():

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autodeploy import __version__, runtime
+from autodeploy import __version__, report, runtime
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import ARTIFACT_FILE, Artifact, Engine, TrialConfig
 from autodeploy.bundle import loader
@@ -277,6 +277,7 @@ def build_manifest(source: Source, artifact: Artifact, *, command: str | None = 
         summary = study.summary
         selection = {"objective": study.objective, "winner": summary.get("winner"), "tie_with": summary.get("tie_with"),
                      "speedup_vs_baseline": summary.get("speedup_vs_baseline"), "note": summary.get("note"),
+                     "headline": report.headline(summary), "screening_only": bool(summary.get("screening_only")),
                      "trials": summary.get("trials"),
                      "baseline": next((f for f in summary.get("finalists", []) if f.get("baseline")), None)}  # fmt: skip
     d = source.device

@@ -282,5 +282,8 @@ def _selection(selection: dict[str, Any] | None, source: dict[str, Any]) -> str:
     w = selection["winner"]
     ci = "" if not w.get("ci") else f" [{w['ci'][0]:.4g}, {w['ci'][1]:.4g}]"
     speedup = selection.get("speedup_vs_baseline")
+    if selection.get("headline"):  # names its statistic (a bundle exported since issue 26)
+        return f"study {source['study']!r} ({selection['objective']}): {selection['headline']}"
+    word = "p90" if selection["objective"] in ("latency", "pareto") else "items/s"  # pooled calls, as stored then
     return (f"study {source['study']!r} ({selection['objective']}): {w['statistic']:.4g}{ci} over {w['n_samples']} samples"
-            + (f", {speedup:.2f}x vs ORT fp32 default" if speedup else ""))  # fmt: skip
+            + (f", {speedup:.2f}x vs ORT fp32 default by {word} (pooled calls)" if speedup else ""))  # fmt: skip

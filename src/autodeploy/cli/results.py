@@ -10,7 +10,7 @@ from rich.table import Table
 
 from autodeploy.cli._common import Format, FormatOption, emit, fmt_ms, fmt_ms_ci, out, shown
 from autodeploy.errors import UsageError
-from autodeploy.report import study_record, trial_record
+from autodeploy.report import speedup_text, study_record, trial_record
 
 app = typer.Typer(help="Read stored trials.", no_args_is_help=True)
 DbOption = Annotated[
@@ -121,9 +121,10 @@ def studies(
     for r in rows:
         record = study_record(r)  # the same record --format json prints and the dashboard's winners page reads
         winner = (record["winner"] or {}).get("label")
-        speedup = record["speedup_vs_baseline"]
+        speedup = speedup_text(record)
         table.add_row(shown(r.name), shown(r.model_name), r.objective, f"{r.updated_at:%Y-%m-%d %H:%M}",
                       shown(winner) if winner else f"[yellow]{shown(record['note'] or 'not finished')}[/]",
-                      "-" if speedup is None else f"{speedup:.2f}x",
+                      speedup,
                       shown((record["runner_up"] or {}).get("label") or "-"))  # fmt: skip
     out.print(table)
+

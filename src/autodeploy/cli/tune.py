@@ -341,7 +341,10 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
         if summary.finalists[0].per_shape:
             title += ", weighted by the shape mix"
         table = Table(title=title)
-        for column in ("config", OBJECTIVE_WORDS.get(objective, "value") + " [95% CI]", "samples", "note"):
+        value_column = OBJECTIVE_WORDS.get(objective, "value") + " [95% CI]"
+        if summary.statistic and remeasured:  # paired by round: each round's value, their median and range
+            value_column = f"{summary.statistic}: median of rounds \\[interval over rounds]"
+        for column in ("config", value_column, "samples", "note"):
             table.add_column(column)
         from autodeploy.report import runner_up  # the record the dashboard's winners page reads
 
@@ -369,11 +372,7 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
         err.print(f"[red]no winner[/]: {shown(summary.note)}")
         _print_search(summary)
         return
-    line = f"winner: [bold]{shown(summary.winner.label)}[/] at {value_text(summary.winner.statistic, objective)}"
-    if summary.winner.baseline:
-        line += ": the ONNX Runtime fp32 default itself, no config the search found beat it"
-    elif summary.speedup_vs_baseline is not None:
-        line += f", {summary.speedup_vs_baseline:.2f}x the speed of the ONNX Runtime fp32 default"
+    line = shown(summary.headline()).replace(shown(summary.winner.label), f"[bold]{shown(summary.winner.label)}[/]", 1)
     if summary.tie_with:
         line += f" (statistical tie with {shown(', '.join(summary.tie_with))}; the cheaper config is preferred)"
     out.print(line)

@@ -19,7 +19,7 @@ import pandas as pd
 from autodeploy import verdict
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.harness.result import Measurement, headline
-from autodeploy.report import HIGHER_IS_BETTER, STATISTIC, study_record
+from autodeploy.report import HIGHER_IS_BETTER, STATISTIC, speedup_text, study_record
 from autodeploy.results_db.store import Catalog, Store, TrialFilter, TrialRow
 from autodeploy.units import fmt_ms_ci
 from autodeploy.verdict import accuracy_drop
@@ -209,8 +209,8 @@ def rank_by_finalists(best: pd.DataFrame, finalists: pd.DataFrame, metric: Metri
     """``best`` (one model × device, from :func:`best_per_config`) ranked as the study ranked it.
 
     ``finalists`` are one study's rows of :func:`finalists`. Where ``metric`` is the study's
-    statistic, a finalist's value and CI become its re-measured ones (all rounds pooled, as
-    ``tune`` printed them), the study's winner goes on top and the other finalists follow by
+    statistic, a finalist's value and CI become its re-measured ones (the median of its per-round
+    values and their interval over rounds, as ``tune`` printed them), the study's winner goes on top and the other finalists follow by
     value, then every other config by its best trial. Adds ``role`` (winner, runner-up, tie,
     baseline, finalist or empty) and ``source`` (where the number comes from).
     """
@@ -225,8 +225,9 @@ def rank_by_finalists(best: pd.DataFrame, finalists: pd.DataFrame, metric: Metri
         labels = out.loc[hit, "config_label"]
         out.loc[hit, metric.column] = remeasured.loc[labels, "value"].to_numpy()
         if metric.ci is not None:
-            out.loc[hit, metric.ci[0]] = remeasured.loc[labels, "ci_low"].to_numpy()
-            out.loc[hit, metric.ci[1]] = remeasured.loc[labels, "ci_high"].to_numpy()
+            # a finalist that left after one round has no interval: NaN, not None, in a float column
+            out.loc[hit, metric.ci[0]] = remeasured.loc[labels, "ci_low"].astype(float).to_numpy()
+            out.loc[hit, metric.ci[1]] = remeasured.loc[labels, "ci_high"].astype(float).to_numpy()
         out.loc[hit, "n_samples"] = remeasured.loc[labels, "n_samples"].to_numpy()
         out.loc[hit, "source"] = "finalists, re-measured"
     tier = [0 if same and r == "winner" else 1 if same and s != "best trial" else 2
@@ -241,16 +242,17 @@ def rank_by_finalists(best: pd.DataFrame, finalists: pd.DataFrame, metric: Metri
 def studies(store: Store, filters: Filters = Filters()) -> pd.DataFrame:
     """Every study, newest first, with its winner, tie and speed-up vs the ONNX Runtime FP32 default."""
     rows = store.list_studies(limit=None, model_sha256=filters.model, device=filters.device)
-    columns = ["name", "objective", "model", "device", "cpu", "winner", "tie_with", "speedup_vs_baseline",
-               "trials", "note", "winner_uid", "command", "model_sha256", "created_at", "updated_at"]  # fmt: skip
-    return pd.DataFrame([_study_row(_renamed(asdict(r))) for r in rows], columns=columns)
+    columns = ["name", "objective", "model", "device", "cpu", "winner", "tie_with", "speedup_vs_baseline", "speedup",
+               "headline", "screening_only", "trials", "note", "winner_uid", "command", "model_sha256", "created_at", "updated_at"]  # fmt: skip
+    return pd.DataFrame([_study_row(_renamed(asdict(r)), study_record(r) if r.summary else {}) for r in rows],
+                        columns=columns)  # fmt: skip
 
 
 def _renamed(d: dict[str, Any]) -> dict[str, Any]:
     return {RENAMED.get(k, k): v for k, v in d.items()}
 
 
-def _study_row(r: dict[str, Any]) -> dict[str, Any]:
+def _study_row(r: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
     summary = r.pop("summary") or {}
     winner = summary.get("winner") or {}
     counts = summary.get("trials") or {}
@@ -259,6 +261,9 @@ def _study_row(r: dict[str, Any]) -> dict[str, Any]:
         "winner": winner.get("label"),
         "tie_with": ", ".join(summary.get("tie_with") or []),
         "speedup_vs_baseline": summary.get("speedup_vs_baseline"),
+        "speedup": speedup_text(record) if record else "-",  # names its statistic, with its interval over rounds
+        "headline": record.get("headline", ""),
+        "screening_only": bool(record.get("screening_only")),
         "trials": ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
         "note": summary.get("note") or ("" if summary else "not finished"),
     }
@@ -319,13 +324,15 @@ def winners(store: Store, filters: Filters = Filters()) -> pd.DataFrame:
         unit = record["statistic_unit"]
         rows.append({"model": row.model_name, "cpu": row.device_cpu, "objective": row.objective,
                      "winner": winner.get("label"), "winner_value": _value_text(winner, unit),
-                     "speedup_vs_baseline": record["speedup_vs_baseline"],
+                     "speedup_vs_baseline": record["speedup_vs_baseline"], "speedup": speedup_text(record),
+                     "headline": record["headline"], "screening_only": record["screening_only"],
                      "runner_up": second.get("label"), "runner_up_value": _value_text(second, unit),
                      "tie_with": ", ".join(record["tie_with"]), "study": row.name, "note": record["note"],
                      "statistic": record["statistic"], "winner_statistic": winner.get("statistic"),
                      "runner_up_statistic": second.get("statistic"), "model_sha256": row.model_sha256,
                      "device": row.device_fingerprint, "updated_at": row.updated_at})  # fmt: skip
-    columns = ["model", "cpu", "objective", "winner", "winner_value", "speedup_vs_baseline", "runner_up",
+    columns = ["model", "cpu", "objective", "winner", "winner_value", "speedup_vs_baseline", "speedup", "headline",
+               "screening_only", "runner_up",
                "runner_up_value", "tie_with", "study", "note", "statistic", "winner_statistic", "runner_up_statistic",
                "model_sha256", "device", "updated_at"]  # fmt: skip
     df = pd.DataFrame(rows, columns=columns)  # newest first: the first study of each group is the one shown

@@ -23,7 +23,7 @@ from autodeploy.data import Dataset
 from autodeploy.errors import UsageError
 from autodeploy.harness.result import headline
 from autodeploy.harness.run import HarnessSettings, Prepared, PreparedData, measure, prepare
-from autodeploy.harness.stats import MIN_SAMPLES_P90
+from autodeploy.harness.stats import round_value
 from autodeploy.model import ModelInfo, TensorSpec
 
 Progress = Callable[[str], None]
@@ -193,7 +193,7 @@ def _round(role: str, index: int, prepared: Prepared, settings: HarnessSettings)
     score, metric = accuracy_score(asdict(result.accuracy) if result.accuracy else None)
     return Round(
         role, index, p10_ms=float(np.percentile(samples, 10)), median_ms=float(np.median(samples)),
-        p90_ms=float(np.percentile(samples, 90)) if samples.size >= MIN_SAMPLES_P90 else None,
+        p90_ms=round_value(samples, "p90"),
         mean_ms=float(samples.mean()), calls=int(samples.size), accuracy=score, accuracy_metric=metric,
         eval_items=result.accuracy.n_samples if result.accuracy else None, engine_version=result.engine_version,
     )  # fmt: skip

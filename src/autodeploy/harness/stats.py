@@ -4,6 +4,14 @@
 :func:`bootstrap_change_ci` (a relative change between two samples, the gate's effect) are the
 generic pieces the study and the gate use. Every interval comes from ``np.random.default_rng(seed)``.
 
+**Rounds.** The gate and the study's finalists both reduce a worker run (a round) to one value
+(:func:`round_value`: its p90, or its median where the run has too few calls for a p90 claim):
+calls inside one process share its luck, rounds are the independent draws. Configs measured in
+the same rounds are compared *paired by round* (:func:`paired_ratios`): a round in which the whole
+machine was slow slows every config alike and cancels out of each ratio. The median of the ratios
+gets a distribution-free interval from order statistics (:func:`median_interval`); with a handful
+of rounds a bootstrap would claim 95% over three numbers, the exact interval says what it covers.
+
 Every percentile here (the point estimates and the bootstrap replicates) is computed with
 ``np.percentile(..., method="linear")``, numpy's default: linear interpolation between the
 two nearest order statistics (Hyndman & Fan type 7). The confidence intervals are percentile
@@ -16,6 +24,7 @@ memory (see ``_bootstrap_percentile_cis``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import comb
 
 import numpy as np
 
@@ -29,6 +38,8 @@ MIN_SAMPLES_P99 = 662
 UNSTABLE_CV = 0.10
 
 _PERCENTILE_METHOD = "linear"
+#: The round statistics' names, as :func:`round_value` returns them.
+P90, MEDIAN = "p90", "median"
 _CI_LEVEL = 0.95
 #: Most resampled values :func:`bootstrap_mean_ci` holds at once (8 MB of float64).
 _BLOCK = 2**20
@@ -198,3 +209,52 @@ def _percentile_replicates(
         below, above = value_at[lo], value_at[min(lo + 1, n - 1)]
         replicates.append(below + (above - below) * (h - lo))
     return replicates
+
+
+def round_value(samples_ms: Sequence[float] | np.ndarray, statistic: str = P90) -> float | None:
+    """One round's value from its per-call latencies: the ``statistic`` (``"p90"`` or ``"median"``).
+
+    ``None`` when the round cannot make the claim: no calls, or a p90 from fewer than
+    :data:`MIN_SAMPLES_P90` calls (:func:`round_statistic` picks the median for such rounds).
+    """
+    x = np.asarray(samples_ms, dtype=np.float64)
+    if x.size == 0 or (statistic == P90 and x.size < MIN_SAMPLES_P90):
+        return None
+    q = 90.0 if statistic == P90 else 50.0
+    return float(np.percentile(x, q, method=_PERCENTILE_METHOD))
+
+
+def round_statistic(calls_per_round: Sequence[int]) -> str:
+    """``"p90"`` when every round has the calls for a p90 claim, else ``"median"``: one statistic for
+    every round compared, so no ratio sets one round's p90 against another's median."""
+    return P90 if calls_per_round and min(calls_per_round) >= MIN_SAMPLES_P90 else MEDIAN
+
+
+def paired_ratios(numerator: Sequence[float | None], denominator: Sequence[float | None]) -> np.ndarray:
+    """``numerator[r] / denominator[r]`` for every round ``r`` both have a (positive) value in."""
+    pairs = [(a, b) for a, b in zip(numerator, denominator, strict=False)
+             if a is not None and b is not None and b > 0]  # fmt: skip
+    return np.asarray([a / b for a, b in pairs], dtype=np.float64)
+
+
+def median_interval(values: Sequence[float] | np.ndarray, level: float = _CI_LEVEL) -> tuple[float, float, float] | None:
+    """A distribution-free interval of the median of ``values``: ``(low, high, coverage)``.
+
+    ``[x(k), x(n+1-k)]`` of the sorted values covers the true median with probability
+    ``1 - 2 P(Binomial(n, 1/2) < k)``, whatever the distribution (the sign test's interval). The
+    narrowest such interval covering at least ``level`` is returned; with fewer than 6 values
+    none reaches 95%, so the widest, ``[min, max]``, comes back with the coverage it has (3 rounds:
+    75%). ``None`` below 2 values: one round has no interval.
+    """
+    x = np.sort(np.asarray(values, dtype=np.float64))
+    n = x.size
+    if n < 2:
+        return None
+
+    def coverage(k: int) -> float:
+        return 1.0 - 2.0 * sum(comb(n, i) for i in range(k)) / 2.0**n
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= level:
+        k += 1
+    return float(x[k - 1]), float(x[n - k]), coverage(k)

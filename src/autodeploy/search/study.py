@@ -11,7 +11,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -23,6 +23,7 @@ import numpy as np
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import StoreError, TrialFailed, UsageError
+from autodeploy.harness import stats as rstats
 from autodeploy.harness.result import Accuracy, TrialResult, headline
 from autodeploy.harness.run import HarnessSettings, PreparedData, prepare, reference, run_trial
 from autodeploy.harness.stats import bootstrap_mean_ci, summarize
@@ -49,13 +50,16 @@ DEFAULT_TRIALS = 30
 #: number of trials is then a cap, not a target).
 PATIENCE = 6
 IMPROVEMENT = 0.02
-#: Finalists whose statistic is within this fraction of the best's, with overlapping intervals, tie
-#: with it (and the cheaper one wins). Overlapping 95% intervals alone would tie configs far apart when
-#: one of them is noisy (all cores on a busy machine).
+#: A finalist whose median per-round ratio to the best is within this fraction of 1, and whose paired
+#: interval of that ratio holds 1, ties with it (and the cheaper one wins). An interval holding 1 alone
+#: would tie configs far apart when the rounds are noisy (all cores on a busy machine).
 TIE_TOLERANCE = 0.03
-#: After the finalists' first round a config leaves the rounds only when its interval lies this
-#: fraction beyond the leader's; after later rounds, when it lies wholly behind at all.
+#: After the finalists' first round a config leaves the rounds only when it is this fraction slower
+#: than the leader in that round; after later rounds, when it is slower in every round so far and the
+#: paired interval of its ratio to the leader lies above 1 (it is wholly behind).
 FIRST_ROUND_MARGIN = 0.10
+#: Rounds a winner claim needs (DESIGN.md, "Winner choice"); fewer is labelled screening only.
+MIN_WINNER_ROUNDS = 3
 # A running trial beats every HEARTBEAT_S; one silent for GRACE_S (its process was killed) is
 # failed by the next run or worker of the study (Optuna's fail_stale_trials).
 HEARTBEAT_S = 5
@@ -121,16 +125,36 @@ class Reporter:
 class Finalist:
     config: TrialConfig
     label: str
-    statistic: (
-        float | None
-    )  # p90 ms (latency) or items/s (throughput) over all rounds; screening value otherwise
-    ci: tuple[float, float] | None
+    #: Re-measured: the median over its rounds of each round's value (the summary's ``statistic``: p90
+    #: or median ms, or items/s); the screening value otherwise.
+    statistic: float | None
+    ci: tuple[float, float] | None  # re-measured: the order-statistic interval over its rounds
     n_samples: int
     uids: list[str]
     baseline: bool = False
     failure: str | None = None
     #: Per shape (several only): the statistic at that shape, as ``statistic`` is for the mix.
     per_shape: dict[str, float | None] = field(default_factory=dict)
+    #: One value per finalist round (``None``: it did not run that round, or failed); the winner is chosen on these.
+    rounds: tuple[float | None, ...] = ()
+    #: Per round, its median latency (ms; latency objective): the median's speed-up is paired on these.
+    medians: tuple[float | None, ...] = ()
+    #: The statistic over every call of every round pooled: display only (one noisy round owns its tail).
+    pooled: float | None = None
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A speed-up paired by round: the median over rounds of the per-round ratios, >1 is faster.
+
+    ``ci`` is the order-statistic interval of that median (:func:`autodeploy.harness.stats.median_interval`)
+    and ``level`` its exact coverage; both ``None`` for a screening-only result (too few rounds).
+    """
+
+    value: float
+    ci: tuple[float, float] | None
+    level: float | None
+    rounds: int
 
 
 @dataclass(frozen=True)
@@ -141,7 +165,7 @@ class StudySummary:
     finalists: list[Finalist]
     winner: Finalist | None
     tie_with: list[str] = field(default_factory=list)  # labels statistically tied with the winner
-    speedup_vs_baseline: float | None = None
+    speedup_vs_baseline: float | None = None  # the ``statistic``'s ratio (``speedups[statistic].value``)
     note: str = ""  # e.g. "no trial meets the constraints: best-so-far shown"
     inputs: str = ""  # what accuracy was judged on, when it was not the user's data
     #: Where the wall time went, per engine, over the whole study (screening trials of every run,
@@ -156,9 +180,22 @@ class StudySummary:
     skipped: list[str] = field(default_factory=list)  # slow conversions the time budget could not pay for
     #: Failed trials by failure kind: how many, and the first one's config and reason.
     failures: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: What each finalist round was reduced to and the winner chosen on: "p90" or "median" (latency), "items/s".
+    statistic: str = ""
+    #: The winner's speed-up over the ORT fp32 default per statistic ("p90", "median", "items/s"), paired by round.
+    speedups: dict[str, Ratio] = field(default_factory=dict)
+    rounds: int = 0  # finalist rounds the winner ran
+    #: Fewer than MIN_WINNER_ROUNDS rounds (or none): the winner is a screening result, its speed-up has no interval.
+    screening_only: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def headline(self) -> str:
+        """The winner line, naming its statistic (:func:`autodeploy.report.headline`); "" without a winner."""
+        from autodeploy.report import headline
+
+        return headline(self.to_dict())
 
 
 def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySummary:
@@ -755,19 +792,23 @@ def _decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: 
         finalists = [_from_screening(t) for t in top]
         why = "not re-measured" if not remeasure else "the time budget ran out before the finalists"
         return StudySummary(ctx.name, cfg.objective, counts, finalists, finalists[0],
-                            note=f"winner from screening values ({why})",
+                            note=f"winner from screening values ({why})", screening_only=True,
                             confidence=f"screening only: one short run per config ({why})")  # fmt: skip
     configs = [TrialConfig.from_dict(t.user_attrs["config"]) for t in top]
     baseline_ok = registry.get(BASELINE.engine).probe(ctx.device).available
     with_baseline = baseline_ok and BASELINE.key() not in {c.key() for c in configs}
-    finalists, rounds, settled = _interleaved(ctx, [*configs, *([BASELINE] if with_baseline else [])], reporter,
-                                     with_baseline, memory, budget, runs)  # fmt: skip
-    summary = _choose(ctx.name, cfg.objective, counts, finalists)
+    finalists, rounds, settled, statistic = _interleaved(ctx, [*configs, *([BASELINE] if with_baseline else [])],
+                                                         reporter, memory, budget, runs)  # fmt: skip
+    summary = _choose(ctx.name, cfg.objective, counts, finalists, statistic)
     confidence = f"re-measured interleaved: {rounds} of {cfg.finalists.rounds} rounds"
     if rounds < cfg.finalists.rounds:
         confidence += " (every other finalist fell wholly behind)" if settled else " (the time budget ran out)"
     if summary.winner is not None:
         confidence += f", {summary.winner.n_samples} samples of the winner"
+        what = "items/s" if statistic == "items/s" else f"its {statistic}"
+        confidence += f"; each round gives each config {what}, compared paired by round"
+    if summary.screening_only:
+        confidence += f"; screening only: a winner claim needs {MIN_WINNER_ROUNDS} rounds"
     return replace(summary, confidence=confidence)
 
 
@@ -807,34 +848,33 @@ def _time_by_engine(trials: list[optuna.trial.FrozenTrial],
     return out
 
 
-def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Reporter, with_baseline: bool,
-                 memory: Memory, budget: Budget, runs: list[tuple[str, dict[str, float]]]) -> tuple[list[Finalist], int, bool]:  # fmt: skip
+def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Reporter, memory: Memory, budget: Budget,
+                 runs: list[tuple[str, dict[str, float]]]) -> tuple[list[Finalist], int, bool, str]:  # fmt: skip
     """A B C A B C …: every round runs each config once (at every shape), in a rotated order, so drift hits all alike.
 
-    Successive halving on measurement length: after each round a config whose interval lies wholly
-    behind the leader's (it cannot win nor tie) runs no more rounds; its statistic stays that of
-    the rounds it ran. Under a time budget a round starts only when the time left pays for one more
-    (as long as the rounds so far took); returns the finalists, the rounds run and whether the
-    rounds ended early because one config was left.
+    Each round gives each config one value (:func:`_round_values`). Successive halving on
+    measurement length: after each round a config wholly behind the leader, paired by round
+    (:func:`_still_in`), runs no more rounds; its values stay those of the rounds it ran. The
+    baseline (ORT fp32 default) runs every round: the speed-up is paired on its rounds. Under a
+    time budget a round starts only when the time left pays for one more (as long as the rounds
+    so far took). Returns the finalists, the rounds run, whether the rounds ended early because one
+    config was left, and the statistic each round was reduced to.
     """
     f = ctx.config.finalists
+    objective = ctx.config.objective
     policy = TimingPolicy(min_samples=f.min_samples, min_duration_s=f.min_duration_s,
                           max_duration_s=max(60.0, 4 * f.min_duration_s))  # fmt: skip
     long_ctx = replace(ctx, settings=replace(ctx.settings, policy=policy))
     cases = ctx.shape_cases()
-    samples: list[dict[str, list[float]]] = [{c.key: [] for c in cases} for _ in configs]
-    rates: list[list[float]] = [[] for _ in configs]  # items/s of each run (offline: not from latencies)
+    # per config, per round: that run's calls at each shape (None: not run or failed), and its items/s
+    calls: list[list[dict[str, list[float]] | None]] = [[] for _ in configs]
+    rates: list[list[float | None]] = [[] for _ in configs]
     uids: list[list[str]] = [[] for _ in configs]
     failures: list[str | None] = [None for _ in configs]
+    baseline = next((i for i, c in enumerate(configs) if c.key() == BASELINE.key()), None)
     reporter.finalists(f.rounds * len(configs))
     started, rounds, settled = time.monotonic(), 0, False
     active = list(range(len(configs)))
-
-    def statistic(i: int) -> tuple[float | None, tuple[float, float] | None, dict[str, tuple]]:
-        per_case = {c.key: _statistic(samples[i][c.key], configs[i].batch, ctx.config.objective) for c in cases}
-        if ctx.config.objective == "throughput":  # offline: one items/s per worker run (the mix's), the unit of statistics
-            return (*_throughput_statistic(rates[i]), per_case)
-        return (*_mix([(c.weight, *per_case[c.key]) for c in cases], ctx.config.objective), per_case)
 
     for r in range(f.rounds):
         if r > 0 and budget.left() < (time.monotonic() - started) / r:
@@ -843,48 +883,133 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
         if r > 0:
             # after one round only a clear gap counts (drift between A and B is not yet averaged out)
             margin = FIRST_ROUND_MARGIN if r == 1 else 0.0
-            active = _still_in([(i, *statistic(i)[:2]) for i in active], ctx.config.objective, margin)
+            values, _ = _round_values(calls, rates, cases, objective)
+            active = _still_in([(i, values[i]) for i in active], objective, margin, keep=baseline)
             if len(active) == 1:
                 settled = True
-                break  # one config left: every other interval lies wholly behind it
+                break  # one config left: every other one is wholly behind it
         for i in [active[(j + r) % len(active)] for j in range(len(active))]:
             reporter.phase(f"finalists round {r + 1}/{f.rounds}: {configs[i].label()}")
             measured = _measure(long_ctx, configs[i], reporter, phase="finalist", memory=memory)
             runs.append((configs[i].engine, measured.wall_s))
             uids[i].append(measured.uid)
-            if measured.metrics is None:
+            ok = measured.metrics is not None
+            if not ok:
                 failures[i] = measured.failure
-                continue
-            for key, one in (measured.per_shape or {cases[0].key: measured}).items():
-                samples[i][key].extend(one.samples_ms)
-            rates[i].append(measured.metrics.throughput or 0.0)
+            per_shape = measured.per_shape or {cases[0].key: measured}
+            calls[i].append({k: list(one.samples_ms) for k, one in per_shape.items()} if ok else None)
+            rates[i].append((measured.metrics.throughput or None) if ok else None)  # type: ignore[union-attr]
+        for i in range(len(configs)):  # those that left the rounds: nothing this round
+            calls[i] += [None] * (r + 1 - len(calls[i]))
+            rates[i] += [None] * (r + 1 - len(rates[i]))
         rounds += 1
+    values, statistic = _round_values(calls, rates, cases, objective)
+    medians, _ = _round_values(calls, rates, cases, objective, rstats.MEDIAN) if objective == "latency" else ([], "")
     out = []
     for i, config in enumerate(configs):
-        stat, ci, per_case = statistic(i)
-        n = sum(len(v) for v in samples[i].values())
-        is_baseline = with_baseline and i == len(configs) - 1
-        per_shape = {k: v[0] for k, v in per_case.items()} if len(cases) > 1 else {}
-        out.append(Finalist(config, config.label(), stat, ci, n, uids[i], is_baseline, failures[i], per_shape))
-    return out, rounds, settled
+        pooled = {c.key: [x for one in calls[i] if one for x in one[c.key]] for c in cases}
+        stat, ci = _over_rounds(values[i])
+        per_shape = _per_shape_over_rounds(calls[i], cases, statistic) if len(cases) > 1 else {}
+        shown = None  # the pooled calls' statistic, for display only
+        if objective == "latency":
+            shown = _mix([(c.weight, *_statistic(pooled[c.key], config.batch, objective)) for c in cases], objective)[0]
+        out.append(Finalist(config, config.label(), stat, ci, sum(len(v) for v in pooled.values()), uids[i],
+                            i == baseline, failures[i], per_shape, tuple(values[i]),
+                            tuple(medians[i]) if medians else (), shown))  # fmt: skip
+    return out, rounds, settled, statistic
 
 
-def _still_in(stats: list[tuple[int, float | None, tuple[float, float] | None]], objective: str,
-              margin: float = 0.0) -> list[int]:  # fmt: skip
-    """The configs (by index) that can still win or tie: those whose interval reaches the leader's
-    (widened by ``margin``, a fraction of the leader's bound).
+def _round_values(calls: list[list[dict[str, list[float]] | None]], rates: list[list[float | None]],
+                  cases: tuple[StudyCase, ...], objective: str,
+                  statistic: str | None = None) -> tuple[list[list[float | None]], str]:  # fmt: skip
+    """One value per config per round, and its statistic's name.
 
-    A config without a statistic yet (it failed, or too few samples) stays only when nothing has
-    one; an interval of one point (one throughput run) decides nothing, so then all stay.
+    Throughput: the round's items/s (of the mix). Latency: the round's p90 at each shape (weighted
+    mean over the mix), or the median when some round has too few calls for a p90 claim: one
+    statistic for every round and config, so each per-round ratio compares like with like.
     """
-    known = [(i, stat, ci) for i, stat, ci in stats if stat is not None and ci is not None]
-    if not known or any(ci[0] == ci[1] for _, _, ci in known):
-        return [i for i, _, _ in stats]
     if objective == "throughput":
-        lead = max(known, key=lambda k: k[1])
-        return [i for i, _, ci in known if ci[1] >= lead[2][0] * (1 - margin)]
-    lead = min(known, key=lambda k: k[1])
-    return [i for i, _, ci in known if ci[0] <= lead[2][1] * (1 + margin)]
+        return [list(r) for r in rates], "items/s"
+    if statistic is None:
+        counts = [len(one[c.key]) for per in calls for one in per if one for c in cases]
+        statistic = rstats.round_statistic(counts)
+    total = sum(c.weight for c in cases)
+    out = []
+    for per in calls:
+        row: list[float | None] = []
+        for one in per:
+            values = [rstats.round_value(one[c.key], statistic) for c in cases] if one else [None]
+            row.append(None if any(v is None for v in values)
+                       else sum(c.weight * v for c, v in zip(cases, values, strict=True)) / total)  # type: ignore[operator]
+        out.append(row)
+    return out, statistic
+
+
+def _over_rounds(values: Sequence[float | None]) -> tuple[float | None, tuple[float, float] | None]:
+    """A finalist's shown statistic: the median of its per-round values, with their order-statistic interval."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return None, None
+    interval = rstats.median_interval(known)
+    return float(np.median(known)), None if interval is None else interval[:2]
+
+
+def _per_shape_over_rounds(calls: list[dict[str, list[float]] | None], cases: tuple[StudyCase, ...],
+                           statistic: str) -> dict[str, float | None]:  # fmt: skip
+    out = {}
+    for c in cases:
+        known = [v for one in calls if one and (v := rstats.round_value(one[c.key], statistic)) is not None]
+        out[c.key] = float(np.median(known)) if known else None
+    return out
+
+
+def _costs(f: Finalist | Sequence[float | None], objective: str) -> list[float | None]:
+    """Per-round values as costs, lower is better: ms, or seconds per item for a rate."""
+    values = f if not isinstance(f, Finalist) else (f.rounds or (f.statistic,))
+    if objective in ("throughput", "server"):
+        return [1.0 / v if v else None for v in values]
+    return list(values)
+
+
+def _slower(a: Sequence[float | None], b: Sequence[float | None]) -> np.ndarray:
+    """Per-round cost ratios ``a / b`` (costs), over the rounds both ran: >1 where ``a`` was slower."""
+    return rstats.paired_ratios(a, b)
+
+
+def _leader(costs: dict[int, list[float | None]]) -> int:
+    """The config (key of ``costs``) whose worst median paired ratio to any other is smallest: the one
+    that beats every other in most rounds when there is such a one (then its worst ratio is below 1)."""
+
+    def worst(i: int) -> tuple[float, float]:
+        meds = [float(np.median(r)) for j in costs if j != i and (r := _slower(costs[i], costs[j])).size]
+        own = [v for v in costs[i] if v is not None]
+        return max(meds, default=1.0), float(np.median(own)) if own else math.inf
+
+    return min(costs, key=worst)
+
+
+def _still_in(stats: list[tuple[int, Sequence[float | None]]], objective: str, margin: float = 0.0,
+              keep: int | None = None) -> list[int]:  # fmt: skip
+    """The configs (by index) that can still win or tie, given each one's per-round values.
+
+    A config is wholly behind the leader (:func:`_leader`) when it was slower in every round both
+    ran, by more than ``margin`` (a fraction), and the paired interval of its ratio to the leader
+    lies above 1 (one round has no interval: the margin must speak alone). ``keep`` (the baseline)
+    stays while it has values: the speed-up is paired on its rounds. A config without a value yet
+    (it failed) stays only when nothing has one.
+    """
+    costs = {i: _costs(values, objective) for i, values in stats}
+    known = {i: c for i, c in costs.items() if any(v is not None for v in c)}
+    if not known:
+        return [i for i, _ in stats]
+    lead = _leader(known)
+
+    def behind(i: int) -> bool:
+        r = _slower(known[i], known[lead])
+        interval = rstats.median_interval(r)
+        return bool(r.size) and bool(np.all(r > 1 + margin)) and (interval is None or interval[0] > 1)
+
+    return [i for i in known if i == lead or i == keep or not behind(i)]
 
 
 def _mix(weighted: list[tuple[float, float | None, tuple[float, float] | None]],
@@ -907,15 +1032,6 @@ def _mix(weighted: list[tuple[float, float | None, tuple[float, float] | None]],
     return stat, (min(low, high), max(low, high))
 
 
-def _throughput_statistic(rates: list[float]) -> tuple[float | None, tuple[float, float] | None]:
-    """Mean items/s of the runs and a bootstrap 95% CI of it (a single run: no interval beyond itself)."""
-    if not rates:
-        return None, None
-    if len(rates) == 1:
-        return rates[0], (rates[0], rates[0])
-    return float(np.mean(rates)), bootstrap_mean_ci(rates, seed=0, n_boot=2000)
-
-
 def _statistic(
     samples_ms: list[float], batch: int, objective: str
 ) -> tuple[float | None, tuple[float, float] | None]:
@@ -932,42 +1048,55 @@ def _statistic(
     return batch * 1000 / mean_ms, (batch * 1000 / high, batch * 1000 / low)
 
 
-def _choose(name: str, objective: str, counts: dict[str, int], finalists: list[Finalist]) -> StudySummary:
-    """Best statistic wins; finalists within TIE_TOLERANCE of it whose CI overlaps the best's are a tie,
-    and the cheapest of the tie wins.
+def _choose(name: str, objective: str, counts: dict[str, int], finalists: list[Finalist],
+            statistic: str = "p90") -> StudySummary:  # fmt: skip
+    """The winner, paired by round: the leader (:func:`_leader`) on the finalists' per-round values;
+    a finalist whose median per-round ratio to it is within TIE_TOLERANCE of 1, with a paired interval
+    holding 1 (or too few rounds for one), ties with it, and the cheapest of the tie wins.
 
-    The baseline (ORT fp32 default) competes too: when nothing the search found beats it, it is the winner.
+    The baseline (ORT fp32 default) competes too: when nothing the search found beats it, it is the
+    winner. The speed-up over it is the median of the per-round ratios, for ``statistic`` and (latency)
+    for the median, each with its order-statistic interval when the winner ran MIN_WINNER_ROUNDS rounds.
     """
-    candidates = [f for f in finalists if f.statistic is not None and f.ci is not None]
+    candidates = [f for f in finalists if f.statistic is not None and any(v is not None for v in _costs(f, objective))]
     baseline = next((f for f in finalists if f.baseline), None)
     if not candidates:
-        return StudySummary(
-            name, objective, counts, finalists, None, note="every finalist failed its re-measurement"
-        )
-    higher_is_better = objective == "throughput"
-    best = (
-        max(candidates, key=lambda f: f.statistic)
-        if higher_is_better
-        else min(candidates, key=lambda f: f.statistic)
-    )
-    close = [f for f in candidates if abs(f.statistic - best.statistic) <= TIE_TOLERANCE * abs(best.statistic)]
-    tied = [f for f in close if f.ci[0] <= best.ci[1] and best.ci[0] <= f.ci[1]]
+        return StudySummary(name, objective, counts, finalists, None, note="every finalist failed its re-measurement",
+                            statistic=statistic)  # fmt: skip
+    costs = {i: _costs(f, objective) for i, f in enumerate(candidates)}
+    best = _leader(costs)
+
+    def ties(i: int) -> bool:
+        r = _slower(costs[i], costs[best])
+        if not r.size or abs(float(np.median(r)) - 1) > TIE_TOLERANCE:
+            return False
+        interval = rstats.median_interval(r)
+        return interval is None or interval[0] <= 1 <= interval[1]
+
+    tied = [candidates[i] for i in costs if i != best and ties(i)]
 
     def cost(f: Finalist) -> tuple[int, int]:
         # Fewer threads, then smaller batch; the engine's default thread count means "all cores".
         return (f.config.threads or 10**6, f.config.batch)
 
-    winner = min(tied, key=cost)
-    speedup = None
+    group = [candidates[best], *tied]
+    winner = min(group, key=cost)
+    n_rounds = sum(v is not None for v in winner.rounds)
+    claim = n_rounds >= MIN_WINNER_ROUNDS
+    speedups: dict[str, Ratio] = {}
     if baseline is not None and baseline.statistic:
-        speedup = (
-            winner.statistic / baseline.statistic
-            if higher_is_better
-            else baseline.statistic / winner.statistic
-        )
-    return StudySummary(
-        name, objective, counts, finalists, winner, [f.label for f in tied if f is not winner], speedup
-    )
+        pairs = [(statistic, _costs(baseline, objective), _costs(winner, objective))]
+        if objective == "latency" and statistic != rstats.MEDIAN and baseline.medians and winner.medians:
+            pairs.append((rstats.MEDIAN, list(baseline.medians), list(winner.medians)))
+        for which, base, won in pairs:
+            if (r := _slower(base, won)).size:
+                interval = rstats.median_interval(r) if claim else None
+                speedups[which] = Ratio(float(np.median(r)), None if interval is None else interval[:2],
+                                        None if interval is None else interval[2], int(r.size))  # fmt: skip
+    main = speedups.get(statistic)
+    return StudySummary(name, objective, counts, finalists, winner, [f.label for f in group if f is not winner],
+                        main.value if main else None, statistic=statistic, speedups=speedups, rounds=n_rounds,
+                        screening_only=not claim)  # fmt: skip
 
 
 def _from_screening(t: optuna.trial.FrozenTrial) -> Finalist:

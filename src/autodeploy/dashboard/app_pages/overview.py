@@ -33,15 +33,13 @@ else:
                 "cpu",
                 "winner",
                 "tie_with",
-                "speedup_vs_baseline",
+                "speedup",
                 "trials",
                 "note",
             ]
         ],
         hide_index=True,
-        column_config={
-            "speedup_vs_baseline": st.column_config.NumberColumn("speed-up vs ORT fp32", format="%.2fx")
-        },
+        column_config={"speedup": "speed-up vs ORT fp32 [interval] (statistic)"},
     )
 
 st.subheader("Devices")
@@ -53,6 +51,10 @@ if name is not None:
     row = studies[studies["name"] == name].iloc[0]
     if row["winner"]:
         st.success(f"**{row['winner']}**" + (f" (tie with {row['tie_with']})" if row["tie_with"] else ""))
+        if row["headline"]:
+            st.caption(cache.md(row["headline"]))  # names its statistic, with the interval over rounds
+        if row["screening_only"]:
+            st.warning("Screening only: the winner rests on fewer than 3 finalist rounds; its speed-up has no interval.")
     else:
         st.warning(f"No winner: {row['note']}")
     study_trials = cache.trials(url, cache.Filters(study=name))

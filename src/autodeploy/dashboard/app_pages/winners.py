@@ -19,14 +19,15 @@ if table.empty:
 
 st.caption("Per model × device and objective, the newest finished study: its finalists re-measured interleaved, "
            "as `autodeploy tune` printed them. Speed-up is over the ONNX Runtime fp32 default, re-measured beside "
-           "the finalists (>1 is faster).")  # fmt: skip
-shown = ["model", "cpu", "objective", "winner", "winner_value", "speedup_vs_baseline", "runner_up", "runner_up_value",
+           "the finalists (>1 is faster): the median of the per-round ratios of the statistic named, with its "
+           "interval over rounds; a winner from fewer than 3 rounds is a screening result only.")  # fmt: skip
+shown = ["model", "cpu", "objective", "winner", "winner_value", "speedup", "runner_up", "runner_up_value",
          "tie_with", "study", "note"]  # fmt: skip
 st.dataframe(table[shown], hide_index=True, column_config={
-    "winner_value": "winner [95% CI]",
-    "speedup_vs_baseline": st.column_config.NumberColumn("speed-up vs ORT fp32 default", format="%.2fx"),
+    "winner_value": "winner [interval]",
+    "speedup": "speed-up vs ORT fp32 default [interval] (statistic)",
     "runner_up": "runner-up",
-    "runner_up_value": "runner-up [95% CI]",
+    "runner_up_value": "runner-up [interval]",
     "tie_with": "tied with the winner",
 })  # fmt: skip
 

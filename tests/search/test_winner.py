@@ -1,0 +1,106 @@
+"""The winner, paired by round (issue 26): synthetic per-round values, no workers.
+
+Each finalist round gives each config one value; configs are compared by the median of their
+per-round ratios, so a round in which the whole machine was slow cancels out, and the calls
+pooled across rounds (in which one noisy round owns the tail) never decide.
+"""
+
+from __future__ import annotations
+
+import jsonschema
+import numpy as np
+
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.report import SCHEMA, study_record
+from autodeploy.search.study import BASELINE, Finalist, _choose, _round_values, _still_in
+
+
+def finalist(engine, precision, threads, rounds, medians=(), *, baseline=False):
+    config = BASELINE if baseline else TrialConfig(engine, precision, threads=threads)
+    known = [v for v in rounds if v is not None]
+    return Finalist(config, config.label(), float(np.median(known)), (min(known), max(known)), 600, ["u"],
+                    baseline, rounds=tuple(rounds), medians=tuple(medians))  # fmt: skip
+
+
+QUIET = {"bf16": [1.00, 1.03, 0.98, 1.01, 0.99], "int8": [1.20, 1.22, 1.17, 1.21, 1.19], "base": [4.0, 4.3, 3.9, 4.1, 4.05]}
+
+
+def test_one_round_three_times_slower_for_every_config_changes_neither_winner_nor_speedup():
+    def study(values):
+        return _choose("s", "latency", {}, [finalist("openvino", "int8", 1, values["int8"]),
+                                           finalist("openvino", "bf16", 2, values["bf16"]),
+                                           finalist("", "", None, values["base"], baseline=True)])  # fmt: skip
+
+    quiet = study(QUIET)
+    noisy = study({k: [*v[:2], 3 * v[2], *v[3:]] for k, v in QUIET.items()})  # round 3: the machine was busy
+    assert quiet.winner.label == noisy.winner.label == "openvino/bf16/b1/t2"
+    ratios = np.asarray(QUIET["base"]) / np.asarray(QUIET["bf16"])
+    assert abs(noisy.speedup_vs_baseline - quiet.speedup_vs_baseline) <= np.ptp(ratios)  # no more than the rounds move
+    assert noisy.speedups["p90"].ci[0] <= noisy.speedup_vs_baseline <= noisy.speedups["p90"].ci[1]
+
+
+def test_a_config_faster_in_most_rounds_wins_whatever_its_one_bad_round():
+    good_mostly = finalist("openvino", "fp32", 1, [1.0, 1.0, 1.0, 1.0, 5.0])  # mean 1.8
+    steady = finalist("onnxruntime", "fp32", 1, [1.1, 1.1, 1.1, 1.1, 1.2])  # mean 1.12
+    assert _choose("s", "latency", {}, [steady, good_mostly]).winner is good_mostly
+    rates = [finalist("openvino", "fp32", 1, [900.0, 910.0, 300.0]), finalist("onnxruntime", "fp32", 1, [800.0, 810.0, 805.0])]
+    assert _choose("s", "throughput", {}, rates).winner is rates[0]  # items/s: higher is better, paired the same way
+
+
+def _calls(low: float, high: float, n: int = 200) -> list[float]:
+    return list(np.linspace(low, high, n))
+
+
+def test_the_measured_case_picks_bf16_which_the_pooled_tail_got_wrong():
+    """OpenVINO bf16/t2 was faster than int8/t1 in two quiet rounds; in one noisy round its tail was longer.
+    The p90 of the calls pooled over the rounds picked int8 (1.5x slower when quiet); paired rounds pick bf16."""
+    calls = {"bf16": [_calls(3.0, 3.8), _calls(3.0, 3.8), _calls(5.0, 13.5)],
+             "int8": [_calls(5.0, 5.9), _calls(5.1, 6.0), _calls(5.0, 11.0)],
+             "base": [_calls(18.0, 20.0), _calls(18.0, 20.5), _calls(20.0, 43.0)]}  # fmt: skip
+    pooled = {k: float(np.percentile(np.concatenate(v), 90)) for k, v in calls.items()}
+    assert pooled["int8"] < pooled["bf16"]  # the old rule's winner: int8
+    order = ["int8", "bf16", "base"]
+    per_round = [[{"x": c} for c in calls[k]] for k in order]
+    values, statistic = _round_values(per_round, [], (_Case(),), "latency")
+    medians, _ = _round_values(per_round, [], (_Case(),), "latency", "median")
+    assert statistic == "p90"
+    int8, bf16, base = (finalist(e, p, t, v, m, baseline=b) for (e, p, t, b), v, m in
+                        zip([("openvino", "int8", 1, False), ("openvino", "bf16", 2, False), ("", "", None, True)],
+                            values, medians, strict=True))  # fmt: skip
+    summary = _choose("s", "latency", {}, [int8, bf16, base], statistic)
+    assert summary.winner is bf16 and not summary.tie_with and not summary.screening_only
+    assert 4.5 < summary.speedup_vs_baseline < 6  # quiet rounds: ~19.8 / 3.7 ms, not the noisy round's
+    assert set(summary.speedups) == {"p90", "median"} and summary.speedups["p90"].level == 0.75
+    assert _still_in([(0, values[0]), (1, values[1]), (2, values[2])], "latency", keep=2) == [0, 1, 2]  # int8 won a round
+    text = summary.headline()
+    assert text.startswith("winner: openvino/bf16/b1/t2, p90 3.") and "for the ORT fp32 default: " in text
+    assert "(median " in text and "intervals over 3 rounds, 75% coverage" in text
+    record = study_record(summary)
+    jsonschema.validate(record, SCHEMA, cls=jsonschema.Draft202012Validator)
+    assert record["optimised"] == "p90" and record["statistic"] == "p90_ms" and record["rounds"] == 3
+    assert set(record["speedups"]["p90"]) == {"ratio", "ci", "ci_level", "rounds"} and record["speedups"]["median"]["ci"]
+
+
+class _Case:
+    key, weight = "x", 1.0
+
+
+def test_a_one_round_study_is_screening_only_and_its_speedup_has_no_interval():
+    fast = finalist("openvino", "fp32", 1, [1.0], [0.9])
+    base = finalist("", "", None, [3.0], [2.7], baseline=True)
+    summary = _choose("s", "latency", {}, [fast, base])
+    assert summary.winner is fast and summary.screening_only and summary.rounds == 1
+    assert summary.speedups["p90"].ci is None and summary.speedups["p90"].level is None
+    assert summary.speedup_vs_baseline == 3.0
+    record = study_record(summary)
+    assert record["screening_only"] and record["speedups"]["p90"]["ci"] is None
+    assert "3.00x (median 3.00x); screening only (1 finalist round, no interval)" in record["headline"]
+
+
+def test_a_tie_is_close_in_most_rounds_and_the_cheaper_config_wins_it():
+    quick = finalist("openvino", "fp32", 4, [1.00, 1.00, 1.00])
+    cheap = finalist("openvino", "fp32", 1, [1.02, 0.99, 1.01])  # within 3%, faster in one round
+    summary = _choose("s", "latency", {}, [quick, cheap])
+    assert summary.winner is cheap and summary.tie_with == [quick.label]
+    behind = finalist("openvino", "fp32", 1, [1.02, 1.02, 1.025])  # within 3% but slower in every round
+    assert _choose("s", "latency", {}, [quick, behind]).winner is quick
