@@ -21,6 +21,7 @@ from autodeploy.harness.run import HarnessSettings, PreparedData, prepare_data, 
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import ModelInfo, load_model
 from autodeploy.search.space import unsupported_reason
+from autodeploy.verdict import output_drop, output_metric
 from tests.realmodels.conftest import ROWS
 from tests.realmodels.corpus import CHEAPEST, FALLBACK, MODELS, RealModel
 
@@ -50,7 +51,7 @@ def _prepare(real: RealModel, photos: list[np.ndarray], folder: Path) -> Prepare
         if isinstance(path, str):
             _PREPARED[real.name] = path
         else:
-            model = load_model(path, real.shapes, name=real.name)
+            model = load_model(path, real.shapes, name=real.name, batch_axes=real.batch_axes)
             settings = HarnessSettings(workdir=folder / "work", policy=QUICK, timeout_s=TIMEOUT_S,
                                        build_timeout_s=BUILD_TIMEOUT_S, calibration_items=ITEMS // 2,
                                        evaluation_items=ITEMS // 2)  # fmt: skip
@@ -94,11 +95,15 @@ def test_real_model_on_engine(real, engine, reduced, photos, corpus_dir):
         acc = result.accuracy
         worst = min(acc.outputs, key=lambda o: o.cosine)
         verdict = "pass" if acc.passed else f"FAIL ({acc.constraint})"
+        judged = max(acc.outputs, key=output_drop)  # the output the verdict rests on, by its own measure
+        label, value = output_metric(judged)
+        measure = f"{label} {value:.2f} dB" if label == "SQNR" else f"{label} {value:.4f}"
         ROWS.append({**row, "median_ms": result.latency.median, "cosine": worst.cosine,
-                     "top1": worst.top1_agreement, "verdict": verdict,
+                     "top1": worst.top1_agreement, "verdict": verdict, "judged": f"{judged.name}: {measure}",
+                     "outputs": {o.name: f"{o.kind}: {output_metric(o)[0]} {output_metric(o)[1]:.4f}" for o in acc.outputs},
                      "outcome": f"{result.latency.median:.2f} ms, cosine {worst.cosine:.4f}"
                                 + (f", top-1 {worst.top1_agreement:.0%}" if worst.top1_agreement is not None else "")
-                                + f", {verdict}"})  # fmt: skip
+                                + f", worst {judged.kind} output {judged.name}: {measure}, {verdict}"})  # fmt: skip
         assert result.ok or result.failure_kind == "inaccurate"
         assert np.isfinite(result.latency.median) and result.latency.median > 0
         return
