@@ -1,4 +1,4 @@
-"""What "accurate enough" and "better" mean: the one place these rules live (DESIGN.md).
+"""What "accurate enough" and "better" mean: the one place these rules live (docs/architecture.md).
 
 Everything that judges a measurement calls this module: the harness's accuracy check
 (:func:`accuracy_verdict`), the study's objective and constraints (:func:`accuracy_drop`,
@@ -11,7 +11,7 @@ The rules:
 
 * **Accuracy**, judged per output by what the output *means* (its kind, :func:`output_kind`, found
   from the producing ONNX node, the shape and the reference's values, and overridable per output
-  with :func:`parse_override`). Never one number over a whole tensor (DESIGN.md, "Lessons"):
+  with :func:`parse_override`). Never one number over a whole tensor (docs/architecture.md, "Accuracy verdicts"):
 
   - ``exact``: integer and boolean outputs (ids), exact agreement ``>= 1 - max_drop``.
   - ``top1``: class-score vectors ``[N, C > 1]``, top-1 agreement ``>= 1 - max_drop``.
@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from autodeploy.harness.result import Accuracy, OutputAccuracy
 
-#: The default accuracy budget (DESIGN.md): top-1 agreement drop <= 1%.
+#: The default accuracy budget (docs/architecture.md, "Accuracy verdicts"): each output may lose at most 1% of its measure.
 DEFAULT_MAX_ACCURACY_DROP = 0.01
 #: The default where top-1 does not apply: cosine similarity >= 0.99 (the same 1% budget).
 DEFAULT_MIN_COSINE = 1.0 - DEFAULT_MAX_ACCURACY_DROP

@@ -1,4 +1,4 @@
-"""Ship the winner: export, manifest, verify, loader, Triton export (DESIGN.md, "Bundle").
+"""Ship the winner: export, manifest, verify, loader, Triton export (docs/architecture.md, "Layers").
 
 * :func:`load` opens a bundle folder or ``.tar.gz`` (verified, checked against this machine)
   and returns a :class:`~autodeploy.bundle.loader.Predictor` with ``run(feeds)``.

@@ -1,4 +1,4 @@
-"""Export the winner of a study (or one stored trial) as a bundle (DESIGN.md, "Bundle").
+"""Export the winner of a study (or one stored trial) as a bundle (docs/architecture.md, "Layers").
 
 The pipeline reads top to bottom: find the trial in the store (:func:`study_winner`,
 :func:`stored_trial`), describe it (:func:`build_manifest`), and write it atomically

@@ -62,7 +62,7 @@ class Round:
     index: int
     p10_ms: float | None = None
     median_ms: float | None = None
-    p90_ms: float | None = None  # None below 64 calls (DESIGN.md)
+    p90_ms: float | None = None  # None below 64 calls (docs/architecture.md)
     mean_ms: float | None = None
     calls: int = 0
     accuracy: float | None = None

@@ -1,4 +1,4 @@
-"""Accuracy of an engine's outputs against the ONNX Runtime FP32 reference (DESIGN.md).
+"""Accuracy of an engine's outputs against the ONNX Runtime FP32 reference (docs/architecture.md).
 
 Each output's kind (:func:`autodeploy.verdict.output_kind`) is found from its producing ONNX node
 (:func:`producers`), its shape and the reference's values, or taken from the user's override; then
@@ -78,7 +78,7 @@ def compare(
 ) -> Accuracy:
     """Compare ``outputs`` with ``reference`` and check the accuracy constraint.
 
-    The constraint is :func:`autodeploy.verdict.accuracy_verdict` (DESIGN.md), per output by its
+    The constraint is :func:`autodeploy.verdict.accuracy_verdict` (docs/architecture.md), per output by its
     kind: exact / top-1 / sequence agreement and decision F1 ``>= 1 - max_top1_drop``, the worst
     channel group's SQNR ``>= verdict.sqnr_for_drop(max_top1_drop)`` (or the override's limit),
     cosine ``>= min_cosine`` where an override asks for it; with ``labels`` the task accuracy may

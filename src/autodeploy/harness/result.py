@@ -15,7 +15,7 @@ from typing import Any
 
 from autodeploy.adapters.base import TrialConfig
 
-#: Why a trial produced no usable measurement (DESIGN.md, "Measurement rules").
+#: Why a trial produced no usable measurement (docs/architecture.md, "Measurement rules").
 #: An engine's failure reason is kept whole up to this many lines, each up to REASON_LINE_CHARS: its first
 #: line is often a file:line of the engine's own source, and the line that names the op or node comes later.
 REASON_LINES = 40
@@ -161,7 +161,7 @@ class Accuracy:
 LATENCY_KEYS = {"n": "n_samples", "median": "median_ms", "mean": "mean_ms", "stdev": "stdev_ms", "cv": "cv",
                 "min": "min_ms", "max": "max_ms", "median_ci": "median_ci", "p90": "p90_ms", "p90_ci": "p90_ci",
                 "p99": "p99_ms", "p99_ci": "p99_ci", "unstable": "unstable"}  # fmt: skip
-#: The sample counts that a p90 / p99 claim needs (DESIGN.md; harness/stats.py applies them).
+#: The sample counts that a p90 / p99 claim needs (docs/architecture.md; harness/stats.py applies them).
 _CLAIMS = (("p90", 64), ("p99", 662))
 #: Measurement fields whose flat form is not the value itself.
 _NESTED = ("latency", "accuracy", "samples_ms", "serving")

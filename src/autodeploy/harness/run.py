@@ -76,7 +76,7 @@ def _default_memory_cap_mb() -> int:
 
 @dataclass(frozen=True)
 class HarnessSettings:
-    """How trials are run. Defaults are the screening settings of DESIGN.md.
+    """How trials are run. Defaults are the screening settings of docs/architecture.md.
 
     ``timeout_s`` bounds every worker that runs the model (the FP32 reference and each
     measurement), ``build_timeout_s`` the worker that builds an artifact.

@@ -30,7 +30,7 @@ import numpy as np
 
 from autodeploy.harness.result import LatencyStats
 
-#: A p90 claim needs at least this many samples (DESIGN.md, "Measurement rules").
+#: A p90 claim needs at least this many samples (docs/architecture.md, "Measurement rules").
 MIN_SAMPLES_P90 = 64
 #: A p99 claim needs at least this many samples.
 MIN_SAMPLES_P99 = 662

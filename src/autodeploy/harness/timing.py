@@ -21,7 +21,7 @@ StopReason = Literal["min_reached", "max_samples", "max_duration"]
 
 @dataclass(frozen=True)
 class TimingPolicy:
-    """How long to warm up and how many calls to time (DESIGN.md, "Measurement rules").
+    """How long to warm up and how many calls to time (docs/architecture.md, "Measurement rules").
 
     Warm-up makes at least ``warmup_min_calls`` calls, then goes on until the median of the
     last ``warmup_window`` calls is within ``warmup_tolerance`` (relative) of the median of the

@@ -65,7 +65,7 @@ FLOAT_PRECISIONS = ("f32", "bf16", "auto")
 RUNTIME_DISTS = ("onnxruntime", "openvino")
 CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
 DEFAULT_CALIBRATION = "percentile"
-#: The accuracy budget of the fallback: DESIGN.md's default constraint (top-1 drop <= 1%).
+#: The accuracy budget of the fallback: default budget (docs/architecture.md, 1%).
 ACCURACY_BUDGET = DEFAULT_MAX_ACCURACY_DROP
 #: SmoothQuant's alpha: the paper's default, half of the activation range moved into the weights.
 SMOOTHQUANT_ALPHA = 0.5

@@ -1,4 +1,4 @@
-"""SQLAlchemy models of the results database (DESIGN.md, "Store").
+"""SQLAlchemy models of the results database (docs/architecture.md, "Layers").
 
 Portable across SQLite and PostgreSQL: generic types only (``sa.JSON``, timezone-aware
 ``DateTime``), every constraint named through :data:`NAMING_CONVENTION` so Alembic

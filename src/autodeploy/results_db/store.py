@@ -1,4 +1,4 @@
-"""The results store: every trial, successful or not, in one SQL database (DESIGN.md, "Store").
+"""The results store: every trial, successful or not, in one SQL database (docs/architecture.md, "Layers").
 
 SQLite by default (one file, WAL mode, 30 s busy timeout, foreign keys on), any PostgreSQL
 URL for a fleet. The schema is upgraded to head when a store opens read-write; read-only

@@ -58,7 +58,7 @@ TIE_TOLERANCE = 0.03
 #: than the leader in that round; after later rounds, when it is slower in every round so far and the
 #: paired interval of its ratio to the leader lies above 1 (it is wholly behind).
 FIRST_ROUND_MARGIN = 0.10
-#: Rounds a winner claim needs (DESIGN.md, "Winner choice"); fewer is labelled screening only.
+#: Rounds a winner claim needs (docs/architecture.md, "Measurement rules"); fewer is labelled screening only.
 MIN_WINNER_ROUNDS = 3
 # A running trial beats every HEARTBEAT_S; one silent for GRACE_S (its process was killed) is
 # failed by the next run or worker of the study (Optuna's fail_stale_trials).
