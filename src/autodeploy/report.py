@@ -230,7 +230,8 @@ def _finalist(f: Mapping[str, Any]) -> dict[str, Any]:
     return {"label": f["label"], "config": _jsonable(config), "statistic": f.get("statistic"),
             "statistic_ci": None if ci is None else [ci[0], ci[1]], "n_samples": f.get("n_samples", 0),
             "baseline": bool(f.get("baseline")), "failure": f.get("failure"), "trial_uids": list(f.get("uids") or ()),
-            "per_shape": dict(f.get("per_shape") or {})}  # fmt: skip
+            "per_shape": dict(f.get("per_shape") or {}), "rounds": list(f.get("rounds") or ()),
+            "pooled": f.get("pooled")}  # fmt: skip
 
 
 def _jsonable(value: Any) -> Any:
@@ -342,7 +343,11 @@ _FINALIST = {
                    "n_samples": {"type": "integer"}, "baseline": {"type": "boolean"}, "failure": _STR,
                    "trial_uids": {"type": "array", "items": {"type": "string"}},
                    "per_shape": {"type": "object", "additionalProperties": _NUM,
-                                 "description": "the statistic at each shape of a study over several"}},  # fmt: skip
+                                 "description": "the statistic at each shape of a study over several"},
+                   "rounds": {"type": "array", "items": _NUM, "description": "one value per finalist round "
+                              "(null: it did not run that round); the winner is chosen on these, paired by round"},
+                   "pooled": {**_NUM, "description": "the statistic over every call of every round pooled: "
+                              "display only (one noisy round owns its tail)"}},  # fmt: skip
 }
 _RATIO = {"type": "object", "required": ["ratio", "ci", "ci_level", "rounds"],
           "properties": {"ratio": {"type": "number"}, "ci": _CI, "ci_level": _NUM, "rounds": {"type": ["integer", "null"]}}}
