@@ -243,3 +243,30 @@ def test_dashboard_and_study_agree_on_the_same_rows(objective, constraints):
     rejected = ({"d", "e"} if budget == 0.01 else set()) | ({"c", "f"} if sla_binds else set())
     expected = set("abcdefg") - rejected
     assert feasible_uids == expected
+
+
+def test_a_rejection_names_the_constraint_the_value_and_the_limit():
+    seq = OutputAccuracy("probs", 0.0, 0.0, 0.999, kind="sequence", sequence_agreement=0.98, token_agreement=0.999)
+    ok = OutputAccuracy("ids", 0.0, 0.0, 1.0, kind="exact", exact_agreement=1.0)
+    acc = accuracy(ok, seq)
+    (r,) = verdict.rejections(Measured(1.0, accuracy_drop(acc)), Limits(), "latency", acc)
+    assert (r.constraint, r.value, r.limit, r.unit) == ("max_accuracy_drop", 0.98, pytest.approx(0.99), "")
+    assert r.reason == "output 'probs': sequence agreement 0.98 < 0.99 (max accuracy drop 1%)"
+    assert r.miss == pytest.approx(1.0)  # a 2% drop against a 1% budget: 100% past it
+    # the SQNR of the worst channel group, with the limit the budget sets
+    group = OutputAccuracy("output0", 0.0, 0.0, 0.9999, kind="sqnr", sqnr_db=7.5, channels="axis 1, channels 4-21")
+    (r,) = verdict.rejections(Measured(1.0, accuracy_drop(accuracy(group))), Limits(), "latency", accuracy(group))
+    assert r.reason == "output 'output0', axis 1, channels 4-21: SQNR 7.5 dB < 17 dB (max accuracy drop 1%)"
+    assert (r.value, r.unit) == (7.5, "dB") and r.limit == pytest.approx(verdict.sqnr_for_drop(0.01))
+    # memory and the SLA at once, each with its numbers; nothing broken: nothing
+    both = verdict.rejections(Measured(3.0, 0.0, peak_rss_mb=812.0), Limits(max_memory_mb=500, sla_ms=2), "latency")
+    assert [(r.constraint, r.value, r.limit, r.unit) for r in both] == [("max_memory_mb", 812.0, 500, "MB"),
+                                                                        ("sla_ms", 3.0, 2, "ms")]  # fmt: skip
+    assert [r.reason for r in both] == ["peak memory 812.0 MB > 500 MB", "latency 3.000 ms > SLA 2 ms"]
+    assert verdict.rejections(Measured(1.0, 0.0, peak_rss_mb=400.0), Limits(max_memory_mb=500), "latency") == []
+    # without the outputs (a summary stored before), the drop as one number; a NaN output is named, no value
+    (r,) = verdict.rejections(Measured(1.0, 0.05), Limits(), "latency")
+    assert r.reason == "accuracy drop 5.00% > 1.00%" and (r.value, r.limit) == (0.05, 0.01)
+    broken = accuracy(out("y", cosine=float("nan")))
+    (r,) = verdict.rejections(Measured(1.0, accuracy_drop(broken)), Limits(), "latency", broken)
+    assert r.reason.startswith("output 'y': NaN or inf") and r.value is None

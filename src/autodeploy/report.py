@@ -13,7 +13,9 @@ Two record kinds, each carrying ``schema`` and ``schema_version``:
   and (issue 26) the speed-ups paired by round (``speedups``: the optimised statistic's and the
   median's, each with its interval over rounds), which one the study optimised (``optimised``),
   the rounds the winner rests on and whether it is a screening result only (``screening_only``),
-  and the one-line ``headline`` that names its statistic (:func:`headline`).
+  and the one-line ``headline`` that names its statistic (:func:`headline`); and (issue 25) every config a
+  constraint rejected, once, with the value and the limit (``rejected``), and the closest of them when no
+  trial meets the constraints (``closest``).
   The dashboard's winners page reads the same record.
 
 :data:`SCHEMA` is the JSON Schema (draft 2020-12) of both; ``autodeploy schema`` prints it. A change
@@ -131,7 +133,13 @@ def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
         "deprioritized": dict(s.get("deprioritized") or {}),
         "skipped": list(s.get("skipped") or ()),
         "failures": {kind: dict(seen) for kind, seen in (s.get("failures") or {}).items()},
+        "rejected": [_rejected(r) for r in s.get("rejected") or ()],
+        "closest": None if s.get("closest") is None else _rejected(s["closest"]),
     }
+
+
+def _rejected(r: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: r.get(k) for k in ("config", "constraint", "value", "limit", "unit", "reason")}
 
 
 def _ratio(r: Mapping[str, Any]) -> dict[str, Any]:
@@ -349,6 +357,18 @@ _FINALIST = {
                    "pooled": {**_NUM, "description": "the statistic over every call of every round pooled: "
                               "display only (one noisy round owns its tail)"}},  # fmt: skip
 }
+_REJECTED = {
+    "type": "object",
+    "required": ["config", "constraint", "value", "limit", "unit", "reason"],
+    "properties": {"config": {"type": "string", "description": "the config's label"},
+                   "constraint": {"enum": ["max_accuracy_drop", "max_memory_mb", "sla_ms"],
+                                  "description": "the constraint it misses most"},
+                   "value": {**_NUM, "description": "what was measured (for accuracy, the worst output's own measure: "
+                             "an SQNR in dB, an agreement or F1 as a fraction); null where not finite"},
+                   "limit": {**_NUM, "description": "what that constraint allows, in the same unit"},
+                   "unit": {"type": "string", "description": "MB, ms, dB, q/s, or empty for a fraction"},
+                   "reason": {"type": "string", "description": "every constraint it breaks, with value and limit, as read"}},
+}
 _RATIO = {"type": "object", "required": ["ratio", "ci", "ci_level", "rounds"],
           "properties": {"ratio": {"type": "number"}, "ci": _CI, "ci_level": _NUM, "rounds": {"type": ["integer", "null"]}}}
 _STUDY = {
@@ -405,6 +425,10 @@ _STUDY = {
         "failures": {"type": "object", "description": "failed trials by failure kind: count, first config, its reason",
                      "additionalProperties": {"type": "object", "properties": {"count": {"type": "integer"},
                                               "config": {"type": "string"}, "reason": {"type": "string"}}}},  # fmt: skip
+        "rejected": {"type": "array", "items": _REJECTED, "description": "every config a constraint rejected, "
+                     "once, closest to meeting the constraints first"},
+        "closest": {"oneOf": [{"type": "null"}, _REJECTED],
+                    "description": "no trial meets the constraints: the rejected config that came closest"},
     },
 }
 #: JSON Schema of every record above; ``--format json`` prints one record or a list of them.

@@ -3,8 +3,8 @@
 Everything that judges a measurement calls this module: the harness's accuracy check
 (:func:`accuracy_verdict`), the study's objective and constraints (:func:`accuracy_drop`,
 :func:`violations`, :func:`feasible`, :func:`pareto_front`), the bundle manifest
-(:func:`constraint_verdicts`), the dashboard's Pareto page (:func:`reasons`,
-:func:`pareto_front`), the gate (:func:`accuracy_score`, :func:`within`) and the in-house
+(:func:`constraint_verdicts`), the study summary's rejected configs (:func:`rejections`), the
+dashboard's Pareto page (:func:`reasons`, :func:`pareto_front`), the gate (:func:`accuracy_score`, :func:`within`) and the in-house
 quantizer's budget (:data:`DEFAULT_MAX_ACCURACY_DROP`).
 
 The rules:
@@ -216,14 +216,22 @@ def _shortfall(o: OutputAccuracy, max_drop: float, min_cosine: float) -> float:
     return output_drop(o, max_drop=max_drop, min_cosine=min_cosine) - max_drop
 
 
-def _rule(o: OutputAccuracy, max_drop: float, min_cosine: float) -> str:
+def _limit(o: OutputAccuracy, max_drop: float, min_cosine: float) -> float:
+    """The value an output's metric must reach: its own SQNR limit or the budget's, else ``1 - max_drop``."""
     metric = output_metric(o)[0]
     if metric == "SQNR":
-        return f"SQNR >= {o.min_sqnr_db if o.min_sqnr_db is not None else sqnr_for_drop(max_drop):.3g} dB"
+        return o.min_sqnr_db if o.min_sqnr_db is not None else sqnr_for_drop(max_drop)
+    return min_cosine if metric == "cosine" else 1 - max_drop
+
+
+def _rule(o: OutputAccuracy, max_drop: float, min_cosine: float) -> str:
+    metric, limit = output_metric(o)[0], _limit(o, max_drop, min_cosine)
+    if metric == "SQNR":
+        return f"SQNR >= {limit:.3g} dB"
     if metric == "F1":
         threshold = o.decision_threshold if o.decision_threshold is not None else DEFAULT_DECISION_THRESHOLD
-        return f"F1 at {threshold:g} >= {1 - max_drop:g}"
-    return f"{metric} >= {min_cosine if metric == 'cosine' else 1 - max_drop:g}"
+        return f"F1 at {threshold:g} >= {limit:g}"
+    return f"{metric} >= {limit:g}"
 
 
 def accuracy_verdict(
@@ -260,6 +268,44 @@ def with_metric(verdict: AccuracyVerdict, name: str, value: float, reference: fl
     return AccuracyVerdict(constraint, verdict.passed and within(reference - value, max_drop))
 
 
+@dataclass(frozen=True)
+class WorstOutput:
+    """The output furthest below (or nearest to) its limit (:func:`worst_output`), in its metric's own terms.
+
+    ``where`` names it and, when judged per channel group, the group (``output 'output0', axis 1,
+    channels 4-21``); ``value`` is NaN where the output was not finite. ``failed``: it breaks its limit.
+    """
+
+    output: OutputAccuracy
+    where: str
+    metric: str
+    value: float
+    limit: float
+    failed: bool
+
+    @property
+    def unit(self) -> str:
+        return "dB" if self.metric == "SQNR" else ""
+
+
+def worst_output(
+    outputs: Sequence[OutputAccuracy],
+    *,
+    max_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+    min_cosine: float = DEFAULT_MIN_COSINE,
+) -> WorstOutput | None:
+    """The output furthest below (or nearest to) its limit; ``None`` without outputs."""
+    if not outputs:
+        return None
+    o = max(outputs, key=lambda x: _shortfall(x, max_drop, min_cosine))
+    metric, value = output_metric(o)
+    if not math.isfinite(o.cosine):
+        value = math.nan
+    where = f"output {o.name!r}" + (f", {o.channels}" if o.channels else "")
+    failed = not within(_shortfall(o, max_drop, min_cosine), 0.0)
+    return WorstOutput(o, where, metric, value, _limit(o, max_drop, min_cosine), failed)
+
+
 def worst(
     outputs: Sequence[OutputAccuracy],
     *,
@@ -268,19 +314,16 @@ def worst(
 ) -> str:
     """The output furthest below (or nearest to) its limit, with its channels where it was judged per
     channel group: ``output 'y': cosine 0.95``, ``output 'output0', channels 4-21: SQNR 0.0 dB, limit 17 dB``."""
-    if not outputs:
+    w = worst_output(outputs, max_drop=max_drop, min_cosine=min_cosine)
+    if w is None:
         return "no outputs"
-    o = max(outputs, key=lambda x: _shortfall(x, max_drop, min_cosine))
-    if not math.isfinite(o.cosine):
-        return f"output {o.name!r}: NaN or inf"
-    metric, value = output_metric(o)
-    where = f"output {o.name!r}" + (f", {o.channels}" if o.channels else "")
-    if metric == "SQNR":
-        limit = o.min_sqnr_db if o.min_sqnr_db is not None else sqnr_for_drop(max_drop)
-        return f"{where}: SQNR {value:.1f} dB, limit {limit:.3g} dB"
-    if metric == "sequence agreement" and o.token_agreement is not None:
-        return f"{where}: sequence agreement {value:.4g} (token agreement {o.token_agreement:.4g})"
-    return f"{where}: {metric} {value:.4g}"
+    if math.isnan(w.value):
+        return f"output {w.output.name!r}: NaN or inf"
+    if w.metric == "SQNR":
+        return f"{w.where}: SQNR {w.value:.1f} dB, limit {w.limit:.3g} dB"
+    if w.metric == "sequence agreement" and w.output.token_agreement is not None:
+        return f"{w.where}: sequence agreement {w.value:.4g} (token agreement {w.output.token_agreement:.4g})"
+    return f"{w.where}: {w.metric} {w.value:.4g}"
 
 
 def accuracy_drop(accuracy: Accuracy) -> float:
@@ -398,19 +441,87 @@ def constraint_verdicts(m: Measured, limits: Limits, objective: str) -> dict[str
             for key, v in violations(m, limits, objective).items()}  # fmt: skip
 
 
-def reasons(m: Measured, limits: Limits, objective: str) -> list[str]:
-    """Why a trial is rejected, one phrase per broken constraint (empty when it meets them all)."""
+@dataclass(frozen=True)
+class Rejection:
+    """One constraint a trial breaks, in the constraint's own terms (:func:`rejections`).
+
+    ``constraint`` names the limit as the study config does (``max_accuracy_drop``, ``max_memory_mb``,
+    ``sla_ms``). ``value`` and ``limit`` are what was measured and what was allowed, in ``unit``: for
+    accuracy the worst output's own measure (an SQNR in dB, an agreement or F1 as a fraction), the
+    drop itself where no output is named; ``None`` where not finite. ``miss`` is how far past its
+    limit, as a fraction of the limit (in drop units for accuracy): it ranks the closest config.
+    """
+
+    constraint: str
+    value: float | None
+    limit: float | None
+    unit: str
+    reason: str
+    miss: float
+
+
+def rejections(m: Measured, limits: Limits, objective: str,
+               accuracy: Accuracy | None = None) -> list[Rejection]:  # fmt: skip
+    """Why a trial is rejected, one :class:`Rejection` per broken constraint of :func:`violations`
+    (empty when it meets them all). With ``accuracy`` the accuracy reason names the worst output
+    and channel group (:func:`worst_output`) with its value and limit."""
     found = violations(m, limits, objective)
     out = []
-    if found.get("accuracy_drop", 0.0) > 0:
-        out.append(f"accuracy drop {m.accuracy_drop:.2%} > {limits.max_accuracy_drop:.2%}")
-    if found.get("memory_mb", 0.0) > 0:
-        out.append(f"memory {m.peak_rss_mb:.1f} MB > {limits.max_memory_mb:g} MB")
-    if found.get("latency_ms", 0.0) > 0:
-        out.append(f"latency {m.latency_ms:.3f} ms > SLA {limits.sla_ms:g} ms")
+    if (excess := found.get("accuracy_drop", 0.0)) > 0:
+        out.append(_accuracy_rejection(m, limits, accuracy, _relative(excess, limits.max_accuracy_drop)))
+    if (excess := found.get("memory_mb", 0.0)) > 0:
+        out.append(Rejection("max_memory_mb", m.peak_rss_mb, limits.max_memory_mb, "MB",
+                             f"peak memory {mb_text(m.peak_rss_mb or 0.0)} MB > {limits.max_memory_mb:g} MB",
+                             _relative(excess, limits.max_memory_mb)))  # fmt: skip
+    if (excess := found.get("latency_ms", 0.0)) > 0:
+        out.append(Rejection("sla_ms", m.latency_ms, limits.sla_ms, "ms",
+                             f"latency {m.latency_ms:.3f} ms > SLA {limits.sla_ms:g} ms",
+                             _relative(excess, limits.sla_ms)))  # fmt: skip
     if found.get("server_rate", 0.0) > 0:
-        out.append(f"no rate meets the SLA of {limits.sla_ms:g} ms")
+        out.append(Rejection("sla_ms", None, limits.sla_ms, "ms",  # no rate's p99 to name: none met it
+                             f"no rate meets the SLA of {limits.sla_ms:g} ms", 1.0))  # fmt: skip
     return out
+
+
+def mb_text(mb: float) -> str:
+    """Megabytes as read in a reason: one decimal, two significant digits below 1 MB (a tiny model's 0.00093)."""
+    return f"{mb:.1f}" if mb >= 1 else f"{mb:.2g}"
+
+
+def _relative(excess: float, limit: float | None) -> float:
+    return excess / limit if limit else excess
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _accuracy_rejection(m: Measured, limits: Limits, accuracy: Accuracy | None, miss: float) -> Rejection:
+    """The accuracy budget broken: by the worst output when one fails its limit, else by the task
+    accuracy (labels), else by the drop as one number (a record without its outputs)."""
+    max_drop = limits.max_accuracy_drop
+    budget = f"max accuracy drop {max_drop * 100:g}%"
+    w = worst_output(accuracy.outputs, max_drop=max_drop, min_cosine=cosine_for_drop(max_drop)) if accuracy else None
+    if w is not None and w.failed:
+        if math.isnan(w.value):
+            reason = f"{w.where}: NaN or inf ({budget})"
+        else:
+            value = f"{w.value:.1f}" if w.metric == "SQNR" else f"{w.value:.4g}"
+            unit = f" {w.unit}" if w.unit else ""
+            own = w.metric == "SQNR" and w.output.min_sqnr_db is not None  # the user's --accuracy limit, not the budget's
+            reason = f"{w.where}: {w.metric} {value}{unit} < {w.limit:.3g}{unit}" + ("" if own else f" ({budget})")
+        return Rejection("max_accuracy_drop", _finite(w.value), _finite(w.limit), w.unit, reason, miss)
+    task = _task_drops(accuracy.outputs) if accuracy else []
+    if task and not within(max(task), max_drop):
+        return Rejection("max_accuracy_drop", max(task), max_drop, "",
+                         f"task accuracy drop {max(task):.2%} > {max_drop:.2%}", miss)  # fmt: skip
+    return Rejection("max_accuracy_drop", _finite(m.accuracy_drop), max_drop, "",
+                     f"accuracy drop {m.accuracy_drop:.2%} > {max_drop:.2%}", miss)  # fmt: skip
+
+
+def reasons(m: Measured, limits: Limits, objective: str) -> list[str]:
+    """Why a trial is rejected, one phrase per broken constraint (empty when it meets them all)."""
+    return [r.reason for r in rejections(m, limits, objective)]
 
 
 # -- Pareto --------------------------------------------------------------------------------

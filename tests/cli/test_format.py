@@ -112,3 +112,30 @@ def test_tune_with_a_time_budget_too_small_for_the_baseline_says_so_in_one_line(
     assert "too small: measuring even the baseline (ONNX Runtime fp32) takes about" in line and "--time-budget" in line
     code, _, err = run(capsys, "tune", str(model), "--time-budget", "ten minutes", *TUNE)
     assert code == 2 and "is not a duration" in err
+
+
+@pytest.mark.slow
+def test_tune_with_no_config_under_the_memory_cap_names_the_closest_in_json_and_text(env, capsys):  # noqa: F811
+    tmp_path, db = env
+    model = mlp(tmp_path / "m.onnx")
+    code, out, err = run(capsys, "tune", str(model), "--name", "s", "--format", "json", "--max-memory-mb", "0.001", *TUNE)
+    assert code == 1, err  # no winner
+    record = json.loads(out)
+    validate(record)
+    closest, rejected = record["closest"], record["rejected"]
+    assert record["winner"] is None and rejected and closest == rejected[0]
+    assert len({r["config"] for r in rejected}) == len(rejected)  # one entry per config
+    with Store.open(db) as store:
+        peaks = {r.config.label(): r.measurement.peak_rss_mb for r in store.study_trials("s")}
+    for r in rejected:  # the measured peak memory and the cap, both
+        assert (r["constraint"], r["value"], r["limit"], r["unit"]) == ("max_memory_mb", peaks[r["config"]], 0.001, "MB")
+    assert closest["value"] == min(peaks.values()) > 0.001
+    assert f"closest: {closest['config']}: {closest['reason']}" in record["note"]
+    assert closest["reason"].startswith("peak memory ") and closest["reason"].endswith(" MB > 0.001 MB")
+
+    # the text of the same configs (taken from the store: nothing runs again) says the same
+    code, out, err = run(capsys, "tune", str(model), "--name", "t", "--max-memory-mb", "0.001", *TUNE)
+    assert code == 1
+    assert f"no winner: no trial meets the constraints; closest: {closest['config']}: {closest['reason']}" in " ".join(err.split())
+    assert f"rejected by a constraint: {len(rejected)} config" in out
+    assert all(f"{r['config']}: {r['reason']}" in out for r in rejected)

@@ -139,3 +139,22 @@ def test_the_screening_bar_ends_done_when_the_search_space_runs_out_first():
         assert (task.completed, task.total) == (13, 28)
     task = reporter.progress.tasks[reporter.task]
     assert (task.completed, task.total, task.fields["eta"]) == (13, 13, "0s") and task.finished
+
+
+def test_rejected_configs_are_listed_closest_first_in_ten_lines_at_most(capsys, monkeypatch):
+    from autodeploy.search.study import Rejected
+
+    monkeypatch.setattr(_common.out, "width", 200)
+    rejected = [Rejected(f"onnxruntime/fp32/b{b}/t2", "max_memory_mb", 500.0 + b, 500.0, "MB",
+                         f"peak memory {500 + b:.1f} MB > 500 MB") for b in range(1, 13)]  # fmt: skip
+    summary = StudySummary("s", "latency", {"complete": 12}, [], None, rejected=rejected, closest=rejected[0],
+                           note=f"no trial meets the constraints; closest: {rejected[0].text()}")  # fmt: skip
+    tune._print_summary(summary, "s")
+    captured = capsys.readouterr()
+    assert "no winner: no trial meets the constraints; closest: onnxruntime/fp32/b1/t2: peak memory 501.0 MB > 500 MB" in captured.err
+    lines = captured.out.splitlines()
+    start = lines.index("rejected by a constraint: 12 configs, closest first")
+    listed = lines[start + 1 : start + 1 + tune.REJECTED_SHOWN]
+    assert listed == [f"  onnxruntime/fp32/b{b}/t2: peak memory {500 + b:.1f} MB > 500 MB" for b in range(1, 9)]
+    assert lines[start + 1 + tune.REJECTED_SHOWN] == "  ... 4 more (see --format json)"
+    assert tune.REJECTED_SHOWN + 2 <= 10

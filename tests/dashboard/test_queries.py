@@ -53,7 +53,7 @@ def test_verdicts_mark_winner_front_and_reasons():
     assert out["verdict"].to_dict() == {"a": "winner", "b": "pareto", "c": "feasible", "d": "rejected",
                                         "e": "rejected", "f": "rejected"}  # fmt: skip
     assert out.loc["d", "reason"] == "accuracy drop 5.00% > 1.00%"
-    assert out.loc["e", "reason"] == "memory 300.0 MB > 100 MB"
+    assert out.loc["e", "reason"] == "peak memory 300.0 MB > 100 MB"
     assert out.loc["f", "reason"] == "timeout: boom"
 
 

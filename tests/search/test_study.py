@@ -12,13 +12,14 @@ from autodeploy.device import probe_device
 from autodeploy.errors import UsageError
 from autodeploy.harness.run import HarnessSettings, prepare_data
 from autodeploy.harness.timing import TimingPolicy
+from autodeploy.inhouse.memory import floor_mb
 from autodeploy.model import load_model
 from autodeploy.results_db import Store
 from autodeploy.search.config import StudyConfig
 from autodeploy.search.study import Reporter, StudyContext, run_study
-from autodeploy.verdict import feasible
+from autodeploy.verdict import feasible, mb_text, sqnr_for_drop
 from tests.adapters.faulty import TARGET
-from tests.models import mlp
+from tests.models import detector, mlp
 
 FAST = TimingPolicy(
     warmup_min_calls=2, warmup_max_s=0.2, min_samples=64, min_duration_s=0.1, max_duration_s=5
@@ -151,11 +152,27 @@ def test_a_failed_build_or_accuracy_prunes_every_config_of_that_artifact(tmp_pat
 
 
 @pytest.mark.slow
-def test_no_feasible_trial_leaves_a_labelled_best_so_far(tmp_path):
+def test_no_feasible_trial_names_the_closest_config_and_leaves_a_labelled_best_so_far(tmp_path):
     db = f"sqlite:///{tmp_path / 'r.db'}"
-    ctx = make_ctx(tmp_path, db, trials=1, precisions=["fp32"], constraints={"max_memory_mb": 0.001})
+    ctx = make_ctx(tmp_path, db, trials=2, precisions=["fp32"], constraints={"max_memory_mb": 0.001})
     summary = run_study(ctx)
     assert summary.winner is None and "best-so-far" in summary.note and len(summary.finalists) == 1
+    # every measured config is listed once, each with the peak memory its trial stored and the cap
+    trials = optuna.load_study(study_name="s", storage=db).trials
+    measured = {TrialConfig.from_dict(t.user_attrs["config"]).label(): t.user_attrs["uid"] for t in trials
+                if t.state.name == "COMPLETE" and "repeat_of" not in t.user_attrs}  # fmt: skip
+    rows = {r.uid: r for r in ctx.store.study_trials("s")}
+    assert len(measured) == 2 and sorted(r.config for r in summary.rejected) == sorted(measured)
+    for r in summary.rejected:
+        peak = rows[measured[r.config]].measurement.peak_rss_mb
+        assert (r.constraint, r.value, r.limit, r.unit) == ("max_memory_mb", peak, 0.001, "MB") and peak > 0.001
+        assert r.reason == f"peak memory {mb_text(peak)} MB > 0.001 MB"
+    # the closest is the one that missed the cap by least, named in the note with both numbers
+    closest = summary.closest
+    assert closest == summary.rejected[0] and closest.value == min(r.value for r in summary.rejected)
+    assert summary.note.startswith(f"no trial meets the constraints; closest: {closest.config}: peak memory "
+                                   f"{mb_text(closest.value)} MB > 0.001 MB")  # fmt: skip
+    assert ctx.store.get_study("s").summary["closest"]["config"] == closest.config  # stored with the summary
 
 
 @pytest.mark.slow
@@ -257,11 +274,43 @@ def test_a_config_the_memory_plan_cannot_fit_is_pruned_before_building(tmp_path)
     # zoo mlp: weights + live activations are ~0.0009 MB, so 0.0005 MB cannot fit
     ctx = make_ctx(tmp_path, db, trials=1, precisions=["fp32"], constraints={"max_memory_mb": 0.0005},
                    finalists={"count": 0})  # fmt: skip
-    run_study(ctx)
+    summary = run_study(ctx)
     trials = optuna.load_study(study_name="s", storage=db).trials
     assert trials and all(t.state.name == "PRUNED" for t in trials)
     assert all("memory plan needs at least" in t.user_attrs["pruned_reason"] for t in trials)
     assert ctx.store.study_trials("s") == [], "nothing was built or measured"
+    # rejected by the memory cap all the same: the plan's floor against the cap, the closest named
+    floor = floor_mb(ctx.model, 1, "fp32")
+    closest = summary.closest
+    assert summary.winner is None and closest is not None and closest.config.startswith("onnxruntime/fp32/b1/t1")
+    assert (closest.constraint, closest.value, closest.limit) == ("max_memory_mb", floor, 0.0005) and floor > 0.0005
+    assert f"closest: {closest.config}: memory plan needs at least {mb_text(floor)} MB > 0.0005 MB" in summary.note
+
+@pytest.mark.slow
+def test_a_config_breaking_the_accuracy_budget_is_listed_with_its_worst_channel_group(tmp_path):
+    """The detector of tests/models.py: static int8 with a quantized head loses its class-score channels."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    model = load_model(detector(tmp_path / "det.onnx"))
+    settings = HarnessSettings(workdir=tmp_path / "work", policy=FAST, timeout_s=60)
+    knobs = {"quant_method": ["static"], "quant_head": ["int8"], "execution_mode": ["ORT_SEQUENTIAL"]}
+    cfg = StudyConfig(model=str(model.path), engines=["onnxruntime"], threads=[1], precisions=["fp32", "int8"],
+                      sampler="grid", knobs={"onnxruntime": knobs}, finalists={"count": 0})  # fmt: skip
+    ctx = StudyContext(cfg, "s", model, probe_device(), prepare_data(model, settings), settings, Store.open(db), db,
+                       "autodeploy tune test")  # fmt: skip
+    summary = run_study(ctx)
+    assert summary.winner is not None and summary.winner.config.precision == "fp32" and summary.closest is None
+    (rejected,) = summary.rejected
+    assert rejected.config.startswith("onnxruntime/int8/b1/t1") and rejected.constraint == "max_accuracy_drop"
+    # the numbers are the stored verdict's: the worst channel group's SQNR against the budget's limit
+    (row,) = [r for r in ctx.store.study_trials("s") if r.config.precision == "int8"]
+    (o,) = row.accuracy.outputs
+    assert row.failure_kind == "inaccurate" and o.channels == "axis 1, channels 4-11"
+    assert (rejected.value, rejected.unit) == (o.sqnr_db, "dB") and rejected.limit == pytest.approx(sqnr_for_drop(0.01))
+    assert rejected.value < rejected.limit
+    assert rejected.reason == (f"output 'output0', axis 1, channels 4-11: SQNR {o.sqnr_db:.1f} dB < 17 dB "
+                               "(max accuracy drop 1%)")  # fmt: skip
+    assert "output 'output0', axis 1, channels 4-11: SQNR" in row.failure_message  # the harness named the same group
+
 
 # -- build once, measure many; priorities; the time budget -------------------------------------
 

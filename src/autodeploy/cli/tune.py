@@ -369,7 +369,7 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
             shapes.add_row(shown(key), value_text(value, objective))
         out.print(shapes)
     if summary.winner is None:
-        err.print(f"[red]no winner[/]: {shown(summary.note)}")
+        err.print(f"[red]no winner[/]: {shown(summary.note)}", soft_wrap=True)
         _print_search(summary)
         return
     line = shown(summary.headline()).replace(shown(summary.winner.label), f"[bold]{shown(summary.winner.label)}[/]", 1)
@@ -400,6 +400,7 @@ def _print_search(summary: StudySummary) -> None:
         first = seen["reason"].splitlines()[0] if seen["reason"] else kind
         out.print(f"failed: {seen['count']} {shown(kind)}, e.g. {shown(seen['config'])}: {shown(first[:200])}",
                   soft_wrap=True)  # fmt: skip
+    _print_rejected(summary)
     if not summary.time_by_engine:
         return
     table = Table(title="where the time went (whole study)")
@@ -411,6 +412,22 @@ def _print_search(summary: StudySummary) -> None:
     if summary.reference_s:
         table.add_row("reference (ORT fp32)", "", fmt_s(summary.reference_s), "", "1")
     out.print(table)
+
+
+#: Rejected configs the table output lists (closest first); --format json lists every one.
+REJECTED_SHOWN = 8
+
+
+def _print_rejected(summary: StudySummary) -> None:
+    """Every config a constraint rejected, closest first, at most REJECTED_SHOWN lines and a count of the rest."""
+    if not summary.rejected:
+        return
+    n = len(summary.rejected)
+    out.print(f"rejected by a constraint: {n} config{'s' if n != 1 else ''}, closest first")
+    for r in summary.rejected[:REJECTED_SHOWN]:
+        out.print(f"  {shown(r.text())}", soft_wrap=True)
+    if n > REJECTED_SHOWN:
+        out.print(f"  ... {n - REJECTED_SHOWN} more (see --format json)")
 
 
 def fmt_s(seconds: float) -> str:

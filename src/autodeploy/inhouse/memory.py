@@ -34,6 +34,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from autodeploy.verdict import mb_text
+
 if TYPE_CHECKING:
     from autodeploy.model import ModelInfo
 
@@ -120,16 +122,21 @@ def cannot_fit(model: ModelInfo, batch: int, precision: str, max_memory_mb: floa
     """Why a config of ``model`` at ``batch`` cannot fit in ``max_memory_mb`` (the study prunes it), or None."""
     if max_memory_mb is None:
         return None
+    floor = floor_mb(model, batch, precision)
+    if floor is None or floor <= max_memory_mb:
+        return None
+    return (f"the memory plan needs at least {mb_text(floor)} MB at batch {batch} in {precision} "
+            f"(weights + activations live at once), over --max-memory-mb {max_memory_mb:g}")  # fmt: skip
+
+
+def floor_mb(model: ModelInfo, batch: int, precision: str) -> float | None:
+    """The memory plan's floor (weights + live activations, MB) of ``model`` at ``batch``; None where
+    the model cannot take that batch (the search space's reason, not ours)."""
     try:
         shapes = {spec.name: model.input_shape(spec.name, batch) for spec in model.inputs}
     except Exception:  # a shape the model cannot take is the search space's reason, not ours
         return None
-    found = _estimate_cached(str(model.path), model.sha256, json.dumps(sorted(shapes.items())), batch)
-    floor = found.floor_mb(precision)
-    if floor <= max_memory_mb:
-        return None
-    return (f"the memory plan needs at least {floor:.0f} MB at batch {batch} in {precision} "
-            f"(weights + activations live at once), over --max-memory-mb {max_memory_mb:g}")  # fmt: skip
+    return _estimate_cached(str(model.path), model.sha256, json.dumps(sorted(shapes.items())), batch).floor_mb(precision)
 
 
 @functools.lru_cache(maxsize=64)

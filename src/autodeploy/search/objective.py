@@ -13,11 +13,11 @@ from autodeploy import verdict
 from autodeploy.verdict import SERVER, Limits, Measured, accuracy_drop
 
 if TYPE_CHECKING:
-    from autodeploy.harness.result import TrialResult
+    from autodeploy.harness.result import Accuracy, TrialResult
     from autodeploy.results_db.store import TrialRow
     from autodeploy.search.config import Constraints
 
-__all__ = ["DIRECTIONS", "OBJECTIVE_LABELS", "Metrics", "accuracy_drop", "values", "violations"]
+__all__ = ["DIRECTIONS", "OBJECTIVE_LABELS", "Metrics", "accuracy_drop", "rejections", "values", "violations"]
 
 DIRECTIONS: dict[str, list[str]] = {
     "latency": ["minimize"],  # single-stream p90, ms
@@ -83,3 +83,11 @@ def violations(m: Metrics, constraints: Constraints, objective: str) -> dict[str
     """
     rate = (m.server_rate or 0.0) if objective == SERVER else None
     return verdict.violations(m.measured(rate), Limits.of(constraints), objective)
+
+
+def rejections(m: Metrics, constraints: Constraints, objective: str,
+               accuracy: Accuracy | None = None) -> list[verdict.Rejection]:  # fmt: skip
+    """Why the trial is rejected, one per broken constraint of :func:`violations`
+    (:func:`autodeploy.verdict.rejections`); ``accuracy`` names the worst output."""
+    rate = (m.server_rate or 0.0) if objective == SERVER else None
+    return verdict.rejections(m.measured(rate), Limits.of(constraints), objective, accuracy)

@@ -32,10 +32,10 @@ from autodeploy.results_db.store import DeviceRecord, ModelRecord, Store
 from autodeploy.search.budget import SLOW_BUILD_GUESS_S, Budget, duration_text
 from autodeploy.search.config import StudyConfig, check_study_name
 from autodeploy.search.memory import Memory, accuracy_key
-from autodeploy.search.objective import DIRECTIONS, Metrics, values, violations
+from autodeploy.search.objective import DIRECTIONS, Metrics, rejections, values, violations
 from autodeploy.search.portfolio import enqueue_grid, enqueue_neighbours, enqueue_portfolio, unseen_branches
 from autodeploy.search.space import SearchSpace, build_space, suggest, unsupported_reason
-from autodeploy.verdict import feasible, pareto_front
+from autodeploy.verdict import Rejection, feasible, mb_text, pareto_front
 
 if TYPE_CHECKING:
     import optuna
@@ -158,6 +158,23 @@ class Ratio:
 
 
 @dataclass(frozen=True)
+class Rejected:
+    """A config a constraint rejected: the constraint it misses most (:class:`autodeploy.verdict.Rejection`),
+    with the value and the limit in ``unit``; ``reason`` names every constraint it breaks, as read."""
+
+    config: str  # its label
+    constraint: str  # max_accuracy_drop | max_memory_mb | sla_ms
+    value: float | None
+    limit: float | None
+    unit: str
+    reason: str
+
+    def text(self) -> str:
+        """``onnxruntime/int8/b1/t1: output 'y': top-1 agreement 0.95 < 0.99 (max accuracy drop 1%)``."""
+        return f"{self.config}: {self.reason}"
+
+
+@dataclass(frozen=True)
 class StudySummary:
     name: str
     objective: str
@@ -187,6 +204,11 @@ class StudySummary:
     rounds: int = 0  # finalist rounds the winner ran
     #: Fewer than MIN_WINNER_ROUNDS rounds (or none): the winner is a screening result, its speed-up has no interval.
     screening_only: bool = False
+    #: Every config a constraint rejected (measured, or pruned by the memory plan), once, closest to meeting
+    #: the constraints first (:func:`_rejected`).
+    rejected: list[Rejected] = field(default_factory=list)
+    #: When no trial meets the constraints: the rejected config that came closest (``rejected[0]``).
+    closest: Rejected | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -481,7 +503,9 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
     earlier = memory.seen.get(config.key())
     if not reason and earlier is None and _refining(study, ctx.config, space):  # every branch had its look: refine only contenders
         reason = memory.behind.get(branch)
-    reason = reason or _cannot_fit(ctx, config)  # the memory plan: pruned before anything is built
+    if not reason and (unfit := _cannot_fit(ctx, config)):  # the memory plan: pruned before anything is built
+        reason = unfit[0]
+        trial.set_user_attr("rejected", [asdict(unfit[1])])
     if not reason:
         reason = _unaffordable(ctx, config, artifact, memory, budget)
         if reason:
@@ -521,6 +545,8 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
         study.tell(trial, state=state.FAIL)
         return True
     found = violations(measured.metrics, ctx.config.constraints, ctx.config.objective)
+    if not feasible(found):  # what the summary lists: each broken constraint with its value and limit
+        trial.set_user_attr("rejected", [asdict(r) for r in _rejections(ctx, measured)])
     if found.get("accuracy_drop", 0.0) > 0:
         _bury(trial, memory, artifact, f"trial {trial.number} measured the same artifact and it breaks the "
               f"accuracy budget (drop {measured.metrics.accuracy_drop:.2%})")  # fmt: skip
@@ -531,11 +557,29 @@ def _screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: 
     return True
 
 
-def _cannot_fit(ctx: StudyContext, config: TrialConfig) -> str | None:
-    from autodeploy.inhouse.memory import cannot_fit
+def _cannot_fit(ctx: StudyContext, config: TrialConfig) -> tuple[str, Rejection] | None:
+    """Why the memory plan says ``config`` cannot fit --max-memory-mb at some shape, and that as a rejection."""
+    from autodeploy.inhouse.memory import cannot_fit, floor_mb
 
     limit = ctx.config.constraints.max_memory_mb
-    return next((r for c in ctx.shape_cases() if (r := cannot_fit(c.model, config.batch, config.precision, limit))), None)
+    for c in ctx.shape_cases():
+        if limit is not None and (reason := cannot_fit(c.model, config.batch, config.precision, limit)):
+            floor = floor_mb(c.model, config.batch, config.precision) or 0.0
+            text = f"memory plan needs at least {mb_text(floor)} MB > {limit:g} MB (not built)"
+            return reason, Rejection("max_memory_mb", floor, limit, "MB", text, (floor - limit) / limit if limit else floor)
+    return None
+
+
+def _rejections(ctx: StudyContext, measured: _Measured) -> list[Rejection]:
+    """The constraints a measured config breaks (:func:`autodeploy.search.objective.rejections`); with
+    several shapes, accuracy is named at the shape that lost most."""
+    assert measured.metrics is not None
+    accuracy, at = measured.accuracy, ""
+    if measured.per_shape:
+        key, worst = max(measured.per_shape.items(), key=lambda kv: kv[1].metrics.accuracy_drop if kv[1].metrics else 0.0)
+        accuracy, at = worst.accuracy, f"at {key}: "
+    found = rejections(measured.metrics, ctx.config.constraints, ctx.config.objective, accuracy)
+    return [replace(r, reason=at + r.reason) if r.constraint == "max_accuracy_drop" else r for r in found]
 
 
 def _unaffordable(ctx: StudyContext, config: TrialConfig, artifact: str, memory: Memory, budget: Budget) -> str:
@@ -752,11 +796,38 @@ def _finalize(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory
         counts[kind] = counts.get(kind, 0) + 1
     skipped = list(dict.fromkeys(t.user_attrs["budget_skip"] for t in trials if t.user_attrs.get("budget_skip")))
     behind = memory.behind if _refining(study, ctx.config, space) else {}
+    rejected = _rejected(trials)
     learned = {"deprioritized": {**behind, **memory.slower}, "skipped": _first_per_branch(skipped),
-               "failures": _failures(trials)}  # fmt: skip
+               "failures": _failures(trials), "rejected": rejected}  # fmt: skip
     runs: list[tuple[str, dict[str, float]]] = []  # this run's finalist workers: engine, wall seconds
     summary = _decide(ctx, study, reporter, memory, budget, counts, runs)
+    if rejected and not feasible_trials(study):  # no trial meets the constraints: say which came closest, by what
+        closest = rejected[0]
+        learned["closest"] = closest
+        learned["note"] = f"no trial meets the constraints; closest: {closest.text()}" + (
+            "; the fastest measured is shown as best-so-far and is not a winner" if summary.finalists else "")
     return replace(summary, time_by_engine=_time_by_engine(trials, runs), **learned)
+
+
+def _rejected(trials: list[optuna.trial.FrozenTrial]) -> list[Rejected]:
+    """Every config a constraint rejected (the ``rejected`` its trials recorded), once, closest first: fewest
+    constraints broken, then the smallest miss summed over them (each as a fraction of its limit). A
+    config that also has a trial meeting every constraint is not rejected."""
+    ok = {TrialConfig.from_dict(t.user_attrs["config"]).key() for t in trials
+          if t.state.name == "COMPLETE" and t.constraints and feasible(t.constraints)}  # fmt: skip
+    best: dict[str, tuple[tuple[int, float], Rejected]] = {}
+    for t in trials:
+        found = [Rejection(**r) for r in t.user_attrs.get("rejected") or ()]
+        config = TrialConfig.from_dict(t.user_attrs["config"]) if found else None
+        if config is None or config.key() in ok:
+            continue
+        rank = (len(found), sum(r.miss for r in found))
+        main = max(found, key=lambda r: r.miss)
+        entry = Rejected(config.label(), main.constraint, main.value, main.limit, main.unit,
+                         "; ".join(r.reason for r in found))  # fmt: skip
+        if config.key() not in best or rank < best[config.key()][0]:
+            best[config.key()] = (rank, entry)
+    return [entry for _, entry in sorted(best.values(), key=lambda pair: pair[0])]
 
 
 def failure_kind(failure: str | None) -> str | None:
