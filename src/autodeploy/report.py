@@ -283,6 +283,16 @@ _OUTPUT = {
                    "sqnr_db": _NUM, "channels": {"type": ["string", "null"]}, "min_sqnr_db": _NUM, "f1": _NUM,
                    "decision_threshold": _NUM, "token_agreement": _NUM, "sequence_agreement": _NUM},  # fmt: skip
 }
+_LOAD = {
+    "type": ["object", "null"],
+    "description": "how busy the machine was over the timed phase (null: not recorded): cores other processes "
+                   "(and a VM's steal) kept busy on average, of the logical cores; the 1-min load average and CPU "
+                   "clock at its end where readable; under_load: other_cores above autodeploy.harness.load."
+                   "UNDER_LOAD_CORES",
+    "required": ["other_cores", "cpus", "wall_s", "under_load"],
+    "properties": {"other_cores": {"type": "number"}, "cpus": {"type": "integer"}, "wall_s": {"type": "number"},
+                   "loadavg_1m": _NUM, "cpu_mhz": _NUM, "under_load": {"type": "boolean"}},  # fmt: skip
+}
 _MEASUREMENT = {
     "type": ["object", "null"],
     "description": "Times in ms, memory in MB, throughput in items/s; p90/p99 are null below 64/662 samples.",
@@ -298,6 +308,9 @@ _MEASUREMENT = {
         "median_ci": _CI,
         "p90_ci": _CI,
         "p99_ci": _CI,
+        "serving": {"type": ["object", "null"], "description": "offline, multi-stream, server: what ran in flight "
+                    "as read back from the engine, and the server scenario's rate search"},
+        "load": _LOAD,
         "accuracy": {
             "type": ["object", "null"],
             "required": ["outputs", "n_samples", "constraint", "passed"],
