@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import time
 
 import optuna
 import pytest
@@ -55,7 +56,8 @@ def test_study_finalists_winner_and_resume(tmp_path):
     stored = ctx.store.study_trials("s")
     measured = [t for t in study.trials if t.state.name == "COMPLETE" and not t.user_attrs["reused"]]
     assert len(ctx.store.study_trials("s", phase="screening")) == len(measured)
-    assert len(ctx.store.study_trials("s", phase="finalist")) == sum(len(f.uids) for f in summary.finalists)
+    dropped = [uid for again in summary.load["reran"] for uid in again["dropped_uids"]]  # a round run under load
+    assert len(ctx.store.study_trials("s", phase="finalist")) == sum(len(f.uids) for f in summary.finalists) + len(dropped)
     assert {t.user_attrs["uid"] for t in study.trials if "uid" in t.user_attrs} <= {r.uid for r in stored} | {
         r.uid for r in ctx.store.list_trials(limit=1000)
     }
@@ -403,8 +405,44 @@ def test_a_slow_conversion_the_budget_cannot_pay_for_is_skipped_and_said(tmp_pat
     trials = optuna.load_study(study_name="s", storage=db).trials
     slow = [t for t in trials if t.user_attrs["config"]["engine"] == "slowfaulty"]
     assert slow and all(t.state.name == "PRUNED" and t.user_attrs.get("budget_skip") for t in slow)
+    notes = [n for n in notes if not n.startswith("the machine is busy")]  # said when other work runs here
     assert len(notes) == 1 and notes[0].startswith("skipped slowfaulty/fp32: its conversion takes about 2.0 min")
     assert summary.skipped == notes and summary.winner is not None
+
+
+@pytest.mark.slow
+def test_a_finalist_round_under_load_runs_once_more_and_the_study_says_so(tmp_path):
+    """A CPU hog beside the whole study: it is said before the study, every finalist round runs under load,
+    and only the first of them runs again (bounded), its less loaded run kept, whole."""
+    notes, reruns = [], []
+
+    class Heard(Reporter):
+        def note(self, text):
+            notes.append(text)
+
+        def rerun(self, runs):
+            reruns.append(runs)
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # let it start spinning
+        ctx = make_ctx(tmp_path, db, trials=1, knobs={"onnxruntime": {"execution_mode": ["ORT_SEQUENTIAL"]}},
+                       finalists={"count": 1, "rounds": 2, "min_samples": 64, "min_duration_s": 0.2})  # fmt: skip
+        summary = run_study(ctx, Heard())
+    finally:
+        hog.kill()
+        hog.wait()
+    load = summary.load
+    assert load["before"]["under_load"] and any(n.startswith("the machine is busy before the study") for n in notes)
+    (again,) = load["reran"]  # at most one round runs again, however busy the machine stays
+    assert again["round"] == 1 and again["kept"] in ("first", "again") and len(again["dropped_uids"]) == 2
+    assert reruns == [2] and any(n.startswith("finalist round 1 ran under load") for n in notes)
+    assert load["under_load"] and all(len(f.loads) == len(load["rounds"]) for f in summary.finalists)
+    kept = {uid for f in summary.finalists for uid in f.uids}
+    stored = {r.uid for r in ctx.store.study_trials("s", phase="finalist")}
+    assert stored == kept | set(again["dropped_uids"]) and not kept & set(again["dropped_uids"])
+    assert all(r.measurement.under_load for r in ctx.store.study_trials("s", phase="finalist"))
 
 
 def test_a_throughput_study_measures_offline_and_compares_runs(tmp_path):

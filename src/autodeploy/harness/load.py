@@ -27,6 +27,12 @@ UNDER_LOAD_CORES = 0.25
 SAMPLE_S = 0.5
 
 
+def busy(other_cores: float) -> bool:
+    """Whether other processes keeping ``other_cores`` busy on average is *under load*: more than
+    :data:`UNDER_LOAD_CORES` (see there for why)."""
+    return other_cores > UNDER_LOAD_CORES
+
+
 @dataclass(frozen=True)
 class Load:
     """The machine's load over one timed phase.
@@ -47,8 +53,8 @@ class Load:
 
     @property
     def under_load(self) -> bool:
-        """Whether other processes kept more than :data:`UNDER_LOAD_CORES` busy (see there for why)."""
-        return self.other_cores > UNDER_LOAD_CORES
+        """Whether other processes kept the machine busy: :func:`busy` of :attr:`other_cores`."""
+        return busy(self.other_cores)
 
     @property
     def share(self) -> float:
@@ -98,11 +104,13 @@ class LoadMeter:
         return cls()
 
     def stop(self) -> Load:
-        """The load since :meth:`start` (other processes' cores clamped at 0: the two counters tick apart)."""
-        busy, own = self._counters()
+        """The load since :meth:`start`; other processes' cores are clamped to 0..cpus (the counters tick in
+        10 ms steps, apart from each other and from the clock)."""
+        machine, own = self._counters()
         wall = self._clock() - self._t0
-        other = max(0.0, (busy - self._busy0) - (own - self._own0)) / wall if wall > 0 else 0.0
-        return Load(other, _cpus(), wall, _loadavg(), _mhz())
+        cpus = _cpus()
+        other = max(0.0, (machine - self._busy0) - (own - self._own0)) / wall if wall > 0 else 0.0
+        return Load(min(other, float(cpus)), cpus, wall, _loadavg(), _mhz())
 
 
 def sample(seconds: float = SAMPLE_S) -> Load:
