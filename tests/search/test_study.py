@@ -25,6 +25,8 @@ FAST = TimingPolicy(
     warmup_min_calls=2, warmup_max_s=0.2, min_samples=64, min_duration_s=0.1, max_duration_s=5
 )
 FAST_FINALISTS = {"count": 2, "rounds": 2, "min_samples": 64, "min_duration_s": 0.1}
+#: ORT's execution modes alone (without thread pinning, which one thread cannot use: those configs are pruned).
+EXECUTION_MODES = {"onnxruntime": {"execution_mode": ["ORT_SEQUENTIAL", "ORT_PARALLEL"]}}
 
 
 def make_ctx(tmp_path, db, *, name="s", resume=False, **config):
@@ -40,7 +42,7 @@ def make_ctx(tmp_path, db, *, name="s", resume=False, **config):
 def test_study_finalists_winner_and_resume(tmp_path):
     db = f"sqlite:///{tmp_path / 'r.db'}"
     ctx = make_ctx(tmp_path, db, trials=4, precisions=["fp32", "fp16"], finalists=FAST_FINALISTS,
-                   constraints={"max_accuracy_drop": 0.5})  # fmt: skip
+                   constraints={"max_accuracy_drop": 0.5}, knobs=EXECUTION_MODES)  # fmt: skip
     summary = run_study(ctx)
     study = optuna.load_study(study_name="s", storage=db)
     # --trials 4 counts measurements; this space runs only 2 configs (fp16 is pruned, 2 execution
@@ -66,11 +68,12 @@ def test_study_finalists_winner_and_resume(tmp_path):
     with pytest.raises(UsageError, match="already exists"):
         run_study(make_ctx(tmp_path, db, trials=1))
     changed = make_ctx(
-        tmp_path, db, resume=True, trials=1, precisions=["fp32", "int8"], finalists={"count": 0}
+        tmp_path, db, resume=True, trials=1, precisions=["fp32", "int8"], finalists={"count": 0}, knobs=EXECUTION_MODES
     )
     with pytest.raises(UsageError, match="another search space"):
         run_study(changed)
-    again = make_ctx(tmp_path, db, resume=True, trials=2, precisions=["fp32", "fp16"], finalists={"count": 0})
+    again = make_ctx(tmp_path, db, resume=True, trials=2, precisions=["fp32", "fp16"], finalists={"count": 0},
+                     knobs=EXECUTION_MODES)
     run_study(again)
     resumed = optuna.load_study(study_name="s", storage=db).trials
     # a resume remembers every config of the space as looked at: one ask (a repeat or pruned), then it stops
@@ -258,7 +261,7 @@ def test_a_config_the_memory_plan_cannot_fit_is_pruned_before_building(tmp_path)
     db = f"sqlite:///{tmp_path / 'r.db'}"
     # zoo mlp: weights + live activations are ~0.0009 MB, so 0.0005 MB cannot fit
     ctx = make_ctx(tmp_path, db, trials=1, precisions=["fp32"], constraints={"max_memory_mb": 0.0005},
-                   finalists={"count": 0})  # fmt: skip
+                   finalists={"count": 0}, knobs=EXECUTION_MODES)  # fmt: skip
     run_study(ctx)
     trials = optuna.load_study(study_name="s", storage=db).trials
     assert trials and all(t.state.name == "PRUNED" for t in trials)
