@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import jsonschema
+
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.report import runner_up, study_record
+from autodeploy.harness.load import Load
+from autodeploy.report import SCHEMA, finalist_load_text, load_text, runner_up, study_record
 from autodeploy.search.study import Finalist, StudySummary
 
 
@@ -33,3 +38,25 @@ def test_throughput_ranks_higher_first_and_no_winner_means_no_runner_up():
     summary = StudySummary("s", "throughput", {}, [a, b, c], a, [], None)
     assert runner_up(summary.to_dict())["label"] == c.label
     assert study_record(StudySummary("s", "latency", {}, [a], None, note="every finalist failed"))["runner_up"] is None
+
+
+def test_the_study_says_which_finalist_rounds_ran_under_load_and_which_ran_again():
+    fast = dataclasses.replace(_finalist("openvino", 4, 1.0), loads=(0.05, 0.9, 0.04))
+    base = dataclasses.replace(_finalist("onnxruntime", None, 1.5, baseline=True), loads=(0.06, 1.1, None))
+    load = {"before": Load(1.2, 2, 0.5).to_dict(), "threshold_cores": 0.25, "rounds": [0.06, 1.1, 0.04],
+            "under_load": [2], "reran": [{"round": 1, "other_cores": [0.8, 0.06], "kept": "again",
+                                          "dropped_uids": ["a", "b"]}]}  # fmt: skip
+    summary = StudySummary("s", "latency", {"complete": 4}, [fast, base], fast, [], 1.5, load=load)
+    text = load_text(summary.to_dict())
+    assert text.startswith("load: finalist round 1 ran under load (0.80 cores of other processes) and once more "
+                           "(0.06 cores; the less loaded is kept): the second run counts; finalist round 2 ran under "
+                           "load (other processes kept up to 1.10 cores busy, more than 0.25)")  # fmt: skip
+    assert finalist_load_text({"loads": fast.loads}) == "under load in round 2 (up to 0.90 cores)"
+    assert finalist_load_text({"loads": (0.05, None)}) == "quiet" and finalist_load_text({"loads": ()}) == "-"
+    record = study_record(summary)
+    jsonschema.validate(record, SCHEMA, cls=jsonschema.Draft202012Validator)
+    assert record["load"]["under_load"] == [2] and record["load"]["before"]["under_load"] is True
+    assert record["finalists"][0]["load_by_round"] == [0.05, 0.9, 0.04]
+    quiet = dataclasses.replace(summary, load={**load, "rounds": [0.06, 0.1, 0.04], "under_load": [], "reran": []})
+    assert load_text(quiet.to_dict()) == "load: the finalist rounds ran quiet (other processes kept at most 0.10 cores busy)"
+    assert load_text(dataclasses.replace(summary, load={}).to_dict()) == ""  # a study stored before the load was read

@@ -13,9 +13,10 @@ Two record kinds, each carrying ``schema`` and ``schema_version``:
   and (issue 26) the speed-ups paired by round (``speedups``: the optimised statistic's and the
   median's, each with its interval over rounds), which one the study optimised (``optimised``),
   the rounds the winner rests on and whether it is a screening result only (``screening_only``),
-  and the one-line ``headline`` that names its statistic (:func:`headline`); and (issue 25) every config a
-  constraint rejected, once, with the value and the limit (``rejected``), and the closest of them when no
-  trial meets the constraints (``closest``).
+  and the one-line ``headline`` that names its statistic (:func:`headline`); how busy the machine was
+  before the study and over each finalist round, and the round run again for it (``load``); and (issue 25)
+  every config a constraint rejected, once, with the value and the limit (``rejected``), and the closest of
+  them when no trial meets the constraints (``closest``).
   The dashboard's winners page reads the same record.
 
 :data:`SCHEMA` is the JSON Schema (draft 2020-12) of both; ``autodeploy schema`` prints it. A change
@@ -135,6 +136,7 @@ def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
         "failures": {kind: dict(seen) for kind, seen in (s.get("failures") or {}).items()},
         "rejected": [_rejected(r) for r in s.get("rejected") or ()],
         "closest": None if s.get("closest") is None else _rejected(s["closest"]),
+        "load": _jsonable(s.get("load")) if s.get("load") else None,
     }
 
 
@@ -213,6 +215,50 @@ def headline(summary: Mapping[str, Any]) -> str:
     return text
 
 
+def load_text(summary: Mapping[str, Any]) -> str:
+    """What the finalist rounds' load says about the winner's numbers, one line; "" when the load was not read.
+
+    ``summary`` is :meth:`StudySummary.to_dict`: its ``load`` (``rounds``, ``under_load``, ``reran``).
+    """
+    from autodeploy.harness.load import UNDER_LOAD_CORES
+
+    load = summary.get("load") or {}
+    per_round = [c for c in load.get("rounds") or () if c is not None]
+    if not per_round:
+        return ""
+    parts = []
+    for again in load.get("reran") or ():
+        first, second = again["other_cores"]
+        which = "second" if again["kept"] == "again" else "first"
+        why = "its load was not read" if second is None else f"{second:.2f} cores; the less loaded is kept"
+        parts.append(f"finalist round {again['round']} ran under load ({first:.2f} cores of other processes) and "
+                     f"once more ({why}): the {which} run counts")  # fmt: skip
+    under = load.get("under_load") or []
+    if under:
+        worst = max(c for c in load["rounds"] if c is not None)
+        rounds = ", ".join(map(str, under))
+        parts.append(f"finalist round{'s' if len(under) > 1 else ''} {rounds} ran under load (other processes kept up "
+                     f"to {worst:.2f} cores busy, more than {UNDER_LOAD_CORES}): the winner's numbers are noisier "
+                     "than their intervals say; confirm it on a quiet machine")  # fmt: skip
+    elif not parts:
+        parts.append(f"the finalist rounds ran quiet (other processes kept at most {max(per_round):.2f} cores busy)")
+    return "load: " + "; ".join(parts)
+
+
+def finalist_load_text(finalist: Mapping[str, Any]) -> str:
+    """A finalist's load as a table cell: ``quiet``, ``under load in rounds 1, 3 (up to 0.93 cores)``, or ``-`` (not read)."""
+    from autodeploy.harness.load import busy
+
+    loads = list(finalist.get("loads") or ())
+    if all(c is None for c in loads):
+        return "-"
+    under = [(r + 1, c) for r, c in enumerate(loads) if c is not None and busy(c)]
+    if not under:
+        return "quiet"
+    rounds = ", ".join(str(r) for r, _ in under)
+    return f"under load in round{'s' if len(under) > 1 else ''} {rounds} (up to {max(c for _, c in under):.2f} cores)"
+
+
 def runner_up(summary: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The finalist that ranks next after the winner by the study's statistic (``None`` without a winner).
 
@@ -239,7 +285,7 @@ def _finalist(f: Mapping[str, Any]) -> dict[str, Any]:
             "statistic_ci": None if ci is None else [ci[0], ci[1]], "n_samples": f.get("n_samples", 0),
             "baseline": bool(f.get("baseline")), "failure": f.get("failure"), "trial_uids": list(f.get("uids") or ()),
             "per_shape": dict(f.get("per_shape") or {}), "rounds": list(f.get("rounds") or ()),
-            "pooled": f.get("pooled")}  # fmt: skip
+            "pooled": f.get("pooled"), "load_by_round": list(f.get("loads") or ())}  # fmt: skip
 
 
 def _jsonable(value: Any) -> Any:
@@ -292,6 +338,16 @@ _OUTPUT = {
                    "sqnr_db": _NUM, "channels": {"type": ["string", "null"]}, "min_sqnr_db": _NUM, "f1": _NUM,
                    "decision_threshold": _NUM, "token_agreement": _NUM, "sequence_agreement": _NUM},  # fmt: skip
 }
+_LOAD = {
+    "type": ["object", "null"],
+    "description": "how busy the machine was over the timed phase (null: not recorded): cores other processes "
+                   "(and a VM's steal) kept busy on average, of the logical cores; the 1-min load average and CPU "
+                   "clock at its end where readable; under_load: other_cores above autodeploy.harness.load."
+                   "UNDER_LOAD_CORES",
+    "required": ["other_cores", "cpus", "wall_s", "under_load"],
+    "properties": {"other_cores": {"type": "number"}, "cpus": {"type": "integer"}, "wall_s": {"type": "number"},
+                   "loadavg_1m": _NUM, "cpu_mhz": _NUM, "under_load": {"type": "boolean"}},  # fmt: skip
+}
 _MEASUREMENT = {
     "type": ["object", "null"],
     "description": "Times in ms, memory in MB, throughput in items/s; p90/p99 are null below 64/662 samples.",
@@ -307,6 +363,9 @@ _MEASUREMENT = {
         "median_ci": _CI,
         "p90_ci": _CI,
         "p99_ci": _CI,
+        "serving": {"type": ["object", "null"], "description": "offline, multi-stream, server: what ran in flight "
+                    "as read back from the engine, and the server scenario's rate search"},
+        "load": _LOAD,
         "accuracy": {
             "type": ["object", "null"],
             "required": ["outputs", "n_samples", "constraint", "passed"],
@@ -355,7 +414,9 @@ _FINALIST = {
                    "rounds": {"type": "array", "items": _NUM, "description": "one value per finalist round "
                               "(null: it did not run that round); the winner is chosen on these, paired by round"},
                    "pooled": {**_NUM, "description": "the statistic over every call of every round pooled: "
-                              "display only (one noisy round owns its tail)"}},  # fmt: skip
+                              "display only (one noisy round owns its tail)"},
+                   "load_by_round": {"type": "array", "items": _NUM, "description": "per finalist round, the cores "
+                                     "other processes kept busy while it ran (null: not run, or not read)"}},  # fmt: skip
 }
 _REJECTED = {
     "type": "object",
@@ -422,6 +483,15 @@ _STUDY = {
                           "description": "engine/precision -> why the search spent no more trials on it"},  # fmt: skip
         "skipped": {"type": "array", "items": {"type": "string"},
                     "description": "slow conversions the time budget could not pay for"},  # fmt: skip
+        "load": {"type": ["object", "null"], "description": "how busy the machine was: before (the machine "
+                 "watched for 0.5 s before the study), rounds (per finalist round, the most cores other processes kept "
+                 "busy over its runs), under_load (those rounds, 1-based, above threshold_cores), reran (a round "
+                 "under load run once more: round, other_cores of both runs, kept: first | again, and the "
+                 "dropped_uids of the run not kept)",
+                 "properties": {"before": _LOAD, "threshold_cores": {"type": "number"},
+                                "rounds": {"type": "array", "items": _NUM},
+                                "under_load": {"type": "array", "items": {"type": "integer"}},
+                                "reran": {"type": "array", "items": {"type": "object"}}}},  # fmt: skip
         "failures": {"type": "object", "description": "failed trials by failure kind: count, first config, its reason",
                      "additionalProperties": {"type": "object", "properties": {"count": {"type": "integer"},
                                               "config": {"type": "string"}, "reason": {"type": "string"}}}},  # fmt: skip

@@ -186,3 +186,32 @@ def test_a_recurrent_model_runs_batched_on_its_own_axis(tmp_path):
     result = run_trial(model, TrialConfig("openvino", batch=4), data, harness)
     assert result.ok, result.failure_message
     assert all(o.cosine > 0.9999 for o in result.accuracy.outputs)
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_cpu_pinning_is_a_knob_that_runs_and_is_recorded(model, tmp_path, pinned):
+    """``ENABLE_CPU_PINNING`` reaches the compiled model and is read back with the measurement; left out, it is
+    not set (the plugin's own default)."""
+    from autodeploy.harness.run import HarnessSettings, prepare_data, run_trial
+    from autodeploy.harness.timing import TimingPolicy
+
+    config = TrialConfig("openvino", "fp32", threads=1, knobs={"ENABLE_CPU_PINNING": pinned})
+    ENGINE.check(probe_device(), model, config)
+    assert "ENABLE_CPU_PINNING" in ENGINE.search_knobs  # the search tries it
+    policy = TimingPolicy(warmup_min_calls=2, warmup_max_s=0.2, min_samples=16, min_duration_s=0.05)
+    settings = HarnessSettings(workdir=tmp_path / "work", policy=policy, timeout_s=60)
+    result = run_trial(model, config, prepare_data(model, settings), settings)
+    assert result.ok, result.failure_message
+    assert result.config.knobs == {"ENABLE_CPU_PINNING": pinned}
+    read_back = result.measurement.serving["compiled"]["ENABLE_CPU_PINNING"]  # what the plugin set up
+    assert read_back is pinned if sys.platform == "linux" else isinstance(read_back, bool)
+    from autodeploy.adapters.openvino import compile_properties
+
+    assert "ENABLE_CPU_PINNING" not in compile_properties(TrialConfig("openvino", "fp32"))
+
+
+def test_a_cpu_pinning_value_other_than_true_or_false_is_one_line(model):
+    with pytest.raises(UnsupportedConfigError) as caught:
+        ENGINE.check(probe_device(), model, TrialConfig("openvino", knobs={"ENABLE_CPU_PINNING": "maybe"}))
+    assert str(caught.value) == ("openvino knob ENABLE_CPU_PINNING='maybe' is not supported; "
+                                 "fix: choose one of False, True")  # fmt: skip

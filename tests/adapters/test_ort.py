@@ -1,5 +1,8 @@
 """ONNX Runtime's adapter on what real exports look like (the conformance suite covers the rest)."""
 
+import os
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -7,7 +10,10 @@ import pytest
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.data import synthetic
+from autodeploy.device import probe_device
+from autodeploy.errors import UnsupportedConfigError
 from autodeploy.model import load_model
+from autodeploy.runtime.onnxruntime import Unsupported, affinities
 from tests.models import mlp
 
 
@@ -57,3 +63,44 @@ def test_static_int8_quantizes_activations_to_uint8_for_x86_integer_dot_products
     reduce_range = _saturates(probe_device())
     assert artifact.meta["reduce_range"] is reduce_range and artifact.meta["activations"] == "u8"
     assert max(int(np.abs(w.astype(np.int32)).max()) for w in weights) <= (64 if reduce_range else 127)
+
+
+CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
+@pytest.mark.skipif(len(CPUS) < 2, reason="pinning needs 2 CPUs this process may run on")
+def test_intra_op_thread_affinities_pin_the_pool_and_are_recorded(tmp_path):
+    """``one_cpu_each``: ORT's session entry names one CPU per pool thread (1-based, the caller's thread
+    unpinned), a real measurement runs with it and records the entry as applied."""
+    from autodeploy.harness.run import HarnessSettings, prepare_data, run_trial
+    from autodeploy.harness.timing import TimingPolicy
+
+    model = load_model(mlp(tmp_path / "m.onnx"))
+    config = TrialConfig("onnxruntime", threads=2, knobs={"intra_op_thread_affinities": "one_cpu_each"})
+    engine = registry.get("onnxruntime")
+    engine.check(probe_device(), model, config)
+    assert "intra_op_thread_affinities" in engine.search_knobs  # the search tries it
+    assert affinities({"intra_op_thread_affinities": "one_cpu_each", "intra_op_num_threads": 2}) == str(CPUS[1] + 1)
+    assert affinities({"intra_op_num_threads": 2}) is None  # off unless asked
+    policy = TimingPolicy(warmup_min_calls=2, warmup_max_s=0.2, min_samples=16, min_duration_s=0.05)
+    settings = HarnessSettings(workdir=tmp_path / "work", policy=policy, timeout_s=60)
+    result = run_trial(model, config, prepare_data(model, settings), settings)
+    assert result.ok, result.failure_message
+    assert result.measurement.serving == {"compiled": {"session.intra_op_thread_affinities": str(CPUS[1] + 1)}}
+    assert result.config.knobs == {"intra_op_thread_affinities": "one_cpu_each"}
+
+
+@pytest.mark.parametrize("threads, knobs, message", [
+    (1, {"intra_op_thread_affinities": "one_cpu_each"}, "needs 2 or more threads, got 1"),
+    (None, {"intra_op_thread_affinities": "one_cpu_each"}, "needs 2 or more threads, got the default"),
+    (2, {"intra_op_thread_affinities": "1;2"}, "knob intra_op_thread_affinities='1;2' is not supported; fix: choose "
+                                               "one of none, one_cpu_each"),
+    (2, {"intra_op_thread_affinities": "one_cpu_each", "sessions": "per_request"}, "pin its pool to the same CPUs"),
+])  # fmt: skip
+def test_thread_affinities_that_cannot_run_are_one_line(tmp_path, threads, knobs, message):
+    model = load_model(mlp(tmp_path / "m.onnx"))
+    with pytest.raises(UnsupportedConfigError, match=re.escape(message)) as caught:
+        registry.get("onnxruntime").check(probe_device(), model, TrialConfig("onnxruntime", threads=threads, knobs=knobs))
+    assert "\n" not in str(caught.value) and "fix: " in str(caught.value)
+    with pytest.raises(Unsupported, match="this process may run on"):  # a bundle on a smaller machine
+        affinities({"intra_op_thread_affinities": "one_cpu_each", "intra_op_num_threads": len(CPUS) + 1})

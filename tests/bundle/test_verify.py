@@ -83,6 +83,8 @@ def test_cli_verify_info_run_on_a_real_bundle_and_a_damaged_one(stored, bundle, 
     assert code == 0 and "this machine" in out and "median" in out and "items/s" in out, err
     # the units are in the values now, and the comparison says which way it goes
     assert re.search(r"\d+(\.\d+)? (µs|ms|s) ", out) and re.search(r"\d\.\d\dx (slower|faster)|same", out), out
+    # the load beside the comparison: this machine's, and the manifest's (read when the trial was measured)
+    assert re.search(r"other processes' CPU +│ +\d\.\d\d of \d+ cores.*│ +\d\.\d\d of \d+ cores", out), out
     flip_one_byte(bundle / "model" / "model.onnx")
     code, out, err = run_cli(capsys, "bundle", "verify", str(bundle))
     assert code == 1 and "model/model.onnx does not match its SHA-256" in err

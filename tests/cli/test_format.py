@@ -38,6 +38,7 @@ def test_bench_json_and_results_csv_carry_the_stored_numbers(env, capsys):  # no
     m = row.measurement
     assert record["id"] == row.id and record["status"] == "ok" and record["schema_version"] == SCHEMA_VERSION
     assert record["measurement"]["median_ms"] == m.latency.median and record["measurement"]["p90_ms"] == m.latency.p90
+    assert record["measurement"]["load"] == m.load.to_dict() and record["measurement"]["load"]["cpus"] >= 1
     assert record["measurement"]["median_ci"] == list(m.latency.median_ci)
     assert record["engine"] == {"name": "onnxruntime", "version": row.engine_version} and record["engine"]["version"]
     assert record["device"]["fingerprint"] == row.device_fingerprint

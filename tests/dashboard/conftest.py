@@ -50,7 +50,9 @@ def study_db(tmp_path_factory: pytest.TempPathFactory) -> StudyDB:
     url = f"sqlite:///{tmp / 'results.db'}"
     model = load_model(mlp(tmp / "mlp.onnx"))
     settings = HarnessSettings(workdir=tmp / "work", policy=FAST, timeout_s=30)
+    # ORT's execution modes alone: thread pinning needs 2 threads, and would only add pruned configs here
     config = StudyConfig(model=str(model.path), engines=["onnxruntime"], precisions=["fp32", "int8"], threads=[1],
+                         knobs={"onnxruntime": {"execution_mode": ["ORT_SEQUENTIAL", "ORT_PARALLEL"]}},
                          trials=4, finalists={"count": 2, "rounds": 1, "min_samples": 64, "min_duration_s": 0.1})  # fmt: skip
     data = prepare_data(model, settings)
     with Store.open(url) as store:

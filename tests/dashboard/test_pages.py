@@ -174,6 +174,7 @@ def test_trials_shows_the_optuna_history_and_parameter_importance(monkeypatch, s
     assert any(f"only {complete} complete trials" in w.value for w in at.warning)
     stored = at.dataframe[2].value
     assert {"screening", "finalist"} <= set(stored["phase"])
+    assert stored["other_cores"].notna().any()  # how busy the machine was while each ran
 
 
 @pytest.mark.slow

@@ -107,3 +107,18 @@ def test_trials_carry_their_shape_and_the_best_per_config_is_kept_per_shape(tmp_
     assert sorted(df["shape"]) == ["-", "x=1x3x16x24", "x=1x3x16x48"]
     best = queries.best_per_config(df, queries.METRICS["latency"])
     assert sorted(best["shape"]) == ["-", "x=1x3x16x24", "x=1x3x16x48"]  # one config, kept once per shape
+
+
+def test_trials_say_how_busy_the_machine_was_while_each_ran(tmp_path):
+    """``under_load`` and ``other_cores`` columns: set where the load was read, empty for older rows."""
+    from autodeploy.harness.load import Load
+    from tests.results_db.factories import DEVICE, MODEL, ok_result
+
+    with Store.open(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        store.add_trial(ok_result("busy", load=Load(1.2, 2, 2.0)), model=MODEL, device=DEVICE)
+        store.add_trial(ok_result("quiet", load=Load(0.05, 2, 2.0)), model=MODEL, device=DEVICE)
+        store.add_trial(ok_result("old"), model=MODEL, device=DEVICE)  # stored before the load was read
+        df = queries.trials(store).set_index("uid")
+    assert {"under_load", "other_cores"} <= set(queries.trial_columns())
+    assert df.loc["busy", "under_load"] is True and df.loc["busy", "other_cores"] == 1.2
+    assert df.loc["quiet", "under_load"] is False and pd.isna(df.loc["old", "under_load"])

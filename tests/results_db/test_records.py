@@ -16,6 +16,7 @@ import pytest
 from autodeploy.adapters.base import Artifact, TrialConfig
 from autodeploy.bundle.export import Source, build_manifest
 from autodeploy.harness import run
+from autodeploy.harness.load import Load
 from autodeploy.harness.result import Accuracy, Measurement, OutputAccuracy, TrialResult
 from autodeploy.harness.stats import summarize
 from autodeploy.results_db import Store
@@ -45,6 +46,28 @@ def test_a_measurement_round_trips_through_its_dict(n: int) -> None:
     assert Measurement.from_dict(json.loads(json.dumps(m.to_dict()))) == m  # insufficient follows from n
     assert tuple(m.to_dict()) == Measurement.keys()
     assert Measurement.from_dict(m.to_dict(samples=False)).samples_ms is None
+
+
+LOAD = Load(other_cores=0.93, cpus=2, wall_s=2.5, loadavg_1m=1.8, cpu_mhz=2596.1)
+
+
+def test_the_load_a_measurement_ran_under_round_trips_through_its_dict_and_the_store(store: Store) -> None:
+    m = dataclasses.replace(_measurement(100), load=LOAD)
+    d = json.loads(json.dumps(m.to_dict()))
+    assert d["load"] == {"other_cores": 0.93, "cpus": 2, "wall_s": 2.5, "loadavg_1m": 1.8, "cpu_mhz": 2596.1,
+                         "under_load": True}  # fmt: skip
+    assert Measurement.from_dict(d) == m and m.under_load
+    result = TrialResult("l" * 32, CONFIG, "ok", "1.20.0", measurement=m)
+    store.add_trial(result, model=MODEL, device=DEVICE)
+    row = store.trial(result.uid)
+    assert row is not None and row.measurement == m and row.measurement.load == LOAD
+
+
+def test_a_record_made_before_the_load_was_read_reads_back_without_one() -> None:
+    """An older worker's JSON, store row or bundle manifest has no ``load``: it reads as not recorded."""
+    old = {k: v for k, v in _measurement(100).to_dict().items() if k != "load"}
+    m = Measurement.from_dict(old)
+    assert m.load is None and not m.under_load and "load" not in m.to_dict()
 
 
 def test_a_result_round_trips_through_its_dict() -> None:

@@ -98,3 +98,21 @@ def test_a_revision_0002_database_upgrades_and_its_trials_read_as_shape_not_reco
                              shape_key="x=1x3x8x8", shapes={"x": (1, 3, 8, 8)})  # fmt: skip
     shaped = store.get_trial(new_id)
     assert shaped.shape_key == "x=1x3x8x8" and shaped.shapes == {"x": [1, 3, 8, 8]} and shaped.shape_text == "x=1x3x8x8"
+
+
+def test_a_revision_0005_database_upgrades_and_its_measurements_read_as_load_not_recorded(store: Store) -> None:
+    """Measurements stored before the load was read keep NULL; new ones store theirs."""
+    from autodeploy.harness.load import Load
+
+    trial_id = store.add_trial(ok_result(), model=MODEL, device=DEVICE)
+    migrate.downgrade(store.engine, "0005")
+    with store.engine.connect() as conn:
+        assert "load" not in {c["name"] for c in sa.inspect(conn).get_columns("ad_measurements")}
+    migrate.upgrade(store.engine)
+    assert schema_diff(store.engine) == []
+    row = store.get_trial(trial_id)
+    assert row is not None and row.measurement is not None and row.measurement.load is None
+    busy = Load(other_cores=1.1, cpus=2, wall_s=2.0, loadavg_1m=None, cpu_mhz=None)
+    new_id = store.add_trial(ok_result("trial-busy", load=busy), model=MODEL, device=DEVICE)
+    loaded = store.get_trial(new_id)
+    assert loaded is not None and loaded.measurement.load == busy and loaded.measurement.under_load

@@ -27,8 +27,9 @@ def test_space_from_the_engines_offer(model):
     )
     ort = space.engines["onnxruntime"]
     assert ort.precisions == ("fp32", "int8") and "execution_mode" in ort.knobs
+    assert ort.knobs["intra_op_thread_affinities"] == ("none", "one_cpu_each")  # tried by the search, off first
     assert space.batches == (1,) and space.threads == (1, 2)
-    assert space.size() == 2 * 2 * 1 * 2 == len(space.grid())
+    assert space.size() == 2 * 2 * 1 * 2 * 2 == len(space.grid())
     assert len({tuple(sorted(p.items())) for p in space.grid()}) == space.size()
 
 
@@ -65,7 +66,7 @@ def test_unsupported_combinations_have_a_reason(tmp_path, model):
         StudyConfig(model="m", engines=["onnxruntime"], precisions=["fp16"]), probe_device(), model
     )
     params = {"engine": "onnxruntime", "onnxruntime.precision": "fp16", "batch": 1, "threads": 1,
-              "onnxruntime.execution_mode": "ORT_SEQUENTIAL"}  # fmt: skip
+              "onnxruntime.execution_mode": "ORT_SEQUENTIAL", "onnxruntime.intra_op_thread_affinities": "none"}  # fmt: skip
     config = suggest(optuna.trial.FixedTrial(params), space)
     assert "fp16" in unsupported_reason(config, probe_device(), model)
     static = load_model(mlp(tmp_path / "static.onnx", batch=1))
@@ -73,6 +74,18 @@ def test_unsupported_combinations_have_a_reason(tmp_path, model):
     assert "static batch dim 1" in unsupported_reason(
         TrialConfig("onnxruntime", batch=4), probe_device(), static
     )
+
+
+def test_thread_affinity_is_searched_and_pinning_one_thread_is_pruned_with_its_reason(model):
+    device = probe_device()
+    space = build_space(StudyConfig(model="m", engines=["onnxruntime", "openvino"], threads=[1, 2]), device, model)
+    if "openvino" in space.engines:
+        assert space.engines["openvino"].knobs["ENABLE_CPU_PINNING"] == (False, True)
+    pinned_one = TrialConfig("onnxruntime", threads=1, knobs={"intra_op_thread_affinities": "one_cpu_each"})
+    assert "needs 2 or more threads, got 1" in unsupported_reason(pinned_one, device, model)
+    if device.logical_cores >= 2:
+        pinned_two = TrialConfig("onnxruntime", threads=2, knobs={"intra_op_thread_affinities": "one_cpu_each"})
+        assert unsupported_reason(pinned_two, device, model) is None
 
 
 def test_throughput_and_server_search_their_knobs_by_default(model):

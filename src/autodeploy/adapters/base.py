@@ -276,6 +276,7 @@ class Engine(ABC):
                     f"{self.name} knob {knob}={value!r} is not supported",
                     fix=f"choose one of {', '.join(map(str, choices))}",
                 )
+        self._check(target, model, config)
 
     def build_key(self, model: ModelInfo, config: TrialConfig, version: str, calibration_hash: str) -> str:
         """Cache key of an artifact: model, the config fields that change the build, engine version, data."""
@@ -416,6 +417,11 @@ class Engine(ABC):
 
     @abstractmethod
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]: ...
+
+    def _check(self, target: DeviceInfo, model: ModelInfo, config: TrialConfig) -> None:
+        """Raise :class:`UnsupportedConfigError` for a combination of valid settings this engine cannot run
+        (called by :meth:`check` after the precision and every knob value are known to be offered)."""
+        return None  # most engines run every combination of what they offer
 
     def _version(self) -> str | None:
         """The first installed distribution of :attr:`packages`, from metadata (nothing is imported)."""

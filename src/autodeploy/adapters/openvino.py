@@ -5,9 +5,10 @@ The artifact is OpenVINO IR (``model.xml`` + ``model.bin``), kept in fp32 (or in
 different files. The hint is *always* set, because the CPU plugin silently runs bf16 on CPUs
 with AMX unless told otherwise, and then "fp32" would not mean fp32.
 
-Knobs keep OpenVINO's own names (``PERFORMANCE_HINT``, ``NUM_STREAMS``), so they can be
-checked against https://docs.openvino.ai/2024/openvino-workflow/running-inference/optimize-inference.html.
-``threads`` maps to ``INFERENCE_NUM_THREADS``.
+Knobs keep OpenVINO's own names (``PERFORMANCE_HINT``, ``NUM_STREAMS``, ``ENABLE_CPU_PINNING``), so they
+can be checked against https://docs.openvino.ai/2024/openvino-workflow/running-inference/optimize-inference.html.
+``threads`` maps to ``INFERENCE_NUM_THREADS``. ``ENABLE_CPU_PINNING`` is set only when the config names it:
+left out, the plugin decides (it reads back ``True`` on Linux, where it may still leave threads unpinned).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ INSTALL_HINT = "pip install 'autodeploy[openvino]'"
 INFERENCE_PRECISION = {"fp32": "f32", "bf16": "bf16", "fp16": "f16", "int8": "f32"}
 PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT")
 NUM_STREAMS = (1, 2, "AUTO")
+#: ``ov.properties.hint.enable_cpu_pinning``: pin the inference threads to cores (False first: the portfolio's
+#: first look at an engine is the plain one).
+CPU_PINNING = (False, True)
 BF16_ISA = ("avx512_bf16", "amx_bf16")
 
 
@@ -47,6 +51,8 @@ class OpenVinoEngine(Engine):
     packages = rt.PACKAGES
     build_packages = ("nncf",)
     throughput_knobs = frozenset({"PERFORMANCE_HINT", "NUM_STREAMS", "num_requests"})
+    # Pinning inference threads to cores (issue 26): what keeps them from migrating on a small or busy CPU.
+    search_knobs = frozenset({"ENABLE_CPU_PINNING"})
 
     def _probe(self, target: DeviceInfo) -> Availability:
         import openvino as ov
@@ -78,6 +84,7 @@ class OpenVinoEngine(Engine):
             knobs={
                 "PERFORMANCE_HINT": PERFORMANCE_HINTS,
                 "NUM_STREAMS": NUM_STREAMS,
+                "ENABLE_CPU_PINNING": CPU_PINNING,
             },
         )
 
@@ -146,6 +153,8 @@ def compile_properties(config: TrialConfig) -> dict[str, Any]:
     }
     if "NUM_STREAMS" in config.knobs:
         properties["NUM_STREAMS"] = str(config.knobs["NUM_STREAMS"])
+    if "ENABLE_CPU_PINNING" in config.knobs:
+        properties["ENABLE_CPU_PINNING"] = bool(config.knobs["ENABLE_CPU_PINNING"])
     if config.threads is not None:
         properties["INFERENCE_NUM_THREADS"] = config.threads
     return properties

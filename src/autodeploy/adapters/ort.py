@@ -14,7 +14,7 @@ import numpy as np
 
 from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
 from autodeploy.device import probe_device
-from autodeploy.errors import BuildError
+from autodeploy.errors import BuildError, UnsupportedConfigError
 from autodeploy.model import copy_unchanged
 from autodeploy.runtime import onnxruntime as rt
 
@@ -43,8 +43,9 @@ class OnnxRuntimeEngine(Engine):
     runtime = rt.__name__
     packages = rt.PACKAGES
     build_knobs = frozenset({"quant_method", "quant_head"})
-    # Parallel execution of independent branches is the one session option that often pays off.
-    search_knobs = frozenset({"execution_mode"})
+    # Parallel execution of independent branches is the one session option that often pays off; pinning
+    # each pool thread to a CPU of its own (issue 26) keeps threads from migrating between cores.
+    search_knobs = frozenset({"execution_mode", "intra_op_thread_affinities"})
     throughput_knobs = frozenset({"inter_op_num_threads", "num_requests", "sessions"})
 
     def _probe(self, target: DeviceInfo) -> Availability:
@@ -73,8 +74,32 @@ class OnnxRuntimeEngine(Engine):
                 "quant_method": QUANT_METHODS,
                 "quant_head": QUANT_HEADS,
                 "sessions": rt.SESSIONS,  # several requests in flight: on one session, or one session each
+                # "none" first: the portfolio's first look at an engine keeps its default (threads unpinned)
+                "intra_op_thread_affinities": rt.AFFINITIES,
             },
         )
+
+    def _check(self, target: DeviceInfo, model: ModelInfo, config: TrialConfig) -> None:
+        if config.knobs.get("intra_op_thread_affinities", "none") == "none":
+            return
+        threads = config.threads
+        if threads is None or threads < 2:
+            raise UnsupportedConfigError(
+                f"onnxruntime intra_op_thread_affinities={config.knobs['intra_op_thread_affinities']} needs 2 or more "
+                f"threads, got {'the default' if threads is None else threads}: ORT pins the threads of its pool, the "
+                "calling thread never (so 1 thread has none), and at its default thread count it sets affinities itself",
+                fix="pass --threads N with N >= 2, or leave the knob out",
+            )  # fmt: skip
+        if config.knobs.get("sessions") == "per_request":
+            raise UnsupportedConfigError(
+                "onnxruntime intra_op_thread_affinities with sessions=per_request: every session would pin its pool "
+                "to the same CPUs", fix="use sessions=shared, or leave intra_op_thread_affinities out",
+            )  # fmt: skip
+        if threads > target.logical_cores:
+            raise UnsupportedConfigError(
+                f"onnxruntime intra_op_thread_affinities pins {threads} threads, one per logical CPU, on "
+                f"{target.logical_cores} logical CPUs", fix=f"pass --threads {target.logical_cores} or fewer",
+            )  # fmt: skip
 
     def _build(
         self,
@@ -117,6 +142,9 @@ def session_settings(config: TrialConfig) -> dict[str, Any]:
         "execution_mode": knobs.get("execution_mode", "ORT_SEQUENTIAL"),
         "graph_optimization_level": knobs.get("graph_optimization_level", "ORT_ENABLE_ALL"),
         **({"sessions": knobs["sessions"]} if "sessions" in knobs else {}),
+        # the policy, not ORT's processor list: the runtime resolves it on the machine it runs on
+        **({"intra_op_thread_affinities": knobs["intra_op_thread_affinities"]}
+           if knobs.get("intra_op_thread_affinities", "none") != "none" else {}),
     }
 
 

@@ -142,6 +142,8 @@ class TfliteEngine(Engine):
         return EngineSpace(
             precisions=tuple(precisions),
             unsupported=unsupported,
+            # No thread-affinity knob (issue 26): LiteRT's interpreter and its XNNPACK delegate take a thread
+            # count only, and pin nothing.
             knobs={"xnnpack": (True, False)},
         )
 

@@ -237,3 +237,8 @@ def judged_by(o: Any) -> str:
     if o.kind == "sequence" and o.token_agreement is not None:
         where = f" (tokens {o.token_agreement:.4g})"
     return f"{o.kind}: {metric} {shown}{where}"
+
+
+def load_text(load: Any) -> str:
+    """A :class:`~autodeploy.harness.load.Load` for a table cell: its text, flagged when the machine was under load."""
+    return f"{load.text()} [yellow](under load)[/]" if load.under_load else f"{load.text()} (quiet)"

@@ -27,6 +27,7 @@ from autodeploy.cli._common import (
     fmt_ms_ci,
     fmt_pct,
     judged_by,
+    load_text,
     out,
     preprocess_of,
     shown,
@@ -34,6 +35,7 @@ from autodeploy.cli._common import (
 )
 from autodeploy.data import parse_input_pins
 from autodeploy.errors import TrialFailed, UsageError
+from autodeploy.harness.load import UNDER_LOAD_CORES
 from autodeploy.harness.result import TrialResult, headline
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import parse_batch_axis_flags
@@ -222,7 +224,14 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: st
                           f"(mean batch {split['mean_batch']:.2f})")
     table.add_row("peak RSS over baseline", f"{result.peak_rss_mb:.1f} MB")
     table.add_row("artifact size", f"{result.artifact_mb:.2f} MB")
+    load = result.measurement.load if result.measurement is not None else None
+    if load is not None:
+        table.add_row("machine load while timed", load_text(load))
     out.print(table)
+    if load is not None and load.under_load:
+        err.print(f"[yellow]under load[/]: other processes kept {load.other_cores:.2f} of {load.cpus} cores busy while "
+                  f"this was timed (more than {UNDER_LOAD_CORES}): its times are likely slower and noisier than on a "
+                  "quiet machine; measure again when it is quiet", soft_wrap=True)  # fmt: skip
     if lat.unstable:
         err.print(f"[yellow]unstable[/]: the calls vary by {lat.cv:.0%} (CV > 10%), so small differences mean "
                   "little; try a longer run (--min-duration 10), fewer threads (--threads 1) or a quieter "

@@ -25,6 +25,7 @@ from autodeploy.cli._common import (
     shown,
 )
 from autodeploy.errors import UsageError
+from autodeploy.harness.load import UNDER_LOAD_CORES, Load
 
 app = typer.Typer(
     help="Check, describe and measure an exported bundle (folder or .tar.gz).", no_args_is_help=True
@@ -199,7 +200,15 @@ def run(
     table.add_row("throughput", f"{meas['throughput'] or 0:.1f} items/s", f"{throughput:.1f} items/s",
                   _compared(throughput, meas["throughput"], lower_is_faster=False))  # fmt: skip
     table.add_row("samples", shown(meas["n_samples"]), f"{stats.n} (+{timed.warmup_calls} warm-up)", "")
+    theirs = Load.from_dict(meas["load"]) if meas.get("load") else None  # bundles exported before it was read: none
+    table.add_row("other processes' CPU", _cores(theirs), _cores(timed.load), "")
     out.print(table)
+    busy = [f"{who} ({load.text()})" for who, load in (("this machine", timed.load), ("the manifest's run", theirs))
+            if load is not None and load.under_load]  # fmt: skip
+    if busy:
+        err.print(f"[yellow]under load[/]: {' and '.join(busy)}: other processes kept more than {UNDER_LOAD_CORES} "
+                  "of a core busy while it was timed, so the comparison above says more about the load than about the "
+                  "bundle; run it again on a quiet machine", soft_wrap=True)  # fmt: skip
     if here.fingerprint != m["device"]["fingerprint"]:
         err.print(f"[yellow]note[/]: measured on another device ({shown(m['device']['cpu'])}); "
                   f"this is {shown(here.cpu_model)}")  # fmt: skip
@@ -218,6 +227,13 @@ def _verified(path: Path, manifest: dict[str, Any], digest: str, *, signed: bool
     return {"schema": "autodeploy.bundle_verify", "schema_version": SCHEMA_VERSION, "path": str(path), "ok": True,
             "files": len(files), "size_bytes": sum(f["size"] for f in files.values()), "manifest_sha256": digest,
             "signed": signed, "runs_here": runs is None, "cannot_run_because": runs, "warnings": list(warnings)}  # fmt: skip
+
+
+def _cores(load: Load | None) -> str:
+    """``0.05 of 2 cores`` (``, under load`` above the threshold), or ``-`` where the load was not read."""
+    if load is None:
+        return "-"
+    return f"{load.other_cores:.2f} of {load.cpus} cores" + (" [yellow](under load)[/]" if load.under_load else "")
 
 
 def _compared(ours: float | None, theirs: float | None, *, lower_is_faster: bool) -> str:

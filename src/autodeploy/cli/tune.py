@@ -271,7 +271,12 @@ class _ProgressReporter:  # a search.study.Reporter (not imported: it loads the 
         self.progress.update(self.task, description=shown(f"{self.best} | {text}"[:110]))
 
     def note(self, text: str) -> None:
-        self.progress.console.print(f"[yellow]note[/]: {shown(text)}")
+        self.progress.console.print(f"[yellow]note[/]: {shown(text)}", soft_wrap=True)
+
+    def rerun(self, runs: int) -> None:
+        """A finalist round runs again (it ran under load): the bar grows by its runs."""
+        if self.final is not None:
+            self.progress.update(self.final, total=(self.progress.tasks[self.final].total or 0) + runs)
 
     def _stop_status(self) -> None:
         if self.status is not None:
@@ -344,9 +349,10 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
         value_column = OBJECTIVE_WORDS.get(objective, "value") + " [95% CI]"
         if summary.statistic and remeasured:  # paired by round: each round's value, their median and range
             value_column = f"{summary.statistic}: median of rounds \\[interval over rounds]"
-        for column in ("config", value_column, "samples", "note"):
+        for column in ("config", value_column, "samples", "load", "note"):
             table.add_column(column)
-        from autodeploy.report import runner_up  # the record the dashboard's winners page reads
+        # the record the dashboard's winners page reads
+        from autodeploy.report import finalist_load_text, runner_up
 
         second = runner_up(summary.to_dict())
         for f in _best_first(summary):
@@ -359,7 +365,9 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
                 note = ", ".join(filter(None, ("runner-up", note)))
             if f.failure:
                 note = f"[red]{shown(f.failure)}[/]"
-            table.add_row(shown(f.label), _stat_ci(f.statistic, f.ci, objective), str(f.n_samples), note)
+            load = finalist_load_text({"loads": f.loads})
+            table.add_row(shown(f.label), _stat_ci(f.statistic, f.ci, objective), str(f.n_samples),
+                          f"[yellow]{load}[/]" if "under load" in load else load, note)  # fmt: skip
         out.print(table)
     if summary.winner is not None and summary.winner.per_shape:
         shapes = Table(title=f"the winner at each shape ({OBJECTIVE_WORDS.get(objective, 'value')})")
@@ -388,6 +396,11 @@ def _print_search(summary: StudySummary) -> None:
     """What the winner rests on, what the search learned and left out, and where the time went."""
     if summary.confidence:
         out.print(f"confidence: {shown(summary.confidence)}")
+    from autodeploy.report import load_text
+
+    load = load_text(summary.to_dict())
+    if load:
+        out.print(f"[yellow]{shown(load)}[/]" if "under load" in load else shown(load), soft_wrap=True)
     if summary.time_budget_s is not None and summary.wall_s is not None:
         stop = f"; screening stopped by {summary.stopped_by}" if summary.stopped_by else ""
         out.print(f"time budget: {fmt_s(summary.time_budget_s)}, used {fmt_s(summary.wall_s)}{shown(stop)}; "

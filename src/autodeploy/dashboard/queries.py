@@ -86,7 +86,7 @@ RENAMED = {"model_name": "model", "device_fingerprint": "device", "device_cpu": 
 TRIAL_RENAMED = {**RENAMED, "id": "trial_id"}
 #: Columns the dashboard adds to the stored ones.
 DERIVED = ("config_label", "shape", "knobs", "latency_ms", "latency_ci_low", "latency_ci_high", "accuracy_passed",
-           "accuracy_drop", "accuracy_constraint")  # fmt: skip
+           "accuracy_drop", "accuracy_constraint", "other_cores", "under_load")  # fmt: skip
 
 
 def options(store: Store) -> Options:
@@ -150,8 +150,10 @@ def _trial_row(row: TrialRow) -> dict[str, Any]:
     if m is None:
         return out
     for key, value in m.to_dict(samples=False).items():
-        if key != "accuracy":
+        if key not in ("accuracy", "serving", "load"):
             out.update(_split(key, value))
+    if m.load is not None:  # how busy the machine was while it ran (harness/load.py); empty before it was read
+        out.update(other_cores=m.load.other_cores, under_load=m.load.under_load)
     lat = m.latency
     p90 = lat.p90 is not None
     latency_ci = (lat.p90_ci if p90 else lat.median_ci) or (None, None)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autodeploy.errors import EngineError
+from autodeploy.harness.load import Load, LoadMeter
 from autodeploy.harness.timing import Clock, StopReason, TimingPolicy, warm_up
 from autodeploy.runtime.base import Pool
 
@@ -64,6 +65,7 @@ class LoopRun:
     requests: int
     warmup_calls: int
     stopped_by: StopReason
+    load: Load | None = None  # how busy the machine was over the timed phase
 
 
 def closed_loop(pool: Pool, feeds: Feeds, policy: TimingPolicy, clock: Clock = time.perf_counter_ns) -> LoopRun:
@@ -77,6 +79,7 @@ def closed_loop(pool: Pool, feeds: Feeds, policy: TimingPolicy, clock: Clock = t
         warmup = warm_up(lambda: _round(pool, feeds, clock), policy, clock)
         tracker = _Tracker(policy.max_samples, clock)
         pool.on_done = tracker.done  # the pool reports to the tracker of this phase
+        meter = LoadMeter.start()
         start = clock()
         min_end, max_end = start + int(policy.min_duration_s * 1e9), start + int(policy.max_duration_s * 1e9)
         i, stopped_by, now = 0, "max_samples", start
@@ -94,12 +97,13 @@ def closed_loop(pool: Pool, feeds: Feeds, policy: TimingPolicy, clock: Clock = t
             i += 1
     finally:
         pool.drain()  # every request in flight ends before anything else happens
+    load = meter.stop()
     tracker.raise_failure()
     latencies = tracker.ends[:i] - tracker.starts[:i]
     # The phase lasts until the last query ends, or until the loop decided to stop if every query
     # had already ended then (its wall time still counts: nothing was in flight only by our doing).
     end = max(int(tracker.ends[:i].max()), now)
-    return LoopRun(latencies, (end - start) / 1e9, pool.requests, warmup, stopped_by)  # type: ignore[arg-type]
+    return LoopRun(latencies, (end - start) / 1e9, pool.requests, warmup, stopped_by, load)  # type: ignore[arg-type]
 
 
 def _round(pool: Pool, feeds: Feeds, clock: Clock) -> None:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from autodeploy.adapters.base import TrialConfig
+from autodeploy.harness.load import Load
 
 #: Why a trial produced no usable measurement (docs/architecture.md, "Measurement rules").
 #: An engine's failure reason is kept whole up to this many lines, each up to REASON_LINE_CHARS: its first
@@ -164,7 +165,7 @@ LATENCY_KEYS = {"n": "n_samples", "median": "median_ms", "mean": "mean_ms", "std
 #: The sample counts that a p90 / p99 claim needs (docs/architecture.md; harness/stats.py applies them).
 _CLAIMS = (("p90", 64), ("p99", 662))
 #: Measurement fields whose flat form is not the value itself.
-_NESTED = ("latency", "accuracy", "samples_ms", "serving")
+_NESTED = ("latency", "accuracy", "samples_ms", "serving", "load")
 
 
 def _insufficient(n: int) -> tuple[str, ...]:
@@ -181,7 +182,8 @@ class Measurement:
     """What the harness measured for one trial in one scenario (times in ms, memory in MB).
 
     ``samples_ms`` is ``None`` when the raw per-call latencies were not loaded (the store
-    reads them only on request). ``accuracy`` is ``None`` only for records made without it.
+    reads them only on request). ``accuracy`` is ``None`` only for records made without it;
+    ``load`` for records made before the load was read (stored before revision 0006, or an older bundle's).
     """
 
     scenario: str
@@ -198,20 +200,33 @@ class Measurement:
     #: offline, multi-stream and server: what ran in flight, read back from the engine (``concurrency``:
     #: requests, streams, threads as compiled) and the server search (``server``: max rate, queueing/compute split).
     serving: dict[str, Any] | None = None
+    #: How busy the machine was over the timed phase (:mod:`autodeploy.harness.load`).
+    load: Load | None = None
+
+    @property
+    def under_load(self) -> bool:
+        """Whether other processes kept the machine busy while this ran (``False`` when not recorded)."""
+        return self.load is not None and self.load.under_load
 
     def to_dict(self, *, samples: bool = True) -> dict[str, Any]:
         """The flat, JSON-ready form, keys in :meth:`keys` order: the latency statistics under their
-        :data:`LATENCY_KEYS`, ``accuracy`` as a dict, ``samples_ms`` only with ``samples``."""
+        :data:`LATENCY_KEYS`, ``accuracy`` as a dict, ``samples_ms`` only with ``samples``; then
+        ``serving`` and ``load`` where they are set (a record without them keeps the format of bundle schema 1)."""
         flat = {key: getattr(self.latency, name) for name, key in LATENCY_KEYS.items()}
         flat.update({f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NESTED})
         flat["accuracy"] = None if self.accuracy is None else asdict(self.accuracy)
         flat["samples_ms"] = None if self.samples_ms is None else list(self.samples_ms)
         out = {key: flat[key] for key in self.keys(samples=samples)}
-        return out if self.serving is None else {**out, "serving": self.serving}  # single-stream: format unchanged
+        if self.serving is not None:
+            out["serving"] = self.serving
+        if self.load is not None:
+            out["load"] = self.load.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Measurement:
-        """Read :meth:`to_dict`'s form back (lists for pairs are fine; missing ``samples_ms`` is ``None``)."""
+        """Read :meth:`to_dict`'s form back (lists for pairs are fine; missing ``samples_ms``, ``serving``
+        and ``load`` are ``None``)."""
         lat = {name: d[key] for name, key in LATENCY_KEYS.items()}
         for name in ("median_ci", "p90_ci", "p99_ci"):
             lat[name] = _pair(lat[name])
@@ -219,7 +234,8 @@ class Measurement:
         rest = {f.name: d[f.name] for f in fields(cls) if f.name not in _NESTED}
         samples = d.get("samples_ms")
         accuracy = None if d.get("accuracy") is None else Accuracy.from_dict(d["accuracy"])
-        return cls(**rest, latency=latency, accuracy=accuracy, serving=d.get("serving"),
+        load = None if d.get("load") is None else Load.from_dict(d["load"])
+        return cls(**rest, latency=latency, accuracy=accuracy, serving=d.get("serving"), load=load,
                    samples_ms=None if samples is None else tuple(samples))  # fmt: skip
 
     @classmethod

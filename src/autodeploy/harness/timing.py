@@ -15,6 +15,8 @@ from typing import Literal
 
 import numpy as np
 
+from autodeploy.harness.load import Load, LoadMeter
+
 Clock = Callable[[], int]
 StopReason = Literal["min_reached", "max_samples", "max_duration"]
 
@@ -70,12 +72,14 @@ class TimedRun:
         duration_s: Wall time of the timed phase (from its start to the end of the last call).
         warmup_calls: Calls made during warm-up (not in ``samples_ns``).
         stopped_by: ``"min_reached"`` when both minimums were met, else the cap that ended it.
+        load: How busy the machine was over the timed phase (:mod:`autodeploy.harness.load`).
     """
 
     samples_ns: np.ndarray
     duration_s: float
     warmup_calls: int
     stopped_by: StopReason
+    load: Load | None = None
 
 
 def warm_up(fn: Callable[[], object], policy: TimingPolicy, clock: Clock = time.perf_counter_ns) -> int:
@@ -115,7 +119,8 @@ def time_calls(
 
     Only ``fn()`` sits between the two clock reads; storing the sample and checking the
     stopping rules happen outside them, into a preallocated array. The end-of-call clock
-    read doubles as "now" for the duration checks, so each call costs two clock reads.
+    read doubles as "now" for the duration checks, so each call costs two clock reads. The
+    machine's load is read just before and after the timed phase, never inside it.
 
     Args:
         fn: The call to time, with its inputs already bound (e.g. ``lambda: runner.run(feeds)``).
@@ -125,6 +130,7 @@ def time_calls(
     warmup_calls = warm_up(fn, policy, clock)
     buf = np.empty(policy.max_samples, dtype=np.int64)
     max_samples, min_samples = policy.max_samples, policy.min_samples
+    meter = LoadMeter.start()
     start = clock()
     min_end = start + int(policy.min_duration_s * 1e9)
     max_end = start + int(policy.max_duration_s * 1e9)
@@ -146,9 +152,11 @@ def time_calls(
         if t1 >= max_end:
             stopped_by = "max_duration"
             break
+    load = meter.stop()
     return TimedRun(
         samples_ns=buf[:i].copy(),
         duration_s=(t1 - start) / 1e9,
         warmup_calls=warmup_calls,
         stopped_by=stopped_by,
+        load=load,
     )

@@ -146,12 +146,14 @@ class _Job:
         if self.spec.scenario == "single-stream":
             timed = _step("run_failed", lambda: time_calls(lambda: runner.run(feeds), policy))
             samples, duration, warmup, stopped_by = timed.samples_ns, timed.duration_s, timed.warmup_calls, timed.stopped_by
+            load = timed.load
             throughput = self.config.batch * len(samples) / (samples.sum() / 1e9)
             extra: dict[str, Any] = {}
         else:
             _step("run_failed", lambda: runner.run(feeds))  # the feeds are checked once, by the sync path
             loop, extra = _step("run_failed", lambda: self._concurrent(runner, evaluation, feeds, policy))
             samples, duration, warmup, stopped_by = loop.samples_ns, loop.duration_s, loop.warmup_calls, loop.stopped_by
+            load = loop.load
             throughput = self.config.batch * len(samples) / duration
         compiled = runner.describe()
         if compiled:
@@ -175,7 +177,7 @@ class _Job:
             throughput=throughput, peak_rss_mb=peak / 2**20, artifact_mb=artifact.size_bytes() / 2**20,
             build_s=None,  # the parent knows it
             warmup_calls=warmup, duration_s=duration, accuracy=accuracy,
-            samples_ms=tuple(float(x) for x in samples / 1e6), serving=extra or None,
+            samples_ms=tuple(float(x) for x in samples / 1e6), serving=extra or None, load=load,
         )  # fmt: skip
         return {
             "engine_version": version,

@@ -161,6 +161,8 @@ class Measurement(Base):
     warmup_calls: Mapped[int]
     duration_s: Mapped[float]
     serving: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))  # requests in flight, server split
+    #: How busy the machine was over the timed phase (``harness/load.py`` ``Load``); NULL before revision 0006.
+    load: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))
 
 
 class GateRun(Base):

@@ -990,6 +990,7 @@ def _columns(m: MeasurementRecord) -> dict[str, Any]:
             columns[key] = value
     columns["samples_ms"] = list(m.samples_ms or ())
     columns["serving"] = m.serving
+    columns["load"] = None if m.load is None else m.load.to_dict()
     columns["accuracy_passed"] = None if m.accuracy is None else m.accuracy.passed
     return columns
 
@@ -1002,7 +1003,7 @@ def _record(ms: Measurement, *, samples: bool) -> MeasurementRecord:
             d[key] = _pair(getattr(ms, f"{key}_low"), getattr(ms, f"{key}_high"))
         else:
             d[key] = getattr(ms, key)
-    return MeasurementRecord.from_dict({**d, "serving": ms.serving})
+    return MeasurementRecord.from_dict({**d, "serving": ms.serving, "load": ms.load})
 
 
 def _select_rows(*, samples: bool) -> sa.Select[Any]:

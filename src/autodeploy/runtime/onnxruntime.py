@@ -6,6 +6,9 @@
 (``ORT_DISABLE_ALL`` ... ``ORT_ENABLE_ALL``). For several requests in flight (:meth:`Runner.pool`),
 ``sessions`` says how they run: ``shared`` (concurrent ``run`` calls on one session from N threads;
 ORT documents ``InferenceSession.run`` as thread-safe) or ``per_request`` (N sessions, one per thread).
+``intra_op_thread_affinities``: ``one_cpu_each`` pins each thread of the intra-op pool to a logical CPU of
+its own, resolved here, on the machine that runs it, into ORT's session config entry
+``session.intra_op_thread_affinities`` (see :func:`affinities`); absent or ``none``: no pinning.
 """
 
 from __future__ import annotations
@@ -24,13 +27,41 @@ MODEL_FILE = "model.onnx"
 
 
 SESSIONS = ("shared", "per_request")
+#: How the intra-op pool's threads are pinned: not at all (ORT's default once the thread count is set), or
+#: each to a logical CPU of its own.
+AFFINITIES = ("none", "one_cpu_each")
 
 
 def open(model_dir: Path, settings: Mapping[str, Any], io: IO) -> Runner:  # noqa: A001 - the runtime interface
     if settings.get("sessions", "shared") not in SESSIONS:
         raise Unsupported(f"sessions={settings.get('sessions')!r} is not one of {SESSIONS}",
                           fix="set sessions to shared or per_request")  # fmt: skip
+    settings = {**settings, "affinities": affinities(settings)}
     return _OrtRunner(_session(model_dir, settings), io, model_dir, settings)
+
+
+def affinities(settings: Mapping[str, Any]) -> str | None:
+    """ORT's ``session.intra_op_thread_affinities`` for ``settings``, or ``None`` (no pinning).
+
+    ORT pins the ``intra_op_num_threads - 1`` threads of its pool, never the calling thread, and reads
+    one entry per pool thread, ``;``-separated, numbering logical processors from 1 (``"2;3"``: the two
+    pool threads of 3 on CPUs 1 and 2). ``one_cpu_each`` gives pool thread k the k-th CPU this process may
+    run on (``sched_getaffinity``: a container's or ``taskset``'s set), leaving the first to the caller.
+    ORT only logs an id outside the machine and runs unpinned, so the ids are checked here.
+    """
+    policy = settings.get("intra_op_thread_affinities", "none")
+    if policy == "none":
+        return None
+    if policy not in AFFINITIES:
+        raise Unsupported(f"intra_op_thread_affinities={policy!r} is not one of {AFFINITIES}",
+                          fix="set it to none or one_cpu_each")  # fmt: skip
+    threads = int(settings.get("intra_op_num_threads", 0))
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    if threads < 2 or threads > len(allowed):
+        raise Unsupported(f"intra_op_thread_affinities={policy} pins intra_op_num_threads={threads} threads, one per "
+                          f"logical CPU, and this process may run on {len(allowed)}",
+                          fix=f"set intra_op_num_threads to 2..{len(allowed)}, or intra_op_thread_affinities to none")  # fmt: skip
+    return ";".join(str(cpu + 1) for cpu in allowed[1:threads])
 
 
 def _session(model_dir: Path, settings: Mapping[str, Any]) -> Any:
@@ -44,6 +75,8 @@ def _session(model_dir: Path, settings: Mapping[str, Any]) -> Any:
         ort.GraphOptimizationLevel, settings.get("graph_optimization_level", "ORT_ENABLE_ALL")
     )
     options.log_severity_level = 3  # warnings from quantized graphs are noise in a benchmark
+    if settings.get("affinities"):
+        options.add_session_config_entry("session.intra_op_thread_affinities", settings["affinities"])
     return ort.InferenceSession(
         str(Path(model_dir) / settings.get("model_file", MODEL_FILE)),
         sess_options=options,
@@ -72,6 +105,11 @@ class _OrtRunner(Runner):
 
     def _run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         return self._session.run(list(self.output_names), dict(feeds))
+
+    def describe(self) -> dict[str, Any]:
+        """The session config entries set beyond the ``SessionOptions`` attributes (the pinning as applied)."""
+        pinned = self._settings.get("affinities")
+        return {"session.intra_op_thread_affinities": pinned} if pinned else {}
 
     def _close(self) -> None:
         del self._session

@@ -2,7 +2,7 @@
 
 ``settings``: ``model_file`` (the IR's ``.xml``), ``properties`` (``compile_model`` properties in
 OpenVINO's own words: ``INFERENCE_PRECISION_HINT``, ``PERFORMANCE_HINT``, ``NUM_STREAMS``,
-``INFERENCE_NUM_THREADS``) and ``shapes`` (input name -> static shape; the model is compiled
+``INFERENCE_NUM_THREADS``, ``ENABLE_CPU_PINNING``) and ``shapes`` (input name -> static shape; the model is compiled
 at these shapes when opened, as benchmark_app measures it, so the plugin plans memory once).
 Feeds of another shape (e.g. a last, smaller batch) get their own compiled model on first use.
 Several requests in flight (:meth:`Runner.pool`) go through OpenVINO's ``AsyncInferQueue`` on the
@@ -27,7 +27,7 @@ DEVICE = "CPU"
 _core_instance: Any = None
 #: What a compiled model is read back for: what the plugin really set up, not what was asked.
 READ_BACK = ("PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS", "INFERENCE_PRECISION_HINT",
-             "OPTIMAL_NUMBER_OF_INFER_REQUESTS")  # fmt: skip
+             "OPTIMAL_NUMBER_OF_INFER_REQUESTS", "ENABLE_CPU_PINNING")  # fmt: skip
 
 
 def core() -> Any:
@@ -110,8 +110,12 @@ class _OvRunner(Runner):
 def compiled_properties(compiled: Any) -> dict[str, Any]:
     """:data:`READ_BACK` properties of a compiled model, as plain JSON values (``NUM_STREAMS`` as an int)."""
     out: dict[str, Any] = {}
-    for name in READ_BACK:
+    supported = set(compiled.get_property("SUPPORTED_PROPERTIES"))  # ENABLE_CPU_PINNING: OpenVINO 2023.3 on
+    for name in (n for n in READ_BACK if n in supported):
         value = compiled.get_property(name)
+        if isinstance(value, bool):
+            out[name] = value
+            continue
         text = str(getattr(value, "name", value))
         out[name] = int(text) if text.lstrip("-").isdigit() else text
     out["INFERENCE_PRECISION_HINT"] = str(compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name())

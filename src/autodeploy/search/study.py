@@ -23,6 +23,7 @@ import numpy as np
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import StoreError, TrialFailed, UsageError
+from autodeploy.harness import load as machine_load
 from autodeploy.harness import stats as rstats
 from autodeploy.harness.result import Accuracy, TrialResult, headline
 from autodeploy.harness.run import HarnessSettings, PreparedData, prepare, reference, run_trial
@@ -60,6 +61,9 @@ TIE_TOLERANCE = 0.03
 FIRST_ROUND_MARGIN = 0.10
 #: Rounds a winner claim needs (docs/architecture.md, "Measurement rules"); fewer is labelled screening only.
 MIN_WINNER_ROUNDS = 3
+#: A finalist round that ran under load (``harness/load.py``) runs once more, the less loaded of the two
+#: kept; at most this many times per study run, so a machine that stays busy costs one round, not a doubled study.
+LOAD_RERUNS = 1
 # A running trial beats every HEARTBEAT_S; one silent for GRACE_S (its process was killed) is
 # failed by the next run or worker of the study (Optuna's fail_stale_trials).
 HEARTBEAT_S = 5
@@ -118,6 +122,7 @@ class Reporter:
     def finalists(self, runs: int) -> None: ...  # the interleaved re-measurement begins: runs to come
     def phase(self, text: str) -> None: ...
     def note(self, text: str) -> None: ...  # something the user should read, e.g. a slow conversion skipped
+    def rerun(self, runs: int) -> None: ...  # a finalist round runs again (it ran under load): runs added
     def trial_done(self, done: int, best: str | None) -> None: ...
 
 
@@ -141,6 +146,8 @@ class Finalist:
     medians: tuple[float | None, ...] = ()
     #: The statistic over every call of every round pooled: display only (one noisy round owns its tail).
     pooled: float | None = None
+    #: Per round, the cores other processes kept busy while it ran (``None``: not run, or not read).
+    loads: tuple[float | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -209,6 +216,11 @@ class StudySummary:
     rejected: list[Rejected] = field(default_factory=list)
     #: When no trial meets the constraints: the rejected config that came closest (``rejected[0]``).
     closest: Rejected | None = None
+    #: How busy the machine was (``harness/load.py``): ``before`` the study (a Load's dict), the finalist
+    #: ``rounds`` (the most other processes' cores over each round's runs), the rounds ``under_load`` (1-based)
+    #: and the rounds run again for it (``reran``: round, cores of each run, which one was kept, the trials
+    #: of the other: stored, but no finalist's numbers rest on them).
+    load: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -232,6 +244,10 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     budget = Budget(cfg.time_budget_s)
     check_study_name(ctx.name)
     _check_same_model_and_device(ctx)
+    before = machine_load.sample()
+    if before.under_load:
+        reporter.note(f"the machine is busy before the study starts: {before.text()}; measurements that run "
+                      "under load are flagged, and a finalist round under load runs once more")  # fmt: skip
     study, storage = _open_study(ctx)
     space = build_space(cfg, ctx.device, ctx.model)
     # Store the resolved space, so a resume searches the same one even if engines were installed since.
@@ -308,7 +324,8 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
         stopped_by = "time budget"
     summary = _finalize(ctx, study, reporter, Memory.of(study), budget, space)
     summary = replace(summary, reference_s=reference_s, wall_s=time.monotonic() - budget.started,
-                      time_budget_s=budget.seconds, stopped_by=stopped_by)  # fmt: skip
+                      time_budget_s=budget.seconds, stopped_by=stopped_by,
+                      load={"before": before.to_dict(), **summary.load})  # fmt: skip
     ctx.store.finish_study(ctx.name, winner_uid=summary.winner.uids[-1] if summary.winner and summary.winner.uids else None,
                            summary=summary.to_dict())  # fmt: skip
     return summary
@@ -625,6 +642,7 @@ class _Measured:
     artifact_reused: bool = False  # measured on an artifact built for an earlier config: no build worker
     wall_s: dict[str, float] = field(default_factory=dict)  # build, timing, accuracy seconds
     ci: tuple[float, float] | None = None  # the screening value's 95% CI (latency)
+    load: machine_load.Load | None = None  # how busy the machine was while it was timed (the busiest shape)
 
     def attrs(self, artifact: str) -> dict[str, Any]:
         """What the Optuna trial stores about this measurement (JSON), read back by :meth:`Memory.learn`."""
@@ -666,8 +684,9 @@ def _measure(ctx: StudyContext, config: TrialConfig, reporter: Reporter, phase: 
             return _Measured(None, measured.uid, failure, per_shape=per_shape, wall_s=_walls(per_shape))
     metrics = combine([(c.weight, per_shape[c.key].metrics) for c in cases])  # type: ignore[misc]
     last = per_shape[cases[-1].key]
+    loads = [m.load for m in per_shape.values() if m.load is not None]
     return _Measured(metrics, last.uid, reused=all(m.reused for m in per_shape.values()), per_shape=per_shape,
-                     wall_s=_walls(per_shape))  # fmt: skip
+                     wall_s=_walls(per_shape), load=max(loads, key=lambda x: x.other_cores, default=None))  # fmt: skip
 
 
 def _walls(per_shape: dict[str, _Measured]) -> dict[str, float]:
@@ -743,7 +762,8 @@ def _measure_case(
     latency = result.latency
     ci = latency.p90_ci if latency.p90_ci is not None else latency.median_ci
     return _Measured(Metrics.of_result(result), result.uid, samples_ms=result.samples_ms, accuracy=result.accuracy,
-                     accuracy_uid=used, ci=ci if cfg.objective == "latency" else None, **common)  # fmt: skip
+                     accuracy_uid=used, ci=ci if cfg.objective == "latency" else None,
+                     load=result.measurement.load if result.measurement is not None else None, **common)  # fmt: skip
 
 
 def _state() -> Any:
@@ -868,9 +888,10 @@ def _decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: 
     configs = [TrialConfig.from_dict(t.user_attrs["config"]) for t in top]
     baseline_ok = registry.get(BASELINE.engine).probe(ctx.device).available
     with_baseline = baseline_ok and BASELINE.key() not in {c.key() for c in configs}
-    finalists, rounds, settled, statistic = _interleaved(ctx, [*configs, *([BASELINE] if with_baseline else [])],
-                                                         reporter, memory, budget, runs)  # fmt: skip
-    summary = _choose(ctx.name, cfg.objective, counts, finalists, statistic)
+    finalists, rounds, settled, statistic, reran = _interleaved(ctx, [*configs, *([BASELINE] if with_baseline else [])],
+                                                                reporter, memory, budget, runs)  # fmt: skip
+    summary = replace(_choose(ctx.name, cfg.objective, counts, finalists, statistic),
+                      load=_rounds_load(finalists, rounds, reran))
     confidence = f"re-measured interleaved: {rounds} of {cfg.finalists.rounds} rounds"
     if rounds < cfg.finalists.rounds:
         confidence += " (every other finalist fell wholly behind)" if settled else " (the time budget ran out)"
@@ -920,7 +941,7 @@ def _time_by_engine(trials: list[optuna.trial.FrozenTrial],
 
 
 def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Reporter, memory: Memory, budget: Budget,
-                 runs: list[tuple[str, dict[str, float]]]) -> tuple[list[Finalist], int, bool, str]:  # fmt: skip
+                 runs: list[tuple[str, dict[str, float]]]) -> tuple[list[Finalist], int, bool, str, list[dict[str, Any]]]:  # fmt: skip
     """A B C A B C …: every round runs each config once (at every shape), in a rotated order, so drift hits all alike.
 
     Each round gives each config one value (:func:`_round_values`). Successive halving on
@@ -928,8 +949,10 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
     (:func:`_still_in`), runs no more rounds; its values stay those of the rounds it ran. The
     baseline (ORT fp32 default) runs every round: the speed-up is paired on its rounds. Under a
     time budget a round starts only when the time left pays for one more (as long as the rounds
-    so far took). Returns the finalists, the rounds run, whether the rounds ended early because one
-    config was left, and the statistic each round was reduced to.
+    so far took). A round that ran under load runs once more when the time left pays for it (at most
+    LOAD_RERUNS per study run), and the less loaded of its two runs is kept, whole: each round's values
+    stay paired. Returns the finalists, the rounds run, whether the rounds ended early because one
+    config was left, the statistic each round was reduced to, and the rounds run again.
     """
     f = ctx.config.finalists
     objective = ctx.config.objective
@@ -942,6 +965,8 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
     rates: list[list[float | None]] = [[] for _ in configs]
     uids: list[list[str]] = [[] for _ in configs]
     failures: list[str | None] = [None for _ in configs]
+    loads: list[list[float | None]] = [[] for _ in configs]  # cores other processes kept busy over each run
+    reran: list[dict[str, Any]] = []
     baseline = next((i for i, c in enumerate(configs) if c.key() == BASELINE.key()), None)
     reporter.finalists(f.rounds * len(configs))
     started, rounds, settled = time.monotonic(), 0, False
@@ -959,10 +984,20 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
             if len(active) == 1:
                 settled = True
                 break  # one config left: every other one is wholly behind it
-        for i in [active[(j + r) % len(active)] for j in range(len(active))]:
-            reporter.phase(f"finalists round {r + 1}/{f.rounds}: {configs[i].label()}")
-            measured = _measure(long_ctx, configs[i], reporter, phase="finalist", memory=memory)
-            runs.append((configs[i].engine, measured.wall_s))
+        order = [active[(j + r) % len(active)] for j in range(len(active))]
+        ran = _one_round(long_ctx, configs, order, f"{r + 1}/{f.rounds}", reporter, memory, runs)
+        first = _busiest(ran)
+        if (first is not None and first.under_load and len(reran) < LOAD_RERUNS
+                and budget.left() >= (time.monotonic() - started) / (r + 1)):  # fmt: skip
+            reporter.note(f"finalist round {r + 1} ran under load ({first.text()}); running it once more")
+            reporter.rerun(len(order))
+            again = _one_round(long_ctx, configs, order, f"{r + 1}/{f.rounds} again", reporter, memory, runs)
+            second = _busiest(again)
+            kept = "again" if second is None or second.other_cores <= first.other_cores else "first"
+            ran, dropped = (again, ran) if kept == "again" else (ran, again)
+            reran.append({"round": r + 1, "other_cores": [first.other_cores, None if second is None else second.other_cores],
+                          "kept": kept, "dropped_uids": [m.uid for m in dropped.values()]})  # fmt: skip
+        for i, measured in ran.items():
             uids[i].append(measured.uid)
             ok = measured.metrics is not None
             if not ok:
@@ -970,9 +1005,11 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
             per_shape = measured.per_shape or {cases[0].key: measured}
             calls[i].append({k: list(one.samples_ms) for k, one in per_shape.items()} if ok else None)
             rates[i].append((measured.metrics.throughput or None) if ok else None)  # type: ignore[union-attr]
+            loads[i].append(None if measured.load is None else measured.load.other_cores)
         for i in range(len(configs)):  # those that left the rounds: nothing this round
             calls[i] += [None] * (r + 1 - len(calls[i]))
             rates[i] += [None] * (r + 1 - len(rates[i]))
+            loads[i] += [None] * (r + 1 - len(loads[i]))
         rounds += 1
     values, statistic = _round_values(calls, rates, cases, objective)
     medians, _ = _round_values(calls, rates, cases, objective, rstats.MEDIAN) if objective == "latency" else ([], "")
@@ -986,8 +1023,32 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
             shown = _mix([(c.weight, *_statistic(pooled[c.key], config.batch, objective)) for c in cases], objective)[0]
         out.append(Finalist(config, config.label(), stat, ci, sum(len(v) for v in pooled.values()), uids[i],
                             i == baseline, failures[i], per_shape, tuple(values[i]),
-                            tuple(medians[i]) if medians else (), shown))  # fmt: skip
-    return out, rounds, settled, statistic
+                            tuple(medians[i]) if medians else (), shown, tuple(loads[i])))  # fmt: skip
+    return out, rounds, settled, statistic, reran
+
+
+def _one_round(ctx: StudyContext, configs: list[TrialConfig], order: list[int], name: str, reporter: Reporter,
+               memory: Memory, runs: list[tuple[str, dict[str, float]]]) -> dict[int, _Measured]:  # fmt: skip
+    """One finalist round: each config of ``order`` (indices into ``configs``) measured once, in that order."""
+    ran = {}
+    for i in order:
+        reporter.phase(f"finalists round {name}: {configs[i].label()}")
+        ran[i] = _measure(ctx, configs[i], reporter, phase="finalist", memory=memory)
+        runs.append((configs[i].engine, ran[i].wall_s))
+    return ran
+
+
+def _busiest(ran: dict[int, _Measured]) -> machine_load.Load | None:
+    """The most loaded run of a round (``None`` where no run read its load): the round's load."""
+    return max((m.load for m in ran.values() if m.load is not None), key=lambda x: x.other_cores, default=None)
+
+
+def _rounds_load(finalists: list[Finalist], rounds: int, reran: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary's ``load`` of the finalist rounds: the most other processes' cores per round, the rounds under load."""
+    per_round = [max((f.loads[r] for f in finalists if r < len(f.loads) and f.loads[r] is not None), default=None)
+                 for r in range(rounds)]  # fmt: skip
+    under = [r + 1 for r, cores in enumerate(per_round) if cores is not None and machine_load.busy(cores)]
+    return {"threshold_cores": machine_load.UNDER_LOAD_CORES, "rounds": per_round, "under_load": under, "reran": reran}
 
 
 def _round_values(calls: list[list[dict[str, list[float]] | None]], rates: list[list[float | None]],

@@ -7,6 +7,7 @@ from dataclasses import replace
 import streamlit as st
 
 from autodeploy.dashboard import cache, charts, queries
+from autodeploy.harness.load import UNDER_LOAD_CORES
 from autodeploy.search.objective import OBJECTIVE_LABELS
 
 st.title("Trials")
@@ -46,5 +47,9 @@ else:
 st.subheader("Stored trials")
 stored = cache.trials(url, replace(filters, study=name))
 st.dataframe(stored[["trial_id", "phase", "status", "failure_kind", "config_label", "shape", "latency_ms", "median_ms",
-                     "n_samples", "accuracy_drop", "peak_rss_mb", "created_at"]], hide_index=True)  # fmt: skip
+                     "n_samples", "accuracy_drop", "peak_rss_mb", "under_load", "other_cores", "created_at"]],
+             hide_index=True)  # fmt: skip
+if stored["under_load"].fillna(False).astype(bool).any():
+    st.caption(f"under_load: other processes kept more than {UNDER_LOAD_CORES} of a core busy while the trial was "
+               "timed (other_cores: how many, on average); its times are likely slower and noisier.")  # fmt: skip
 cache.csv_button(stored, f"{name}-trials.csv", key="trials_csv")
