@@ -9,7 +9,9 @@ Registered through the registry by the tests: ``registry.register("faulty", TARG
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +37,7 @@ FAULTS = (
     "raise_in_load",
     "wrong_outputs",
     "hang_in_build",  # the build never ends (a stuck conversion): only a timeout stops it
+    "abort_in_build",  # a native library's failed assertion: its words on stderr, then SIGABRT
     "slow_int8",  # an int8 artifact that runs 2 ms slower per call than fp32 (a runtime without int8 kernels)
     "fail_in_flight",  # the sync path runs; with requests in flight (Runner.pool) the 5th call raises
 )
@@ -50,6 +53,10 @@ class FaultyEngine(OnnxRuntimeEngine):
             raise BuildError("deliberate build failure")
         if config.knobs.get("fault") == "hang_in_build":
             time.sleep(3600)
+        if config.knobs.get("fault") == "abort_in_build":  # as ONNX Runtime 1.32 aborted on silero-vad's QDQ graph
+            print("stl_vector.h:1130: std::vector<onnxruntime::NodeArg*>::operator[]: Assertion '__n < this->size()' failed.",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            os.abort()
         return super()._build(model, config, calibration, outdir)
 
     def _space(self, target: Any, model: Any) -> EngineSpace:

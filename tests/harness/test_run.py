@@ -105,6 +105,27 @@ def test_misbehaving_engine_is_recorded_with_its_kind(faulty, setup, fault, kind
 
 
 @pytest.mark.slow
+def test_a_build_past_its_timeout_names_the_build_phase_without_a_progress_callback(faulty, setup):
+    # The corpus runs trials without progress: the message said "(phase: start)" for a quantizer past 420 s.
+    model, settings, data = setup
+    settings = replace(settings, timeout_s=60.0, build_timeout_s=4.0)
+    result = run_trial(model, TrialConfig("faulty", knobs={"fault": "hang_in_build"}), data, settings)
+    assert result.failure_kind == "timeout" and "still running after 4 s (phase: build)" in result.failure_message
+
+
+@pytest.mark.slow
+def test_a_native_abort_is_a_crash_whose_one_line_reason_is_the_librarys_words(faulty, setup):
+    # The log's last lines are faulthandler's list of extension modules: they were the whole reason.
+    model, settings, data = setup
+    result = run_trial(model, TrialConfig("faulty", knobs={"fault": "abort_in_build"}), data, settings)
+    message = result.failure_message
+    assert result.failure_kind == "crashed" and "\n" not in message and "Extension modules" not in message
+    assert message.startswith("worker killed by SIGABRT; worker log: stl_vector.h:1130:")
+    assert "Assertion '__n < this->size()' failed. | Fatal Python error: Aborted | in faulty.py:" in message
+    assert message.endswith(" _build")
+
+
+@pytest.mark.slow
 def test_an_engines_whole_reason_is_kept_and_its_headline_names_the_node(faulty, setup):
     # OpenVINO's first line is a file:line of its own source; only that line was stored.
     model, settings, data = setup

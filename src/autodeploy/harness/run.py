@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -496,7 +497,8 @@ def run_worker(
             return WorkerOutcome("failed", result, result["failure_kind"], result["failure_message"])
         if proc.returncode < 0:
             name = signal.Signals(-proc.returncode).name
-            return WorkerOutcome("failed", {}, "crashed", f"worker killed by {name}; worker log: {log_tail}")
+            said = _fatal(log_path) or log_tail
+            return WorkerOutcome("failed", {}, "crashed", f"worker killed by {name}; worker log: {said}")
         return WorkerOutcome(
             "failed",
             {},
@@ -519,9 +521,9 @@ def _supervise(
             return None
         except subprocess.TimeoutExpired:
             pass
-        if progress and phase_path.exists():
-            phase = phase_path.read_text()
-            if phase != last_phase:
+        if progress:
+            phase = _phase(phase_path)
+            if phase and phase != last_phase:
                 last_phase = phase
                 progress(phase)
         rss_mb = _group_rss_mb(proc.pid)
@@ -530,8 +532,17 @@ def _supervise(
             _stop(proc)
             return "oom", f"worker used {rss_mb:.0f} MB, over the memory cap of {memory_cap_mb} MB"
         if time.monotonic() - start > timeout_s:
+            phase = _phase(phase_path) or "start"  # read now: without ``progress`` nothing else read it
             _stop(proc)
-            return "timeout", f"worker still running after {timeout_s:g} s (phase: {last_phase or 'start'})"
+            return "timeout", f"worker still running after {timeout_s:g} s (phase: {phase})"
+
+
+def _phase(path: Path) -> str:
+    """The phase the worker last wrote (:meth:`autodeploy.harness.worker._Job.phase`), or ``""``."""
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def _group_rss_mb(pid: int) -> float:
@@ -615,11 +626,35 @@ class _CappedLog(threading.Thread):
             out.write(tail)
 
 
-def _tail(path: Path, lines: int = 3) -> str:
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in (\S+)')
+
+
+def _fatal(path: Path) -> str:
+    """One line from faulthandler's report of a worker killed by a signal: the last line printed before
+    it (a native library's own words, e.g. a failed assertion), the report's first line and the crashed
+    thread's innermost Python frame; ``""`` without a report. The log's last lines alone are the
+    report's list of extension modules."""
+    lines = _read_tail(path)
+    fatal = max((i for i, line in enumerate(lines) if line.startswith("Fatal Python error:")), default=None)
+    if fatal is None:
+        return ""
+    before = next((line.strip() for line in reversed(lines[:fatal]) if line.strip()), "")
+    rest = lines[fatal + 1 :]  # other threads' stacks come first; the one that crashed is "Current thread"
+    current = next((i for i, line in enumerate(rest) if line.startswith("Current thread")), 0)
+    frame = next((m for line in rest[current:] if (m := _FRAME.match(line))), None)
+    where = f"in {Path(frame[1]).name}:{frame[2]} {frame[3]}" if frame else ""
+    return " | ".join(part for part in (before, lines[fatal].strip(), where) if part)
+
+
+def _read_tail(path: Path) -> list[str]:
     try:
         with open(path, "rb") as log:
             log.seek(max(0, log.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
-            text = log.read().decode(errors="replace").strip().splitlines()
+            return log.read().decode(errors="replace").splitlines()
     except OSError:
-        return ""
+        return []
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    text = "\n".join(_read_tail(path)).strip().splitlines()
     return " | ".join(line.strip() for line in text[-lines:])

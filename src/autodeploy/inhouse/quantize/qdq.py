@@ -16,6 +16,8 @@ Which tensors are quantized (the layout ONNX Runtime's and OpenVINO's QDQ fusion
   folded into that node's output quantization (its zero point is the uint8 minimum, so the
   saturating QuantizeLinear is the activation) - what ORT's quantizer does too;
 * graph outputs stay float;
+* a node whose output a subgraph reads (an ``If``/``Loop``/``Scan`` branch, from the outer scope),
+  and the data-movement ops leading to it, read their inputs float (:func:`float_readers`);
 * OpenVINO placement: a tensor read only by depthwise convolutions is quantized per channel
   (axis 1), as NNCF does for OpenVINO's CPU plugin; its consumers' biases then stay float.
 """
@@ -134,6 +136,8 @@ class Plan:
     placement: str = "onnxruntime"
     #: Tensors quantized per channel (axis 1): read only by depthwise convolutions (OpenVINO).
     per_channel: tuple[str, ...] = ()
+    #: Nodes that read their inputs float even where the producer is quantized (:func:`float_readers`).
+    float_readers: tuple[str, ...] = ()
 
 
 def name_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -166,11 +170,13 @@ def plan(model: onnx.ModelProto, placement: str = "onnxruntime") -> Plan:
     outputs = {o.name for o in graph.output}
     ops = QUANT_OPS if placement == "onnxruntime" else OPENVINO_INPUT_OPS
     gated = _gated(graph, consts) if placement == "openvino" else set()
+    float_in = float_readers(graph)
     nodes = [
         n
         for n in graph.node
-        if n.op_type in ops and n.domain in ("", "ai.onnx") and _int8_node(n, consts) and n.name not in gated
-    ]
+        if n.op_type in ops and n.domain in ("", "ai.onnx") and _int8_node(n, consts)
+        and n.name not in gated and n.name not in float_in
+    ]  # fmt: skip
     tensors: list[str] = []
     for node in nodes:
         quantized_outputs = list(node.output[:1]) if placement == "onnxruntime" else []
@@ -186,6 +192,7 @@ def plan(model: onnx.ModelProto, placement: str = "onnxruntime") -> Plan:
         _foldable(graph, consts, outputs) if placement == "onnxruntime" else {},
         placement,
         _depthwise_inputs(nodes, consts, kept) if placement == "openvino" else (),
+        tuple(sorted(float_in)),
     )
 
 
@@ -231,6 +238,43 @@ def why_float(model: onnx.ModelProto, placement: str = "onnxruntime") -> dict[st
         else:
             reasons[node.op_type] = "its activations are graph outputs, which stay float"
     return reasons
+
+
+def float_readers(graph: onnx.GraphProto) -> set[str]:
+    """Names of the nodes that read their inputs float: each whose output a subgraph reads
+    (:func:`read_by_subgraphs`), and the chain of data-movement ops (:data:`SHARED_SCALE_OPS`) before it.
+
+    ONNX Runtime 1.32 aborts (a ``std::vector`` assertion, SIGABRT) building a session where a
+    DequantizeLinear feeds a Squeeze, Unsqueeze or Transpose whose output an ``If`` branch reads
+    (silero-vad's LSTM state); and a QDQ pair on such an output could not be placed anyway, since
+    only the outer graph's readers are rewired, so quantizing these nodes buys nothing.
+    """
+    outer = read_by_subgraphs(graph)
+    producer = {o: n for n in graph.node for o in n.output}
+    todo = [producer[t] for t in outer if t in producer]
+    out: set[str] = set()
+    while todo:
+        node = todo.pop()
+        if node.name not in out:
+            out.add(node.name)
+            first = producer.get(node.input[0]) if node.input else None
+            if first is not None and first.op_type in SHARED_SCALE_OPS:
+                todo.append(first)
+    return out
+
+
+def read_by_subgraphs(graph: onnx.GraphProto) -> set[str]:
+    """Tensor names that the subgraphs of ``graph``'s nodes (``If`` branches, ``Loop``/``Scan`` bodies,
+    nested ones included) read or return; those of ``graph`` they read from its scope."""
+    names: set[str] = set()
+    for node in graph.node:
+        for attr in node.attribute:
+            subgraphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subgraphs:
+                names.update(i for n in sub.node for i in n.input if i)
+                names.update(o.name for o in sub.output)
+                names |= read_by_subgraphs(sub)
+    return names
 
 
 def _gated(graph: onnx.GraphProto, consts: Mapping[str, np.ndarray]) -> set[str]:
@@ -286,9 +330,8 @@ def insert_qdq(
     builder = _Builder(graph)
     for name in active & set(the_plan.weighted):
         _quantize_weights(by_name[name], consts, qparams, builder, per_channel, reduce_range)
-    readers = _rewire(
-        graph, qparams, keep_float, folded, active if the_plan.placement == "openvino" else None
-    )
+    readers = _rewire(graph, qparams, {*keep_float, *the_plan.float_readers}, folded,
+                      active if the_plan.placement == "openvino" else None)  # fmt: skip
     builder.emit(graph, {t: q for t, q in qparams.items() if t in readers}, readers)
     drop_unused_initializers(graph)
     _ensure_opset(out, 13)
