@@ -572,6 +572,10 @@ def test_a_finalist_wholly_behind_the_leader_runs_no_more_rounds():
     assert _still_in([(0, [1.0]), (1, [1.5])], "latency", margin=0.10) == [0]
     assert _still_in([(0, [100.0, 90.0]), (1, [50.0, 45.0])], "throughput") == [0]
     assert _still_in([(0, [1.0, 1.0]), (1, [1.5, 1.5])], "latency", keep=1) == [0, 1]  # the baseline stays
+    # before a winner claim's rounds: the closest rival stays beside the leader (1.5x, not 3x)
+    three = [(0, [1.0]), (1, [3.0]), (2, [1.5])]
+    assert _still_in(three, "latency", margin=0.10) == [0]
+    assert _still_in(three, "latency", margin=0.10, rival=True) == [0, 2]
 
 
 def test_a_tie_needs_close_statistics_not_only_overlapping_intervals():

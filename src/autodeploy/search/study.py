@@ -980,7 +980,10 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
             # after one round only a clear gap counts (drift between A and B is not yet averaged out)
             margin = FIRST_ROUND_MARGIN if r == 1 else 0.0
             values, _ = _round_values(calls, rates, cases, objective)
-            active = _still_in([(i, values[i]) for i in active], objective, margin, keep=baseline)
+            # before a winner claim's rounds have run, the leader keeps its closest rival (one round's gap
+            # ended the rounds with a screening-only winner whose interval rested on nothing)
+            active = _still_in([(i, values[i]) for i in active], objective, margin, keep=baseline,
+                               rival=r < MIN_WINNER_ROUNDS)  # fmt: skip
             if len(active) == 1:
                 settled = True
                 break  # one config left: every other one is wholly behind it
@@ -1121,14 +1124,16 @@ def _leader(costs: dict[int, list[float | None]]) -> int:
 
 
 def _still_in(stats: list[tuple[int, Sequence[float | None]]], objective: str, margin: float = 0.0,
-              keep: int | None = None) -> list[int]:  # fmt: skip
+              keep: int | None = None, rival: bool = False) -> list[int]:  # fmt: skip
     """The configs (by index) that can still win or tie, given each one's per-round values.
 
     A config is wholly behind the leader (:func:`_leader`) when it was slower in every round both
     ran, by more than ``margin`` (a fraction), and the paired interval of its ratio to the leader
     lies above 1 (one round has no interval: the margin must speak alone). ``keep`` (the baseline)
     stays while it has values: the speed-up is paired on its rounds. A config without a value yet
-    (it failed) stays only when nothing has one.
+    (it failed) stays only when nothing has one. With ``rival``, the leader is never left alone: the
+    config closest to it (lowest median paired ratio) stays, so that the winner's rounds stay paired
+    until it has the rounds a winner claim needs.
     """
     costs = {i: _costs(values, objective) for i, values in stats}
     known = {i: c for i, c in costs.items() if any(v is not None for v in c)}
@@ -1141,7 +1146,12 @@ def _still_in(stats: list[tuple[int, Sequence[float | None]]], objective: str, m
         interval = rstats.median_interval(r)
         return bool(r.size) and bool(np.all(r > 1 + margin)) and (interval is None or interval[0] > 1)
 
-    return [i for i in known if i == lead or i == keep or not behind(i)]
+    left = [i for i in known if i == lead or i == keep or not behind(i)]
+    others = [i for i in known if i != lead and _slower(known[i], known[lead]).size]
+    if rival and len(left) == 1 and others:
+        closest = min(others, key=lambda i: float(np.median(_slower(known[i], known[lead]))))
+        left = sorted([lead, closest])
+    return left
 
 
 def _mix(weighted: list[tuple[float, float | None, tuple[float, float] | None]],
