@@ -70,6 +70,28 @@ def test_the_channel_axis_and_groups():
     assert channel_groups(zeros, 1) == [(0, 3)]
 
 
+def yolox(n: int = 8, anchors: int = 3549, seed: int = 0) -> np.ndarray:
+    """[n, anchors, 6] as ddddocr's YOLOX ``common_det.onnx`` gives it: raw box offsets and log-sizes
+    (-2 to 2.7), then objectness and one class score (0 to 1): every channel within 10x of the others."""
+    rng = np.random.default_rng(seed)
+    boxes = np.clip(rng.normal(0.2, 0.7, (n, anchors, 4)), -2.0, 2.7)
+    scores = 1 / (1 + np.exp(-rng.normal(-5, 2.5, (n, anchors, 2))))
+    return np.concatenate([boxes, scores], axis=2).astype(np.float32)
+
+
+def test_probability_channels_never_share_a_group_with_signed_ones():
+    ref = yolox()
+    assert channel_axis(ref) == 2 and channel_groups(ref, 2) == [(0, 3), (4, 5)]
+    got = ref.copy()
+    got[..., 4:] = 0.0  # the scores gone: 4 of 6 channels intact would hide it in one group
+    acc = compare({"output": got}, {"output": ref})
+    assert acc.outputs[0].cosine > 0.99 and not acc.passed and acc.outputs[0].channels == "axis 2, channels 4-5"
+    assert compare({"output": bf16_like(ref)}, {"output": ref}).passed
+    relu = np.abs(ref[..., :4])
+    relu[..., 1] *= 0.4  # non-negative features, one channel inside [0, 1]: no probabilities beside signed ones
+    assert channel_groups(relu, 2) == [(0, 3)]
+
+
 def softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)

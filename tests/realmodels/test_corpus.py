@@ -108,12 +108,13 @@ def test_real_model_on_engine(real, engine, reduced, photos, corpus_dir):
         judged = max(acc.outputs, key=output_drop)  # the output the verdict rests on, by its own measure
         label, value = output_metric(judged)
         measure = f"{label} {value:.2f} dB" if label == "SQNR" else f"{label} {value:.4f}"
+        where = f"{judged.name}, {judged.channels}" if judged.channels else judged.name  # the channel group it rests on
         ROWS.append({**row, "median_ms": result.latency.median, "cosine": worst.cosine,
-                     "top1": worst.top1_agreement, "verdict": verdict, "judged": f"{judged.name}: {measure}",
+                     "top1": worst.top1_agreement, "verdict": verdict, "judged": f"{where}: {measure}",
                      "outputs": {o.name: f"{o.kind}: {output_metric(o)[0]} {output_metric(o)[1]:.4f}" for o in acc.outputs},
                      "outcome": f"{result.latency.median:.2f} ms, cosine {worst.cosine:.4f}"
                                 + (f", top-1 {worst.top1_agreement:.0%}" if worst.top1_agreement is not None else "")
-                                + f", worst {judged.kind} output {judged.name}: {measure}, {verdict}"})  # fmt: skip
+                                + f", worst {judged.kind} output {where}: {measure}, {verdict}"})  # fmt: skip
         assert result.ok or result.failure_kind == "inaccurate"
         assert np.isfinite(result.latency.median) and result.latency.median > 0
         return

@@ -251,6 +251,11 @@ def _magnitudes(ref: np.ndarray, axis: int) -> np.ndarray:
     return np.abs(ref.astype(np.float64)).max(axis=others) if ref.size else np.zeros(ref.shape[axis])
 
 
+def _minima(ref: np.ndarray, axis: int) -> np.ndarray:
+    others = tuple(i for i in range(ref.ndim) if i != axis)
+    return ref.astype(np.float64).min(axis=others) if ref.size else np.zeros(ref.shape[axis])
+
+
 def _spread(mags: np.ndarray) -> float:
     nonzero = mags[mags > 0]
     return float(nonzero.max() / nonzero.min()) if nonzero.size else 1.0
@@ -258,17 +263,29 @@ def _spread(mags: np.ndarray) -> float:
 
 def channel_groups(ref: np.ndarray, axis: int) -> list[tuple[int, int]]:
     """Runs ``[first, last]`` of adjacent channels whose magnitudes lie within :data:`GROUP_RATIO`
-    of each other; a channel that is all zeros joins the run it is in (its noise still counts)."""
+    of each other; a channel that is all zeros joins the run it is in (its noise still counts).
+
+    A probability channel (its reference wholly in [0, 1], as ``decision`` recognises a whole output)
+    never shares a run with a signed one (some value below 0), whatever their magnitudes: YOLOX's
+    ``[N, anchors, 4 + 1 + C]`` puts raw box offsets and log-sizes (-2 to 2.7) beside objectness and
+    class scores (0 to 1), all within 10x, and one group would let the four box channels' SQNR hide
+    what int8 did to the scores."""
     groups: list[tuple[int, int]] = []
     lo = hi = 0.0  # the current run's smallest and largest non-zero magnitude (0: none yet)
+    probs = signed = False  # whether the current run holds a probability / a signed channel
+    minima = _minima(ref, axis)
     for i, m in enumerate(float(x) for x in _magnitudes(ref, axis)):
-        if groups and (m == 0 or lo == 0 or max(hi, m) <= GROUP_RATIO * min(lo, m)):
+        prob, sign = m > 0 and minima[i] >= 0 and m <= 1, minima[i] < 0
+        mixes = (prob and signed) or (sign and probs)
+        if groups and not mixes and (m == 0 or lo == 0 or max(hi, m) <= GROUP_RATIO * min(lo, m)):
             groups[-1] = (groups[-1][0], i)
             if m:
                 lo, hi = (min(lo, m) if lo else m), max(hi, m)
+            probs, signed = probs or prob, signed or sign
             continue
         groups.append((i, i))
         lo = hi = m
+        probs, signed = prob, sign
     return groups
 
 
