@@ -70,7 +70,7 @@ def hog(on_s: float, off_s: float) -> Iterator[None]:
 
 
 def tune(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
-    command = ["autodeploy", "tune", args.model, "--format", "json", "--db", f"sqlite:///{folder / 'r.db'}",
+    command = [sys.executable, "-m", "autodeploy", "tune", args.model, "--format", "json", "--db", f"sqlite:///{folder / 'r.db'}",
                "--trials", str(args.trials), "--rounds", str(args.rounds), "--seed", "0",
                *(a for e in args.engine for a in ("--engine", e))]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -114,7 +114,7 @@ def main() -> None:
     parser.add_argument("--hog-off", type=float, default=6.0, help="Seconds it pauses.")
     args = parser.parse_args()
     args.engine = args.engine or ["onnxruntime", "openvino"]
-    console = Console()
+    console = Console(width=160)  # logs keep the table on one line per row
     console.print(probe_device().cpu_line())
     console.print(f"load average before: {os.getloadavg()[0]:.2f} (1 min)")
     tmp = Path(tempfile.mkdtemp(prefix="autodeploy-noisy-"))
