@@ -245,6 +245,9 @@ def test_a_failed_conversion_fails_every_precision_at_once(tmp_path, monkeypatch
     assert len(set(reasons)) == 1 and "no converter for ONNX op LpPool" in reasons[0] and "[onnxslim]" in reasons[0]
     assert "\n" not in reasons[0]
     assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["tflite-onnx2tf"], "the kept outcome, no artifact"
+    (folder,) = (tmp_path / "work" / "tflite-onnx2tf").iterdir()
+    assert f"onnx2tf log kept in {folder}" in reasons[0]
+    assert "LpPool" in (folder / "onnx2tf-rung-0.log").read_text(), "the converter's whole log is kept"
 
 
 def test_the_ladder_climbs_until_a_rung_converts_and_keeps_the_outcome(tmp_path, monkeypatch):

@@ -218,7 +218,7 @@ def _conversion(model: ModelInfo, workdir: Path) -> tuple[Path, dict[str, Any]]:
     if "failed" in record:
         raise BuildError(
             f"onnx2tf could not convert {model.name} to TFLite; every TFLite precision needs this conversion "
-            f"(outcome kept in {folder}): {record['failed']}",
+            f"(outcome and each rung's onnx2tf log kept in {folder}): {record['failed']}",
             fix="check the model's ops against onnx2tf's supported list, or try another engine "
             "(delete that folder to convert again)",
         )
@@ -261,6 +261,8 @@ def _climb(model: ModelInfo, folder: Path) -> None:
             reasons = "; ".join(f"[{f['rung']}] " + ("the same" if i and said[i] == said[i - 1] else said[i][:MAX_RUNG_REASON])
                                 for i, f in enumerate(failed))  # fmt: skip
             record = {"failed": f"no rung of the conversion ladder converted it: {reasons}", "failed_rungs": failed}
+        for log in scratch.glob("rung-*.log"):  # each rung's whole onnx2tf output, kept with the outcome
+            shutil.move(log, out / f"onnx2tf-{log.name}")
         (out / CONVERSION_FILE).write_text(json.dumps(record, indent=2))
         try:
             os.rename(out, folder)
@@ -292,6 +294,8 @@ def _convert(model: ModelInfo, slim: bool, options: Mapping[str, Any], fixed: Pa
     reason = _child(job, work, "onnx2tf.log")
     if reason is None and not _variant(out, model, "fp32").is_file():
         reason = "onnx2tf exited without writing the float32 .tflite file"
+    if (work / "onnx2tf.log").is_file():  # kept with the outcome: the reason is its last error lines only
+        shutil.move(work / "onnx2tf.log", out.with_name(f"{out.name}.log"))
     shutil.rmtree(work, ignore_errors=True)
     return reason
 
