@@ -604,6 +604,38 @@ def test_a_near_constant_tensor_gets_its_min_max_range_not_a_histogram_error(met
     assert qdq.activation_qparams(lo, hi, symmetric=False).scale > 0
 
 
+@pytest.mark.parametrize("method", ["minmax", "percentile", "entropy"])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_a_constant_tensor_gets_a_defined_scale_with_every_calibration(method, symmetric):
+    # The degenerate end of the range above: one value (zero, large, negative, near float32's max).
+    from onnx import TensorProto, helper
+
+    values = [0.0, 1000.0, -5.0, 3e38]
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "zero"], ["t"])]
+        + [helper.make_node("Add", ["t", f"c{i}"], [f"y{i}"]) for i in range(len(values))],
+        "constant",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [1, 64]) for i in range(len(values))],
+        [helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])]
+        + [helper.make_tensor(f"c{i}", TensorProto.FLOAT, [], [v]) for i, v in enumerate(values)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(0)
+    batches = [{"x": rng.uniform(0, 1, (1, 64)).astype(np.float32)} for _ in range(2)]
+    names = [f"y{i}" for i in range(len(values))]
+    ranges = calibrate.collect_ranges(model, names, batches, method=method, symmetric=symmetric)
+    for name, value in zip(names, values, strict=True):
+        lo, hi = ranges[name]
+        assert lo == hi == np.float32(value)
+        q = qdq.activation_qparams(lo, hi, symmetric=symmetric)
+        assert np.isfinite(q.scale) and q.scale > 0, (value, q)
+        # The one value comes back from int8 within a step (a constant zero exactly).
+        levels = (-128, 127) if symmetric else (0, 255)
+        back = (np.clip(np.round(value / q.scale) + q.zero_point, *levels) - q.zero_point) * q.scale
+        assert abs(back - value) <= q.scale
+
+
 def test_a_node_whose_output_a_subgraph_reads_stays_float(tmp_path):
     # silero-vad: DequantizeLinear -> Squeeze read by an If branch; ONNX Runtime 1.32 aborted (SIGABRT)
     # building the session, so the session is built in a child process here.
