@@ -682,3 +682,26 @@ def test_the_ranking_runs_one_layer_at_a_time_where_ranking_by_the_outputs_costs
     by_layer = quantize(model, cal, QuantConfig(accuracy_budget=-1.0))[1]
     assert by_layer.ranking == "layer" and set(by_layer.sensitivity) == set(nodes.weighted)
     assert q.QuantReport.from_dict(by_layer.to_dict(), by_layer.config).ranking == "layer"
+
+
+def test_an_add_of_a_constant_computed_in_graph_stays_float_but_not_one_of_a_branch_output():
+    # Unsqueeze(initializer) is a constant operand (OpenVINO's AddTransformation threw on QDQ there); an If
+    # with a constant condition is not: its branches read the outer graph's activations.
+    from onnx import TensorProto, helper, numpy_helper
+
+    branch = helper.make_graph([helper.make_node("Relu", ["x"], ["b"])], "branch", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4])])  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["c", "zero"], ["c1"]), helper.make_node("Add", ["x", "c1"], ["y0"], name="const_add"),
+         helper.make_node("If", ["cond"], ["i"], then_branch=branch, else_branch=branch),
+         helper.make_node("Add", ["y0", "i"], ["y"], name="branch_add")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.ones(4, np.float32), "c"), numpy_helper.from_array(np.array([0], np.int64), "zero"),
+         numpy_helper.from_array(np.array(True), "cond")],
+    )  # fmt: skip
+    model = qdq.name_nodes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    for placement in ("onnxruntime", "openvino"):
+        nodes = qdq.plan(model, placement).nodes
+        assert "const_add" not in nodes and "branch_add" in nodes, placement

@@ -358,8 +358,11 @@ def constant_derived(graph: onnx.GraphProto, consts: Mapping[str, np.ndarray]) -
     to its box distances got QDQ on both operands, and OpenVINO 2026.4's compiler threw in its
     ``AddTransformation`` (``index < m_inputs.size()``) at any batch."""
     fixed = set(consts)
+    subgraphs = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
     for node in graph.node:  # topological order
-        if node.op_type != "Constant" and any(node.input) and all(i in fixed for i in node.input if i):
+        if any(a.type in subgraphs for a in node.attribute):
+            continue  # an If/Loop branch may read activations of the outer graph
+        if any(node.input) and all(i in fixed for i in node.input if i):
             fixed.update(o for o in node.output if o)
     return frozenset(fixed)
 
