@@ -405,8 +405,24 @@ def _log_tail(log: Path, lines: int = 8) -> str:
     said = [line for line in kept if line.startswith("ERROR:")]
     frames = re.compile(r'^(File "|Traceback|\^+$|~+$)')
     node = [f"at ONNX node {line.split(':', 2)[2].strip()}" for line in said if line.startswith("ERROR: onnx_op_name:")]
-    found = raised[-1:] + node[-1:] if raised else said[-2:]
+    detail = _keras_detail(kept) if raised and KERAS_WRAPPER in raised[-1] else []
+    found = raised[-1:] + detail + node[-1:] if raised else said[-2:]
     return " | ".join(found or [line for line in kept if not frames.match(line)][-lines:]) or "no output"
+
+
+#: Keras' first line of an exception in a layer; what was wrong is on the line under it.
+KERAS_WRAPPER = "Exception encountered when calling layer"
+
+
+def _keras_detail(kept: list[str]) -> list[str]:
+    """The line under Keras' ``Exception encountered when calling layer ...``, which says what was wrong
+    (``Dimensions must be equal, but are 324 and 309 ... with input shapes: [?,172,2,324], [1,1,1,309].``),
+    without TensorFlow's node definition; ``[]`` when the last exception is not that wrapper."""
+    wrapper = max((i for i, line in enumerate(kept) if KERAS_WRAPPER in line), default=None)
+    said = kept[wrapper + 1] if wrapper is not None and wrapper + 1 < len(kept) else "ERROR:"
+    if said.startswith(("ERROR:", "Call arguments", "File ")):
+        return []
+    return [re.sub(r" for '\{\{node .*?\}\}.*?' with", " with", said)[:160]]
 
 
 # -- layout ------------------------------------------------------------------------------
