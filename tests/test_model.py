@@ -34,6 +34,23 @@ def test_garbage_files_are_refused(tmp_path, content, expected):
         load_model(path)
 
 
+def test_a_tflite_or_openvino_ir_file_is_refused_by_what_it_is(tmp_path):
+    # Both read "not a readable ONNX model ... re-export the model with onnx.save".
+    import openvino as ov
+
+    xml = tmp_path / "ir" / "m.xml"
+    xml.parent.mkdir()
+    ov.save_model(ov.convert_model(str(mlp(tmp_path / "m.onnx"))), str(xml))
+    refused = r"is an OpenVINO IR, not ONNX.*fix: pass the ONNX model .*--engine openvino"
+    with pytest.raises(ModelError, match=refused):
+        load_model(xml)
+    flatbuffer = tmp_path / "m.tflite"
+    # A flatbuffer's root offset, then its file identifier (basic-pitch's nmp.tflite starts so).
+    flatbuffer.write_bytes(b"\x1c\x00\x00\x00TFL3" + bytes(64))
+    with pytest.raises(ModelError, match=r"is a TFLite flatbuffer, not ONNX.*--engine tflite"):
+        load_model(flatbuffer)
+
+
 def test_truncated_model_is_refused(tmp_path):
     data = mlp(tmp_path / "m.onnx").read_bytes()
     (tmp_path / "t.onnx").write_bytes(data[: len(data) // 2])

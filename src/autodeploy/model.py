@@ -272,6 +272,7 @@ def load_model(
         raise ModelError(f"model path is not a file: {path}", fix="point to the .onnx file itself")
     if not str(path).isascii() and not _utf8(str(path)):  # ONNX's C++ checker takes UTF-8 paths only
         raise ModelError(f"model path {path} is not valid UTF-8", fix="rename the file (or its folder)")
+    _refuse_other_formats(path)
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError, RuntimeWarning or others on garbage
@@ -373,6 +374,29 @@ def display_name(ref: str | Path) -> str:
 
     name = zoo.parse_ref(str(ref))
     return f"zoo:{name}" if name is not None else Path(ref).stem
+
+
+#: Model formats users have beside their ONNX file (a wheel may ship a ``.tflite`` next to it): named
+#: in the refusal, which said "not a readable ONNX model ... re-export with onnx.save" for them.
+OTHER_FORMATS = {"tflite": ("a TFLite flatbuffer", "tflite"), "openvino": ("an OpenVINO IR", "openvino")}
+
+
+def _refuse_other_formats(path: Path) -> None:
+    """A TFLite flatbuffer (``TFL3`` at byte 4) or an OpenVINO IR ``.xml`` (``<net``) is refused by what it is."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if head[4:8] == b"TFL3":
+        kind = "tflite"
+    elif b"<net " in head and head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith((b"<?xml", b"<net ")):
+        kind = "openvino"
+    else:
+        return
+    what, engine = OTHER_FORMATS[kind]
+    raise ModelError(
+        f"{path} is {what}, not ONNX: autodeploy benchmarks ONNX models and builds the {engine} engine's "
+        "files from them; it cannot run this file as given yet",
+        fix=f"pass the ONNX model it was exported from (--engine {engine} runs it on that engine)",
+    )
 
 
 def resolve_model(

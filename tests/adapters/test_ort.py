@@ -104,3 +104,36 @@ def test_thread_affinities_that_cannot_run_are_one_line(tmp_path, threads, knobs
     assert "\n" not in str(caught.value) and "fix: " in str(caught.value)
     with pytest.raises(Unsupported, match="this process may run on"):  # a bundle on a smaller machine
         affinities({"intra_op_thread_affinities": "one_cpu_each", "intra_op_num_threads": len(CPUS) + 1})
+
+
+def test_static_int8_of_convs_sharing_a_bias_whose_copies_collide_with_a_tensor_loads(tmp_path):
+    """basic-pitch (a TF export) feeds one zero bias to 17 Convs; ORT's quantizer gives each Conv a copy
+    named bias + a counter ("conv1d_25" + "2"), which was a Conv's output name: the copy replaced that
+    activation and ORT refused the model ("Transpose ... perm {0, 2, 3, 1}, input shape = {36}")."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((3, 3, 3, 3)).astype(np.float32) * 0.3, f"w{i}")
+               for i in range(3)]  # fmt: skip
+    bias = numpy_helper.from_array(np.zeros(3, np.float32), "b")
+    conv = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    graph = helper.make_graph(
+        # The first Conv's output is named as the quantizer's second copy of the shared bias "b".
+        [helper.make_node("Conv", ["x", "w0", "b"], ["b1"], name="conv_a", **conv),
+         helper.make_node("Conv", ["b1", "w1", "b"], ["h"], name="conv_b", **conv),
+         helper.make_node("Conv", ["h", "w2", "b"], ["y"], name="conv_c", **conv)],
+        "shared_bias",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [*weights, bias],
+    )  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    model = load_model(tmp_path / "m.onnx")
+    config = TrialConfig("onnxruntime", "int8", knobs={"quant_method": "static"})
+    engine = registry.get("onnxruntime")
+    calibration = synthetic(model, 16).inputs
+    artifact = engine.build(model, config, calibration, tmp_path / "work")
+    runner = engine.load(artifact, config, model)
+    (y,) = runner.run({"x": calibration["x"][:2]}).values()
+    runner.close()
+    assert y.shape == (2, 3, 8, 8) and np.isfinite(y).all()

@@ -245,6 +245,9 @@ def test_a_failed_conversion_fails_every_precision_at_once(tmp_path, monkeypatch
     assert len(set(reasons)) == 1 and "no converter for ONNX op LpPool" in reasons[0] and "[onnxslim]" in reasons[0]
     assert "\n" not in reasons[0]
     assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["tflite-onnx2tf"], "the kept outcome, no artifact"
+    (folder,) = (tmp_path / "work" / "tflite-onnx2tf").iterdir()
+    assert f"onnx2tf log kept in {folder}" in reasons[0]
+    assert "LpPool" in (folder / "onnx2tf-rung-0.log").read_text(), "the converter's whole log is kept"
 
 
 def test_the_ladder_climbs_until_a_rung_converts_and_keeps_the_outcome(tmp_path, monkeypatch):
@@ -270,3 +273,26 @@ def test_the_ladder_climbs_until_a_rung_converts_and_keeps_the_outcome(tmp_path,
     assert record["failed_rungs"] == [{"rung": tflite.LADDER[0].name, "reason": "exit 1: ValueError: Dimensions must be equal"}]
     assert tflite._variant(folder, model, "fp32").read_bytes() == b"tflite"
     assert tflite._conversion(model, tmp_path) == (folder, record) and len(tried) == 2, "kept: no rung runs again"
+
+
+def test_a_failed_rungs_reason_says_what_keras_said_under_its_wrapper(tmp_path):
+    # basic-pitch's onnx2tf log (cut): the reason read 'ValueError: Exception encountered when calling layer
+    # "tf.math.multiply" (type TFOpLambda).' and the node, not the line under it that says what was wrong.
+    log = tmp_path / "onnx2tf.log"
+    log.write_text(
+        "\x1b[31mERROR:\x1b[0m The trace log is below.\nTraceback (most recent call last):\n"
+        '  File "/site-packages/onnx2tf/ops/Mul.py", line 319, in make_node\n    tf.math.multiply(\n'
+        'ValueError: Exception encountered when calling layer "tf.math.multiply" (type TFOpLambda).\n\n'
+        "Dimensions must be equal, but are 324 and 309 for '{{node tf.math.multiply/Mul}} = Mul[T=DT_FLOAT]"
+        "(Placeholder, tf.math.multiply/Mul/y)' with input shapes: [?,172,2,324], [1,1,1,309].\n\n"
+        'Call arguments received by layer "tf.math.multiply" (type TFOpLambda):\n'
+        "  \u2022 x=tf.Tensor(shape=(None, 172, 2, 324), dtype=float32)\n"
+        "\x1b[31mERROR:\x1b[0m onnx_op_name: model_1/cq_t2010v2_1/mul_1\n"
+        "\x1b[31mERROR:\x1b[0m Read this and deal with it. https://github.com/PINTO0309/onnx2tf#parameter-replacement\n"
+    )
+    assert tflite._log_tail(log) == (
+        'ValueError: Exception encountered when calling layer "tf.math.multiply" (type TFOpLambda). | '
+        "Dimensions must be equal, but are 324 and 309 with input shapes: [?,172,2,324], [1,1,1,309]. | "
+        "at ONNX node model_1/cq_t2010v2_1/mul_1"
+    )
+    assert len(tflite._log_tail(log)) < tflite.MAX_RUNG_REASON, "the node is not cut from the rung's reason"

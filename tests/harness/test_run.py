@@ -272,6 +272,21 @@ def test_the_headline_of_an_openvino_conversion_failure_is_the_op_that_failed():
     assert headline(None) == ""
 
 
+def test_the_headline_of_an_openvino_compile_failure_is_the_node_even_when_its_line_ends_in_a_location():
+    # OpenVINO 2026.4 compiling an in-house int8 model (the detector head); the headline read
+    # "RuntimeError: index '0' out of range": the node's line ends in "failed at <file>:<line>:".
+    stored = (
+        "RuntimeError: Exception from src/inference/src/cpp/core.cpp:117:\n"
+        "Exception from src/inference/src/dev/plugin.cpp:54:\n"
+        "Exception from src/core/src/pass/graph_rewrite.cpp:298:\n"
+        "[AddTransformation] END: node: opset1::Add Add_4 (opset1::Multiply a1_DQ[0]:f32[1,2,128], opset1::Multiply "
+        "d_DQ[0]:f32[8,2,128]) -> (f32[8,2,128]) CALLBACK HAS THROWN: Check 'index < m_inputs.size()' failed at "
+        "src/core/src/node.cpp:304:\n"
+        "index '0' out of range"
+    )
+    assert headline(stored).startswith("RuntimeError: [AddTransformation] END: node: opset1::Add Add_4 (")
+
+
 def test_a_reason_keeps_every_line_up_to_a_cap_and_counts_the_rest():
     text = reason(ValueError("first\n\n" + "\n".join(f"line {i}" for i in range(100))))
     lines = text.splitlines()

@@ -144,3 +144,50 @@ def test_int8_is_calibrated_and_judged_at_the_trials_batch(tmp_path):
                             tmp_path / "a")  # fmt: skip
     report = json.loads((artifact.path / REPORT_FILE).read_text())
     assert report["quantization"]["calibration_items"] == 32 and report["quantization"]["quantized_nodes"]
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_int8_on_openvino_compiles_a_head_that_adds_batch_one_anchors(tmp_path, batch):
+    # A detector's decode head adds its anchors, Unsqueeze(anchors[2, A]) -> [1, 2, A], to box distances
+    # [N, 2, A]: QDQ on both operands made OpenVINO's compiler throw in the quantizer's judge
+    # ("[AddTransformation] ... opset1::Add ... f32[1,2,4608] ... index < m_inputs.size()"), at any batch.
+    import importlib.util
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    if importlib.util.find_spec("openvino") is None:
+        pytest.skip("openvino is not installed")
+    rng = np.random.default_rng(0)
+    anchors = 48 * 48 * 2  # 2 x anchors over 8192 elements: constant folding (onnxscript's limit) leaves it
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("Reshape", ["r", "shape"], ["distances"]),
+         helper.make_node("Unsqueeze", ["anchors", "zero"], ["anchors_1"]),
+         helper.make_node("Add", ["anchors_1", "distances"], ["boxes"]),
+         helper.make_node("Mul", ["boxes", "stride"], ["y"])],
+        "decode_head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 48, 48])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, anchors])],
+        [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3, "w"),
+         numpy_helper.from_array(np.zeros(4, np.float32), "b"),
+         numpy_helper.from_array(np.array([-1, 2, anchors], np.int64), "shape"),
+         numpy_helper.from_array(rng.uniform(0, 8, (2, anchors)).astype(np.float32), "anchors"),
+         numpy_helper.from_array(np.array([0], np.int64), "zero"),
+         numpy_helper.from_array(np.array(8.0, np.float32), "stride")],
+    )  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "head.onnx")
+    info = load_model(tmp_path / "head.onnx")
+    engine = registry.get("inhouse")
+    config = TrialConfig("inhouse", "int8", batch=batch, knobs={"runtime": "openvino"})
+    data = synthetic(info, 16, seed=1).inputs
+    artifact = engine.build(info, config, data, tmp_path / "a")
+    quantized = onnx.load(str(artifact.path / "model.onnx"))
+    add = next(n for n in quantized.graph.node if n.op_type == "Add")
+    assert not any("DequantizeLinear" in i for i in add.input), "an Add of a constant operand stays float"
+    assert any(n.op_type == "QuantizeLinear" for n in quantized.graph.node), "the Conv is still int8"
+    runner = engine.load(artifact, config, info)
+    (y,) = runner.run({"x": data["x"][:batch]}).values()
+    runner.close()
+    assert y.shape == (batch, 2, anchors) and np.isfinite(y).all()

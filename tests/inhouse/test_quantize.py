@@ -604,6 +604,38 @@ def test_a_near_constant_tensor_gets_its_min_max_range_not_a_histogram_error(met
     assert qdq.activation_qparams(lo, hi, symmetric=False).scale > 0
 
 
+@pytest.mark.parametrize("method", ["minmax", "percentile", "entropy"])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_a_constant_tensor_gets_a_defined_scale_with_every_calibration(method, symmetric):
+    # The degenerate end of the range above: one value (zero, large, negative, near float32's max).
+    from onnx import TensorProto, helper
+
+    values = [0.0, 1000.0, -5.0, 3e38]
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "zero"], ["t"])]
+        + [helper.make_node("Add", ["t", f"c{i}"], [f"y{i}"]) for i in range(len(values))],
+        "constant",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [1, 64]) for i in range(len(values))],
+        [helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])]
+        + [helper.make_tensor(f"c{i}", TensorProto.FLOAT, [], [v]) for i, v in enumerate(values)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(0)
+    batches = [{"x": rng.uniform(0, 1, (1, 64)).astype(np.float32)} for _ in range(2)]
+    names = [f"y{i}" for i in range(len(values))]
+    ranges = calibrate.collect_ranges(model, names, batches, method=method, symmetric=symmetric)
+    for name, value in zip(names, values, strict=True):
+        lo, hi = ranges[name]
+        assert lo == hi == np.float32(value)
+        q = qdq.activation_qparams(lo, hi, symmetric=symmetric)
+        assert np.isfinite(q.scale) and q.scale > 0, (value, q)
+        # The one value comes back from int8 within a step (a constant zero exactly).
+        levels = (-128, 127) if symmetric else (0, 255)
+        back = (np.clip(np.round(value / q.scale) + q.zero_point, *levels) - q.zero_point) * q.scale
+        assert abs(back - value) <= q.scale
+
+
 def test_a_node_whose_output_a_subgraph_reads_stays_float(tmp_path):
     # silero-vad: DequantizeLinear -> Squeeze read by an If branch; ONNX Runtime 1.32 aborted (SIGABRT)
     # building the session, so the session is built in a child process here.
@@ -650,3 +682,26 @@ def test_the_ranking_runs_one_layer_at_a_time_where_ranking_by_the_outputs_costs
     by_layer = quantize(model, cal, QuantConfig(accuracy_budget=-1.0))[1]
     assert by_layer.ranking == "layer" and set(by_layer.sensitivity) == set(nodes.weighted)
     assert q.QuantReport.from_dict(by_layer.to_dict(), by_layer.config).ranking == "layer"
+
+
+def test_an_add_of_a_constant_computed_in_graph_stays_float_but_not_one_of_a_branch_output():
+    # Unsqueeze(initializer) is a constant operand (OpenVINO's AddTransformation threw on QDQ there); an If
+    # with a constant condition is not: its branches read the outer graph's activations.
+    from onnx import TensorProto, helper, numpy_helper
+
+    branch = helper.make_graph([helper.make_node("Relu", ["x"], ["b"])], "branch", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4])])  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["c", "zero"], ["c1"]), helper.make_node("Add", ["x", "c1"], ["y0"], name="const_add"),
+         helper.make_node("If", ["cond"], ["i"], then_branch=branch, else_branch=branch),
+         helper.make_node("Add", ["y0", "i"], ["y"], name="branch_add")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.ones(4, np.float32), "c"), numpy_helper.from_array(np.array([0], np.int64), "zero"),
+         numpy_helper.from_array(np.array(True), "cond")],
+    )  # fmt: skip
+    model = qdq.name_nodes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    for placement in ("onnxruntime", "openvino"):
+        nodes = qdq.plan(model, placement).nodes
+        assert "const_add" not in nodes and "branch_add" in nodes, placement

@@ -191,6 +191,7 @@ def _quantize(model: ModelInfo, method: str, calibration: Mapping[str, np.ndarra
         source = _at_least_opset_13(model, out.with_name("opset13.onnx"))
         # ORT's documented first step: shape inference and graph cleanup so more ops quantize.
         quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+        _own_biases(prepared)
         head = _float_head(prepared) if float_head else []
         if method == "dynamic":
             quantize_dynamic(str(prepared), str(out), weight_type=QuantType.QInt8, per_channel=True)
@@ -220,6 +221,43 @@ def _quantize(model: ModelInfo, method: str, calibration: Mapping[str, np.ndarra
     finally:
         prepared.unlink(missing_ok=True)
         out.with_name("opset13.onnx").unlink(missing_ok=True)
+
+
+def _own_biases(path: Path) -> None:
+    """Give each Conv/ConvTranspose/Gemm a bias initializer of its own, under a name no tensor has.
+
+    ORT's quantizer copies a bias that several nodes share as ``<bias><n>``, checking only initializer
+    names: basic-pitch (a TF export) feeds one bias to 17 Convs, ``conv1d_25`` + ``2`` was a Conv's output,
+    the copy replaced that activation and ORT refused its own result (``Transpose ... input shape = {36}``).
+    """
+    import onnx
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    initializers = {i.name: i for i in graph.initializer}
+    taken = set(initializers) | {n for node in graph.node for n in (*node.input, *node.output)}
+    taken |= {v.name for v in (*graph.input, *graph.output, *graph.value_info)}
+    claimed: set[str] = set()
+    changed = False
+    for node in graph.node:
+        if node.op_type not in ("Conv", "ConvTranspose", "Gemm") or len(node.input) < 3:
+            continue
+        bias = node.input[2]
+        if bias not in initializers:
+            continue
+        if bias in claimed:
+            name, n = f"{bias}_of_{node.name or node.output[0]}", 0
+            while name in taken:
+                name, n = f"{bias}_of_{node.name or node.output[0]}_{n}", n + 1
+            copy = onnx.TensorProto()
+            copy.CopyFrom(initializers[bias])
+            copy.name = name
+            graph.initializer.append(copy)
+            taken.add(name)
+            node.input[2], changed = name, True
+        claimed.add(bias)
+    if changed:
+        onnx.save(model, str(path))
 
 
 def _float_head(path: Path) -> list[str]:

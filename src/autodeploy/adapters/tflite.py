@@ -218,7 +218,7 @@ def _conversion(model: ModelInfo, workdir: Path) -> tuple[Path, dict[str, Any]]:
     if "failed" in record:
         raise BuildError(
             f"onnx2tf could not convert {model.name} to TFLite; every TFLite precision needs this conversion "
-            f"(outcome kept in {folder}): {record['failed']}",
+            f"(outcome and each rung's onnx2tf log kept in {folder}): {record['failed']}",
             fix="check the model's ops against onnx2tf's supported list, or try another engine "
             "(delete that folder to convert again)",
         )
@@ -261,6 +261,8 @@ def _climb(model: ModelInfo, folder: Path) -> None:
             reasons = "; ".join(f"[{f['rung']}] " + ("the same" if i and said[i] == said[i - 1] else said[i][:MAX_RUNG_REASON])
                                 for i, f in enumerate(failed))  # fmt: skip
             record = {"failed": f"no rung of the conversion ladder converted it: {reasons}", "failed_rungs": failed}
+        for log in scratch.glob("rung-*.log"):  # each rung's whole onnx2tf output, kept with the outcome
+            shutil.move(log, out / f"onnx2tf-{log.name}")
         (out / CONVERSION_FILE).write_text(json.dumps(record, indent=2))
         try:
             os.rename(out, folder)
@@ -292,6 +294,8 @@ def _convert(model: ModelInfo, slim: bool, options: Mapping[str, Any], fixed: Pa
     reason = _child(job, work, "onnx2tf.log")
     if reason is None and not _variant(out, model, "fp32").is_file():
         reason = "onnx2tf exited without writing the float32 .tflite file"
+    if (work / "onnx2tf.log").is_file():  # kept with the outcome: the reason is its last error lines only
+        shutil.move(work / "onnx2tf.log", out.with_name(f"{out.name}.log"))
     shutil.rmtree(work, ignore_errors=True)
     return reason
 
@@ -401,8 +405,24 @@ def _log_tail(log: Path, lines: int = 8) -> str:
     said = [line for line in kept if line.startswith("ERROR:")]
     frames = re.compile(r'^(File "|Traceback|\^+$|~+$)')
     node = [f"at ONNX node {line.split(':', 2)[2].strip()}" for line in said if line.startswith("ERROR: onnx_op_name:")]
-    found = raised[-1:] + node[-1:] if raised else said[-2:]
+    detail = _keras_detail(kept) if raised and KERAS_WRAPPER in raised[-1] else []
+    found = raised[-1:] + detail + node[-1:] if raised else said[-2:]
     return " | ".join(found or [line for line in kept if not frames.match(line)][-lines:]) or "no output"
+
+
+#: Keras' first line of an exception in a layer; what was wrong is on the line under it.
+KERAS_WRAPPER = "Exception encountered when calling layer"
+
+
+def _keras_detail(kept: list[str]) -> list[str]:
+    """The line under Keras' ``Exception encountered when calling layer ...``, which says what was wrong
+    (``Dimensions must be equal, but are 324 and 309 ... with input shapes: [?,172,2,324], [1,1,1,309].``),
+    without TensorFlow's node definition; ``[]`` when the last exception is not that wrapper."""
+    wrapper = max((i for i, line in enumerate(kept) if KERAS_WRAPPER in line), default=None)
+    said = kept[wrapper + 1] if wrapper is not None and wrapper + 1 < len(kept) else "ERROR:"
+    if said.startswith(("ERROR:", "Call arguments", "File ")):
+        return []
+    return [re.sub(r" for '\{\{node .*?\}\}.*?' with", " with", said)[:160]]
 
 
 # -- layout ------------------------------------------------------------------------------

@@ -52,7 +52,9 @@ def headline(message: str | None) -> str:
         return lines[0] if lines else ""
     kind, _, first = lines[0].partition(": ") if re.match(r"[\w.]+: ", lines[0]) else ("", "", lines[0])
     body = [first, *lines[1:]]
-    best = next((line for pattern in _TELLING for line in body if pattern.search(line) and not _WHERE.search(line)),
+    # A telling line may end in a location (OpenVINO: "... node: opset1::Add X ... Check '...' failed at
+    # src/core/src/node.cpp:304:"): it tells by what comes before it.
+    best = next((line for pattern in _TELLING for line in body if pattern.search(_WHERE.sub("", line))),
                 next((line for line in body if not _WHERE.search(line)), first))  # fmt: skip
     return f"{kind}: {best}" if kind else best
 

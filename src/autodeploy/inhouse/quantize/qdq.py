@@ -171,10 +171,11 @@ def plan(model: onnx.ModelProto, placement: str = "onnxruntime") -> Plan:
     ops = QUANT_OPS if placement == "onnxruntime" else OPENVINO_INPUT_OPS
     gated = _gated(graph, consts) if placement == "openvino" else set()
     float_in = float_readers(graph)
+    fixed = constant_derived(graph, consts)
     nodes = [
         n
         for n in graph.node
-        if n.op_type in ops and n.domain in ("", "ai.onnx") and _int8_node(n, consts)
+        if n.op_type in ops and n.domain in ("", "ai.onnx") and _int8_node(n, fixed)
         and n.name not in gated and n.name not in float_in
     ]  # fmt: skip
     tensors: list[str] = []
@@ -231,7 +232,7 @@ def why_float(model: onnx.ModelProto, placement: str = "onnxruntime") -> dict[st
             reasons[node.op_type] = (
                 f"no int8 kernel for {node.domain or 'ai.onnx'}::{node.op_type} on {placement}"
             )
-        elif not _int8_node(node, consts):
+        elif not _int8_node(node, constant_derived(model.graph, consts)):
             reasons[node.op_type] = "an elementwise op with a constant operand has no int8 kernel"
         elif not any(i in floats for i in [*node.input, *node.output] if i and i not in consts):
             reasons[node.op_type] = "no float32 activation to quantize"
@@ -301,7 +302,7 @@ def _gated(graph: onnx.GraphProto, consts: Mapping[str, np.ndarray]) -> set[str]
     return out
 
 
-def _int8_node(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> bool:
+def _int8_node(node: onnx.NodeProto, consts: Collection[str]) -> bool:
     """Whether a runtime has an int8 kernel for the node: Add/Mul only between two activations."""
     if node.op_type in BINARY_OPS:
         return sum(1 for i in node.input if i and i not in consts) == 2
@@ -349,6 +350,21 @@ def constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
             consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
     return consts
+
+
+def constant_derived(graph: onnx.GraphProto, consts: Mapping[str, np.ndarray]) -> frozenset[str]:
+    """``consts`` and every tensor computed from them alone (an ``Unsqueeze`` of an initializer): a
+    constant operand for :func:`_int8_node`. A detector's anchors, ``Unsqueeze(anchors[2, A])``, added
+    to its box distances got QDQ on both operands, and OpenVINO 2026.4's compiler threw in its
+    ``AddTransformation`` (``index < m_inputs.size()``) at any batch."""
+    fixed = set(consts)
+    subgraphs = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+    for node in graph.node:  # topological order
+        if any(a.type in subgraphs for a in node.attribute):
+            continue  # an If/Loop branch may read activations of the outer graph
+        if any(node.input) and all(i in fixed for i in node.input if i):
+            fixed.update(o for o in node.output if o)
+    return frozenset(fixed)
 
 
 def _float_tensors(model: onnx.ModelProto) -> set[str]:
