@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig, TritonBackend
 from autodeploy.device import probe_device
 from autodeploy.errors import BuildError, UnsupportedConfigError
 from autodeploy.model import copy_unchanged
@@ -40,6 +40,7 @@ CALIBRATION_BATCH = 8
 class OnnxRuntimeEngine(Engine):
     name = "onnxruntime"
     extra = None  # a core dependency: it also computes the FP32 reference
+    triton = TritonBackend("onnxruntime", platform="onnxruntime_onnx")
     runtime = rt.__name__
     packages = rt.PACKAGES
     build_knobs = frozenset({"quant_method", "quant_head"})

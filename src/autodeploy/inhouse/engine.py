@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autodeploy.adapters import ort
-from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
+from autodeploy.adapters.base import NATIVE_ISA, Artifact, Availability, Engine, EngineSpace, TrialConfig
 from autodeploy.adapters.ort import EXECUTION_MODES, MODEL_FILE, OPT_LEVELS
 from autodeploy.errors import BuildError
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
@@ -175,6 +175,11 @@ class InhouseEngine(Engine):
             return openvino.__name__
         return self.runtime
 
+    def serving_engine(self, config: TrialConfig) -> Engine:
+        from autodeploy.adapters import registry
+
+        return registry.get(config.knobs.get("runtime", "onnxruntime"))
+
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
         if config.knobs.get("runtime", "onnxruntime") == "openvino":
             from autodeploy.adapters.openvino import runtime_settings
@@ -192,9 +197,7 @@ class InhouseEngine(Engine):
     ) -> dict[str, Any]:
         if config.precision == "int8" and config.knobs.get("runtime") == "openvino":
             if artifact.meta.get("float_precision") == "bf16":
-                from autodeploy.adapters.openvino import BF16_ISA
-
-                return {"isa_any_of": list(BF16_ISA),
+                return {"isa_any_of": list(NATIVE_ISA["bf16"]),
                         "why": "the float layers of this int8 artifact run in bf16 on OpenVINO"}  # fmt: skip
         return {}
 
@@ -206,16 +209,14 @@ def float_precision(config: TrialConfig, isa: Any) -> str:
     chosen = str(config.knobs.get("float_precision", "f32"))
     if chosen != "auto":
         return chosen
-    from autodeploy.adapters.openvino import BF16_ISA, _capabilities
+    from autodeploy.adapters.openvino import _capabilities
 
-    native = any(flag in tuple(isa) for flag in BF16_ISA)
+    native = any(flag in tuple(isa) for flag in NATIVE_ISA["bf16"])
     return "bf16" if native and "BF16" in _capabilities() else "f32"
 
 
 def _native_bf16(target: DeviceInfo) -> bool:
-    from autodeploy.adapters.openvino import BF16_ISA
-
-    return importlib.util.find_spec("openvino") is not None and any(target.has(f) for f in BF16_ISA)
+    return importlib.util.find_spec("openvino") is not None and any(target.has(f) for f in NATIVE_ISA["bf16"])
 
 
 def _quantize(
