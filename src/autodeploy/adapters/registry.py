@@ -20,6 +20,12 @@ if TYPE_CHECKING:
     from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
 
+#: The baseline engine, named here once (docs/architecture.md, "Measurement rules"): it computes the fp32
+#: reference every accuracy verdict compares against, its fp32 default (:data:`BASELINE_CONFIG`) is what
+#: every speed-up is over, and bench and gate run it unless told otherwise.
+BASELINE_ENGINE = "onnxruntime"
+BASELINE_CONFIG = TrialConfig(BASELINE_ENGINE, "fp32", batch=1, threads=None)
+
 #: Built-in engines, in the order the CLI lists them.
 ENGINES: dict[str, str] = {
     "onnxruntime": "autodeploy.adapters.ort:OnnxRuntimeEngine",
