@@ -63,6 +63,8 @@ REPORT_FILE = "inhouse.json"
 FLOAT_PRECISIONS = ("f32", "bf16", "auto")
 #: The runtimes an in-house artifact can run on (the ``runtime`` knob); their versions join ours.
 RUNTIME_DISTS = ("onnxruntime", "openvino")
+#: The ``runtime`` knob's default.
+DEFAULT_RUNTIME = "onnxruntime"
 CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
 DEFAULT_CALIBRATION = "percentile"
 #: The accuracy budget of the fallback: default budget (docs/architecture.md, 1%).
@@ -109,7 +111,7 @@ class InhouseEngine(Engine):
         return Availability(True, version=self._version() or f"onnxscript-{onnxscript.__version__}")
 
     def _space(self, target: DeviceInfo, model: ModelInfo) -> EngineSpace:
-        runtimes = ("onnxruntime", "openvino") if importlib.util.find_spec("openvino") else ("onnxruntime",)
+        runtimes = (DEFAULT_RUNTIME, "openvino") if importlib.util.find_spec("openvino") else (DEFAULT_RUNTIME,)
         return EngineSpace(
             precisions=("fp32", "int8"),
             unsupported={
@@ -143,7 +145,7 @@ class InhouseEngine(Engine):
         from autodeploy.inhouse.memory import plan_memory
         from autodeploy.inhouse.passes import optimize
 
-        runtime = config.knobs.get("runtime", "onnxruntime")
+        runtime = runtime_of(config)
         # int8 keeps standard ops: the quantizer and every QDQ consumer understand them.
         target = "onnxruntime" if config.precision == "fp32" and runtime == "onnxruntime" else "onnx"
         proto = onnx.load(str(model.path))
@@ -169,7 +171,7 @@ class InhouseEngine(Engine):
         return meta
 
     def runtime_module(self, config: TrialConfig) -> str:
-        if config.knobs.get("runtime", "onnxruntime") == "openvino":
+        if runtime_of(config) == "openvino":
             from autodeploy.runtime import openvino
 
             return openvino.__name__
@@ -178,10 +180,10 @@ class InhouseEngine(Engine):
     def serving_engine(self, config: TrialConfig) -> Engine:
         from autodeploy.adapters import registry
 
-        return registry.get(config.knobs.get("runtime", "onnxruntime"))
+        return registry.get(runtime_of(config))
 
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
-        if config.knobs.get("runtime", "onnxruntime") == "openvino":
+        if runtime_of(config) == "openvino":
             from autodeploy.adapters.openvino import runtime_settings
 
             # OpenVINO's ONNX frontend reads the QDQ model directly; its settings are OpenVINO's own.
@@ -195,16 +197,21 @@ class InhouseEngine(Engine):
     def requirements(
         self, artifact: Artifact, config: TrialConfig, device: Mapping[str, Any]
     ) -> dict[str, Any]:
-        if config.precision == "int8" and config.knobs.get("runtime") == "openvino":
+        if config.precision == "int8" and runtime_of(config) == "openvino":
             if artifact.meta.get("float_precision") == "bf16":
                 return {"isa_any_of": list(NATIVE_ISA["bf16"]),
                         "why": "the float layers of this int8 artifact run in bf16 on OpenVINO"}  # fmt: skip
         return {}
 
 
+def runtime_of(config: TrialConfig) -> str:
+    """The engine whose runtime runs ``config``'s artifact (the ``runtime`` knob)."""
+    return str(config.knobs.get("runtime", DEFAULT_RUNTIME))
+
+
 def float_precision(config: TrialConfig, isa: Any) -> str:
     """``f32`` or ``bf16``: the float remainder to try first for an int8 artifact, on a CPU with ``isa``."""
-    if config.knobs.get("runtime", "onnxruntime") != "openvino":
+    if runtime_of(config) != "openvino":
         return "f32"  # ONNX Runtime's CPU kernels have no bf16
     chosen = str(config.knobs.get("float_precision", "f32"))
     if chosen != "auto":
@@ -242,7 +249,7 @@ def _quantize(
         reduce_range=bool(reduce_range),
         accuracy_budget=ACCURACY_BUDGET if config.knobs.get("fallback", True) else None,
         # QDQ where the runtime that runs the artifact fuses it into integer kernels
-        placement=config.knobs.get("runtime", "onnxruntime"),
+        placement=runtime_of(config),
         bias_correction=bool(config.knobs.get("bias_correction", True)),
         smoothquant=SMOOTHQUANT_ALPHA if config.knobs.get("smoothquant", False) else None,
         # Calibrated and judged at the trial's batch: a dynamic-batch detector whose decode head holds
