@@ -12,8 +12,9 @@ Contract for adapters:
 * Engine packages are imported only inside the hooks, never at module import time, so
   ``import autodeploy`` works with no engine installed.
 * ``_probe`` may raise anything: :meth:`Engine.probe` turns it into an *unavailable* result.
-* ``_build`` writes engine-native files into an empty folder it is given; it must not time
-  itself (timing lives in ``autodeploy.harness``).
+* ``_build`` writes engine-native files into an empty folder it is given, for the device ``target``
+  it is given (adapters never probe the device themselves); it must not time itself (timing lives in
+  ``autodeploy.harness``).
 * ``_runtime_settings`` turns a config into the runtime's settings, in the engine's own option
   names; they are stored in a bundle's manifest and applied by the same runtime there.
 * Engines are stateless; one instance may be shared.
@@ -328,6 +329,7 @@ class Engine(ABC):
         *,
         calibration_hash: str = "",
         version: str | None = None,
+        target: DeviceInfo | None = None,
     ) -> Artifact:
         """Convert/compile once; return the cached artifact (``reused``) when the key was built before.
 
@@ -337,7 +339,13 @@ class Engine(ABC):
         its files match their recorded SHA-256; else it is built again. Anyone who can write the
         cache can also rewrite ``artifact.json`` consistently: the harness checks a reused artifact
         against the files a store recorded when it was measured (:func:`autodeploy.harness.run.prepare`).
+        ``target`` is the device it is built for (default: this machine).
         """
+        if target is None:
+            # Imported here: the device module imports the registry, which imports this module.
+            from autodeploy.device import probe_device
+
+            target = probe_device()
         version = version or self.probe_version()
         key = self.build_key(model, config, version, calibration_hash)
         final = Path(workdir) / f"{self.name}-{config.precision}-{key}"
@@ -350,7 +358,7 @@ class Engine(ABC):
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
         try:
-            meta = self._build(model, config, calibration, tmp) or {}
+            meta = self._build(model, config, calibration, tmp, target) or {}
             files = tuple(sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()))
             if not files:
                 raise BuildError(f"{self.name} build wrote no files for {config.label()}")
@@ -444,6 +452,7 @@ class Engine(ABC):
         config: TrialConfig,
         calibration: Mapping[str, np.ndarray] | None,
         outdir: Path,
+        target: DeviceInfo,
     ) -> Mapping[str, Any] | None: ...
 
     @abstractmethod

@@ -102,7 +102,7 @@ class MissingEngine(Engine):
     def _space(self, target: DeviceInfo, model: ModelInfo) -> EngineSpace:
         return EngineSpace(precisions=())
 
-    def _build(self, model: ModelInfo, config: TrialConfig, calibration: Any, outdir: Path) -> None:
+    def _build(self, model: ModelInfo, config: TrialConfig, calibration: Any, outdir: Path, target: DeviceInfo) -> None:
         raise UnknownEngineError(self.reason)
 
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:

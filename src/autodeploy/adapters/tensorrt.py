@@ -105,6 +105,7 @@ class TensorRTEngine(Engine):
         config: TrialConfig,
         calibration: Mapping[str, np.ndarray] | None,
         outdir: Path,
+        target: DeviceInfo,
     ) -> dict[str, Any]:
         import tensorrt as trt
 

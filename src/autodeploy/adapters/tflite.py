@@ -154,6 +154,7 @@ class TfliteEngine(Engine):
         config: TrialConfig,
         calibration: Mapping[str, np.ndarray] | None,
         outdir: Path,
+        target: DeviceInfo,
     ) -> dict[str, Any]:
         if config.precision == "int8" and not calibration:
             raise BuildError(

@@ -139,6 +139,7 @@ class InhouseEngine(Engine):
         config: TrialConfig,
         calibration: Mapping[str, np.ndarray] | None,
         outdir: Path,
+        target: DeviceInfo,
     ) -> dict[str, Any]:
         import onnx
 
@@ -147,16 +148,16 @@ class InhouseEngine(Engine):
 
         runtime = runtime_of(config)
         # int8 keeps standard ops: the quantizer and every QDQ consumer understand them.
-        target = "onnxruntime" if config.precision == "fp32" and runtime == "onnxruntime" else "onnx"
+        ops = "onnxruntime" if config.precision == "fp32" and runtime == "onnxruntime" else "onnx"
         proto = onnx.load(str(model.path))
-        optimized, pass_report = optimize(proto, target=target)
+        optimized, pass_report = optimize(proto, target=ops)
         report: dict[str, Any] = {"passes": pass_report.to_dict()}
         meta: dict[str, Any] = {
-            "target": target,
+            "target": ops,
             "passes": {p.name: p.rewrites for p in pass_report.passes if p.changed},
         }
         if config.precision == "int8":
-            optimized, quant = _quantize(optimized, config, calibration, model)
+            optimized, quant = _quantize(optimized, config, calibration, model, target)
             report["quantization"] = quant
             meta.update(
                 float_precision=quant["float_precision"],
@@ -227,7 +228,8 @@ def _native_bf16(target: DeviceInfo) -> bool:
 
 
 def _quantize(
-    model: Any, config: TrialConfig, calibration: Mapping[str, np.ndarray] | None, info: ModelInfo
+    model: Any, config: TrialConfig, calibration: Mapping[str, np.ndarray] | None, info: ModelInfo,
+    target: DeviceInfo,
 ) -> tuple[Any, dict[str, Any]]:
     from autodeploy.inhouse.quantize import QuantConfig, quantize
 
@@ -235,10 +237,8 @@ def _quantize(
         raise BuildError("in-house int8 needs calibration data", fix="give --data or use synthetic data")
     reduce_range = config.knobs.get("reduce_range", "auto")
     if reduce_range == "auto":
-        reduce_range = _saturating_cpu()
-    from autodeploy.device import probe_device
-
-    remainder = float_precision(config, probe_device().isa)
+        reduce_range = _saturating_cpu(target)
+    remainder = float_precision(config, target.isa)
     auto = config.knobs.get("float_precision", "f32") == "auto"
     if auto and not config.knobs.get("fallback", True):
         remainder = "f32"  # nothing judges the accuracy: bf16 only where the user asks for it
@@ -264,11 +264,8 @@ def _quantize(
     return quantized, report.to_dict()
 
 
-def _saturating_cpu() -> bool:
+def _saturating_cpu(device: DeviceInfo) -> bool:
     """x86 without VNNI: u8s8 int8 kernels (ORT's, OpenVINO's) add product pairs in int16 and can saturate."""
-    from autodeploy.device import probe_device
-
-    device = probe_device()
     x86 = device.arch.lower() in ("x86_64", "amd64", "x86", "i686")
     return x86 and not any(device.has(f) for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
 

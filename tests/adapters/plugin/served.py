@@ -42,7 +42,7 @@ class ServedEngine(Engine):
         return EngineSpace(precisions=("fp32",))
 
     def _build(self, model: Any, config: TrialConfig, calibration: Mapping[str, np.ndarray] | None,
-               outdir: Path) -> None:  # fmt: skip
+               outdir: Path, target: Any) -> None:  # fmt: skip
         copy_unchanged(model, outdir, MODEL_FILE)
 
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: Any) -> dict[str, Any]:
