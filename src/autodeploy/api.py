@@ -240,7 +240,7 @@ def bench_shapes(
                                       max_metric_drop=max_metric_drop, timing=timing,
                                       **({"max_accuracy_drop": max_accuracy_drop}
                                          if max_accuracy_drop != DEFAULT_MAX_ACCURACY_DROP else {}))  # fmt: skip
-    trial_config = config or TrialConfig(engine or "onnxruntime", precision or "fp32", batch or 1, threads,
+    trial_config = config or TrialConfig(engine or registry.BASELINE_ENGINE, precision or "fp32", batch or 1, threads,
                                          knobs or {})  # fmt: skip
     cache = cache or cache_dir()
     label = trial_config.label()

@@ -80,11 +80,10 @@ class BuildError(EngineError):
     """Converting or compiling the model for an engine failed."""
 
 
-#: Top-level module -> the extra that installs it (pyproject.toml's optional dependencies).
+#: Top-level module -> the extra that installs it (pyproject.toml's optional dependencies), for the
+#: extras that are not an engine's: an engine declares its own (``Engine.extra`` and ``Engine.modules``).
 EXTRAS = {"sklearn": "zoo", "PIL": "images", "streamlit": "dashboard", "plotly": "dashboard", "psycopg": "postgres",
-          "model_signing": "sign", "OpenSSL": "sign", "openvino": "openvino", "nncf": "openvino",
-          "tensorflow": "tflite", "onnx2tf": "tflite", "ai_edge_litert": "tflite", "tf_keras": "tflite",
-          "tensorrt": "tensorrt", "cuda": "tensorrt"}  # fmt: skip
+          "model_signing": "sign", "OpenSSL": "sign"}  # fmt: skip
 
 
 class MissingExtraError(UsageError):
@@ -94,11 +93,19 @@ class MissingExtraError(UsageError):
     def of(cls, error: ModuleNotFoundError) -> MissingExtraError | None:
         """The install hint for ``error``, or ``None`` when the module is not part of an extra (a bug)."""
         module = (error.name or "").split(".")[0]
-        extra = EXTRAS.get(module)
+        extra = EXTRAS.get(module) or _engine_extra(module)
         if extra is None:
             return None
         return cls(f"{module} is not installed (it comes with the '{extra}' extra)",
                    fix=f"pip install 'autodeploy[{extra}]'")  # fmt: skip
+
+
+def _engine_extra(module: str) -> str | None:
+    """The extra of the engine whose :attr:`~autodeploy.adapters.base.Engine.modules` hold ``module``."""
+    # Imported here: every module imports errors, and the registry imports the adapters.
+    from autodeploy.adapters import registry
+
+    return next((e.extra for e in registry.all_engines() if module in e.modules and e.extra), None)
 
 
 #: ``errno`` values that mean the destination cannot take the bytes (full disk, quota, file size

@@ -48,7 +48,7 @@ class FaultyEngine(OnnxRuntimeEngine):
     runtime = __name__
     build_knobs = frozenset({"fault"})  # each fault is its own artifact; "fail_build" never builds
 
-    def _build(self, model: Any, config: TrialConfig, calibration: Any, outdir: Path) -> dict[str, Any]:
+    def _build(self, model: Any, config: TrialConfig, calibration: Any, outdir: Path, target: Any) -> dict[str, Any]:
         if config.knobs.get("fault") == "fail_build":
             raise BuildError("deliberate build failure")
         if config.knobs.get("fault") == "hang_in_build":
@@ -57,7 +57,7 @@ class FaultyEngine(OnnxRuntimeEngine):
             print("stl_vector.h:1130: std::vector<onnxruntime::NodeArg*>::operator[]: Assertion '__n < this->size()' failed.",
                   file=sys.stderr, flush=True)  # fmt: skip
             os.abort()
-        return super()._build(model, config, calibration, outdir)
+        return super()._build(model, config, calibration, outdir, target)
 
     def _space(self, target: Any, model: Any) -> EngineSpace:
         space = super()._space(target, model)

@@ -10,8 +10,8 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from autodeploy import zoo
-from autodeploy.adapters.base import TrialConfig
-from autodeploy.adapters.openvino import BF16_ISA, IR_FILE, OpenVinoEngine
+from autodeploy.adapters.base import NATIVE_ISA, TrialConfig
+from autodeploy.adapters.openvino import IR_FILE, OpenVinoEngine
 from autodeploy.data import synthetic
 from autodeploy.device import probe_device
 from autodeploy.errors import UnsupportedConfigError
@@ -69,7 +69,7 @@ def test_low_precisions_offered_only_where_the_cpu_plugin_supports_them(
     reported = capability in _capabilities()
     if precision == "bf16":
         # Offered only when OpenVINO and the ISA flags agree; either one missing means unsupported.
-        assert (precision in space.precisions) == (reported and any(device.has(f) for f in BF16_ISA))
+        assert (precision in space.precisions) == (reported and any(device.has(f) for f in NATIVE_ISA["bf16"]))
     else:
         assert (precision in space.precisions) == reported
     if precision not in space.precisions:

@@ -12,8 +12,9 @@ Contract for adapters:
 * Engine packages are imported only inside the hooks, never at module import time, so
   ``import autodeploy`` works with no engine installed.
 * ``_probe`` may raise anything: :meth:`Engine.probe` turns it into an *unavailable* result.
-* ``_build`` writes engine-native files into an empty folder it is given; it must not time
-  itself (timing lives in ``autodeploy.harness``).
+* ``_build`` writes engine-native files into an empty folder it is given, for the device ``target``
+  it is given (adapters never probe the device themselves); it must not time itself (timing lives in
+  ``autodeploy.harness``).
 * ``_runtime_settings`` turns a config into the runtime's settings, in the engine's own option
   names; they are stored in a bundle's manifest and applied by the same runtime there.
 * Engines are stateless; one instance may be shared.
@@ -40,8 +41,8 @@ from autodeploy.errors import BuildError, UnsupportedConfigError, UsageError
 from autodeploy.runtime import machine
 from autodeploy.runtime.base import IO, MAX_REQUESTS, Runner
 
-__all__ = ["ARTIFACT_FILE", "IO", "Artifact", "Availability", "Engine", "EngineSpace", "Runner", "TrialConfig",
-           "io_of"]  # fmt: skip
+__all__ = ["ARTIFACT_FILE", "IO", "NATIVE_ISA", "Artifact", "Availability", "Engine", "EngineSpace", "Runner",
+           "TrialConfig", "TritonBackend", "io_of"]  # fmt: skip
 
 if TYPE_CHECKING:
     from autodeploy.device import DeviceInfo
@@ -55,6 +56,24 @@ ARTIFACT_SCHEMA = 1
 #: batches of up to the config's batch are formed from single-item queries). The tuples are
 #: what a study searches; any value in range may be benched.
 SERVING_KNOBS: dict[str, tuple[Any, ...]] = {"num_requests": (1, 2, 4, "AUTO"), "max_queue_delay_us": (0, 500, 2000)}
+#: The one table of the CPU features a precision needs to run natively (any one of them): a bf16 or
+#: fp16 engine refuses a CPU without them, and the study looks at natively run precisions first.
+NATIVE_ISA: dict[str, tuple[str, ...]] = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
+
+
+@dataclass(frozen=True)
+class TritonBackend:
+    """How Triton Inference Server serves an engine's artifacts (``bundle/triton.py`` writes ``config.pbtxt``).
+
+    ``backend`` is Triton's backend name (its parameters are written in that backend's words),
+    ``platform`` the model platform where the backend wants one, ``kind`` the instance kind.
+    ``max_batch_floor``: ``max_batch_size`` is at least this (a TensorRT plan's profile goes up to it).
+    """
+
+    backend: str
+    platform: str | None = None
+    kind: str = "KIND_CPU"
+    max_batch_floor: int = 0
 
 
 @dataclass(frozen=True)
@@ -232,6 +251,14 @@ class Engine(ABC):
     throughput_knobs: ClassVar[frozenset[str]] = frozenset({"num_requests"})
     #: Builds take minutes (onnx2tf): a study looks at this engine after the cheap ones.
     slow_build: ClassVar[bool] = False
+    #: Top-level modules that :attr:`extra` installs: a missing one's error names the extra to install.
+    modules: ClassVar[tuple[str, ...]] = ()
+    #: Distributions the runtime imports besides the engine's own: pinned in a bundle's requirements.txt.
+    runner_extras: ClassVar[tuple[str, ...]] = ()
+    #: How Triton serves this engine's artifacts; ``None`` when Triton has no backend for them.
+    #: (Whether artifacts run only under the engine version that built them is the runtime module's
+    #: ``VERSION_LOCKED``: a bundle's loader reads it without the adapters.)
+    triton: ClassVar[TritonBackend | None] = None
 
     # -- public API: checks, then hooks -------------------------------------------------
 
@@ -302,6 +329,7 @@ class Engine(ABC):
         *,
         calibration_hash: str = "",
         version: str | None = None,
+        target: DeviceInfo | None = None,
     ) -> Artifact:
         """Convert/compile once; return the cached artifact (``reused``) when the key was built before.
 
@@ -311,7 +339,13 @@ class Engine(ABC):
         its files match their recorded SHA-256; else it is built again. Anyone who can write the
         cache can also rewrite ``artifact.json`` consistently: the harness checks a reused artifact
         against the files a store recorded when it was measured (:func:`autodeploy.harness.run.prepare`).
+        ``target`` is the device it is built for (default: this machine).
         """
+        if target is None:
+            # Imported here: the device module imports the registry, which imports this module.
+            from autodeploy.device import probe_device
+
+            target = probe_device()
         version = version or self.probe_version()
         key = self.build_key(model, config, version, calibration_hash)
         final = Path(workdir) / f"{self.name}-{config.precision}-{key}"
@@ -324,7 +358,7 @@ class Engine(ABC):
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
         try:
-            meta = self._build(model, config, calibration, tmp) or {}
+            meta = self._build(model, config, calibration, tmp, target) or {}
             files = tuple(sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()))
             if not files:
                 raise BuildError(f"{self.name} build wrote no files for {config.label()}")
@@ -352,6 +386,11 @@ class Engine(ABC):
     def runtime_module(self, config: TrialConfig) -> str:
         """The module that runs ``config``'s artifact (an engine may run on another's runtime)."""
         return self.runtime
+
+    def serving_engine(self, config: TrialConfig) -> Engine:
+        """The engine whose runtime runs ``config``'s artifact: its Triton backend and runner extras apply
+        (this engine, unless it runs on another's runtime)."""
+        return self
 
     def runtime_packages(self, config: TrialConfig) -> tuple[str, ...]:
         """The distributions of the runtime that runs ``config``'s artifact (what a bundle pins)."""
@@ -413,6 +452,7 @@ class Engine(ABC):
         config: TrialConfig,
         calibration: Mapping[str, np.ndarray] | None,
         outdir: Path,
+        target: DeviceInfo,
     ) -> Mapping[str, Any] | None: ...
 
     @abstractmethod

@@ -22,7 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
+from autodeploy.adapters.base import (
+    NATIVE_ISA,
+    Artifact,
+    Availability,
+    Engine,
+    EngineSpace,
+    TrialConfig,
+    TritonBackend,
+)
 from autodeploy.errors import BuildError
 from autodeploy.runtime import openvino as rt
 
@@ -41,12 +49,13 @@ NUM_STREAMS = (1, 2, "AUTO")
 #: ``ov.properties.hint.enable_cpu_pinning``: pin the inference threads to cores (False first: the portfolio's
 #: first look at an engine is the plain one).
 CPU_PINNING = (False, True)
-BF16_ISA = ("avx512_bf16", "amx_bf16")
 
 
 class OpenVinoEngine(Engine):
     name = "openvino"
     extra = "openvino"
+    modules = ("openvino", "nncf")
+    triton = TritonBackend("openvino")
     runtime = rt.__name__
     packages = rt.PACKAGES
     build_packages = ("nncf",)
@@ -94,6 +103,7 @@ class OpenVinoEngine(Engine):
         config: TrialConfig,
         calibration: Mapping[str, np.ndarray] | None,
         outdir: Path,
+        target: DeviceInfo,
     ) -> dict[str, Any]:
         import openvino as ov
 
@@ -133,9 +143,9 @@ class OpenVinoEngine(Engine):
 
     def requirements(self, artifact: Artifact, config: TrialConfig, device: Mapping[str, Any]) -> dict[str, Any]:
         if config.precision == "bf16":
-            return {"isa_any_of": list(BF16_ISA), "why": "OpenVINO runs bf16 natively only with AVX512-BF16 or AMX"}
+            return {"isa_any_of": list(NATIVE_ISA["bf16"]), "why": "OpenVINO runs bf16 natively only with AVX512-BF16 or AMX"}
         if config.precision == "fp16" and device.get("arch") in ("x86_64", "AMD64"):
-            return {"isa_any_of": ["avx512_fp16", "amx_fp16"], "why": "OpenVINO fp16 on x86 needs AVX512-FP16 or AMX-FP16"}
+            return {"isa_any_of": list(NATIVE_ISA["fp16"]), "why": "OpenVINO fp16 on x86 needs AVX512-FP16 or AMX-FP16"}
         return {}  # int8 VNNI/AMX only changes speed: a warning at most, never a refusal
 
 
@@ -171,7 +181,7 @@ def _capabilities() -> tuple[str, ...]:
 def _bf16_unsupported(target: DeviceInfo) -> str | None:
     """Why bf16 cannot run here, or None. Needs both OpenVINO's word and the ISA to agree."""
     reported = "BF16" in _capabilities()
-    native = any(target.has(flag) for flag in BF16_ISA)
+    native = any(target.has(flag) for flag in NATIVE_ISA["bf16"])
     if reported and native:
         return None
     if not native:

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
-from autodeploy.device import probe_device
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig, TritonBackend
 from autodeploy.errors import BuildError, UnsupportedConfigError
 from autodeploy.model import copy_unchanged
 from autodeploy.runtime import onnxruntime as rt
@@ -40,6 +39,7 @@ CALIBRATION_BATCH = 8
 class OnnxRuntimeEngine(Engine):
     name = "onnxruntime"
     extra = None  # a core dependency: it also computes the FP32 reference
+    triton = TritonBackend("onnxruntime", platform="onnxruntime_onnx")
     runtime = rt.__name__
     packages = rt.PACKAGES
     build_knobs = frozenset({"quant_method", "quant_head"})
@@ -107,6 +107,7 @@ class OnnxRuntimeEngine(Engine):
         config: TrialConfig,
         calibration: Mapping[str, np.ndarray] | None,
         outdir: Path,
+        target: DeviceInfo,
     ) -> dict[str, Any]:
         out = outdir / MODEL_FILE
         if config.precision == "fp32":
@@ -119,7 +120,7 @@ class OnnxRuntimeEngine(Engine):
             raise BuildError(
                 "static int8 quantization needs calibration data", fix="give --data or use synthetic data"
             )
-        reduce_range = _saturates(probe_device()) if method == "static" else False
+        reduce_range = _saturates(target) if method == "static" else False
         float_head = method == "static" and config.knobs.get("quant_head", "float") == "float"
         kept = _quantize(model, method, calibration, out, reduce_range=reduce_range, float_head=float_head)
         return {

@@ -20,6 +20,12 @@ if TYPE_CHECKING:
     from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
 
+#: The baseline engine, named here once (docs/architecture.md, "Measurement rules"): it computes the fp32
+#: reference every accuracy verdict compares against, its fp32 default (:data:`BASELINE_CONFIG`) is what
+#: every speed-up is over, and bench and gate run it unless told otherwise.
+BASELINE_ENGINE = "onnxruntime"
+BASELINE_CONFIG = TrialConfig(BASELINE_ENGINE, "fp32", batch=1, threads=None)
+
 #: Built-in engines, in the order the CLI lists them.
 ENGINES: dict[str, str] = {
     "onnxruntime": "autodeploy.adapters.ort:OnnxRuntimeEngine",
@@ -96,7 +102,7 @@ class MissingEngine(Engine):
     def _space(self, target: DeviceInfo, model: ModelInfo) -> EngineSpace:
         return EngineSpace(precisions=())
 
-    def _build(self, model: ModelInfo, config: TrialConfig, calibration: Any, outdir: Path) -> None:
+    def _build(self, model: ModelInfo, config: TrialConfig, calibration: Any, outdir: Path, target: DeviceInfo) -> None:
         raise UnknownEngineError(self.reason)
 
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:

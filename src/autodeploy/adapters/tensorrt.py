@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig, TritonBackend
 from autodeploy.errors import BuildError
 from autodeploy.runtime import tensorrt as rt
 from autodeploy.runtime.tensorrt import check_plan_compatible, shape_in_profile
@@ -53,6 +53,9 @@ Shape = tuple[int, ...]
 class TensorRTEngine(Engine):
     name = "tensorrt"
     extra = "tensorrt"
+    modules = ("tensorrt", "cuda")
+    runner_extras = ("cuda-python",)  # the runtime drives CUDA through it
+    triton = TritonBackend("tensorrt", platform="tensorrt_plan", kind="KIND_GPU", max_batch_floor=MIN_MAX_BATCH)
     runtime = rt.__name__
     packages = rt.PACKAGES
     build_packages = ("cuda-python",)
@@ -102,6 +105,7 @@ class TensorRTEngine(Engine):
         config: TrialConfig,
         calibration: Mapping[str, np.ndarray] | None,
         outdir: Path,
+        target: DeviceInfo,
     ) -> dict[str, Any]:
         import tensorrt as trt
 

@@ -106,6 +106,7 @@ _QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "PYTHON
 class TfliteEngine(Engine):
     name = "tflite"
     extra = "tflite"
+    modules = ("tensorflow", "onnx2tf", "ai_edge_litert", "tf_keras")
     runtime = rt.__name__
     packages = rt.PACKAGES
     build_packages = ("onnx2tf", "tensorflow")
@@ -153,6 +154,7 @@ class TfliteEngine(Engine):
         config: TrialConfig,
         calibration: Mapping[str, np.ndarray] | None,
         outdir: Path,
+        target: DeviceInfo,
     ) -> dict[str, Any]:
         if config.precision == "int8" and not calibration:
             raise BuildError(

@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 
 REQUIREMENTS = "requirements.txt"
 README = "README.md"
-#: Extra runtime packages an engine's runtime imports besides the engine itself.
-RUNNER_EXTRAS = {"tensorrt": ("cuda-python",)}
 #: The runtime modules every bundle ships besides its engine's (the shared base and machine probe).
 RUNTIME_COMMON = ("__init__", "base", "machine")
 
@@ -161,6 +159,12 @@ def shipped_engine(config: TrialConfig) -> Engine:
                           fix="export a winner whose engine runs on a runtime in autodeploy.runtime "
                           "(onnxruntime, openvino, tflite, tensorrt, inhouse)")  # fmt: skip
     return engine
+
+
+def serving_engine(manifest: dict[str, Any]) -> Engine:
+    """The adapter whose runtime runs the bundle described by ``manifest`` (:meth:`Engine.serving_engine`)."""
+    config = TrialConfig.from_dict(manifest["settings"])
+    return shipped_engine(config).serving_engine(config)
 
 
 def engine_record(config: TrialConfig, engine_version: str) -> dict[str, Any]:
@@ -328,7 +332,7 @@ def requirements_txt(manifest: dict[str, Any]) -> str:
     lines = ["# The runtime this bundle was benchmarked with. Verify the bundle first (autodeploy bundle verify .),",
              "# then: pip install --only-binary=:all: -r requirements.txt",
              _pinned("numpy"), f"{engine['package']}=={engine['runtime_version']}"]  # fmt: skip
-    for extra in RUNNER_EXTRAS.get(engine["runtime"], ()):
+    for extra in serving_engine(manifest).runner_extras:
         lines.append(_pinned(extra))
     return "\n".join(lines) + "\n"
 

@@ -57,8 +57,6 @@ REQUIREMENTS = "requirements.txt"
 #: (``./pkg``, ``-e``, ``--index-url``, ``git+https://``) would run code from anywhere at ``pip install``.
 _PIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?==[0-9][A-Za-z0-9.+!]*")
 RUNTIME_DIR = "runtime"
-#: Engines whose artifacts only run under the exact version that built them.
-VERSION_LOCKED = frozenset({"tensorrt"})
 REEXPORT = "export the bundle again from the results store (autodeploy export)"
 _CHUNK = 1 << 20
 
@@ -334,11 +332,9 @@ def check_compatible(
     warnings: list[str] = []
     if have != want:
         message = f"this bundle was benchmarked with {engine} {want}, this machine has {have}"
-        if engine in VERSION_LOCKED or not allow_other_version:
-            raise BundleError(
-                message,
-                fix=fix_install + ("" if engine in VERSION_LOCKED else ", or allow_other_version=True"),
-            )
+        locked = getattr(_runtime(engine, manifest), "VERSION_LOCKED", False)  # declared by the engine's runtime
+        if locked or not allow_other_version:
+            raise BundleError(message, fix=fix_install + ("" if locked else ", or allow_other_version=True"))
         warnings.append(message + "; outputs and speed may differ")
     requires = manifest.get("requires") or {}
     cpu = cpu_info() if cpu is True else cpu

@@ -14,6 +14,8 @@ ignores). ``config.pbtxt`` carries the winner's settings in each backend's own w
   the harness's batcher does; the backend rejects them otherwise).
 * tensorrt (platform ``tensorrt_plan``): the plan on GPU instances.
 
+Which backend serves an engine's artifacts is the engine's declaration (``Engine.triton``, a
+:class:`~autodeploy.adapters.base.TritonBackend`); the parameters are written per Triton backend.
 An in-house winner is served by the backend of the runtime it was measured on (``runtime`` knob).
 
 ``instance_group`` is the number of requests that were in flight when it was measured (one per
@@ -35,25 +37,24 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from autodeploy.adapters.base import Artifact
+from autodeploy.adapters import registry
+from autodeploy.adapters.base import NATIVE_ISA, Artifact, Engine, TritonBackend
 from autodeploy.bundle.export import (
     Source,
     artifact_of,
     build_manifest,
     check_as_measured,
+    serving_engine,
     shipped_engine,
     staged,
 )
 from autodeploy.bundle.loader import BundleError, sha256_file
 
-PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "tensorrt": "tensorrt_plan"}
-BACKENDS = {"onnxruntime": "onnxruntime", "openvino": "openvino", "tensorrt": "tensorrt"}
 ORT_GRAPH_LEVEL = {"ORT_ENABLE_BASIC": -1, "ORT_ENABLE_EXTENDED": 1, "ORT_DISABLE_ALL": 2}
 TRITON_DTYPES = {"float16": "TYPE_FP16", "float32": "TYPE_FP32", "float64": "TYPE_FP64", "bool": "TYPE_BOOL",
                  "int8": "TYPE_INT8", "int16": "TYPE_INT16", "int32": "TYPE_INT32", "int64": "TYPE_INT64",
                  "uint8": "TYPE_UINT8", "uint16": "TYPE_UINT16", "uint32": "TYPE_UINT32", "uint64": "TYPE_UINT64",
                  "bfloat16": "TYPE_BF16", "object": "TYPE_STRING", "str": "TYPE_STRING"}  # fmt: skip
-BF16_ISA = ("avx512_bf16", "amx_bf16")
 README = "README.md"
 
 
@@ -66,11 +67,7 @@ def write_repository(source: Source, dest: str | Path, *, tar: bool = False, mod
                      command: str | None = None) -> Path:  # fmt: skip
     """Write a Triton model repository for the winner at ``dest`` (atomically, like a bundle)."""
     dest = Path(dest)
-    engine = shipped_engine(source.config).runtime_module(source.config).rpartition(".")[2]
-    if engine not in BACKENDS:
-        raise BundleError(f"Triton has no backend for {engine} winners (only {', '.join(BACKENDS)})",
-                          fix="ship the bundle instead (autodeploy export without --format), "
-                          "or tune with --engine onnxruntime/openvino/tensorrt")  # fmt: skip
+    backend_of(shipped_engine(source.config).serving_engine(source.config))
     artifact = artifact_of(source)
     manifest = build_manifest(source, artifact, command=command)
     name = model_name_of(model_name or manifest["model"]["name"])
@@ -95,42 +92,51 @@ def write_repository(source: Source, dest: str | Path, *, tar: bool = False, mod
 def config_pbtxt(manifest: dict[str, Any], name: str, artifact: Artifact) -> tuple[str, list[str]]:
     """The model configuration (protobuf text format) for the winner described by ``manifest``,
     and what of the measured config it cannot carry (one sentence each)."""
-    engine, settings = manifest["engine"].get("runtime", manifest["engine"]["name"]), manifest["settings"]
-    model = manifest["model"]
+    settings, model = manifest["settings"], manifest["model"]
+    triton = backend_of(serving_engine(manifest))
     serving = manifest["measurements"].get("serving") or {}
     batchable = _batch_first(model)
-    max_batch = _max_batch(engine, settings["batch"], artifact) if batchable else 0
+    max_batch = max(settings["batch"], triton.max_batch_floor) if batchable else 0
     notes: list[str] = []
     lines = [f"# autodeploy winner {settings['engine']}/{settings['precision']}/b{settings['batch']}"
              f"/t{settings['threads'] or 'default'}: {manifest['measurements']['median_ms']:.3f} ms median "
              f"on {manifest['device']['cpu']} (fingerprint {manifest['device']['fingerprint']})",
              f'name: "{name}"']  # fmt: skip
-    if engine in PLATFORMS:
-        lines.append(f'platform: "{PLATFORMS[engine]}"')
-    lines += [f'backend: "{BACKENDS[engine]}"', f"max_batch_size: {max_batch}"]
+    if triton.platform:
+        lines.append(f'platform: "{triton.platform}"')
+    lines += [f'backend: "{triton.backend}"', f"max_batch_size: {max_batch}"]
     shapes = model.get("shapes") or {}
     lines += _tensors("input", model["inputs"], shapes, batchable)
     lines += _tensors("output", model["outputs"], {}, batchable)
-    kind = "KIND_GPU" if engine == "tensorrt" else "KIND_CPU"
     concurrency = serving.get("concurrency") or {}
     count = int(concurrency.get("requests", 1))
-    lines.append(f"instance_group [\n  {{\n    count: {count}\n    kind: {kind}\n  }}\n]")
+    lines.append(f"instance_group [\n  {{\n    count: {count}\n    kind: {triton.kind}\n  }}\n]")
     split = (serving.get("server") or {}).get("split") or {}
     if max_batch > 0 and "max_queue_delay_us" in split:
         lines.append(f"dynamic_batching {{\n  max_queue_delay_microseconds: {int(split['max_queue_delay_us'])}\n}}")
     elif max_batch > 1:
         notes.append(f"dynamic batching was not measured (a {manifest['measurements']['scenario']} winner, "
                      f"timed on whole batches of {settings['batch']}); none is configured, so send whole batches")  # fmt: skip
-    if engine == "onnxruntime" and count > 1 and concurrency.get("sessions", count) != count:
+    if triton.backend == "onnxruntime" and count > 1 and concurrency.get("sessions", count) != count:
         notes.append(f"measured as {count} threads sharing one ONNX Runtime session; Triton gives each of "
                      f"its {count} instances a session of its own (more memory)")  # fmt: skip
-    params, level = _parameters(engine, settings, serving.get("compiled") or concurrency, max_batch, notes,
+    params, level = _parameters(triton.backend, settings, serving.get("compiled") or concurrency, max_batch, notes,
                                 manifest.get("device") or {})  # fmt: skip
     if level is not None:
         lines.append(f"optimization {{\n  graph {{\n    level: {level}\n  }}\n}}")
     for key, value in params.items():
         lines.append(f'parameters {{\n  key: "{key}"\n  value: {{\n    string_value: "{value}"\n  }}\n}}')
     return "\n".join(lines) + "\n", notes
+
+
+def backend_of(engine: Engine) -> TritonBackend:
+    """The Triton backend ``engine`` declares; an error naming the engines that declare one when it has none."""
+    if engine.triton is not None:
+        return engine.triton
+    served = [e.name for e in registry.all_engines() if e.triton is not None]
+    raise BundleError(f"Triton has no backend for {engine.name} winners (only {', '.join(served)})",
+                      fix="ship the bundle instead (autodeploy export without --format), "
+                      f"or tune with --engine {'/'.join(served)}")  # fmt: skip
 
 
 def readme(name: str, manifest: dict[str, Any], notes: list[str]) -> str:
@@ -166,14 +172,6 @@ def _batch_first(model: dict[str, Any]) -> bool:
     )
 
 
-def _max_batch(engine: str, batch: int, artifact: Artifact) -> int:
-    if engine == "tensorrt":  # the plan's optimization profile goes up to max(batch, MIN_MAX_BATCH)
-        from autodeploy.adapters.tensorrt import MIN_MAX_BATCH
-
-        return max(batch, MIN_MAX_BATCH)
-    return batch
-
-
 def _tensors(
     kind: str, specs: list[dict[str, Any]], shapes: dict[str, list[int]], batchable: bool
 ) -> list[str]:
@@ -191,13 +189,13 @@ def _tensors(
     return [f"{kind} [\n" + ",\n".join(blocks) + "\n]"]
 
 
-def _parameters(engine: str, settings: dict[str, Any], compiled: dict[str, Any], max_batch: int, notes: list[str],
+def _parameters(backend: str, settings: dict[str, Any], compiled: dict[str, Any], max_batch: int, notes: list[str],
                 device: dict[str, Any]) -> tuple[dict[str, str], int | None]:  # fmt: skip
-    """Backend parameters and the ORT graph optimization level, from the winner's settings and
-    (OpenVINO) what its compiled model said it set up."""
+    """Backend parameters (in the words of Triton's ``backend``) and the ORT graph optimization level,
+    from the winner's settings and (OpenVINO) what its compiled model said it set up."""
     threads, knobs = settings["threads"], settings["knobs"]
     params: dict[str, str] = {}
-    if engine == "onnxruntime":
+    if backend == "onnxruntime":
         if threads:
             params["intra_op_thread_count"] = str(threads)
         if knobs.get("inter_op_num_threads"):
@@ -205,7 +203,7 @@ def _parameters(engine: str, settings: dict[str, Any], compiled: dict[str, Any],
         if knobs.get("execution_mode") == "ORT_PARALLEL":
             params["execution_mode"] = "1"
         return params, ORT_GRAPH_LEVEL.get(knobs.get("graph_optimization_level", "ORT_ENABLE_ALL"))
-    if engine == "openvino":
+    if backend == "openvino":
         _openvino_parameters(params, settings, compiled, max_batch, notes, device)
     return params, None
 
@@ -227,7 +225,7 @@ def _openvino_parameters(params: dict[str, str], settings: dict[str, Any], compi
             params["NUM_STREAMS"] = str(knobs["NUM_STREAMS"])
     if settings["precision"] == "bf16":
         params["HINT_BF16"] = "YES"
-    elif any(flag in (device.get("isa") or ()) for flag in BF16_ISA) or not device.get("isa"):
+    elif any(flag in (device.get("isa") or ()) for flag in NATIVE_ISA["bf16"]) or not device.get("isa"):
         precision = compiled.get("INFERENCE_PRECISION_HINT", "f32")
         notes.append(f"measured at INFERENCE_PRECISION_HINT={precision}; Triton's OpenVINO backend has no setting "
                      "for it (only HINT_BF16), and on a CPU with AVX512-BF16 or AMX its CPU plugin then runs bf16: "

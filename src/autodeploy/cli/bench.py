@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from autodeploy import api
+from autodeploy.adapters.registry import BASELINE_ENGINE
 from autodeploy.cli._common import (
     ACCURACY_DROP_HELP,
     AccuracyOption,
@@ -48,7 +49,7 @@ def bench(
         str,
         typer.Argument(help="An .onnx file, or zoo:NAME for a built-in model (see `autodeploy zoo list`)."),
     ],
-    engine: Annotated[str, typer.Option(help="Engine name (see `autodeploy engines`).")] = "onnxruntime",
+    engine: Annotated[str, typer.Option(help="Engine name (see `autodeploy engines`).")] = BASELINE_ENGINE,
     precision: Annotated[str, typer.Option(help="fp32, fp16, bf16 or int8, as the engine offers.")] = "fp32",
     batch: Annotated[int, typer.Option(min=1, help="Items per call.")] = 1,
     threads: Annotated[

@@ -17,6 +17,7 @@ import typer
 from typer.core import TyperCommand
 
 from autodeploy.adapters.base import TrialConfig
+from autodeploy.adapters.registry import BASELINE_ENGINE
 from autodeploy.bundle.loader import BundleError
 from autodeploy.cli._common import (
     DataOption,
@@ -101,7 +102,7 @@ def gate(
     alpha: Annotated[float, typer.Option(min=1e-9, max=0.5, help="Significance level for the whole family of metrics.")] = 0.01,
     metric: Annotated[list[str] | None, typer.Option(help=f"Latency metric per run: {', '.join(LATENCY_METRICS)}; repeatable (default: p10, median).")] = None,
     against_db: Annotated[bool, typer.Option("--against-db", help="Weaker: compare the candidate with the stored trials of the baseline's model and config on this device; the baseline is not run.")] = False,
-    engine: Annotated[str, typer.Option(help="Engine for model arms (bundles use their own).")] = "onnxruntime",
+    engine: Annotated[str, typer.Option(help="Engine for model arms (bundles use their own).")] = BASELINE_ENGINE,
     precision: Annotated[str, typer.Option(help="Precision for model arms.")] = "fp32",
     batch: Annotated[int, typer.Option(min=1, help="Items per call for model arms.")] = 1,
     threads: Annotated[int, typer.Option(min=1, help="Engine threads for model arms (one thread is the least noisy).")] = 1,

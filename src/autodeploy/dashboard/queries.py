@@ -18,6 +18,7 @@ import pandas as pd
 
 from autodeploy import verdict
 from autodeploy.adapters.base import TrialConfig
+from autodeploy.adapters.registry import BASELINE_CONFIG
 from autodeploy.harness.result import Measurement, headline
 from autodeploy.report import HIGHER_IS_BETTER, STATISTIC, speedup_text, study_record
 from autodeploy.results_db.store import Catalog, Store, TrialFilter, TrialRow
@@ -76,7 +77,7 @@ OBJECTIVE_METRIC = {
 }
 
 #: The ONNX Runtime fp32 default every speed-up is over (the study re-measures it beside the finalists).
-BASELINE_LABEL = TrialConfig("onnxruntime", "fp32", batch=1, threads=None).label()
+BASELINE_LABEL = BASELINE_CONFIG.label()
 #: Fewer samples than this make a bootstrap CI a rough guide; fewer trials make parameter importance one.
 FEW_SAMPLES = 30
 FEW_TRIALS = 20

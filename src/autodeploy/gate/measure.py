@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from autodeploy import verdict
+from autodeploy.adapters import registry
 from autodeploy.adapters.base import Artifact, TrialConfig
 from autodeploy.data import Dataset
 from autodeploy.errors import UsageError
@@ -119,7 +120,8 @@ def bundle_arm(role: str, ref: str, root: Path, *, reference_model: ModelInfo | 
                      shapes={k: tuple(v) for k, v in (m.get("shapes") or {}).items()})  # fmt: skip
     if reference_model is None:
         reference_model = next((other for other in others if other.sha256 == info.sha256), None)
-    if reference_model is None and artifact.engine == "onnxruntime" and artifact.precision == "fp32":
+    baseline = (registry.BASELINE_CONFIG.engine, registry.BASELINE_CONFIG.precision)
+    if reference_model is None and (artifact.engine, artifact.precision) == baseline:  # its model.onnx is the source, copied unchanged
         own = load_model(root / "model" / "model.onnx", info.shapes, name=info.name)
         reference_model = own if own.sha256 == info.sha256 else None
     if reference_model is None:

@@ -27,7 +27,7 @@ import psutil
 
 from autodeploy import verdict
 from autodeploy.adapters.base import Artifact, TrialConfig, discard
-from autodeploy.adapters.registry import target_of
+from autodeploy.adapters.registry import BASELINE_ENGINE, target_of
 from autodeploy.child import module_argv
 from autodeploy.data import Dataset, split, synthetic
 from autodeploy.errors import AutodeployError, BuildError, TrialFailed
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 POLL_S = 0.05
 TERM_GRACE_S = 3.0
-REFERENCE_ENGINE = "onnxruntime"
+REFERENCE_ENGINE = BASELINE_ENGINE
 REFERENCE_FAILED = "the ONNX Runtime FP32 reference could not run"
 #: Said with every result measured without user data (``extra["inputs"]``), so no verdict on
 #: noise passes for a verdict on real inputs.

@@ -96,7 +96,8 @@ class _Job:
             artifact = _step(
                 "build_failed",
                 lambda: self.engine.build(model, self.config, calibration, Path(self.spec.workdir),
-                                          calibration_hash=self.spec.calibration_sha256, version=version),
+                                          calibration_hash=self.spec.calibration_sha256, version=version,
+                                          target=probe_device()),
             )  # fmt: skip
         return {
             "artifact_path": str(artifact.path),

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autodeploy.adapters import ort
-from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
+from autodeploy.adapters.base import NATIVE_ISA, Artifact, Availability, Engine, EngineSpace, TrialConfig
 from autodeploy.adapters.ort import EXECUTION_MODES, MODEL_FILE, OPT_LEVELS
 from autodeploy.errors import BuildError
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
@@ -63,6 +63,8 @@ REPORT_FILE = "inhouse.json"
 FLOAT_PRECISIONS = ("f32", "bf16", "auto")
 #: The runtimes an in-house artifact can run on (the ``runtime`` knob); their versions join ours.
 RUNTIME_DISTS = ("onnxruntime", "openvino")
+#: The ``runtime`` knob's default.
+DEFAULT_RUNTIME = "onnxruntime"
 CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
 DEFAULT_CALIBRATION = "percentile"
 #: The accuracy budget of the fallback: default budget (docs/architecture.md, 1%).
@@ -109,7 +111,7 @@ class InhouseEngine(Engine):
         return Availability(True, version=self._version() or f"onnxscript-{onnxscript.__version__}")
 
     def _space(self, target: DeviceInfo, model: ModelInfo) -> EngineSpace:
-        runtimes = ("onnxruntime", "openvino") if importlib.util.find_spec("openvino") else ("onnxruntime",)
+        runtimes = (DEFAULT_RUNTIME, "openvino") if importlib.util.find_spec("openvino") else (DEFAULT_RUNTIME,)
         return EngineSpace(
             precisions=("fp32", "int8"),
             unsupported={
@@ -137,24 +139,25 @@ class InhouseEngine(Engine):
         config: TrialConfig,
         calibration: Mapping[str, np.ndarray] | None,
         outdir: Path,
+        target: DeviceInfo,
     ) -> dict[str, Any]:
         import onnx
 
         from autodeploy.inhouse.memory import plan_memory
         from autodeploy.inhouse.passes import optimize
 
-        runtime = config.knobs.get("runtime", "onnxruntime")
+        runtime = runtime_of(config)
         # int8 keeps standard ops: the quantizer and every QDQ consumer understand them.
-        target = "onnxruntime" if config.precision == "fp32" and runtime == "onnxruntime" else "onnx"
+        ops = "onnxruntime" if config.precision == "fp32" and runtime == "onnxruntime" else "onnx"
         proto = onnx.load(str(model.path))
-        optimized, pass_report = optimize(proto, target=target)
+        optimized, pass_report = optimize(proto, target=ops)
         report: dict[str, Any] = {"passes": pass_report.to_dict()}
         meta: dict[str, Any] = {
-            "target": target,
+            "target": ops,
             "passes": {p.name: p.rewrites for p in pass_report.passes if p.changed},
         }
         if config.precision == "int8":
-            optimized, quant = _quantize(optimized, config, calibration, model)
+            optimized, quant = _quantize(optimized, config, calibration, model, target)
             report["quantization"] = quant
             meta.update(
                 float_precision=quant["float_precision"],
@@ -169,14 +172,19 @@ class InhouseEngine(Engine):
         return meta
 
     def runtime_module(self, config: TrialConfig) -> str:
-        if config.knobs.get("runtime", "onnxruntime") == "openvino":
+        if runtime_of(config) == "openvino":
             from autodeploy.runtime import openvino
 
             return openvino.__name__
         return self.runtime
 
+    def serving_engine(self, config: TrialConfig) -> Engine:
+        from autodeploy.adapters import registry
+
+        return registry.get(runtime_of(config))
+
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
-        if config.knobs.get("runtime", "onnxruntime") == "openvino":
+        if runtime_of(config) == "openvino":
             from autodeploy.adapters.openvino import runtime_settings
 
             # OpenVINO's ONNX frontend reads the QDQ model directly; its settings are OpenVINO's own.
@@ -190,36 +198,38 @@ class InhouseEngine(Engine):
     def requirements(
         self, artifact: Artifact, config: TrialConfig, device: Mapping[str, Any]
     ) -> dict[str, Any]:
-        if config.precision == "int8" and config.knobs.get("runtime") == "openvino":
+        if config.precision == "int8" and runtime_of(config) == "openvino":
             if artifact.meta.get("float_precision") == "bf16":
-                from autodeploy.adapters.openvino import BF16_ISA
-
-                return {"isa_any_of": list(BF16_ISA),
+                return {"isa_any_of": list(NATIVE_ISA["bf16"]),
                         "why": "the float layers of this int8 artifact run in bf16 on OpenVINO"}  # fmt: skip
         return {}
 
 
+def runtime_of(config: TrialConfig) -> str:
+    """The engine whose runtime runs ``config``'s artifact (the ``runtime`` knob)."""
+    return str(config.knobs.get("runtime", DEFAULT_RUNTIME))
+
+
 def float_precision(config: TrialConfig, isa: Any) -> str:
     """``f32`` or ``bf16``: the float remainder to try first for an int8 artifact, on a CPU with ``isa``."""
-    if config.knobs.get("runtime", "onnxruntime") != "openvino":
+    if runtime_of(config) != "openvino":
         return "f32"  # ONNX Runtime's CPU kernels have no bf16
     chosen = str(config.knobs.get("float_precision", "f32"))
     if chosen != "auto":
         return chosen
-    from autodeploy.adapters.openvino import BF16_ISA, _capabilities
+    from autodeploy.adapters.openvino import _capabilities
 
-    native = any(flag in tuple(isa) for flag in BF16_ISA)
+    native = any(flag in tuple(isa) for flag in NATIVE_ISA["bf16"])
     return "bf16" if native and "BF16" in _capabilities() else "f32"
 
 
 def _native_bf16(target: DeviceInfo) -> bool:
-    from autodeploy.adapters.openvino import BF16_ISA
-
-    return importlib.util.find_spec("openvino") is not None and any(target.has(f) for f in BF16_ISA)
+    return importlib.util.find_spec("openvino") is not None and any(target.has(f) for f in NATIVE_ISA["bf16"])
 
 
 def _quantize(
-    model: Any, config: TrialConfig, calibration: Mapping[str, np.ndarray] | None, info: ModelInfo
+    model: Any, config: TrialConfig, calibration: Mapping[str, np.ndarray] | None, info: ModelInfo,
+    target: DeviceInfo,
 ) -> tuple[Any, dict[str, Any]]:
     from autodeploy.inhouse.quantize import QuantConfig, quantize
 
@@ -227,10 +237,8 @@ def _quantize(
         raise BuildError("in-house int8 needs calibration data", fix="give --data or use synthetic data")
     reduce_range = config.knobs.get("reduce_range", "auto")
     if reduce_range == "auto":
-        reduce_range = _saturating_cpu()
-    from autodeploy.device import probe_device
-
-    remainder = float_precision(config, probe_device().isa)
+        reduce_range = _saturating_cpu(target)
+    remainder = float_precision(config, target.isa)
     auto = config.knobs.get("float_precision", "f32") == "auto"
     if auto and not config.knobs.get("fallback", True):
         remainder = "f32"  # nothing judges the accuracy: bf16 only where the user asks for it
@@ -241,7 +249,7 @@ def _quantize(
         reduce_range=bool(reduce_range),
         accuracy_budget=ACCURACY_BUDGET if config.knobs.get("fallback", True) else None,
         # QDQ where the runtime that runs the artifact fuses it into integer kernels
-        placement=config.knobs.get("runtime", "onnxruntime"),
+        placement=runtime_of(config),
         bias_correction=bool(config.knobs.get("bias_correction", True)),
         smoothquant=SMOOTHQUANT_ALPHA if config.knobs.get("smoothquant", False) else None,
         # Calibrated and judged at the trial's batch: a dynamic-batch detector whose decode head holds
@@ -256,11 +264,8 @@ def _quantize(
     return quantized, report.to_dict()
 
 
-def _saturating_cpu() -> bool:
+def _saturating_cpu(device: DeviceInfo) -> bool:
     """x86 without VNNI: u8s8 int8 kernels (ORT's, OpenVINO's) add product pairs in int16 and can saturate."""
-    from autodeploy.device import probe_device
-
-    device = probe_device()
     x86 = device.arch.lower() in ("x86_64", "amd64", "x86", "i686")
     return x86 and not any(device.has(f) for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
 

@@ -1,7 +1,8 @@
 """One runtime per engine: open an artifact folder with tuned settings and run it.
 
 ``runtime/<engine>.py`` holds ``PACKAGES`` (the distributions whose version is the engine
-version) and ``open(model_dir, settings, io) -> Runner``. ``settings`` are the engine's own
+version), optionally ``VERSION_LOCKED = True`` (its artifacts run only under the engine version
+that built them: a bundle's loader then allows no other) and ``open(model_dir, settings, io) -> Runner``. ``settings`` are the engine's own
 option names (ONNX Runtime ``intra_op_num_threads``, OpenVINO ``compile_model`` properties,
 ...), exactly as an adapter derives them from a trial config and as a bundle's manifest
 records them. The harness worker (through the adapters' ``load``) and the bundle loader run

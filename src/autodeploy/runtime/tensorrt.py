@@ -21,6 +21,8 @@ import numpy as np
 from .base import IO, FeedError, Pool, Runner, RuntimeFailure, ThreadPool, Unsupported
 
 PACKAGES = ("tensorrt", "tensorrt-cu12", "tensorrt-cu13")
+#: A plan runs only under the TensorRT version that built it (see :func:`check_plan_compatible`).
+VERSION_LOCKED = True
 MODEL_FILE = "model.plan"
 
 

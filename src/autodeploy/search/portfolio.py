@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from autodeploy.adapters import registry
-from autodeploy.adapters.base import TrialConfig
+from autodeploy.adapters.base import NATIVE_ISA, TrialConfig
 from autodeploy.search.memory import Memory
 from autodeploy.verdict import feasible
 
@@ -36,10 +36,6 @@ def enqueue_grid(study: optuna.Study, space: SearchSpace) -> int:
     return len(missing)
 
 
-#: Precisions a CPU runs natively when it has one of these ISA flags: looked at first among the cheap builds.
-NATIVE = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
-
-
 def enqueue_portfolio(study: optuna.Study, space: SearchSpace, isa: tuple[str, ...] = ()) -> bool:
     """Cover before exploiting: one default config per engine × precision is looked at first, in
     stages, then the sampler refines batch, threads and knobs of the contenders. Returns whether
@@ -56,7 +52,7 @@ def enqueue_portfolio(study: optuna.Study, space: SearchSpace, isa: tuple[str, .
     if not left:
         return False
     order = list(space.engines)
-    native = {p for p, flags in NATIVE.items() if any(f in isa for f in flags)}
+    native = {p for p, flags in NATIVE_ISA.items() if any(f in isa for f in flags)}
     stage = min(_stage(b) for b in left)
     group = [b for b in left if _stage(b) == stage]
     if stage % 2 == 0:  # cheap precisions

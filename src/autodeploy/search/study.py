@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
 
-BASELINE = TrialConfig("onnxruntime", "fp32", batch=1, threads=None)
+BASELINE = registry.BASELINE_CONFIG
 DEFAULT_TRIALS = 30
 #: Without --trials (or a time budget), screening stops once every engine × precision has had its look and this many
 #: measurements (or repeats the sampler asked for) in a row have not improved the best by IMPROVEMENT (the

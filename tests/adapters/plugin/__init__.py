@@ -4,4 +4,8 @@ It is what adding an engine takes: one adapter file (:mod:`.adapter`), one runti
 (:mod:`.runtime`) and one registry entry, here an ``autodeploy.engines`` entry point of an
 installed distribution (``tests/adapters/test_plugin.py`` installs one into a temporary
 site folder). Nothing in ``src/`` names it.
+
+:mod:`.served` is a second plug-in that runs on autodeploy's ONNX Runtime runtime, so it can be
+bundled: it declares a Triton backend and a runner extra of its own
+(``tests/bundle/test_plugin_engine.py``).
 """

@@ -29,7 +29,7 @@ class ReferenceEngine(Engine):
         return EngineSpace(precisions=("fp32",), unsupported={"int8": "the reference evaluator runs fp32 only"})
 
     def _build(self, model: Any, config: TrialConfig, calibration: Mapping[str, np.ndarray] | None,
-               outdir: Path) -> None:  # fmt: skip
+               outdir: Path, target: Any) -> None:  # fmt: skip
         shutil.copyfile(model.path, outdir / rt.MODEL_FILE)
 
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: Any) -> dict[str, Any]:

@@ -1,0 +1,49 @@
+"""A second plug-in engine: the ONNX file unchanged, run on autodeploy's own ONNX Runtime runtime.
+
+Because its runtime ships in :mod:`autodeploy.runtime`, its winners can be bundled; it declares
+what bundle export reads from an engine (a Triton backend, a runner extra) with values no
+built-in engine has, so a test can tell that export read them from here
+(``tests/bundle/test_plugin_engine.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig, TritonBackend
+from autodeploy.adapters.ort import MODEL_FILE, session_settings
+from autodeploy.model import copy_unchanged
+from autodeploy.runtime import onnxruntime as rt
+
+TARGET = "tests.adapters.plugin.served:ServedEngine"
+#: Pinned in a bundle's requirements.txt beside the runtime's package (installed here, and no built-in's extra).
+RUNNER_EXTRA = "onnx"
+#: ``max_batch_size`` is at least this in a Triton config (ONNX Runtime's own declaration has none).
+MAX_BATCH_FLOOR = 16
+
+
+class ServedEngine(Engine):
+    name = "served"
+    runtime = rt.__name__
+    packages = rt.PACKAGES
+    runner_extras = (RUNNER_EXTRA,)
+    triton = TritonBackend("onnxruntime", platform="onnxruntime_onnx", max_batch_floor=MAX_BATCH_FLOOR)
+
+    def _probe(self, target: Any) -> Availability:
+        import onnxruntime  # noqa: F401 - the runtime must import
+
+        return Availability(True, version=self._version())
+
+    def _space(self, target: Any, model: Any) -> EngineSpace:
+        return EngineSpace(precisions=("fp32",))
+
+    def _build(self, model: Any, config: TrialConfig, calibration: Mapping[str, np.ndarray] | None,
+               outdir: Path, target: Any) -> None:  # fmt: skip
+        copy_unchanged(model, outdir, MODEL_FILE)
+
+    def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: Any) -> dict[str, Any]:
+        return session_settings(config)

@@ -1,0 +1,93 @@
+"""An engine registered only through the ``autodeploy.engines`` entry-point group exports as a bundle
+and as a Triton repository, and the bundle loads: export reads the engine's own declarations (its
+Triton backend, its runner extras), not a table elsewhere (docs/architecture.md, "How to add … An engine")."""
+
+import re
+
+import numpy as np
+import pytest
+
+import autodeploy.bundle
+from autodeploy.adapters import registry
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.bundle import BundleError, export, triton
+from autodeploy.device import probe_device
+from autodeploy.harness.run import HarnessSettings, prepare_data, run_trial
+from autodeploy.model import load_model
+from autodeploy.results_db.store import DeviceRecord, ModelRecord, Store
+from tests.adapters.plugin import served
+from tests.bundle.conftest import FAST, feeds
+from tests.bundle.triton_proto.parse import parse
+from tests.models import mlp
+
+
+@pytest.fixture
+def installed(tmp_path, monkeypatch):
+    """A distribution whose only content is the entry point, on sys.path (inherited by workers)."""
+    info = tmp_path / "site" / "autodeploy_served_engine-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: autodeploy-served-engine\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{registry.ENTRY_POINT_GROUP}]\nserved = {served.TARGET}\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+
+
+@pytest.fixture
+def source(installed, tmp_path):
+    """A real trial of the plug-in (batch 2), measured in a worker and stored."""
+    model = load_model(mlp(tmp_path / "m.onnx"))
+    settings = HarnessSettings(workdir=tmp_path / "work", policy=FAST, timeout_s=60)
+    result = run_trial(
+        model, TrialConfig("served", batch=2, threads=1), prepare_data(model, settings), settings
+    )
+    assert result.ok, result.failure_message
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    with Store.open(db) as store:
+        trial_id = store.add_trial(
+            result, model=ModelRecord.of(model), device=DeviceRecord.of(probe_device())
+        )
+        return export.stored_trial(store, trial_id)
+
+
+def test_the_plugin_is_not_built_in():
+    assert "served" not in registry.ENGINES and "served" not in registry.targets()
+
+
+def test_the_bundle_pins_the_runner_extras_the_engine_declares_and_loads(source, tmp_path):
+    path = export.write_bundle(source, tmp_path / "bundle")
+    requirements = (path / "requirements.txt").read_text()
+    assert re.search(rf"^{served.RUNNER_EXTRA}==\S+$", requirements, re.M), requirements
+    assert not re.search(
+        rf"^{served.RUNNER_EXTRA}==", export.requirements_txt(_as(source, "onnxruntime")), re.M
+    )
+    with autodeploy.bundle.load(path) as predictor:
+        assert predictor.settings["engine"] == "served"
+        assert predictor.run(feeds())["logits"].shape == (2, 4)
+        assert np.isfinite(predictor.run(feeds())["logits"]).all()
+
+
+def test_the_triton_repository_uses_the_backend_the_engine_declares(source, tmp_path):
+    repo = triton.write_repository(source, tmp_path / "repo", model_name="mlp")
+    text = (repo / "mlp/config.pbtxt").read_text()
+    parse(text)
+    assert re.findall(r"^backend: (.+)$", text, re.M) == ['"onnxruntime"']
+    assert re.findall(r"^platform: (.+)$", text, re.M) == ['"onnxruntime_onnx"']
+    # the declared floor, where ONNX Runtime's own declaration keeps the winner's batch (2)
+    assert re.findall(r"^max_batch_size: (.+)$", text, re.M) == [str(served.MAX_BATCH_FLOOR)]
+    ort_text, _ = triton.config_pbtxt(_as(source, "onnxruntime"), "mlp", None)
+    assert re.findall(r"^max_batch_size: (.+)$", ort_text, re.M) == ["2"]
+
+
+def test_an_engine_that_declares_no_backend_gets_no_triton_repository(source, tmp_path, monkeypatch):
+    monkeypatch.setattr(served.ServedEngine, "triton", None)
+    with pytest.raises(
+        BundleError, match="Triton has no backend for served winners .*ship the bundle instead"
+    ):
+        triton.write_repository(source, tmp_path / "repo")
+    assert not (tmp_path / "repo").exists()
+
+
+def _as(source, engine):
+    """The manifest of ``source`` as if ``engine`` had measured it (same settings otherwise)."""
+    manifest = export.build_manifest(source, export.artifact_of(source))
+    manifest["settings"]["engine"] = engine
+    return manifest
