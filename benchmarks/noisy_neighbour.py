@@ -15,7 +15,7 @@ It prints, per condition and rule, how often the winner's engine/precision agree
 most common one, and how far the speed-ups spread (min, median, max, and max/min). Usage::
 
     python benchmarks/noisy_neighbour.py [--model zoo:mobilenetv2] [--runs 3] [--hog-on 6 --hog-off 6]
-        [--engine onnxruntime --engine openvino] [--trials 10] [--rounds 5]
+        [--engine onnxruntime --engine openvino] [--trials 10] [--rounds 5] [--tune-arg=--data --tune-arg=DATA]
 
 Machines are shared: run it with nothing else building or testing, or the "quiet" runs are not.
 """
@@ -72,7 +72,7 @@ def hog(on_s: float, off_s: float) -> Iterator[None]:
 def tune(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     command = [sys.executable, "-m", "autodeploy", "tune", args.model, "--format", "json", "--db", f"sqlite:///{folder / 'r.db'}",
                "--trials", str(args.trials), "--rounds", str(args.rounds), "--seed", "0",
-               *(a for e in args.engine for a in ("--engine", e))]  # fmt: skip
+               *(a for e in args.engine for a in ("--engine", e)), *args.tune_arg]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"tune failed ({done.returncode}): {done.stderr.strip()[-800:]}")
@@ -110,6 +110,8 @@ def main() -> None:
     parser.add_argument("--engine", action="append", default=None)
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tune-arg", action="append", default=[], metavar="ARG",
+                        help="One more argument for every tune, e.g. --tune-arg=--shape --tune-arg=x=1x3x160x160.")
     parser.add_argument("--hog-on", type=float, default=6.0, help="Seconds the hog spins before each pause.")
     parser.add_argument("--hog-off", type=float, default=6.0, help="Seconds it pauses.")
     args = parser.parse_args()
