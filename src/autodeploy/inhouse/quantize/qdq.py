@@ -222,6 +222,7 @@ def is_depthwise(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> bool
 def why_float(model: onnx.ModelProto, placement: str = "onnxruntime") -> dict[str, str]:
     """For a model with nothing to quantize: each op type and why it stays float."""
     consts = constants(model.graph)
+    fixed = constant_derived(model.graph, consts)
     floats = _float_tensors(model)
     ops = QUANT_OPS if placement == "onnxruntime" else OPENVINO_INPUT_OPS
     reasons: dict[str, str] = {}
@@ -232,7 +233,7 @@ def why_float(model: onnx.ModelProto, placement: str = "onnxruntime") -> dict[st
             reasons[node.op_type] = (
                 f"no int8 kernel for {node.domain or 'ai.onnx'}::{node.op_type} on {placement}"
             )
-        elif not _int8_node(node, constant_derived(model.graph, consts)):
+        elif not _int8_node(node, fixed):
             reasons[node.op_type] = "an elementwise op with a constant operand has no int8 kernel"
         elif not any(i in floats for i in [*node.input, *node.output] if i and i not in consts):
             reasons[node.op_type] = "no float32 activation to quantize"
