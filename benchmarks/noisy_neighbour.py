@@ -7,7 +7,9 @@ so nothing is reused between runs. For every run it reads the JSON summary and j
 two ways, on the same rounds:
 
 - **paired** (the study's own rule, issue 26): each round reduced to one value per config, the winner and
-  the speed-up over the ONNX Runtime fp32 baseline from the median of the per-round ratios;
+  the speed-up over the ONNX Runtime fp32 baseline from the median of the per-round ratios, over the rounds
+  in which neither the winner's nor the baseline's run was under load (the two run alone, paired, when too
+  few were quiet);
 - **pooled** (the rule before it): every call of every round pooled, the lowest pooled p90 wins and the
   speed-up is the ratio of pooled p90s (``Finalist.pooled``, kept for display).
 
@@ -98,6 +100,18 @@ def verdicts(summary: dict[str, Any]) -> dict[str, tuple[str, float | None]]:
     return out
 
 
+def _pairs(summary: dict[str, Any]) -> str:
+    """What the paired speed-up rests on: ``3 quiet rounds, 2 under load left out, 2 pair rounds added``."""
+    main = (summary.get("speedups") or {}).get(summary.get("optimised") or "")
+    if not main:
+        return "no speed-up"
+    if main.get("under_load"):
+        text = f"{main['rounds']} rounds, every one under load"
+    else:
+        text = f"{main['rounds']} quiet rounds, {main.get('left_out', 0)} under load left out"
+    return text + f", {(summary.get('load') or {}).get('pair_rounds', 0)} pair rounds added"
+
+
 def _kind(finalist: dict[str, Any]) -> str:
     config = finalist["config"]
     return f"{config['engine']}/{config['precision']}"
@@ -137,7 +151,7 @@ def main() -> None:
                 f"{rule} {k} {r:.2f}x" if r else f"{rule} {k} -" for rule, (k, r) in judged.items()
             )
             console.print(f"{condition} run {run + 1}: {shown} ({time.monotonic() - start:.0f} s, "
-                          f"statistic {summary['statistic']}, {summary['rounds']} rounds)")  # fmt: skip
+                          f"statistic {summary['statistic']}, {summary['rounds']} rounds; {_pairs(summary)})")  # fmt: skip
     table = Table(title=f"{args.model}: winner and speed-up over the ORT fp32 default, {args.runs} runs per condition "
                         f"(hog {args.hog_on:g} s on / {args.hog_off:g} s off; engines {', '.join(args.engine)})")  # fmt: skip
     for column in ("rule", "condition", "winners (engine/precision: runs)", "agree with quiet's usual winner",

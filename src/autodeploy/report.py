@@ -147,7 +147,7 @@ def _rejected(r: Mapping[str, Any]) -> dict[str, Any]:
 def _ratio(r: Mapping[str, Any]) -> dict[str, Any]:
     ci = r.get("ci")
     return {"ratio": r["value"], "ci": None if ci is None else [ci[0], ci[1]], "ci_level": r.get("level"),
-            "rounds": r.get("rounds")}  # fmt: skip
+            "rounds": r.get("rounds"), "left_out": r.get("left_out", 0), "under_load": r.get("under_load", False)}  # fmt: skip
 
 
 def ratio_text(r: Mapping[str, Any]) -> str:
@@ -166,6 +166,8 @@ def speedup_text(record: Mapping[str, Any]) -> str:
         text = f"{record['speedup_vs_baseline']:.2f}x ({record['statistic'].removesuffix('_ms')}, pooled calls)"
     else:
         return "-"
+    if main is not None and main.get("under_load"):
+        text += ", under load"
     return text + (", screening only" if record.get("screening_only") else "")
 
 
@@ -204,6 +206,7 @@ def headline(summary: Mapping[str, Any]) -> str:
         extra = [f"{k} {ratio_text(m)}" for k, m in speedups.items() if k != statistic]
         if main.get("ci") is not None:
             extra.append(f"intervals over {main['rounds']} rounds, {main['level']:.0%} coverage")
+        extra += _pairs_text(main)
         if extra:
             text += f" ({'; '.join(extra)})"
     elif summary.get("speedup_vs_baseline") is not None:
@@ -213,6 +216,14 @@ def headline(summary: Mapping[str, Any]) -> str:
         text += (f"; screening only ({rounds} finalist round{'s' if rounds != 1 else ''}, no interval)"
                  if rounds else "; screening only")  # fmt: skip
     return text
+
+
+def _pairs_text(ratio: Mapping[str, Any]) -> list[str]:
+    """What a speed-up's rounds say about load: ``2 rounds under load left out``, or that every one ran under load."""
+    if ratio.get("under_load"):
+        return ["every paired round ran under load: confirm it on a quiet machine"]
+    left = ratio.get("left_out") or 0
+    return [f"{left} round{'s' if left != 1 else ''} under load left out"] if left else []
 
 
 def load_text(summary: Mapping[str, Any]) -> str:
@@ -242,6 +253,9 @@ def load_text(summary: Mapping[str, Any]) -> str:
                      "than their intervals say; confirm it on a quiet machine")  # fmt: skip
     elif not parts:
         parts.append(f"the finalist rounds ran quiet (other processes kept at most {max(per_round):.2f} cores busy)")
+    if load.get("pair_rounds"):
+        parts.append(f"the winner and the ORT fp32 default ran {load['pair_rounds']} more rounds alone, paired, "
+                     "for a speed-up on quiet rounds")  # fmt: skip
     return "load: " + "; ".join(parts)
 
 
@@ -431,7 +445,11 @@ _REJECTED = {
                    "reason": {"type": "string", "description": "every constraint it breaks, with value and limit, as read"}},
 }
 _RATIO = {"type": "object", "required": ["ratio", "ci", "ci_level", "rounds"],
-          "properties": {"ratio": {"type": "number"}, "ci": _CI, "ci_level": _NUM, "rounds": {"type": ["integer", "null"]}}}
+          "properties": {"ratio": {"type": "number"}, "ci": _CI, "ci_level": _NUM, "rounds": {"type": ["integer", "null"]},
+                         "left_out": {"type": "integer", "description": "paired rounds set aside: the winner's or the "
+                                      "baseline's run ran under load"},
+                         "under_load": {"type": "boolean", "description": "no paired round ran quiet: the ratio rests "
+                                        "on loaded rounds"}}}  # fmt: skip
 _STUDY = {
     "type": "object",
     "required": ["schema", "schema_version", "name", "objective", "statistic", "statistic_unit", "trials",
@@ -487,11 +505,13 @@ _STUDY = {
                  "watched for 0.5 s before the study), rounds (per finalist round, the most cores other processes kept "
                  "busy over its runs), under_load (those rounds, 1-based, above threshold_cores), reran (a round "
                  "under load run once more: round, other_cores of both runs, kept: first | again, and the "
-                 "dropped_uids of the run not kept)",
+                 "dropped_uids of the run not kept), pair_rounds (rounds the winner and the baseline then ran alone, paired, "
+                 "because too few of their paired rounds ran quiet)",
                  "properties": {"before": _LOAD, "threshold_cores": {"type": "number"},
                                 "rounds": {"type": "array", "items": _NUM},
                                 "under_load": {"type": "array", "items": {"type": "integer"}},
-                                "reran": {"type": "array", "items": {"type": "object"}}}},  # fmt: skip
+                                "reran": {"type": "array", "items": {"type": "object"}},
+                                "pair_rounds": {"type": "integer"}}},  # fmt: skip
         "failures": {"type": "object", "description": "failed trials by failure kind: count, first config, its reason",
                      "additionalProperties": {"type": "object", "properties": {"count": {"type": "integer"},
                                               "config": {"type": "string"}, "reason": {"type": "string"}}}},  # fmt: skip

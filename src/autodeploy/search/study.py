@@ -64,6 +64,11 @@ MIN_WINNER_ROUNDS = 3
 #: A finalist round that ran under load (``harness/load.py``) runs once more, the less loaded of the two
 #: kept; at most this many times per study run, so a machine that stays busy costs one round, not a doubled study.
 LOAD_RERUNS = 1
+#: When fewer than MIN_WINNER_ROUNDS of the winner's rounds paired with the baseline ran quiet (the speed-up
+#: rests on quiet pairs: a neighbour slows an all-cores baseline far more than a one-thread winner, so a
+#: loaded round's ratio measures the neighbour), the two run alone as pairs, at most this many times the
+#: finalist rounds, until enough pairs ran quiet. A quiet machine never pays for it.
+PAIR_ROUNDS_FACTOR = 1
 # A running trial beats every HEARTBEAT_S; one silent for GRACE_S (its process was killed) is
 # failed by the next run or worker of the study (Optuna's fail_stale_trials).
 HEARTBEAT_S = 5
@@ -156,12 +161,17 @@ class Ratio:
 
     ``ci`` is the order-statistic interval of that median (:func:`autodeploy.harness.stats.median_interval`)
     and ``level`` its exact coverage; both ``None`` for a screening-only result (too few rounds).
+    It rests on the ``rounds`` in which neither run of the pair ran under load (:func:`_quiet_pairs`);
+    ``left_out`` counts the paired rounds set aside for load. When every paired round ran under load,
+    it rests on those and ``under_load`` says so.
     """
 
     value: float
     ci: tuple[float, float] | None
     level: float | None
     rounds: int
+    left_out: int = 0
+    under_load: bool = False
 
 
 @dataclass(frozen=True)
@@ -892,6 +902,7 @@ def _decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: 
                                                                 reporter, memory, budget, runs)  # fmt: skip
     summary = replace(_choose(ctx.name, cfg.objective, counts, finalists, statistic),
                       load=_rounds_load(finalists, rounds, reran))
+    summary = _pair_rounds(ctx, summary, reporter, memory, budget, runs)
     confidence = f"re-measured interleaved: {rounds} of {cfg.finalists.rounds} rounds"
     if rounds < cfg.finalists.rounds:
         confidence += " (every other finalist fell wholly behind)" if settled else " (the time budget ran out)"
@@ -901,6 +912,9 @@ def _decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: 
         confidence += f"; each round gives each config {what}, compared paired by round"
     if summary.screening_only:
         confidence += f"; screening only: a winner claim needs {MIN_WINNER_ROUNDS} rounds"
+    if summary.load.get("pair_rounds"):
+        confidence += (f"; the speed-up adds {summary.load['pair_rounds']} rounds of the winner and the baseline "
+                       "alone (too few of their paired rounds ran quiet)")  # fmt: skip
     return replace(summary, confidence=confidence)
 
 
@@ -956,9 +970,7 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
     """
     f = ctx.config.finalists
     objective = ctx.config.objective
-    policy = TimingPolicy(min_samples=f.min_samples, min_duration_s=f.min_duration_s,
-                          max_duration_s=max(60.0, 4 * f.min_duration_s))  # fmt: skip
-    long_ctx = replace(ctx, settings=replace(ctx.settings, policy=policy))
+    long_ctx = _finalist_ctx(ctx)
     cases = ctx.shape_cases()
     # per config, per round: that run's calls at each shape (None: not run or failed), and its items/s
     calls: list[list[dict[str, list[float]] | None]] = [[] for _ in configs]
@@ -1002,13 +1014,12 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
                           "kept": kept, "dropped_uids": [m.uid for m in dropped.values()]})  # fmt: skip
         for i, measured in ran.items():
             uids[i].append(measured.uid)
-            ok = measured.metrics is not None
-            if not ok:
+            if measured.metrics is None:
                 failures[i] = measured.failure
-            per_shape = measured.per_shape or {cases[0].key: measured}
-            calls[i].append({k: list(one.samples_ms) for k, one in per_shape.items()} if ok else None)
-            rates[i].append((measured.metrics.throughput or None) if ok else None)  # type: ignore[union-attr]
-            loads[i].append(None if measured.load is None else measured.load.other_cores)
+            one, rate, load = _entry(measured, cases)
+            calls[i].append(one)
+            rates[i].append(rate)
+            loads[i].append(load)
         for i in range(len(configs)):  # those that left the rounds: nothing this round
             calls[i] += [None] * (r + 1 - len(calls[i]))
             rates[i] += [None] * (r + 1 - len(rates[i]))
@@ -1028,6 +1039,24 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
                             i == baseline, failures[i], per_shape, tuple(values[i]),
                             tuple(medians[i]) if medians else (), shown, tuple(loads[i])))  # fmt: skip
     return out, rounds, settled, statistic, reran
+
+
+def _finalist_ctx(ctx: StudyContext) -> StudyContext:
+    """The study's context with the finalists' longer timing policy (their rounds measure longer than screening)."""
+    f = ctx.config.finalists
+    policy = TimingPolicy(min_samples=f.min_samples, min_duration_s=f.min_duration_s,
+                          max_duration_s=max(60.0, 4 * f.min_duration_s))  # fmt: skip
+    return replace(ctx, settings=replace(ctx.settings, policy=policy))
+
+
+def _entry(measured: _Measured, cases: tuple[StudyCase, ...]) -> tuple[dict[str, list[float]] | None, float | None, float | None]:
+    """One run of a round as the rounds keep it: its calls at each shape (``None``: failed), its items/s,
+    and the cores other processes kept busy while it ran (``None``: not read)."""
+    ok = measured.metrics is not None
+    per_shape = measured.per_shape or {cases[0].key: measured}
+    calls = {k: list(one.samples_ms) for k, one in per_shape.items()} if ok else None
+    rate = (measured.metrics.throughput or None) if ok else None  # type: ignore[union-attr]
+    return calls, rate, None if measured.load is None else measured.load.other_cores
 
 
 def _one_round(ctx: StudyContext, configs: list[TrialConfig], order: list[int], name: str, reporter: Reporter,
@@ -1225,20 +1254,102 @@ def _choose(name: str, objective: str, counts: dict[str, int], finalists: list[F
     winner = min(group, key=cost)
     n_rounds = sum(v is not None for v in winner.rounds)
     claim = n_rounds >= MIN_WINNER_ROUNDS
-    speedups: dict[str, Ratio] = {}
-    if baseline is not None and baseline.statistic:
-        pairs = [(statistic, _costs(baseline, objective), _costs(winner, objective))]
-        if objective == "latency" and statistic != rstats.MEDIAN and baseline.medians and winner.medians:
-            pairs.append((rstats.MEDIAN, list(baseline.medians), list(winner.medians)))
-        for which, base, won in pairs:
-            if (r := _slower(base, won)).size:
-                interval = rstats.median_interval(r) if claim else None
-                speedups[which] = Ratio(float(np.median(r)), None if interval is None else interval[:2],
-                                        None if interval is None else interval[2], int(r.size))  # fmt: skip
+    speedups = _speedups(baseline, winner, objective, statistic, claim) if baseline is not None else {}
     main = speedups.get(statistic)
     return StudySummary(name, objective, counts, finalists, winner, [f.label for f in group if f is not winner],
                         main.value if main else None, statistic=statistic, speedups=speedups, rounds=n_rounds,
                         screening_only=not claim)  # fmt: skip
+
+
+def _quiet_pairs(a: Finalist, b: Finalist) -> tuple[list[int], list[int]]:
+    """The rounds (indices) both ``a`` and ``b`` have a value in, split into those in which neither run
+    ran under load (``harness/load.py``; a load not read counts as quiet) and the others."""
+    def loaded(f: Finalist, r: int) -> bool:
+        cores = f.loads[r] if r < len(f.loads) else None
+        return cores is not None and machine_load.busy(cores)
+
+    both = [r for r in range(min(len(a.rounds), len(b.rounds))) if a.rounds[r] is not None and b.rounds[r] is not None]
+    quiet = [r for r in both if not loaded(a, r) and not loaded(b, r)]
+    return quiet, [r for r in both if r not in quiet]
+
+
+def _speedups(baseline: Finalist, winner: Finalist, objective: str, statistic: str, claim: bool) -> dict[str, Ratio]:
+    """The winner's speed-up over the baseline per statistic: the median of the per-round ratios over the rounds
+    in which neither ran under load, with its order-statistic interval when ``claim`` (the winner ran the rounds
+    a winner claim needs). A neighbour slows the all-cores baseline far more than a one-thread winner: a
+    loaded round's ratio measures the neighbour. Only when no paired round ran quiet do the loaded ones count,
+    flagged ``under_load``. A finalist without rounds (screening values) pairs its one value."""
+    if not baseline.statistic:
+        return {}
+    quiet, loaded = _quiet_pairs(baseline, winner)
+    kept = quiet or loaded if baseline.rounds and winner.rounds else [0]
+    series = [(statistic, _costs(baseline, objective), _costs(winner, objective))]
+    if objective == "latency" and statistic != rstats.MEDIAN and baseline.medians and winner.medians:
+        series.append((rstats.MEDIAN, list(baseline.medians), list(winner.medians)))
+    out = {}
+    for which, base, won in series:
+        picked = [(base[r], won[r]) for r in kept if r < len(base) and r < len(won)]
+        if (ratios := _slower([b for b, _ in picked], [w for _, w in picked])).size:
+            interval = rstats.median_interval(ratios) if claim else None
+            out[which] = Ratio(float(np.median(ratios)), None if interval is None else interval[:2],
+                               None if interval is None else interval[2], int(ratios.size),
+                               len(loaded) if quiet else 0, not quiet and bool(loaded))  # fmt: skip
+    return out
+
+
+def _pair_rounds(ctx: StudyContext, summary: StudySummary, reporter: Reporter, memory: Memory, budget: Budget,
+                 runs: list[tuple[str, dict[str, float]]]) -> StudySummary:  # fmt: skip
+    """Rounds of the winner and the baseline alone, while fewer than MIN_WINNER_ROUNDS of their paired rounds ran
+    quiet and some ran under load: at most PAIR_ROUNDS_FACTOR times the finalist rounds, each while the time left
+    pays for one more, in alternating order. They add to both finalists' rounds and only the speed-up is worked
+    out again: the winner was chosen on the rounds every finalist ran."""
+    finalists, winner = list(summary.finalists), summary.winner
+    at = next((i for i, f in enumerate(finalists) if f.baseline), None)
+    if winner is None or winner.baseline or at is None:
+        return summary
+    base, won = finalists[at], finalists.index(winner)
+    cases, objective, statistic = ctx.shape_cases(), summary.objective, summary.statistic
+    long_ctx, added, started = _finalist_ctx(ctx), 0, time.monotonic()
+    limit = PAIR_ROUNDS_FACTOR * ctx.config.finalists.rounds
+    pair_s = 2 * max((sum(w.values()) for _, w in runs), default=0.0)  # a pair: two of the longest finalist runs
+    while added < limit:
+        quiet, loaded = _quiet_pairs(base, winner)
+        if len(quiet) >= MIN_WINNER_ROUNDS or not loaded:
+            break
+        if budget.left() < ((time.monotonic() - started) / added if added else pair_s):
+            reporter.note(f"the time budget pays for {added} of the speed-up's pair rounds")
+            break
+        if added == 0:
+            reporter.note(f"{len(quiet)} of the winner's {len(quiet) + len(loaded)} rounds paired with the ORT fp32 "
+                          f"default ran quiet; the two run alone, up to {limit} more rounds, until "
+                          f"{MIN_WINNER_ROUNDS} pairs run quiet")  # fmt: skip
+            reporter.rerun(2 * limit)
+        configs, order = [base.config, winner.config], [0, 1] if added % 2 == 0 else [1, 0]
+        ran = _one_round(long_ctx, configs, order, f"speed-up pair {added + 1}", reporter, memory, runs)
+        base, winner = (_with_round(f, ran[k], cases, objective, statistic) for k, f in enumerate((base, winner)))
+        added += 1
+    if not added:
+        return summary
+    finalists[at], finalists[won] = base, winner
+    speedups = _speedups(base, winner, objective, statistic, not summary.screening_only)
+    main = speedups.get(statistic)
+    load = {**summary.load, "pair_rounds": added}
+    return replace(summary, finalists=finalists, winner=winner, speedups=speedups, load=load,
+                   speedup_vs_baseline=main.value if main else None)  # fmt: skip
+
+
+def _with_round(f: Finalist, measured: _Measured, cases: tuple[StudyCase, ...], objective: str,
+                statistic: str) -> Finalist:  # fmt: skip
+    """``f`` with one more round: ``measured`` reduced to the statistic its other rounds were reduced to."""
+    calls, rate, load = _entry(measured, cases)
+    value = _round_values([[calls]], [[rate]], cases, objective, statistic)[0][0][0]
+    median = _round_values([[calls]], [[rate]], cases, objective, rstats.MEDIAN)[0][0][0] if f.medians else None
+    rounds = (*f.rounds, value)
+    stat, ci = _over_rounds(rounds)
+    n = sum(len(v) for v in calls.values()) if calls else 0
+    return replace(f, statistic=stat, ci=ci, n_samples=f.n_samples + n, uids=[*f.uids, measured.uid], rounds=rounds,
+                   medians=(*f.medians, median) if f.medians else (), loads=(*f.loads, load),
+                   failure=f.failure if measured.metrics is not None else measured.failure)  # fmt: skip
 
 
 def _from_screening(t: optuna.trial.FrozenTrial) -> Finalist:
