@@ -173,7 +173,7 @@ ReverseOption = Annotated[bool, typer.Option("--reverse-input-channels", help="F
 MeanOption = Annotated[str | None, typer.Option(help="Per-channel values subtracted from 0..255 pixels, e.g. [123.675,116.28,103.53].")]
 ScaleOption = Annotated[str | None, typer.Option(help="Per-channel values the pixels are then divided by, e.g. [58.395,57.12,57.375].")]
 MetricOption = Annotated[str | None, typer.Option(help="Task metric MODULE:FUNCTION receiving (outputs, labels), higher is better; reported beside accuracy.")]
-AccuracyOption = Annotated[list[str] | None, typer.Option(help="OUTPUT=MEASURE[:THRESHOLD]: judge OUTPUT by MEASURE (exact, top1, sequence, decision, sqnr, cosine) instead of the kind found from the graph; THRESHOLD is decision's probability cut or sqnr's dB limit. Repeatable.")]
+AccuracyOption = Annotated[list[str] | None, typer.Option(help="OUTPUT=MEASURE[:THRESHOLD]: judge OUTPUT by MEASURE (exact, top1, sequence, decision, embedding, sqnr, cosine) instead of the kind found from the graph; THRESHOLD is decision's probability cut or sqnr's dB limit. Repeatable.")]
 #: The accuracy budget, in the same words for bench and tune (what each output is judged by: README).
 ACCURACY_DROP_HELP = ("Accuracy budget per output, as a fraction (default 1%): each output's measure (top-1, exact, "
                       "sequence, F1 of decisions, SQNR per channel group) may lose at most this much.")
