@@ -51,6 +51,33 @@ def quiet_engines(quiet: bool) -> None:
             os.environ.setdefault(name, value)
 
 
+def verbose() -> bool:
+    """Whether ``-v`` was given: the engines' own lines and the converters' logs are shown."""
+    return not _quiet
+
+
+#: With ``-v``, a failed TFLite conversion shows this many of its first rung's onnx2tf log lines.
+LOG_TAIL_LINES = 40
+
+
+def print_converter_logs(reason: str | None) -> None:
+    """With ``-v``, under a failure whose reason names kept onnx2tf logs (a failed TFLite conversion):
+    each rung's log path, and the last :data:`LOG_TAIL_LINES` lines of the first rung's, the ladder's
+    main conversion, whose reason leads the message. The one-line reason keeps only onnx2tf's error
+    lines; what the converter did before them is in the log."""
+    if _quiet:
+        return
+    from autodeploy.adapters.tflite import kept_logs, log_lines
+
+    logs = kept_logs(reason)
+    for i, log in enumerate(logs):
+        err.print(f"onnx2tf log, rung {i}: {shown(log)}", soft_wrap=True)
+    if logs:
+        err.print(f"[dim]last {LOG_TAIL_LINES} lines of {shown(logs[0].name)}:[/dim]")
+        for line in log_lines(logs[0], LOG_TAIL_LINES):
+            err.print(f"  {shown(line)}", soft_wrap=True)
+
+
 @contextmanager
 def engine_noise() -> Iterator[None]:
     """Hide what engine C++ code writes straight to file descriptor 2 (e.g. LiteRT's ``INFO: Created
