@@ -180,3 +180,13 @@ def detector(path: Path, *, classes: int = 8, seed: int = 0) -> Path:
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return path
+
+
+def lp_pool(path: Path) -> Path:
+    """A graph onnx2tf cannot convert on any rung: it has no converter for LpPool (ONNX Runtime runs it)."""
+    node = helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], p=2)
+    graph = helper.make_graph([node], "lp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    onnx.save(model, str(path))
+    return path

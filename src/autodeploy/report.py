@@ -350,7 +350,8 @@ _OUTPUT = {
                    "reference_task_accuracy": _NUM, "exact_agreement": _NUM,
                    "kind": {"type": ["string", "null"], "description": "how the output was judged (autodeploy.verdict.MEASURES)"},
                    "sqnr_db": _NUM, "channels": {"type": ["string", "null"]}, "min_sqnr_db": _NUM, "f1": _NUM,
-                   "decision_threshold": _NUM, "token_agreement": _NUM, "sequence_agreement": _NUM},  # fmt: skip
+                   "decision_threshold": _NUM, "token_agreement": _NUM, "sequence_agreement": _NUM,
+                   "row_cosine": _NUM},  # fmt: skip
 }
 _LOAD = {
     "type": ["object", "null"],

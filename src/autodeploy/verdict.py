@@ -24,6 +24,12 @@ The rules:
   - ``decision``: probabilities (produced by a Sigmoid, or a reference wholly inside [0, 1]),
     thresholded at :data:`DEFAULT_DECISION_THRESHOLD`: the F1 of the candidate's positives against
     the reference's ``>= 1 - max_drop`` (no positives on either side: 1.0), so rare events count.
+  - ``embedding``: one vector per item, ``[N, 1, ..., 1, D]`` of rank 4 and up (a 1x1 feature map, as a
+    TF conv head exports it: openwakeword's ``[N, 1, 1, 96]``), or any float output by override (e.g. a
+    sentence embedding ``[N, D]``, which the shape alone calls class scores): the cosine of each item's
+    vector with the reference's, the worst row ``>= 1 - max_drop``; a vector's direction is what a
+    nearest-neighbour search or a classifier on top reads, and one averaged number would hide one item's.
+    ``[N, 1, V]`` stays ``sqnr``: a one-position sequence (or ddddocr's ``[seq, 1, V]``, batch on axis 1).
   - ``sqnr``: every other float output, per channel group: the channel axis and the groups of
     adjacent channels of similar range are found by :mod:`autodeploy.harness.accuracy`; each
     group's SQNR ``10 log10(sum ref^2 / sum (out - ref)^2)`` (the reference's mean kept, as cosine
@@ -66,7 +72,7 @@ DEFAULT_MIN_COSINE = 1.0 - DEFAULT_MAX_ACCURACY_DROP
 #: Probabilities become decisions above this (``decision`` outputs; overridable per output).
 DEFAULT_DECISION_THRESHOLD = 0.5
 #: What an output can be judged by (:func:`output_kind`, ``--accuracy OUTPUT=MEASURE[:THRESHOLD]``).
-MEASURES = ("exact", "top1", "sequence", "decision", "sqnr", "cosine")
+MEASURES = ("exact", "top1", "sequence", "decision", "embedding", "sqnr", "cosine")
 #: The measures whose THRESHOLD an override may set: the decision's probability cut, the SQNR
 #: limit in dB, the cosine limit. Agreements take the study's budget.
 THRESHOLDED = ("decision", "sqnr", "cosine")
@@ -141,6 +147,8 @@ def output_kind(facts: OutputFacts) -> str:
         return "sequence"
     if facts.producer == "Sigmoid" or facts.unit_range:
         return "decision"
+    if len(shape) >= 4 and shape[-1] > 1 and all(d == 1 for d in shape[1:-1]):
+        return "embedding"  # a 1x1 feature map: one vector per item
     return "sqnr"
 
 
@@ -175,7 +183,8 @@ def parse_override(text: str) -> tuple[str, Override]:
 
 _METRICS = {"exact": ("exact agreement", "exact_agreement"), "top1": ("top-1 agreement", "top1_agreement"),
             "sequence": ("sequence agreement", "sequence_agreement"), "decision": ("F1", "f1"),
-            "sqnr": ("SQNR", "sqnr_db"), "cosine": ("cosine", "cosine")}  # fmt: skip
+            "embedding": ("worst row cosine", "row_cosine"), "sqnr": ("SQNR", "sqnr_db"),
+            "cosine": ("cosine", "cosine")}  # fmt: skip
 
 
 def output_metric(o: OutputAccuracy) -> tuple[str, float]:

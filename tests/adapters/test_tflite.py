@@ -5,6 +5,7 @@ zoo:tiny-cnn serves every slow test. The pure layout helpers need no converter.
 """
 
 import json
+import shutil
 
 import numpy as np
 import onnxruntime as ort
@@ -17,7 +18,7 @@ from autodeploy.data import synthetic
 from autodeploy.device import probe_device
 from autodeploy.errors import BuildError, UnsupportedConfigError
 from autodeploy.model import load_model
-from tests.models import seq_model
+from tests.models import lp_pool, seq_model
 
 ENGINE = tflite.TfliteEngine()
 PRECISIONS = ("fp32", "fp16", "int8-dynamic", "int8")
@@ -213,19 +214,6 @@ def test_an_xnnpack_failure_fails_only_the_xnnpack_configs(cnn, tmp_path, monkey
         assert _cosine(got["logits"], _reference(cnn, feeds)["logits"]) > 0.999
 
 
-def _lp_pool(path):
-    """A graph onnx2tf cannot convert on any rung: it has no converter for LpPool (ONNX Runtime runs it)."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    node = helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], p=2)
-    graph = helper.make_graph([node], "lp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])])  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
-    onnx.save(model, str(path))
-    return path
-
-
 @pytest.mark.slow
 def test_a_failed_conversion_fails_every_precision_at_once(tmp_path, monkeypatch):
     """One onnx2tf conversion serves every precision, so its failure is kept: the first build pays
@@ -235,7 +223,7 @@ def test_a_failed_conversion_fails_every_precision_at_once(tmp_path, monkeypatch
     runs = []
     convert = tflite._convert
     monkeypatch.setattr(tflite, "_convert", lambda *a: runs.append(a[1]) or convert(*a))
-    model = load_model(_lp_pool(tmp_path / "lp.onnx"))
+    model = load_model(lp_pool(tmp_path / "lp.onnx"))
     reasons = []
     for precision in PRECISIONS:
         with pytest.raises(BuildError) as failed:
@@ -296,3 +284,17 @@ def test_a_failed_rungs_reason_says_what_keras_said_under_its_wrapper(tmp_path):
         "at ONNX node model_1/cq_t2010v2_1/mul_1"
     )
     assert len(tflite._log_tail(log)) < tflite.MAX_RUNG_REASON, "the node is not cut from the rung's reason"
+
+
+def test_the_kept_logs_are_found_from_the_reason_that_names_their_folder(tmp_path):
+    folder = tmp_path / "work dir (1)" / "tflite-onnx2tf" / ("0123456789abcdef" + "01234567")
+    folder.mkdir(parents=True)
+    for i in (0, 2):  # a rung that never ran (or a folder from an older ladder) has no log
+        (folder / tflite.RUNG_LOG.format(i)).write_text(f"\x1b[31mERROR:\x1b[0m rung {i}\n\nlast line\n")
+    reason = f"BuildError: onnx2tf could not convert m to TFLite ({tflite.LOGS_KEPT}{folder}): no rung converted it"
+    logs = tflite.kept_logs(reason)
+    assert logs == [folder / "onnx2tf-rung-0.log", folder / "onnx2tf-rung-2.log"]
+    assert tflite.log_lines(logs[1], 40) == ["ERROR: rung 2", "last line"] and tflite.log_lines(logs[1], 1) == ["last line"]
+    assert tflite.kept_logs("load_failed: something else") == [] and tflite.kept_logs(None) == []
+    shutil.rmtree(folder)
+    assert tflite.kept_logs(reason) == [], "deleted to convert again: nothing to show"

@@ -1,6 +1,7 @@
 """The CLI end to end: real workers, a real SQLite file, one clear line for every bad input."""
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -230,3 +231,30 @@ def test_an_fp32_verdict_rests_on_every_item_given_and_says_when_they_are_few(en
     assert code == 0, err
     assert "on 20 items" in out  # none held back for a calibration nothing does
     assert "rests on 20 items, fewer than 32" in " ".join(err.split())
+
+
+@pytest.mark.slow
+def test_v_shows_the_onnx2tf_log_of_a_failed_tflite_conversion(env, capsys, monkeypatch):
+    """The one-line reason keeps only onnx2tf's error lines; -v shows where each rung's whole log is and
+    the first rung's last lines. onnx2tf has no converter for LpPool, so every rung fails (about 20 s)."""
+    from autodeploy.adapters import registry
+    from autodeploy.device import probe_device
+    from tests.models import lp_pool
+
+    availability = registry.get("tflite").probe(probe_device())
+    if not availability.available:
+        pytest.skip(f"tflite: {availability}")
+    tmp_path, _ = env
+    monkeypatch.setattr(_common, "_quiet", True)  # -v sets it for the process: restored after the test
+    model = str(lp_pool(tmp_path / "lp.onnx"))
+    code, _, err = run(capsys, "-v", "bench", model, "--engine", "tflite", *FAST)
+    assert code == 1 and "failed (build_failed)" in err and "no converter for ONNX op LpPool" in err
+    logs = re.findall(r"onnx2tf log, rung (\d): (\S+)", err)
+    assert [int(i) for i, _ in logs] == [0, 1, 2], err
+    assert all(path.endswith(f"onnx2tf-rung-{i}.log") and Path(path).is_file() for i, path in logs)
+    tail = err.split("last 40 lines of onnx2tf-rung-0.log:", 1)[1]
+    assert "LpPool" in tail, "the converter's own lines, not only the reason"
+
+    monkeypatch.setattr(_common, "_quiet", True)
+    code, _, err = run(capsys, "bench", model, "--engine", "tflite", *FAST)  # the kept outcome: no rung runs again
+    assert code == 1 and "no converter for ONNX op LpPool" in err and "onnx2tf log, rung" not in err

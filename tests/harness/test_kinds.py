@@ -92,6 +92,74 @@ def test_probability_channels_never_share_a_group_with_signed_ones():
     assert channel_groups(relu, 2) == [(0, 3)]
 
 
+def yolov8(n: int = 8, classes: int = 18, anchors: int = 2100, seed: int = 0) -> np.ndarray:
+    """[n, 4 + classes, anchors] as nudenet's YOLOv8n gives it on photos without people: boxes in pixels
+    (0-320), then class scores that stay low and differ by orders of magnitude between classes
+    (0.2 on one, 0.0005 on another)."""
+    rng = np.random.default_rng(seed)
+    boxes = rng.uniform(1, 317, (n, 4, anchors))
+    peaks = 10.0 ** rng.uniform(-3.3, -0.7, classes)  # each class's highest score
+    scores = peaks[None, :, None] * rng.beta(0.5, 8, (n, classes, anchors))
+    return np.concatenate([boxes, scores], axis=1).astype(np.float32)
+
+
+def test_class_probabilities_of_any_magnitude_are_one_group_beside_the_boxes():
+    ref = yolov8()
+    assert channel_axis(ref) == 1 and channel_groups(ref, 1) == [(0, 3), (4, 21)]
+    assert compare({"output0": bf16_like(ref)}, {"output0": ref}).passed
+    got = ref.copy()
+    got[:, 4:] += 0.02  # an int8-sized step on every score: the boxes keep 60 dB, the scores do not
+    acc = compare({"output0": got}, {"output0": ref})
+    assert not acc.passed and acc.outputs[0].channels == "axis 1, channels 4-21"
+    signed = ref.copy()
+    signed[:, 10] -= 0.5  # a signed channel among them still starts a group of its own
+    assert channel_groups(signed, 1) == [(0, 3), (4, 9), (10, 10), (11, 21)]
+
+
+def speech_embeddings(n: int = 16, dim: int = 96, seed: int = 0) -> np.ndarray:
+    """[n, 1, 1, dim] like openwakeword's speech embeddings on espeak-ng speech: a direction shared by
+    every window (pairwise cosines 0.6-0.8), norms near 160, values from -50 to 70."""
+    rng = np.random.default_rng(seed)
+    shared = rng.normal(0, 1, dim)
+    vectors = 1.2 * shared + rng.normal(0, 1, (n, dim))
+    vectors *= 160 / np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors[:, None, None, :].astype(np.float32)
+
+
+def test_embeddings_are_judged_row_by_row_so_one_bent_vector_fails():
+    ref = speech_embeddings()
+    assert kinds({"conv2d_19": ref}) == {"conv2d_19": "embedding"}
+    fine = compare({"conv2d_19": bf16_like(ref)}, {"conv2d_19": ref})
+    assert fine.passed and fine.outputs[0].row_cosine > 0.9999 and fine.constraint == "worst row cosine >= 0.99"
+    got = ref.copy()
+    noise = np.random.default_rng(2).normal(0, 1, 96)
+    got[5, 0, 0] += 0.25 * noise * np.linalg.norm(ref[5]) / np.linalg.norm(noise)  # one item's vector turned ~14 deg
+    acc = compare({"conv2d_19": got}, {"conv2d_19": ref})
+    (o,) = acc.outputs
+    assert 0.96 < o.row_cosine < 0.98 and not acc.passed
+    assert o.cosine > 0.99  # averaged over the 16 items, the old rule passed it
+    sqnr = compare({"conv2d_19": got}, {"conv2d_19": ref}, overrides={"conv2d_19": Override("sqnr")})
+    assert sqnr.passed  # so does one SQNR over the whole tensor (about 24 dB)
+    assert verdict.worst(acc.outputs) == "output 'conv2d_19': worst row cosine 0.9693"
+    assert verdict.accuracy_drop(acc) == pytest.approx(1 - o.row_cosine)
+
+
+def test_what_is_and_is_not_an_embedding():
+    assert kinds({"e": np.linspace(-3, 3, 4 * 8).reshape(4, 1, 1, 8)}) == {"e": "embedding"}
+    assert kinds({"p": np.full((4, 1, 1, 8), 0.5)}) == {"p": "decision"}  # probabilities stay decisions
+    assert kinds({"logits": np.linspace(-3, 3, 4 * 30).reshape(4, 1, 30)}) == {"logits": "sqnr"}  # one position
+    assert kinds({"classes": np.linspace(-3, 3, 4 * 30).reshape(4, 30)}) == {"classes": "top1"}
+    assert kinds({"map": np.linspace(-3, 3, 4).reshape(4, 1, 1, 1)}) == {"map": "sqnr"}
+    flat = speech_embeddings()[:, 0, 0]  # a sentence embedding [N, D]: class scores to the shape, so by override
+    acc = compare({"v": bf16_like(flat)}, {"v": flat}, overrides={"v": Override("embedding")})
+    assert acc.outputs[0].kind == "embedding" and acc.passed
+    with pytest.raises(ValueError, match="has no vector axis"):
+        compare({"v": flat[:, 0]}, {"v": flat[:, 0]}, overrides={"v": Override("embedding")})
+    zero, as_embedding = np.zeros((2, 1, 1, 4), np.float32), {"z": Override("embedding")}
+    assert compare({"z": zero}, {"z": zero}, overrides=as_embedding).outputs[0].row_cosine == 1.0  # silence kept
+    assert compare({"z": zero + 0.1}, {"z": zero}, overrides=as_embedding).outputs[0].row_cosine == 0.0
+
+
 def softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)

@@ -706,3 +706,29 @@ def test_an_add_of_a_constant_computed_in_graph_stays_float_but_not_one_of_a_bra
     for placement in ("onnxruntime", "openvino"):
         nodes = qdq.plan(model, placement).nodes
         assert "const_add" not in nodes and "branch_add" in nodes, placement
+
+
+def test_an_add_of_anchors_computed_from_a_feature_maps_shape_stays_float():
+    # YOLOv8 (nudenet's 320n.onnx) computes its anchors from the feature map's Shape (its height and width are
+    # dynamic), Range -> Cast -> Reshape, and adds them to the box distances: QDQ on both operands made
+    # OpenVINO 2026.4 throw in AddTransformation at /model.22/Add_10. A Shape's output is no activation.
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Shape", ["r"], ["s"], start=1),
+         helper.make_node("ReduceProd", ["s"], ["n"], keepdims=0), helper.make_node("Range", ["zero", "n", "one"], ["grid"]),
+         helper.make_node("Cast", ["grid"], ["gridf"], to=TensorProto.FLOAT),
+         helper.make_node("Reshape", ["gridf", "shape"], ["anchors"]), helper.make_node("Reshape", ["r", "shape"], ["d"]),
+         helper.make_node("Add", ["anchors", "d"], ["y"], name="anchor_add"),
+         helper.make_node("Add", ["d", "d"], ["y2"], name="activation_add")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, "H", "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, "A"]),
+         helper.make_tensor_value_info("y2", TensorProto.FLOAT, ["N", 2, "A"])],
+        [numpy_helper.from_array(np.array(0, np.int64), "zero"), numpy_helper.from_array(np.array(1, np.int64), "one"),
+         numpy_helper.from_array(np.array([-1, 2, 0], np.int64), "shape")],
+    )  # fmt: skip
+    model = qdq.name_nodes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    for placement in ("onnxruntime", "openvino"):
+        nodes = qdq.plan(model, placement).nodes
+        assert "anchor_add" not in nodes and "activation_add" in nodes, placement

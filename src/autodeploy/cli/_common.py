@@ -51,6 +51,33 @@ def quiet_engines(quiet: bool) -> None:
             os.environ.setdefault(name, value)
 
 
+def verbose() -> bool:
+    """Whether ``-v`` was given: the engines' own lines and the converters' logs are shown."""
+    return not _quiet
+
+
+#: With ``-v``, a failed TFLite conversion shows this many of its first rung's onnx2tf log lines.
+LOG_TAIL_LINES = 40
+
+
+def print_converter_logs(reason: str | None) -> None:
+    """With ``-v``, under a failure whose reason names kept onnx2tf logs (a failed TFLite conversion):
+    each rung's log path, and the last :data:`LOG_TAIL_LINES` lines of the first rung's, the ladder's
+    main conversion, whose reason leads the message. The one-line reason keeps only onnx2tf's error
+    lines; what the converter did before them is in the log."""
+    if _quiet:
+        return
+    from autodeploy.adapters.tflite import kept_logs, log_lines
+
+    logs = kept_logs(reason)
+    for i, log in enumerate(logs):
+        err.print(f"onnx2tf log, rung {i}: {shown(log)}", soft_wrap=True)
+    if logs:
+        err.print(f"[dim]last {LOG_TAIL_LINES} lines of {shown(logs[0].name)}:[/dim]")
+        for line in log_lines(logs[0], LOG_TAIL_LINES):
+            err.print(f"  {shown(line)}", soft_wrap=True)
+
+
 @contextmanager
 def engine_noise() -> Iterator[None]:
     """Hide what engine C++ code writes straight to file descriptor 2 (e.g. LiteRT's ``INFO: Created
@@ -173,7 +200,7 @@ ReverseOption = Annotated[bool, typer.Option("--reverse-input-channels", help="F
 MeanOption = Annotated[str | None, typer.Option(help="Per-channel values subtracted from 0..255 pixels, e.g. [123.675,116.28,103.53].")]
 ScaleOption = Annotated[str | None, typer.Option(help="Per-channel values the pixels are then divided by, e.g. [58.395,57.12,57.375].")]
 MetricOption = Annotated[str | None, typer.Option(help="Task metric MODULE:FUNCTION receiving (outputs, labels), higher is better; reported beside accuracy.")]
-AccuracyOption = Annotated[list[str] | None, typer.Option(help="OUTPUT=MEASURE[:THRESHOLD]: judge OUTPUT by MEASURE (exact, top1, sequence, decision, sqnr, cosine) instead of the kind found from the graph; THRESHOLD is decision's probability cut or sqnr's dB limit. Repeatable.")]
+AccuracyOption = Annotated[list[str] | None, typer.Option(help="OUTPUT=MEASURE[:THRESHOLD]: judge OUTPUT by MEASURE (exact, top1, sequence, decision, embedding, sqnr, cosine) instead of the kind found from the graph; THRESHOLD is decision's probability cut or sqnr's dB limit. Repeatable.")]
 #: The accuracy budget, in the same words for bench and tune (what each output is judged by: README).
 ACCURACY_DROP_HELP = ("Accuracy budget per output, as a fraction (default 1%): each output's measure (top-1, exact, "
                       "sequence, F1 of decisions, SQNR per channel group) may lose at most this much.")

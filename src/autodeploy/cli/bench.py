@@ -31,6 +31,7 @@ from autodeploy.cli._common import (
     load_text,
     out,
     preprocess_of,
+    print_converter_logs,
     shown,
     spinner,
 )
@@ -199,6 +200,7 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: st
             + (f" [dim](the whole reason: autodeploy results show {trial_id})[/dim]"
                if "\n" in (result.failure_message or "") else "")  # fmt: skip
         )
+        print_converter_logs(result.failure_message)  # -v: the converter's own log
         return
     lat = result.latency
     table = Table(title=title)

@@ -39,6 +39,7 @@ from autodeploy.cli._common import (
     fmt_ms_ci,
     out,
     preprocess_of,
+    print_converter_logs,
     shown,
 )
 from autodeploy.errors import AutodeployError, UsageError
@@ -413,6 +414,7 @@ def _print_search(summary: StudySummary) -> None:
         first = seen["reason"].splitlines()[0] if seen["reason"] else kind
         out.print(f"failed: {seen['count']} {shown(kind)}, e.g. {shown(seen['config'])}: {shown(first[:200])}",
                   soft_wrap=True)  # fmt: skip
+        print_converter_logs(seen["reason"])  # -v: the converter's own log
     _print_rejected(summary)
     if not summary.time_by_engine:
         return

@@ -25,6 +25,8 @@ By kind:
 * ``decision``: ``f1`` of ``out > threshold`` against ``ref > threshold`` (1.0 when neither has a positive).
 * ``sequence``: ``token_agreement`` (per-position argmax) and ``sequence_agreement`` (items whose
   whole argmax sequence is unchanged, a reference near-tie, :data:`SEQUENCE_TIE`, not counting).
+* ``embedding``: ``row_cosine``, the lowest cosine of one row (an item's vector, the last axis) with
+  the reference's (:func:`row_cosines`).
 
 NaN or inf in either array makes ``cosine`` NaN and fails the constraint. The pass/fail rule
 itself is :func:`autodeploy.verdict.accuracy_verdict`; this module only measures.
@@ -200,6 +202,10 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, producer: str | No
     if kind == "decision":
         cut = DEFAULT_DECISION_THRESHOLD if threshold is None else threshold
         return replace(base, kind=kind, f1=_f1(a > cut, b > cut), decision_threshold=cut)
+    if kind == "embedding":
+        if ref.ndim < 2:
+            raise ValueError(f"--accuracy {name}=embedding: output {name!r} of shape {ref.shape} has no vector axis")
+        return replace(base, kind=kind, row_cosine=float(row_cosines(got, ref).min()))
     if kind == "cosine":
         return replace(base, kind=kind)
     db, where = _worst_group(got, ref)
@@ -221,6 +227,23 @@ def _token_changes(got: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.nda
         probs /= probs.sum(axis=-1, keepdims=True)
     lead = (np.take_along_axis(probs, top[..., None], -1) - np.take_along_axis(probs, picked[..., None], -1))[..., 0]
     return top == picked, (top != picked) & (lead >= SEQUENCE_TIE)
+
+
+def row_cosines(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """The cosine of each vector along the last axis with the reference's (1.0 where both are zero,
+    0.0 where one is, NaN where either is not finite), flattened over the other axes."""
+    a = got.astype(np.float64).reshape(-1, ref.shape[-1])
+    b = ref.astype(np.float64).reshape(-1, ref.shape[-1])
+    with np.errstate(invalid="ignore", over="ignore"):
+        scale = np.maximum(np.abs(a).max(axis=1, initial=0.0), np.abs(b).max(axis=1, initial=0.0))
+        scale = np.where(scale > 0, scale, 1.0)[:, None]  # scaled first: squares cannot overflow
+        a, b = a / scale, b / scale
+        na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
+        both_zero = (na == 0) & (nb == 0)
+        cos = np.sum(a * b, axis=1) / np.where(na * nb > 0, na * nb, 1.0)
+    cos = np.where(both_zero, 1.0, np.where(na * nb > 0, np.clip(cos, -1.0, 1.0), 0.0))
+    finite = np.all(np.isfinite(a), axis=1) & np.all(np.isfinite(b), axis=1)
+    return np.where(finite, cos, np.nan)
 
 
 def _f1(got: np.ndarray, ref: np.ndarray) -> float:
@@ -269,23 +292,29 @@ def channel_groups(ref: np.ndarray, axis: int) -> list[tuple[int, int]]:
     never shares a run with a signed one (some value below 0), whatever their magnitudes: YOLOX's
     ``[N, anchors, 4 + 1 + C]`` puts raw box offsets and log-sizes (-2 to 2.7) beside objectness and
     class scores (0 to 1), all within 10x, and one group would let the four box channels' SQNR hide
-    what int8 did to the scores."""
+    what int8 did to the scores. Adjacent probability channels stay one run whatever their
+    magnitudes: they are one quantity on one scale, where an error means as much on a class that
+    scored 0.001 as on one that scored 0.2 (YOLOv8's ``[N, 4 + C, anchors]`` on photos without a
+    class's objects: split by magnitude, nudenet's 18 class channels made 11 groups, some judged on
+    scores below 0.001, noise that no decision at nudenet's 0.2 reads)."""
     groups: list[tuple[int, int]] = []
     lo = hi = 0.0  # the current run's smallest and largest non-zero magnitude (0: none yet)
     probs = signed = False  # whether the current run holds a probability / a signed channel
+    only_probs = False  # whether every non-zero channel of the current run is a probability
     minima = _minima(ref, axis)
     for i, m in enumerate(float(x) for x in _magnitudes(ref, axis)):
         prob, sign = m > 0 and minima[i] >= 0 and m <= 1, minima[i] < 0
         mixes = (prob and signed) or (sign and probs)
-        if groups and not mixes and (m == 0 or lo == 0 or max(hi, m) <= GROUP_RATIO * min(lo, m)):
+        near = m == 0 or lo == 0 or max(hi, m) <= GROUP_RATIO * min(lo, m) or (prob and only_probs)
+        if groups and not mixes and near:
             groups[-1] = (groups[-1][0], i)
             if m:
                 lo, hi = (min(lo, m) if lo else m), max(hi, m)
-            probs, signed = probs or prob, signed or sign
+            probs, signed, only_probs = probs or prob, signed or sign, only_probs and (prob or m == 0)
             continue
         groups.append((i, i))
         lo = hi = m
-        probs, signed = prob, sign
+        probs, signed, only_probs = prob, sign, prob
     return groups
 
 

@@ -131,6 +131,8 @@ class OutputAccuracy:
     #: ``sequence``: per-position argmax agreement, and the share of items with the whole sequence unchanged.
     token_agreement: float | None = None
     sequence_agreement: float | None = None
+    #: ``embedding``: the lowest cosine of one item's vector with the reference's (every row of ``[..., D]``).
+    row_cosine: float | None = None
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,8 @@ QUANT_OPS = frozenset(
         "Unsqueeze",
     }
 )
+#: Ops whose output is the shape (or size) of their input, never its values: what they feed is no activation.
+SHAPE_OF = frozenset({"Shape", "Size"})
 #: Elementwise ops quantized only between two activations: with a constant operand (a bias or
 #: scale Add/Mul) neither runtime has an int8 kernel, so QDQ there only adds rounding.
 BINARY_OPS = frozenset({"Add", "Mul"})
@@ -354,16 +356,18 @@ def constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
 
 
 def constant_derived(graph: onnx.GraphProto, consts: Mapping[str, np.ndarray]) -> frozenset[str]:
-    """``consts`` and every tensor computed from them alone (an ``Unsqueeze`` of an initializer): a
-    constant operand for :func:`_int8_node`. A detector's anchors, ``Unsqueeze(anchors[2, A])``, added
-    to its box distances got QDQ on both operands, and OpenVINO 2026.4's compiler threw in its
-    ``AddTransformation`` (``index < m_inputs.size()``) at any batch."""
+    """``consts`` and every tensor computed from them and from shapes alone (an ``Unsqueeze`` of an
+    initializer, a grid ``Range``d over a feature map's ``Shape``): a constant operand for
+    :func:`_int8_node`. A detector's anchors, ``Unsqueeze(anchors[2, A])``, added to its box distances
+    got QDQ on both operands, and OpenVINO 2026.4's compiler threw in its ``AddTransformation``
+    (``index < m_inputs.size()``) at any batch; YOLOv8 (nudenet's ``320n.onnx``) computes its anchors
+    from the feature maps' ``Shape`` (dynamic height and width), and threw the same at ``/model.22/Add_10``."""
     fixed = set(consts)
     subgraphs = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
     for node in graph.node:  # topological order
         if any(a.type in subgraphs for a in node.attribute):
             continue  # an If/Loop branch may read activations of the outer graph
-        if any(node.input) and all(i in fixed for i in node.input if i):
+        if node.op_type in SHAPE_OF or (any(node.input) and all(i in fixed for i in node.input if i)):
             fixed.update(o for o in node.output if o)
     return frozenset(fixed)
 
