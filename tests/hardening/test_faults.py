@@ -1,7 +1,7 @@
 """Faults during a study: a tune process killed with SIGKILL mid-trial, and trials that crash.
 
 A killed run leaves its Optuna trial RUNNING; the next run fails it once its heartbeat is
-stale (``search.study.GRACE_S``) and completes its own trials, and the store holds each
+stale (``search.storage.GRACE_S``) and completes its own trials, and the store holds each
 measured trial exactly once. Trials that segfault, hang with the GIL released, or allocate
 past the memory cap are recorded with their kind within their timeout, nothing is left
 running, and the search goes on.
@@ -25,6 +25,7 @@ from autodeploy.harness.run import TERM_GRACE_S, HarnessSettings, prepare_data
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import load_model
 from autodeploy.results_db import Store
+from autodeploy.search import storage as study_storage
 from autodeploy.search import study as study_module
 from autodeploy.search.config import StudyConfig
 from autodeploy.search.study import StudyContext, run_study
@@ -84,7 +85,7 @@ def test_kill_9_mid_trial_then_resume(tmp_path):
     ]
     assert len(stale) == 1
 
-    time.sleep(max(0.0, killed_at + study_module.GRACE_S + 1 - time.monotonic()))
+    time.sleep(max(0.0, killed_at + study_storage.GRACE_S + 1 - time.monotonic()))
     resumed = subprocess.run(_tune(tmp_path, model, db, "--trials", "2", "--resume"), env=_env(tmp_path),
                              capture_output=True, text=True, timeout=300)  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr

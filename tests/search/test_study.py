@@ -565,7 +565,7 @@ def _ranked(*rows):
 
 
 def test_finalists_are_the_best_of_each_branch_first():
-    from autodeploy.search.study import _contenders
+    from autodeploy.search.finalists import _contenders
 
     ranked = _ranked(("openvino", "fp32", 2, 1.00), ("openvino", "fp32", 1, 1.02), ("inhouse", "fp32", 2, 1.10),
                      ("onnxruntime", "fp32", 2, 1.30), ("onnxruntime", "int8", 2, 1.80))  # fmt: skip
@@ -576,7 +576,7 @@ def test_finalists_are_the_best_of_each_branch_first():
 
 def test_a_finalist_wholly_behind_the_leader_runs_no_more_rounds():
     """Paired by round (issue 26): slower than the leader in every round, with a paired interval above 1."""
-    from autodeploy.search.study import _still_in
+    from autodeploy.search.finalists import _still_in
 
     lead, close, behind = [1.0, 2.0, 1.0], [1.04, 1.9, 1.05], [1.5, 3.0, 1.6]  # round 2: the machine was slow
     assert _still_in([(0, lead), (1, close), (2, behind), (3, [None, None, None])], "latency") == [0, 1]
@@ -592,7 +592,8 @@ def test_a_finalist_wholly_behind_the_leader_runs_no_more_rounds():
 
 def test_a_tie_needs_close_statistics_not_only_overlapping_intervals():
     """A noisy all-cores config 1.29x faster is not tied with a one-thread config (the cheaper one would win)."""
-    from autodeploy.search.study import Finalist, _choose
+    from autodeploy.search.finalists import choose as _choose
+    from autodeploy.search.study import Finalist
 
     def finalist(threads, p90, ci):
         config = TrialConfig("openvino", "fp32", threads=threads)

@@ -12,7 +12,9 @@ import numpy as np
 
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.report import SCHEMA, study_record
-from autodeploy.search.study import BASELINE, Finalist, _choose, _round_values, _still_in
+from autodeploy.search.finalists import _round_values, _still_in
+from autodeploy.search.finalists import choose as _choose
+from autodeploy.search.study import BASELINE, Finalist
 
 
 def finalist(engine, precision, threads, rounds, medians=(), *, baseline=False, loads=()):

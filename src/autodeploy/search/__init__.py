@@ -3,5 +3,7 @@
 ``config.py`` validates a study config once at the edge; ``space.py`` turns an Optuna trial
 into a :class:`~autodeploy.adapters.base.TrialConfig` (define-by-run); ``objective.py`` turns
 a measured result into objective values and constraint violations; ``study.py`` drives the
-study, re-measures the finalists interleaved and picks the winner.
+study (``run_study``): ``screening.py`` measures one trial, ``finalists.py`` re-measures the best
+configs interleaved and picks the winner, ``storage.py`` is Optuna's side (RDB storage, sampler,
+heartbeat, ranking); ``context.py`` and ``summary.py`` hold what a run is given and what it says.
 """

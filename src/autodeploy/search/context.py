@@ -1,0 +1,76 @@
+"""What a study run is given: its context (model, device, data, store), its shapes, the baseline it is
+measured against, and the reporter it tells its progress."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from autodeploy.adapters import registry
+from autodeploy.harness.run import HarnessSettings, PreparedData
+from autodeploy.results_db.store import Store
+from autodeploy.search.config import StudyConfig
+from autodeploy.search.space import SearchSpace
+
+if TYPE_CHECKING:
+    from autodeploy.device import DeviceInfo
+    from autodeploy.model import ModelInfo
+
+
+BASELINE = registry.BASELINE_CONFIG
+
+
+@dataclass(frozen=True)
+class StudyCase:
+    """One shape of a study over several: the model fixed at it, its own inputs, its weight in the mix."""
+
+    key: str  # ShapeCase.key(): "x=1x3x48x320"
+    weight: float
+    model: ModelInfo
+    data: PreparedData
+
+
+@dataclass(frozen=True)
+class StudyContext:
+    """Everything a study run needs, resolved and validated by the caller (the CLI).
+
+    ``cases`` are the shapes every config is measured at, when there are several: the objective
+    is then their weighted mean (throughput: the mix's items/s), accuracy and memory the worst
+    of them. Without cases, ``model`` and ``data`` are the one shape.
+    """
+
+    config: StudyConfig
+    name: str
+    model: ModelInfo
+    device: DeviceInfo
+    data: PreparedData
+    settings: HarnessSettings
+    store: Store
+    storage: str  # Optuna's RDB storage URL (by default the results database itself)
+    command: str
+    resume: bool = False
+    cases: tuple[StudyCase, ...] = ()
+
+    def shape_cases(self) -> tuple[StudyCase, ...]:
+        if self.cases:
+            return self.cases
+        return (StudyCase(shape_key(self.model), 1.0, self.model, self.data),)
+
+
+def shape_key(model: ModelInfo) -> str:
+    """The :meth:`~autodeploy.shapes.ShapeCase.key` of a model's fixed shapes."""
+    from autodeploy.shapes import ShapeCase
+
+    return ShapeCase(dict(model.shapes)).key()
+
+
+class Reporter:
+    """Progress hooks; the CLI draws a progress bar, tests pass this silent one."""
+
+    def study(self, name: str, objective: str) -> None: ...  # the study being run, before start
+    def start(self, total: int, space: SearchSpace) -> None: ...
+    def finalists(self, runs: int) -> None: ...  # the interleaved re-measurement begins: runs to come
+    def phase(self, text: str) -> None: ...
+    def note(self, text: str) -> None: ...  # something the user should read, e.g. a slow conversion skipped
+    def rerun(self, runs: int) -> None: ...  # a finalist round runs again (it ran under load): runs added
+    def trial_done(self, done: int, best: str | None) -> None: ...

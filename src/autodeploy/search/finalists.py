@@ -1,0 +1,518 @@
+"""Finalists and the winner: the best configs re-measured interleaved, round by round, judged paired by round.
+
+Each round gives each config one value (its p90, median or items/s). The winner, a tie and the speed-up over
+the ONNX Runtime fp32 default come from the per-round values paired by round; docs/architecture.md,
+"Measurement rules".
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from autodeploy.adapters import registry
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.harness import load as machine_load
+from autodeploy.harness import stats as rstats
+from autodeploy.harness.stats import bootstrap_mean_ci, summarize
+from autodeploy.harness.timing import TimingPolicy
+from autodeploy.search.budget import Budget
+from autodeploy.search.context import BASELINE, Reporter, StudyCase, StudyContext
+from autodeploy.search.memory import Memory
+from autodeploy.search.screening import Measured, measure
+from autodeploy.search.storage import ranked, trial_state
+from autodeploy.search.summary import Finalist, Ratio, StudySummary
+
+if TYPE_CHECKING:
+    import optuna
+
+
+#: A finalist whose median per-round ratio to the best is within this fraction of 1, and whose paired
+#: interval of that ratio holds 1, ties with it (and the cheaper one wins). An interval holding 1 alone
+#: would tie configs far apart when the rounds are noisy (all cores on a busy machine).
+TIE_TOLERANCE = 0.03
+#: After the finalists' first round a config leaves the rounds only when it is this fraction slower
+#: than the leader in that round; after later rounds, when it is slower in every round so far and the
+#: paired interval of its ratio to the leader lies above 1 (it is wholly behind).
+FIRST_ROUND_MARGIN = 0.10
+#: Rounds a winner claim needs (docs/architecture.md, "Measurement rules"); fewer is labelled screening only.
+MIN_WINNER_ROUNDS = 3
+#: A finalist round that ran under load (``harness/load.py``) runs once more, the less loaded of the two
+#: kept; at most this many times per study run, so a machine that stays busy costs one round, not a doubled study.
+LOAD_RERUNS = 1
+#: When fewer than MIN_WINNER_ROUNDS of the winner's rounds paired with the baseline ran quiet (the speed-up
+#: rests on quiet pairs: a neighbour slows an all-cores baseline far more than a one-thread winner, so a
+#: loaded round's ratio measures the neighbour), the two run alone as pairs, at most this many times the
+#: finalist rounds, until enough pairs ran quiet. A quiet machine never pays for it.
+PAIR_ROUNDS_FACTOR = 1
+
+
+def decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: Memory, budget: Budget,
+            counts: dict[str, int], runs: list[tuple[str, dict[str, float]]]) -> StudySummary:  # fmt: skip
+    """The finalists and the winner: re-measured interleaved when the objective and the time allow."""
+    cfg = ctx.config
+    top = _contenders(ranked(study, cfg.objective), max(cfg.finalists.count, 1))
+    if not top:
+        return _best_so_far(study, cfg.objective, counts, ctx.name)
+    remeasure = cfg.finalists.count > 0 and cfg.objective in ("latency", "throughput")
+    if not remeasure or budget.left() <= 0:
+        finalists = [_from_screening(t) for t in top]
+        why = "not re-measured" if not remeasure else "the time budget ran out before the finalists"
+        return StudySummary(ctx.name, cfg.objective, counts, finalists, finalists[0],
+                            note=f"winner from screening values ({why})", screening_only=True,
+                            confidence=f"screening only: one short run per config ({why})")  # fmt: skip
+    configs = [TrialConfig.from_dict(t.user_attrs["config"]) for t in top]
+    baseline_ok = registry.get(BASELINE.engine).probe(ctx.device).available
+    with_baseline = baseline_ok and BASELINE.key() not in {c.key() for c in configs}
+    finalists, rounds, settled, statistic, reran = _interleaved(ctx, [*configs, *([BASELINE] if with_baseline else [])],
+                                                                reporter, memory, budget, runs)  # fmt: skip
+    summary = replace(choose(ctx.name, cfg.objective, counts, finalists, statistic),
+                      load=_rounds_load(finalists, rounds, reran))
+    summary = _pair_rounds(ctx, summary, reporter, memory, budget, runs)
+    confidence = f"re-measured interleaved: {rounds} of {cfg.finalists.rounds} rounds"
+    if rounds < cfg.finalists.rounds:
+        confidence += " (every other finalist fell wholly behind)" if settled else " (the time budget ran out)"
+    if summary.winner is not None:
+        confidence += f", {summary.winner.n_samples} samples of the winner"
+        what = "items/s" if statistic == "items/s" else f"its {statistic}"
+        confidence += f"; each round gives each config {what}, compared paired by round"
+    if summary.screening_only:
+        confidence += f"; screening only: a winner claim needs {MIN_WINNER_ROUNDS} rounds"
+    if summary.load.get("pair_rounds"):
+        confidence += (f"; the speed-up adds {summary.load['pair_rounds']} rounds of the winner and the baseline "
+                       "alone (too few of their paired rounds ran quiet)")  # fmt: skip
+    return replace(summary, confidence=confidence)
+
+
+def _contenders(ranked_trials: list[optuna.trial.FrozenTrial], count: int) -> list[optuna.trial.FrozenTrial]:
+    """The finalists: the best config of each engine × precision first (the interleaved runs judge
+    branches against each other, and one lucky screening run must not crowd out the other branches),
+    then the next best configs; in screening order. The rounds drop those that fall wholly behind."""
+    firsts, seen = [], set()
+    for t in ranked_trials:
+        c = t.user_attrs["config"]
+        if (c["engine"], c["precision"]) not in seen:
+            seen.add((c["engine"], c["precision"]))
+            firsts.append(t)
+    rest = [t for t in ranked_trials if t not in firsts]
+    chosen = [*firsts, *rest][:count]
+    return sorted(chosen, key=ranked_trials.index)
+
+
+def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Reporter, memory: Memory, budget: Budget,
+                 runs: list[tuple[str, dict[str, float]]]) -> tuple[list[Finalist], int, bool, str, list[dict[str, Any]]]:  # fmt: skip
+    """A B C A B C …: every round runs each config once (at every shape), in a rotated order, so drift hits all alike.
+
+    Each round gives each config one value (:func:`_round_values`). Successive halving on
+    measurement length: after each round a config wholly behind the leader, paired by round
+    (:func:`_still_in`), runs no more rounds; its values stay those of the rounds it ran. The
+    baseline (ORT fp32 default) runs every round: the speed-up is paired on its rounds. Under a
+    time budget a round starts only when the time left pays for one more (as long as the rounds
+    so far took). A round that ran under load runs once more when the time left pays for it (at most
+    LOAD_RERUNS per study run), and the less loaded of its two runs is kept, whole: each round's values
+    stay paired. Returns the finalists, the rounds run, whether the rounds ended early because one
+    config was left, the statistic each round was reduced to, and the rounds run again.
+    """
+    f = ctx.config.finalists
+    objective = ctx.config.objective
+    long_ctx = _finalist_ctx(ctx)
+    cases = ctx.shape_cases()
+    # per config, per round: that run's calls at each shape (None: not run or failed), and its items/s
+    calls: list[list[dict[str, list[float]] | None]] = [[] for _ in configs]
+    rates: list[list[float | None]] = [[] for _ in configs]
+    uids: list[list[str]] = [[] for _ in configs]
+    failures: list[str | None] = [None for _ in configs]
+    loads: list[list[float | None]] = [[] for _ in configs]  # cores other processes kept busy over each run
+    reran: list[dict[str, Any]] = []
+    baseline = next((i for i, c in enumerate(configs) if c.key() == BASELINE.key()), None)
+    reporter.finalists(f.rounds * len(configs))
+    started, rounds, settled = time.monotonic(), 0, False
+    active = list(range(len(configs)))
+
+    for r in range(f.rounds):
+        if r > 0 and budget.left() < (time.monotonic() - started) / r:
+            reporter.note(f"the time budget pays for {r} of {f.rounds} finalist rounds; the winner rests on those")
+            break
+        if r > 0:
+            # after one round only a clear gap counts (drift between A and B is not yet averaged out)
+            margin = FIRST_ROUND_MARGIN if r == 1 else 0.0
+            values, _ = _round_values(calls, rates, cases, objective)
+            # before a winner claim's rounds have run, the leader keeps its closest rival (one round's gap
+            # ended the rounds with a screening-only winner whose interval rested on nothing)
+            active = _still_in([(i, values[i]) for i in active], objective, margin, keep=baseline,
+                               rival=r < MIN_WINNER_ROUNDS)  # fmt: skip
+            if len(active) == 1:
+                settled = True
+                break  # one config left: every other one is wholly behind it
+        order = [active[(j + r) % len(active)] for j in range(len(active))]
+        ran = _one_round(long_ctx, configs, order, f"{r + 1}/{f.rounds}", reporter, memory, runs)
+        first = _busiest(ran)
+        if (first is not None and first.under_load and len(reran) < LOAD_RERUNS
+                and budget.left() >= (time.monotonic() - started) / (r + 1)):  # fmt: skip
+            reporter.note(f"finalist round {r + 1} ran under load ({first.text()}); running it once more")
+            reporter.rerun(len(order))
+            again = _one_round(long_ctx, configs, order, f"{r + 1}/{f.rounds} again", reporter, memory, runs)
+            second = _busiest(again)
+            kept = "again" if second is None or second.other_cores <= first.other_cores else "first"
+            ran, dropped = (again, ran) if kept == "again" else (ran, again)
+            reran.append({"round": r + 1, "other_cores": [first.other_cores, None if second is None else second.other_cores],
+                          "kept": kept, "dropped_uids": [m.uid for m in dropped.values()]})  # fmt: skip
+        for i, measured in ran.items():
+            uids[i].append(measured.uid)
+            if measured.metrics is None:
+                failures[i] = measured.failure
+            one, rate, load = _entry(measured, cases)
+            calls[i].append(one)
+            rates[i].append(rate)
+            loads[i].append(load)
+        for i in range(len(configs)):  # those that left the rounds: nothing this round
+            calls[i] += [None] * (r + 1 - len(calls[i]))
+            rates[i] += [None] * (r + 1 - len(rates[i]))
+            loads[i] += [None] * (r + 1 - len(loads[i]))
+        rounds += 1
+    values, statistic = _round_values(calls, rates, cases, objective)
+    medians, _ = _round_values(calls, rates, cases, objective, rstats.MEDIAN) if objective == "latency" else ([], "")
+    out = []
+    for i, config in enumerate(configs):
+        pooled = {c.key: [x for one in calls[i] if one for x in one[c.key]] for c in cases}
+        stat, ci = _over_rounds(values[i])
+        per_shape = _per_shape_over_rounds(calls[i], cases, statistic) if len(cases) > 1 else {}
+        shown = None  # the pooled calls' statistic, for display only
+        if objective == "latency":
+            shown = _mix([(c.weight, *_statistic(pooled[c.key], config.batch, objective)) for c in cases], objective)[0]
+        out.append(Finalist(config, config.label(), stat, ci, sum(len(v) for v in pooled.values()), uids[i],
+                            i == baseline, failures[i], per_shape, tuple(values[i]),
+                            tuple(medians[i]) if medians else (), shown, tuple(loads[i])))  # fmt: skip
+    return out, rounds, settled, statistic, reran
+
+
+def _finalist_ctx(ctx: StudyContext) -> StudyContext:
+    """The study's context with the finalists' longer timing policy (their rounds measure longer than screening)."""
+    f = ctx.config.finalists
+    policy = TimingPolicy(min_samples=f.min_samples, min_duration_s=f.min_duration_s,
+                          max_duration_s=max(60.0, 4 * f.min_duration_s))  # fmt: skip
+    return replace(ctx, settings=replace(ctx.settings, policy=policy))
+
+
+def _entry(measured: Measured, cases: tuple[StudyCase, ...]) -> tuple[dict[str, list[float]] | None, float | None, float | None]:
+    """One run of a round as the rounds keep it: its calls at each shape (``None``: failed), its items/s,
+    and the cores other processes kept busy while it ran (``None``: not read)."""
+    ok = measured.metrics is not None
+    per_shape = measured.per_shape or {cases[0].key: measured}
+    calls = {k: list(one.samples_ms) for k, one in per_shape.items()} if ok else None
+    rate = (measured.metrics.throughput or None) if ok else None  # type: ignore[union-attr]
+    return calls, rate, None if measured.load is None else measured.load.other_cores
+
+
+def _one_round(ctx: StudyContext, configs: list[TrialConfig], order: list[int], name: str, reporter: Reporter,
+               memory: Memory, runs: list[tuple[str, dict[str, float]]]) -> dict[int, Measured]:  # fmt: skip
+    """One finalist round: each config of ``order`` (indices into ``configs``) measured once, in that order."""
+    ran = {}
+    for i in order:
+        reporter.phase(f"finalists round {name}: {configs[i].label()}")
+        ran[i] = measure(ctx, configs[i], reporter, phase="finalist", memory=memory)
+        runs.append((configs[i].engine, ran[i].wall_s))
+    return ran
+
+
+def _busiest(ran: dict[int, Measured]) -> machine_load.Load | None:
+    """The most loaded run of a round (``None`` where no run read its load): the round's load."""
+    return max((m.load for m in ran.values() if m.load is not None), key=lambda x: x.other_cores, default=None)
+
+
+def _rounds_load(finalists: list[Finalist], rounds: int, reran: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary's ``load`` of the finalist rounds: the most other processes' cores per round, the rounds under load."""
+    per_round = [max((f.loads[r] for f in finalists if r < len(f.loads) and f.loads[r] is not None), default=None)
+                 for r in range(rounds)]  # fmt: skip
+    under = [r + 1 for r, cores in enumerate(per_round) if cores is not None and machine_load.busy(cores)]
+    return {"threshold_cores": machine_load.UNDER_LOAD_CORES, "rounds": per_round, "under_load": under, "reran": reran}
+
+
+def _round_values(calls: list[list[dict[str, list[float]] | None]], rates: list[list[float | None]],
+                  cases: tuple[StudyCase, ...], objective: str,
+                  statistic: str | None = None) -> tuple[list[list[float | None]], str]:  # fmt: skip
+    """One value per config per round, and its statistic's name.
+
+    Throughput: the round's items/s (of the mix). Latency: the round's p90 at each shape (weighted
+    mean over the mix), or the median when some round has too few calls for a p90 claim: one
+    statistic for every round and config, so each per-round ratio compares like with like.
+    """
+    if objective == "throughput":
+        return [list(r) for r in rates], "items/s"
+    if statistic is None:
+        counts = [len(one[c.key]) for per in calls for one in per if one for c in cases]
+        statistic = rstats.round_statistic(counts)
+    total = sum(c.weight for c in cases)
+    out = []
+    for per in calls:
+        row: list[float | None] = []
+        for one in per:
+            values = [rstats.round_value(one[c.key], statistic) for c in cases] if one else [None]
+            row.append(None if any(v is None for v in values)
+                       else sum(c.weight * v for c, v in zip(cases, values, strict=True)) / total)  # type: ignore[operator]
+        out.append(row)
+    return out, statistic
+
+
+def _over_rounds(values: Sequence[float | None]) -> tuple[float | None, tuple[float, float] | None]:
+    """A finalist's shown statistic: the median of its per-round values, with their order-statistic interval."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return None, None
+    interval = rstats.median_interval(known)
+    return float(np.median(known)), None if interval is None else interval[:2]
+
+
+def _per_shape_over_rounds(calls: list[dict[str, list[float]] | None], cases: tuple[StudyCase, ...],
+                           statistic: str) -> dict[str, float | None]:  # fmt: skip
+    out = {}
+    for c in cases:
+        known = [v for one in calls if one and (v := rstats.round_value(one[c.key], statistic)) is not None]
+        out[c.key] = float(np.median(known)) if known else None
+    return out
+
+
+def _costs(f: Finalist | Sequence[float | None], objective: str) -> list[float | None]:
+    """Per-round values as costs, lower is better: ms, or seconds per item for a rate."""
+    values = f if not isinstance(f, Finalist) else (f.rounds or (f.statistic,))
+    if objective in ("throughput", "server"):
+        return [1.0 / v if v else None for v in values]
+    return list(values)
+
+
+def _slower(a: Sequence[float | None], b: Sequence[float | None]) -> np.ndarray:
+    """Per-round cost ratios ``a / b`` (costs), over the rounds both ran: >1 where ``a`` was slower."""
+    return rstats.paired_ratios(a, b)
+
+
+def _leader(costs: dict[int, list[float | None]]) -> int:
+    """The config (key of ``costs``) whose worst median paired ratio to any other is smallest: the one
+    that beats every other in most rounds when there is such a one (then its worst ratio is below 1)."""
+
+    def worst(i: int) -> tuple[float, float]:
+        meds = [float(np.median(r)) for j in costs if j != i and (r := _slower(costs[i], costs[j])).size]
+        own = [v for v in costs[i] if v is not None]
+        return max(meds, default=1.0), float(np.median(own)) if own else math.inf
+
+    return min(costs, key=worst)
+
+
+def _still_in(stats: list[tuple[int, Sequence[float | None]]], objective: str, margin: float = 0.0,
+              keep: int | None = None, rival: bool = False) -> list[int]:  # fmt: skip
+    """The configs (by index) that can still win or tie, given each one's per-round values.
+
+    A config is wholly behind the leader (:func:`_leader`) when it was slower in every round both
+    ran, by more than ``margin`` (a fraction), and the paired interval of its ratio to the leader
+    lies above 1 (one round has no interval: the margin must speak alone). ``keep`` (the baseline)
+    stays while it has values: the speed-up is paired on its rounds. A config without a value yet
+    (it failed) stays only when nothing has one. With ``rival``, the leader is never left alone: the
+    config closest to it (lowest median paired ratio) stays, so that the winner's rounds stay paired
+    until it has the rounds a winner claim needs.
+    """
+    costs = {i: _costs(values, objective) for i, values in stats}
+    known = {i: c for i, c in costs.items() if any(v is not None for v in c)}
+    if not known:
+        return [i for i, _ in stats]
+    lead = _leader(known)
+
+    def behind(i: int) -> bool:
+        r = _slower(known[i], known[lead])
+        interval = rstats.median_interval(r)
+        return bool(r.size) and bool(np.all(r > 1 + margin)) and (interval is None or interval[0] > 1)
+
+    left = [i for i in known if i == lead or i == keep or not behind(i)]
+    others = [i for i in known if i != lead and _slower(known[i], known[lead]).size]
+    if rival and len(left) == 1 and others:
+        closest = min(others, key=lambda i: float(np.median(_slower(known[i], known[lead]))))
+        left = sorted([lead, closest])
+    return left
+
+
+def _mix(weighted: list[tuple[float, float | None, tuple[float, float] | None]],
+         objective: str) -> tuple[float | None, tuple[float, float] | None]:  # fmt: skip
+    """One statistic and interval for a mix of shapes, each bound combined like the statistic
+    (weighted mean of latencies, weighted harmonic mean of rates): wider than a joint interval, never narrower."""
+    if len(weighted) == 1:
+        return weighted[0][1], weighted[0][2]
+    if any(stat is None or ci is None for _, stat, ci in weighted):
+        return None, None
+    total = sum(w for w, _, _ in weighted)
+
+    def join(values: list[float]) -> float:
+        if objective == "latency":
+            return sum(w * v for (w, _, _), v in zip(weighted, values, strict=True)) / total
+        return total / sum(w / v for (w, _, _), v in zip(weighted, values, strict=True))
+
+    stat = join([s for _, s, _ in weighted])  # type: ignore[misc]
+    low, high = join([ci[0] for _, _, ci in weighted]), join([ci[1] for _, _, ci in weighted])  # type: ignore[index]
+    return stat, (min(low, high), max(low, high))
+
+
+def _statistic(
+    samples_ms: list[float], batch: int, objective: str
+) -> tuple[float | None, tuple[float, float] | None]:
+    """p90 ms with its bootstrap CI (latency), or items/s from the mean latency with a bootstrap CI (throughput)."""
+    if len(samples_ms) < 2:
+        return None, None
+    if objective == "latency":
+        stats = summarize(np.asarray(samples_ms) * 1e6)
+        if stats.p90 is not None:
+            return stats.p90, stats.p90_ci
+        return stats.median, stats.median_ci
+    mean_ms = float(np.mean(samples_ms))
+    low, high = bootstrap_mean_ci(samples_ms, seed=0, n_boot=2000)
+    return batch * 1000 / mean_ms, (batch * 1000 / high, batch * 1000 / low)
+
+
+def choose(name: str, objective: str, counts: dict[str, int], finalists: list[Finalist],
+            statistic: str = "p90") -> StudySummary:  # fmt: skip
+    """The winner, paired by round: the leader (:func:`_leader`) on the finalists' per-round values;
+    a finalist whose median per-round ratio to it is within TIE_TOLERANCE of 1, with a paired interval
+    holding 1 (or too few rounds for one), ties with it, and the cheapest of the tie wins.
+
+    The baseline (ORT fp32 default) competes too: when nothing the search found beats it, it is the
+    winner. The speed-up over it is the median of the per-round ratios, for ``statistic`` and (latency)
+    for the median, each with its order-statistic interval when the winner ran MIN_WINNER_ROUNDS rounds.
+    """
+    candidates = [f for f in finalists if f.statistic is not None and any(v is not None for v in _costs(f, objective))]
+    baseline = next((f for f in finalists if f.baseline), None)
+    if not candidates:
+        return StudySummary(name, objective, counts, finalists, None, note="every finalist failed its re-measurement",
+                            statistic=statistic)  # fmt: skip
+    costs = {i: _costs(f, objective) for i, f in enumerate(candidates)}
+    best = _leader(costs)
+
+    def ties(i: int) -> bool:
+        r = _slower(costs[i], costs[best])
+        if not r.size or abs(float(np.median(r)) - 1) > TIE_TOLERANCE:
+            return False
+        interval = rstats.median_interval(r)
+        return interval is None or interval[0] <= 1 <= interval[1]
+
+    tied = [candidates[i] for i in costs if i != best and ties(i)]
+
+    def cost(f: Finalist) -> tuple[int, int]:
+        # Fewer threads, then smaller batch; the engine's default thread count means "all cores".
+        return (f.config.threads or 10**6, f.config.batch)
+
+    group = [candidates[best], *tied]
+    winner = min(group, key=cost)
+    n_rounds = sum(v is not None for v in winner.rounds)
+    claim = n_rounds >= MIN_WINNER_ROUNDS
+    speedups = _speedups(baseline, winner, objective, statistic, claim) if baseline is not None else {}
+    main = speedups.get(statistic)
+    return StudySummary(name, objective, counts, finalists, winner, [f.label for f in group if f is not winner],
+                        main.value if main else None, statistic=statistic, speedups=speedups, rounds=n_rounds,
+                        screening_only=not claim)  # fmt: skip
+
+
+def _quiet_pairs(a: Finalist, b: Finalist) -> tuple[list[int], list[int]]:
+    """The rounds (indices) both ``a`` and ``b`` have a value in, split into those in which neither run
+    ran under load (``harness/load.py``; a load not read counts as quiet) and the others."""
+    def loaded(f: Finalist, r: int) -> bool:
+        cores = f.loads[r] if r < len(f.loads) else None
+        return cores is not None and machine_load.busy(cores)
+
+    both = [r for r in range(min(len(a.rounds), len(b.rounds))) if a.rounds[r] is not None and b.rounds[r] is not None]
+    quiet = [r for r in both if not loaded(a, r) and not loaded(b, r)]
+    return quiet, [r for r in both if r not in quiet]
+
+
+def _speedups(baseline: Finalist, winner: Finalist, objective: str, statistic: str, claim: bool) -> dict[str, Ratio]:
+    """The winner's speed-up over the baseline per statistic: the median of the per-round ratios over the rounds
+    in which neither ran under load, with its order-statistic interval when ``claim`` (the winner ran the rounds
+    a winner claim needs). A neighbour slows the all-cores baseline far more than a one-thread winner: a
+    loaded round's ratio measures the neighbour. Only when no paired round ran quiet do the loaded ones count,
+    flagged ``under_load``. A finalist without rounds (screening values) pairs its one value."""
+    if not baseline.statistic:
+        return {}
+    quiet, loaded = _quiet_pairs(baseline, winner)
+    kept = quiet or loaded if baseline.rounds and winner.rounds else [0]
+    series = [(statistic, _costs(baseline, objective), _costs(winner, objective))]
+    if objective == "latency" and statistic != rstats.MEDIAN and baseline.medians and winner.medians:
+        series.append((rstats.MEDIAN, list(baseline.medians), list(winner.medians)))
+    out = {}
+    for which, base, won in series:
+        picked = [(base[r], won[r]) for r in kept if r < len(base) and r < len(won)]
+        if (ratios := _slower([b for b, _ in picked], [w for _, w in picked])).size:
+            interval = rstats.median_interval(ratios) if claim else None
+            out[which] = Ratio(float(np.median(ratios)), None if interval is None else interval[:2],
+                               None if interval is None else interval[2], int(ratios.size),
+                               len(loaded) if quiet else 0, not quiet and bool(loaded))  # fmt: skip
+    return out
+
+
+def _pair_rounds(ctx: StudyContext, summary: StudySummary, reporter: Reporter, memory: Memory, budget: Budget,
+                 runs: list[tuple[str, dict[str, float]]]) -> StudySummary:  # fmt: skip
+    """Rounds of the winner and the baseline alone, while fewer than MIN_WINNER_ROUNDS of their paired rounds ran
+    quiet and some ran under load: at most PAIR_ROUNDS_FACTOR times the finalist rounds, each while the time left
+    pays for one more, in alternating order. They add to both finalists' rounds and only the speed-up is worked
+    out again: the winner was chosen on the rounds every finalist ran."""
+    finalists, winner = list(summary.finalists), summary.winner
+    at = next((i for i, f in enumerate(finalists) if f.baseline), None)
+    if winner is None or winner.baseline or at is None:
+        return summary
+    base, won = finalists[at], finalists.index(winner)
+    cases, objective, statistic = ctx.shape_cases(), summary.objective, summary.statistic
+    long_ctx, added, started = _finalist_ctx(ctx), 0, time.monotonic()
+    limit = PAIR_ROUNDS_FACTOR * ctx.config.finalists.rounds
+    pair_s = 2 * max((sum(w.values()) for _, w in runs), default=0.0)  # a pair: two of the longest finalist runs
+    while added < limit:
+        quiet, loaded = _quiet_pairs(base, winner)
+        if len(quiet) >= MIN_WINNER_ROUNDS or not loaded:
+            break
+        if budget.left() < ((time.monotonic() - started) / added if added else pair_s):
+            reporter.note(f"the time budget pays for {added} of the speed-up's pair rounds")
+            break
+        if added == 0:
+            reporter.note(f"{len(quiet)} of the winner's {len(quiet) + len(loaded)} rounds paired with the ORT fp32 "
+                          f"default ran quiet; the two run alone, up to {limit} more rounds, until "
+                          f"{MIN_WINNER_ROUNDS} pairs run quiet")  # fmt: skip
+            reporter.rerun(2 * limit)
+        configs, order = [base.config, winner.config], [0, 1] if added % 2 == 0 else [1, 0]
+        ran = _one_round(long_ctx, configs, order, f"speed-up pair {added + 1}", reporter, memory, runs)
+        base, winner = (_with_round(f, ran[k], cases, objective, statistic) for k, f in enumerate((base, winner)))
+        added += 1
+    if not added:
+        return summary
+    finalists[at], finalists[won] = base, winner
+    speedups = _speedups(base, winner, objective, statistic, not summary.screening_only)
+    main = speedups.get(statistic)
+    load = {**summary.load, "pair_rounds": added}
+    return replace(summary, finalists=finalists, winner=winner, speedups=speedups, load=load,
+                   speedup_vs_baseline=main.value if main else None)  # fmt: skip
+
+
+def _with_round(f: Finalist, measured: Measured, cases: tuple[StudyCase, ...], objective: str,
+                statistic: str) -> Finalist:  # fmt: skip
+    """``f`` with one more pair round: ``measured`` reduced to the statistic its other rounds were reduced to.
+    Its statistic, interval, samples and per-shape values stay those of the finalist rounds (what it was
+    chosen on); the pair round serves the speed-up only."""
+    calls, rate, load = _entry(measured, cases)
+    value = _round_values([[calls]], [[rate]], cases, objective, statistic)[0][0][0]
+    median = _round_values([[calls]], [[rate]], cases, objective, rstats.MEDIAN)[0][0][0] if f.medians else None
+    return replace(f, uids=[*f.uids, measured.uid], rounds=(*f.rounds, value), loads=(*f.loads, load),
+                   medians=(*f.medians, median) if f.medians else ())  # fmt: skip
+
+
+def _from_screening(t: optuna.trial.FrozenTrial) -> Finalist:
+    """A finalist from its screening trial: its value and, for latency, the 95% CI of that one short run."""
+    config = TrialConfig.from_dict(t.user_attrs["config"])
+    ci = t.user_attrs.get("ci")
+    return Finalist(config, config.label(), t.values[0], None if ci is None else (ci[0], ci[1]), 0,
+                    [t.user_attrs.get("uid", "")], per_shape=dict(t.user_attrs.get("shape_values") or {}))  # fmt: skip
+
+
+def _best_so_far(study: optuna.Study, objective: str, counts: dict[str, int], name: str) -> StudySummary:
+    """No trial meets the constraints: show the best measured one anyway, labelled."""
+    done = study.get_trials(deepcopy=False, states=(trial_state().COMPLETE,))
+    if not done:
+        return StudySummary(name, objective, counts, [], None, note="no trial produced a measurement")
+    best = sorted(done, key=lambda t: t.values[0], reverse=objective in ("throughput", "server"))[0]
+    return StudySummary(name, objective, counts, [_from_screening(best)], None,
+                        note="no trial meets the constraints; the best-so-far is shown and is not a winner")  # fmt: skip

@@ -1,0 +1,161 @@
+"""Optuna's side of a study: its RDB storage, the sampler, stale trials, a running trial's heartbeat, and the
+completed trials ranked by the objective."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.errors import StoreError, UsageError
+from autodeploy.search.config import StudyConfig
+from autodeploy.search.context import StudyContext
+from autodeploy.search.objective import DIRECTIONS
+from autodeploy.verdict import feasible, pareto_front
+
+if TYPE_CHECKING:
+    import optuna
+
+
+# A running trial beats every HEARTBEAT_S; one silent for GRACE_S (its process was killed) is
+# failed by the next run or worker of the study (Optuna's fail_stale_trials).
+HEARTBEAT_S = 5
+GRACE_S = 20
+
+
+# -- screening ----------------------------------------------------------------------------
+
+
+def open_study(ctx: StudyContext) -> tuple[optuna.Study, optuna.storages.RDBStorage]:
+    """The study ``ctx.name`` (created, or loaded with ``--resume``) and the storage it lives in."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        storage = _rdb_storage(ctx.storage)
+        existing = optuna.study.get_all_study_names(storage=storage)
+    except Exception as exc:  # Optuna wraps SQLAlchemy errors in several types
+        raise StoreError(f"cannot open the study storage {ctx.storage}: {str(exc).splitlines()[0]}",
+                         fix="pass --storage or --db with a reachable database") from None  # fmt: skip
+    if ctx.name in existing and not ctx.resume:
+        raise UsageError(f"study {ctx.name!r} already exists",
+                         fix="add --resume to add trials to it, or choose another --name")  # fmt: skip
+    # A resumed or joined study must not replay the same seeded suggestions as the first run.
+    seed = ctx.config.seed if ctx.name not in existing else ctx.config.seed + os.getpid()
+    study = optuna.create_study(study_name=ctx.name, storage=storage, load_if_exists=True,
+                                directions=DIRECTIONS[ctx.config.objective], sampler=_sampler(ctx.config, seed))  # fmt: skip
+    want = [d.upper() for d in DIRECTIONS[ctx.config.objective]]
+    if [d.name for d in study.directions] != want:
+        raise UsageError(f"study {ctx.name!r} was created for another objective",
+                         fix="resume it with its own --objective, or choose another --name")  # fmt: skip
+    return study, storage
+
+
+def _rdb_storage(url: str, attempts: int = 5) -> optuna.storages.RDBStorage:
+    """Optuna's storage with heartbeats. Workers starting together race to create Optuna's tables
+    (PostgreSQL then raises a unique violation on pg_type): the loser retries and finds them made."""
+    import optuna
+
+    for attempt in range(attempts):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat_interval
+                return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
+        except Exception as exc:
+            text = str(exc)
+            if attempt == attempts - 1 or not ("already exists" in text or "unique constraint" in text):
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def fail_stale_trials(study: optuna.Study) -> None:
+    """Fail the trials left RUNNING by a killed run or worker, so the study can go on without them."""
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+@contextmanager
+def heartbeat(storage: optuna.storages.RDBStorage, study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
+    """Record the trial's heartbeat from a thread while it runs (what ``Study.optimize`` does for its trials).
+
+    ``storage`` is the one the study was opened on; the trial's storage id comes from its public
+    study name and number.
+    """
+    study_id = storage.get_study_id_from_name(study.study_name)
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            storage.record_heartbeat(trial_id)
+            if stop.wait(HEARTBEAT_S):
+                return
+
+    thread = threading.Thread(target=beat, name="optuna-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _sampler(cfg: StudyConfig, seed: int) -> optuna.samplers.BaseSampler:
+    """Samplers take the constraints from each trial (``Trial.set_constraint``), so none needs a constraints_func."""
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if cfg.sampler == "tpe":
+            # multivariate + group model the conditional (per-engine) parameters jointly.
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)
+        if cfg.sampler == "nsga2":
+            return optuna.samplers.NSGAIISampler(seed=seed)
+        return optuna.samplers.RandomSampler(seed=seed)  # "random", and "grid" (grid points are enqueued)
+
+
+def trial_state() -> Any:
+    from optuna.trial import TrialState
+
+    return TrialState
+
+
+def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    done = study.get_trials(deepcopy=False, states=(trial_state().COMPLETE,))
+    return [t for t in done if t.constraints and feasible(t.constraints)]
+
+
+def ranked(study: optuna.Study, objective: str) -> list[optuna.trial.FrozenTrial]:
+    """Feasible trials best first, one per config (Pareto front by latency for ``pareto``)."""
+    trials = feasible_trials(study)
+    if objective == "pareto":
+        trials = [trials[i] for i in pareto_front([t.values for t in trials])]
+        trials.sort(key=lambda t: t.values[0])
+    else:
+        trials.sort(key=lambda t: t.values[0], reverse=objective in ("throughput", "server"))
+    unique, seen = [], set()
+    for t in trials:
+        key = TrialConfig.from_dict(t.user_attrs["config"]).key()
+        if key not in seen:
+            seen.add(key)
+            unique.append(t)
+    return unique
+
+
+def best_label(study: optuna.Study, objective: str) -> str | None:
+    top = ranked(study, objective)
+    if not top:
+        return None
+    t = top[0]
+    return (
+        f"{TrialConfig.from_dict(t.user_attrs['config']).label()} = {', '.join(f'{v:.4g}' for v in t.values)}"
+    )
