@@ -342,12 +342,12 @@ def _check_budget(ctx: StudyContext, budget: Budget, reporter: Reporter) -> floa
     try:
         reference(ctx.model, ctx.data, ctx.settings, lambda p: reporter.phase(f"reference: {p}"))
     except TrialFailed as failure:  # stored like any trial whose reference failed, then raised
-        failed = TrialResult.failed(uuid4().hex, BASELINE, failure.kind, failure.detail, extra={"reference_failed": True})
+        failed = TrialResult.failed(uuid4().hex, _baseline(ctx), failure.kind, failure.detail, extra={"reference_failed": True})
         ctx.store.add_trial(failed, model=ModelRecord.of(ctx.model), device=DeviceRecord.of(ctx.device),
                             command=ctx.command, study=ctx.name, phase="screening")  # fmt: skip
         raise
     referenced = time.monotonic()
-    prepare(ctx.model, BASELINE, ctx.data, ctx.settings, progress=lambda p: reporter.phase(f"baseline: {p}"))
+    prepare(ctx.model, _baseline(ctx), ctx.data, ctx.settings, progress=lambda p: reporter.phase(f"baseline: {p}"))
     build_s = time.monotonic() - referenced
     need = (time.monotonic() - started) + build_s + ctx.settings.policy.min_duration_s
     if budget.seconds is not None and budget.seconds < need:
@@ -599,9 +599,16 @@ def _rejections(ctx: StudyContext, measured: _Measured) -> list[Rejection]:
     return [replace(r, reason=at + r.reason) if r.constraint == "max_accuracy_drop" else r for r in found]
 
 
+def _baseline(ctx: StudyContext) -> TrialConfig:
+    """The config every speed-up is over: ORT's fp32 default, or for a model file run as given (a
+    ``.tflite``, an OpenVINO IR) the fp32 default of the engine that reads it."""
+    return registry.baseline_config(ctx.model.format)
+
+
 def _unaffordable(ctx: StudyContext, config: TrialConfig, artifact: str, memory: Memory, budget: Budget) -> str:
     """Why a slow conversion (onnx2tf) is skipped: its build would not end before the time budget does."""
-    if budget.seconds is None or not registry.get(config.engine).slow_build or artifact in memory.artifacts:
+    slow = registry.get(config.engine).slow_build and ctx.model.format == "onnx"  # a .tflite as given converts nothing
+    if budget.seconds is None or not slow or artifact in memory.artifacts:
         return ""
     build_s = memory.build_s.get(config.engine, SLOW_BUILD_GUESS_S)
     need = build_s + ctx.settings.policy.min_duration_s + _finalist_reserve(ctx.config, memory, budget)
@@ -886,9 +893,10 @@ def _decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: 
                             note=f"winner from screening values ({why})", screening_only=True,
                             confidence=f"screening only: one short run per config ({why})")  # fmt: skip
     configs = [TrialConfig.from_dict(t.user_attrs["config"]) for t in top]
-    baseline_ok = registry.get(BASELINE.engine).probe(ctx.device).available
-    with_baseline = baseline_ok and BASELINE.key() not in {c.key() for c in configs}
-    finalists, rounds, settled, statistic, reran = _interleaved(ctx, [*configs, *([BASELINE] if with_baseline else [])],
+    base = _baseline(ctx)
+    baseline_ok = registry.get(base.engine).probe(ctx.device).available
+    with_baseline = baseline_ok and base.key() not in {c.key() for c in configs}
+    finalists, rounds, settled, statistic, reran = _interleaved(ctx, [*configs, *([base] if with_baseline else [])],
                                                                 reporter, memory, budget, runs)  # fmt: skip
     summary = replace(_choose(ctx.name, cfg.objective, counts, finalists, statistic),
                       load=_rounds_load(finalists, rounds, reran))
@@ -967,7 +975,7 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
     failures: list[str | None] = [None for _ in configs]
     loads: list[list[float | None]] = [[] for _ in configs]  # cores other processes kept busy over each run
     reran: list[dict[str, Any]] = []
-    baseline = next((i for i, c in enumerate(configs) if c.key() == BASELINE.key()), None)
+    baseline = next((i for i, c in enumerate(configs) if c.key() == _baseline(ctx).key()), None)
     reporter.finalists(f.rounds * len(configs))
     started, rounds, settled = time.monotonic(), 0, False
     active = list(range(len(configs)))
