@@ -40,8 +40,12 @@ class Format:
 
 #: The formats taken as given, by kind (``ModelInfo.format``); ONNX is every other file.
 FORMATS: dict[str, Format] = {
-    "tflite": Format("a TFLite flatbuffer", "tflite", "LiteRT's interpreter", "re-export it with the TFLite converter"),
-    "openvino": Format("an OpenVINO IR", "openvino", "OpenVINO's read_model", "re-save it with openvino.save_model"),
+    "tflite": Format(
+        "a TFLite flatbuffer", "tflite", "LiteRT's interpreter", "re-export it with the TFLite converter"
+    ),
+    "openvino": Format(
+        "an OpenVINO IR", "openvino", "OpenVINO's read_model", "re-save it with openvino.save_model"
+    ),
 }
 #: Reading a model's interface in the engine takes its own process, bounded in time.
 DESCRIBE_TIMEOUT_S = 120.0
@@ -66,7 +70,9 @@ def detect(path: Path) -> str:
         raise ModelError(f"{path} is not a TFLite flatbuffer (no TFL3 file identifier at byte 4); "
                          "the file may be truncated or something else", fix=FORMATS["tflite"].export)  # fmt: skip
     if suffix == ".xml":
-        raise ModelError(f"{path} is not an OpenVINO IR (no <net> root element)", fix=FORMATS["openvino"].export)
+        raise ModelError(
+            f"{path} is not an OpenVINO IR (no <net> root element)", fix=FORMATS["openvino"].export
+        )
     return ONNX
 
 
@@ -147,7 +153,9 @@ def _openvino(path: str) -> dict[str, Any]:
 
     def spec(port: Any) -> dict[str, Any]:
         if not port.get_names():
-            raise ValueError(f"a {'n input' if port in model.inputs else 'n output'} of the IR has no tensor name")
+            raise ValueError(
+                f"a {'n input' if port in model.inputs else 'n output'} of the IR has no tensor name"
+            )
         shape = [d.get_length() if d.is_static else None for d in port.get_partial_shape()]
         return {"name": port.get_any_name(), "dtype": port.get_element_type().to_dtype().name, "shape": shape}
 
@@ -158,7 +166,11 @@ def _reason(exc: BaseException) -> str:
     """The line of an engine's error that says what is wrong: OpenVINO's come after lines naming its
     own source files (``Exception from src/...cpp:84:``, ``Check '...' failed at src/...``)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    said = [line for line in lines if not re.match(r"^(Exception from \S+:\d+:|Check '.*' failed at \S+:\d+:)$", line)]
+    said = [
+        line
+        for line in lines
+        if not re.match(r"^(Exception from \S+:\d+:|Check '.*' failed at \S+:\d+:)$", line)
+    ]
     return (said or lines or [type(exc).__name__])[-1]
 
 

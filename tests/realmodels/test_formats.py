@@ -29,7 +29,9 @@ from tests.realmodels.corpus import WHEELS, pitch_windows
 
 pytestmark = pytest.mark.slow
 
-QUICK = TimingPolicy(warmup_min_calls=2, warmup_max_s=1.0, min_samples=10, min_duration_s=0.3, max_duration_s=2.0)
+QUICK = TimingPolicy(
+    warmup_min_calls=2, warmup_max_s=1.0, min_samples=10, min_duration_s=0.3, max_duration_s=2.0
+)
 MEMBER = "basic_pitch/saved_models/icassp_2022/nmp"
 INPUT = "serving_default_input_2:0"  # the same tensor name in nmp.onnx, nmp.tflite and its IR
 OUTPUTS = ("StatefulPartitionedCall:2", "StatefulPartitionedCall:1", "StatefulPartitionedCall:0")
@@ -74,20 +76,26 @@ def test_tflite_is_benched_on_litert_with_its_own_reference_and_real_audio(pitch
     assert result.ok, result.failure_message
     assert result.config.engine == "tflite" and result.config.precision == "fp32"
     assert result.latency is not None and result.latency.n > 0  # how many: max_duration_s decides
-    assert result.accuracy is not None and result.accuracy.n_samples == 8  # the 8 windows given, not synthetic
+    assert (
+        result.accuracy is not None and result.accuracy.n_samples == 8
+    )  # the 8 windows given, not synthetic
     assert "inputs" not in result.extra
     # Its reference is the same file on LiteRT: the measured outputs are the reference's, to rounding.
     assert all(o.cosine > 0.9999 for o in result.accuracy.outputs)
     left_out = registry.unreadable(stored.model)
     assert set(left_out) == set(registry.targets()) - {"tflite"}
     assert left_out["onnxruntime"] == "onnxruntime: the model is a TFLite flatbuffer; this engine reads ONNX"
-    with pytest.raises(UnsupportedConfigError, match="tflite cannot run precision 'int8'.*needs a conversion from ONNX"):
+    with pytest.raises(
+        UnsupportedConfigError, match="tflite cannot run precision 'int8'.*needs a conversion from ONNX"
+    ):
         _bench(pitch["tflite"], tmp_path, engine="tflite", precision="int8")
     with pytest.raises(UnsupportedConfigError, match="^onnxruntime: the model is a TFLite flatbuffer"):
         _bench(pitch["tflite"], tmp_path, engine="onnxruntime")
 
     # Shipped as measured: the bundle holds the user's file byte for byte, and its loader runs it.
-    bundle = autodeploy.export(trial=stored.id, output=tmp_path / "ship", db=f"sqlite:///{tmp_path / 'results.db'}")
+    bundle = autodeploy.export(
+        trial=stored.id, output=tmp_path / "ship", db=f"sqlite:///{tmp_path / 'results.db'}"
+    )
     assert (bundle / "model" / "model.tflite").read_bytes() == pitch["tflite"].read_bytes()
     outputs = load_bundle(bundle).run({INPUT: np.load(pitch["data"])[INPUT][:1]})
     assert tuple(outputs) == OUTPUTS and outputs[OUTPUTS[2]].shape == (1, 172, 264)
@@ -99,9 +107,13 @@ def test_openvino_ir_is_benched_on_openvino_and_shipped_unchanged(pitch, tmp_pat
     assert stored.config.engine == "openvino"
     assert stored.result.latency is not None and stored.result.accuracy is not None
     assert set(registry.unreadable(stored.model)) == set(registry.targets()) - {"openvino"}
-    with pytest.raises(UnsupportedConfigError, match="openvino cannot run precision 'int8'.*OpenVINO IR, run as given"):
+    with pytest.raises(
+        UnsupportedConfigError, match="openvino cannot run precision 'int8'.*OpenVINO IR, run as given"
+    ):
         _bench(pitch["xml"], tmp_path, precision="int8")
-    bundle = autodeploy.export(trial=stored.id, output=tmp_path / "ship", db=f"sqlite:///{tmp_path / 'results.db'}")
+    bundle = autodeploy.export(
+        trial=stored.id, output=tmp_path / "ship", db=f"sqlite:///{tmp_path / 'results.db'}"
+    )
     for name in ("nmp.xml", "nmp.bin"):
         assert (bundle / "model" / name).read_bytes() == (pitch["xml"].parent / name).read_bytes()
     outputs = load_bundle(bundle).run({INPUT: np.load(pitch["data"])[INPUT][:1]})
