@@ -34,21 +34,49 @@ def test_garbage_files_are_refused(tmp_path, content, expected):
         load_model(path)
 
 
-def test_a_tflite_or_openvino_ir_file_is_refused_by_what_it_is(tmp_path):
-    # Both read "not a readable ONNX model ... re-export the model with onnx.save".
-    import openvino as ov
-
+def test_an_openvino_ir_is_taken_as_given_with_its_weights_beside_it(tmp_path):
+    # A model in another format is described by the engine that runs it (a .tflite: tests/realmodels/test_formats.py).
+    ov = pytest.importorskip("openvino")
     xml = tmp_path / "ir" / "m.xml"
     xml.parent.mkdir()
     ov.save_model(ov.convert_model(str(mlp(tmp_path / "m.onnx"))), str(xml))
-    refused = r"is an OpenVINO IR, not ONNX.*fix: pass the ONNX model .*--engine openvino"
-    with pytest.raises(ModelError, match=refused):
+    info = load_model(xml)
+    assert info.format == "openvino" and info.external_files == ("m.bin",)
+    assert info.input_names == ("x",) and info.output_names == ("logits",)
+    assert info.inputs[0].dtype == "float32" and info.inputs[0].shape == (None, 8)  # OpenVINO keeps no dim names
+    assert info.batch_axis("x") == 0 and info.input_shape("x", batch=4) == (4, 8)
+    assert "run as given on openvino" in info.notes[0]
+    weights = xml.with_suffix(".bin")
+    weights.write_bytes(weights.read_bytes() + b"\0")
+    assert load_model(xml).sha256 != info.sha256, "the weights are hashed with the graph"
+    weights.rename(tmp_path / "elsewhere.bin")
+    with pytest.raises(ModelError, match=r"OpenVINO IR .*m.xml has no weights file m.bin beside it; fix: copy"):
         load_model(xml)
-    flatbuffer = tmp_path / "m.tflite"
-    # A flatbuffer's root offset, then its file identifier (basic-pitch's nmp.tflite starts so).
-    flatbuffer.write_bytes(b"\x1c\x00\x00\x00TFL3" + bytes(64))
-    with pytest.raises(ModelError, match=r"is a TFLite flatbuffer, not ONNX.*--engine tflite"):
-        load_model(flatbuffer)
+    weights.symlink_to(tmp_path / "elsewhere.bin")  # weights from outside the folder: refused
+    with pytest.raises(ModelError, match="the weights m.bin of OpenVINO IR .* are a link or not a plain file"):
+        load_model(xml)
+
+
+@pytest.mark.parametrize(
+    "name, content, expected",
+    [
+        # A flatbuffer's root offset, then its file identifier, then nothing LiteRT can read.
+        ("m.tflite", b"\x1c\x00\x00\x00TFL3" + bytes(64),
+         r"looks like a TFLite flatbuffer, but LiteRT's interpreter cannot read it: .*; fix: the file may be truncated"),
+        ("m.tflite", b"not a flatbuffer at all", r"is not a TFLite flatbuffer \(no TFL3 file identifier"),
+        ("m.xml", b'<?xml version="1.0"?>\n<net name="m" version="11">\n<layers><layer id="0"',
+         r"looks like an OpenVINO IR, but OpenVINO's read_model cannot read it: "),
+        ("m.xml", b'<?xml version="1.0"?>\n<config></config>', r"is not an OpenVINO IR \(no <net> root element\)"),
+    ],
+)
+def test_a_corrupt_tflite_or_ir_is_one_clear_error(tmp_path, name, content, expected):
+    path = tmp_path / name
+    path.write_bytes(content)
+    if name.endswith(".xml"):
+        path.with_suffix(".bin").write_bytes(b"")
+    with pytest.raises(ModelError, match=expected) as caught:
+        load_model(path)
+    assert "\n" not in str(caught.value)
 
 
 def test_truncated_model_is_refused(tmp_path):

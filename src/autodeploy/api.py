@@ -130,8 +130,10 @@ def bench(
     """Measure one config of ``model`` on this device in an isolated worker, and store it.
 
     Args:
-        model: an ``.onnx`` path or ``zoo:NAME``.
-        config: the config to measure; or give ``engine`` (default ``onnxruntime``), ``precision``
+        model: an ``.onnx`` path or ``zoo:NAME`` (or a ``.tflite``, or an OpenVINO IR ``.xml`` with its
+            ``.bin`` beside it: run as given on the engine that reads it).
+        config: the config to measure; or give ``engine`` (default ``onnxruntime``; for a ``.tflite`` or an
+            OpenVINO IR ``.xml`` taken as given, the engine that reads it), ``precision``
             (``fp32``), ``batch`` (1), ``threads`` (the engine's default) and ``knobs`` instead.
         shapes: fixed input shapes, ``{"input": (1, 3, 224, 224)}``, for dynamic dims (one shape
             per input; :func:`bench_shapes` measures several).
@@ -240,14 +242,15 @@ def bench_shapes(
                                       max_metric_drop=max_metric_drop, timing=timing,
                                       **({"max_accuracy_drop": max_accuracy_drop}
                                          if max_accuracy_drop != DEFAULT_MAX_ACCURACY_DROP else {}))  # fmt: skip
-    trial_config = config or TrialConfig(engine or registry.BASELINE_ENGINE, precision or "fp32", batch or 1, threads,
-                                         knobs or {})  # fmt: skip
     cache = cache or cache_dir()
-    label = trial_config.label()
     _check_metric(metric, max_metric_drop)  # a bad --metric fails now, in one line
     _check_accuracy(accuracy)
     # 1. resolve the model (a zoo model is built on first use), then fix it at each shape
     resolved = resolve_model(model, None, cache_dir=cache, progress=report)
+    # the baseline engine by default: ONNX Runtime, or the one engine that reads a .tflite or an IR
+    default = registry.baseline_config(resolved.info.format).engine
+    trial_config = config or TrialConfig(engine or default, precision or "fp32", batch or 1, threads, knobs or {})
+    label = trial_config.label()
     sources = loaded = _data_per_case(data, shape_set)
     if len(sources) > len(shape_set.cases):  # several sources, no --shape: each one's arrays fix a shape
         shape_set, loaded = _shapes_of_data(resolved, batch_axes, sources, preprocess)

@@ -1,6 +1,7 @@
 """Model intake: load and validate an ONNX file before any engine sees it.
 
-``load_model`` is the only way a model enters autodeploy. It refuses anything unsafe or
+``load_model`` is the only way a model enters autodeploy. A TFLite flatbuffer or an OpenVINO IR
+is taken as given too, described by the engine that runs it (:mod:`autodeploy.formats`). It refuses anything unsafe or
 malformed with a :class:`~autodeploy.errors.ModelError` that says what and how to fix it:
 a missing file, a file that is not ONNX, a truncated model, a checker failure, or external
 data whose location leaves the model's folder (``..``, an absolute path, a symlink).
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from autodeploy import formats
 from autodeploy.errors import ModelError, ShapeError
 
 if TYPE_CHECKING:
@@ -71,6 +73,8 @@ class ModelInfo:
     #: Per input, the smallest and largest shape of every case the bench or study covers
     #: (:meth:`ShapeSet.ranges`), when it covers several: what a TensorRT profile must span.
     shape_ranges: Mapping[str, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+    #: ``onnx``, or a format run as given by the one engine that reads it (:data:`autodeploy.formats.FORMATS`).
+    format: str = "onnx"
 
     def input(self, name: str) -> TensorSpec:
         for spec in self.inputs:
@@ -184,6 +188,7 @@ class ModelInfo:
             "batch_axes": dict(self.batch_axes),
             "notes": list(self.notes),
             "shape_ranges": {k: [list(lo), list(hi)] for k, (lo, hi) in self.shape_ranges.items()},
+            "format": self.format,
         }
 
     @classmethod
@@ -203,6 +208,7 @@ class ModelInfo:
             batch_axes=dict(d.get("batch_axes", {})),
             notes=tuple(d.get("notes", ())),
             shape_ranges={k: (tuple(lo), tuple(hi)) for k, (lo, hi) in d.get("shape_ranges", {}).items()},
+            format=d.get("format", "onnx"),
         )
 
 
@@ -249,10 +255,11 @@ def load_model(
     name: str | None = None,
     batch_axes: Mapping[str, int | None] | None = None,
 ) -> ModelInfo:
-    """Load, validate and describe an ONNX model.
+    """Load, validate and describe a model: an ONNX file, or a TFLite flatbuffer or an OpenVINO IR
+    taken as given (:mod:`autodeploy.formats`).
 
     Args:
-        path: the ``.onnx`` file.
+        path: the ``.onnx`` file (or ``.tflite``, or an IR's ``.xml`` with its ``.bin`` beside it).
         shapes: user-fixed input shapes; each must have the input's rank and agree with its static dims.
         name: display name (defaults to the file stem).
         batch_axes: the user's batch axis per input (``None``: never batched), over the model's own.
@@ -272,7 +279,9 @@ def load_model(
         raise ModelError(f"model path is not a file: {path}", fix="point to the .onnx file itself")
     if not str(path).isascii() and not _utf8(str(path)):  # ONNX's C++ checker takes UTF-8 paths only
         raise ModelError(f"model path {path} is not valid UTF-8", fix="rename the file (or its folder)")
-    _refuse_other_formats(path)
+    kind = formats.detect(path)
+    if kind != formats.ONNX:
+        return _with_shapes(_with_batch_axes(_load_other(path, kind, name), batch_axes or {}), shapes or {})
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError, RuntimeWarning or others on garbage
@@ -376,27 +385,24 @@ def display_name(ref: str | Path) -> str:
     return f"zoo:{name}" if name is not None else Path(ref).stem
 
 
-#: Model formats users have beside their ONNX file (a wheel may ship a ``.tflite`` next to it): named
-#: in the refusal, which said "not a readable ONNX model ... re-export with onnx.save" for them.
-OTHER_FORMATS = {"tflite": ("a TFLite flatbuffer", "tflite"), "openvino": ("an OpenVINO IR", "openvino")}
+def _load_other(path: Path, kind: str, name: str | None) -> ModelInfo:
+    """A TFLite flatbuffer or an OpenVINO IR, described by the engine that runs it; an IR's ``.bin``
+    (beside the ``.xml``, a plain file) is one of its files, hashed with it and copied with it."""
+    external = (formats.weights_of(path),) if kind == "openvino" else ()
+    described = formats.describe(path, kind)
 
+    def specs(items: Sequence[Mapping[str, Any]]) -> tuple[TensorSpec, ...]:
+        return tuple(TensorSpec(i["name"], i["dtype"], tuple(i["shape"])) for i in items)
 
-def _refuse_other_formats(path: Path) -> None:
-    """A TFLite flatbuffer (``TFL3`` at byte 4) or an OpenVINO IR ``.xml`` (``<net``) is refused by what it is."""
-    with open(path, "rb") as f:
-        head = f.read(4096)
-    if head[4:8] == b"TFL3":
-        kind = "tflite"
-    elif b"<net " in head and head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith((b"<?xml", b"<net ")):
-        kind = "openvino"
-    else:
-        return
-    what, engine = OTHER_FORMATS[kind]
-    raise ModelError(
-        f"{path} is {what}, not ONNX: autodeploy benchmarks ONNX models and builds the {engine} engine's "
-        "files from them; it cannot run this file as given yet",
-        fix=f"pass the ONNX model it was exported from (--engine {engine} runs it on that engine)",
-    )
+    inputs, outputs = specs(described["inputs"]), specs(described["outputs"])
+    if not inputs or not outputs:
+        raise ModelError(f"{path} has no {'inputs' if not inputs else 'outputs'}; there is nothing to benchmark",
+                         fix=formats.FORMATS[kind].export)  # fmt: skip
+    fmt = formats.FORMATS[kind]
+    note = f"{fmt.what}, run as given on {fmt.engine}; the fp32 reference is {fmt.engine}'s own, not ONNX Runtime's"
+    return ModelInfo(path=path.resolve(), name=name or path.stem,
+                     sha256=_sha256(path.resolve(), path.parent, external), inputs=inputs, outputs=outputs,
+                     opset=0, external_files=external, notes=(note,), format=kind)  # fmt: skip
 
 
 def resolve_model(

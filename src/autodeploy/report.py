@@ -150,6 +150,13 @@ def _ratio(r: Mapping[str, Any]) -> dict[str, Any]:
             "rounds": r.get("rounds"), "left_out": r.get("left_out", 0), "under_load": r.get("under_load", False)}  # fmt: skip
 
 
+def _baseline_name(finalist: Mapping[str, Any], ort: str) -> str:
+    """What the baseline is called: ``ort`` (ONNX Runtime), or the engine that runs a model file as
+    given (a ``.tflite`` on tflite, an OpenVINO IR on openvino), from the finalist's label."""
+    engine = str(finalist.get("label") or "onnxruntime").split("/")[0]
+    return ort if engine == "onnxruntime" else engine
+
+
 def ratio_text(r: Mapping[str, Any]) -> str:
     """A paired speed-up as read: ``3.78x [3.50, 4.00]``, or ``3.78x`` without an interval (screening only)."""
     ci, value = r.get("ci"), r["value"] if "value" in r else r["ratio"]  # a Ratio's dict, or the record's
@@ -199,10 +206,10 @@ def headline(summary: Mapping[str, Any]) -> str:
     speedups = summary.get("speedups") or {}
     main = speedups.get(statistic)
     if winner.get("baseline"):
-        text += ": the ONNX Runtime fp32 default itself, no config the search found beat it"
+        text += f": the {_baseline_name(winner, 'ONNX Runtime')} fp32 default itself, no config the search found beat it"
     elif main is not None and baseline is not None:
         base = _value(baseline.get("statistic"), "", objective).strip()
-        text += f" vs {base} for the ORT fp32 default: {ratio_text(main)}"
+        text += f" vs {base} for the {_baseline_name(baseline, 'ORT')} fp32 default: {ratio_text(main)}"
         extra = [f"{k} {ratio_text(m)}" for k, m in speedups.items() if k != statistic]
         if main.get("ci") is not None:
             extra.append(f"intervals over {main['rounds']} rounds, {main['level']:.0%} coverage")

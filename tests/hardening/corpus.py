@@ -130,9 +130,15 @@ def build(root: Path) -> dict[str, Case]:
     }  # fmt: skip
     for name, data in foreign.items():
         add(name, UNREADABLE, lambda p, d=data: p.write_bytes(d) and None)
-    # a TFLite flatbuffer is named as what it is (tests/test_model.py), with the fix: its ONNX source
-    add("magic-tflite", "is a TFLite flatbuffer, not ONNX.*fix: pass the ONNX model",
+    # A TFLite flatbuffer or an OpenVINO IR is run as given (tests/realmodels/test_formats.py); a broken one is
+    # named as what it looks like, read by its engine in a child process (LiteRT crashes on some).
+    add("magic-tflite", "looks like a TFLite flatbuffer, but LiteRT's interpreter cannot read it",
         lambda p: p.write_bytes(bytes(4) + b"TFL3" + bytes(56)) and None)
+    add("magic-openvino-ir", "looks like an OpenVINO IR, but OpenVINO's read_model cannot read it",
+        lambda p: (p.write_bytes(b'<?xml version="1.0"?>\n<net name="x" version="11"><layers>'),
+                   p.with_suffix(".bin").write_bytes(b"")) and None)
+    add("magic-openvino-ir-no-weights", "OpenVINO IR .* has no weights file model.bin beside it",
+        lambda p: p.write_bytes(b'<?xml version="1.0"?>\n<net name="x" version="11"></net>') and None)
     rng = np.random.default_rng(9)
     for size in (1, 7, 100, 4096):
         add(

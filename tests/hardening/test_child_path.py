@@ -28,7 +28,8 @@ def _hostile(folder: Path) -> Path:
 
 @pytest.mark.parametrize("safe_path_flag", [True, False], ids=["-P", "3.10-bootstrap"])
 @pytest.mark.parametrize(
-    "module", ["autodeploy.harness.worker", "autodeploy.dashboard.serve", "autodeploy.adapters.tflite_convert"]
+    "module", ["autodeploy.harness.worker", "autodeploy.dashboard.serve", "autodeploy.adapters.tflite_convert",
+               "autodeploy.formats"]
 )
 def test_every_kind_of_child_ignores_the_working_folder(tmp_path, module, safe_path_flag):
     marker = _hostile(tmp_path)

@@ -259,6 +259,9 @@ class Engine(ABC):
     #: (Whether artifacts run only under the engine version that built them is the runtime module's
     #: ``VERSION_LOCKED``: a bundle's loader reads it without the adapters.)
     triton: ClassVar[TritonBackend | None] = None
+    #: The model formats this engine takes: ``onnx``, and a format it runs as given (a ``.tflite``
+    #: for tflite, an IR for openvino; :mod:`autodeploy.formats`). Others are pruned (:meth:`unreadable`).
+    formats: ClassVar[tuple[str, ...]] = ("onnx",)
 
     # -- public API: checks, then hooks -------------------------------------------------
 
@@ -277,10 +280,26 @@ class Engine(ABC):
         offered = self._space(target, model)
         return replace(offered, knobs={**SERVING_KNOBS, **offered.knobs})
 
+    def unreadable(self, model: ModelInfo) -> str | None:
+        """Why this engine cannot take ``model`` at all (its format), or ``None``: the one-line reason
+        a study and a bench prune it with."""
+        if model.format in self.formats:
+            return None
+        from autodeploy.formats import FORMATS
+
+        takes = " or ".join("ONNX" if f == "onnx" else FORMATS[f].what for f in self.formats)
+        return f"{self.name}: the model is {FORMATS[model.format].what}; this engine reads {takes}"
+
     def check(self, target: DeviceInfo, model: ModelInfo, config: TrialConfig) -> None:
         """Raise :class:`UnsupportedConfigError` with the reason if ``config`` cannot run here."""
         if config.engine != self.name:
             raise ValueError(f"config for engine {config.engine!r} given to {self.name!r}")
+        unreadable = self.unreadable(model)
+        if unreadable:
+            from autodeploy.formats import FORMATS
+
+            raise UnsupportedConfigError(unreadable, fix=f"run it on {FORMATS[model.format].engine} "
+                                         "(--engine), or pass the ONNX model it was exported from")  # fmt: skip
         space = self.space(target, model)
         if config.precision not in space.precisions:
             reason = space.unsupported.get(config.precision, "not a precision this engine knows")

@@ -9,6 +9,10 @@ Knobs keep OpenVINO's own names (``PERFORMANCE_HINT``, ``NUM_STREAMS``, ``ENABLE
 can be checked against https://docs.openvino.ai/2024/openvino-workflow/running-inference/optimize-inference.html.
 ``threads`` maps to ``INFERENCE_NUM_THREADS``. ``ENABLE_CPU_PINNING`` is set only when the config names it:
 left out, the plugin decides (it reads back ``True`` on Linux, where it may still leave threads unpinned).
+
+An OpenVINO IR given as the model (``NAME.xml`` + ``NAME.bin``, :mod:`autodeploy.formats`) is run as
+given: its artifact is the pair copied unchanged, and only the precisions that are compile-time hints
+(fp32, bf16, fp16) apply; int8 (NNCF from the ONNX model) does not.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from autodeploy.adapters.base import (
     TritonBackend,
 )
 from autodeploy.errors import BuildError
+from autodeploy.model import copy_unchanged
 from autodeploy.runtime import openvino as rt
 
 if TYPE_CHECKING:
@@ -62,6 +67,7 @@ class OpenVinoEngine(Engine):
     throughput_knobs = frozenset({"PERFORMANCE_HINT", "NUM_STREAMS", "num_requests"})
     # Pinning inference threads to cores (issue 26): what keeps them from migrating on a small or busy CPU.
     search_knobs = frozenset({"ENABLE_CPU_PINNING"})
+    formats = ("onnx", "openvino")
 
     def _probe(self, target: DeviceInfo) -> Availability:
         import openvino as ov
@@ -81,7 +87,7 @@ class OpenVinoEngine(Engine):
         for precision, reason in (
             ("bf16", _bf16_unsupported(target)),
             ("fp16", _fp16_unsupported()),
-            ("int8", None if _has_nncf() else f"int8 needs NNCF, which is not installed; {INSTALL_HINT}"),
+            ("int8", _int8_unsupported(model)),
         ):
             if reason:
                 unsupported[precision] = reason
@@ -107,6 +113,9 @@ class OpenVinoEngine(Engine):
     ) -> dict[str, Any]:
         import openvino as ov
 
+        if model.format == "openvino":  # the IR as given: bf16/fp16 are compile hints, nothing to convert
+            copy_unchanged(model, outdir, model.path.name)
+            return {"ir": model.path.name, "as_given": model.path.name}
         try:
             ov_model = ov.convert_model(str(model.path))
         except Exception as exc:
@@ -127,7 +136,7 @@ class OpenVinoEngine(Engine):
         return meta
 
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
-        return runtime_settings(config, model)
+        return runtime_settings(config, model, artifact.meta.get("ir", IR_FILE))
 
     def oversubscription(self, config: TrialConfig, logical_cores: int) -> str | None:
         """OpenVINO shares ``INFERENCE_NUM_THREADS`` among its streams and queues requests onto them,
@@ -149,10 +158,11 @@ class OpenVinoEngine(Engine):
         return {}  # int8 VNNI/AMX only changes speed: a warning at most, never a refusal
 
 
-def runtime_settings(config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
-    """The IR, its compile properties and the static input shapes of ``config``'s batch."""
+def runtime_settings(config: TrialConfig, model: ModelInfo, ir: str = IR_FILE) -> dict[str, Any]:
+    """The IR (``ir``: an IR given as the model keeps its own name), its compile properties and the
+    static input shapes of ``config``'s batch."""
     shapes = {name: list(model.input_shape(name, config.batch)) for name in model.input_names}
-    return {"model_file": IR_FILE, "properties": compile_properties(config), "shapes": shapes}
+    return {"model_file": ir, "properties": compile_properties(config), "shapes": shapes}
 
 
 def compile_properties(config: TrialConfig) -> dict[str, Any]:
@@ -193,6 +203,12 @@ def _fp16_unsupported() -> str | None:
     if "FP16" in _capabilities():
         return None
     return "OpenVINO's CPU plugin reports no FP16 support on this CPU (needs AVX512_FP16 or AMX-FP16)"
+
+
+def _int8_unsupported(model: ModelInfo) -> str | None:
+    if model.format == "openvino":
+        return "int8 is NNCF quantization of the ONNX model; the model is an OpenVINO IR, run as given"
+    return None if _has_nncf() else f"int8 needs NNCF, which is not installed; {INSTALL_HINT}"
 
 
 def _has_nncf() -> bool:

@@ -26,6 +26,23 @@ if TYPE_CHECKING:
 BASELINE_ENGINE = "onnxruntime"
 BASELINE_CONFIG = TrialConfig(BASELINE_ENGINE, "fp32", batch=1, threads=None)
 
+
+def baseline_config(model_format: str = "onnx") -> TrialConfig:
+    """The baseline of a model in ``model_format``: :data:`BASELINE_CONFIG` for ONNX; for a file run as
+    given (a ``.tflite``, an OpenVINO IR) the fp32 default of the one engine that reads it."""
+    if model_format == "onnx":
+        return BASELINE_CONFIG
+    from autodeploy.formats import FORMATS
+
+    return TrialConfig(FORMATS[model_format].engine, "fp32", batch=1, threads=None)
+
+
+def unreadable(model: ModelInfo) -> dict[str, str]:
+    """Every known engine that cannot take ``model``'s format, with its one-line reason (none for ONNX)."""
+    if model.format == "onnx":
+        return {}
+    return {name: reason for name, target in targets().items() if (reason := load_target(name, target).unreadable(model))}
+
 #: Built-in engines, in the order the CLI lists them.
 ENGINES: dict[str, str] = {
     "onnxruntime": "autodeploy.adapters.ort:OnnxRuntimeEngine",

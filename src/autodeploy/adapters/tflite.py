@@ -23,6 +23,10 @@ artifacts with its outcome, a failure too; the quantized files are converted fro
 onnx2tf turns channels-first tensors (rank 3-5) into channels-last ones. The build records
 the mapping in ``layout.json`` (per input and output: the TFLite tensor name and the axis
 permutation), and the runner applies it, so callers feed and get the ONNX layout.
+
+A ``.tflite`` file given as the model is run as given (:mod:`autodeploy.formats`): its artifact is the
+file, copied unchanged, with a ``layout.json`` that maps each tensor to itself. Its one precision is
+``fp32`` (the file as it is, no conversion: whatever it holds inside); the others need the ONNX model.
 """
 
 from __future__ import annotations
@@ -115,6 +119,7 @@ class TfliteEngine(Engine):
     packages = rt.PACKAGES
     build_packages = ("onnx2tf", "tensorflow")
     slow_build = True  # onnx2tf converts through TensorFlow: minutes for a real model
+    formats = ("onnx", "tflite")
 
     def _probe(self, target: DeviceInfo) -> Availability:
         import importlib.util
@@ -135,6 +140,10 @@ class TfliteEngine(Engine):
         unsupported = {
             "bf16": "TFLite has no bf16 kernels on CPU; use openvino on a CPU with AMX",
         }
+        if model.format == "tflite":  # the file as given: no conversion, so no other precision
+            why = "needs a conversion from ONNX (onnx2tf); the model is a TFLite flatbuffer, run as given"
+            unsupported.update({p: why for p in ONNX2TF_SUFFIX if p != "fp32"})
+            return EngineSpace(precisions=("fp32",), unsupported=unsupported, knobs={"xnnpack": (True, False)})
         precisions = list(ONNX2TF_SUFFIX)
         non_float = [s.name for s in model.inputs if s.dtype != "float32"]
         if non_float:
@@ -160,6 +169,8 @@ class TfliteEngine(Engine):
         outdir: Path,
         target: DeviceInfo,
     ) -> dict[str, Any]:
+        if model.format == "tflite":
+            return _as_given(model, outdir)
         if config.precision == "int8" and not calibration:
             raise BuildError(
                 "full int8 TFLite quantization needs calibration data",
@@ -195,6 +206,16 @@ class TfliteEngine(Engine):
             "num_threads": config.threads,  # None: TFLite's default
             "xnnpack": xnnpack,
         }
+
+
+def _as_given(model: ModelInfo, outdir: Path) -> dict[str, Any]:
+    """A ``.tflite`` model's artifact: the file copied unchanged (hash-checked against intake) and a
+    layout that maps every input and output to the tensor of the same name, axes unchanged."""
+    copy_unchanged(model, outdir, MODEL_FILE)
+    layout = {kind: [{"name": s.name, "tflite": s.name, "perm": None} for s in specs]
+              for kind, specs in (("inputs", model.inputs), ("outputs", model.outputs))}  # fmt: skip
+    (outdir / LAYOUT_FILE).write_text(json.dumps(layout, indent=2))
+    return {"as_given": model.path.name}
 
 
 def _channels_last(rank: int) -> list[int] | None:

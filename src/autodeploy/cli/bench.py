@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from autodeploy import api
+from autodeploy.adapters import registry
 from autodeploy.adapters.registry import BASELINE_ENGINE
 from autodeploy.cli._common import (
     ACCURACY_DROP_HELP,
@@ -40,7 +41,7 @@ from autodeploy.errors import TrialFailed, UsageError
 from autodeploy.harness.load import UNDER_LOAD_CORES
 from autodeploy.harness.result import TrialResult, headline
 from autodeploy.harness.timing import TimingPolicy
-from autodeploy.model import parse_batch_axis_flags
+from autodeploy.model import ModelInfo, parse_batch_axis_flags
 from autodeploy.shapes import ShapeCase, ShapeSet, parse_flags, parse_key
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
@@ -48,9 +49,11 @@ from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 def bench(
     model: Annotated[
         str,
-        typer.Argument(help="An .onnx file, or zoo:NAME for a built-in model (see `autodeploy zoo list`)."),
+        typer.Argument(help="An .onnx file, or zoo:NAME for a built-in model (see `autodeploy zoo list`); "
+                       "a .tflite or an OpenVINO IR .xml (its .bin beside it) runs as given on its engine."),
     ],
-    engine: Annotated[str, typer.Option(help="Engine name (see `autodeploy engines`).")] = BASELINE_ENGINE,
+    engine: Annotated[str | None, typer.Option(help=f"Engine name (see `autodeploy engines`; default {BASELINE_ENGINE}, "
+                                               "or the engine that reads a .tflite or an IR).")] = None,
     precision: Annotated[str, typer.Option(help="fp32, fp16, bf16 or int8, as the engine offers.")] = "fp32",
     batch: Annotated[int, typer.Option(min=1, help="Items per call.")] = 1,
     threads: Annotated[
@@ -126,11 +129,13 @@ def bench(
             raise TrialFailed(result.failure_kind or "crashed",
                               f"{headline(result.failure_message)}{at} (stored as failed trial {record.id})")  # fmt: skip
     for note in records[0].model.notes:  # intake notes (dynamic -1 dims, optional inputs), after the checks
-        err.print(f"note: {shown(note)}")
+        err.print(f"note: {shown(note)}", soft_wrap=True)
+    for reason in registry.unreadable(records[0].model).values():  # a .tflite or an IR: the engines left out
+        err.print(f"note: not run: {shown(reason)}", soft_wrap=True)
     if format is Format.table:
         for i, record in enumerate(records):
             _print_result(record.result, record.id, record.model.name, record.shape_key if shape_set.several else "",
-                          note=i == len(records) - 1)  # the synthetic-inputs note once, at the end  # fmt: skip
+                          note=i == len(records) - 1, reference=_reference_name(record.model))  # the synthetic-inputs note once, at the end  # fmt: skip
         if shape_set.several:
             _print_per_shape(records, shape_set)
     else:
@@ -169,6 +174,12 @@ def _print_per_shape(records: list[api.StoredTrial], shape_set: ShapeSet) -> Non
 FEW_ITEMS = 32
 
 
+def _reference_name(model: ModelInfo) -> str:
+    """What accuracy is judged against: ONNX Runtime FP32, or the engine that runs a model file as given."""
+    engine = registry.baseline_config(model.format).engine
+    return "ONNX Runtime FP32" if engine == BASELINE_ENGINE else f"{engine} FP32 (the file as given)"
+
+
 def _parse_knobs(flags: list[str]) -> dict[str, object]:
     knobs: dict[str, object] = {}
     for flag in flags:
@@ -191,7 +202,8 @@ def _knob_value(text: str) -> object:
     return text
 
 
-def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: str = "", *, note: bool = True) -> None:
+def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: str = "", *, note: bool = True,
+                  reference: str = "ONNX Runtime FP32") -> None:
     config = result.config
     title = shown(f"{model_name}  {config.label()}{f'  at {shape}' if shape else ''}  (trial {trial_id})")
     if result.latency is None:
@@ -240,7 +252,7 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: st
                   "little; try a longer run (--min-duration 10), fewer threads (--threads 1) or a quieter "
                   "machine (close other programs, plug in the laptop)", soft_wrap=True)  # fmt: skip
     if result.accuracy is not None:
-        acc = Table(title=f"accuracy vs ONNX Runtime FP32 on {result.accuracy.n_samples} items: "
+        acc = Table(title=f"accuracy vs {reference} on {result.accuracy.n_samples} items: "
                           f"{'pass' if result.accuracy.passed else 'FAIL'}")  # fmt: skip
         columns = ("output", "judged by", "max abs", "mean rel", "cosine", "top-1 agreement", "exact agreement",
                    "task accuracy (ref)")
@@ -260,7 +272,7 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: st
                       f"is {1 / max(a.n_samples, 1):.0%} of an agreement; give more --data for a firmer verdict",
                       soft_wrap=True)  # fmt: skip
         if a.metric is not None and a.metric_value is not None:
-            out.print(f"metric {shown(a.metric)}: {a.metric_value:.6g} (ONNX Runtime FP32: "
+            out.print(f"metric {shown(a.metric)}: {a.metric_value:.6g} ({reference}: "
                       f"{a.reference_metric_value:.6g}, drop {a.reference_metric_value - a.metric_value:.4g})")  # type: ignore[operator]
     if note and result.extra.get("inputs"):
         err.print(f"[yellow]note[/yellow]: {shown(result.extra['inputs'])}")

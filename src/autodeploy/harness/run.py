@@ -27,7 +27,7 @@ import psutil
 
 from autodeploy import verdict
 from autodeploy.adapters.base import Artifact, TrialConfig, discard
-from autodeploy.adapters.registry import BASELINE_ENGINE, target_of
+from autodeploy.adapters.registry import BASELINE_ENGINE, baseline_config, target_of
 from autodeploy.child import module_argv
 from autodeploy.data import Dataset, split, synthetic
 from autodeploy.errors import AutodeployError, BuildError, TrialFailed
@@ -184,20 +184,21 @@ def reference(
     config: TrialConfig | None = None,
 ) -> Path:
     """ONNX Runtime FP32 outputs on the inputs ``config`` is judged on (:meth:`PreparedData.evaluation_for`);
-    computed once per model and inputs, in a worker."""
+    computed once per model and inputs, in a worker. A model file run as given (a ``.tflite``, an
+    OpenVINO IR) is its own engine's fp32 reference (:func:`~autodeploy.adapters.registry.baseline_config`)."""
     path, sha256, _ = data.evaluation_for(config)
     out = settings.workdir / "reference" / f"{model.sha256[:16]}-{sha256[:16]}.npz"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     batch = 8 if model.batchable() else (model.fixed_batch() or 1)
-    spec = _spec("reference", model, TrialConfig(REFERENCE_ENGINE, batch=batch), data, settings,
+    engine = baseline_config(model.format).engine
+    spec = _spec("reference", model, TrialConfig(engine, batch=batch), data, settings,
                  output_path=str(out), evaluation_path=str(path))  # fmt: skip
     outcome = run_worker(spec, settings.timeout_s, settings.memory_cap_mb, progress)
     if outcome.status != "ok":
-        raise TrialFailed(
-            outcome.failure_kind or "crashed", f"{REFERENCE_FAILED}: {outcome.failure_message}"
-        )
+        failed = REFERENCE_FAILED if engine == REFERENCE_ENGINE else f"the {engine} FP32 reference could not run"
+        raise TrialFailed(outcome.failure_kind or "crashed", f"{failed}: {outcome.failure_message}")
     return out
 
 

@@ -193,7 +193,8 @@ class _Job:
 
     def _compare(self, outputs: dict[str, np.ndarray], evaluation: Dataset) -> Accuracy:
         reference = dict(np.load(self.spec.reference_path or "", allow_pickle=False))
-        made = _step("run_failed", lambda: producers(self.model.path))  # what each output is, from the graph
+        # What each output is, from the ONNX graph (a .tflite or an IR run as given: from shapes and values).
+        made = _step("run_failed", lambda: producers(self.model.path)) if self.model.format == "onnx" else {}
         overrides = dict(verdict.parse_override(text) for text in self.spec.accuracy_overrides)
         accuracy = _step("run_failed", lambda: compare(outputs, reference, labels=evaluation.labels,
                                                        max_top1_drop=self.spec.max_top1_drop,
@@ -231,7 +232,8 @@ class _Job:
         return loop, extra
 
     def reference(self) -> dict[str, Any]:
-        """ONNX Runtime FP32 outputs on the evaluation inputs, saved as .npz."""
+        """FP32 outputs of the baseline engine (ONNX Runtime; the engine that reads a model file run as
+        given) on the evaluation inputs, saved as .npz."""
         self.ready()
         artifact_info = self.build()
         evaluation = Dataset.load(Path(self.spec.evaluation_path or ""))

@@ -13,6 +13,7 @@ from autodeploy.search.config import StudyConfig
 from autodeploy.search.space import SearchSpace
 
 if TYPE_CHECKING:
+    from autodeploy.adapters.base import TrialConfig
     from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
 
@@ -55,6 +56,11 @@ class StudyContext:
         if self.cases:
             return self.cases
         return (StudyCase(shape_key(self.model), 1.0, self.model, self.data),)
+
+    def baseline(self) -> TrialConfig:
+        """The config every speed-up is over: ORT's fp32 default, or for a model file run as given (a
+        ``.tflite``, an OpenVINO IR) the fp32 default of the engine that reads it."""
+        return registry.baseline_config(self.model.format)
 
 
 def shape_key(model: ModelInfo) -> str:

@@ -22,7 +22,7 @@ from autodeploy.harness import stats as rstats
 from autodeploy.harness.stats import bootstrap_mean_ci, summarize
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.search.budget import Budget
-from autodeploy.search.context import BASELINE, Reporter, StudyCase, StudyContext
+from autodeploy.search.context import Reporter, StudyCase, StudyContext
 from autodeploy.search.memory import Memory
 from autodeploy.search.screening import Measured, measure
 from autodeploy.search.storage import ranked, trial_state
@@ -67,9 +67,10 @@ def decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: M
                             note=f"winner from screening values ({why})", screening_only=True,
                             confidence=f"screening only: one short run per config ({why})")  # fmt: skip
     configs = [TrialConfig.from_dict(t.user_attrs["config"]) for t in top]
-    baseline_ok = registry.get(BASELINE.engine).probe(ctx.device).available
-    with_baseline = baseline_ok and BASELINE.key() not in {c.key() for c in configs}
-    finalists, rounds, settled, statistic, reran = _interleaved(ctx, [*configs, *([BASELINE] if with_baseline else [])],
+    base = ctx.baseline()
+    baseline_ok = registry.get(base.engine).probe(ctx.device).available
+    with_baseline = baseline_ok and base.key() not in {c.key() for c in configs}
+    finalists, rounds, settled, statistic, reran = _interleaved(ctx, [*configs, *([base] if with_baseline else [])],
                                                                 reporter, memory, budget, runs)  # fmt: skip
     summary = replace(choose(ctx.name, cfg.objective, counts, finalists, statistic),
                       load=_rounds_load(finalists, rounds, reran))
@@ -129,7 +130,7 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
     failures: list[str | None] = [None for _ in configs]
     loads: list[list[float | None]] = [[] for _ in configs]  # cores other processes kept busy over each run
     reran: list[dict[str, Any]] = []
-    baseline = next((i for i, c in enumerate(configs) if c.key() == BASELINE.key()), None)
+    baseline = next((i for i, c in enumerate(configs) if c.key() == ctx.baseline().key()), None)
     reporter.finalists(f.rounds * len(configs))
     started, rounds, settled = time.monotonic(), 0, False
     active = list(range(len(configs)))

@@ -143,7 +143,8 @@ def _rejections(ctx: StudyContext, measured: Measured) -> list[Rejection]:
 
 def _unaffordable(ctx: StudyContext, config: TrialConfig, artifact: str, memory: Memory, budget: Budget) -> str:
     """Why a slow conversion (onnx2tf) is skipped: its build would not end before the time budget does."""
-    if budget.seconds is None or not registry.get(config.engine).slow_build or artifact in memory.artifacts:
+    slow = registry.get(config.engine).slow_build and ctx.model.format == "onnx"  # a .tflite as given converts nothing
+    if budget.seconds is None or not slow or artifact in memory.artifacts:
         return ""
     build_s = memory.build_s.get(config.engine, SLOW_BUILD_GUESS_S)
     need = build_s + ctx.settings.policy.min_duration_s + finalist_reserve(ctx.config, memory, budget)

@@ -83,6 +83,10 @@ def build_space(config: StudyConfig, device: DeviceInfo, model: ModelInfo) -> Se
     skipped: dict[str, str] = {}
     for name in config.engines or list(registry.targets()):
         engine = registry.get(name)  # unknown name: UnknownEngineError listing the known ones
+        unreadable = engine.unreadable(model)  # a .tflite or an IR: only the engine that reads it
+        if unreadable:
+            skipped[name] = unreadable.removeprefix(f"{name}: ")
+            continue
         availability = engine.probe(device)
         if not availability.available:
             skipped[name] = str(availability)

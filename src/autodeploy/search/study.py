@@ -166,12 +166,12 @@ def _check_budget(ctx: StudyContext, budget: Budget, reporter: Reporter) -> floa
     try:
         reference(ctx.model, ctx.data, ctx.settings, lambda p: reporter.phase(f"reference: {p}"))
     except TrialFailed as failure:  # stored like any trial whose reference failed, then raised
-        failed = TrialResult.failed(uuid4().hex, BASELINE, failure.kind, failure.detail, extra={"reference_failed": True})
+        failed = TrialResult.failed(uuid4().hex, ctx.baseline(), failure.kind, failure.detail, extra={"reference_failed": True})
         ctx.store.add_trial(failed, model=ModelRecord.of(ctx.model), device=DeviceRecord.of(ctx.device),
                             command=ctx.command, study=ctx.name, phase="screening")  # fmt: skip
         raise
     referenced = time.monotonic()
-    prepare(ctx.model, BASELINE, ctx.data, ctx.settings, progress=lambda p: reporter.phase(f"baseline: {p}"))
+    prepare(ctx.model, ctx.baseline(), ctx.data, ctx.settings, progress=lambda p: reporter.phase(f"baseline: {p}"))
     build_s = time.monotonic() - referenced
     need = (time.monotonic() - started) + build_s + ctx.settings.policy.min_duration_s
     if budget.seconds is not None and budget.seconds < need:

@@ -1,0 +1,189 @@
+"""Model files in the formats users have besides ONNX: a TFLite flatbuffer, an OpenVINO IR.
+
+Such a file is a model for the one engine that reads it, run as given (no conversion): what
+:func:`autodeploy.model.load_model` takes in through :func:`detect` and :func:`describe`. Its
+interface (input and output names, dtypes, shapes) comes from that engine itself, read in a
+child process (``python -m autodeploy.formats KIND PATH``), because a hostile file may crash or
+hang the engine's reader; the child prints JSON, never pickle.
+
+An OpenVINO IR is two files: ``NAME.xml`` (the graph) and ``NAME.bin`` (the weights) beside it,
+the pair ``openvino.save_model`` writes. The weights are taken only from that plain file in the
+same folder (never a link, never another path), and hashed with the ``.xml``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autodeploy.errors import ModelError
+
+ONNX = "onnx"
+
+
+@dataclass(frozen=True)
+class Format:
+    """A model format other than ONNX: what it is called, the engine that runs it, that engine's reader."""
+
+    what: str  # "a TFLite flatbuffer"
+    engine: str  # the engine that runs it as given
+    reader: str  # the engine's part that reads it, named in errors
+    export: str  # how a user makes one, named in the fix
+
+
+#: The formats taken as given, by kind (``ModelInfo.format``); ONNX is every other file.
+FORMATS: dict[str, Format] = {
+    "tflite": Format(
+        "a TFLite flatbuffer", "tflite", "LiteRT's interpreter", "re-export it with the TFLite converter"
+    ),
+    "openvino": Format(
+        "an OpenVINO IR", "openvino", "OpenVINO's read_model", "re-save it with openvino.save_model"
+    ),
+}
+#: Reading a model's interface in the engine takes its own process, bounded in time.
+DESCRIBE_TIMEOUT_S = 120.0
+
+
+def detect(path: Path) -> str:
+    """``"tflite"`` (file identifier ``TFL3`` at byte 4), ``"openvino"`` (an XML document whose root is
+    ``<net``) or ``"onnx"`` for every other file (ONNX intake refuses what is not ONNX).
+
+    Raises:
+        ModelError: a ``.tflite`` or ``.xml`` file that is not what its suffix says.
+    """
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if head[4:8] == b"TFL3":
+        return "tflite"
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text.startswith((b"<?xml", b"<net ", b"<net>")) and b"<net" in text:
+        return "openvino"
+    suffix = path.suffix.lower()
+    if suffix == ".tflite":
+        raise ModelError(f"{path} is not a TFLite flatbuffer (no TFL3 file identifier at byte 4); "
+                         "the file may be truncated or something else", fix=FORMATS["tflite"].export)  # fmt: skip
+    if suffix == ".xml":
+        raise ModelError(
+            f"{path} is not an OpenVINO IR (no <net> root element)", fix=FORMATS["openvino"].export
+        )
+    return ONNX
+
+
+def weights_of(xml: Path) -> str:
+    """The name of an IR's weights file: ``NAME.bin`` beside ``NAME.xml``, a plain file (not a link).
+
+    Raises:
+        ModelError: it is missing, or a link or a folder.
+    """
+    name = xml.with_suffix(".bin").name
+    target = xml.parent / name
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        raise ModelError(f"the weights {name} of OpenVINO IR {xml} are a link or not a plain file",
+                         fix=f"copy the .bin saved with {xml.name} next to it as a plain file")  # fmt: skip
+    if not target.exists():
+        raise ModelError(f"OpenVINO IR {xml} has no weights file {name} beside it",
+                         fix=f"copy the {name} saved with {xml.name} into the same folder")  # fmt: skip
+    return name
+
+
+def describe(path: Path, kind: str) -> dict[str, Any]:
+    """The model's inputs and outputs as its engine reads them: ``{"inputs": [...], "outputs": [...]}``,
+    each ``{"name", "dtype", "shape"}`` with ``None`` for a dynamic dim.
+
+    Raises:
+        ModelError: the engine cannot read the file (corrupt, truncated), or hangs on it.
+    """
+    fmt = FORMATS[kind]
+    from autodeploy.child import module_argv
+
+    argv = module_argv(__name__, kind, str(path))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isabs(p)),
+           "TF_CPP_MIN_LOG_LEVEL": "3"}  # fmt: skip
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL, env=env, check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise ModelError(f"{fmt.reader} did not read {path} within {DESCRIBE_TIMEOUT_S:g} s ({fmt.what})",
+                         fix=fmt.export) from None  # fmt: skip
+    lines = done.stdout.strip().splitlines()
+    if done.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    said = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+    if done.returncode == 3 and lines:  # the reader raised: its own words
+        why = lines[-1]
+    elif done.returncode < 0:
+        why = f"it crashed reading it ({signal.Signals(-done.returncode).name})"
+    else:
+        why = said[-1] if said else f"exit code {done.returncode}"
+    raise ModelError(f"{path} looks like {fmt.what}, but {fmt.reader} cannot read it: {why[:300]}",
+                     fix=f"the file may be truncated or corrupt; {fmt.export}")  # fmt: skip
+
+
+# -- the child ---------------------------------------------------------------------------------
+
+
+def _tflite(path: str) -> dict[str, Any]:
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=path)
+
+    def spec(detail: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        dims = [int(d) for d in detail["shape_signature"]]
+        return {"name": detail["name"], "dtype": np.dtype(detail["dtype"]).name,
+                "shape": [d if d >= 0 else None for d in dims]}  # fmt: skip
+
+    return {"inputs": [spec(d) for d in interpreter.get_input_details()],
+            "outputs": [spec(d) for d in interpreter.get_output_details()]}  # fmt: skip
+
+
+def _openvino(path: str) -> dict[str, Any]:
+    import openvino as ov
+
+    xml = Path(path)
+    model = ov.Core().read_model(str(xml), str(xml.parent / weights_of(xml)))
+
+    def spec(port: Any) -> dict[str, Any]:
+        if not port.get_names():
+            raise ValueError(
+                f"a {'n input' if port in model.inputs else 'n output'} of the IR has no tensor name"
+            )
+        shape = [d.get_length() if d.is_static else None for d in port.get_partial_shape()]
+        return {"name": port.get_any_name(), "dtype": port.get_element_type().to_dtype().name, "shape": shape}
+
+    return {"inputs": [spec(p) for p in model.inputs], "outputs": [spec(p) for p in model.outputs]}
+
+
+def _reason(exc: BaseException) -> str:
+    """The line of an engine's error that says what is wrong: OpenVINO's come after lines naming its
+    own source files (``Exception from src/...cpp:84:``, ``Check '...' failed at src/...``)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    said = [
+        line
+        for line in lines
+        if not re.match(r"^(Exception from \S+:\d+:|Check '.*' failed at \S+:\d+:)$", line)
+    ]
+    return (said or lines or [type(exc).__name__])[-1]
+
+
+def main(argv: list[str]) -> int:
+    kind, path = argv
+    try:
+        described = {"tflite": _tflite, "openvino": _openvino}[kind](path)
+    except Exception as exc:  # the reader's reason, one line, for describe() to quote
+        print(_reason(exc))
+        return 3
+    print(json.dumps(described))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

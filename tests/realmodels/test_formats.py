@@ -1,0 +1,129 @@
+"""Real models in the formats users have besides ONNX, run as given (``autodeploy.formats``).
+
+basic-pitch's wheel ships ``nmp.tflite`` beside ``nmp.onnx``: the ``.tflite`` is benched on LiteRT
+against its own fp32 reference, on basic-pitch's audio windows given as ``--data`` by input name, and
+shipped as a bundle holding the file unchanged. An OpenVINO IR is written in the test from the
+wheel's ``nmp.onnx`` (``openvino.save_model(openvino.convert_model(...))``) and benched on OpenVINO.
+Every other engine is left out with its one-line reason.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import autodeploy
+from autodeploy.adapters import registry
+from autodeploy.api import StoredTrial
+from autodeploy.bundle import load as load_bundle
+from autodeploy.device import probe_device
+from autodeploy.errors import UnsupportedConfigError
+from autodeploy.harness.timing import TimingPolicy
+from autodeploy.model import load_model
+from autodeploy.search.config import validate
+from autodeploy.search.space import build_space
+from tests.realmodels.corpus import WHEELS, pitch_windows
+
+pytestmark = pytest.mark.slow
+
+QUICK = TimingPolicy(
+    warmup_min_calls=2, warmup_max_s=1.0, min_samples=10, min_duration_s=0.3, max_duration_s=2.0
+)
+MEMBER = "basic_pitch/saved_models/icassp_2022/nmp"
+INPUT = "serving_default_input_2:0"  # the same tensor name in nmp.onnx, nmp.tflite and its IR
+OUTPUTS = ("StatefulPartitionedCall:2", "StatefulPartitionedCall:1", "StatefulPartitionedCall:0")
+
+
+@pytest.fixture(scope="module")
+def pitch(tmp_path_factory) -> dict[str, Path]:
+    """nmp.tflite and nmp.onnx from the basic-pitch wheel, an IR of nmp.onnx, and 8 audio windows (.npz)."""
+    found = sorted(WHEELS.glob("basic_pitch-0.4.0-*.whl"))
+    if not found:
+        pytest.skip(f"wheel basic_pitch-0.4.0-*.whl not in {WHEELS} (.ci/run fetches it with pip download)")
+    folder = tmp_path_factory.mktemp("formats")
+    with zipfile.ZipFile(found[-1]) as wheel:
+        for suffix in (".tflite", ".onnx"):
+            (folder / f"nmp{suffix}").write_bytes(wheel.read(MEMBER + suffix))
+    ov = pytest.importorskip("openvino")
+    (folder / "ir").mkdir()
+    ov.save_model(ov.convert_model(str(folder / "nmp.onnx")), str(folder / "ir" / "nmp.xml"))
+    np.savez(folder / "windows.npz", **pitch_windows(8))
+    return {"tflite": folder / "nmp.tflite", "xml": folder / "ir" / "nmp.xml", "data": folder / "windows.npz",
+            "onnx": folder / "nmp.onnx"}  # fmt: skip
+
+
+def _bench(model: Path, tmp_path: Path, **kwargs) -> StoredTrial:
+    return autodeploy.bench(model, data=kwargs.pop("data", None), timing=QUICK, timeout_s=300.0,
+                            db=f"sqlite:///{tmp_path / 'results.db'}", cache=tmp_path / "cache", **kwargs)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind, engine", [("tflite", "tflite"), ("xml", "openvino")])
+def test_interface_is_read_by_the_engine_that_runs_the_file(pitch, kind, engine):
+    model = load_model(pitch[kind])
+    assert model.format == registry.baseline_config(model.format).engine == engine
+    assert [(s.name, s.dtype, s.shape) for s in model.inputs] == [(INPUT, "float32", (None, 43844, 1))]
+    assert model.output_names == OUTPUTS  # in the order the ONNX model lists them
+    assert model.external_files == (("nmp.bin",) if kind == "xml" else ())
+    assert model.sha256 != load_model(pitch["onnx"]).sha256
+
+
+def test_tflite_is_benched_on_litert_with_its_own_reference_and_real_audio(pitch, tmp_path):
+    stored = _bench(pitch["tflite"], tmp_path, data=pitch["data"])
+    result = stored.result
+    assert result.ok, result.failure_message
+    assert result.config.engine == "tflite" and result.config.precision == "fp32"
+    assert result.latency is not None and result.latency.n > 0  # how many: max_duration_s decides
+    assert (
+        result.accuracy is not None and result.accuracy.n_samples == 8
+    )  # the 8 windows given, not synthetic
+    assert "inputs" not in result.extra
+    # Its reference is the same file on LiteRT: the measured outputs are the reference's, to rounding.
+    assert all(o.cosine > 0.9999 for o in result.accuracy.outputs)
+    left_out = registry.unreadable(stored.model)
+    assert set(left_out) == set(registry.targets()) - {"tflite"}
+    assert left_out["onnxruntime"] == "onnxruntime: the model is a TFLite flatbuffer; this engine reads ONNX"
+    with pytest.raises(
+        UnsupportedConfigError, match="tflite cannot run precision 'int8'.*needs a conversion from ONNX"
+    ):
+        _bench(pitch["tflite"], tmp_path, engine="tflite", precision="int8")
+    with pytest.raises(UnsupportedConfigError, match="^onnxruntime: the model is a TFLite flatbuffer"):
+        _bench(pitch["tflite"], tmp_path, engine="onnxruntime")
+
+    # Shipped as measured: the bundle holds the user's file byte for byte, and its loader runs it.
+    bundle = autodeploy.export(
+        trial=stored.id, output=tmp_path / "ship", db=f"sqlite:///{tmp_path / 'results.db'}"
+    )
+    assert (bundle / "model" / "model.tflite").read_bytes() == pitch["tflite"].read_bytes()
+    outputs = load_bundle(bundle).run({INPUT: np.load(pitch["data"])[INPUT][:1]})
+    assert tuple(outputs) == OUTPUTS and outputs[OUTPUTS[2]].shape == (1, 172, 264)
+
+
+def test_openvino_ir_is_benched_on_openvino_and_shipped_unchanged(pitch, tmp_path):
+    stored = _bench(pitch["xml"], tmp_path, data=pitch["data"])
+    assert stored.result.ok, stored.result.failure_message
+    assert stored.config.engine == "openvino"
+    assert stored.result.latency is not None and stored.result.accuracy is not None
+    assert set(registry.unreadable(stored.model)) == set(registry.targets()) - {"openvino"}
+    with pytest.raises(
+        UnsupportedConfigError, match="openvino cannot run precision 'int8'.*OpenVINO IR, run as given"
+    ):
+        _bench(pitch["xml"], tmp_path, precision="int8")
+    bundle = autodeploy.export(
+        trial=stored.id, output=tmp_path / "ship", db=f"sqlite:///{tmp_path / 'results.db'}"
+    )
+    for name in ("nmp.xml", "nmp.bin"):
+        assert (bundle / "model" / name).read_bytes() == (pitch["xml"].parent / name).read_bytes()
+    outputs = load_bundle(bundle).run({INPUT: np.load(pitch["data"])[INPUT][:1]})
+    assert tuple(outputs) == OUTPUTS
+
+
+def test_tune_searches_only_the_engine_that_reads_the_file(pitch):
+    model = load_model(pitch["tflite"])
+    space = build_space(validate({"model": str(pitch["tflite"])}, {}), probe_device(), model)
+    assert list(space.engines) == ["tflite"]
+    assert space.engines["tflite"].precisions == ("fp32",)
+    assert space.skipped["onnxruntime"] == "the model is a TFLite flatbuffer; this engine reads ONNX"
+    assert set(space.skipped) == set(registry.targets()) - {"tflite"}
