@@ -5,7 +5,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from autodeploy.data import load_data
+from autodeploy.intake import load_data
 from autodeploy.errors import DataError
 from autodeploy.images import SAMPLE_IMAGES, Preprocess, parse_values, sample_images
 from autodeploy.model import load_model
