@@ -15,7 +15,7 @@ import autodeploy
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import UnknownEngineError, UsageError
 from autodeploy.harness.timing import TimingPolicy
-from autodeploy.model import resolve_model
+from autodeploy.intake import resolve_model
 from autodeploy.results_db import Store
 from autodeploy.search.study import Reporter
 from tests.models import seq_model

@@ -5,9 +5,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from autodeploy.data import load_data
 from autodeploy.errors import DataError
 from autodeploy.images import SAMPLE_IMAGES, Preprocess, parse_values, sample_images
+from autodeploy.intake import load_data
 from autodeploy.model import load_model
 
 PIL = pytest.importorskip("PIL.Image")

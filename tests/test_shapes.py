@@ -320,7 +320,7 @@ def test_an_image_folder_is_resized_to_each_shape(env):
     model = paddle_like(tmp_path / "p.onnx")
     folder = _pngs(tmp_path / "imgs")
     from autodeploy import api
-    from autodeploy.model import resolve_model
+    from autodeploy.intake import resolve_model
 
     shapes = parse_flags(["x=1x3x16x24", "x=1x3x16x48"])
     resolved = resolve_model(str(model), None)

@@ -1,4 +1,5 @@
-"""The library entry points: :func:`bench`, :func:`tune` and :func:`export`, the pipelines the CLI calls.
+"""The library entry points: :func:`bench`, :func:`tune`, :func:`export`, :func:`gate`, :func:`run_bundle`
+and :func:`quantize`, the pipelines the CLI calls.
 
 Each reads top to bottom as named steps (resolve the model, probe the device, prepare the
 data, run, store) and returns typed records. Failures of the user's input raise
@@ -20,7 +21,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,14 +29,16 @@ from typing import TYPE_CHECKING, Any
 from autodeploy import verdict
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.data import Dataset, inputs_record, load_source, shapes_from_data
+from autodeploy.data import Dataset, inputs_record, shapes_from_data
 from autodeploy.device import DeviceInfo, probe_device
 from autodeploy.errors import DataError, UsageError
+from autodeploy.gate.stats import ALPHA, MIN_ROUNDS
 from autodeploy.harness.result import TrialResult
 from autodeploy.harness.run import SYNTHETIC_NOTE, HarnessSettings, PreparedData, prepare_data, run_trial
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.images import Preprocess
-from autodeploy.model import ModelInfo, ResolvedModel, display_name, resolve_model
+from autodeploy.intake import ResolvedModel, choose_inputs, load_source, resolve_model
+from autodeploy.model import ModelInfo, display_name
 from autodeploy.search import config as study_config
 from autodeploy.search.config import StudyConfig
 from autodeploy.shapes import ShapeCase, ShapeSet
@@ -43,11 +46,20 @@ from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 if TYPE_CHECKING:
     from autodeploy.bundle.export import Source
+    from autodeploy.gate.core import GateResult
+    from autodeploy.gate.measure import Arm
+    from autodeploy.harness.load import Load
+    from autodeploy.harness.result import LatencyStats
+    from autodeploy.inhouse.passes import PipelineReport
+    from autodeploy.inhouse.quantize import QuantReport
     from autodeploy.results_db.store import Store
     from autodeploy.search.study import Reporter, StudySummary
 
 __all__ = [
     "FORMATS",
+    "BundleRun",
+    "GateRun",
+    "Quantized",
     "StoredTrial",
     "bench",
     "bench_shapes",
@@ -55,6 +67,9 @@ __all__ = [
     "default_study_name",
     "export",
     "find_source",
+    "gate",
+    "quantize",
+    "run_bundle",
     "tune",
     "tune_per_shape",
 ]
@@ -581,6 +596,309 @@ def find_source(
         return exporter.study_winner(store, study if isinstance(study, str) else study.name)
 
 
+# -- gate ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GateRun:
+    """What :func:`gate` returns: the verdict (``result.exit_code`` is the CI's exit status), and
+    where it was stored (``id`` and ``db``: ``None`` when not stored)."""
+
+    result: GateResult
+    id: int | None = None
+    db: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return self.result.exit_code
+
+
+def gate(
+    baseline: str | Path,
+    candidate: str | Path,
+    *,
+    max_regression: float = 0.05,
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+    rounds: int = 16,
+    min_samples: int = MIN_ROUNDS,
+    alpha: float = ALPHA,
+    metrics: Sequence[str] = (),
+    against_db: bool = False,
+    engine: str = registry.BASELINE_ENGINE,
+    precision: str = "fp32",
+    batch: int = 1,
+    threads: int = 1,
+    shapes: Shapes | None = None,
+    data: str | Path | Dataset | None = None,
+    preprocess: Preprocess | None = None,
+    reference_model: str | Path | None = None,
+    calls: int = 100,
+    duration_s: float = 0.1,
+    timeout_s: float = 300.0,
+    store: bool = True,
+    db: str | Store | None = None,
+    seed: int = 0,
+    cache: Path | None = None,
+    progress: Progress | None = None,
+    command: str | None = None,
+) -> GateRun:
+    """Gate ``candidate`` against ``baseline``: interleaved A/B worker runs on this machine, a statistical verdict.
+
+    Args:
+        baseline, candidate: an ``.onnx`` path, ``zoo:NAME``, or a bundle folder or ``.tar.gz``.
+        max_regression: the largest tolerated latency increase, relative (0.05: 5%).
+        max_accuracy_drop: the largest tolerated accuracy drop, absolute on a 0..1 score.
+        rounds: worker runs per side, interleaved A B, B A, ...
+        min_samples: fewer runs per side than this is inconclusive (at least 2: a rank test needs two).
+        alpha: the significance level for the whole family of metrics.
+        metrics: latency metrics per run (``autodeploy.gate.core.LATENCY_METRICS``; default p10 and median).
+        against_db: compare the candidate with the stored trials of the baseline's model and config on
+            this device; the baseline is not run (weaker: drift between then and now is not cancelled).
+        engine, precision, batch, threads: the config of model arms (bundles use their own).
+        shapes, data, preprocess: as for :func:`bench`, for model arms.
+        reference_model: the source ONNX model of a bundle arm, for its accuracy reference.
+        calls, duration_s: timed calls and seconds per run, at least.
+        timeout_s: seconds before a worker is killed.
+        store: store the gate run (for the dashboard); ``db`` is opened also for ``against_db``.
+        seed: the seed of synthetic inputs and of the bootstrap.
+        progress: told each phase (``"baseline round 3/16"``).
+        command: what to record as the command that reproduces it (default: this call).
+
+    Raises:
+        UsageError, ModelError, DataError, UnsupportedConfigError, BundleError: the input is wrong
+            (the CLI's exit 64).
+        AutodeployError: anything else that stopped the gate: an engine, the reference, the store (exit 70).
+    """
+    from autodeploy.gate.core import DEFAULT_METRICS, LATENCY_METRICS, GateSettings, run_gate
+    from autodeploy.gate.stats import Criteria
+    from autodeploy.results_db.store import DeviceRecord
+
+    report = progress or _silent
+    metrics = tuple(metrics) or DEFAULT_METRICS
+    unknown = [m for m in metrics if m not in LATENCY_METRICS]
+    if unknown:
+        raise UsageError(f"unknown --metric {', '.join(unknown)}", fix=f"choose from {', '.join(LATENCY_METRICS)}")  # fmt: skip
+    if min_samples < 2:
+        raise UsageError("--min-samples must be >= 2: a rank test needs two runs per side", fix="--min-samples 2")  # fmt: skip
+    command = command or _python_call("gate", str(baseline), str(candidate), engine=engine, precision=precision,
+                                      batch=batch, threads=threads, against_db=against_db)  # fmt: skip
+    # 1. what is judged and how: the criteria, the rounds, the timing of each worker run
+    criteria = Criteria(max_regression=max_regression, max_accuracy_drop=max_accuracy_drop, alpha=alpha,
+                        min_rounds=min_samples, seed=seed)  # fmt: skip
+    settings = GateSettings(rounds=rounds, metrics=metrics, criteria=criteria, against_db=against_db)
+    policy = TimingPolicy(warmup_min_calls=10, warmup_max_s=2.0, min_samples=calls, min_duration_s=duration_s,
+                          max_duration_s=max(30.0, 4 * duration_s))  # fmt: skip
+    cache = cache or cache_dir()
+    harness = HarnessSettings(workdir=cache / "work", policy=policy, timeout_s=timeout_s, seed=seed)
+    config = TrialConfig(engine=engine, precision=precision, batch=batch, threads=threads)
+    device = probe_device()
+    with ExitStack() as stack:
+        # 2. the store first: a bad database fails in a second, not after the rounds
+        opened = stack.enter_context(_store(db)) if store or against_db else None
+        # 3. both arms, each checked to run here before any worker starts
+        arms = _gate_arms((str(baseline), str(candidate)), config, harness, shapes=shapes, data=data,
+                          preprocess=preprocess, reference_model=reference_model, cache=cache, progress=report,
+                          stack=stack)  # fmt: skip
+        for arm in arms:
+            if arm.kind == "model":
+                registry.get(arm.config.engine).check(device, arm.model, arm.config)
+                arm.model.input_shape(arm.model.inputs[0].name, arm.config.batch)
+        # 4. measure and judge
+        report("starting")
+        result = run_gate(*arms, settings, harness, device=device, store=opened, progress=report)
+        # 5. store it for the dashboard
+        if opened is None or not store:
+            return GateRun(result)
+        gate_id = opened.add_gate_run(result.to_record(), device=DeviceRecord.of(device), command=command)
+        return GateRun(result, gate_id, opened.url)
+
+
+def _gate_arms(refs: tuple[str, str], config: TrialConfig, harness: HarnessSettings, *, shapes: Shapes | None,
+               data: str | Path | Dataset | None, preprocess: Preprocess | None,
+               reference_model: str | Path | None, cache: Path, progress: Progress, stack: ExitStack,
+               ) -> list[Arm]:  # fmt: skip
+    """The baseline and candidate arms. Model arms first: a bundle arm's accuracy reference is the
+    other arm's model when that is the bundle's source model (``--baseline model.onnx --candidate BUNDLE``)."""
+    from autodeploy import bundle
+    from autodeploy.gate.measure import bundle_arm, model_arm
+    from autodeploy.model import load_model
+
+    fixed = {k: tuple(v) for k, v in (shapes or {}).items()}
+    roles = dict(zip(("baseline", "candidate"), refs, strict=True))
+    models = {}
+    for role, ref in roles.items():
+        if not (Path(ref).is_dir() or ref.endswith((".tar.gz", ".tgz"))):  # a bundle folder or archive
+            resolved = resolve_model(ref, fixed, cache_dir=cache, progress=progress)
+            inputs = choose_inputs(resolved.info, load_source(data, resolved.info, preprocess), resolved,
+                                   items=harness.calibration_items + harness.evaluation_items, seed=harness.seed)  # fmt: skip
+            models[role] = model_arm(role, ref, resolved.info, config, data=inputs.data,
+                                     calibration=inputs.calibration)  # fmt: skip
+    arms = []
+    for role, ref in roles.items():
+        if role in models:
+            arms.append(models[role])
+            continue
+        root = stack.enter_context(bundle.opened(Path(ref)))
+        reference = load_model(reference_model, fixed) if reference_model else None
+        others = [arm.model for arm in models.values()]
+        arms.append(bundle_arm(role, ref, root, reference_model=reference, others=others))
+    return arms
+
+
+# -- bundle run ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BundleRun:
+    """A bundle timed on this machine (:func:`run_bundle`), beside what its manifest recorded."""
+
+    manifest: dict[str, Any]
+    device: DeviceInfo  # this machine
+    stats: LatencyStats  # per call, here
+    warmup_calls: int
+    throughput: float  # items/s, here
+    load: Load | None  # how busy this machine was while it was timed
+    warnings: tuple[str, ...]  # the loader's (another engine version, another device)
+
+    @property
+    def same_device(self) -> bool:
+        return self.device.fingerprint == self.manifest["device"]["fingerprint"]
+
+
+def run_bundle(
+    path: str | Path,
+    *,
+    data: str | Path | Dataset | None = None,
+    preprocess: Preprocess | None = None,
+    timing: TimingPolicy | None = None,
+    allow_other_version: bool = False,
+    trust: str | Path | None = None,
+    quiet: Callable[[], AbstractContextManager[None]] = nullcontext,
+    progress: Progress | None = None,
+) -> BundleRun:
+    """Load the bundle at ``path`` (a folder or ``.tar.gz``; verified first), time it here, in this process.
+
+    Args:
+        data: inputs as for :func:`bench` (default synthetic); images are preprocessed as the bundle was
+            measured (its manifest's ``inputs``) unless ``preprocess`` is given.
+        timing: warm-up and sample counts (default: 64 samples and 2 s at least, 60 s at most).
+        allow_other_version: run under another engine version than benchmarked (the result warns).
+        trust: a PEM public key: the bundle's signature must verify with it.
+        quiet: wraps loading the engine and its first call (the CLI hides the engines' native log lines).
+        progress: told each phase.
+
+    Raises:
+        BundleError: a file is missing or changed, the signature does not verify, or it cannot run here.
+        DataError: the data does not fit the bundle's model.
+    """
+    from autodeploy.bundle import loader, opened
+    from autodeploy.harness.stats import summarize
+    from autodeploy.harness.timing import time_calls
+
+    report = progress or _silent
+    with opened(path) as root:
+        # 1. verify and open it
+        with quiet():
+            predictor = loader.load(root, allow_other_version=allow_other_version, trust=trust)
+        with predictor:
+            # 2. one batch of inputs, as it was measured
+            manifest = predictor.manifest
+            feeds = _bundle_feeds(manifest, root, data, preprocess)
+            with quiet():  # some engines (LiteRT) create their delegates on the first call
+                predictor.run(feeds)
+            # 3. time it
+            report(f"timing {path} ({len(next(iter(feeds.values())))} items per call)")
+            timed = time_calls(lambda: predictor.run(feeds), timing or TimingPolicy())
+    batch = manifest["settings"]["batch"]
+    throughput = batch * len(timed.samples_ns) / (timed.samples_ns.sum() / 1e9)
+    return BundleRun(manifest, probe_device(), summarize(timed.samples_ns), timed.warmup_calls, throughput,
+                     timed.load, tuple(predictor.warnings))  # fmt: skip
+
+
+def _bundle_feeds(manifest: dict[str, Any], root: Path, data: str | Path | Dataset | None,
+                  preprocess: Preprocess | None) -> dict[str, Any]:  # fmt: skip
+    """One batch at the bundle's batch size: the user's first items (images preprocessed by ``preprocess``,
+    else as the bundle was measured), or synthetic ones."""
+    from autodeploy import images
+
+    model, shapes = manifest["model"], manifest.get("shapes") or {}
+    info = ModelInfo.from_dict({**model, "path": str(root), "opset": 0, "external_files": [],
+                                "batch_axes": shapes.get("batch_axes") or {}})  # fmt: skip
+    measured = (manifest.get("inputs") or {}).get("preprocess")
+    if preprocess is None and measured and data is not None and not isinstance(data, Dataset):
+        is_images = str(data) == images.SAMPLE_IMAGES or images.is_image_folder(Path(data))
+        preprocess = Preprocess.from_dict(measured) if is_images else None
+    batch = manifest["settings"]["batch"]
+    inputs = choose_inputs(info, load_source(data, info, preprocess), items=batch)
+    return inputs.data.batches(batch, {s.name: info.batch_axis(s.name) for s in info.inputs})[0]
+
+
+# -- inhouse quantize ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Quantized:
+    """What :func:`quantize` wrote and did: the QDQ model, the graph passes' report, the quantizer's."""
+
+    path: Path
+    passes: PipelineReport
+    quantization: QuantReport
+
+
+def quantize(
+    model: str | Path,
+    output: str | Path,
+    *,
+    calibration: str = "percentile",
+    symmetric: bool = False,
+    fallback: bool = True,
+    reduce_range: bool = False,
+    budget: float = DEFAULT_MAX_ACCURACY_DROP,
+    bias_correction: bool = True,
+    data: str | Path | Dataset | None = None,
+    preprocess: Preprocess | None = None,
+    items: int = 64,
+    timeout_s: float = 1800.0,
+    memory_cap_mb: int | None = None,
+    cache: Path | None = None,
+    progress: Progress | None = None,
+) -> Quantized:
+    """Optimize ``model`` with the graph passes, then quantize it to QDQ INT8 (the in-house engine's
+    build chain), in a worker under a timeout and memory cap; write it to ``output``.
+
+    Args:
+        calibration: ``minmax``, ``percentile`` or ``entropy``.
+        symmetric: symmetric int8 activations.
+        fallback: keep sensitive layers in float to meet ``budget`` on the calibration data.
+        reduce_range: 7-bit weights (for ONNX Runtime on x86 CPUs without VNNI).
+        budget: the accuracy budget per output, judged as :func:`bench` judges each output.
+        bias_correction: subtract each Conv/Gemm's mean int8 output shift from its bias.
+        data, preprocess: the calibration data as for :func:`bench` (default: the zoo model's own
+            calibration split, else ``items`` synthetic items).
+        timeout_s, memory_cap_mb: bounds of the worker (as ``build_timeout_s``; default cap 75% of RAM).
+        progress: told each phase of the worker (optimizing, calibrating, quantizing).
+
+    Raises:
+        BuildError: the worker failed, ran out of time or memory; nothing was written.
+        ModelError, DataError, UsageError: the model, the data or a setting is unusable.
+    """
+    from autodeploy.harness.run import quantize_in_worker
+    from autodeploy.inhouse.quantize import QuantConfig
+
+    report = progress or _silent
+    # 1. the model and what calibrates it: the user's data, else the zoo model's own, else synthetic
+    resolved = resolve_model(model, None, cache_dir=cache or cache_dir(), progress=report)
+    given = load_source(data, resolved.info, preprocess)
+    inputs = choose_inputs(resolved.info, given, resolved, items=items, seed=1)
+    # 2. the passes, then the quantizer, in a worker; the model is written only when it succeeded
+    config = QuantConfig(calibration=calibration, activation_symmetric=symmetric, reduce_range=reduce_range,
+                         accuracy_budget=budget if fallback else None, bias_correction=bias_correction)  # fmt: skip
+    output = Path(output)
+    passes, quantization = quantize_in_worker(resolved.info, inputs.for_calibration, config, output,
+                                              timeout_s=timeout_s, memory_cap_mb=memory_cap_mb, progress=report)  # fmt: skip
+    return Quantized(output, passes, quantization)
+
+
 # -- steps shared by the pipelines ----------------------------------------------------------
 
 
@@ -679,10 +997,10 @@ def _preprocess_of(cfg: StudyConfig) -> Preprocess | None:
 def _prepare_data(resolved: ResolvedModel, info: ModelInfo, settings: HarnessSettings, data: Dataset | None,
                   pins: Mapping[str, float] | None = None) -> PreparedData:  # fmt: skip
     """Save the inputs for the workers: the user's data, else the zoo model's own, else synthetic."""
-    if data is None:
-        return prepare_data(info, settings, data=resolved.data, calibration=resolved.calibration,
-                            pins=dict(pins) if pins else None)  # fmt: skip
-    return prepare_data(info, settings, data=data, pins=dict(pins) if pins else None)
+    items = settings.calibration_items + settings.evaluation_items
+    inputs = choose_inputs(info, data, resolved, items=items, seed=settings.seed, pins=pins)
+    return prepare_data(info, settings, data=inputs.data, calibration=inputs.calibration,
+                        made=inputs.synthetic)  # fmt: skip
 
 
 def _screening_settings(cfg: StudyConfig, workdir: Path) -> HarnessSettings:

@@ -223,24 +223,6 @@ def _npz_declared_bytes(npz: Any) -> int:
     return total
 
 
-def load_source(source: str | Path | Dataset | None, model: ModelInfo,
-                preprocess: Preprocess | None = None) -> Dataset | None:  # fmt: skip
-    """``--data`` as every command takes it (bench, tune, bundle run, inhouse quantize, gate):
-    ``None`` without a source (the caller's default inputs), else :func:`load_data`.
-
-    Raises:
-        DataError: the data does not fit the model, or image preprocessing was given without images.
-    """
-    from autodeploy.images import Preprocess
-
-    if source is None:
-        if preprocess is not None and preprocess != Preprocess():
-            raise DataError("image preprocessing (layout, channels, mean, scale) was given without image data",
-                            fix="add --data FOLDER_OF_IMAGES or --data sample:images")  # fmt: skip
-        return None
-    return source if isinstance(source, Dataset) else load_data(source, model, preprocess)
-
-
 def inputs_record(source: str | Path | Dataset | None, preprocess: Preprocess | None,
                   default: Mapping[str, object] | None = None) -> dict[str, object]:  # fmt: skip
     """What a trial was fed, as stored with it and written into its bundle: ``{"data": ..., "preprocess": ...}``.
@@ -251,22 +233,6 @@ def inputs_record(source: str | Path | Dataset | None, preprocess: Preprocess | 
         return dict(default) if default is not None else {"data": "synthetic", "preprocess": None}
     data = f"<{len(source)} items given in Python>" if isinstance(source, Dataset) else str(source)
     return {"data": data, "preprocess": preprocess.to_dict() if preprocess is not None else None}
-
-
-def load_data(source: str | Path, model: ModelInfo, preprocess: Preprocess | None = None) -> Dataset:
-    """The user's inputs from ``--data``: ``sample:images``, a folder of images (preprocessed as
-    :mod:`autodeploy.images` says), a ``.npz`` file, a ``.npy`` file or a folder of ``NAME.npy``."""
-    from autodeploy import images
-
-    if str(source) == images.SAMPLE_IMAGES:
-        return images.sample_images(model, preprocess or images.Preprocess())
-    path = Path(source)
-    if images.is_image_folder(path):
-        return images.load_image_folder(path, model, preprocess or images.Preprocess())
-    if preprocess is not None and preprocess != images.Preprocess():
-        raise DataError(f"--data {path} holds arrays, and image preprocessing (layout, channels, mean, scale) "
-                        "applies to images only", fix="preprocess the arrays yourself, or give a folder of images")  # fmt: skip
-    return load_user_data(path, model)
 
 
 def load_user_data(path: str | Path, model: ModelInfo) -> Dataset:

@@ -13,6 +13,7 @@ own (0 pass, 1 fail, 2 inconclusive, 64 bad input, 70 could not run).
 from __future__ import annotations
 
 import errno
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -90,22 +91,18 @@ class MissingExtraError(UsageError):
     """An optional dependency is not installed; the fix names the extra that brings it."""
 
     @classmethod
-    def of(cls, error: ModuleNotFoundError) -> MissingExtraError | None:
-        """The install hint for ``error``, or ``None`` when the module is not part of an extra (a bug)."""
+    def of(cls, error: ModuleNotFoundError, extras: Mapping[str, str] = EXTRAS) -> MissingExtraError | None:
+        """The install hint for ``error``, or ``None`` when the module is not part of an extra (a bug).
+
+        ``extras`` maps top-level modules to their extra; the engines' own are added by
+        :func:`autodeploy.adapters.registry.missing_extra`, which the CLI calls.
+        """
         module = (error.name or "").split(".")[0]
-        extra = EXTRAS.get(module) or _engine_extra(module)
+        extra = extras.get(module)
         if extra is None:
             return None
         return cls(f"{module} is not installed (it comes with the '{extra}' extra)",
                    fix=f"pip install 'autodeploy[{extra}]'")  # fmt: skip
-
-
-def _engine_extra(module: str) -> str | None:
-    """The extra of the engine whose :attr:`~autodeploy.adapters.base.Engine.modules` hold ``module``."""
-    # Imported here: every module imports errors, and the registry imports the adapters.
-    from autodeploy.adapters import registry
-
-    return next((e.extra for e in registry.all_engines() if module in e.modules and e.extra), None)
 
 
 #: ``errno`` values that mean the destination cannot take the bytes (full disk, quota, file size

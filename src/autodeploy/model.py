@@ -15,18 +15,15 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from autodeploy import formats
 from autodeploy.errors import ModelError, ShapeError
-
-if TYPE_CHECKING:
-    from autodeploy.data import Dataset
 
 Dim = int | str | None  # a static size, a named dynamic dim, or an unnamed dynamic dim
 
@@ -368,17 +365,8 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-@dataclass(frozen=True)
-class ResolvedModel:
-    """A model reference resolved: the loaded model, and a zoo model's own labelled data."""
-
-    info: ModelInfo
-    data: Dataset | None = None  # a zoo model's own labelled evaluation data
-    calibration: Dataset | None = None
-
-
 def display_name(ref: str | Path) -> str:
-    """The display name :func:`resolve_model` gives ``ref``: ``zoo:NAME``, else the file's stem."""
+    """The display name :func:`autodeploy.intake.resolve_model` gives ``ref``: ``zoo:NAME``, else the file's stem."""
     from autodeploy import zoo
 
     name = zoo.parse_ref(str(ref))
@@ -403,48 +391,6 @@ def _load_other(path: Path, kind: str, name: str | None) -> ModelInfo:
     return ModelInfo(path=path.resolve(), name=name or path.stem,
                      sha256=_sha256(path.resolve(), path.parent, external), inputs=inputs, outputs=outputs,
                      opset=0, external_files=external, notes=(note,), format=kind)  # fmt: skip
-
-
-def resolve_model(
-    ref: str | Path,
-    shapes: Mapping[str, Sequence[int]] | None = None,
-    *,
-    cache_dir: Path | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> ResolvedModel:
-    """Load ``PATH.onnx`` or ``zoo:NAME`` (built on first use), with the zoo's dataset if it has one.
-
-    Args:
-        ref: an ``.onnx`` path or ``zoo:NAME``.
-        shapes: fixed input shapes, ``{name: (1, 3, 224, 224)}``.
-        cache_dir: where zoo models are cached (default ``$AUTODEPLOY_CACHE`` or the user cache folder).
-        progress: told when a zoo model is being built (the first use takes a while).
-
-    Raises:
-        ModelError: the file is missing, not ONNX, truncated, invalid or unsafe.
-        ShapeError: a fixed shape does not fit.
-        UsageError: ``zoo:NAME`` names no zoo model.
-    """
-    from autodeploy import zoo
-    from autodeploy.data import Dataset
-
-    fixed = {k: tuple(v) for k, v in (shapes or {}).items()}
-    name = zoo.parse_ref(str(ref))
-    if name is None:
-        return ResolvedModel(load_model(ref, fixed))
-    if progress is not None:
-        progress(f"building zoo:{name} (first use only)")
-    path = zoo.get(name, cache_dir)
-    dataset = zoo.dataset(name, cache_dir)
-    info = load_model(path, fixed, name=f"zoo:{name}")
-    if dataset is None:
-        return ResolvedModel(info)
-    calibration = dataset.get("calibration")
-    return ResolvedModel(
-        info,
-        Dataset(dataset["inputs"], dataset.get("labels")),
-        Dataset(calibration) if calibration is not None else None,
-    )
 
 
 def _check_external_data(proto: Any, path: Path) -> tuple[str, ...]:

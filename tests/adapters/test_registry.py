@@ -51,7 +51,5 @@ def test_import_autodeploy_and_cli_import_no_engine():
 @pytest.mark.parametrize("module, extra", [("nncf", "openvino"), ("tf_keras", "tflite"), ("cuda", "tensorrt"),
                                            ("sklearn", "zoo")])  # fmt: skip
 def test_a_missing_module_names_the_extra_its_engine_declares(module, extra):
-    from autodeploy.errors import MissingExtraError
-
-    error = MissingExtraError.of(ModuleNotFoundError(f"No module named {module!r}", name=f"{module}.sub"))
+    error = registry.missing_extra(ModuleNotFoundError(f"No module named {module!r}", name=f"{module}.sub"))
     assert error is not None and f"pip install 'autodeploy[{extra}]'" in str(error)

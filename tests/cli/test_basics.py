@@ -61,10 +61,10 @@ def test_a_missing_extra_is_one_line_with_the_install_command(env, capsys, monke
 
 
 def test_a_module_outside_every_extra_is_a_bug_and_keeps_its_traceback(monkeypatch):
+    from autodeploy.adapters import registry
     from autodeploy.cli import app
-    from autodeploy.errors import MissingExtraError
 
-    assert MissingExtraError.of(ModuleNotFoundError("no", name="numpy")) is None
+    assert registry.missing_extra(ModuleNotFoundError("no", name="numpy")) is None
 
     def broken(*_a, **_k):
         raise ModuleNotFoundError("No module named 'not_ours'", name="not_ours")

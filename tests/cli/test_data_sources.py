@@ -12,9 +12,9 @@ import pytest
 
 import autodeploy
 from autodeploy.cli import _common
-from autodeploy.data import load_data
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.images import Preprocess
+from autodeploy.intake import load_data
 from autodeploy.model import load_model
 from autodeploy.zoo.cnn import tiny_cnn
 from tests.cli_runner import run_cli
@@ -46,7 +46,7 @@ def env(tmp_path, monkeypatch):
 
 
 def test_a_bundle_records_what_it_was_measured_on_and_runs_images_the_same_way(env, capsys):
-    from autodeploy.cli.bundle import _feeds
+    from autodeploy.api import _bundle_feeds as feeds
 
     tmp_path, model, folder, db = env
     (trial,) = autodeploy.bench_shapes(model, threads=1, data=folder, preprocess=IMAGENET, timing=FAST, db=db)
@@ -57,11 +57,11 @@ def test_a_bundle_records_what_it_was_measured_on_and_runs_images_the_same_way(e
     assert f"Measured on inputs: {folder} (NCHW, RGB, mean [123.675, 116.28, 103.53]" in (bundle / "README.md").read_text()
     # no flag: images are fed as measured; a flag replaces the recorded preprocessing; arrays never get it
     want = load_data(folder, load_model(model), IMAGENET).inputs["input"][:1]
-    np.testing.assert_array_equal(_feeds(manifest, bundle, str(folder), (None, False, None, None))["input"], want)
-    raw = _feeds(manifest, bundle, str(folder), ("NCHW", False, None, None))["input"]
+    np.testing.assert_array_equal(feeds(manifest, bundle, str(folder), None)["input"], want)
+    raw = feeds(manifest, bundle, str(folder), Preprocess("NCHW"))["input"]
     assert raw.max() > 100 and not np.array_equal(raw, want)  # pixels 0..255, no mean/scale
     np.savez(tmp_path / "a.npz", input=want)
-    np.testing.assert_array_equal(_feeds(manifest, bundle, str(tmp_path / "a.npz"), (None, False, None, None))["input"], want)
+    np.testing.assert_array_equal(feeds(manifest, bundle, str(tmp_path / "a.npz"), None)["input"], want)
     code, out, err = run_cli(capsys, "bundle", "run", str(bundle), "--data", str(folder), "--min-samples", "8",
                              "--min-duration", "0.05")  # fmt: skip
     assert code == 0, err

@@ -116,7 +116,7 @@ def test_a_folder_with_more_images_than_the_cap_is_refused_before_reading_one(en
 
 def test_images_that_would_not_fit_in_memory_as_fed_are_refused(env, monkeypatch):
     from autodeploy import data
-    from autodeploy.data import load_data
+    from autodeploy.intake import load_data
 
     model = image_model(str(env / "m.onnx"), ["N", 3, 8, 8])
     for i in range(3):
@@ -129,7 +129,7 @@ def test_images_that_would_not_fit_in_memory_as_fed_are_refused(env, monkeypatch
 
 
 def test_an_honest_npy_still_loads(env):
-    from autodeploy.data import load_data
+    from autodeploy.intake import load_data
     from autodeploy.model import load_model
 
     model = load_model(mlp(env / "m.onnx"))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
-from autodeploy.errors import UnknownEngineError
+from autodeploy.errors import EXTRAS, MissingExtraError, UnknownEngineError
 
 if TYPE_CHECKING:
     from autodeploy.device import DeviceInfo
@@ -124,3 +124,14 @@ class MissingEngine(Engine):
 
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
         raise UnknownEngineError(self.reason)
+
+
+def missing_extra(error: ModuleNotFoundError) -> MissingExtraError | None:
+    """The install hint for a missing module: the extra that brings it (the table in
+    :mod:`autodeploy.errors`, else the engine whose ``modules`` hold it), or ``None`` (a bug)."""
+    extras: dict[str, str] = {}
+    for engine in all_engines():
+        for module in engine.modules:
+            if engine.extra:
+                extras.setdefault(module, engine.extra)
+    return MissingExtraError.of(error, {**extras, **EXTRAS})

@@ -19,10 +19,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
-from autodeploy import model
+from autodeploy import intake
 from autodeploy.api import cache_dir
 from autodeploy.errors import UsageError
-from autodeploy.model import ResolvedModel
+from autodeploy.intake import ResolvedModel
 from autodeploy.units import fmt_ms, fmt_ms_ci, fmt_pct
 
 __all__ = ["DataOption", "Format", "FormatOption", "ResolvedModel", "cache_dir", "command_line", "emit", "err", "fmt_ms",
@@ -121,9 +121,9 @@ def shown(value: object) -> str:
 
 
 def resolve_model(ref: str, shapes: dict[str, tuple[int, ...]]) -> ResolvedModel:
-    """:func:`autodeploy.model.resolve_model`, with a spinner while a zoo model is built."""
+    """:func:`autodeploy.intake.resolve_model`, with a spinner while a zoo model is built."""
     with spinner() as show:
-        return model.resolve_model(ref, shapes, progress=show)
+        return intake.resolve_model(ref, shapes, progress=show)
 
 
 @contextmanager
@@ -225,13 +225,13 @@ MetricDropOption = Annotated[float | None, typer.Option(help="Largest drop of --
 def data_of(source: str | None, info: Any, layout: str | None, reverse: bool, mean: str | None, scale: str | None,
             *, default: Any = None) -> Any:  # fmt: skip
     """The :class:`~autodeploy.data.Dataset` that ``--data`` and the preprocessing flags give
-    (:func:`autodeploy.data.load_source`, the path bench and tune take), or ``None`` without ``--data``.
+    (:func:`autodeploy.intake.load_source`, the path bench and tune take), or ``None`` without ``--data``.
 
     ``default`` is the :class:`~autodeploy.images.Preprocess` for images when no flag is given (a
     bundle's, as it was measured); arrays never get it.
     """
     from autodeploy import images
-    from autodeploy.data import load_source
+    from autodeploy.intake import load_source
 
     preprocess = preprocess_of(layout, reverse, mean, scale)
     if preprocess is None and source is not None and default is not None:

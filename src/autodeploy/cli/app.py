@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from autodeploy.adapters import registry
 from autodeploy.cli import (
     bench,
     bundle,
@@ -23,7 +24,7 @@ from autodeploy.cli import (
     zoo,
 )
 from autodeploy.cli._common import err, quiet_engines, shown
-from autodeploy.errors import AutodeployError, MissingExtraError, UsageError
+from autodeploy.errors import AutodeployError, UsageError
 
 if TYPE_CHECKING:  # Typer >= 0.20 vendors its own click; older Typer uses the click package
     from typer.core import TyperCommand as Command
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     except AutodeployError as error:
         _die(error)
     except ModuleNotFoundError as error:  # an optional extra is missing: one line with the pip command
-        missing = MissingExtraError.of(error)
+        missing = registry.missing_extra(error)
         if missing is None:
             raise  # not an extra: a bug, keep the traceback
         _die(missing)

@@ -16,13 +16,14 @@ from autodeploy.cli._common import (
     MeanOption,
     ReverseOption,
     ScaleOption,
-    data_of,
     emit,
     engine_noise,
     err,
     fmt_ms,
     out,
+    preprocess_of,
     shown,
+    spinner,
 )
 from autodeploy.errors import UsageError
 from autodeploy.harness.load import UNDER_LOAD_CORES, Load
@@ -166,27 +167,18 @@ def run(
     Without --data the inputs are synthetic. Images (--data FOLDER or sample:images) are preprocessed
     as the bundle was measured (its manifest's ``inputs``) unless a preprocessing flag is given.
     """
-    from autodeploy.bundle import loader, opened
-    from autodeploy.device import probe_device
-    from autodeploy.harness.stats import summarize
-    from autodeploy.harness.timing import TimingPolicy, time_calls
+    from autodeploy import api
+    from autodeploy.harness.timing import TimingPolicy
 
     policy = TimingPolicy(min_samples=min_samples, min_duration_s=min_duration, max_duration_s=max_duration)
-    with opened(path) as root:
-        with engine_noise():
-            predictor = loader.load(root, allow_other_version=allow_other_version, trust=trust)
-        with predictor:
-            m = predictor.manifest
-            feeds = _feeds(m, root, data, (layout, reverse_input_channels, mean_values, scale_values))
-            with engine_noise():  # some engines (LiteRT) create their delegates on the first call
-                predictor.run(feeds)
-            with err.status(f"timing {shown(str(path))} ({len(next(iter(feeds.values())))} items per call)"):
-                timed = time_calls(lambda: predictor.run(feeds), policy)
-    for warning in predictor.warnings:
+    with spinner() as show:
+        run = api.run_bundle(path, data=data, timing=policy, allow_other_version=allow_other_version, trust=trust,
+                             preprocess=preprocess_of(layout, reverse_input_channels, mean_values, scale_values),
+                             quiet=engine_noise, progress=show)  # fmt: skip
+    for warning in run.warnings:
         err.print(f"[yellow]warning[/]: {shown(warning)}")
-    here, stats, meas = probe_device(), summarize(timed.samples_ns), m["measurements"]
-    batch = m["settings"]["batch"]
-    throughput = batch * len(timed.samples_ns) / (timed.samples_ns.sum() / 1e9)
+    m, stats, meas = run.manifest, run.stats, run.manifest["measurements"]
+    batch, here = m["settings"]["batch"], run.device
     table = Table(
         title=shown(f"{m['model']['name']}  {m['engine']['name']}/{m['settings']['precision']}/b{batch}")
     )
@@ -197,19 +189,19 @@ def run(
     for label, theirs, ours in (("median", meas["median_ms"], stats.median), ("p90", meas["p90_ms"], stats.p90),
                                 ("p99", meas["p99_ms"], stats.p99)):  # fmt: skip
         table.add_row(label, fmt_ms(theirs), fmt_ms(ours), _compared(ours, theirs, lower_is_faster=True))
-    table.add_row("throughput", f"{meas['throughput'] or 0:.1f} items/s", f"{throughput:.1f} items/s",
-                  _compared(throughput, meas["throughput"], lower_is_faster=False))  # fmt: skip
-    table.add_row("samples", shown(meas["n_samples"]), f"{stats.n} (+{timed.warmup_calls} warm-up)", "")
+    table.add_row("throughput", f"{meas['throughput'] or 0:.1f} items/s", f"{run.throughput:.1f} items/s",
+                  _compared(run.throughput, meas["throughput"], lower_is_faster=False))  # fmt: skip
+    table.add_row("samples", shown(meas["n_samples"]), f"{stats.n} (+{run.warmup_calls} warm-up)", "")
     theirs = Load.from_dict(meas["load"]) if meas.get("load") else None  # bundles exported before it was read: none
-    table.add_row("other processes' CPU", _cores(theirs), _cores(timed.load), "")
+    table.add_row("other processes' CPU", _cores(theirs), _cores(run.load), "")
     out.print(table)
-    busy = [f"{who} ({load.text()})" for who, load in (("this machine", timed.load), ("the manifest's run", theirs))
+    busy = [f"{who} ({load.text()})" for who, load in (("this machine", run.load), ("the manifest's run", theirs))
             if load is not None and load.under_load]  # fmt: skip
     if busy:
         err.print(f"[yellow]under load[/]: {' and '.join(busy)}: other processes kept more than {UNDER_LOAD_CORES} "
                   "of a core busy while it was timed, so the comparison above says more about the load than about the "
                   "bundle; run it again on a quiet machine", soft_wrap=True)  # fmt: skip
-    if here.fingerprint != m["device"]["fingerprint"]:
+    if not run.same_device:
         err.print(f"[yellow]note[/]: measured on another device ({shown(m['device']['cpu'])}); "
                   f"this is {shown(here.cpu_model)}")  # fmt: skip
 
@@ -264,32 +256,21 @@ def _export_of(db: str, digest: str) -> Any:
     return exports[-1]
 
 
-def _feeds(manifest: dict[str, Any], root: Path, data: str | None, flags: tuple[Any, ...]) -> dict[str, Any]:
-    """One batch at the bundle's batch size: the user's first items (images preprocessed by the flags
-    ``(layout, reverse, mean, scale)``, else as the bundle was measured), or synthetic ones."""
-    from autodeploy.data import synthetic
-    from autodeploy.images import Preprocess
-    from autodeploy.model import ModelInfo
-
-    model, shapes = manifest["model"], manifest.get("shapes") or {}
-    info = ModelInfo.from_dict({**model, "path": str(root), "opset": 0, "external_files": [],
-                                "batch_axes": shapes.get("batch_axes") or {}})  # fmt: skip
-    batch = manifest["settings"]["batch"]
-    measured = (manifest.get("inputs") or {}).get("preprocess")
-    dataset = data_of(data, info, *flags, default=Preprocess.from_dict(measured) if measured else None)
-    return (dataset or synthetic(info, batch)).batches(batch, {s.name: info.batch_axis(s.name) for s in info.inputs})[0]
-
-
 def _spec(s: dict[str, Any]) -> str:
     return f"{s['name']} {s['dtype']}[{'x'.join('?' if d is None else str(d) for d in s['shape'])}]"
 
 
 def _accuracy(acc: dict[str, Any] | None) -> str:
+    """The verdict and the worst output by the verdict's own rule (``verdict.worst``: furthest below its
+    limit, judged by what it is), not by cosine, which ranks a classifier's flipped top-1 as fine."""
+    from autodeploy import verdict
+    from autodeploy.harness.result import Accuracy
+
     if not acc:
         return "-"
-    worst = min(acc["outputs"], key=lambda o: o["cosine"])
-    top1 = "" if worst.get("top1_agreement") is None else f", top-1 agreement {worst['top1_agreement']:.2%}"
-    return f"{acc['constraint']}: {'pass' if acc['passed'] else 'FAIL'} (cosine {worst['cosine']:.6f}{top1}, {acc['n_samples']} items)"
+    accuracy = Accuracy.from_dict(acc)
+    return (f"{acc['constraint']}: {'pass' if acc['passed'] else 'FAIL'} (worst {verdict.worst(accuracy.outputs)}, "
+            f"{acc['n_samples']} items)")  # fmt: skip
 
 
 def _selection(selection: dict[str, Any] | None, source: dict[str, Any]) -> str:

@@ -14,9 +14,9 @@ from autodeploy.cli._common import (
     MeanOption,
     ReverseOption,
     ScaleOption,
-    data_of,
     err,
     out,
+    preprocess_of,
     resolve_model,
     shown,
     spinner,
@@ -112,32 +112,19 @@ def quantize(
     ] = None,
 ) -> None:
     """Optimize, then quantize to QDQ INT8 (runs in ONNX Runtime and OpenVINO) in a worker; print the report."""
-    from autodeploy.data import synthetic
-    from autodeploy.harness.run import quantize_in_worker
-    from autodeploy.inhouse.quantize import QuantConfig
+    from autodeploy import api
 
-    resolved = resolve_model(model, {})
-    user = data_of(data, resolved.info, layout, reverse_input_channels, mean_values, scale_values)
-    if user is not None:
-        cal = user
-    elif resolved.calibration is not None:
-        cal = resolved.calibration
-    else:
-        cal = synthetic(resolved.info, items, seed=1)
-    config = QuantConfig(
-        calibration=calibration,
-        activation_symmetric=symmetric,
-        reduce_range=reduce_range,
-        accuracy_budget=budget if fallback else None,
-        bias_correction=bias_correction,
-    )
+    preprocess = preprocess_of(layout, reverse_input_channels, mean_values, scale_values)
     try:
         with spinner() as show:  # the worker's phases: optimizing, then calibrating and quantizing
-            report, quant = quantize_in_worker(resolved.info, cal, config, output, timeout_s=timeout,
-                                               memory_cap_mb=memory_cap_mb, progress=show)  # fmt: skip
+            done = api.quantize(model, output, calibration=calibration, symmetric=symmetric, fallback=fallback,
+                                reduce_range=reduce_range, budget=budget, bias_correction=bias_correction, data=data,
+                                preprocess=preprocess, items=items, timeout_s=timeout, memory_cap_mb=memory_cap_mb,
+                                progress=show)  # fmt: skip
     except KeyboardInterrupt:  # the worker's process group is already killed
         err.print("interrupted: the worker was stopped and nothing was written")
         raise typer.Exit(130) from None
+    report, quant = done.passes, done.quantization
     _print_passes(report)
     table = Table(title=f"int8 quantization ({calibration}, {'symmetric' if symmetric else 'asymmetric'})")
     table.add_column("")

@@ -146,13 +146,15 @@ def prepare_data(
     data: Dataset | None = None,
     calibration: Dataset | None = None,
     pins: dict[str, float] | None = None,
+    made: bool = False,
 ) -> PreparedData:
     """Save calibration and evaluation inputs where workers read them.
 
     With ``data`` only, it is split (seeded) into calibration and evaluation; with neither,
-    synthetic inputs are made for both.
+    synthetic inputs are made for both. ``made``: ``data`` is synthetic too
+    (:func:`autodeploy.intake.choose_inputs` made it), and every result says so.
     """
-    made = data is None
+    made = made or data is None
     if data is None:
         total = settings.calibration_items + settings.evaluation_items
         data = synthetic(model, total, seed=settings.seed, pins=pins)

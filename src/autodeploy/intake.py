@@ -1,0 +1,140 @@
+"""What the user names, resolved: a model reference with its own data, ``--data``, and the default-data rule.
+
+Every command that runs a model takes inputs the same way: the user's ``--data``, else the zoo
+model's own labelled data, else synthetic inputs (labelled as such). :func:`choose_inputs` is that
+rule, once, for bench, tune, gate, bundle run and inhouse quantize.
+
+It sits above :mod:`autodeploy.model` (the ONNX file), :mod:`autodeploy.data` (arrays and
+``.npz``) and :mod:`autodeploy.images` (image folders), which do not import it: a reference that
+brings data and a ``--data`` that may hold images need all three.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autodeploy import images, zoo
+from autodeploy.data import DEFAULT_SEED, Dataset, load_user_data, synthetic
+from autodeploy.errors import DataError
+from autodeploy.model import ModelInfo, load_model
+
+if TYPE_CHECKING:
+    from autodeploy.images import Preprocess
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model reference resolved: the loaded model, and a zoo model's own labelled data."""
+
+    info: ModelInfo
+    data: Dataset | None = None  # a zoo model's own labelled evaluation data
+    calibration: Dataset | None = None
+
+
+def resolve_model(
+    ref: str | Path,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    *,
+    cache_dir: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ResolvedModel:
+    """Load ``PATH.onnx`` or ``zoo:NAME`` (built on first use), with the zoo's dataset if it has one.
+
+    Args:
+        ref: an ``.onnx`` path or ``zoo:NAME``.
+        shapes: fixed input shapes, ``{name: (1, 3, 224, 224)}``.
+        cache_dir: where zoo models are cached (default ``$AUTODEPLOY_CACHE`` or the user cache folder).
+        progress: told when a zoo model is being built (the first use takes a while).
+
+    Raises:
+        ModelError: the file is missing, not ONNX, truncated, invalid or unsafe.
+        ShapeError: a fixed shape does not fit.
+        UsageError: ``zoo:NAME`` names no zoo model.
+    """
+    fixed = {k: tuple(v) for k, v in (shapes or {}).items()}
+    name = zoo.parse_ref(str(ref))
+    if name is None:
+        return ResolvedModel(load_model(ref, fixed))
+    if progress is not None:
+        progress(f"building zoo:{name} (first use only)")
+    path = zoo.get(name, cache_dir)
+    dataset = zoo.dataset(name, cache_dir)
+    info = load_model(path, fixed, name=f"zoo:{name}")
+    if dataset is None:
+        return ResolvedModel(info)
+    calibration = dataset.get("calibration")
+    return ResolvedModel(
+        info,
+        Dataset(dataset["inputs"], dataset.get("labels")),
+        Dataset(calibration) if calibration is not None else None,
+    )
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The inputs a command runs on: evaluation items, and calibration items when they came apart
+    (a zoo model's own training split; else the caller splits ``data``)."""
+
+    data: Dataset
+    calibration: Dataset | None = None
+    synthetic: bool = False  # made up: every result on them says so
+
+    @property
+    def for_calibration(self) -> Dataset:
+        """What calibrates a quantizer: the separate calibration items, else all of ``data``."""
+        return self.calibration if self.calibration is not None else self.data
+
+
+def choose_inputs(
+    model: ModelInfo,
+    given: Dataset | None,
+    resolved: ResolvedModel | None = None,
+    *,
+    items: int,
+    seed: int = DEFAULT_SEED,
+    pins: Mapping[str, float] | None = None,
+) -> Inputs:
+    """The default-data rule: the user's data, else the zoo model's own (``resolved``), else
+    ``items`` synthetic items for ``model`` (``pins`` fix named inputs to a constant).
+
+    ``model`` is the model as it will run (fixed at a shape), which synthetic items must fit;
+    ``resolved`` may be ``None`` where no zoo data can exist (a bundle).
+    """
+    if given is not None:
+        return Inputs(given)
+    if resolved is not None and resolved.data is not None:
+        return Inputs(resolved.data, resolved.calibration)
+    return Inputs(synthetic(model, items, seed=seed, pins=dict(pins) if pins else None), synthetic=True)
+
+
+def load_source(source: str | Path | Dataset | None, model: ModelInfo,
+                preprocess: Preprocess | None = None) -> Dataset | None:  # fmt: skip
+    """``--data`` as every command takes it (bench, tune, bundle run, inhouse quantize, gate):
+    ``None`` without a source (the caller's default inputs, :func:`choose_inputs`), else :func:`load_data`.
+
+    Raises:
+        DataError: the data does not fit the model, or image preprocessing was given without images.
+    """
+    if source is None:
+        if preprocess is not None and preprocess != images.Preprocess():
+            raise DataError("image preprocessing (layout, channels, mean, scale) was given without image data",
+                            fix="add --data FOLDER_OF_IMAGES or --data sample:images")  # fmt: skip
+        return None
+    return source if isinstance(source, Dataset) else load_data(source, model, preprocess)
+
+
+def load_data(source: str | Path, model: ModelInfo, preprocess: Preprocess | None = None) -> Dataset:
+    """The user's inputs from ``--data``: ``sample:images``, a folder of images (preprocessed as
+    :mod:`autodeploy.images` says), a ``.npz`` file, a ``.npy`` file or a folder of ``NAME.npy``."""
+    if str(source) == images.SAMPLE_IMAGES:
+        return images.sample_images(model, preprocess or images.Preprocess())
+    path = Path(source)
+    if images.is_image_folder(path):
+        return images.load_image_folder(path, model, preprocess or images.Preprocess())
+    if preprocess is not None and preprocess != images.Preprocess():
+        raise DataError(f"--data {path} holds arrays, and image preprocessing (layout, channels, mean, scale) "
+                        "applies to images only", fix="preprocess the arrays yourself, or give a folder of images")  # fmt: skip
+    return load_user_data(path, model)
