@@ -42,11 +42,15 @@ The rules:
   accuracy drop, peak memory, and the SLA. The SLA bounds latency for every objective except
   ``server``, whose objective *is* the highest rate under the SLA; there it is a constraint
   that some rate meets it.
+  A rate meets the SLA when its p99 is at most the SLA (:func:`meets_sla`, the server search's test).
 * **Pareto**: every value is minimized; a point is on the front when no other point is at
   least as good everywhere and better somewhere.
+* **Better**, between finalists compared paired by round: a tie is a median per-round ratio within
+  :data:`TIE_TOLERANCE` of 1 whose interval holds 1; after one round only a gap of
+  :data:`FIRST_ROUND_MARGIN` puts a finalist out (:mod:`autodeploy.search.study` applies them).
 
-Pure functions and frozen dataclasses, stdlib only: importing this module imports no
-engine, Optuna, SQLAlchemy or pandas.
+Pure functions and frozen dataclasses, stdlib only (and the objectives' table,
+:mod:`autodeploy.objectives`): importing this module imports no engine, Optuna, SQLAlchemy or pandas.
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from autodeploy.objectives import OBJECTIVES
 
 if TYPE_CHECKING:
     from autodeploy.harness.result import Accuracy, OutputAccuracy
@@ -72,8 +78,14 @@ MEASURES = ("exact", "top1", "sequence", "decision", "sqnr", "cosine")
 THRESHOLDED = ("decision", "sqnr", "cosine")
 #: Slack for comparing fractions such as 99/100 with limits such as 1 - 0.01 (float rounding).
 TOLERANCE = 1e-9
-#: The objective whose value is the highest rate under the SLA (see :func:`violations`).
-SERVER = "server"
+#: A finalist whose median per-round ratio to the best is within this fraction of 1, and whose paired
+#: interval of that ratio holds 1, ties with it (and the cheaper one wins). An interval holding 1 alone
+#: would tie configs far apart when the rounds are noisy (all cores on a busy machine).
+TIE_TOLERANCE = 0.03
+#: After the finalists' first round a config leaves the rounds only when it is this fraction slower
+#: than the leader in that round; after later rounds, when it is slower in every round so far and the
+#: paired interval of its ratio to the leader lies above 1 (it is wholly behind).
+FIRST_ROUND_MARGIN = 0.10
 
 
 # -- accuracy ------------------------------------------------------------------------------
@@ -399,6 +411,18 @@ class Measured:
     server_rate: float | None = None
 
 
+def sla_bounds_latency(objective: str | None) -> bool:
+    """Whether the SLA bounds each trial's latency: for every objective but those whose value is the
+    highest rate under the SLA (``server``, :data:`autodeploy.objectives.OBJECTIVES`' ``sla``)."""
+    known = OBJECTIVES.get(objective or "")
+    return known is None or known.sla == "latency"
+
+
+def meets_sla(p99_ms: float, sla_ms: float) -> bool:
+    """Whether a rate whose queries' p99 is ``p99_ms`` meets the SLA (the server search's test)."""
+    return p99_ms <= sla_ms
+
+
 def violations(m: Measured, limits: Limits, objective: str) -> dict[str, float]:
     """One number per constraint that applies, ``<= 0`` when it holds (``Trial.set_constraint``).
 
@@ -412,9 +436,9 @@ def violations(m: Measured, limits: Limits, objective: str) -> dict[str, float]:
         out["accuracy_drop"] = _excess(m.accuracy_drop, limits.max_accuracy_drop)
     if limits.max_memory_mb is not None:
         out["memory_mb"] = _excess(m.peak_rss_mb or 0.0, limits.max_memory_mb)
-    if limits.sla_ms is not None and objective != SERVER:
+    if limits.sla_ms is not None and sla_bounds_latency(objective):
         out["latency_ms"] = _excess(m.latency_ms, limits.sla_ms)
-    if objective == SERVER and m.server_rate is not None:
+    if not sla_bounds_latency(objective) and m.server_rate is not None:
         out["server_rate"] = 0.0 if m.server_rate > 0 else 1.0
     return out
 

@@ -27,16 +27,17 @@ from autodeploy.harness import load as machine_load
 from autodeploy.harness import stats as rstats
 from autodeploy.harness.result import Accuracy, TrialResult, headline
 from autodeploy.harness.run import HarnessSettings, PreparedData, prepare, reference, run_trial
-from autodeploy.harness.stats import bootstrap_mean_ci, summarize
+from autodeploy.harness.stats import bootstrap_mean_ci, latency_claim, summarize
 from autodeploy.harness.timing import TimingPolicy
+from autodeploy.objectives import OBJECTIVES
 from autodeploy.results_db.store import DeviceRecord, ModelRecord, Store
 from autodeploy.search.budget import SLOW_BUILD_GUESS_S, Budget, duration_text
 from autodeploy.search.config import StudyConfig, check_study_name
 from autodeploy.search.memory import Memory, accuracy_key
-from autodeploy.search.objective import DIRECTIONS, Metrics, rejections, values, violations
+from autodeploy.search.objective import Metrics, rejections, values, violations
 from autodeploy.search.portfolio import enqueue_grid, enqueue_neighbours, enqueue_portfolio, unseen_branches
 from autodeploy.search.space import SearchSpace, build_space, suggest, unsupported_reason
-from autodeploy.verdict import Rejection, feasible, mb_text, pareto_front
+from autodeploy.verdict import FIRST_ROUND_MARGIN, TIE_TOLERANCE, Rejection, feasible, mb_text, pareto_front
 
 if TYPE_CHECKING:
     import optuna
@@ -51,14 +52,7 @@ DEFAULT_TRIALS = 30
 #: number of trials is then a cap, not a target).
 PATIENCE = 6
 IMPROVEMENT = 0.02
-#: A finalist whose median per-round ratio to the best is within this fraction of 1, and whose paired
-#: interval of that ratio holds 1, ties with it (and the cheaper one wins). An interval holding 1 alone
-#: would tie configs far apart when the rounds are noisy (all cores on a busy machine).
-TIE_TOLERANCE = 0.03
-#: After the finalists' first round a config leaves the rounds only when it is this fraction slower
-#: than the leader in that round; after later rounds, when it is slower in every round so far and the
-#: paired interval of its ratio to the leader lies above 1 (it is wholly behind).
-FIRST_ROUND_MARGIN = 0.10
+# TIE_TOLERANCE and FIRST_ROUND_MARGIN, what "tied" and "wholly behind" mean, are rules: autodeploy.verdict.
 #: Rounds a winner claim needs (docs/architecture.md, "Measurement rules"); fewer is labelled screening only.
 MIN_WINNER_ROUNDS = 3
 #: A finalist round that ran under load (``harness/load.py``) runs once more, the less loaded of the two
@@ -273,7 +267,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     measured, asked, stopped_by = 0, 0, "trials"
     memory = Memory.of(study)
     # without --trials or a time budget, the search ends when refining stops paying off
-    patient = cfg.trials is None and budget.seconds is None and cfg.sampler != "grid" and len(DIRECTIONS[cfg.objective]) == 1
+    patient = cfg.trials is None and budget.seconds is None and cfg.sampler != "grid" and OBJECTIVES[cfg.objective].single
     best, stale = _best_value(study, cfg.objective), 0  # measurements since the best last improved
     while measured < trials:
         if patient and stale >= PATIENCE:
@@ -290,7 +284,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
             break
         _fail_stale_trials(study)
         memory = Memory.of(study)  # read afresh: workers sharing the study learn from each other
-        if cfg.sampler != "grid" and not enqueue_portfolio(study, space, ctx.device.isa) and len(DIRECTIONS[cfg.objective]) == 1:
+        if cfg.sampler != "grid" and not enqueue_portfolio(study, space, ctx.device.isa) and OBJECTIVES[cfg.objective].single:
             enqueue_neighbours(study, space, memory, ranked(study, cfg.objective))
         with warnings.catch_warnings():
             # "Heartbeat ... is supposed to be used with Study.optimize": _heartbeat beats for us.
@@ -361,7 +355,7 @@ def _finalist_reserve(cfg: StudyConfig, memory: Memory, budget: Budget) -> float
     """Seconds screening leaves for the finalists: their runs at the screening's cost per run, each
     longer by the extra timed seconds; at least one round, else at most 30% of the budget (fewer
     rounds fit then)."""
-    if budget.seconds is None or cfg.finalists.count == 0 or cfg.objective not in ("latency", "throughput"):
+    if budget.seconds is None or cfg.finalists.count == 0 or not OBJECTIVES[cfg.objective].remeasured:
         return 0.0
     if not memory.timing_s:
         return 0.0
@@ -373,7 +367,7 @@ def _finalist_reserve(cfg: StudyConfig, memory: Memory, budget: Budget) -> float
 
 def _best_value(study: optuna.Study, objective: str) -> float | None:
     """The best feasible screening value so far (single objective), or ``None``."""
-    if len(DIRECTIONS[objective]) != 1:
+    if not OBJECTIVES[objective].single:
         return None
     top = ranked(study, objective)
     return top[0].values[0] if top else None
@@ -431,8 +425,8 @@ def _open_study(ctx: StudyContext) -> tuple[optuna.Study, optuna.storages.RDBSto
     # A resumed or joined study must not replay the same seeded suggestions as the first run.
     seed = ctx.config.seed if ctx.name not in existing else ctx.config.seed + os.getpid()
     study = optuna.create_study(study_name=ctx.name, storage=storage, load_if_exists=True,
-                                directions=DIRECTIONS[ctx.config.objective], sampler=_sampler(ctx.config, seed))  # fmt: skip
-    want = [d.upper() for d in DIRECTIONS[ctx.config.objective]]
+                                directions=list(OBJECTIVES[ctx.config.objective].directions), sampler=_sampler(ctx.config, seed))  # fmt: skip
+    want = [d.upper() for d in OBJECTIVES[ctx.config.objective].directions]
     if [d.name for d in study.directions] != want:
         raise UsageError(f"study {ctx.name!r} was created for another objective",
                          fix="resume it with its own --objective, or choose another --name")  # fmt: skip
@@ -660,10 +654,6 @@ class _Measured:
         return out
 
 
-#: The MLPerf scenario each objective is measured in: throughput with requests in flight (offline).
-SCENARIO_OF = {"latency": "single-stream", "pareto": "single-stream", "throughput": "offline", "server": "server"}
-
-
 def _measure(ctx: StudyContext, config: TrialConfig, reporter: Reporter, phase: str = "screening",
              memory: Memory | None = None) -> _Measured:  # fmt: skip
     """Metrics of ``config`` at every shape of the study, combined by the mix (:func:`combine`).
@@ -731,7 +721,7 @@ def _measure_case(
     if not cfg.fresh and cfg.objective != "server" and phase == "screening":
         version = registry.get(config.engine).probe_version()
         row = ctx.store.find_measured(case.model.sha256, ctx.device.fingerprint, config.key(), version,
-                                      shape_key=case.key, scenario=SCENARIO_OF[cfg.objective])  # fmt: skip
+                                      shape_key=case.key, scenario=OBJECTIVES[cfg.objective].scenario)  # fmt: skip
         if row is not None and row.accuracy is not None:
             return _Measured(Metrics.of_row(row), row.uid, reused=True, accuracy=row.accuracy, accuracy_uid=row.uid)
     artifact_key = _artifact_key(ctx, config) if memory is not None else ""
@@ -742,7 +732,7 @@ def _measure_case(
     reporter.phase(f"{config.label()}{at}: starting")
     result = run_trial(case.model, config, case.data, ctx.settings,
                        progress=lambda p: reporter.phase(f"{config.label()}{at}: {p}"),
-                       scenario=SCENARIO_OF[cfg.objective],
+                       scenario=OBJECTIVES[cfg.objective].scenario,
                        sla_ms=cfg.constraints.sla_ms if cfg.objective == "server" else None,
                        artifact=None if built is None else Path(built), known=known,
                        measured=ctx.store.artifact_files_measured)  # fmt: skip
@@ -760,7 +750,7 @@ def _measure_case(
         memory.learn({"config": config.to_dict(), "artifact_key": artifact_key, "uid": result.uid,
                       "artifact_path": result.artifact_path, "accuracy": asdict(result.accuracy), "accuracy_uid": used})  # fmt: skip
     latency = result.latency
-    ci = latency.p90_ci if latency.p90_ci is not None else latency.median_ci
+    ci = latency_claim(latency)[1]
     return _Measured(Metrics.of_result(result), result.uid, samples_ms=result.samples_ms, accuracy=result.accuracy,
                      accuracy_uid=used, ci=ci if cfg.objective == "latency" else None,
                      load=result.measurement.load if result.measurement is not None else None, **common)  # fmt: skip
@@ -784,7 +774,7 @@ def ranked(study: optuna.Study, objective: str) -> list[optuna.trial.FrozenTrial
         trials = [trials[i] for i in pareto_front([t.values for t in trials])]
         trials.sort(key=lambda t: t.values[0])
     else:
-        trials.sort(key=lambda t: t.values[0], reverse=objective in ("throughput", "server"))
+        trials.sort(key=lambda t: t.values[0], reverse=OBJECTIVES[objective].higher_is_better)
     unique, seen = [], set()
     for t in trials:
         key = TrialConfig.from_dict(t.user_attrs["config"]).key()
@@ -878,7 +868,7 @@ def _decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: 
     top = _contenders(ranked(study, cfg.objective), max(cfg.finalists.count, 1))
     if not top:
         return _best_so_far(study, cfg.objective, counts, ctx.name)
-    remeasure = cfg.finalists.count > 0 and cfg.objective in ("latency", "throughput")
+    remeasure = cfg.finalists.count > 0 and OBJECTIVES[cfg.objective].remeasured
     if not remeasure or budget.left() <= 0:
         finalists = [_from_screening(t) for t in top]
         why = "not re-measured" if not remeasure else "the time budget ran out before the finalists"
@@ -1101,7 +1091,7 @@ def _per_shape_over_rounds(calls: list[dict[str, list[float]] | None], cases: tu
 def _costs(f: Finalist | Sequence[float | None], objective: str) -> list[float | None]:
     """Per-round values as costs, lower is better: ms, or seconds per item for a rate."""
     values = f if not isinstance(f, Finalist) else (f.rounds or (f.statistic,))
-    if objective in ("throughput", "server"):
+    if OBJECTIVES[objective].higher_is_better:
         return [1.0 / v if v else None for v in values]
     return list(values)
 
@@ -1181,10 +1171,7 @@ def _statistic(
     if len(samples_ms) < 2:
         return None, None
     if objective == "latency":
-        stats = summarize(np.asarray(samples_ms) * 1e6)
-        if stats.p90 is not None:
-            return stats.p90, stats.p90_ci
-        return stats.median, stats.median_ci
+        return latency_claim(summarize(np.asarray(samples_ms) * 1e6))
     mean_ms = float(np.mean(samples_ms))
     low, high = bootstrap_mean_ci(samples_ms, seed=0, n_boot=2000)
     return batch * 1000 / mean_ms, (batch * 1000 / high, batch * 1000 / low)
@@ -1254,6 +1241,6 @@ def _best_so_far(study: optuna.Study, objective: str, counts: dict[str, int], na
     done = study.get_trials(deepcopy=False, states=(_state().COMPLETE,))
     if not done:
         return StudySummary(name, objective, counts, [], None, note="no trial produced a measurement")
-    best = sorted(done, key=lambda t: t.values[0], reverse=objective in ("throughput", "server"))[0]
+    best = sorted(done, key=lambda t: t.values[0], reverse=OBJECTIVES[objective].higher_is_better)[0]
     return StudySummary(name, objective, counts, [_from_screening(best)], None,
                         note="no trial meets the constraints; the best-so-far is shown and is not a winner")  # fmt: skip
