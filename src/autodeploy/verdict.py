@@ -13,27 +13,27 @@ The rules:
   from the producing ONNX node, the shape and the reference's values, and overridable per output
   with :func:`parse_override`). Never one number over a whole tensor (docs/architecture.md, "Accuracy verdicts"):
 
-  - ``exact``: integer and boolean outputs (ids), exact agreement ``>= 1 - max_drop``.
-  - ``top1``: class-score vectors ``[N, C > 1]``, top-1 agreement ``>= 1 - max_drop``.
+  - ``exact``: integer and boolean outputs (ids), exact agreement ``>= 1 - max_accuracy_drop``.
+  - ``top1``: class-score vectors ``[N, C > 1]``, top-1 agreement ``>= 1 - max_accuracy_drop``.
   - ``sequence``: ``[N, T, V]`` (or ``[N, T, 1, V]``) scores with a Softmax over the last axis (the producing node, or
     rows summing to 1): the share of items whose whole argmax sequence is unchanged
-    ``>= 1 - max_drop``, so below 100 items one changed token in one item fails; a token where
+    ``>= 1 - max_accuracy_drop``, so below 100 items one changed token in one item fails; a token where
     the reference itself nearly tied (its own token's probability leads the candidate's by less
     than ``harness.accuracy.SEQUENCE_TIE``, 0.2) is no change. The per-position token agreement
     (every flip) is reported beside it.
   - ``decision``: probabilities (produced by a Sigmoid, or a reference wholly inside [0, 1]),
     thresholded at :data:`DEFAULT_DECISION_THRESHOLD`: the F1 of the candidate's positives against
-    the reference's ``>= 1 - max_drop`` (no positives on either side: 1.0), so rare events count.
+    the reference's ``>= 1 - max_accuracy_drop`` (no positives on either side: 1.0), so rare events count.
   - ``sqnr``: every other float output, per channel group: the channel axis and the groups of
     adjacent channels of similar range are found by :mod:`autodeploy.harness.accuracy`; each
     group's SQNR ``10 log10(sum ref^2 / sum (out - ref)^2)`` (the reference's mean kept, as cosine
     keeps it) must be ``>= min SQNR``, the worst group deciding and named. The default limit is
     :func:`sqnr_for_drop` of the budget: the SQNR at which a group's cosine would be
-    ``1 - max_drop`` (``1 - cos ~= 10^(-SQNR/10) / 2``): 17.0 dB at the 1% budget. The old rule
+    ``1 - max_accuracy_drop`` (``1 - cos ~= 10^(-SQNR/10) / 2``): 17.0 dB at the 1% budget. The old rule
     asked that cosine of the whole flattened tensor; it now holds for every group.
   - ``cosine``: only by override (or records stored before kinds): cosine ``>= min_cosine``.
 
-  Every output must pass, and with labels the task accuracy may drop by at most ``max_drop``.
+  Every output must pass, and with labels the task accuracy may drop by at most ``max_accuracy_drop``.
   Non-finite outputs (NaN cosine) always fail. :func:`worst` names the output (and channels)
   furthest from its limit. :func:`accuracy_drop` is the same rule as one number, each output's
   :func:`output_drop` (``1 - agreement``, ``1 - F1``, ``10^(-SQNR/10) / 2``), so it is within the
@@ -99,9 +99,9 @@ class AccuracyVerdict:
     passed: bool
 
 
-def cosine_for_drop(max_drop: float) -> float:
+def cosine_for_drop(max_accuracy_drop: float) -> float:
     """The cosine a drop budget asks of outputs where top-1 does not apply (their drop is ``1 - cosine``)."""
-    return 1.0 - max_drop
+    return 1.0 - max_accuracy_drop
 
 
 def within(value: float, limit: float) -> bool:
@@ -109,20 +109,21 @@ def within(value: float, limit: float) -> bool:
     return value <= limit + TOLERANCE
 
 
-def sqnr_for_drop(max_drop: float) -> float:
-    """The SQNR (dB) a budget asks of every channel group: where its cosine would be ``1 - max_drop``
+def sqnr_for_drop(max_accuracy_drop: float) -> float:
+    """The SQNR (dB) a budget asks of every channel group: where its cosine would be ``1 - max_accuracy_drop``
     (``1 - cos ~= noise / (2 signal)`` for small noise): 17.0 dB at 1%."""
-    return math.inf if max_drop <= 0 else 10.0 * math.log10(1.0 / (2.0 * max_drop))
+    return math.inf if max_accuracy_drop <= 0 else 10.0 * math.log10(1.0 / (2.0 * max_accuracy_drop))
 
 
-def sqnr_drop(sqnr_db: float, min_db: float | None = None, max_drop: float = DEFAULT_MAX_ACCURACY_DROP) -> float:
+def sqnr_drop(sqnr_db: float, min_db: float | None = None,
+              max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP) -> float:  # fmt: skip
     """An SQNR as a drop, ``10^(-SQNR/10) / 2`` (the ``1 - cosine`` it implies), shifted so that a
-    per-output limit ``min_db`` maps to ``max_drop``: within the budget exactly when ``SQNR >= limit``."""
+    per-output limit ``min_db`` maps to ``max_accuracy_drop``: within the budget exactly when ``SQNR >= limit``."""
     if math.isnan(sqnr_db):
         return math.inf
     if min_db is None:
         return 0.5 * 10.0 ** (-sqnr_db / 10.0) if sqnr_db > -300 else math.inf
-    return max_drop * 10.0 ** ((min_db - sqnr_db) / 10.0) if sqnr_db - min_db > -300 else math.inf
+    return max_accuracy_drop * 10.0 ** ((min_db - sqnr_db) / 10.0) if sqnr_db - min_db > -300 else math.inf
 
 
 @dataclass(frozen=True)
@@ -204,9 +205,9 @@ def output_metric(o: OutputAccuracy) -> tuple[str, float]:
     return "cosine", o.cosine
 
 
-def output_drop(o: OutputAccuracy, *, max_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+def output_drop(o: OutputAccuracy, *, max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
                 min_cosine: float | None = None) -> float:  # fmt: skip
-    """The accuracy one output lost, comparable with the budget (``<= max_drop``: it passes).
+    """The accuracy one output lost, comparable with the budget (``<= max_accuracy_drop``: it passes).
 
     ``1 - agreement`` or ``1 - F1``; an SQNR through :func:`sqnr_drop` (its own limit ``min_sqnr_db``
     where one was set); ``1 - cosine`` (shifted to ``min_cosine`` when given). Non-finite: inf.
@@ -217,27 +218,27 @@ def output_drop(o: OutputAccuracy, *, max_drop: float = DEFAULT_MAX_ACCURACY_DRO
     if math.isnan(value):
         return math.inf
     if metric == "SQNR":
-        return sqnr_drop(value, o.min_sqnr_db, max_drop)
+        return sqnr_drop(value, o.min_sqnr_db, max_accuracy_drop)
     if metric == "cosine" and min_cosine is not None:
-        return 1.0 - value - (1.0 - min_cosine) + max_drop
+        return 1.0 - value - (1.0 - min_cosine) + max_accuracy_drop
     return 1.0 - value
 
 
-def _shortfall(o: OutputAccuracy, max_drop: float, min_cosine: float) -> float:
+def _shortfall(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> float:
     """How far an output is below its limit, in drop units (<= 0: it passes; inf: non-finite)."""
-    return output_drop(o, max_drop=max_drop, min_cosine=min_cosine) - max_drop
+    return output_drop(o, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine) - max_accuracy_drop
 
 
-def _limit(o: OutputAccuracy, max_drop: float, min_cosine: float) -> float:
-    """The value an output's metric must reach: its own SQNR limit or the budget's, else ``1 - max_drop``."""
+def _limit(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> float:
+    """The value an output's metric must reach: its own SQNR limit or the budget's, else ``1 - max_accuracy_drop``."""
     metric = output_metric(o)[0]
     if metric == "SQNR":
-        return o.min_sqnr_db if o.min_sqnr_db is not None else sqnr_for_drop(max_drop)
-    return min_cosine if metric == "cosine" else 1 - max_drop
+        return o.min_sqnr_db if o.min_sqnr_db is not None else sqnr_for_drop(max_accuracy_drop)
+    return min_cosine if metric == "cosine" else 1 - max_accuracy_drop
 
 
-def _rule(o: OutputAccuracy, max_drop: float, min_cosine: float) -> str:
-    metric, limit = output_metric(o)[0], _limit(o, max_drop, min_cosine)
+def _rule(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> str:
+    metric, limit = output_metric(o)[0], _limit(o, max_accuracy_drop, min_cosine)
     if metric == "SQNR":
         return f"SQNR >= {limit:.3g} dB"
     if metric == "F1":
@@ -249,35 +250,35 @@ def _rule(o: OutputAccuracy, max_drop: float, min_cosine: float) -> str:
 def accuracy_verdict(
     outputs: Sequence[OutputAccuracy],
     *,
-    max_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
     min_cosine: float = DEFAULT_MIN_COSINE,
 ) -> AccuracyVerdict:
     """Judge per-output accuracy metrics against the FP32 reference (the rule in the module docstring).
 
     Args:
         outputs: One entry per output; ``cosine`` is NaN where either array was non-finite.
-        max_drop: Allowed agreement, F1 and task-accuracy drop, as a fraction; sets the SQNR limit
+        max_accuracy_drop: Allowed agreement, F1 and task-accuracy drop, as a fraction; sets the SQNR limit
             (:func:`sqnr_for_drop`) of outputs without their own.
         min_cosine: Required cosine similarity of the outputs judged by cosine.
     """
-    rules = list(dict.fromkeys(_rule(o, max_drop, min_cosine) for o in outputs))
+    rules = list(dict.fromkeys(_rule(o, max_accuracy_drop, min_cosine) for o in outputs))
     constraint = " and ".join(rules)
-    passed = all(within(_shortfall(o, max_drop, min_cosine), 0.0) for o in outputs)
+    passed = all(within(_shortfall(o, max_accuracy_drop, min_cosine), 0.0) for o in outputs)
     task = _task_drops(outputs)
     if task:
-        constraint += f" and task accuracy drop <= {max_drop:g}"
-        passed = passed and within(task[0], max_drop)
+        constraint += f" and task accuracy drop <= {max_accuracy_drop:g}"
+        passed = passed and within(task[0], max_accuracy_drop)
     return AccuracyVerdict(constraint, bool(passed))
 
 
 def with_metric(verdict: AccuracyVerdict, name: str, value: float, reference: float,
-                max_drop: float | None) -> AccuracyVerdict:  # fmt: skip
-    """``verdict`` with the user's task metric (higher is better) judged too: with ``max_drop`` its
-    drop from the reference's value must be ``<= max_drop``; without, it is only reported."""
-    if max_drop is None:
+                max_metric_drop: float | None) -> AccuracyVerdict:  # fmt: skip
+    """``verdict`` with the user's task metric (higher is better) judged too: with ``max_metric_drop`` its
+    drop from the reference's value must be ``<= max_metric_drop``; without, it is only reported."""
+    if max_metric_drop is None:
         return verdict
-    constraint = f"{verdict.constraint} and {name} drop <= {max_drop:g}"
-    return AccuracyVerdict(constraint, verdict.passed and within(reference - value, max_drop))
+    constraint = f"{verdict.constraint} and {name} drop <= {max_metric_drop:g}"
+    return AccuracyVerdict(constraint, verdict.passed and within(reference - value, max_metric_drop))
 
 
 @dataclass(frozen=True)
@@ -303,30 +304,30 @@ class WorstOutput:
 def worst_output(
     outputs: Sequence[OutputAccuracy],
     *,
-    max_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
     min_cosine: float = DEFAULT_MIN_COSINE,
 ) -> WorstOutput | None:
     """The output furthest below (or nearest to) its limit; ``None`` without outputs."""
     if not outputs:
         return None
-    o = max(outputs, key=lambda x: _shortfall(x, max_drop, min_cosine))
+    o = max(outputs, key=lambda x: _shortfall(x, max_accuracy_drop, min_cosine))
     metric, value = output_metric(o)
     if not math.isfinite(o.cosine):
         value = math.nan
     where = f"output {o.name!r}" + (f", {o.channels}" if o.channels else "")
-    failed = not within(_shortfall(o, max_drop, min_cosine), 0.0)
-    return WorstOutput(o, where, metric, value, _limit(o, max_drop, min_cosine), failed)
+    failed = not within(_shortfall(o, max_accuracy_drop, min_cosine), 0.0)
+    return WorstOutput(o, where, metric, value, _limit(o, max_accuracy_drop, min_cosine), failed)
 
 
 def worst(
     outputs: Sequence[OutputAccuracy],
     *,
-    max_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
     min_cosine: float = DEFAULT_MIN_COSINE,
 ) -> str:
     """The output furthest below (or nearest to) its limit, with its channels where it was judged per
     channel group: ``output 'y': cosine 0.95``, ``output 'output0', channels 4-21: SQNR 0.0 dB, limit 17 dB``."""
-    w = worst_output(outputs, max_drop=max_drop, min_cosine=min_cosine)
+    w = worst_output(outputs, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine)
     if w is None:
         return "no outputs"
     if math.isnan(w.value):
@@ -523,9 +524,10 @@ def _finite(value: float | None) -> float | None:
 def _accuracy_rejection(m: Measured, limits: Limits, accuracy: Accuracy | None, miss: float) -> Rejection:
     """The accuracy budget broken: by the worst output when one fails its limit, else by the task
     accuracy (labels), else by the drop as one number (a record without its outputs)."""
-    max_drop = limits.max_accuracy_drop
-    budget = f"max accuracy drop {max_drop * 100:g}%"
-    w = worst_output(accuracy.outputs, max_drop=max_drop, min_cosine=cosine_for_drop(max_drop)) if accuracy else None
+    max_accuracy_drop = limits.max_accuracy_drop
+    budget = f"max accuracy drop {max_accuracy_drop * 100:g}%"
+    min_cosine = cosine_for_drop(max_accuracy_drop)
+    w = worst_output(accuracy.outputs, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine) if accuracy else None
     if w is not None and w.failed:
         if math.isnan(w.value):
             reason = f"{w.where}: NaN or inf ({budget})"
@@ -536,11 +538,11 @@ def _accuracy_rejection(m: Measured, limits: Limits, accuracy: Accuracy | None, 
             reason = f"{w.where}: {w.metric} {value}{unit} < {w.limit:.3g}{unit}" + ("" if own else f" ({budget})")
         return Rejection("max_accuracy_drop", _finite(w.value), _finite(w.limit), w.unit, reason, miss)
     task = _task_drops(accuracy.outputs) if accuracy else []
-    if task and not within(max(task), max_drop):
-        return Rejection("max_accuracy_drop", max(task), max_drop, "",
-                         f"task accuracy drop {max(task):.2%} > {max_drop:.2%}", miss)  # fmt: skip
-    return Rejection("max_accuracy_drop", _finite(m.accuracy_drop), max_drop, "",
-                     f"accuracy drop {m.accuracy_drop:.2%} > {max_drop:.2%}", miss)  # fmt: skip
+    if task and not within(max(task), max_accuracy_drop):
+        return Rejection("max_accuracy_drop", max(task), max_accuracy_drop, "",
+                         f"task accuracy drop {max(task):.2%} > {max_accuracy_drop:.2%}", miss)  # fmt: skip
+    return Rejection("max_accuracy_drop", _finite(m.accuracy_drop), max_accuracy_drop, "",
+                     f"accuracy drop {m.accuracy_drop:.2%} > {max_accuracy_drop:.2%}", miss)  # fmt: skip
 
 
 def reasons(m: Measured, limits: Limits, objective: str) -> list[str]:

@@ -128,7 +128,7 @@ def quantize(
         calibration=calibration,
         activation_symmetric=symmetric,
         reduce_range=reduce_range,
-        accuracy_budget=budget if fallback else None,
+        max_accuracy_drop=budget if fallback else None,
         bias_correction=bias_correction,
     )
     try:
