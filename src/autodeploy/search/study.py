@@ -37,7 +37,15 @@ from autodeploy.search.memory import Memory, accuracy_key
 from autodeploy.search.objective import Metrics, rejections, values, violations
 from autodeploy.search.portfolio import enqueue_grid, enqueue_neighbours, enqueue_portfolio, unseen_branches
 from autodeploy.search.space import SearchSpace, build_space, suggest, unsupported_reason
-from autodeploy.verdict import FIRST_ROUND_MARGIN, TIE_TOLERANCE, Rejection, feasible, mb_text, pareto_front
+from autodeploy.verdict import (
+    FIRST_ROUND_MARGIN,
+    TIE_TOLERANCE,
+    Rejection,
+    feasible,
+    mb_text,
+    pareto_front,
+    sla_bounds_latency,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -733,7 +741,7 @@ def _measure_case(
     result = run_trial(case.model, config, case.data, ctx.settings,
                        progress=lambda p: reporter.phase(f"{config.label()}{at}: {p}"),
                        scenario=OBJECTIVES[cfg.objective].scenario,
-                       sla_ms=cfg.constraints.sla_ms if cfg.objective == "server" else None,
+                       sla_ms=None if sla_bounds_latency(cfg.objective) else cfg.constraints.sla_ms,
                        artifact=None if built is None else Path(built), known=known,
                        measured=ctx.store.artifact_files_measured)  # fmt: skip
     ctx.store.add_trial(result, model=ModelRecord.of(case.model), device=DeviceRecord.of(ctx.device),
