@@ -147,7 +147,7 @@ def _smoothquant_line(console: Console) -> None:
         errors = []
         for alpha in (0.5, None):
             q, _ = quantize(
-                model, cal, QuantConfig(accuracy_budget=None, smoothquant=alpha, placement=placement)
+                model, cal, QuantConfig(max_accuracy_drop=None, smoothquant=alpha, placement=placement)
             )
             errors.append(float(np.abs(run(q) - want).mean() / np.abs(want).mean()))
         console.print(f"SmoothQuant (zoo:bert-small, {placement} placement, random weights): held-out mean "
@@ -348,7 +348,7 @@ def _int8_cosine(quantize, QuantConfig, model, calibration, evaluation, **knobs)
     """Cosine of the int8 model's first output vs FP32 on the held-out evaluation items."""
     import onnxruntime as ort
 
-    q, _ = quantize(model, calibration, QuantConfig(calibration="percentile", accuracy_budget=None, **knobs))
+    q, _ = quantize(model, calibration, QuantConfig(calibration="percentile", max_accuracy_drop=None, **knobs))
     out = []
     for m in (model, q):
         session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])

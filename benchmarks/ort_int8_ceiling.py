@@ -60,9 +60,9 @@ def ceiling_lines(console, path: Path, info, calibration: dict, evaluation: dict
     optimized, _ = optimize(onnx.load(str(path)), target="onnx")
     for label, budget in (
         ("in-house int8, all int8", None),
-        ("in-house int8, fallback", QuantConfig().accuracy_budget),
+        ("in-house int8, fallback", QuantConfig().max_accuracy_drop),
     ):
-        config = QuantConfig(calibration="percentile", accuracy_budget=budget)
+        config = QuantConfig(calibration="percentile", max_accuracy_drop=budget)
         q, report = quantize(optimized, calibration, config, axes)
         models[label] = q.SerializeToString()
         if budget is not None:

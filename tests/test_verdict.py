@@ -103,7 +103,7 @@ def test_labels_add_the_task_accuracy_drop():
     acc = compare({"logits": flip_argmax(ref, 2)}, {"logits": ref}, labels=labels)
     assert acc.constraint == "top-1 agreement >= 0.99 and task accuracy drop <= 0.01" and acc.passed
     worse = [out(top1=1.0, task=0.90, ref_task=0.95)]
-    assert not accuracy_verdict(worse).passed and accuracy_verdict(worse, max_drop=0.05).passed
+    assert not accuracy_verdict(worse).passed and accuracy_verdict(worse, max_accuracy_drop=0.05).passed
     assert accuracy_drop(accuracy(*worse)) == pytest.approx(0.05)
 
 
@@ -121,7 +121,7 @@ def test_non_finite_outputs_always_fail():
 
 @pytest.mark.parametrize("seed", range(20))
 def test_the_pass_rule_and_the_drop_agree(seed):
-    """With min_cosine = 1 - max_drop, compare() passes exactly when accuracy_drop is within the budget."""
+    """With min_cosine = 1 - max_accuracy_drop, compare() passes exactly when accuracy_drop is within the budget."""
     rng = np.random.default_rng(seed)
     outputs = [
         out(f"o{i}", cosine=float(rng.uniform(0.97, 1.0)),
@@ -129,9 +129,9 @@ def test_the_pass_rule_and_the_drop_agree(seed):
             exact=float(rng.uniform(0.97, 1.0)) if rng.random() < 0.3 else None)
         for i in range(int(rng.integers(1, 4)))
     ]  # fmt: skip
-    max_drop = float(rng.uniform(0.0, 0.03))
-    passed = accuracy_verdict(outputs, max_drop=max_drop, min_cosine=1 - max_drop).passed
-    assert passed == verdict.within(accuracy_drop(accuracy(*outputs)), max_drop)
+    max_accuracy_drop = float(rng.uniform(0.0, 0.03))
+    passed = accuracy_verdict(outputs, max_accuracy_drop=max_accuracy_drop, min_cosine=1 - max_accuracy_drop).passed
+    assert passed == verdict.within(accuracy_drop(accuracy(*outputs)), max_accuracy_drop)
 
 
 def test_gate_score_prefers_task_then_top1_then_cosine():

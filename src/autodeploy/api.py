@@ -283,7 +283,7 @@ def bench_shapes(
                              fix=f"name one of its outputs: {', '.join(info.output_names)}")  # fmt: skip
     settings = HarnessSettings(workdir=cache / "work", policy=timing or TimingPolicy(), timeout_s=timeout_s,
                                build_timeout_s=build_timeout_s, metric=metric, max_metric_drop=max_metric_drop,
-                               max_top1_drop=max_accuracy_drop, min_cosine=verdict.cosine_for_drop(max_accuracy_drop),
+                               max_accuracy_drop=max_accuracy_drop, min_cosine=verdict.cosine_for_drop(max_accuracy_drop),
                                accuracy_overrides=tuple(accuracy),
                                **({"memory_cap_mb": memory_cap_mb} if memory_cap_mb else {}))  # fmt: skip
     # 3. open the store before measuring: a bad database fails in a second, not after a run
@@ -892,7 +892,7 @@ def quantize(
     inputs = choose_inputs(resolved.info, given, resolved, items=items, seed=1)
     # 2. the passes, then the quantizer, in a worker; the model is written only when it succeeded
     config = QuantConfig(calibration=calibration, activation_symmetric=symmetric, reduce_range=reduce_range,
-                         accuracy_budget=budget if fallback else None, bias_correction=bias_correction)  # fmt: skip
+                         max_accuracy_drop=budget if fallback else None, bias_correction=bias_correction)  # fmt: skip
     output = Path(output)
     passes, quantization = quantize_in_worker(resolved.info, inputs.for_calibration, config, output,
                                               timeout_s=timeout_s, memory_cap_mb=memory_cap_mb, progress=report)  # fmt: skip
@@ -1010,7 +1010,7 @@ def _screening_settings(cfg: StudyConfig, workdir: Path) -> HarnessSettings:
         min_samples=s.min_samples, min_duration_s=s.min_duration_s, max_duration_s=s.max_duration_s
     )
     return HarnessSettings(workdir=workdir, policy=policy, timeout_s=s.timeout_s, build_timeout_s=s.build_timeout_s,
-                           max_top1_drop=drop, metric=cfg.metric, max_metric_drop=cfg.constraints.max_metric_drop,
+                           max_accuracy_drop=drop, metric=cfg.metric, max_metric_drop=cfg.constraints.max_metric_drop,
                            min_cosine=verdict.cosine_for_drop(drop))  # fmt: skip
 
 

@@ -31,24 +31,22 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from autodeploy.harness.result import Measurement
+from autodeploy.harness.stats import MIN_SAMPLES_P90, MIN_SAMPLES_P99
+from autodeploy.objectives import NAMES, OBJECTIVES
 
 if TYPE_CHECKING:
     from autodeploy.api import StoredTrial
     from autodeploy.results_db.store import StudyRow, TrialRow
     from autodeploy.search.study import StudySummary
 
-__all__ = ["HIGHER_IS_BETTER", "SCHEMA", "SCHEMA_VERSION", "STATISTIC", "flatten", "headline", "ratio_text",
-           "speedup_text",
-           "runner_up", "study_record", "to_csv_rows", "trial_record"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "flatten", "headline", "ratio_text", "runner_up", "speedup_text",
+           "study_record", "to_csv_rows", "trial_record"]
 
 SCHEMA_VERSION = 1
-#: What a study's finalist ``statistic`` is, per objective: (field-style name, unit).
-STATISTIC = {"latency": ("p90_ms", "ms"), "throughput": ("throughput_items_per_s", "items/s"),
-             "server": ("max_rate_qps", "queries/s"), "pareto": ("p90_ms", "ms")}  # fmt: skip
+# What a study's finalist ``statistic`` is per objective, its unit and whether higher is better:
+# the table in autodeploy.objectives.
 #: The field-style name of a finalist's statistic by what each finalist round was reduced to.
 ROUND_STATISTIC = {"p90": "p90_ms", "median": "median_ms", "items/s": "throughput_items_per_s"}
-#: Objectives whose statistic is better when higher (a rate); the others are times.
-HIGHER_IS_BETTER = ("throughput", "server")
 
 
 def trial_record(trial: TrialRow | StoredTrial) -> dict[str, Any]:
@@ -101,7 +99,8 @@ def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
                  "device": {"fingerprint": summary.device_fingerprint, "cpu": summary.device_cpu},
                  "updated_at": summary.updated_at.isoformat(), "command": summary.command}  # fmt: skip
     objective = s["objective"]
-    name, unit = STATISTIC.get(objective, ("value", None))
+    known = OBJECTIVES.get(objective)
+    name, unit = (known.statistic, known.unit) if known else ("value", None)
     name = ROUND_STATISTIC.get(s.get("statistic") or "", name)
     second = runner_up(s)
     return {
@@ -183,8 +182,9 @@ def _value(value: float | None, statistic: str, objective: str) -> str:
 
     if value is None:
         return "-"
-    if objective in HIGHER_IS_BETTER:
-        return f"{value:.1f} {'items/s' if objective == 'throughput' else 'q/s'}"
+    known = OBJECTIVES.get(objective)
+    if known is not None and known.higher_is_better:
+        return known.value_text(value)
     return f"{statistic} {fmt_ms(value)}"
 
 
@@ -200,7 +200,8 @@ def headline(summary: Mapping[str, Any]) -> str:
     if winner is None:
         return ""
     objective = summary["objective"]
-    statistic = summary.get("statistic") or {"latency": "p90", "pareto": "p90"}.get(objective, "")
+    known = OBJECTIVES.get(objective)  # a summary stored before the statistic was: its objective's, for times
+    statistic = summary.get("statistic") or ((known and known.latency_statistic) or "")
     text = f"winner: {winner['label']}, {_value(winner.get('statistic'), statistic, objective)}"
     baseline = next((f for f in summary.get("finalists") or () if f.get("baseline")), None)
     speedups = summary.get("speedups") or {}
@@ -294,7 +295,8 @@ def runner_up(summary: Mapping[str, Any]) -> Mapping[str, Any] | None:
               and f.get("statistic") is not None and not f.get("failure")]  # fmt: skip
     if not others:
         return None
-    pick = max if summary["objective"] in HIGHER_IS_BETTER else min
+    known = OBJECTIVES.get(summary["objective"])
+    pick = max if known is not None and known.higher_is_better else min
     return pick(others, key=lambda f: f["statistic"])
 
 
@@ -372,7 +374,8 @@ _LOAD = {
 }
 _MEASUREMENT = {
     "type": ["object", "null"],
-    "description": "Times in ms, memory in MB, throughput in items/s; p90/p99 are null below 64/662 samples.",
+    "description": ("Times in ms, memory in MB, throughput in items/s; "
+                    f"p90/p99 are null below {MIN_SAMPLES_P90}/{MIN_SAMPLES_P99} samples."),
     "required": list(Measurement.keys(samples=False)),
     "additionalProperties": False,
     "properties": {
@@ -466,7 +469,7 @@ _STUDY = {
         "schema": {"const": "autodeploy.study"},
         "schema_version": {"const": SCHEMA_VERSION},
         "name": {"type": "string"},
-        "objective": {"enum": list(STATISTIC)},
+        "objective": {"enum": list(NAMES)},
         "statistic": {"type": "string", "description": "what each finalist's statistic is, unit in the name"},
         "statistic_unit": _STR,
         "model": _REF,
@@ -482,7 +485,7 @@ _STUDY = {
         "speedup_vs_baseline": {**_NUM, "description": "winner over ONNX Runtime fp32 default, >1 is faster: the "
                                 "optimised statistic's median per-round ratio (speedups[optimised].ratio)"},
         "optimised": {**_STR, "description": "what each finalist round was reduced to and compared by: p90 | median "
-                      "(latency, median where a round has under 64 calls) | items/s"},
+                      f"(latency, median where a round has under {MIN_SAMPLES_P90} calls) | items/s"},
         "speedups": {"type": "object", "description": "the winner's speed-up over the ORT fp32 default per statistic "
                      "(the optimised one and, for latency, the median): the median of the per-round ratios, paired "
                      "by round, with its order-statistic interval and that interval's exact coverage (null when "

@@ -13,21 +13,21 @@ The rules:
   from the producing ONNX node, the shape and the reference's values, and overridable per output
   with :func:`parse_override`). Never one number over a whole tensor (docs/architecture.md, "Accuracy verdicts"):
 
-  - ``exact``: integer and boolean outputs (ids), exact agreement ``>= 1 - max_drop``.
-  - ``top1``: class-score vectors ``[N, C > 1]``, top-1 agreement ``>= 1 - max_drop``.
+  - ``exact``: integer and boolean outputs (ids), exact agreement ``>= 1 - max_accuracy_drop``.
+  - ``top1``: class-score vectors ``[N, C > 1]``, top-1 agreement ``>= 1 - max_accuracy_drop``.
   - ``sequence``: ``[N, T, V]`` (or ``[N, T, 1, V]``) scores with a Softmax over the last axis (the producing node, or
     rows summing to 1): the share of items whose whole argmax sequence is unchanged
-    ``>= 1 - max_drop``, so below 100 items one changed token in one item fails; a token where
+    ``>= 1 - max_accuracy_drop``, so below 100 items one changed token in one item fails; a token where
     the reference itself nearly tied (its own token's probability leads the candidate's by less
     than ``harness.accuracy.SEQUENCE_TIE``, 0.2) is no change. The per-position token agreement
     (every flip) is reported beside it.
   - ``decision``: probabilities (produced by a Sigmoid, or a reference wholly inside [0, 1]),
     thresholded at :data:`DEFAULT_DECISION_THRESHOLD`: the F1 of the candidate's positives against
-    the reference's ``>= 1 - max_drop`` (no positives on either side: 1.0), so rare events count.
+    the reference's ``>= 1 - max_accuracy_drop`` (no positives on either side: 1.0), so rare events count.
   - ``embedding``: one vector per item, ``[N, 1, ..., 1, D]`` of rank 4 and up (a 1x1 feature map, as a
     TF conv head exports it: openwakeword's ``[N, 1, 1, 96]``), or any float output by override (e.g. a
     sentence embedding ``[N, D]``, which the shape alone calls class scores): the cosine of each item's
-    vector with the reference's, the worst row ``>= 1 - max_drop``; a vector's direction is what a
+    vector with the reference's, the worst row ``>= 1 - max_accuracy_drop``; a vector's direction is what a
     nearest-neighbour search or a classifier on top reads, and one averaged number would hide one item's.
     ``[N, 1, V]`` stays ``sqnr``: a one-position sequence (or ddddocr's ``[seq, 1, V]``, batch on axis 1).
   - ``sqnr``: every other float output, per channel group: the channel axis and the groups of
@@ -35,11 +35,11 @@ The rules:
     group's SQNR ``10 log10(sum ref^2 / sum (out - ref)^2)`` (the reference's mean kept, as cosine
     keeps it) must be ``>= min SQNR``, the worst group deciding and named. The default limit is
     :func:`sqnr_for_drop` of the budget: the SQNR at which a group's cosine would be
-    ``1 - max_drop`` (``1 - cos ~= 10^(-SQNR/10) / 2``): 17.0 dB at the 1% budget. The old rule
+    ``1 - max_accuracy_drop`` (``1 - cos ~= 10^(-SQNR/10) / 2``): 17.0 dB at the 1% budget. The old rule
     asked that cosine of the whole flattened tensor; it now holds for every group.
   - ``cosine``: only by override (or records stored before kinds): cosine ``>= min_cosine``.
 
-  Every output must pass, and with labels the task accuracy may drop by at most ``max_drop``.
+  Every output must pass, and with labels the task accuracy may drop by at most ``max_accuracy_drop``.
   Non-finite outputs (NaN cosine) always fail. :func:`worst` names the output (and channels)
   furthest from its limit. :func:`accuracy_drop` is the same rule as one number, each output's
   :func:`output_drop` (``1 - agreement``, ``1 - F1``, ``10^(-SQNR/10) / 2``), so it is within the
@@ -48,11 +48,15 @@ The rules:
   accuracy drop, peak memory, and the SLA. The SLA bounds latency for every objective except
   ``server``, whose objective *is* the highest rate under the SLA; there it is a constraint
   that some rate meets it.
+  A rate meets the SLA when its p99 is at most the SLA (:func:`meets_sla`, the server search's test).
 * **Pareto**: every value is minimized; a point is on the front when no other point is at
   least as good everywhere and better somewhere.
+* **Better**, between finalists compared paired by round: a tie is a median per-round ratio within
+  :data:`TIE_TOLERANCE` of 1 whose interval holds 1; after one round only a gap of
+  :data:`FIRST_ROUND_MARGIN` puts a finalist out (:mod:`autodeploy.search.study` applies them).
 
-Pure functions and frozen dataclasses, stdlib only: importing this module imports no
-engine, Optuna, SQLAlchemy or pandas.
+Pure functions and frozen dataclasses, stdlib only (and the objectives' table,
+:mod:`autodeploy.objectives`): importing this module imports no engine, Optuna, SQLAlchemy or pandas.
 """
 
 from __future__ import annotations
@@ -61,6 +65,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from autodeploy.objectives import OBJECTIVES
 
 if TYPE_CHECKING:
     from autodeploy.harness.result import Accuracy, OutputAccuracy
@@ -78,8 +84,14 @@ MEASURES = ("exact", "top1", "sequence", "decision", "embedding", "sqnr", "cosin
 THRESHOLDED = ("decision", "sqnr", "cosine")
 #: Slack for comparing fractions such as 99/100 with limits such as 1 - 0.01 (float rounding).
 TOLERANCE = 1e-9
-#: The objective whose value is the highest rate under the SLA (see :func:`violations`).
-SERVER = "server"
+#: A finalist whose median per-round ratio to the best is within this fraction of 1, and whose paired
+#: interval of that ratio holds 1, ties with it (and the cheaper one wins). An interval holding 1 alone
+#: would tie configs far apart when the rounds are noisy (all cores on a busy machine).
+TIE_TOLERANCE = 0.03
+#: After the finalists' first round a config leaves the rounds only when it is this fraction slower
+#: than the leader in that round; after later rounds, when it is slower in every round so far and the
+#: paired interval of its ratio to the leader lies above 1 (it is wholly behind).
+FIRST_ROUND_MARGIN = 0.10
 
 
 # -- accuracy ------------------------------------------------------------------------------
@@ -93,9 +105,9 @@ class AccuracyVerdict:
     passed: bool
 
 
-def cosine_for_drop(max_drop: float) -> float:
+def cosine_for_drop(max_accuracy_drop: float) -> float:
     """The cosine a drop budget asks of outputs where top-1 does not apply (their drop is ``1 - cosine``)."""
-    return 1.0 - max_drop
+    return 1.0 - max_accuracy_drop
 
 
 def within(value: float, limit: float) -> bool:
@@ -103,20 +115,21 @@ def within(value: float, limit: float) -> bool:
     return value <= limit + TOLERANCE
 
 
-def sqnr_for_drop(max_drop: float) -> float:
-    """The SQNR (dB) a budget asks of every channel group: where its cosine would be ``1 - max_drop``
+def sqnr_for_drop(max_accuracy_drop: float) -> float:
+    """The SQNR (dB) a budget asks of every channel group: where its cosine would be ``1 - max_accuracy_drop``
     (``1 - cos ~= noise / (2 signal)`` for small noise): 17.0 dB at 1%."""
-    return math.inf if max_drop <= 0 else 10.0 * math.log10(1.0 / (2.0 * max_drop))
+    return math.inf if max_accuracy_drop <= 0 else 10.0 * math.log10(1.0 / (2.0 * max_accuracy_drop))
 
 
-def sqnr_drop(sqnr_db: float, min_db: float | None = None, max_drop: float = DEFAULT_MAX_ACCURACY_DROP) -> float:
+def sqnr_drop(sqnr_db: float, min_db: float | None = None,
+              max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP) -> float:  # fmt: skip
     """An SQNR as a drop, ``10^(-SQNR/10) / 2`` (the ``1 - cosine`` it implies), shifted so that a
-    per-output limit ``min_db`` maps to ``max_drop``: within the budget exactly when ``SQNR >= limit``."""
+    per-output limit ``min_db`` maps to ``max_accuracy_drop``: within the budget exactly when ``SQNR >= limit``."""
     if math.isnan(sqnr_db):
         return math.inf
     if min_db is None:
         return 0.5 * 10.0 ** (-sqnr_db / 10.0) if sqnr_db > -300 else math.inf
-    return max_drop * 10.0 ** ((min_db - sqnr_db) / 10.0) if sqnr_db - min_db > -300 else math.inf
+    return max_accuracy_drop * 10.0 ** ((min_db - sqnr_db) / 10.0) if sqnr_db - min_db > -300 else math.inf
 
 
 @dataclass(frozen=True)
@@ -201,9 +214,9 @@ def output_metric(o: OutputAccuracy) -> tuple[str, float]:
     return "cosine", o.cosine
 
 
-def output_drop(o: OutputAccuracy, *, max_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+def output_drop(o: OutputAccuracy, *, max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
                 min_cosine: float | None = None) -> float:  # fmt: skip
-    """The accuracy one output lost, comparable with the budget (``<= max_drop``: it passes).
+    """The accuracy one output lost, comparable with the budget (``<= max_accuracy_drop``: it passes).
 
     ``1 - agreement`` or ``1 - F1``; an SQNR through :func:`sqnr_drop` (its own limit ``min_sqnr_db``
     where one was set); ``1 - cosine`` (shifted to ``min_cosine`` when given). Non-finite: inf.
@@ -214,27 +227,27 @@ def output_drop(o: OutputAccuracy, *, max_drop: float = DEFAULT_MAX_ACCURACY_DRO
     if math.isnan(value):
         return math.inf
     if metric == "SQNR":
-        return sqnr_drop(value, o.min_sqnr_db, max_drop)
+        return sqnr_drop(value, o.min_sqnr_db, max_accuracy_drop)
     if metric == "cosine" and min_cosine is not None:
-        return 1.0 - value - (1.0 - min_cosine) + max_drop
+        return 1.0 - value - (1.0 - min_cosine) + max_accuracy_drop
     return 1.0 - value
 
 
-def _shortfall(o: OutputAccuracy, max_drop: float, min_cosine: float) -> float:
+def _shortfall(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> float:
     """How far an output is below its limit, in drop units (<= 0: it passes; inf: non-finite)."""
-    return output_drop(o, max_drop=max_drop, min_cosine=min_cosine) - max_drop
+    return output_drop(o, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine) - max_accuracy_drop
 
 
-def _limit(o: OutputAccuracy, max_drop: float, min_cosine: float) -> float:
-    """The value an output's metric must reach: its own SQNR limit or the budget's, else ``1 - max_drop``."""
+def _limit(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> float:
+    """The value an output's metric must reach: its own SQNR limit or the budget's, else ``1 - max_accuracy_drop``."""
     metric = output_metric(o)[0]
     if metric == "SQNR":
-        return o.min_sqnr_db if o.min_sqnr_db is not None else sqnr_for_drop(max_drop)
-    return min_cosine if metric == "cosine" else 1 - max_drop
+        return o.min_sqnr_db if o.min_sqnr_db is not None else sqnr_for_drop(max_accuracy_drop)
+    return min_cosine if metric == "cosine" else 1 - max_accuracy_drop
 
 
-def _rule(o: OutputAccuracy, max_drop: float, min_cosine: float) -> str:
-    metric, limit = output_metric(o)[0], _limit(o, max_drop, min_cosine)
+def _rule(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> str:
+    metric, limit = output_metric(o)[0], _limit(o, max_accuracy_drop, min_cosine)
     if metric == "SQNR":
         return f"SQNR >= {limit:.3g} dB"
     if metric == "F1":
@@ -246,35 +259,35 @@ def _rule(o: OutputAccuracy, max_drop: float, min_cosine: float) -> str:
 def accuracy_verdict(
     outputs: Sequence[OutputAccuracy],
     *,
-    max_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
     min_cosine: float = DEFAULT_MIN_COSINE,
 ) -> AccuracyVerdict:
     """Judge per-output accuracy metrics against the FP32 reference (the rule in the module docstring).
 
     Args:
         outputs: One entry per output; ``cosine`` is NaN where either array was non-finite.
-        max_drop: Allowed agreement, F1 and task-accuracy drop, as a fraction; sets the SQNR limit
+        max_accuracy_drop: Allowed agreement, F1 and task-accuracy drop, as a fraction; sets the SQNR limit
             (:func:`sqnr_for_drop`) of outputs without their own.
         min_cosine: Required cosine similarity of the outputs judged by cosine.
     """
-    rules = list(dict.fromkeys(_rule(o, max_drop, min_cosine) for o in outputs))
+    rules = list(dict.fromkeys(_rule(o, max_accuracy_drop, min_cosine) for o in outputs))
     constraint = " and ".join(rules)
-    passed = all(within(_shortfall(o, max_drop, min_cosine), 0.0) for o in outputs)
+    passed = all(within(_shortfall(o, max_accuracy_drop, min_cosine), 0.0) for o in outputs)
     task = _task_drops(outputs)
     if task:
-        constraint += f" and task accuracy drop <= {max_drop:g}"
-        passed = passed and within(task[0], max_drop)
+        constraint += f" and task accuracy drop <= {max_accuracy_drop:g}"
+        passed = passed and within(task[0], max_accuracy_drop)
     return AccuracyVerdict(constraint, bool(passed))
 
 
 def with_metric(verdict: AccuracyVerdict, name: str, value: float, reference: float,
-                max_drop: float | None) -> AccuracyVerdict:  # fmt: skip
-    """``verdict`` with the user's task metric (higher is better) judged too: with ``max_drop`` its
-    drop from the reference's value must be ``<= max_drop``; without, it is only reported."""
-    if max_drop is None:
+                max_metric_drop: float | None) -> AccuracyVerdict:  # fmt: skip
+    """``verdict`` with the user's task metric (higher is better) judged too: with ``max_metric_drop`` its
+    drop from the reference's value must be ``<= max_metric_drop``; without, it is only reported."""
+    if max_metric_drop is None:
         return verdict
-    constraint = f"{verdict.constraint} and {name} drop <= {max_drop:g}"
-    return AccuracyVerdict(constraint, verdict.passed and within(reference - value, max_drop))
+    constraint = f"{verdict.constraint} and {name} drop <= {max_metric_drop:g}"
+    return AccuracyVerdict(constraint, verdict.passed and within(reference - value, max_metric_drop))
 
 
 @dataclass(frozen=True)
@@ -300,30 +313,30 @@ class WorstOutput:
 def worst_output(
     outputs: Sequence[OutputAccuracy],
     *,
-    max_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
     min_cosine: float = DEFAULT_MIN_COSINE,
 ) -> WorstOutput | None:
     """The output furthest below (or nearest to) its limit; ``None`` without outputs."""
     if not outputs:
         return None
-    o = max(outputs, key=lambda x: _shortfall(x, max_drop, min_cosine))
+    o = max(outputs, key=lambda x: _shortfall(x, max_accuracy_drop, min_cosine))
     metric, value = output_metric(o)
     if not math.isfinite(o.cosine):
         value = math.nan
     where = f"output {o.name!r}" + (f", {o.channels}" if o.channels else "")
-    failed = not within(_shortfall(o, max_drop, min_cosine), 0.0)
-    return WorstOutput(o, where, metric, value, _limit(o, max_drop, min_cosine), failed)
+    failed = not within(_shortfall(o, max_accuracy_drop, min_cosine), 0.0)
+    return WorstOutput(o, where, metric, value, _limit(o, max_accuracy_drop, min_cosine), failed)
 
 
 def worst(
     outputs: Sequence[OutputAccuracy],
     *,
-    max_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
     min_cosine: float = DEFAULT_MIN_COSINE,
 ) -> str:
     """The output furthest below (or nearest to) its limit, with its channels where it was judged per
     channel group: ``output 'y': cosine 0.95``, ``output 'output0', channels 4-21: SQNR 0.0 dB, limit 17 dB``."""
-    w = worst_output(outputs, max_drop=max_drop, min_cosine=min_cosine)
+    w = worst_output(outputs, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine)
     if w is None:
         return "no outputs"
     if math.isnan(w.value):
@@ -408,6 +421,18 @@ class Measured:
     server_rate: float | None = None
 
 
+def sla_bounds_latency(objective: str | None) -> bool:
+    """Whether the SLA bounds each trial's latency: for every objective but those whose value is the
+    highest rate under the SLA (``server``, :data:`autodeploy.objectives.OBJECTIVES`' ``sla``)."""
+    known = OBJECTIVES.get(objective or "")
+    return known is None or known.sla == "latency"
+
+
+def meets_sla(p99_ms: float, sla_ms: float) -> bool:
+    """Whether a rate whose queries' p99 is ``p99_ms`` meets the SLA (the server search's test)."""
+    return p99_ms <= sla_ms
+
+
 def violations(m: Measured, limits: Limits, objective: str) -> dict[str, float]:
     """One number per constraint that applies, ``<= 0`` when it holds (``Trial.set_constraint``).
 
@@ -421,9 +446,9 @@ def violations(m: Measured, limits: Limits, objective: str) -> dict[str, float]:
         out["accuracy_drop"] = _excess(m.accuracy_drop, limits.max_accuracy_drop)
     if limits.max_memory_mb is not None:
         out["memory_mb"] = _excess(m.peak_rss_mb or 0.0, limits.max_memory_mb)
-    if limits.sla_ms is not None and objective != SERVER:
+    if limits.sla_ms is not None and sla_bounds_latency(objective):
         out["latency_ms"] = _excess(m.latency_ms, limits.sla_ms)
-    if objective == SERVER and m.server_rate is not None:
+    if not sla_bounds_latency(objective) and m.server_rate is not None:
         out["server_rate"] = 0.0 if m.server_rate > 0 else 1.0
     return out
 
@@ -508,9 +533,10 @@ def _finite(value: float | None) -> float | None:
 def _accuracy_rejection(m: Measured, limits: Limits, accuracy: Accuracy | None, miss: float) -> Rejection:
     """The accuracy budget broken: by the worst output when one fails its limit, else by the task
     accuracy (labels), else by the drop as one number (a record without its outputs)."""
-    max_drop = limits.max_accuracy_drop
-    budget = f"max accuracy drop {max_drop * 100:g}%"
-    w = worst_output(accuracy.outputs, max_drop=max_drop, min_cosine=cosine_for_drop(max_drop)) if accuracy else None
+    max_accuracy_drop = limits.max_accuracy_drop
+    budget = f"max accuracy drop {max_accuracy_drop * 100:g}%"
+    min_cosine = cosine_for_drop(max_accuracy_drop)
+    w = worst_output(accuracy.outputs, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine) if accuracy else None
     if w is not None and w.failed:
         if math.isnan(w.value):
             reason = f"{w.where}: NaN or inf ({budget})"
@@ -521,11 +547,11 @@ def _accuracy_rejection(m: Measured, limits: Limits, accuracy: Accuracy | None, 
             reason = f"{w.where}: {w.metric} {value}{unit} < {w.limit:.3g}{unit}" + ("" if own else f" ({budget})")
         return Rejection("max_accuracy_drop", _finite(w.value), _finite(w.limit), w.unit, reason, miss)
     task = _task_drops(accuracy.outputs) if accuracy else []
-    if task and not within(max(task), max_drop):
-        return Rejection("max_accuracy_drop", max(task), max_drop, "",
-                         f"task accuracy drop {max(task):.2%} > {max_drop:.2%}", miss)  # fmt: skip
-    return Rejection("max_accuracy_drop", _finite(m.accuracy_drop), max_drop, "",
-                     f"accuracy drop {m.accuracy_drop:.2%} > {max_drop:.2%}", miss)  # fmt: skip
+    if task and not within(max(task), max_accuracy_drop):
+        return Rejection("max_accuracy_drop", max(task), max_accuracy_drop, "",
+                         f"task accuracy drop {max(task):.2%} > {max_accuracy_drop:.2%}", miss)  # fmt: skip
+    return Rejection("max_accuracy_drop", _finite(m.accuracy_drop), max_accuracy_drop, "",
+                     f"accuracy drop {m.accuracy_drop:.2%} > {max_accuracy_drop:.2%}", miss)  # fmt: skip
 
 
 def reasons(m: Measured, limits: Limits, objective: str) -> list[str]:

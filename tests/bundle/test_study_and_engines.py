@@ -54,11 +54,11 @@ def test_study_winner_exports_verifies_and_loads(tmp_path, capsys, monkeypatch):
     assert code == 0 and (tmp_path / "repo" / "m" / "config.pbtxt").is_file(), err
 
 
-def _engine_trial(tmp_path, stored, config, max_top1_drop=0.01):
+def _engine_trial(tmp_path, stored, config, max_accuracy_drop=0.01):
     engine = registry.get(config.engine)
     if not engine.probe(probe_device()).available:
         pytest.skip(f"{config.engine}: {engine.probe(probe_device())}")
-    settings = HarnessSettings(workdir=tmp_path / "work", policy=FAST, timeout_s=300, max_top1_drop=max_top1_drop)
+    settings = HarnessSettings(workdir=tmp_path / "work", policy=FAST, timeout_s=300, max_accuracy_drop=max_accuracy_drop)
     result = run_trial(stored.model, config, prepare_data(stored.model, settings), settings)
     assert result.ok, result.failure_message
     with Store.open(stored.db) as store:
@@ -114,7 +114,7 @@ def test_inhouse_winner_ships_on_the_runtime_it_was_measured_on(stored, tmp_path
         pytest.skip("openvino is not installed")
     config = TrialConfig("inhouse", precision, batch=2, threads=1, knobs={"runtime": runtime})
     # The random-weight MLP's logits are near ties: int8 flips argmaxes. The test is about shipping.
-    source, artifact = _engine_trial(tmp_path, stored, config, max_top1_drop=1.0)
+    source, artifact = _engine_trial(tmp_path, stored, config, max_accuracy_drop=1.0)
     bundle = export.write_bundle(source, tmp_path / "inhouse")
     m = json.loads((bundle / "manifest.json").read_text())
     from autodeploy.runtime import machine

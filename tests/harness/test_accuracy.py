@@ -80,9 +80,9 @@ def test_task_accuracy_drop_fails():
     ref = logits(n=100)
     labels = np.argmax(ref, axis=1)
     # 2% of rows change: agreement 0.98 passes a 3% budget, but accuracy drops by 0.02.
-    acc = compare({"logits": flip_argmax(ref, 2)}, {"logits": ref}, labels=labels, max_top1_drop=0.015)
+    acc = compare({"logits": flip_argmax(ref, 2)}, {"logits": ref}, labels=labels, max_accuracy_drop=0.015)
     assert acc.outputs[0].task_accuracy == pytest.approx(0.98) and not acc.passed
-    assert compare({"logits": flip_argmax(ref, 2)}, {"logits": ref}, labels=labels, max_top1_drop=0.03).passed
+    assert compare({"logits": flip_argmax(ref, 2)}, {"logits": ref}, labels=labels, max_accuracy_drop=0.03).passed
 
 
 def test_labels_without_a_classifier_are_the_metrics_and_a_wrong_length_raises():

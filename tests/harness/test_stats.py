@@ -7,6 +7,9 @@ from autodeploy.harness.stats import (
     UNSTABLE_CV,
     bootstrap_change_ci,
     bootstrap_mean_ci,
+    claimed,
+    insufficient,
+    latency_claim,
     summarize,
 )
 
@@ -148,3 +151,17 @@ def test_round_values_are_p90_with_the_calls_for_it_and_ratios_are_paired_by_rou
     assert round_value(range(10), "median") == 4.5
     assert round_statistic([200, 64]) == "p90" and round_statistic([200, 63]) == "median"
     assert paired_ratios([2.0, None, 9.0], [1.0, 1.0, 3.0]).tolist() == [2.0, 3.0]  # only rounds both ran
+
+
+def test_a_latency_claims_its_p90_where_there_are_samples_for_one_else_its_median():
+    few, enough = summarize(lognormal_ns(MIN_SAMPLES_P90 - 1)), summarize(lognormal_ns(MIN_SAMPLES_P90))
+    assert latency_claim(few) == (few.median, few.median_ci)
+    assert latency_claim(enough) == (enough.p90, enough.p90_ci) and enough.p90 != enough.median
+    assert claimed(None, 2.0) == 2.0 and claimed(3.0, 2.0) == 3.0
+
+
+def test_a_stored_measurement_reads_its_missing_claims_as_summarize_words_them():
+    from autodeploy.harness.result import _insufficient
+
+    for n in (MIN_SAMPLES_P90 - 1, 150, MIN_SAMPLES_P99):
+        assert _insufficient(n) == insufficient(n) == summarize(lognormal_ns(n)).insufficient

@@ -121,7 +121,7 @@ def test_fallback_search_keeps_the_fewest_most_sensitive_layers():
 def test_unreachable_budget_keeps_all_int8_and_says_so(small):
     cal = {"x": np.random.default_rng(1).standard_normal((64, 16)).astype(np.float32)}
     model, _ = optimize(small)
-    q, report = quantize(model, cal, QuantConfig(accuracy_budget=-1.0))  # needs top-1 agreement >= 2
+    q, report = quantize(model, cal, QuantConfig(max_accuracy_drop=-1.0))  # needs top-1 agreement >= 2
     assert set(report.sensitivity) == set(qdq.plan(qdq.name_nodes(model)).nodes)  # ranked by the outputs
     assert not report.budget_met and report.kept_float == ()
     onnx.checker.check_model(q)
@@ -197,8 +197,8 @@ def _qdq_inputs(q: onnx.ModelProto) -> dict[str, set[str]]:
 def test_placement_follows_the_runtime(tmp_path):
     model = _conv_head(tmp_path)
     cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 16, 16)).astype(np.float32)}
-    ov, _ = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
-    ort_q, _ = quantize(model, cal, QuantConfig(placement="onnxruntime", accuracy_budget=None))
+    ov, _ = quantize(model, cal, QuantConfig(placement="openvino", max_accuracy_drop=None))
+    ort_q, _ = quantize(model, cal, QuantConfig(placement="onnxruntime", max_accuracy_drop=None))
     ov_kinds, ort_kinds = _qdq_inputs(ov), _qdq_inputs(ort_q)
     # NNCF's CPU layout: activations run in the Conv's float post-ops, never behind a QDQ pair
     assert ov_kinds["HardSwish"] == {"float"} and ov_kinds["Sigmoid"] == {"float"}
@@ -261,9 +261,9 @@ def test_bias_correction_removes_the_mean_shift_of_int8_outputs(tmp_path):
     rng = np.random.default_rng(0)
     cal = {"x": rng.standard_normal((32, 3, 16, 16)).astype(np.float32)}
     held_out = rng.standard_normal((16, 3, 16, 16)).astype(np.float32)
-    plain, r0 = quantize(model, cal, QuantConfig(accuracy_budget=None, placement="openvino"))
+    plain, r0 = quantize(model, cal, QuantConfig(max_accuracy_drop=None, placement="openvino"))
     fixed, r1 = quantize(
-        model, cal, QuantConfig(accuracy_budget=None, placement="openvino", bias_correction=True)
+        model, cal, QuantConfig(max_accuracy_drop=None, placement="openvino", bias_correction=True)
     )
     assert r0.biases_corrected == 0 and r1.biases_corrected == 3
     onnx.checker.check_model(fixed)
@@ -308,7 +308,7 @@ def test_smoothquant_is_exact_in_float_and_helps_with_outlier_channels():
 
     def error(alpha):
         q, report = quantize(
-            model, cal, QuantConfig(accuracy_budget=None, smoothquant=alpha, placement="openvino")
+            model, cal, QuantConfig(max_accuracy_drop=None, smoothquant=alpha, placement="openvino")
         )
         assert report.smoothed == (0 if alpha is None else 1)
         want = _run(model, held_out)
@@ -341,8 +341,8 @@ def test_convtranspose_is_int8_on_openvino_only():
     Runtime's CPU provider has no QLinearConvTranspose, so its placement leaves it float."""
     model = _upsampling_head()
     cal = {"x": np.random.default_rng(0).standard_normal((16, 4, 8, 8)).astype(np.float32)}
-    ov_q, _ = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
-    ort_q, _ = quantize(model, cal, QuantConfig(placement="onnxruntime", accuracy_budget=None))
+    ov_q, _ = quantize(model, cal, QuantConfig(placement="openvino", max_accuracy_drop=None))
+    ort_q, _ = quantize(model, cal, QuantConfig(placement="onnxruntime", max_accuracy_drop=None))
     producers = {o: n.op_type for n in ov_q.graph.node for o in n.output}
     deconv = next(n for n in ov_q.graph.node if n.op_type == "ConvTranspose")
     assert [producers.get(i) for i in deconv.input] == ["DequantizeLinear", "DequantizeLinear", None], (
@@ -362,7 +362,7 @@ def test_convtranspose_runs_int8_in_openvino():
     ov = pytest.importorskip("openvino")
     model = _upsampling_head()
     cal = {"x": np.random.default_rng(0).standard_normal((16, 4, 8, 8)).astype(np.float32)}
-    q, _ = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
+    q, _ = quantize(model, cal, QuantConfig(placement="openvino", max_accuracy_drop=None))
     core = ov.Core()
     read = core.read_model(q.SerializeToString(), b"")
     read.reshape({"x": [1, 4, 8, 8]})
@@ -444,7 +444,7 @@ def test_se_gates_silu_and_the_se_pool_stay_float_on_openvino():
     assert sorted(ops[n] for n in ov_plan.nodes) == ["Conv"] * 4
     assert "GlobalAveragePool" in {ops[n] for n in ort_plan.nodes}, "ONNX Runtime's QLinear pool stays"
     cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 8, 8)).astype(np.float32)}
-    q, _ = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
+    q, _ = quantize(model, cal, QuantConfig(placement="openvino", max_accuracy_drop=None))
     kinds = _qdq_inputs(q)
     assert kinds["Mul"] == {"float"} and kinds["GlobalAveragePool"] == {"float"}
     a, b = _run(model, cal).ravel(), _run(q, cal).ravel()
@@ -463,7 +463,7 @@ def test_a_bf16_remainder_is_judged_in_bf16_on_openvino(tmp_path):
         QuantConfig(float_precision="bf16")
     model = _conv_head(tmp_path)
     cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 16, 16)).astype(np.float32)}
-    strict = dict(placement="openvino", accuracy_budget=1e-5, max_float_fraction=1.0)  # SQNR >= 47 dB per channel group
+    strict = dict(placement="openvino", max_accuracy_drop=1e-5, max_float_fraction=1.0)  # SQNR >= 47 dB per channel group
     _, f32 = quantize(model, cal, QuantConfig(**strict))
     _, bf16 = quantize(model, cal, QuantConfig(**strict, float_precision="bf16"))
     assert f32.budget_met and not bf16.budget_met
@@ -476,7 +476,7 @@ def test_the_openvino_placement_is_judged_on_openvino(tmp_path):
     ov = pytest.importorskip("openvino")
     model = _conv_head(tmp_path)
     cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 16, 16)).astype(np.float32)}
-    q, report = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
+    q, report = quantize(model, cal, QuantConfig(placement="openvino", max_accuracy_drop=None))
     core = ov.Core()
     read = core.read_model(q.SerializeToString(), b"")
     read.reshape({"x": [8, 3, 16, 16]})  # the judge's batches: 8 items each
@@ -549,13 +549,13 @@ def test_a_depthwise_input_is_quantized_per_channel_on_openvino():
     assert qdq.plan(qdq.name_nodes(_depthwise_block(shared=True)), "openvino").per_channel == (), (
         "a tensor a regular Conv also reads keeps one scale"
     )
-    q, _ = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
+    q, _ = quantize(model, cal, QuantConfig(placement="openvino", max_accuracy_drop=None))
     a_q = next(n for n in q.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "a")
     scale = onnx.numpy_helper.to_array(next(t for t in q.graph.initializer if t.name == a_q.input[1]))
     assert scale.shape == (4,) and {x.name: x.i for x in a_q.attribute} == {"axis": 1}
     assert scale[0] > 100 * scale[1:].max(), "channel 0 has its own, much larger, scale"
     want = _run(model, cal)
-    per_tensor, _ = quantize(model, cal, QuantConfig(placement="onnxruntime", accuracy_budget=None))
+    per_tensor, _ = quantize(model, cal, QuantConfig(placement="onnxruntime", max_accuracy_drop=None))
     error = {
         label: np.abs(_run(m, cal, fused=False)[:, 1:] - want[:, 1:]).mean() / np.abs(want[:, 1:]).mean()
         for label, m in (("per channel", q), ("per tensor", per_tensor))
@@ -567,7 +567,7 @@ def test_a_per_channel_depthwise_input_runs_int8_in_openvino():
     ov = pytest.importorskip("openvino")
     model = qdq.name_nodes(_depthwise_block())
     cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 8, 8)).astype(np.float32)}
-    q, _ = quantize(model, cal, QuantConfig(placement="openvino", accuracy_budget=None))
+    q, _ = quantize(model, cal, QuantConfig(placement="openvino", max_accuracy_drop=None))
     read = ov.Core().read_model(q.SerializeToString(), b"")
     read.reshape({"x": [16, 3, 8, 8]})
     compiled = ov.Core().compile_model(read, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
@@ -677,10 +677,10 @@ def test_the_ranking_runs_one_layer_at_a_time_where_ranking_by_the_outputs_costs
     cal = {"x": np.random.default_rng(1).standard_normal((64, 16)).astype(np.float32)}
     model, _ = optimize(small)
     nodes = qdq.plan(qdq.name_nodes(model))
-    by_output = quantize(model, cal, QuantConfig(accuracy_budget=-1.0))[1]  # unreachable: the fallback ranks
+    by_output = quantize(model, cal, QuantConfig(max_accuracy_drop=-1.0))[1]  # unreachable: the fallback ranks
     assert by_output.ranking == "output" and set(by_output.sensitivity) == set(nodes.nodes)
     monkeypatch.setattr(q, "MAX_RANKING_MACS", 1.0)
-    by_layer = quantize(model, cal, QuantConfig(accuracy_budget=-1.0))[1]
+    by_layer = quantize(model, cal, QuantConfig(max_accuracy_drop=-1.0))[1]
     assert by_layer.ranking == "layer" and set(by_layer.sensitivity) == set(nodes.weighted)
     assert q.QuantReport.from_dict(by_layer.to_dict(), by_layer.config).ranking == "layer"
 

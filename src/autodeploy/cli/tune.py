@@ -36,16 +36,15 @@ from autodeploy.cli._common import (
     emit,
     err,
     fmt_ms,
-    fmt_ms_ci,
     out,
     preprocess_of,
     print_converter_logs,
     shown,
 )
 from autodeploy.errors import AutodeployError, UsageError
+from autodeploy.objectives import OBJECTIVES
 from autodeploy.search import config as study_config
 from autodeploy.search.config import EXAMPLES
-from autodeploy.search.objective import DIRECTIONS
 from autodeploy.shapes import ShapeSet, parse_flags
 
 if TYPE_CHECKING:
@@ -178,18 +177,10 @@ def tune(
         raise typer.Exit(1)
 
 
-#: What the progress bar and the tables call each objective's statistic (the unit is the value's).
-OBJECTIVE_WORDS = {"latency": "p90", "throughput": "throughput", "server": "max rate under the SLA",
-                   "pareto": "p90, accuracy drop, memory"}  # fmt: skip
-
-
 def value_text(value: float | None, objective: str) -> str:
-    """A study statistic with its unit: ``91.85 µs`` (latency), ``1234.5 items/s``, ``412.0 q/s``."""
-    if value is None:
-        return "-"
-    if objective in ("latency", "pareto"):
-        return fmt_ms(value)
-    return f"{value:.1f} {'items/s' if objective == 'throughput' else 'q/s'}"
+    """A study statistic with its unit: ``91.85 µs`` (latency), ``1234.5 items/s``, ``412.0 q/s``
+    (:meth:`autodeploy.objectives.Objective.value_text`)."""
+    return OBJECTIVES[objective].value_text(value)
 
 
 def best_text(best: str | None, objective: str) -> str:
@@ -198,11 +189,11 @@ def best_text(best: str | None, objective: str) -> str:
         return "best: none meets the constraints yet"
     label, _, values = best.rpartition(" = ")
     numbers = [float(v) for v in values.split(", ")]
-    if objective == "pareto" and len(numbers) == 3:
+    if not OBJECTIVES[objective].single and len(numbers) == 3:  # pareto: p90 ms × accuracy drop × MB
         shown_values = f"{fmt_ms(numbers[0])}, drop {numbers[1]:.2%}, {numbers[2]:.0f} MB"
     else:
         shown_values = value_text(numbers[0], objective)
-    return f"best {OBJECTIVE_WORDS.get(objective, objective)}: {label} at {shown_values}"
+    return f"best {OBJECTIVES[objective].words}: {label} at {shown_values}"
 
 
 class _ProgressReporter:  # a search.study.Reporter (not imported: it loads the store and SQLAlchemy)
@@ -328,7 +319,7 @@ def resume_command(name: str) -> str:
 
 def _best_first(summary: StudySummary) -> list[Finalist]:
     """The finalists as ranked: the winner, then by their re-measured value, failures and unmeasured last."""
-    sign = -1 if DIRECTIONS.get(summary.objective, ["minimize"])[0] == "maximize" else 1
+    sign = -1 if OBJECTIVES[summary.objective].higher_is_better else 1
     winner = summary.winner.label if summary.winner is not None else None
 
     def rank(f: Finalist) -> tuple[bool, bool, bool, float]:
@@ -347,7 +338,7 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
         if summary.finalists[0].per_shape:
             title += ", weighted by the shape mix"
         table = Table(title=title)
-        value_column = OBJECTIVE_WORDS.get(objective, "value") + " [95% CI]"
+        value_column = OBJECTIVES[objective].words + " [95% CI]"
         if summary.statistic and remeasured:  # paired by round: each round's value, their median and range
             value_column = f"{summary.statistic}: median of rounds \\[interval over rounds]"
         for column in ("config", value_column, "samples", "load", "note"):
@@ -371,7 +362,7 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
                           f"[yellow]{load}[/]" if "under load" in load else load, note)  # fmt: skip
         out.print(table)
     if summary.winner is not None and summary.winner.per_shape:
-        shapes = Table(title=f"the winner at each shape ({OBJECTIVE_WORDS.get(objective, 'value')})")
+        shapes = Table(title=f"the winner at each shape ({OBJECTIVES[objective].words})")
         shapes.add_column("shape")
         shapes.add_column("value", justify="right")
         for key, value in summary.winner.per_shape.items():
@@ -452,12 +443,7 @@ def fmt_s(seconds: float) -> str:
 
 
 def _stat_ci(value: float | None, ci: tuple[float, float] | None, objective: str) -> str:
-    if objective in ("latency", "pareto"):
-        return fmt_ms_ci(value, ci)
-    if value is None:
-        return "-"
-    bounds = "" if ci is None else f" [{ci[0]:.1f}, {ci[1]:.1f}]"
-    return f"{value:.1f}{bounds} {'items/s' if objective == 'throughput' else 'q/s'}"
+    return OBJECTIVES[objective].value_text(value, ci)
 
 
 def _why_not_screening_best(summary: StudySummary) -> str:

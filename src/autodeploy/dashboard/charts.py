@@ -17,7 +17,7 @@ from plotly.subplots import make_subplots
 
 from autodeploy.dashboard.queries import BASELINE_LABEL, Metric
 from autodeploy.units import time_unit
-from autodeploy.verdict import Limits
+from autodeploy.verdict import Limits, sla_bounds_latency
 
 #: Bars switch to a log axis when the slowest config is this many times the fastest.
 LOG_RATIO = 20
@@ -140,7 +140,7 @@ def pareto(df: pd.DataFrame, limits: Limits, objective: str | None = None) -> go
                                  legendgroup="baseline", showlegend=col == 1 and not base.empty, hoverinfo="skip",
                                  marker={"symbol": "diamond-open", "size": 20, "color": BASELINE_COLOR,
                                          "line": {"width": 2}}), row=1, col=col)  # fmt: skip
-    sla = limits.sla_ms if objective != "server" else None
+    sla = limits.sla_ms if sla_bounds_latency(objective) else None
     xs = [m["latency_ms"], pd.Series([sla] if sla is not None else [], dtype=float)]
     log = _axis(fig, "x", xs, ms=True, col=1)
     _axis(fig, "x", xs, ms=True, col=2)

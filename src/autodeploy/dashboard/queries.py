@@ -20,7 +20,9 @@ from autodeploy import verdict
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.adapters.registry import BASELINE_CONFIG
 from autodeploy.harness.result import Measurement, headline
-from autodeploy.report import HIGHER_IS_BETTER, STATISTIC, speedup_text, study_record
+from autodeploy.harness.stats import latency_claim
+from autodeploy.objectives import OBJECTIVES
+from autodeploy.report import speedup_text, study_record
 from autodeploy.results_db.store import Catalog, Store, TrialFilter, TrialRow
 from autodeploy.units import fmt_ms_ci
 from autodeploy.verdict import accuracy_drop
@@ -58,23 +60,20 @@ class Metric:
     column: str
     ci: tuple[str, str] | None
     higher_is_better: bool
-    #: The study statistic (:data:`autodeploy.report.STATISTIC`) this metric is, if any: then a
+    #: The study statistic (:attr:`autodeploy.objectives.Objective.statistic`) this metric is, if any: then a
     #: finalist's re-measured value stands for the config.
     statistic: str | None = None
 
 
+_LATENCY, _THROUGHPUT = OBJECTIVES["latency"], OBJECTIVES["throughput"]
 METRICS = {
-    "latency": Metric("p90 latency (ms)", "latency_ms", ("latency_ci_low", "latency_ci_high"), False, "p90_ms"),
+    "latency": Metric(_LATENCY.statistic_label, "latency_ms", ("latency_ci_low", "latency_ci_high"), False,
+                      _LATENCY.statistic),
     "median": Metric("median latency (ms)", "median_ms", ("median_ci_low", "median_ci_high"), False),
-    "throughput": Metric("throughput (items/s)", "throughput", None, True, "throughput_items_per_s"),
+    "throughput": Metric(_THROUGHPUT.statistic_label, "throughput", None, True, _THROUGHPUT.statistic),
 }  # fmt: skip
 #: The metric that matches a study's objective (server and pareto studies are judged on latency here).
-OBJECTIVE_METRIC = {
-    "latency": "latency",
-    "throughput": "throughput",
-    "server": "latency",
-    "pareto": "latency",
-}
+OBJECTIVE_METRIC = {name: o.trial_metric for name, o in OBJECTIVES.items()}
 
 #: The ONNX Runtime fp32 default every speed-up is over (the study re-measures it beside the finalists).
 BASELINE_LABEL = BASELINE_CONFIG.label()
@@ -155,10 +154,9 @@ def _trial_row(row: TrialRow) -> dict[str, Any]:
             out.update(_split(key, value))
     if m.load is not None:  # how busy the machine was while it ran (harness/load.py); empty before it was read
         out.update(other_cores=m.load.other_cores, under_load=m.load.under_load)
-    lat = m.latency
-    p90 = lat.p90 is not None
-    latency_ci = (lat.p90_ci if p90 else lat.median_ci) or (None, None)
-    out.update(latency_ms=lat.p90 if p90 else lat.median, latency_ci_low=latency_ci[0], latency_ci_high=latency_ci[1])
+    latency, latency_ci = latency_claim(m.latency)
+    low, high = latency_ci or (None, None)
+    out.update(latency_ms=latency, latency_ci_low=low, latency_ci_high=high)
     if m.accuracy is not None:
         out.update(accuracy_passed=m.accuracy.passed, accuracy_drop=accuracy_drop(m.accuracy),
                    accuracy_constraint=m.accuracy.constraint)  # fmt: skip
@@ -353,16 +351,12 @@ def study_finalists(finalists: pd.DataFrame, model_sha256: str, device: str, met
     return mine[mine["study"] == mine["study"].iloc[0]].reset_index(drop=True)
 
 
-#: How the pages name each study statistic (:data:`autodeploy.report.STATISTIC`).
-STATISTIC_LABELS = {"p90_ms": "p90 latency (ms)", "throughput_items_per_s": "throughput (items/s)",
-                    "max_rate_qps": "max rate under the SLA (queries/s)"}  # fmt: skip
-
-
 def finalist_bars(finalists: pd.DataFrame, objective: str) -> tuple[pd.DataFrame, Metric]:
     """One study's finalists as bars for :func:`charts.ci_bars`: winner on top, then by value; and their metric."""
-    name, unit = STATISTIC.get(objective, ("value", None))
-    higher = objective in HIGHER_IS_BETTER
-    metric = Metric(STATISTIC_LABELS.get(name, f"{name} ({unit})"), "value", ("ci_low", "ci_high"), higher, name)
+    known = OBJECTIVES.get(objective)
+    name, label = (known.statistic, known.statistic_label) if known else ("value", "value")
+    higher = known is not None and known.higher_is_better
+    metric = Metric(label, "value", ("ci_low", "ci_high"), higher, name)
     done = finalists[finalists["value"].notna()].assign(_top=lambda f: f["role"] != "winner")
     done = done.sort_values(["_top", "value"], ascending=[True, not higher]).drop(columns="_top")
     return done.rename(columns={"label": "config_label"}).reset_index(drop=True), metric

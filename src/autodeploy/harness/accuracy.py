@@ -73,7 +73,7 @@ def compare(
     reference: Mapping[str, np.ndarray],
     *,
     labels: np.ndarray | None = None,
-    max_top1_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
     min_cosine: float = DEFAULT_MIN_COSINE,
     producers: Mapping[str, str] | None = None,
     overrides: Mapping[str, Override] | None = None,
@@ -81,10 +81,10 @@ def compare(
     """Compare ``outputs`` with ``reference`` and check the accuracy constraint.
 
     The constraint is :func:`autodeploy.verdict.accuracy_verdict` (docs/architecture.md), per output by its
-    kind: exact / top-1 / sequence agreement and decision F1 ``>= 1 - max_top1_drop``, the worst
-    channel group's SQNR ``>= verdict.sqnr_for_drop(max_top1_drop)`` (or the override's limit),
+    kind: exact / top-1 / sequence agreement and decision F1 ``>= 1 - max_accuracy_drop``, the worst
+    channel group's SQNR ``>= verdict.sqnr_for_drop(max_accuracy_drop)`` (or the override's limit),
     cosine ``>= min_cosine`` where an override asks for it; with ``labels`` the task accuracy may
-    drop by at most ``max_top1_drop`` from the reference's. Non-finite values always fail.
+    drop by at most ``max_accuracy_drop`` from the reference's. Non-finite values always fail.
 
     Args:
         outputs: Output name -> array with a leading sample axis ``N``.
@@ -92,7 +92,7 @@ def compare(
         labels: Optional labels, one entry per item. ``N`` integer class ids are scored against the
             argmax of the first classifier-shaped output (in ``reference`` order); labels of any other
             shape, or without such an output, are left to the user's ``--metric``.
-        max_top1_drop: Allowed top-1 / exact agreement and task-accuracy drop, as a fraction.
+        max_accuracy_drop: Allowed top-1 / exact agreement and task-accuracy drop, as a fraction.
         min_cosine: Required cosine similarity of the outputs judged by cosine.
         producers: Output name -> the op that produces it (:func:`producers`); without, the kind
             follows from the shape and values alone.
@@ -114,7 +114,7 @@ def compare(
     ]  # fmt: skip
     if labels is not None:
         results = _with_task_accuracy(results, outputs, reference, labels, n)
-    verdict = accuracy_verdict(results, max_drop=max_top1_drop, min_cosine=min_cosine)
+    verdict = accuracy_verdict(results, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine)
     return Accuracy(outputs=tuple(results), n_samples=n, constraint=verdict.constraint, passed=verdict.passed)
 
 

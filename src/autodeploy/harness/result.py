@@ -78,7 +78,7 @@ class LatencyStats:
     """Per-call latency statistics in milliseconds.
 
     ``p90``/``p99`` are ``None`` when there are too few samples to claim them
-    (64 and 662 samples); ``insufficient`` then says which claims are missing.
+    (:data:`autodeploy.harness.stats.CLAIMS`); ``insufficient`` then says which claims are missing.
     """
 
     n: int
@@ -166,15 +166,15 @@ class Accuracy:
 LATENCY_KEYS = {"n": "n_samples", "median": "median_ms", "mean": "mean_ms", "stdev": "stdev_ms", "cv": "cv",
                 "min": "min_ms", "max": "max_ms", "median_ci": "median_ci", "p90": "p90_ms", "p90_ci": "p90_ci",
                 "p99": "p99_ms", "p99_ci": "p99_ci", "unstable": "unstable"}  # fmt: skip
-#: The sample counts that a p90 / p99 claim needs (docs/architecture.md; harness/stats.py applies them).
-_CLAIMS = (("p90", 64), ("p99", 662))
 #: Measurement fields whose flat form is not the value itself.
 _NESTED = ("latency", "accuracy", "samples_ms", "serving", "load")
 
 
 def _insufficient(n: int) -> tuple[str, ...]:
-    """The claims ``n`` samples cannot support, worded as :func:`~autodeploy.harness.stats.summarize` words them."""
-    return tuple(f"{name} needs >= {need} samples, have {n}" for name, need in _CLAIMS if n < need)
+    """The claims ``n`` samples cannot support (the rule is :func:`autodeploy.harness.stats.insufficient`)."""
+    from autodeploy.harness.stats import insufficient  # here: stats imports this module for LatencyStats
+
+    return insufficient(n)
 
 
 def _pair(value: Any) -> tuple[float, float] | None:

@@ -91,7 +91,7 @@ class HarnessSettings:
     calibration_items: int = 64
     evaluation_items: int = 64
     seed: int = 0
-    max_top1_drop: float = DEFAULT_MAX_ACCURACY_DROP
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP
     min_cosine: float = DEFAULT_MIN_COSINE
     metric: str | None = None  # the user's task metric, module:function (harness/metric.py)
     max_metric_drop: float | None = None
@@ -379,7 +379,7 @@ def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | 
                                   extra={**p["extra"], **note})  # fmt: skip
     accuracy = measurement.accuracy
     if accuracy is not None and not accuracy.passed:
-        worst = verdict.worst(accuracy.outputs, max_drop=settings.max_top1_drop, min_cosine=settings.min_cosine)
+        worst = verdict.worst(accuracy.outputs, max_accuracy_drop=settings.max_accuracy_drop, min_cosine=settings.min_cosine)
         if accuracy.metric is not None and accuracy.metric_value is not None:
             worst += (f"; {accuracy.metric} {accuracy.metric_value:.4g} "
                       f"(reference {accuracy.reference_metric_value:.4g})")  # fmt: skip
@@ -451,7 +451,7 @@ def _spec(
         calibration_sha256=data.calibration_sha256,
         evaluation_path=extra.pop("evaluation_path", str(data.evaluation_for(config)[0])),
         policy=asdict(settings.policy),
-        max_top1_drop=settings.max_top1_drop,
+        max_accuracy_drop=settings.max_accuracy_drop,
         min_cosine=settings.min_cosine,
         metric=settings.metric,
         max_metric_drop=settings.max_metric_drop,

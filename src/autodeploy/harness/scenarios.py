@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from autodeploy.harness.stats import MIN_SAMPLES_P99
+from autodeploy.verdict import meets_sla
 
 Clock = Callable[[], int]
 SCENARIOS = ("single-stream", "offline", "multi-stream", "server")
@@ -62,7 +63,8 @@ def max_rate_under_sla(fn: Callable[[], object], sla_ms: float, service_ms: floa
                        iterations: int = 6, seed: int = 0) -> ServerResult:  # fmt: skip
     """Bisect the Poisson rate between 0 and one runner's capacity (1 / ``service_ms``).
 
-    Each rate runs ``queries`` queries (662 by default: the fewest that support a p99 claim).
+    Each rate runs ``queries`` queries (:data:`~autodeploy.harness.stats.MIN_SAMPLES_P99` by default: the
+    fewest that support a p99 claim).
     """
     return search_rate(lambda rate, i: poisson_run(fn, rate, queries, seed=seed + i), sla_ms,
                        1000.0 / service_ms, iterations=iterations)  # fmt: skip
@@ -84,7 +86,7 @@ def search_rate(run_at: Callable[[float, int], Any], sla_ms: float, capacity_qps
         latencies = run if isinstance(run, np.ndarray) else run.latency_ns
         p99 = float(np.percentile(latencies, 99)) / 1e6
         tried.append((rate, p99))
-        if p99 <= sla_ms:
+        if meets_sla(p99, sla_ms):
             low, best = rate, (rate, p99, run)
         else:
             high = rate

@@ -32,7 +32,7 @@ class WorkerSpec:
     reference_path: str | None = None
     artifact_path: str | None = None
     policy: dict[str, Any] = field(default_factory=dict)
-    max_top1_drop: float = DEFAULT_MAX_ACCURACY_DROP
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP
     min_cosine: float = DEFAULT_MIN_COSINE
     output_path: str | None = None  # reference mode: where to write the outputs; quantize mode: the model
     quant: dict[str, Any] | None = None  # quantize mode: the QuantConfig (``dataclasses.asdict`` form)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from math import comb
+from typing import TypeVar
 
 import numpy as np
 
@@ -34,6 +35,8 @@ from autodeploy.harness.result import LatencyStats
 MIN_SAMPLES_P90 = 64
 #: A p99 claim needs at least this many samples.
 MIN_SAMPLES_P99 = 662
+#: The claims a sample count must support, with the samples each needs.
+CLAIMS = (("p90", MIN_SAMPLES_P90), ("p99", MIN_SAMPLES_P99))
 #: A coefficient of variation above this marks the result unstable.
 UNSTABLE_CV = 0.10
 
@@ -73,16 +76,7 @@ def summarize(samples_ns: Sequence[int] | np.ndarray, *, seed: int = 0, n_boot: 
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
 
-    qs = [50.0]
-    insufficient = []
-    if n >= MIN_SAMPLES_P90:
-        qs.append(90.0)
-    else:
-        insufficient.append(f"p90 needs >= {MIN_SAMPLES_P90} samples, have {n}")
-    if n >= MIN_SAMPLES_P99:
-        qs.append(99.0)
-    else:
-        insufficient.append(f"p99 needs >= {MIN_SAMPLES_P99} samples, have {n}")
+    qs = [50.0] + [q for q, need in ((90.0, MIN_SAMPLES_P90), (99.0, MIN_SAMPLES_P99)) if n >= need]
 
     point = np.percentile(ms, qs, method=_PERCENTILE_METHOD)
     cis = _bootstrap_percentile_cis(ms, qs, seed=seed, n_boot=n_boot)
@@ -107,8 +101,30 @@ def summarize(samples_ns: Sequence[int] | np.ndarray, *, seed: int = 0, n_boot: 
         p99=p99,
         p99_ci=p99_ci,
         unstable=bool(cv > UNSTABLE_CV),
-        insufficient=tuple(insufficient),
+        insufficient=insufficient(n),
     )
+
+
+def insufficient(n: int) -> tuple[str, ...]:
+    """The claims ``n`` samples cannot support (:data:`CLAIMS`), worded as :attr:`LatencyStats.insufficient` keeps them."""
+    return tuple(f"{name} needs >= {need} samples, have {n}" for name, need in CLAIMS if n < need)
+
+
+_T = TypeVar("_T")
+
+
+def claimed(p90: _T | None, median: _T) -> _T:
+    """The latency a measurement claims: its p90 where it had the samples for one (:func:`summarize`
+    leaves the p90 ``None`` below :data:`MIN_SAMPLES_P90`), else its median. The search ranks trials
+    by it and the dashboard shows it; values and their intervals alike."""
+    return p90 if p90 is not None else median
+
+
+def latency_claim(stats: LatencyStats) -> tuple[float, tuple[float, float] | None]:
+    """:func:`claimed` of one run's statistics: the p90 with its interval, else the median with its own."""
+    if stats.p90 is not None:
+        return stats.p90, stats.p90_ci
+    return stats.median, stats.median_ci
 
 
 def bootstrap_mean_ci(

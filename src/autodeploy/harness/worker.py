@@ -197,7 +197,7 @@ class _Job:
         made = _step("run_failed", lambda: producers(self.model.path)) if self.model.format == "onnx" else {}
         overrides = dict(verdict.parse_override(text) for text in self.spec.accuracy_overrides)
         accuracy = _step("run_failed", lambda: compare(outputs, reference, labels=evaluation.labels,
-                                                       max_top1_drop=self.spec.max_top1_drop,
+                                                       max_accuracy_drop=self.spec.max_accuracy_drop,
                                                        min_cosine=self.spec.min_cosine, producers=made,
                                                        overrides=overrides))  # fmt: skip
         if self.spec.metric:  # the user's task metric, on the outputs and on the reference

@@ -67,8 +67,6 @@ RUNTIME_DISTS = ("onnxruntime", "openvino")
 DEFAULT_RUNTIME = "onnxruntime"
 CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
 DEFAULT_CALIBRATION = "percentile"
-#: The accuracy budget of the fallback: default budget (docs/architecture.md, 1%).
-ACCURACY_BUDGET = DEFAULT_MAX_ACCURACY_DROP
 #: SmoothQuant's alpha: the paper's default, half of the activation range moved into the weights.
 SMOOTHQUANT_ALPHA = 0.5
 
@@ -247,7 +245,8 @@ def _quantize(
         calibration=config.knobs.get("calibration", DEFAULT_CALIBRATION),
         activation_symmetric=bool(config.knobs.get("activation_symmetric", False)),
         reduce_range=bool(reduce_range),
-        accuracy_budget=ACCURACY_BUDGET if config.knobs.get("fallback", True) else None,
+        # the fallback holds the default budget (docs/architecture.md, 1%)
+        max_accuracy_drop=DEFAULT_MAX_ACCURACY_DROP if config.knobs.get("fallback", True) else None,
         # QDQ where the runtime that runs the artifact fuses it into integer kernels
         placement=runtime_of(config),
         bias_correction=bool(config.knobs.get("bias_correction", True)),
@@ -258,7 +257,7 @@ def _quantize(
     )
     axes = {name: info.batch_axis(name) for name in info.input_names}
     quantized, report = quantize(model, calibration, settings, axes)
-    if auto and remainder == "bf16" and settings.accuracy_budget is not None and not report.budget_met:
+    if auto and remainder == "bf16" and settings.max_accuracy_drop is not None and not report.budget_met:
         # bf16 cannot hold the budget here: the f32 remainder may (the user asked for no precision)
         quantized, report = quantize(model, calibration, replace(settings, float_precision="f32"), axes)
     return quantized, report.to_dict()

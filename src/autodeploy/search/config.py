@@ -13,13 +13,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autodeploy.errors import ShapeError, UsageError
+from autodeploy.objectives import NAMES
 from autodeploy.shapes import ShapeSet
-from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
+from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, sla_bounds_latency
 
 #: The example study configs installed with the package; ``--config NAME.yaml`` finds them by name.
 EXAMPLES = Path(__file__).resolve().parents[1] / "configs"
 
-Objective = Literal["latency", "throughput", "server", "pareto"]
+#: The objectives' names (:data:`autodeploy.objectives.OBJECTIVES`).
+ObjectiveName = Literal[NAMES]  # type: ignore[valid-type]
 Sampler = Literal["tpe", "grid", "random", "nsga2"]
 
 
@@ -91,7 +93,7 @@ class StudyConfig(_Strict):
 
     model: str
     name: str | None = None
-    objective: Objective = "latency"
+    objective: ObjectiveName = "latency"
     engines: list[str] | None = None  # None: every engine available on this device
     precisions: list[str] | None = None  # None: every precision each engine offers here
     batches: list[int] | None = None  # None: [1] for latency/server, 1..32 for throughput/pareto
@@ -155,8 +157,8 @@ class StudyConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> StudyConfig:
-        if self.objective == "server" and self.constraints.sla_ms is None:
-            raise ValueError("the server objective needs constraints.sla_ms (--sla-ms)")
+        if not sla_bounds_latency(self.objective) and self.constraints.sla_ms is None:
+            raise ValueError(f"the {self.objective} objective needs constraints.sla_ms (--sla-ms)")
         for name, values in (("batches", self.batches), ("threads", self.threads)):
             if values is not None and (not values or min(values) < 1):
                 raise ValueError(f"{name} must be a non-empty list of positive integers")

@@ -19,27 +19,22 @@ from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.harness import load as machine_load
 from autodeploy.harness import stats as rstats
-from autodeploy.harness.stats import bootstrap_mean_ci, summarize
+from autodeploy.harness.stats import bootstrap_mean_ci, latency_claim, summarize
 from autodeploy.harness.timing import TimingPolicy
+from autodeploy.objectives import OBJECTIVES
 from autodeploy.search.budget import Budget
 from autodeploy.search.context import Reporter, StudyCase, StudyContext
 from autodeploy.search.memory import Memory
 from autodeploy.search.screening import Measured, measure
 from autodeploy.search.storage import ranked, trial_state
 from autodeploy.search.summary import Finalist, Ratio, StudySummary
+from autodeploy.verdict import FIRST_ROUND_MARGIN, TIE_TOLERANCE
 
 if TYPE_CHECKING:
     import optuna
 
 
-#: A finalist whose median per-round ratio to the best is within this fraction of 1, and whose paired
-#: interval of that ratio holds 1, ties with it (and the cheaper one wins). An interval holding 1 alone
-#: would tie configs far apart when the rounds are noisy (all cores on a busy machine).
-TIE_TOLERANCE = 0.03
-#: After the finalists' first round a config leaves the rounds only when it is this fraction slower
-#: than the leader in that round; after later rounds, when it is slower in every round so far and the
-#: paired interval of its ratio to the leader lies above 1 (it is wholly behind).
-FIRST_ROUND_MARGIN = 0.10
+# TIE_TOLERANCE and FIRST_ROUND_MARGIN, what "tied" and "wholly behind" mean, are rules: autodeploy.verdict.
 #: Rounds a winner claim needs (docs/architecture.md, "Measurement rules"); fewer is labelled screening only.
 MIN_WINNER_ROUNDS = 3
 #: A finalist round that ran under load (``harness/load.py``) runs once more, the less loaded of the two
@@ -59,7 +54,7 @@ def decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: M
     top = _contenders(ranked(study, cfg.objective), max(cfg.finalists.count, 1))
     if not top:
         return _best_so_far(study, cfg.objective, counts, ctx.name)
-    remeasure = cfg.finalists.count > 0 and cfg.objective in ("latency", "throughput")
+    remeasure = cfg.finalists.count > 0 and OBJECTIVES[cfg.objective].remeasured
     if not remeasure or budget.left() <= 0:
         finalists = [_from_screening(t) for t in top]
         why = "not re-measured" if not remeasure else "the time budget ran out before the finalists"
@@ -281,7 +276,7 @@ def _per_shape_over_rounds(calls: list[dict[str, list[float]] | None], cases: tu
 def _costs(f: Finalist | Sequence[float | None], objective: str) -> list[float | None]:
     """Per-round values as costs, lower is better: ms, or seconds per item for a rate."""
     values = f if not isinstance(f, Finalist) else (f.rounds or (f.statistic,))
-    if objective in ("throughput", "server"):
+    if OBJECTIVES[objective].higher_is_better:
         return [1.0 / v if v else None for v in values]
     return list(values)
 
@@ -361,10 +356,7 @@ def _statistic(
     if len(samples_ms) < 2:
         return None, None
     if objective == "latency":
-        stats = summarize(np.asarray(samples_ms) * 1e6)
-        if stats.p90 is not None:
-            return stats.p90, stats.p90_ci
-        return stats.median, stats.median_ci
+        return latency_claim(summarize(np.asarray(samples_ms) * 1e6))
     mean_ms = float(np.mean(samples_ms))
     low, high = bootstrap_mean_ci(samples_ms, seed=0, n_boot=2000)
     return batch * 1000 / mean_ms, (batch * 1000 / high, batch * 1000 / low)
@@ -514,6 +506,6 @@ def _best_so_far(study: optuna.Study, objective: str, counts: dict[str, int], na
     done = study.get_trials(deepcopy=False, states=(trial_state().COMPLETE,))
     if not done:
         return StudySummary(name, objective, counts, [], None, note="no trial produced a measurement")
-    best = sorted(done, key=lambda t: t.values[0], reverse=objective in ("throughput", "server"))[0]
+    best = sorted(done, key=lambda t: t.values[0], reverse=OBJECTIVES[objective].higher_is_better)[0]
     return StudySummary(name, objective, counts, [_from_screening(best)], None,
                         note="no trial meets the constraints; the best-so-far is shown and is not a winner")  # fmt: skip

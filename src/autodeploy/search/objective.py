@@ -1,7 +1,9 @@
 """From a measurement to what Optuna optimizes: objective values and constraint violations.
 
-The rules (accuracy drop, constraints, feasibility) live in :mod:`autodeploy.verdict`;
-``accuracy_drop`` is re-exported here for the callers that import it from the search.
+What each objective means (scenario, statistic, directions, words) is the table in
+:mod:`autodeploy.objectives`; :func:`values` gives each objective's values. The rules (accuracy drop,
+constraints, feasibility) live in :mod:`autodeploy.verdict`; ``accuracy_drop`` is re-exported here
+for the callers that import it from the search.
 """
 
 from __future__ import annotations
@@ -10,23 +12,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autodeploy import verdict
-from autodeploy.verdict import SERVER, Limits, Measured, accuracy_drop
+from autodeploy.harness.stats import claimed
+from autodeploy.verdict import Limits, Measured, accuracy_drop, sla_bounds_latency
 
 if TYPE_CHECKING:
     from autodeploy.harness.result import Accuracy, TrialResult
     from autodeploy.results_db.store import TrialRow
     from autodeploy.search.config import Constraints
 
-__all__ = ["DIRECTIONS", "OBJECTIVE_LABELS", "Metrics", "accuracy_drop", "rejections", "values", "violations"]
-
-DIRECTIONS: dict[str, list[str]] = {
-    "latency": ["minimize"],  # single-stream p90, ms
-    "throughput": ["maximize"],  # items/s at the trial's batch
-    "server": ["maximize"],  # highest Poisson rate (queries/s) whose p99 meets the SLA
-    "pareto": ["minimize", "minimize", "minimize"],  # p90 ms × accuracy drop × peak memory MB
-}
-OBJECTIVE_LABELS = {"latency": "p90 ms", "throughput": "items/s", "server": "max q/s under SLA",
-                    "pareto": "p90 ms, accuracy drop, MB"}  # fmt: skip
+__all__ = ["Metrics", "accuracy_drop", "rejections", "values", "violations"]
 
 
 @dataclass(frozen=True)
@@ -57,8 +51,8 @@ class Metrics:
 
     @property
     def latency_ms(self) -> float:
-        """p90 where there are samples enough to claim it, else the median."""
-        return self.p90_ms if self.p90_ms is not None else self.median_ms
+        """p90 where there are samples enough to claim it, else the median (:func:`~autodeploy.harness.stats.claimed`)."""
+        return claimed(self.p90_ms, self.median_ms)
 
     def measured(self, server_rate: float | None = None) -> Measured:
         """What the constraints judge (:mod:`autodeploy.verdict`)."""
@@ -66,6 +60,7 @@ class Metrics:
 
 
 def values(m: Metrics, objective: str) -> list[float]:
+    """The values Optuna optimizes, one per direction of the objective (:data:`autodeploy.objectives.OBJECTIVES`)."""
     if objective == "latency":
         return [m.latency_ms]
     if objective == "throughput":
@@ -81,7 +76,7 @@ def violations(m: Metrics, constraints: Constraints, objective: str) -> dict[str
     The rule is :func:`autodeploy.verdict.violations`. Every trial of a ``server`` study ran the
     server scenario, so a missing rate there means no rate met the SLA.
     """
-    rate = (m.server_rate or 0.0) if objective == SERVER else None
+    rate = None if sla_bounds_latency(objective) else (m.server_rate or 0.0)
     return verdict.violations(m.measured(rate), Limits.of(constraints), objective)
 
 
@@ -89,5 +84,5 @@ def rejections(m: Metrics, constraints: Constraints, objective: str,
                accuracy: Accuracy | None = None) -> list[verdict.Rejection]:  # fmt: skip
     """Why the trial is rejected, one per broken constraint of :func:`violations`
     (:func:`autodeploy.verdict.rejections`); ``accuracy`` names the worst output."""
-    rate = (m.server_rate or 0.0) if objective == SERVER else None
+    rate = None if sla_bounds_latency(objective) else (m.server_rate or 0.0)
     return verdict.rejections(m.measured(rate), Limits.of(constraints), objective, accuracy)

@@ -12,6 +12,8 @@ from autodeploy.errors import TrialFailed
 from autodeploy.harness import load as machine_load
 from autodeploy.harness.result import Accuracy, headline
 from autodeploy.harness.run import run_trial
+from autodeploy.harness.stats import latency_claim
+from autodeploy.objectives import OBJECTIVES
 from autodeploy.results_db.store import DeviceRecord, ModelRecord
 from autodeploy.search.budget import SLOW_BUILD_GUESS_S, Budget, duration_text
 from autodeploy.search.config import StudyConfig
@@ -21,7 +23,7 @@ from autodeploy.search.objective import Metrics, rejections, values, violations
 from autodeploy.search.portfolio import unseen_branches
 from autodeploy.search.space import SearchSpace, suggest, unsupported_reason
 from autodeploy.search.storage import trial_state
-from autodeploy.verdict import Rejection, feasible, mb_text
+from autodeploy.verdict import Rejection, feasible, mb_text, sla_bounds_latency
 
 if TYPE_CHECKING:
     import optuna
@@ -31,7 +33,7 @@ def finalist_reserve(cfg: StudyConfig, memory: Memory, budget: Budget) -> float:
     """Seconds screening leaves for the finalists: their runs at the screening's cost per run, each
     longer by the extra timed seconds; at least one round, else at most 30% of the budget (fewer
     rounds fit then)."""
-    if budget.seconds is None or cfg.finalists.count == 0 or cfg.objective not in ("latency", "throughput"):
+    if budget.seconds is None or cfg.finalists.count == 0 or not OBJECTIVES[cfg.objective].remeasured:
         return 0.0
     if not memory.timing_s:
         return 0.0
@@ -203,8 +205,6 @@ class Measured:
         return out
 
 
-#: The MLPerf scenario each objective is measured in: throughput with requests in flight (offline).
-SCENARIO_OF = {"latency": "single-stream", "pareto": "single-stream", "throughput": "offline", "server": "server"}
 
 
 def measure(ctx: StudyContext, config: TrialConfig, reporter: Reporter, phase: str = "screening",
@@ -274,7 +274,7 @@ def _measure_case(
     if not cfg.fresh and cfg.objective != "server" and phase == "screening":
         version = registry.get(config.engine).probe_version()
         row = ctx.store.find_measured(case.model.sha256, ctx.device.fingerprint, config.key(), version,
-                                      shape_key=case.key, scenario=SCENARIO_OF[cfg.objective])  # fmt: skip
+                                      shape_key=case.key, scenario=OBJECTIVES[cfg.objective].scenario)  # fmt: skip
         if row is not None and row.accuracy is not None:
             return Measured(Metrics.of_row(row), row.uid, reused=True, accuracy=row.accuracy, accuracy_uid=row.uid)
     artifact_key = _artifact_key(ctx, config) if memory is not None else ""
@@ -285,8 +285,8 @@ def _measure_case(
     reporter.phase(f"{config.label()}{at}: starting")
     result = run_trial(case.model, config, case.data, ctx.settings,
                        progress=lambda p: reporter.phase(f"{config.label()}{at}: {p}"),
-                       scenario=SCENARIO_OF[cfg.objective],
-                       sla_ms=cfg.constraints.sla_ms if cfg.objective == "server" else None,
+                       scenario=OBJECTIVES[cfg.objective].scenario,
+                       sla_ms=None if sla_bounds_latency(cfg.objective) else cfg.constraints.sla_ms,
                        artifact=None if built is None else Path(built), known=known,
                        measured=ctx.store.artifact_files_measured)  # fmt: skip
     ctx.store.add_trial(result, model=ModelRecord.of(case.model), device=DeviceRecord.of(ctx.device),
@@ -303,7 +303,7 @@ def _measure_case(
         memory.learn({"config": config.to_dict(), "artifact_key": artifact_key, "uid": result.uid,
                       "artifact_path": result.artifact_path, "accuracy": asdict(result.accuracy), "accuracy_uid": used})  # fmt: skip
     latency = result.latency
-    ci = latency.p90_ci if latency.p90_ci is not None else latency.median_ci
+    ci = latency_claim(latency)[1]
     return Measured(Metrics.of_result(result), result.uid, samples_ms=result.samples_ms, accuracy=result.accuracy,
                      accuracy_uid=used, ci=ci if cfg.objective == "latency" else None,
                      load=result.measurement.load if result.measurement is not None else None, **common)  # fmt: skip

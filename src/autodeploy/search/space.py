@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import ShapeError, UnsupportedConfigError, UsageError
+from autodeploy.objectives import OBJECTIVES
 
 if TYPE_CHECKING:
     import optuna
@@ -66,10 +67,6 @@ class SearchSpace:
         return points
 
 
-#: Objectives measured with requests in flight, whose knobs (requests, streams, instances) are searched by default.
-THROUGHPUT = ("throughput", "server")
-
-
 def default_threads(logical_cores: int) -> tuple[int, ...]:
     """Powers of two up to the logical core count, and the core count itself."""
     values = {1, logical_cores}
@@ -96,7 +93,7 @@ def build_space(config: StudyConfig, device: DeviceInfo, model: ModelInfo) -> Se
         if config.knobs and name in config.knobs:
             knobs = {k: tuple(v) for k, v in config.knobs[name].items()}
         else:
-            wanted = set(engine.search_knobs) | (set(engine.throughput_knobs) if config.objective in THROUGHPUT else set())
+            wanted = set(engine.search_knobs) | (set(engine.throughput_knobs) if OBJECTIVES[config.objective].in_flight else set())
             if config.objective == "server":
                 wanted.add("max_queue_delay_us")  # the dynamic batcher's delay; the batch is its max batch size
             knobs = {k: tuple(offered.knobs[k]) for k in sorted(wanted) if k in offered.knobs}

@@ -18,13 +18,13 @@ from autodeploy.errors import TrialFailed, UsageError
 from autodeploy.harness import load as machine_load
 from autodeploy.harness.result import TrialResult
 from autodeploy.harness.run import prepare, reference
+from autodeploy.objectives import OBJECTIVES
 from autodeploy.results_db.store import DeviceRecord, ModelRecord
 from autodeploy.search.budget import Budget, duration_text
 from autodeploy.search.config import check_study_name
 from autodeploy.search.context import BASELINE, Reporter, StudyCase, StudyContext
 from autodeploy.search.finalists import decide
 from autodeploy.search.memory import Memory
-from autodeploy.search.objective import DIRECTIONS
 from autodeploy.search.portfolio import enqueue_grid, enqueue_neighbours, enqueue_portfolio
 from autodeploy.search.screening import failure_kind, finalist_reserve, refining, screen
 from autodeploy.search.space import SearchSpace, build_space
@@ -97,7 +97,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     measured, asked, stopped_by = 0, 0, "trials"
     memory = Memory.of(study)
     # without --trials or a time budget, the search ends when refining stops paying off
-    patient = cfg.trials is None and budget.seconds is None and cfg.sampler != "grid" and len(DIRECTIONS[cfg.objective]) == 1
+    patient = cfg.trials is None and budget.seconds is None and cfg.sampler != "grid" and OBJECTIVES[cfg.objective].single
     best, stale = _best_value(study, cfg.objective), 0  # measurements since the best last improved
     while measured < trials:
         if patient and stale >= PATIENCE:
@@ -114,7 +114,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
             break
         fail_stale_trials(study)
         memory = Memory.of(study)  # read afresh: workers sharing the study learn from each other
-        if cfg.sampler != "grid" and not enqueue_portfolio(study, space, ctx.device.isa) and len(DIRECTIONS[cfg.objective]) == 1:
+        if cfg.sampler != "grid" and not enqueue_portfolio(study, space, ctx.device.isa) and OBJECTIVES[cfg.objective].single:
             enqueue_neighbours(study, space, memory, ranked(study, cfg.objective))
         with warnings.catch_warnings():
             # "Heartbeat ... is supposed to be used with Study.optimize": heartbeat beats for us.
@@ -183,7 +183,7 @@ def _check_budget(ctx: StudyContext, budget: Budget, reporter: Reporter) -> floa
 
 def _best_value(study: optuna.Study, objective: str) -> float | None:
     """The best feasible screening value so far (single objective), or ``None``."""
-    if len(DIRECTIONS[objective]) != 1:
+    if not OBJECTIVES[objective].single:
         return None
     top = ranked(study, objective)
     return top[0].values[0] if top else None

@@ -8,7 +8,7 @@ import streamlit as st
 
 from autodeploy.dashboard import cache, charts, queries
 from autodeploy.harness.load import UNDER_LOAD_CORES
-from autodeploy.search.objective import OBJECTIVE_LABELS
+from autodeploy.objectives import OBJECTIVES
 
 st.title("Trials")
 url, filters = cache.db_url(), cache.filters()
@@ -24,7 +24,7 @@ if history is None:
 else:
     states = history["state"].value_counts().to_dict()
     st.caption(", ".join(f"{v} {k}" for k, v in sorted(states.items())))
-    value_label = OBJECTIVE_LABELS.get(objective, "value").split(",")[0]
+    value_label = OBJECTIVES[objective].label.split(",")[0] if objective in OBJECTIVES else "value"
     finalists = cache.finalists(url, queries.Filters(study=name))
     winner = finalists.loc[finalists["role"] == "winner", "label"]
     baseline = finalists.loc[finalists["baseline"] & (finalists["n_samples"] > 0), "value"]

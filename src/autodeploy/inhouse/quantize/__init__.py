@@ -62,7 +62,7 @@ class QuantConfig:
             Runtime and OpenVINO saturate with full-range weights (zoo:digits on AVX2: top-1
             agreement 98.3% with 8-bit weights in both, 100% with 7-bit; the QDQ graph itself
             is fine either way: run without fusions it agrees 99.8%).
-        accuracy_budget: Allowed top-1 agreement drop vs FP32 on calibration data (cosine >=
+        max_accuracy_drop: Allowed top-1 agreement drop vs FP32 on calibration data (cosine >=
             ``min_cosine`` for outputs that are not classifier-shaped); ``None`` disables the fallback.
         max_float_fraction: At most this share of weighted layers is kept in float.
         batch: Items per calibration run (1 for models with a static batch dim).
@@ -84,7 +84,7 @@ class QuantConfig:
     activation_symmetric: bool = False
     per_channel: bool = True
     reduce_range: bool = False
-    accuracy_budget: float | None = DEFAULT_MAX_ACCURACY_DROP
+    max_accuracy_drop: float | None = DEFAULT_MAX_ACCURACY_DROP
     min_cosine: float = DEFAULT_MIN_COSINE
     max_float_fraction: float = 0.5
     batch: int = 8
@@ -144,7 +144,8 @@ class QuantReport:
             "biases_corrected": self.biases_corrected,
             "smoothquant": self.config.smoothquant,
             "smoothed": self.smoothed,
-            "accuracy_budget": self.config.accuracy_budget,
+            # the stored key keeps its old name, so reports in artifacts built before still read alike
+            "accuracy_budget": self.config.max_accuracy_drop,
             "quantized_nodes": self.quantized_nodes,
             "quantized_tensors": self.quantized_tensors,
             "weighted_layers": self.weighted_layers,
@@ -234,7 +235,7 @@ def quantize(
     sensitivity: dict[str, float] = {}
     final, final_score = full, first
     ranking = ""
-    if not ok and config.accuracy_budget is not None and the_plan.nodes:
+    if not ok and config.max_accuracy_drop is not None and the_plan.nodes:
         cost = len(the_plan.nodes) * len(_subset(batches)) * _macs(model, batches[0])
         if len(the_plan.nodes) <= MAX_RANKED_BY_OUTPUT and cost <= MAX_RANKING_MACS:
             ranking, sensitivity = "output", _output_sensitivity(the_plan, build, batches, config)
@@ -284,16 +285,16 @@ class _Judge:
 
         self.calls += 1
         outputs, reference = self.run(candidate, self.batches), self.reference
-        budget = self.config.accuracy_budget if self.config.accuracy_budget is not None else 1.0
+        budget = self.config.max_accuracy_drop if self.config.max_accuracy_drop is not None else 1.0
         # The evaluation data is not the calibration data: aim at a share of the budget here
         share = self.config.budget_share
         budget, min_cosine = budget * share, 1.0 - (1.0 - self.config.min_cosine) * share
         # One output at a time: outputs batched on other axes (state[2, batch, 128]) or not at all
         # have their own leading sizes; the verdict then judges them together.
         results = [
-            compare({k: outputs[k]}, {k: v}, max_top1_drop=budget).outputs[0] for k, v in reference.items()
+            compare({k: outputs[k]}, {k: v}, max_accuracy_drop=budget).outputs[0] for k, v in reference.items()
         ]
-        passed = accuracy_verdict(results, max_drop=budget, min_cosine=min_cosine).passed
+        passed = accuracy_verdict(results, max_accuracy_drop=budget, min_cosine=min_cosine).passed
         score: dict[str, float] = {}
         for o in results:
             if o.top1_agreement is not None:
