@@ -336,8 +336,8 @@ def _check(path: Path) -> str | None:
 
 #: Loading a model in ONNX Runtime takes its own process: a hostile file may crash or hang it.
 _ORT_LOAD = (
-    "import sys, onnxruntime as ort\n"
-    "try:\n    ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"
+    "import sys\nfrom autodeploy.runtime.onnxruntime import session\n"
+    "try:\n    session(sys.argv[1])\n"
     "except Exception as exc:\n    print(str(exc).strip() or type(exc).__name__); sys.exit(3)\n"
 )
 _ORT_LOAD_TIMEOUT_S = 120.0

@@ -43,7 +43,7 @@ def test_static_int8_quantizes_activations_to_uint8_for_x86_integer_dot_products
     than fp32 here. Without VNNI the weights use 7 bits (reduce_range), ORT's fix for saturation."""
     from onnx import numpy_helper
 
-    from autodeploy.adapters.ort import _saturates
+    from autodeploy.adapters.base import int8_saturates
     from autodeploy.device import probe_device
 
     model = load_model(mlp(tmp_path / "m.onnx"))
@@ -60,7 +60,7 @@ def test_static_int8_quantizes_activations_to_uint8_for_x86_integer_dot_products
     ]
     weights = [w for w in dequantized if w.ndim == 2]  # the MatMul weights (biases are int32)
     assert weights and all(w.dtype == np.int8 for w in weights)
-    reduce_range = _saturates(probe_device())
+    reduce_range = int8_saturates(probe_device())
     assert artifact.meta["reduce_range"] is reduce_range and artifact.meta["activations"] == "u8"
     assert max(int(np.abs(w.astype(np.int32)).max()) for w in weights) <= (64 if reduce_range else 127)
 

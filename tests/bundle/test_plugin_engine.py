@@ -73,7 +73,7 @@ def test_the_triton_repository_uses_the_backend_the_engine_declares(source, tmp_
     assert re.findall(r"^platform: (.+)$", text, re.M) == ['"onnxruntime_onnx"']
     # the declared floor, where ONNX Runtime's own declaration keeps the winner's batch (2)
     assert re.findall(r"^max_batch_size: (.+)$", text, re.M) == [str(served.MAX_BATCH_FLOOR)]
-    ort_text, _ = triton.config_pbtxt(_as(source, "onnxruntime"), "mlp", None)
+    ort_text, _ = triton.config_pbtxt(_as(source, "onnxruntime"), "mlp")
     assert re.findall(r"^max_batch_size: (.+)$", ort_text, re.M) == ["2"]
 
 

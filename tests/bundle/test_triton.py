@@ -5,7 +5,6 @@ import re
 
 import pytest
 
-from autodeploy.adapters.base import Artifact
 from autodeploy.bundle import BundleError, export, triton
 from tests.bundle.triton_proto.parse import parse
 
@@ -22,14 +21,10 @@ def fake_manifest(engine, precision="fp32", batch=4, threads=2, knobs=None, mode
             "device": {"cpu": "CPU", "fingerprint": "f" * 16, "isa": list(isa)}}  # fmt: skip
 
 
-def pbtxt(manifest, engine):
+def pbtxt(manifest):
     """config.pbtxt for ``manifest``, parsed with Triton's model_config.proto (a field Triton does not know raises)."""
-    text, notes = triton.config_pbtxt(manifest, "m", art(engine))
+    text, notes = triton.config_pbtxt(manifest, "m")
     return text, parse(text), notes
-
-
-def art(engine):
-    return Artifact(path=None, engine=engine, engine_version="1", precision="fp32", key="k", files=())
 
 
 def field(text, name):
@@ -62,7 +57,7 @@ def test_ort_graph_level_and_inter_op_threads():
     m = fake_manifest(
         "onnxruntime", knobs={"graph_optimization_level": "ORT_ENABLE_BASIC", "inter_op_num_threads": 2}
     )
-    text, _ = triton.config_pbtxt(m, "m", art("onnxruntime"))
+    text, _ = triton.config_pbtxt(m, "m")
     assert "optimization {\n  graph {\n    level: -1\n  }\n}" in text
     assert 'key: "inter_op_thread_count"\n  value: {\n    string_value: "2"' in text
 
@@ -73,7 +68,7 @@ def test_openvino_config_carries_streams_threads_hint_and_bf16():
     m = fake_manifest("openvino", "bf16", batch=8, threads=4, scenario="offline",
                       knobs={"NUM_STREAMS": 2, "PERFORMANCE_HINT": "THROUGHPUT", "num_requests": 4},
                       serving={"concurrency": {**compiled, "requests": 4}, "compiled": compiled})  # fmt: skip
-    text, config, notes = pbtxt(m, "openvino")
+    text, config, notes = pbtxt(m)
     assert config.backend == "openvino" and not config.platform
     assert config.max_batch_size == 8 and [g.count for g in config.instance_group] == [4]
     params = {k: v.string_value for k, v in config.parameters.items()}
@@ -89,7 +84,7 @@ def test_openvino_streams_and_threads_are_the_compiled_ones_not_the_requested():
                 "INFERENCE_PRECISION_HINT": "f32", "OPTIMAL_NUMBER_OF_INFER_REQUESTS": 1}  # fmt: skip
     m = fake_manifest("openvino", batch=1, threads=1, scenario="offline", knobs={"NUM_STREAMS": 2},
                       serving={"concurrency": {**compiled, "requests": 1}, "compiled": compiled})  # fmt: skip
-    _, config, notes = pbtxt(m, "openvino")
+    _, config, notes = pbtxt(m)
     params = {k: v.string_value for k, v in config.parameters.items()}
     assert params == {"INFERENCE_NUM_THREADS": "1", "NUM_STREAMS": "1", "PERFORMANCE_HINT": "THROUGHPUT"}
     assert notes == []  # f32 is the CPU plugin's default on a CPU without bf16 (isa avx2 here)
@@ -99,7 +94,7 @@ def test_an_fp32_openvino_winner_on_a_bf16_cpu_says_triton_cannot_pin_f32():
     compiled = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": 2,
                 "INFERENCE_PRECISION_HINT": "f32", "OPTIMAL_NUMBER_OF_INFER_REQUESTS": 1}  # fmt: skip
     m = fake_manifest("openvino", batch=1, serving={"compiled": compiled}, isa=("avx512f", "avx512_bf16"))
-    _, config, notes = pbtxt(m, "openvino")
+    _, config, notes = pbtxt(m)
     assert "HINT_BF16" not in config.parameters
     assert len(notes) == 1 and "INFERENCE_PRECISION_HINT=f32" in notes[0] and "only HINT_BF16" in notes[0]
 
@@ -111,7 +106,7 @@ def test_a_server_winner_carries_its_measured_batcher_and_instances():
                "server": {"max_rate_qps": 900.0, "p99_ms_at_rate": 4.0, "tried": [], "split": split}}  # fmt: skip
     m = fake_manifest("onnxruntime", batch=4, threads=1, scenario="server",
                       knobs={"num_requests": 2, "max_queue_delay_us": 500, "sessions": "per_request"}, serving=serving)
-    _, config, notes = pbtxt(m, "onnxruntime")
+    _, config, notes = pbtxt(m)
     assert config.max_batch_size == 4 and [g.count for g in config.instance_group] == [2]
     assert config.dynamic_batching.max_queue_delay_microseconds == 500
     assert list(config.dynamic_batching.preferred_batch_size) == []  # the batcher filled up to max batch
@@ -122,13 +117,13 @@ def test_threads_sharing_one_ort_session_cannot_be_carried():
     serving = {"concurrency": {"requests": 3, "sessions": 1, "intra_op_num_threads": 1}}
     m = fake_manifest("onnxruntime", batch=1, threads=1, scenario="offline", knobs={"num_requests": 3},
                       serving=serving)  # fmt: skip
-    _, config, notes = pbtxt(m, "onnxruntime")
+    _, config, notes = pbtxt(m)
     assert [g.count for g in config.instance_group] == [3]
     assert len(notes) == 1 and "3 threads sharing one ONNX Runtime session" in notes[0]
 
 
 def test_tensorrt_config_uses_the_plan_profile_and_a_gpu_instance():
-    text, _ = triton.config_pbtxt(fake_manifest("tensorrt", "fp16", batch=2, threads=None), "m", art("tensorrt"))
+    text, _ = triton.config_pbtxt(fake_manifest("tensorrt", "fp16", batch=2, threads=None), "m")
     assert field(text, "platform") == ['"tensorrt_plan"'] and field(text, "kind") == ["KIND_GPU"]
     assert field(text, "max_batch_size") == ["8"] and "parameters" not in text
 
@@ -136,7 +131,7 @@ def test_tensorrt_config_uses_the_plan_profile_and_a_gpu_instance():
 def test_static_batch_model_gets_full_shapes_and_no_dynamic_batching():
     static = {**MODEL, "inputs": [{"name": "x", "dtype": "int64", "shape": [1, 3, "S"]}],
               "outputs": [{"name": "y", "dtype": "bool", "shape": [1, 3]}]}  # fmt: skip
-    text, _ = triton.config_pbtxt(fake_manifest("onnxruntime", batch=1, model=static), "m", art("onnxruntime"))
+    text, _ = triton.config_pbtxt(fake_manifest("onnxruntime", batch=1, model=static), "m")
     assert field(text, "max_batch_size") == ["0"] and "dynamic_batching" not in text
     assert field(text, "dims") == ["[ 1, 3, -1 ]", "[ 1, 3 ]"] and field(text, "data_type") == [
         "TYPE_INT64",
@@ -169,10 +164,10 @@ def test_a_batch_off_axis_0_gets_full_shapes_and_no_dynamic_batching():
                  "inputs": [{"name": "input", "dtype": "float32", "shape": ["batch", "sequence"]},
                             {"name": "state", "dtype": "float32", "shape": [2, "batch", 128]}],
                  "outputs": [{"name": "output", "dtype": "float32", "shape": ["batch", 1]}]}  # fmt: skip
-    text, _ = triton.config_pbtxt(fake_manifest("onnxruntime", batch=1, model=recurrent), "m", art("onnxruntime"))
+    text, _ = triton.config_pbtxt(fake_manifest("onnxruntime", batch=1, model=recurrent), "m")
     assert field(text, "max_batch_size") == ["0"] and "dynamic_batching" not in text
     assert field(text, "dims") == ["[ 1, 16 ]", "[ 2, 1, 128 ]", "[ -1, 1 ]"]
-    plain, _ = triton.config_pbtxt(fake_manifest("onnxruntime", batch=4), "m", art("onnxruntime"))
+    plain, _ = triton.config_pbtxt(fake_manifest("onnxruntime", batch=4), "m")
     assert field(plain, "max_batch_size") == ["4"]
 
 

@@ -130,13 +130,13 @@ def test_unreachable_budget_keeps_all_int8_and_says_so(small):
 def test_digits_int8_within_one_point_of_fp32():
     pytest.importorskip("sklearn")
     from autodeploy import zoo
+    from autodeploy.adapters.base import int8_saturates
     from autodeploy.device import probe_device
-    from autodeploy.inhouse.engine import _saturating_cpu
 
     data = zoo.dataset("digits")
     model = onnx.load(str(zoo.get("digits")))
     x, labels = data["inputs"]["pixels"], data["labels"]
-    config = QuantConfig(calibration="percentile", reduce_range=_saturating_cpu(probe_device()))  # the engine's "auto"
+    config = QuantConfig(calibration="percentile", reduce_range=int8_saturates(probe_device()))  # the engine's "auto"
     q, report = quantize(optimize(model)[0], data["calibration"], config)
     fp32, int8 = _run(model, {"pixels": x}).argmax(1), _run(q, {"pixels": x}).argmax(1)
     assert (int8 == labels).mean() >= (fp32 == labels).mean() - 0.01

@@ -42,7 +42,7 @@ from autodeploy.runtime import machine
 from autodeploy.runtime.base import IO, MAX_REQUESTS, Runner
 
 __all__ = ["ARTIFACT_FILE", "IO", "NATIVE_ISA", "Artifact", "Availability", "Engine", "EngineSpace", "Runner",
-           "TrialConfig", "TritonBackend", "io_of"]  # fmt: skip
+           "TrialConfig", "TritonBackend", "int8_saturates", "io_of"]  # fmt: skip
 
 if TYPE_CHECKING:
     from autodeploy.device import DeviceInfo
@@ -59,6 +59,22 @@ SERVING_KNOBS: dict[str, tuple[Any, ...]] = {"num_requests": (1, 2, 4, "AUTO"), 
 #: The one table of the CPU features a precision needs to run natively (any one of them): a bf16 or
 #: fp16 engine refuses a CPU without them, and the study looks at natively run precisions first.
 NATIVE_ISA: dict[str, tuple[str, ...]] = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
+#: The x86 features whose int8 dot product adds u8 x s8 products straight into int32 (VNNI's VPDPBUSD, AMX).
+INT8_DOT_ISA = ("avx512_vnni", "avx_vnni", "amx_int8")
+_X86 = ("x86_64", "amd64", "x86", "i686")
+
+
+def int8_saturates(device: DeviceInfo) -> bool:
+    """Whether u8 x s8 int8 kernels can saturate on ``device``: the one rule ORT's int8 and the in-house
+    quantizer both follow (their ``reduce_range``: 7-bit weights, ORT's documented fix).
+
+    x86 without VNNI or AMX multiplies byte pairs and adds each pair in int16 (VPMADDUBSW: ONNX Runtime's
+    kernels from AVX2 on; oneDNN, OpenVINO's CPU kernels, documents the same on x86 without VNNI), which
+    two large products overflow. ONNX Runtime's pre-AVX2 kernel widens to int16 first and cannot
+    saturate: 7 bits there cost a little precision, never a wrong sum, so the one rule errs that way.
+    Arm's int8 dot products add in int32.
+    """
+    return device.arch.lower() in _X86 and not any(device.has(flag) for flag in INT8_DOT_ISA)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig, TritonBackend
+from autodeploy.adapters.base import (
+    Artifact,
+    Availability,
+    Engine,
+    EngineSpace,
+    TrialConfig,
+    TritonBackend,
+    int8_saturates,
+)
 from autodeploy.errors import BuildError, UnsupportedConfigError
 from autodeploy.model import copy_unchanged
 from autodeploy.runtime import onnxruntime as rt
@@ -120,7 +128,7 @@ class OnnxRuntimeEngine(Engine):
             raise BuildError(
                 "static int8 quantization needs calibration data", fix="give --data or use synthetic data"
             )
-        reduce_range = _saturates(target) if method == "static" else False
+        reduce_range = int8_saturates(target) if method == "static" else False
         float_head = method == "static" and config.knobs.get("quant_head", "float") == "float"
         kept = _quantize(model, method, calibration, out, reduce_range=reduce_range, float_head=float_head)
         return {
@@ -155,13 +163,6 @@ def _matmul_heavy(path: Path) -> bool:
     graph = onnx.load(str(path), load_external_data=False).graph
     ops = [n.op_type for n in graph.node]
     return ops.count("MatMul") > ops.count("Conv")
-
-
-def _saturates(device: DeviceInfo) -> bool:
-    """Whether u8 x s8 products can saturate on this CPU: x86 without VNNI multiplies pairs into
-    int16 (VPMADDUBSW), so ORT's documented fix is 7-bit weights (``reduce_range``)."""
-    vnni = any(device.has(f) for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
-    return device.has("avx2") and not vnni
 
 
 def _quantize(model: ModelInfo, method: str, calibration: Mapping[str, np.ndarray] | None, out: Path,

@@ -484,10 +484,9 @@ def _resolve_layout(model: ModelInfo, tflite_file: Path, *, kept_inputs: bool = 
     closest to it. ``kept_inputs``: onnx2tf kept the inputs' ONNX shapes (``-kat``), so a shape
     that fits both layouts is taken as it is.
     """
-    import onnxruntime as ort
-
     from autodeploy.data import feeds as batch_feeds
     from autodeploy.data import synthetic
+    from autodeploy.runtime.onnxruntime import session as ort_session
 
     # A graph whose shapes were fixed before conversion (:func:`_fixed_graph`) is probed at batch 1.
     batch = 2 if model.batchable() and not _dynamic_inputs(model) else (model.fixed_batch() or 1)
@@ -501,18 +500,14 @@ def _resolve_layout(model: ModelInfo, tflite_file: Path, *, kept_inputs: bool = 
         # to reshape runtime"): the file is fine, only configs with the delegate are not (see XNNPACK_FAILED).
         inputs, got = _probe(model, tflite_file, feeds, xnnpack=False, kept_inputs=kept_inputs)
         layout[XNNPACK_FAILED] = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    session = ort.InferenceSession(str(model.path), providers=["CPUExecutionProvider"])
-    want = dict(zip(model.output_names, session.run(None, feeds), strict=True))
+    want = dict(zip(model.output_names, ort_session(model.path).run(None, feeds), strict=True))
     return {"inputs": inputs, "outputs": _match_outputs(want, got), **layout}
 
 
 def _probe(model: ModelInfo, tflite_file: Path, feeds: Mapping[str, np.ndarray], *,
            xnnpack: bool, kept_inputs: bool = False) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:  # fmt: skip
     """Run the TFLite file once on ``feeds``: its inputs matched to the ONNX ones, and its outputs."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    resolver = OpResolverType.AUTO if xnnpack else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-    interpreter = Interpreter(model_path=str(tflite_file), experimental_op_resolver_type=resolver)
+    interpreter = rt.interpreter(tflite_file.parent, {"model_file": tflite_file.name, "xnnpack": xnnpack})
     inputs = _match_inputs(model, interpreter.get_input_details(), feeds, kept=kept_inputs)
     for entry in inputs:
         detail = next(d for d in interpreter.get_input_details() if d["name"] == entry["tflite"])

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from autodeploy.adapters import registry
-from autodeploy.adapters.base import NATIVE_ISA, Artifact, Engine, TritonBackend
+from autodeploy.adapters.base import NATIVE_ISA, Engine, TritonBackend
 from autodeploy.bundle.export import (
     Source,
     artifact_of,
@@ -77,7 +77,7 @@ def write_repository(source: Source, dest: str | Path, *, tar: bool = False, mod
         for file in artifact.files:  # model.onnx (+ external data), model.xml/.bin, or model.plan
             (version / file).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(artifact.path / file, version / file)
-        text, notes = config_pbtxt(manifest, name, artifact)
+        text, notes = config_pbtxt(manifest, name)
         (stage / name / "config.pbtxt").write_text(text)
         (stage / name / README).write_text(readme(name, manifest, notes))
         manifest["triton"] = {"not_carried": notes}
@@ -89,7 +89,7 @@ def write_repository(source: Source, dest: str | Path, *, tar: bool = False, mod
     return dest
 
 
-def config_pbtxt(manifest: dict[str, Any], name: str, artifact: Artifact) -> tuple[str, list[str]]:
+def config_pbtxt(manifest: dict[str, Any], name: str) -> tuple[str, list[str]]:
     """The model configuration (protobuf text format) for the winner described by ``manifest``,
     and what of the measured config it cannot carry (one sentence each)."""
     settings, model = manifest["settings"], manifest["model"]

@@ -49,7 +49,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autodeploy.adapters import ort
-from autodeploy.adapters.base import NATIVE_ISA, Artifact, Availability, Engine, EngineSpace, TrialConfig
+from autodeploy.adapters.base import (
+    NATIVE_ISA,
+    Artifact,
+    Availability,
+    Engine,
+    EngineSpace,
+    TrialConfig,
+    int8_saturates,
+)
 from autodeploy.adapters.ort import EXECUTION_MODES, MODEL_FILE, OPT_LEVELS
 from autodeploy.errors import BuildError
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
@@ -235,7 +243,7 @@ def _quantize(
         raise BuildError("in-house int8 needs calibration data", fix="give --data or use synthetic data")
     reduce_range = config.knobs.get("reduce_range", "auto")
     if reduce_range == "auto":
-        reduce_range = _saturating_cpu(target)
+        reduce_range = int8_saturates(target)
     remainder = float_precision(config, target.isa)
     auto = config.knobs.get("float_precision", "f32") == "auto"
     if auto and not config.knobs.get("fallback", True):
@@ -261,12 +269,6 @@ def _quantize(
         # bf16 cannot hold the budget here: the f32 remainder may (the user asked for no precision)
         quantized, report = quantize(model, calibration, replace(settings, float_precision="f32"), axes)
     return quantized, report.to_dict()
-
-
-def _saturating_cpu(device: DeviceInfo) -> bool:
-    """x86 without VNNI: u8s8 int8 kernels (ORT's, OpenVINO's) add product pairs in int16 and can saturate."""
-    x86 = device.arch.lower() in ("x86_64", "amd64", "x86", "i686")
-    return x86 and not any(device.has(f) for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
 
 
 def _batch_dims(model: ModelInfo) -> dict[str, int]:

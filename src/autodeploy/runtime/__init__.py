@@ -6,7 +6,10 @@ that built them: a bundle's loader then allows no other) and ``open(model_dir, s
 option names (ONNX Runtime ``intra_op_num_threads``, OpenVINO ``compile_model`` properties,
 ...), exactly as an adapter derives them from a trial config and as a bundle's manifest
 records them. The harness worker (through the adapters' ``load``) and the bundle loader run
-these same files; a bundle ships them verbatim in its ``runtime/`` folder.
+these same files; a bundle ships them verbatim in its ``runtime/`` folder. Every engine autodeploy opens
+is opened here, also where no artifact is run: ``onnxruntime.session``, ``openvino.read`` and
+``openvino.compile_at``, ``tflite.interpreter`` serve the quantizer's calibration and judge, the zoo's
+builders and the adapters' probes (``tests/test_engine_openings.py`` keeps it so).
 
 Contract for every module here: it imports only the standard library, numpy and, inside
 ``open``, its own engine; other modules of this package only by relative import, so the

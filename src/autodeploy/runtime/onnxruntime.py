@@ -64,9 +64,17 @@ def affinities(settings: Mapping[str, Any]) -> str | None:
     return ";".join(str(cpu + 1) for cpu in allowed[1:threads])
 
 
-def _session(model_dir: Path, settings: Mapping[str, Any]) -> Any:
+def session(model: str | Path | bytes, settings: Mapping[str, Any] | None = None) -> Any:
+    """An ONNX Runtime CPU session on ``model`` (a file, or a serialized ModelProto) with ``settings``'
+    ``SessionOptions`` (the names above; absent ones take ORT's defaults).
+
+    The one place autodeploy opens ONNX Runtime: the runners here, and the sessions that are not a
+    measured artifact (the quantizer's calibration and judge, the zoo's builders, TFLite's layout probe),
+    so every session is made, and can be read, in one way.
+    """
     import onnxruntime as ort
 
+    settings = settings or {}
     options = ort.SessionOptions()
     options.intra_op_num_threads = int(settings.get("intra_op_num_threads", 0))
     options.inter_op_num_threads = int(settings.get("inter_op_num_threads", 0))
@@ -75,13 +83,16 @@ def _session(model_dir: Path, settings: Mapping[str, Any]) -> Any:
         ort.GraphOptimizationLevel, settings.get("graph_optimization_level", "ORT_ENABLE_ALL")
     )
     options.log_severity_level = 3  # warnings from quantized graphs are noise in a benchmark
-    if settings.get("affinities"):
-        options.add_session_config_entry("session.intra_op_thread_affinities", settings["affinities"])
+    pinned = affinities(settings)
+    if pinned:
+        options.add_session_config_entry("session.intra_op_thread_affinities", pinned)
     return ort.InferenceSession(
-        str(Path(model_dir) / settings.get("model_file", MODEL_FILE)),
-        sess_options=options,
-        providers=["CPUExecutionProvider"],
+        model if isinstance(model, bytes) else str(model), sess_options=options, providers=["CPUExecutionProvider"]
     )
+
+
+def _session(model_dir: Path, settings: Mapping[str, Any]) -> Any:
+    return session(Path(model_dir) / settings.get("model_file", MODEL_FILE), settings)
 
 
 class _OrtRunner(Runner):

@@ -41,9 +41,29 @@ def core() -> Any:
 
 
 def open(model_dir: Path, settings: Mapping[str, Any], io: IO) -> Runner:  # noqa: A001 - the runtime interface
-    ov_model = core().read_model(str(Path(model_dir) / settings.get("model_file", MODEL_FILE)))
+    ov_model = read(Path(model_dir) / settings.get("model_file", MODEL_FILE))
     shapes = {name: tuple(shape) for name, shape in (settings.get("shapes") or {}).items()}
     return _OvRunner(ov_model, dict(settings.get("properties") or {}), shapes, io)
+
+
+def read(model: str | Path | bytes) -> Any:
+    """An ``ov.Model`` from an IR's ``.xml`` or an ONNX file, or from a serialized ONNX ModelProto."""
+    return core().read_model(model, b"") if isinstance(model, bytes) else core().read_model(str(model))
+
+
+def compile_at(ov_model: Any, shapes: Mapping[str, tuple[int, ...]], properties: Mapping[str, Any]) -> Any:
+    """``ov_model`` compiled for the CPU plugin at static input ``shapes`` (a reshaped copy where they differ)
+    with ``compile_model`` ``properties``.
+
+    The one place autodeploy compiles an OpenVINO model: the runners here, and the in-house quantizer's
+    judge, which must see the kernels a measured artifact runs.
+    """
+    if ov_model.is_dynamic() or any(
+        list(ov_model.input(name).get_shape()) != list(shape) for name, shape in shapes.items()
+    ):
+        ov_model = ov_model.clone()
+        ov_model.reshape({name: list(shape) for name, shape in shapes.items()})
+    return core().compile_model(ov_model, DEVICE, dict(properties))
 
 
 class _OvRunner(Runner):
@@ -61,13 +81,7 @@ class _OvRunner(Runner):
             self._requests[_signature(shapes)] = self._request(self.compiled_model)
 
     def _compile(self, shapes: Mapping[str, tuple[int, ...]]) -> Any:
-        ov_model = self._model
-        if ov_model.is_dynamic() or any(
-            list(ov_model.input(name).get_shape()) != list(shape) for name, shape in shapes.items()
-        ):
-            ov_model = ov_model.clone()
-            ov_model.reshape({name: list(shape) for name, shape in shapes.items()})
-        return core().compile_model(ov_model, DEVICE, self.properties)
+        return compile_at(self._model, shapes, self.properties)
 
     def _request(self, compiled: Any) -> tuple[Any, list[Any]]:
         """An infer request and the output ports in the ONNX model's output order (by name)."""

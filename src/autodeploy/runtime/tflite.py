@@ -28,10 +28,12 @@ LAYOUT_FILE = "layout.json"
 def open(model_dir: Path, settings: Mapping[str, Any], io: IO) -> Runner:  # noqa: A001 - the runtime interface
     model_dir = Path(model_dir)
     layout = json.loads((model_dir / settings.get("layout_file", LAYOUT_FILE)).read_text())
-    return _TfliteRunner(lambda: _interpreter(model_dir, settings), layout, io, settings.get("num_threads"))
+    return _TfliteRunner(lambda: interpreter(model_dir, settings), layout, io, settings.get("num_threads"))
 
 
-def _interpreter(model_dir: Path, settings: Mapping[str, Any]) -> Any:
+def interpreter(model_dir: Path, settings: Mapping[str, Any]) -> Any:
+    """A LiteRT ``Interpreter`` on ``model_dir``'s ``model_file`` (not allocated): the one place autodeploy
+    opens one (the runners here, and the TFLite adapter's layout probe)."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     resolver = (

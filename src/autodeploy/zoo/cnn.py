@@ -92,12 +92,12 @@ def center_logits(model: onnx.ModelProto, size: int) -> onnx.ModelProto:
     one class for all inputs and top-1 agreement would be meaningless. A trained head's bias cancels
     that common part; subtracting the mean logits does the same here.
     """
-    import onnxruntime as ort
     from onnx import numpy_helper
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1  # one thread: the same summation order, the same bytes, every build
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    from autodeploy.runtime.onnxruntime import session as ort_session
+
+    # one thread: the same summation order, the same bytes, every build
+    session = ort_session(model.SerializeToString(), {"intra_op_num_threads": 1})
     batch = np.random.default_rng(0).standard_normal((8, 3, size, size), dtype=np.float32)
     mean_logits = session.run(None, {"input": batch})[0].mean(axis=0)
     bias = next(t for t in model.graph.initializer if t.name == "logits.bias")

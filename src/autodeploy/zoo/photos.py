@@ -95,17 +95,16 @@ def _run(model: onnx.ModelProto, x: np.ndarray, names: list[str], chunk: int = 8
     """The values of tensors ``names`` on inputs ``x``, computed by ONNX Runtime in chunks (one thread:
     the same summation order, the same bytes, on every build)."""
     import onnx
-    import onnxruntime as ort
+
+    from autodeploy.runtime.onnxruntime import session as ort_session
 
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     del probe.graph.output[:]
     probe.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in names)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3  # the probe's unused running statistics are no news
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep every BN input
-    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    # ORT_DISABLE_ALL keeps every BatchNormalization input (the probe's outputs)
+    session = ort_session(probe.SerializeToString(),
+                          {"intra_op_num_threads": 1, "graph_optimization_level": "ORT_DISABLE_ALL"})  # fmt: skip
     parts = [session.run(names, {"input": x[i : i + chunk]}) for i in range(0, len(x), chunk)]
     return [np.concatenate([p[k] for p in parts]) for k in range(len(names))]
 

@@ -631,18 +631,16 @@ def _run_openvino(
     Compiled at each batch's static shapes: with a dynamic batch dim OpenVINO 2026.4 returns a near-zero
     map for the QDQ PP-OCRv5 det (cosine 0.22 vs 0.95 static), in f32 and bf16 alike.
     """
-    import openvino as ov
+    from autodeploy.runtime import openvino as ov_runtime
 
-    core = ov.Core()
-    serialized = model.SerializeToString()
+    ov_model = ov_runtime.read(model.SerializeToString())
     compiled: dict[tuple, Any] = {}
     parts: dict[str, list[np.ndarray]] = {}
     for feeds in batches:
         key = tuple((k, v.shape) for k, v in sorted(feeds.items()))
         if key not in compiled:
-            read = core.read_model(serialized, b"")
-            read.reshape({k: list(v.shape) for k, v in feeds.items()})
-            compiled[key] = core.compile_model(read, "CPU", {"INFERENCE_PRECISION_HINT": hint})
+            shapes = {k: v.shape for k, v in feeds.items()}
+            compiled[key] = ov_runtime.compile_at(ov_model, shapes, {"INFERENCE_PRECISION_HINT": hint})
         net = compiled[key]
         results = net.create_infer_request().infer(feeds)
         for port in net.outputs:
@@ -651,16 +649,15 @@ def _run_openvino(
 
 
 def _run(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    import onnxruntime as ort
+    from autodeploy.runtime.onnxruntime import session as ort_session
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
+    settings: dict[str, Any] = {}
     per_axis = (n for n in model.graph.node if n.op_type == "QuantizeLinear")
     if any(a.name == "axis" for n in per_axis for a in n.attribute):
         # A per-channel activation quantizer (the OpenVINO placement's depthwise inputs) is not a
         # QLinear kernel's input: ORT's QDQ fusion would fail on it, so it runs as fake quantization.
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        settings["graph_optimization_level"] = "ORT_ENABLE_BASIC"
+    session = ort_session(model.SerializeToString(), settings)
     names = [o.name for o in session.get_outputs()]
     parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
     for feeds in batches:

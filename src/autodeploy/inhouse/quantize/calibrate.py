@@ -37,7 +37,7 @@ Batches = Sequence[Mapping[str, np.ndarray]]
 
 def run_with_outputs(model: onnx.ModelProto, names: Sequence[str], batches: Batches) -> Iterable[dict]:
     """Yield ``{name: array}`` for ``names`` (intermediate tensors included), one dict per batch."""
-    import onnxruntime as ort
+    from autodeploy.runtime.onnxruntime import session as ort_session
 
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
@@ -45,12 +45,7 @@ def run_with_outputs(model: onnx.ModelProto, names: Sequence[str], batches: Batc
     for name in names:
         if name not in existing:
             probe.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    options.log_severity_level = 3
-    session = ort.InferenceSession(
-        probe.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"]
-    )
+    session = ort_session(probe.SerializeToString(), {"graph_optimization_level": "ORT_ENABLE_BASIC"})
     for feeds in batches:
         yield dict(zip(names, session.run(list(names), dict(feeds)), strict=True))
 
