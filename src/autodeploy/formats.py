@@ -130,9 +130,9 @@ def describe(path: Path, kind: str) -> dict[str, Any]:
 
 
 def _tflite(path: str) -> dict[str, Any]:
-    from ai_edge_litert.interpreter import Interpreter
+    from autodeploy.runtime.tflite import interpreter as open_interpreter
 
-    interpreter = Interpreter(model_path=path)
+    interpreter = open_interpreter(Path(path).parent, {"model_file": Path(path).name})
 
     def spec(detail: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
@@ -146,10 +146,11 @@ def _tflite(path: str) -> dict[str, Any]:
 
 
 def _openvino(path: str) -> dict[str, Any]:
-    import openvino as ov
+    from autodeploy.runtime.openvino import read
 
     xml = Path(path)
-    model = ov.Core().read_model(str(xml), str(xml.parent / weights_of(xml)))
+    weights_of(xml)  # NAME.bin beside it, a plain file: what OpenVINO reads with it
+    model = read(xml)
 
     def spec(port: Any) -> dict[str, Any]:
         if not port.get_names():
