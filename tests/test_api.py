@@ -16,7 +16,7 @@ from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import UnknownEngineError, UsageError
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import resolve_model
-from autodeploy.results_db import Store
+from autodeploy.results_db import Store, TrialFilter
 from autodeploy.search.study import Reporter
 from tests.models import seq_model
 
@@ -69,7 +69,7 @@ def test_bench_returns_the_trial_as_stored(env):
     assert any(p.startswith("onnxruntime/fp32/b1/t1: ") for p in progress)
     result = record.result
     with Store.open(db, readonly=True) as store:
-        row = store.get_trial(record.id)
+        row = store.trial(TrialFilter(id=record.id))
         assert store.count_trials() == 1
     assert row.uid == result.uid and row.status == "ok" and row.config == result.config
     assert row.model_name == "zoo:tiny-cnn" and row.model_sha256 == record.model.sha256
@@ -87,7 +87,7 @@ def test_bench_takes_a_trial_config_and_an_open_store(env):
     with Store.open(db) as store:
         config = TrialConfig("onnxruntime", batch=2, threads=1)
         record = autodeploy.bench("zoo:tiny-cnn", config, timing=FAST, db=store, command="by hand")
-        row = store.get_trial(record.id)  # the store is left open
+        row = store.trial(TrialFilter(id=record.id))  # the store is left open
     assert row.batch == 2 and row.command == "by hand" and record.config == config
 
 

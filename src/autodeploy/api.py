@@ -67,7 +67,7 @@ Shapes = Mapping[str, Sequence[int]]
 
 @dataclass(frozen=True)
 class StoredTrial:
-    """One measured config as stored: ``Store.get_trial(id)`` reads the same trial back.
+    """One measured config as stored: ``Store.trial(TrialFilter(id=id))`` reads the same trial back.
 
     ``result.ok`` is false when the trial failed (``result.failure_kind`` says how); it is
     stored all the same.
@@ -715,7 +715,7 @@ def _study_overrides(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 def _add_trial(store: Store, result: TrialResult, info: ModelInfo, device: DeviceInfo, command: str,
                shape_key: str, inputs: Mapping[str, Any] | None = None) -> int:  # fmt: skip
-    from autodeploy.results_db.store import DeviceRecord, ModelRecord
+    from autodeploy.results_db.records import DeviceRecord, ModelRecord
 
     return store.add_trial(result, model=ModelRecord.of(info), device=DeviceRecord.of(device), command=command,
                            shape_key=shape_key, shapes=info.measured_shapes(result.config.batch), inputs=inputs)  # fmt: skip

@@ -34,7 +34,7 @@ from autodeploy.harness.result import Measurement
 
 if TYPE_CHECKING:
     from autodeploy.api import StoredTrial
-    from autodeploy.results_db.store import StudyRow, TrialRow
+    from autodeploy.results_db.records import StudyRow, TrialRow
     from autodeploy.search.study import StudySummary
 
 __all__ = ["HIGHER_IS_BETTER", "SCHEMA", "SCHEMA_VERSION", "STATISTIC", "flatten", "headline", "ratio_text",

@@ -21,7 +21,8 @@ from autodeploy.adapters.base import TrialConfig
 from autodeploy.adapters.registry import BASELINE_CONFIG
 from autodeploy.harness.result import Measurement, headline
 from autodeploy.report import HIGHER_IS_BETTER, STATISTIC, speedup_text, study_record
-from autodeploy.results_db.store import Catalog, Store, TrialFilter, TrialRow
+from autodeploy.results_db.records import Catalog, TrialFilter, TrialRow
+from autodeploy.results_db.store import Store
 from autodeploy.units import fmt_ms_ci
 from autodeploy.verdict import accuracy_drop
 
@@ -103,7 +104,7 @@ def trials(store: Store, filters: Filters = Filters(), *, measured_only: bool = 
     ``latency_ms`` is the p90 where there were samples enough to claim it, else the median
     (as the search ranks trials); ``accuracy_drop`` is the search's own measure of loss.
     """
-    rows = store.find_trials(_where(filters, measured_only))
+    rows = store.trials(_where(filters, measured_only))
     return pd.DataFrame([_trial_row(r) for r in rows], columns=trial_columns())
 
 
@@ -130,8 +131,8 @@ def trial_counts(store: Store, filters: Filters = Filters()) -> dict[str, int]:
 
 
 def _where(filters: Filters, measured_only: bool = False) -> TrialFilter:
-    return TrialFilter(filters.model, filters.device, filters.engines, filters.scenario, filters.study,
-                       measured_only=measured_only)  # fmt: skip
+    return TrialFilter(model_sha256=filters.model, device=filters.device, engines=filters.engines,
+                       scenario=filters.scenario, study=filters.study, measured_only=measured_only)  # fmt: skip
 
 
 def _split(key: str, value: Any) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from autodeploy.verdict import SERVER, Limits, Measured, accuracy_drop
 
 if TYPE_CHECKING:
     from autodeploy.harness.result import Accuracy, TrialResult
-    from autodeploy.results_db.store import TrialRow
+    from autodeploy.results_db.records import TrialRow
     from autodeploy.search.config import Constraints
 
 __all__ = ["DIRECTIONS", "OBJECTIVE_LABELS", "Metrics", "accuracy_drop", "rejections", "values", "violations"]

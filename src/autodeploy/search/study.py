@@ -29,6 +29,7 @@ from autodeploy.harness.result import Accuracy, TrialResult, headline
 from autodeploy.harness.run import HarnessSettings, PreparedData, prepare, reference, run_trial
 from autodeploy.harness.stats import bootstrap_mean_ci, summarize
 from autodeploy.harness.timing import TimingPolicy
+from autodeploy.results_db.records import TrialFilter
 from autodeploy.results_db.store import DeviceRecord, ModelRecord, Store
 from autodeploy.search.budget import SLOW_BUILD_GUESS_S, Budget, duration_text
 from autodeploy.search.config import StudyConfig, check_study_name
@@ -730,8 +731,10 @@ def _measure_case(
     at = f" at {case.key}" if len(ctx.shape_cases()) > 1 else ""
     if not cfg.fresh and cfg.objective != "server" and phase == "screening":
         version = registry.get(config.engine).probe_version()
-        row = ctx.store.find_measured(case.model.sha256, ctx.device.fingerprint, config.key(), version,
-                                      shape_key=case.key, scenario=SCENARIO_OF[cfg.objective])  # fmt: skip
+        repeat = TrialFilter(model_sha256=case.model.sha256, device=ctx.device.fingerprint, config_key=config.key(),
+                             engine_version=version, shape_key=case.key, scenario=SCENARIO_OF[cfg.objective],
+                             measured_only=True, newest_first=True)  # fmt: skip
+        row = ctx.store.trial(repeat, samples=False)
         if row is not None and row.accuracy is not None:
             return _Measured(Metrics.of_row(row), row.uid, reused=True, accuracy=row.accuracy, accuracy_uid=row.uid)
     artifact_key = _artifact_key(ctx, config) if memory is not None else ""
