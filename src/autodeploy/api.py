@@ -176,14 +176,17 @@ class BenchRequest:
     command: str | None = None
 
     def __post_init__(self) -> None:
-        if self.config is not None and (self.engine, self.precision, self.batch, self.threads, self.knobs) != (None,) * 5:
+        settings = (self.engine, self.precision, self.batch, self.threads, self.knobs)
+        if self.config is not None and settings != (None,) * 5:
             raise UsageError("give a TrialConfig or engine/precision/batch/threads/knobs, not both",
                              fix="put every setting in the TrialConfig")  # fmt: skip
         _check_scenario(self.scenario, self.sla_ms)
         _check_accuracy(self.accuracy)
 
     @classmethod
-    def of(cls, request: BenchRequest | None, config: TrialConfig | None, keywords: Mapping[str, Any]) -> BenchRequest:
+    def of(
+        cls, request: BenchRequest | None, config: TrialConfig | None, keywords: Mapping[str, Any]
+    ) -> BenchRequest:
         """``request`` (or the defaults) with ``config`` and ``keywords`` over it: how :func:`bench` reads its call.
 
         Raises:
@@ -211,7 +214,11 @@ class BenchRequest:
 
 
 def bench(
-    model: str | Path, config: TrialConfig | None = None, *, request: BenchRequest | None = None, **keywords: Any
+    model: str | Path,
+    config: TrialConfig | None = None,
+    *,
+    request: BenchRequest | None = None,
+    **keywords: Any,
 ) -> StoredTrial:
     """Measure one config of ``model`` on this device in an isolated worker, and store it.
 
@@ -243,7 +250,11 @@ def bench(
 
 
 def bench_shapes(
-    model: str | Path, config: TrialConfig | None = None, *, request: BenchRequest | None = None, **keywords: Any
+    model: str | Path,
+    config: TrialConfig | None = None,
+    *,
+    request: BenchRequest | None = None,
+    **keywords: Any,
 ) -> list[StoredTrial]:
     """:func:`bench` at each case of a shape set: one trial per shape, each compiled for its shape and stored with it.
 
@@ -296,7 +307,9 @@ def bench_shapes(
     return stored
 
 
-def _check_runs_here(device: DeviceInfo, info: ModelInfo, config: TrialConfig, accuracy: Sequence[str]) -> None:
+def _check_runs_here(
+    device: DeviceInfo, info: ModelInfo, config: TrialConfig, accuracy: Sequence[str]
+) -> None:
     """The engine, precision and knobs exist here, every dynamic dim is fixed, and ``--accuracy`` names real outputs."""
     registry.get(config.engine).check(device, info, config)  # unknown engine/precision/knob
     for name in info.input_names:  # dynamic dims left unfixed: fail with the --shape fix now

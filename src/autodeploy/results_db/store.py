@@ -199,7 +199,9 @@ class Store:
 
     def samples(self, trial_ids: tuple[int, ...]) -> dict[int, tuple[float, ...]]:
         """The raw per-call latencies (ms) of these trials' measurements, by trial id (unmeasured ones absent)."""
-        query = sa.select(Measurement.trial_id, Measurement.samples_ms).where(Measurement.trial_id.in_(trial_ids))
+        query = sa.select(Measurement.trial_id, Measurement.samples_ms).where(
+            Measurement.trial_id.in_(trial_ids)
+        )
         return self._run("cannot read", lambda s: {t: tuple(v) for t, v in s.execute(query)})
 
     def catalog(self) -> Catalog:
@@ -209,7 +211,9 @@ class Store:
             models = s.execute(sa.select(Model.sha256, Model.name).order_by(Model.name)).all()
             devices = s.execute(sa.select(Device.fingerprint, Device.cpu).order_by(Device.id)).all()
             engines = s.scalars(sa.select(Trial.engine).distinct().order_by(Trial.engine)).all()
-            scenarios = s.scalars(sa.select(Measurement.scenario).distinct().order_by(Measurement.scenario)).all()
+            scenarios = s.scalars(
+                sa.select(Measurement.scenario).distinct().order_by(Measurement.scenario)
+            ).all()
             studies = s.scalars(sa.select(Study.name).order_by(Study.updated_at.desc())).all()
             return Catalog(tuple((a, b) for a, b in models), tuple((a, b) for a, b in devices), tuple(engines),
                            tuple(scenarios), tuple(studies))  # fmt: skip
@@ -219,7 +223,11 @@ class Store:
     def list_devices(self) -> list[DeviceRow]:
         """Every stored device, oldest first, with its number of trials."""
         counts = sa.select(Trial.device_id, sa.func.count().label("n")).group_by(Trial.device_id).subquery()
-        query = sa.select(Device, counts.c.n).outerjoin(counts, counts.c.device_id == Device.id).order_by(Device.id)
+        query = (
+            sa.select(Device, counts.c.n)
+            .outerjoin(counts, counts.c.device_id == Device.id)
+            .order_by(Device.id)
+        )
 
         def fetch(s: Session) -> list[DeviceRow]:
             return [DeviceRow(d.fingerprint, d.cpu, dict(d.info), rows.utc(d.created_at), int(n or 0))
@@ -315,7 +323,9 @@ class Store:
         device: str | None = None,
     ) -> list[GateRunRow]:  # fmt: skip
         """Stored gate verdicts, newest first, optionally filtered by verdict, candidate model or device fingerprint."""
-        query = sa.select(GateRun, Device.fingerprint, Device.cpu).join(Device, GateRun.device_id == Device.id)
+        query = sa.select(GateRun, Device.fingerprint, Device.cpu).join(
+            Device, GateRun.device_id == Device.id
+        )
         if verdict is not None:
             query = query.where(GateRun.verdict == verdict)
         if candidate_sha256 is not None:
@@ -394,12 +404,12 @@ class Store:
     def _studies(self, query: sa.Select[Any]) -> list[StudyRow]:
         query = query.join(Model, Study.model_id == Model.id).join(Device, Study.device_id == Device.id)
 
+        def row(st: Study, m: Model, d: Device) -> StudyRow:
+            return StudyRow(st.id, st.name, st.objective, st.settings, st.command, st.winner_uid, st.summary, m.name,
+                            m.sha256, d.fingerprint, rows.utc(st.created_at), rows.utc(st.updated_at), d.cpu)  # fmt: skip
+
         def fetch(s: Session) -> list[StudyRow]:
-            return [
-                StudyRow(st.id, st.name, st.objective, st.settings, st.command, st.winner_uid, st.summary,
-                         m.name, m.sha256, d.fingerprint, rows.utc(st.created_at), rows.utc(st.updated_at), d.cpu)  # fmt: skip
-                for st, m, d in s.execute(query)
-            ]
+            return [row(st, m, d) for st, m, d in s.execute(query)]
 
         return self._run("cannot read", fetch)
 
