@@ -3,6 +3,7 @@ with ONNX Runtime, into a temporary SQLite store, and the exported bundle loaded
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -13,10 +14,11 @@ import pytest
 
 import autodeploy
 from autodeploy.adapters.base import TrialConfig
+from autodeploy.api import BenchRequest
 from autodeploy.errors import UnknownEngineError, UsageError
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.intake import resolve_model
-from autodeploy.results_db import Store
+from autodeploy.results_db import Store, TrialFilter
 from autodeploy.search.study import Reporter
 from tests.models import seq_model
 
@@ -69,7 +71,7 @@ def test_bench_returns_the_trial_as_stored(env):
     assert any(p.startswith("onnxruntime/fp32/b1/t1: ") for p in progress)
     result = record.result
     with Store.open(db, readonly=True) as store:
-        row = store.get_trial(record.id)
+        row = store.trial(TrialFilter(id=record.id))
         assert store.count_trials() == 1
     assert row.uid == result.uid and row.status == "ok" and row.config == result.config
     assert row.model_name == "zoo:tiny-cnn" and row.model_sha256 == record.model.sha256
@@ -86,9 +88,27 @@ def test_bench_takes_a_trial_config_and_an_open_store(env):
     tmp_path, db = env
     with Store.open(db) as store:
         config = TrialConfig("onnxruntime", batch=2, threads=1)
-        record = autodeploy.bench("zoo:tiny-cnn", config, timing=FAST, db=store, command="by hand")
-        row = store.get_trial(record.id)  # the store is left open
+        request = BenchRequest(timing=FAST, db=store, command="by hand")  # the keywords as one record
+        record = autodeploy.bench("zoo:tiny-cnn", config, request=request)
+        row = store.trial(TrialFilter(id=record.id))  # the store is left open
     assert row.batch == 2 and row.command == "by hand" and record.config == config
+
+
+def test_a_bench_request_is_the_keywords_once():
+    request = BenchRequest(engine="onnxruntime", threads=1, timeout_s=120)
+    assert BenchRequest.of(None, None, {"engine": "onnxruntime", "threads": 1, "timeout_s": 120}) == request
+    assert BenchRequest.of(request, None, {"threads": 2}).threads == 2 and request.threads == 1  # keywords win
+    assert request.trial_config() == TrialConfig("onnxruntime", "fp32", 1, 1, {})
+    # what the recorded command repeats: the settings given, not where it ran or reported
+    assert dataclasses.replace(request, db="sqlite:///r.db", progress=print).given() == {
+        "engine": "onnxruntime", "threads": 1, "timeout_s": 120,
+    }  # fmt: skip
+    with pytest.raises(TypeError, match="unknown keyword.s. engin; it takes: config, engine, "):
+        autodeploy.bench("zoo:tiny-cnn", engin="openvino")
+    with pytest.raises(UsageError, match="not both"):
+        autodeploy.bench("zoo:tiny-cnn", TrialConfig("onnxruntime"), request=BenchRequest(batch=2))
+    with pytest.raises(UsageError, match="server scenario needs a p99 bound"):
+        BenchRequest(scenario="server")
 
 
 def test_bad_arguments_raise_autodeploy_errors_before_any_work(env):

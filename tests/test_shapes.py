@@ -15,7 +15,7 @@ import autodeploy
 from autodeploy.errors import ShapeError, UsageError
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import load_model
-from autodeploy.results_db import Store
+from autodeploy.results_db import Store, TrialFilter
 from autodeploy.search import config as study_config
 from autodeploy.search.finalists import _mix
 from autodeploy.search.objective import Metrics
@@ -179,13 +179,14 @@ def test_bench_at_two_shapes_measures_and_stores_each_compiled_for_its_shape(env
     assert all(s.ok and s.result.measurement is not None for s in stored), [s.result.failure_message for s in stored]
     assert stored[0].result.artifact_path != stored[1].result.artifact_path  # one artifact per shape
     with Store.open(db, readonly=True) as store:
-        rows = [store.get_trial(s.id) for s in stored]
+        rows = [store.trial(TrialFilter(id=s.id)) for s in stored]
         assert [r.shape_key for r in rows] == ["x=1x3x16x24", "x=1x3x16x48"]
         assert [r.shapes for r in rows] == [{"x": list(NARROW)}, {"x": list(WIDE)}]
         assert all(r.measurement is not None and r.measurement.latency.n >= 16 for r in rows)
         # a repeat is found at its own shape, never at the other
-        found = store.find_measured(rows[1].model_sha256, rows[1].device_fingerprint, rows[1].config_key,
-                                    rows[1].engine_version, shape_key="x=1x3x16x48")  # fmt: skip
+        found = store.trial(TrialFilter(model_sha256=rows[1].model_sha256, device=rows[1].device_fingerprint,
+                                        config_key=rows[1].config_key, engine_version=rows[1].engine_version,
+                                        shape_key="x=1x3x16x48", measured_only=True, newest_first=True))  # fmt: skip
         assert found is not None and found.id == stored[1].id
     for s, shape in zip(stored, (NARROW, WIDE), strict=True):
         artifact = Artifact.read(Path(s.result.artifact_path))
@@ -241,7 +242,7 @@ def test_a_study_over_two_shapes_picks_one_config_by_the_mix_and_reports_each_sh
     assert summary.winner.statistic == pytest.approx(_mix([(3.0, per["x=1x3x16x24"], (0, 0)),
                                                            (1.0, per["x=1x3x16x48"], (0, 0))], "latency")[0])  # fmt: skip
     with Store.open(db, readonly=True) as store:
-        rows = store.study_trials("mix")
+        rows = store.trials(TrialFilter(study="mix"))
         assert {r.shape_key for r in rows} == {"x=1x3x16x24", "x=1x3x16x48"}
         assert store.get_study("mix").settings["shapes"] == {"x": [{"shape": [1, 3, 16, 24], "weight": 3.0},
                                                                    {"shape": [1, 3, 16, 48], "weight": 1.0}]}  # fmt: skip
@@ -268,7 +269,7 @@ def test_per_shape_runs_one_study_per_shape(env):
     assert all(not s.winner.per_shape for s in summaries if s.winner)  # one shape each: nothing to split
     assert all(s.winner is not None for s in summaries)
     with Store.open(db, readonly=True) as store:
-        assert {r.shape_key for r in store.study_trials("each@x=1x3x16x48")} == {"x=1x3x16x48"}
+        assert {r.shape_key for r in store.trials(TrialFilter(study="each@x=1x3x16x48"))} == {"x=1x3x16x48"}
     # a mix screened without finalists still reports the winner at each shape
     mix = autodeploy.tune(model, name="mix0", shapes=parse_flags(["x=1x3x16x24@3", "x=1x3x16x48"]),
                           engines=["onnxruntime"], precisions=["fp32"], threads=[1], trials=1, finalists=0,
@@ -359,7 +360,7 @@ def test_arrays_come_one_source_per_shape_in_the_order_of_the_shapes(env, capsys
     assert [r["shape"] for r in records] == ["x=1x3x16x24", "x=1x3x16x48"]
     assert not any(r["inputs"] for r in records)  # measured on the user's arrays, not synthetic ones
     with Store.open(db, readonly=True) as store:
-        trials = [store.get_trial(r["id"]) for r in records]
+        trials = [store.trial(TrialFilter(id=r["id"])) for r in records]
     assert all(t.measurement is not None for t in trials)
     code, _, err = run_cli(capsys, "bench", str(model), "--shape", "x=1x3x16x24", "--shape", "x=1x3x16x48",
                            "--data", narrow, "--db", db)  # fmt: skip
@@ -368,7 +369,7 @@ def test_arrays_come_one_source_per_shape_in_the_order_of_the_shapes(env, capsys
     stored = autodeploy.bench_shapes(model, threads=1, data=[Path(narrow), Path(wide)], timing=FAST, db=db)
     assert [s.shape_key for s in stored] == ["x=1x3x16x24", "x=1x3x16x48"] and all(s.ok for s in stored)
     with Store.open(db, readonly=True) as store:
-        assert [store.get_trial(s.id).inputs["data"] for s in stored] == [narrow, wide]  # the files, as given
+        assert [store.trial(TrialFilter(id=s.id)).inputs["data"] for s in stored] == [narrow, wide]  # the files, as given
     code, out, err = run_cli(capsys, "bench", str(model), "--threads", "1", "--min-samples", "16", "--min-duration",
                              "0.05", "--data", narrow, "--data", wide, "--db", db)  # fmt: skip
     assert code == 0 and "per shape" in out and "x=1x3x16x48" in out, err

@@ -36,7 +36,7 @@ from autodeploy.objectives import NAMES, OBJECTIVES
 
 if TYPE_CHECKING:
     from autodeploy.api import StoredTrial
-    from autodeploy.results_db.store import StudyRow, TrialRow
+    from autodeploy.results_db.records import StudyRow, TrialRow
     from autodeploy.search.study import StudySummary
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "flatten", "headline", "ratio_text", "runner_up", "speedup_text",

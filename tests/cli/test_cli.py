@@ -41,7 +41,7 @@ def test_bench_prints_statistics_and_stores_the_trial(env, capsys):
         assert word in out
     assert "n/a (needs >= 662 samples)" in out or re.search(r"p99\s+│\s+\d", out)
     with Store.open(db) as store:
-        rows = store.list_trials()
+        rows = store.trials()
     assert len(rows) == 1 and rows[0].status == "ok" and rows[0].batch == 2 and rows[0].measurement.latency.n >= 64
     assert rows[0].command.startswith("autodeploy")
 
@@ -121,7 +121,7 @@ def test_bench_offline_and_multi_stream_say_what_ran_in_flight(env, capsys):
         assert code == 0, err
         assert re.search(r"requests in flight\s+│\s+requests=2", out) and "items/s" in out
     with Store.open(db) as store:
-        rows = store.list_trials()
+        rows = store.trials()
     assert sorted(r.measurement.scenario for r in rows) == ["multi-stream", "offline"]
     assert all(r.measurement.serving["concurrency"]["requests"] == 2 for r in rows)
 
@@ -171,7 +171,7 @@ def test_bench_a_recurrent_model_as_the_issue_wrote_it(env, capsys):
     assert code == 0, err
     assert "synthetic inputs" in " ".join(err.split())
     with Store.open(db) as store:
-        (row,) = store.list_trials()
+        (row,) = store.trials()
     assert row.status == "ok"
     code, _, err = run(capsys, *argv, "--batch-axis", "state=3", *FAST)
     assert code != 0 and "past the last axis of input 'state'" in err and len(err.strip().splitlines()) == 1

@@ -8,6 +8,7 @@ import jsonschema
 import pytest
 
 from autodeploy.report import SCHEMA, SCHEMA_VERSION
+from autodeploy.results_db import TrialFilter
 from autodeploy.results_db.store import Store
 from tests.cli.test_cli import FAST, env, run  # noqa: F401 - env is a fixture
 from tests.models import mlp
@@ -34,7 +35,7 @@ def test_bench_json_and_results_csv_carry_the_stored_numbers(env, capsys):  # no
     record = json.loads(out)  # stdout holds the JSON alone: no table, no spinner
     validate(record)
     with Store.open(db) as store:
-        (row,) = store.list_trials()
+        (row,) = store.trials()
     m = row.measurement
     assert record["id"] == row.id and record["status"] == "ok" and record["schema_version"] == SCHEMA_VERSION
     assert record["measurement"]["median_ms"] == m.latency.median and record["measurement"]["p90_ms"] == m.latency.p90
@@ -128,7 +129,7 @@ def test_tune_with_no_config_under_the_memory_cap_names_the_closest_in_json_and_
     assert record["winner"] is None and rejected and closest == rejected[0]
     assert len({r["config"] for r in rejected}) == len(rejected)  # one entry per config
     with Store.open(db) as store:
-        peaks = {r.config.label(): r.measurement.peak_rss_mb for r in store.study_trials("s")}
+        peaks = {r.config.label(): r.measurement.peak_rss_mb for r in store.trials(TrialFilter(study="s"))}
     for r in rejected:  # the measured peak memory and the cap, both
         assert (r["constraint"], r["value"], r["limit"], r["unit"]) == ("max_memory_mb", peaks[r["config"]], 0.001, "MB")
     assert closest["value"] == min(peaks.values()) > 0.001

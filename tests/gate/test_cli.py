@@ -15,6 +15,7 @@ import pytest
 
 from autodeploy.cli import _common
 from autodeploy.cli.app import main
+from autodeploy.results_db import TrialFilter
 from autodeploy.results_db.store import Store
 from tests.cli_runner import run_cli
 from tests.gate.models import matmul_chain
@@ -156,7 +157,7 @@ def test_a_bundle_is_measured_with_its_own_artifact_and_settings(models, db, tmp
     folder, base, slow = models
     assert main_bench(capsys, str(base), db) == 0
     with Store.open(db) as store:
-        trial = store.list_trials(limit=1)[0].id
+        trial = store.trials(TrialFilter(newest_first=True, limit=1))[0].id
     try:
         main(["export", "--trial", str(trial), "-o", str(tmp_path / "b.tar.gz"), "--tar", "--db", db])
     except SystemExit as exc:
@@ -198,7 +199,7 @@ def test_a_reduced_precision_bundle_takes_its_source_model_on_the_other_side_as_
     assert run_cli(capsys, "bench", str(base), "--engine", "onnxruntime", "--precision", "int8",
                    "--threads", "1", "--db", db)[0] == 0  # fmt: skip
     with Store.open(db) as store:
-        trial = store.list_trials(limit=1)[0].id
+        trial = store.trials(TrialFilter(newest_first=True, limit=1))[0].id
     assert run_cli(capsys, "export", "--trial", str(trial), "-o", str(tmp_path / "int8"), "--db", db)[0] == 0
     code, out, err = gate(capsys, "--baseline", str(base), "--candidate", str(tmp_path / "int8"), *FAST, "--no-store")
     assert code in (0, 1, 2), out + err  # a verdict, whatever this machine's load makes it; not 64

@@ -12,7 +12,7 @@ import traceback
 
 import pytest
 
-from autodeploy.results_db import Store
+from autodeploy.results_db import Store, TrialFilter
 from tests.results_db.factories import DEVICE, MODEL, failed_result, ok_result
 
 pytest.importorskip(
@@ -50,7 +50,7 @@ def _read_while(url: str, writers: list[multiprocessing.Process]) -> tuple[list[
                 queries.studies(store)
                 queries.devices(store)
                 queries.samples(store, tuple(int(i) for i in trials["trial_id"][:3]))
-                store.list_trials(limit=20)
+                store.trials(TrialFilter(newest_first=True, limit=20))
                 seen.append(store.count_trials())
                 assert len(trials) <= seen[-1]
             except Exception:
@@ -78,7 +78,7 @@ def _hammer(url: str) -> None:
     assert all(w.exitcode == 0 for w in writers)
     assert seen == sorted(seen) and len(seen) > 1  # reads interleaved with the writes, counts only grow
     with Store.open(url, readonly=True) as store:
-        rows = store.study_trials(STUDY)
+        rows = store.trials(TrialFilter(study=STUDY))
         assert store.count_trials() == len(rows) == WRITERS * PER_WRITER
         assert len({r.uid for r in rows}) == WRITERS * PER_WRITER
         assert sum(r.measured for r in rows) == WRITERS * (PER_WRITER - PER_WRITER // 5)

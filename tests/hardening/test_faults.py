@@ -24,7 +24,7 @@ from autodeploy.device import probe_device
 from autodeploy.harness.run import TERM_GRACE_S, HarnessSettings, prepare_data
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import load_model
-from autodeploy.results_db import Store
+from autodeploy.results_db import Store, TrialFilter
 from autodeploy.search import storage as study_storage
 from autodeploy.search import study as study_module
 from autodeploy.search.config import StudyConfig
@@ -101,7 +101,7 @@ def test_kill_9_mid_trial_then_resume(tmp_path):
     measured = [t for t in resumed_trials if t.state.name == "COMPLETE" and "repeat_of" not in t.user_attrs]
     assert 1 <= len(measured) <= 2
     with Store.open(db) as store:
-        rows = store.study_trials("killed")
+        rows = store.trials(TrialFilter(study="killed"))
     uids = [r.uid for r in rows]
     assert len(uids) == len(set(uids))  # nothing stored twice
     attrs = {t.user_attrs["uid"] for t in trials if "uid" in t.user_attrs}
@@ -139,7 +139,7 @@ def test_crash_hang_and_oom_trials_are_recorded_and_the_search_goes_on(tmp_path)
             ctx = StudyContext(cfg, "faults", path, probe_device(), prepare_data(path, settings), settings, store,
                                db, "autodeploy tune test")  # fmt: skip
             summary = run_study(ctx, Timer())
-            rows = store.study_trials("faults")
+            rows = store.trials(TrialFilter(study="faults"))
     finally:
         registry.unregister("faulty")
 

@@ -16,8 +16,8 @@ import pytest
 import sqlalchemy as sa
 
 from autodeploy.cli import _common
-from autodeploy.results_db import Store
-from autodeploy.results_db import store as store_module
+from autodeploy.results_db import Store, TrialFilter
+from autodeploy.results_db import rows as rows_module
 from tests.cli_runner import run_cli
 from tests.models import mlp
 
@@ -53,11 +53,11 @@ def test_hostile_names_are_stored_and_shown_verbatim(env, capsys):
     assert f"study {HOSTILE_STUDY} " in out
 
     with Store.open(db, readonly=True) as store:
-        rows = store.list_trials()
+        rows = store.trials(TrialFilter(newest_first=True))
         assert len(rows) == 2 and {r.model_name for r in rows} == {HOSTILE_MODEL}
         assert [r.study for r in rows] == [HOSTILE_STUDY, None]
         assert [s.name for s in store.list_studies()] == [HOSTILE_STUDY]
-        assert len(store.list_trials(model=HOSTILE_MODEL)) == 2
+        assert len(store.trials(TrialFilter(model=HOSTILE_MODEL))) == 2
         engine = store.engine
         assert sa.inspect(engine).has_table("ad_trials") and sa.inspect(engine).has_table("trials")
     code, out, _ = run(capsys, "results", "list")
@@ -78,7 +78,7 @@ def test_hostile_names_are_stored_and_shown_verbatim(env, capsys):
 
 def _snapshot(db: str) -> list[dict]:
     with Store.open(db, readonly=True) as store:
-        return [dataclasses.asdict(r) for r in store.list_trials(limit=10_000, samples=True)]
+        return [dataclasses.asdict(r) for r in store.trials(samples=True)]
 
 
 @pytest.mark.slow
@@ -88,18 +88,18 @@ def test_failed_commit_leaves_no_trace_and_storing_again_changes_nothing(env, ca
     config = tmp_path / "one-config.yaml"  # a space of one config, so every later trial meets it again
     config.write_text("knobs: {onnxruntime: {execution_mode: [ORT_SEQUENTIAL]}}\n")
     tune = ["tune", model, "--config", str(config), "--name", "s", "--sampler", "random", *FAST]
-    original = store_module._insert_trial
+    original = rows_module.insert_trial
 
     def fails_before_commit(*args, **kwargs):
         original(*args, **kwargs)  # the trial and its measurement are inserted and flushed ...
         raise sa.exc.OperationalError("COMMIT", {}, Exception("database or disk is full"))  # ... then this
 
-    monkeypatch.setattr(store_module, "_insert_trial", fails_before_commit)
+    monkeypatch.setattr(rows_module, "insert_trial", fails_before_commit)
     code, out, err = run(capsys, *tune, "--trials", "2")
     lines = [line for line in err.splitlines() if line.strip() and line.startswith("error:")]
     assert code == 1 and len(lines) == 1 and re.search("disk is full", lines[0]), err
     assert "Traceback" not in out + err
-    monkeypatch.setattr(store_module, "_insert_trial", original)
+    monkeypatch.setattr(rows_module, "insert_trial", original)
     with Store.open(db) as store:
         assert store.count_trials() == 0
         with store.engine.connect() as conn:

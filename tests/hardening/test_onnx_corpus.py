@@ -22,6 +22,7 @@ import pytest
 
 from autodeploy.cli import _common
 from autodeploy.cli.app import main
+from autodeploy.results_db import TrialFilter
 from autodeploy.results_db.store import Store
 from tests.hardening.corpus import REACHES_HARNESS, build
 
@@ -123,7 +124,7 @@ def test_bad_model_gives_one_error_line(corpus, env, capsys, name):
     assert _workers() == []
     if Path(db.removeprefix("sqlite:///")).exists():  # a model that runs but gives NaN is never a pass
         with Store.open(db, readonly=True) as store:
-            assert store.list_trials(status="ok") == []
+            assert store.trials(TrialFilter(status="ok")) == []
 
 
 def test_corpus_is_large_and_varied(corpus):

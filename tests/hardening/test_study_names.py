@@ -10,6 +10,7 @@ import autodeploy
 from autodeploy.api import default_study_name
 from autodeploy.device import probe_device
 from autodeploy.errors import UsageError
+from autodeploy.results_db import TrialFilter
 from autodeploy.results_db.store import DeviceRecord, ModelRecord, Store
 from autodeploy.search.config import check_study_name
 
@@ -55,7 +56,7 @@ def test_the_dashboard_builds_a_bundle_of_a_path_named_study_inside_its_temp_fol
     shutil.copyfile(stored.db.removeprefix("sqlite:///"), db)
     name = "../../../../x"
     with Store.open(f"sqlite:///{db}") as store:
-        trial = store.get_trial(stored.trial_id)
+        trial = store.trial(TrialFilter(id=stored.trial_id))
         store.save_study(name, model=ModelRecord.of(stored.model), device=DeviceRecord.of(probe_device()),
                          objective="latency", settings={}, command=None)  # fmt: skip
         store.finish_study(name, winner_uid=trial.uid, summary={})

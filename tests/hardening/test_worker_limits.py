@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import autodeploy
 from autodeploy.harness.timing import TimingPolicy
-from autodeploy.results_db import Store
+from autodeploy.results_db import Store, TrialFilter
 
 FAST = TimingPolicy(warmup_min_calls=2, warmup_max_s=0.2, min_samples=10, min_duration_s=0.05, max_duration_s=2)
 
@@ -48,7 +48,7 @@ def test_a_reference_that_never_ends_is_killed_at_the_timeout_and_stored(tmp_pat
     assert not result.ok and result.failure_kind == "timeout"
     assert result.failure_message.startswith("the ONNX Runtime FP32 reference could not run")
     with Store.open(db, readonly=True) as store:
-        row = store.get_trial(stored.id)
+        row = store.trial(TrialFilter(id=stored.id))
     assert row.status == "failed" and row.failure_kind == "timeout" and "reference" in row.failure_message
 
 
@@ -70,7 +70,7 @@ def test_a_study_refuses_another_model_or_device(tmp_path):
     other_device = dataclasses.replace(ctx.device, cpu_model="Some Other CPU")
     with pytest.raises(UsageError, match="study 'S' was measured on device .*this device is"):
         run_study(dataclasses.replace(ctx, device=other_device, resume=True))
-    assert len(ctx.store.study_trials("S")) == 1  # nothing was added by the refused joins
+    assert len(ctx.store.trials(TrialFilter(study="S"))) == 1  # nothing was added by the refused joins
 
 
 def test_a_worker_that_prints_far_more_than_the_cap_keeps_a_capped_log_on_disk(tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ import autodeploy
 from autodeploy.adapters import registry
 from autodeploy.device import probe_device
 from autodeploy.harness.timing import TimingPolicy
-from autodeploy.results_db import Store
+from autodeploy.results_db import Store, TrialFilter
 from autodeploy.shapes import parse_flags
 from tests.realmodels.corpus import MODELS
 
@@ -37,6 +37,6 @@ def test_ddddocr_at_two_widths_gives_one_measurement_per_width(engine, tmp_path,
     assert [s.shape_key for s in stored] == [f"input1=1x1x64x{w}" for w in WIDTHS]
     assert all(s.ok for s in stored), [s.result.failure_message for s in stored]
     with Store.open(db, readonly=True) as store:
-        rows = [store.get_trial(s.id) for s in stored]
+        rows = [store.trial(TrialFilter(id=s.id)) for s in stored]
     assert [r.shapes["input1"] for r in rows] == [[1, 1, 64, w] for w in WIDTHS]
     assert all(r.measurement is not None and r.accuracy.passed for r in rows)

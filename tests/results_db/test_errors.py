@@ -9,8 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from autodeploy.errors import StoreError
-from autodeploy.results_db import Store
-from autodeploy.results_db import store as store_module
+from autodeploy.results_db import Store, connection
 from tests.results_db.factories import DEVICE, MODEL, ok_result
 
 
@@ -74,7 +73,7 @@ def test_disk_full_rolls_back_and_says_so(tmp_path: Path) -> None:
             StoreError, match=r"cannot store trial big in results database .*: the disk is full"
         ):
             store.add_trial(ok_result("big", samples_ms=tuple(range(50_000))), model=MODEL, device=DEVICE)
-        assert [r.id for r in store.list_trials()] == [kept]
+        assert [r.id for r in store.trials()] == [kept]
 
 
 def test_unknown_scheme() -> None:
@@ -117,7 +116,7 @@ def test_postgres_unreachable() -> None:
 
 def test_default_location_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = tmp_path / "user-data" / "autodeploy"
-    monkeypatch.setattr(store_module.platformdirs, "user_data_dir", lambda app: str(data))
+    monkeypatch.setattr(connection.platformdirs, "user_data_dir", lambda app: str(data))
     monkeypatch.delenv("AUTODEPLOY_DB", raising=False)
     with Store.open() as store:
         assert store.url == f"sqlite:///{data}/results.db"

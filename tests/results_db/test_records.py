@@ -19,7 +19,7 @@ from autodeploy.harness import run
 from autodeploy.harness.load import Load
 from autodeploy.harness.result import Accuracy, Measurement, OutputAccuracy, TrialResult
 from autodeploy.harness.stats import summarize
-from autodeploy.results_db import Store
+from autodeploy.results_db import Store, TrialFilter
 from tests.results_db.factories import DEVICE, MODEL
 
 #: The keys of a bundle manifest's ``measurements`` since bundle schema 1, in order.
@@ -59,7 +59,7 @@ def test_the_load_a_measurement_ran_under_round_trips_through_its_dict_and_the_s
     assert Measurement.from_dict(d) == m and m.under_load
     result = TrialResult("l" * 32, CONFIG, "ok", "1.20.0", measurement=m)
     store.add_trial(result, model=MODEL, device=DEVICE)
-    row = store.trial(result.uid)
+    row = store.trial(TrialFilter(uid=result.uid))
     assert row is not None and row.measurement == m and row.measurement.load == LOAD
 
 
@@ -96,7 +96,7 @@ def test_the_numbers_a_worker_reports_are_the_numbers_a_bundle_ships(
     assert result.measurement == dataclasses.replace(measured, build_s=0.75)  # the parent adds build_s
 
     store.add_trial(result, model=MODEL, device=DEVICE)
-    row = store.trial(result.uid)
+    row = store.trial(TrialFilter(uid=result.uid))
     assert row is not None and row.config == CONFIG and row.measurement == result.measurement
     assert row.artifact_files == result.artifact_files == {"artifact.json": "a" * 64, "model.onnx": "b" * 64}
 

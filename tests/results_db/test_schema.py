@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from autodeploy.errors import StoreError
-from autodeploy.results_db import Store, migrate
+from autodeploy.results_db import Store, TrialFilter, migrate
 from autodeploy.results_db.schema import VERSION_TABLE, Base
 from tests.results_db.factories import DEVICE, MODEL, ok_result
 
@@ -48,7 +50,7 @@ def test_reopening_keeps_data_and_does_not_migrate(db_url: str, monkeypatch: pyt
     monkeypatch.setattr(migrate, "upgrade", no_upgrade)
     with Store.open(db_url) as second:
         assert second.count_trials() == 1
-        row = second.get_trial(trial_id)
+        row = second.trial(TrialFilter(id=trial_id))
         assert row is not None and row.uid == "trial-ok"
 
 
@@ -68,7 +70,7 @@ def test_a_revision_0001_database_upgrades_and_keeps_its_trials(store: Store) ->
         assert "ad_exports" not in sa.inspect(conn).get_table_names()
     migrate.upgrade(store.engine)
     assert schema_diff(store.engine) == []
-    row = store.get_trial(trial_id)
+    row = store.trial(TrialFilter(id=trial_id))
     assert row is not None and row.uid == "trial-ok" and row.artifact_files == {}
     assert row.measurement is not None and row.measurement.latency.median == 1.25
 
@@ -84,19 +86,20 @@ def test_a_revision_0002_database_upgrades_and_its_trials_read_as_shape_not_reco
         assert "shape_key" not in {c["name"] for c in sa.inspect(conn).get_columns("ad_trials")}
     migrate.upgrade(store.engine)
     assert schema_diff(store.engine) == []
-    row = store.get_trial(trial_id)
+    row = store.trial(TrialFilter(id=trial_id))
     assert row is not None and row.shape_key is None and row.shapes is None and row.shape_text == "-"
     assert row.measurement is not None and row.measurement.latency.median == 1.25  # not cascaded away
     assert trial_record(row)["shape"] is None
-    found = store.find_measured(MODEL.sha256, DEVICE.fingerprint, row.config_key, row.engine_version)
+    repeat = TrialFilter(model_sha256=MODEL.sha256, device=DEVICE.fingerprint, config_key=row.config_key,
+                         engine_version=row.engine_version, shape_key="", measured_only=True)  # fmt: skip
+    found = store.trial(repeat)  # "" (no fixed shapes) matches a trial stored before shapes were
     assert found is not None and found.id == trial_id
-    assert store.find_measured(MODEL.sha256, DEVICE.fingerprint, row.config_key, row.engine_version,
-                               shape_key="x=1x3x8x8") is None  # fmt: skip
+    assert store.trial(dataclasses.replace(repeat, shape_key="x=1x3x8x8")) is None
     # new trials record theirs, and show it
     result = ok_result()
     new_id = store.add_trial(type(result)(**{**result.__dict__, "uid": "trial-shaped"}), model=MODEL, device=DEVICE,
                              shape_key="x=1x3x8x8", shapes={"x": (1, 3, 8, 8)})  # fmt: skip
-    shaped = store.get_trial(new_id)
+    shaped = store.trial(TrialFilter(id=new_id))
     assert shaped.shape_key == "x=1x3x8x8" and shaped.shapes == {"x": [1, 3, 8, 8]} and shaped.shape_text == "x=1x3x8x8"
 
 
@@ -110,9 +113,9 @@ def test_a_revision_0005_database_upgrades_and_its_measurements_read_as_load_not
         assert "load" not in {c["name"] for c in sa.inspect(conn).get_columns("ad_measurements")}
     migrate.upgrade(store.engine)
     assert schema_diff(store.engine) == []
-    row = store.get_trial(trial_id)
+    row = store.trial(TrialFilter(id=trial_id))
     assert row is not None and row.measurement is not None and row.measurement.load is None
     busy = Load(other_cores=1.1, cpus=2, wall_s=2.0, loadavg_1m=None, cpu_mhz=None)
     new_id = store.add_trial(ok_result("trial-busy", load=busy), model=MODEL, device=DEVICE)
-    loaded = store.get_trial(new_id)
+    loaded = store.trial(TrialFilter(id=new_id))
     assert loaded is not None and loaded.measurement.load == busy and loaded.measurement.under_load

@@ -32,7 +32,7 @@ def test_ok_trial_round_trips(store: Store) -> None:
     trial_id = store.add_trial(
         result, model=MODEL, device=DEVICE, command="autodeploy tune m.onnx", study="s1"
     )
-    row = store.get_trial(trial_id)
+    row = store.trial(TrialFilter(id=trial_id))
     assert row is not None and row.measured
     lat = result.latency
     assert (row.uid, row.status, row.failure_kind, row.study, row.command) == (
@@ -62,7 +62,7 @@ def test_ok_trial_round_trips(store: Store) -> None:
 
 def test_failed_trial_has_no_measurement(store: Store) -> None:
     trial_id = store.add_trial(failed_result(), model=MODEL, device=DEVICE)
-    row = store.get_trial(trial_id)
+    row = store.trial(TrialFilter(id=trial_id))
     assert row is not None and not row.measured
     assert (row.status, row.failure_kind, row.failure_message) == ("failed", "build_failed", "boom\nline 2")
     assert (row.engine, row.precision, row.median_ms, row.samples_ms, row.accuracy) == (
@@ -73,13 +73,13 @@ def test_failed_trial_has_no_measurement(store: Store) -> None:
 
 def test_measured_failure_keeps_its_measurement(store: Store) -> None:
     inaccurate = dataclasses.replace(ok_result("inacc"), status="failed", failure_kind="inaccurate")
-    row = store.get_trial(store.add_trial(inaccurate, model=MODEL, device=DEVICE))
+    row = store.trial(TrialFilter(id=store.add_trial(inaccurate, model=MODEL, device=DEVICE)))
     assert row is not None and row.status == "failed" and row.measured and row.median_ms == 1.25
 
 
 def test_p90_p99_may_be_missing(store: Store) -> None:
     lat = dataclasses.replace(ok_result().latency, p90=None, p90_ci=None, p99=None, p99_ci=None)
-    row = store.get_trial(store.add_trial(ok_result(latency=lat, accuracy=None), model=MODEL, device=DEVICE))
+    row = store.trial(TrialFilter(id=store.add_trial(ok_result(latency=lat, accuracy=None), model=MODEL, device=DEVICE)))
     assert row is not None
     got = row.measurement.latency
     with store.engine.connect() as conn:
@@ -93,7 +93,7 @@ def test_adding_twice_changes_nothing(store: Store) -> None:
     other_model = dataclasses.replace(MODEL, sha256="cd" * 32)
     assert store.add_trial(ok_result(), model=other_model, device=DEVICE, command="again") == first
     assert counts(store) == before == {"devices": 1, "models": 1, "trials": 1, "measurements": 1}
-    row = store.get_trial(first)
+    row = store.trial(TrialFilter(id=first))
     assert row is not None and row.command is None and row.model_sha256 == MODEL.sha256
 
 
@@ -122,11 +122,8 @@ def test_failure_mid_transaction_rolls_back_everything(store: Store) -> None:
     with pytest.raises(sa.exc.IntegrityError):
         store.add_trial(ok_result("broken", median=None), model=new_model, device=new_device)
     assert counts(store) == before
-    assert [r.uid for r in store.list_trials()] == ["kept"]
-    assert (
-        store.find_measured(new_model.sha256, "fp-new", TrialConfig.from_dict(config()).key(), "1.20.0")
-        is None
-    )
+    assert [r.uid for r in store.trials(TrialFilter(newest_first=True))] == ["kept"]
+    assert store.trials(TrialFilter(model_sha256=new_model.sha256)) == []
 
 
 def test_hostile_strings_are_stored_verbatim(store: Store) -> None:
@@ -137,53 +134,64 @@ def test_hostile_strings_are_stored_verbatim(store: Store) -> None:
         ok_result(hostile, config=config(knobs={"k": hostile})), model=model, device=device, command=hostile,
         study="100%_done\\",
     )  # fmt: skip
-    row = store.get_trial(trial_id)
+    row = store.trial(TrialFilter(id=trial_id))
     assert row is not None
     assert (row.uid, row.model_name, row.device_fingerprint, row.command) == (hostile,) * 4
     assert row.config.knobs == {"k": hostile} and row.study == "100%_done\\"
-    assert [r.id for r in store.list_trials(model=hostile)] == [trial_id]
-    assert store.list_trials(model="%") == [] and store.list_trials(model="_") == []  # LIKE wildcards escaped
+    assert [r.id for r in store.trials(TrialFilter(model=hostile))] == [trial_id]
+    assert store.trials(TrialFilter(model="%")) == store.trials(TrialFilter(model="_")) == []  # LIKE wildcards escaped
     assert counts(store)["trials"] == 1
 
 
-def test_list_trials_filters_newest_first(store: Store) -> None:
+def test_one_trial_query_filters_orders_and_limits(store: Store) -> None:
     other = dataclasses.replace(MODEL, sha256="99" * 32, name="bert-tiny")
     ids = [
         store.add_trial(ok_result("t1"), model=MODEL, device=DEVICE),
         store.add_trial(failed_result("t2"), model=MODEL, device=DEVICE),
         store.add_trial(ok_result("t3", config=config("tflite")), model=other, device=DEVICE),
     ]
-    assert [r.id for r in store.list_trials()] == ids[::-1]
-    assert [r.uid for r in store.list_trials(limit=2)] == ["t3", "t2"]
-    assert [r.uid for r in store.list_trials(model="tiny-cnn")] == ["t2", "t1"]
-    assert [r.uid for r in store.list_trials(model="9999")] == ["t3"]  # SHA-256 prefix
-    assert [r.uid for r in store.list_trials(engine="openvino")] == ["t2"]
-    assert [r.uid for r in store.list_trials(status="ok")] == ["t3", "t1"]
-    assert [r.uid for r in store.list_trials(model="tiny-cnn", status="ok")] == ["t1"]
-    assert all(r.samples_ms is None for r in store.list_trials())
-    assert store.list_trials(limit=1, samples=True)[0].samples_ms == ok_result().samples_ms
+    assert [r.id for r in store.trials()] == ids  # oldest first: the order they ran
+    newest = TrialFilter(newest_first=True)
+    assert [r.id for r in store.trials(newest)] == ids[::-1]
+    assert [r.uid for r in store.trials(TrialFilter(newest_first=True, limit=2))] == ["t3", "t2"]
+    assert [r.uid for r in store.trials(TrialFilter(limit=2))] == ["t1", "t2"]
+    assert [r.uid for r in store.trials(TrialFilter(model="tiny-cnn"))] == ["t1", "t2"]
+    assert [r.uid for r in store.trials(TrialFilter(model="9999"))] == ["t3"]  # SHA-256 prefix
+    assert [r.uid for r in store.trials(TrialFilter(engines=("openvino",)))] == ["t2"]
+    assert [r.uid for r in store.trials(TrialFilter(status="ok"))] == ["t1", "t3"]
+    assert [r.uid for r in store.trials(TrialFilter(model="tiny-cnn", status="ok"))] == ["t1"]
+    assert all(r.samples_ms is None for r in store.trials())
+    assert store.trials(TrialFilter(newest_first=True, limit=1), samples=True)[0].samples_ms == ok_result().samples_ms
     assert store.count_trials() == 3
-    assert store.get_trial(10_000) is None
+    assert store.trial(TrialFilter(id=10_000)) is None
+    assert store.trial(TrialFilter(id=ids[1])).uid == "t2"
     with pytest.raises(UsageError, match="unknown trial status 'done'"):
-        store.list_trials(status="done")
+        TrialFilter(status="done")
+    with pytest.raises(UsageError, match="cannot read 0 trials"):
+        TrialFilter(limit=0)
 
 
-def test_find_measured(store: Store) -> None:
+def test_the_newest_measured_repeat_of_a_config(store: Store) -> None:
+    """What the search reuses: the newest measured trial of this model, device, config, engine version and shape."""
     key_config = TrialConfig.from_dict(config())
-    key = key_config.key()
-    assert store.find_measured(MODEL.sha256, DEVICE.fingerprint, key, "1.20.0") is None
+    repeat = TrialFilter(model_sha256=MODEL.sha256, device=DEVICE.fingerprint, config_key=key_config.key(),
+                         engine_version="1.20.0", shape_key="", measured_only=True, newest_first=True)  # fmt: skip
+    assert store.trial(repeat) is None
     store.add_trial(ok_result("old"), model=MODEL, device=DEVICE)
     new_id = store.add_trial(ok_result("new"), model=MODEL, device=DEVICE)
     crashed = TrialResult.failed("crashed", key_config, "crashed", "SIGSEGV", engine_version="1.20.0")
     store.add_trial(crashed, model=MODEL, device=DEVICE)  # same config, no measurement
-    found = store.find_measured(MODEL.sha256, DEVICE.fingerprint, key, "1.20.0")
+    found = store.trial(repeat, samples=False)
     assert found is not None and found.id == new_id and found.samples_ms is None
-    assert store.find_measured(MODEL.sha256, DEVICE.fingerprint, key, "1.19.0") is None
-    assert store.find_measured(MODEL.sha256, DEVICE.fingerprint, key, None) is None
-    assert store.find_measured(MODEL.sha256, "fp-other", key, "1.20.0") is None
-    no_version = store.add_trial(ok_result("nover", engine_version=None), model=MODEL, device=DEVICE)
-    found = store.find_measured(MODEL.sha256, DEVICE.fingerprint, key, None, samples=True)
-    assert found is not None and found.id == no_version and found.samples_ms
+    assert store.trial(dataclasses.replace(repeat, engine_version="1.19.0")) is None
+    assert store.trial(dataclasses.replace(repeat, device="fp-other")) is None
+    assert store.trial(dataclasses.replace(repeat, scenario="offline")) is None
+    assert store.trial(dataclasses.replace(repeat, shape_key="x=1x3x8x8")) is None
+    assert store.trial(dataclasses.replace(repeat, scenario="single-stream")).id == new_id
+    # The gate's history of the same config: every measured run, newest first.
+    history = TrialFilter(model_sha256=MODEL.sha256, device=DEVICE.fingerprint, config_key=key_config.key(),
+                          measured_only=True, newest_first=True)  # fmt: skip
+    assert [r.uid for r in store.trials(history)] == ["new", "old"]
 
 
 def test_readonly_store_refuses_writes(db_url: str) -> None:
@@ -226,17 +234,17 @@ def test_concurrent_writers_agree(db_url: str) -> None:
 
 
 def test_a_trial_is_found_by_its_uid(store: Store) -> None:
-    assert store.trial("a") is None
+    assert store.trial(TrialFilter(uid="a")) is None
     ok_id = store.add_trial(ok_result("a"), model=MODEL, device=DEVICE, study="s1", phase="finalist")
     failed_id = store.add_trial(failed_result("b"), model=MODEL, device=DEVICE)
-    row = store.trial("a")
+    row = store.trial(TrialFilter(uid="a"))
     assert row is not None and (row.id, row.uid, row.study, row.phase) == (ok_id, "a", "s1", "finalist")
-    assert row == store.get_trial(ok_id) and row.samples_ms == ok_result().samples_ms
-    assert store.trial("a", samples=False).samples_ms is None
-    failed = store.trial("b")
+    assert row == store.trial(TrialFilter(id=ok_id)) and row.samples_ms == ok_result().samples_ms
+    assert store.trial(TrialFilter(uid="a"), samples=False).samples_ms is None
+    failed = store.trial(TrialFilter(uid="b"))
     assert failed is not None and failed.id == failed_id and failed.measurement is None
     for hostile in ("a' OR '1'='1", "%", "_", "A"):  # bound, exact, case-sensitive
-        assert store.trial(hostile) is None
+        assert store.trial(TrialFilter(uid=hostile)) is None
 
 
 def test_the_dashboards_reads(store: Store) -> None:
@@ -244,19 +252,21 @@ def test_the_dashboards_reads(store: Store) -> None:
     a = store.add_trial(ok_result("a"), model=MODEL, device=DEVICE, study="s1")
     b = store.add_trial(failed_result("b"), model=MODEL, device=DEVICE, study="s1")
     c = store.add_trial(ok_result("c", config=config("tflite")), model=MODEL, device=other_device)
-    assert [r.id for r in store.find_trials()] == [a, b, c]  # oldest first
-    assert [r.uid for r in store.find_trials(TrialFilter(study="s1", measured_only=True))] == ["a"]
-    assert [r.uid for r in store.find_trials(TrialFilter(device="fp-other"))] == ["c"]
-    assert [r.uid for r in store.find_trials(TrialFilter(engines=("openvino", "tflite")))] == ["b", "c"]
-    assert [r.uid for r in store.find_trials(TrialFilter(model_sha256=MODEL.sha256, scenario="single-stream"))] == [
+    assert [r.id for r in store.trials()] == [a, b, c]  # oldest first
+    assert [r.uid for r in store.trials(TrialFilter(study="s1", measured_only=True))] == ["a"]
+    assert [r.uid for r in store.trials(TrialFilter(device="fp-other"))] == ["c"]
+    assert [r.uid for r in store.trials(TrialFilter(engines=("openvino", "tflite")))] == ["b", "c"]
+    assert [r.uid for r in store.trials(TrialFilter(model_sha256=MODEL.sha256, scenario="single-stream"))] == [
         "a", "c",
     ]  # fmt: skip
     hostile = "x' OR '1'='1"
     for where in (TrialFilter(model_sha256=hostile), TrialFilter(device=hostile), TrialFilter(engines=(hostile,)),
-                  TrialFilter(scenario=hostile), TrialFilter(study=hostile)):  # fmt: skip
-        assert store.find_trials(where) == []
+                  TrialFilter(scenario=hostile), TrialFilter(study=hostile), TrialFilter(model=hostile),
+                  TrialFilter(uid=hostile), TrialFilter(config_key=hostile), TrialFilter(phase=hostile),
+                  TrialFilter(engine_version=hostile), TrialFilter(shape_key=hostile)):  # fmt: skip
+        assert store.trials(where) == []
         assert store.trial_counts(where) == {}
-    # The overview counts without reading rows, under the same filters as find_trials.
+    # The overview counts without reading rows, under the same filters as trials.
     assert store.trial_counts() == {"ok": 2, "failed": 1}
     assert store.trial_counts(TrialFilter(study="s1")) == {"ok": 1, "failed": 1}
     assert store.trial_counts(TrialFilter(device="fp-other", measured_only=True)) == {"ok": 1}

@@ -1,6 +1,6 @@
 """Studies in the store: saved, resumed, finished, with their trials by phase (every backend)."""
 
-from autodeploy.results_db import Store
+from autodeploy.results_db import Store, TrialFilter
 from tests.results_db.factories import DEVICE, MODEL, failed_result, ok_result
 
 
@@ -25,8 +25,8 @@ def test_study_trials_by_phase_and_winner(store: Store) -> None:
     store.add_trial(failed_result("b"), model=MODEL, device=DEVICE, study="s2", phase="screening")
     store.add_trial(ok_result("c"), model=MODEL, device=DEVICE, study="s2", phase="finalist")
     store.add_trial(ok_result("d"), model=MODEL, device=DEVICE, study="other", phase="screening")
-    assert [t.uid for t in store.study_trials("s2")] == ["a", "b", "c"]
-    screening = store.study_trials("s2", phase="screening")
+    assert [t.uid for t in store.trials(TrialFilter(study="s2"))] == ["a", "b", "c"]
+    screening = store.trials(TrialFilter(study="s2", phase="screening"))
     assert [t.uid for t in screening] == ["a", "b"] and screening[0].artifact_path == "/tmp/art"
     store.finish_study("s2", winner_uid="c", summary={"tie": False, "finalists": [{"uid": "c"}]})
     row = store.get_study("s2")
@@ -34,12 +34,12 @@ def test_study_trials_by_phase_and_winner(store: Store) -> None:
     assert [s.name for s in store.list_studies()][0] == "s2"
 
 
-def test_list_trials_of_a_study_keeps_the_other_filters(store: Store) -> None:
+def test_a_studys_trials_keep_the_other_filters(store: Store) -> None:
     # `results list --study S --status failed` listed every trial of S: --study ignored --status.
     store.save_study("s3", model=MODEL, device=DEVICE, objective="latency", settings={}, command=None)
     for result in (ok_result("a"), failed_result("b"), failed_result("c")):
         store.add_trial(result, model=MODEL, device=DEVICE, study="s3")
     store.add_trial(failed_result("d"), model=MODEL, device=DEVICE, study="other")
-    assert [t.uid for t in store.list_trials(study="s3", status="failed")] == ["b", "c"]  # oldest first
-    assert [t.uid for t in store.list_trials(study="s3", status="ok")] == ["a"]
-    assert [t.uid for t in store.list_trials(study="s3", limit=2)] == ["a", "b"]
+    assert [t.uid for t in store.trials(TrialFilter(study="s3", status="failed"))] == ["b", "c"]  # oldest first
+    assert [t.uid for t in store.trials(TrialFilter(study="s3", status="ok"))] == ["a"]
+    assert [t.uid for t in store.trials(TrialFilter(study="s3", limit=2))] == ["a", "b"]

@@ -15,7 +15,7 @@ from autodeploy.harness.run import HarnessSettings, prepare_data
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.inhouse.memory import floor_mb
 from autodeploy.model import load_model
-from autodeploy.results_db import Store
+from autodeploy.results_db import Store, TrialFilter
 from autodeploy.search.config import StudyConfig
 from autodeploy.search.study import Reporter, StudyContext, run_study
 from autodeploy.verdict import feasible, mb_text, sqnr_for_drop
@@ -56,13 +56,13 @@ def test_study_finalists_winner_and_resume(tmp_path):
     assert summary.winner is not None and summary.winner.ci is not None and summary.winner.n_samples >= 64
     assert any(f.baseline for f in summary.finalists) or summary.winner.config.precision == "fp32"
     assert summary.speedup_vs_baseline is None or summary.speedup_vs_baseline > 0
-    stored = ctx.store.study_trials("s")
+    stored = ctx.store.trials(TrialFilter(study="s"))
     measured = [t for t in study.trials if t.state.name == "COMPLETE" and not t.user_attrs["reused"]]
-    assert len(ctx.store.study_trials("s", phase="screening")) == len(measured)
+    assert len(ctx.store.trials(TrialFilter(study="s", phase="screening"))) == len(measured)
     dropped = [uid for again in summary.load["reran"] for uid in again["dropped_uids"]]  # a round run under load
-    assert len(ctx.store.study_trials("s", phase="finalist")) == sum(len(f.uids) for f in summary.finalists) + len(dropped)
+    assert len(ctx.store.trials(TrialFilter(study="s", phase="finalist"))) == sum(len(f.uids) for f in summary.finalists) + len(dropped)
     assert {t.user_attrs["uid"] for t in study.trials if "uid" in t.user_attrs} <= {r.uid for r in stored} | {
-        r.uid for r in ctx.store.list_trials(limit=1000)
+        r.uid for r in ctx.store.trials()
     }
     assert ctx.store.get_study("s").winner_uid in {r.uid for r in stored}
 
@@ -98,7 +98,7 @@ def test_failures_are_recorded_and_the_study_goes_on(tmp_path):
     failed = next(t for t in study.trials if t.state.name == "FAIL")
     assert failed.user_attrs["failure"].startswith("run_failed: RuntimeError: deliberate run failure")
     assert summary.winner is not None and summary.winner.config.knobs == {"fault": "none"}
-    kinds = sorted(str(r.failure_kind) for r in ctx.store.study_trials("s"))
+    kinds = sorted(str(r.failure_kind) for r in ctx.store.trials(TrialFilter(study="s")))
     assert kinds == ["None", "run_failed"]
     assert summary.failures == {"run_failed": {"count": 1, "config": failed_label(study),
                                                "reason": failed.user_attrs["failure"]}}  # fmt: skip
@@ -126,7 +126,7 @@ def test_a_load_failure_prunes_every_config_of_that_artifact_whatever_its_runtim
     assert sorted(t.state.name for t in trials) == ["FAIL", "PRUNED"]
     pruned = next(t for t in trials if t.state.name == "PRUNED")
     assert "loaded the same artifact and failed: load_failed" in pruned.user_attrs["pruned_reason"]
-    assert len(ctx.store.study_trials("s")) == 1  # one worker run, not one per thread count
+    assert len(ctx.store.trials(TrialFilter(study="s"))) == 1  # one worker run, not one per thread count
     assert summary.failures["load_failed"]["count"] == 1
     assert "deliberate load failure" in summary.failures["load_failed"]["reason"]
 
@@ -152,7 +152,7 @@ def test_a_failed_build_or_accuracy_prunes_every_config_of_that_artifact(tmp_pat
     assert by[2, "wrong_outputs"].state.name == "PRUNED"
     assert "breaks the accuracy budget" in by[2, "wrong_outputs"].user_attrs["pruned_reason"]
     assert by[1, "none"].state.name == by[2, "none"].state.name == "COMPLETE"
-    assert len(ctx.store.study_trials("s")) == 4  # two configs never cost a worker
+    assert len(ctx.store.trials(TrialFilter(study="s"))) == 4  # two configs never cost a worker
     assert summary.trials == {"fail": 1, "pruned": 2, "complete": 3}
 
 
@@ -166,7 +166,7 @@ def test_no_feasible_trial_names_the_closest_config_and_leaves_a_labelled_best_s
     trials = optuna.load_study(study_name="s", storage=db).trials
     measured = {TrialConfig.from_dict(t.user_attrs["config"]).label(): t.user_attrs["uid"] for t in trials
                 if t.state.name == "COMPLETE" and "repeat_of" not in t.user_attrs}  # fmt: skip
-    rows = {r.uid: r for r in ctx.store.study_trials("s")}
+    rows = {r.uid: r for r in ctx.store.trials(TrialFilter(study="s"))}
     assert len(measured) == 2 and sorted(r.config for r in summary.rejected) == sorted(measured)
     for r in summary.rejected:
         peak = rows[measured[r.config]].measurement.peak_rss_mb
@@ -200,7 +200,7 @@ def test_three_workers_share_one_study_on_postgres(tmp_path, postgres_url):
     # repeat is answered from the first measurement (two workers racing may both measure one).
     assert len(study.trials) <= 3 * (3 + 8) and all(t.state.is_finished() for t in study.trials)
     with Store.open(postgres_url) as store:
-        rows = store.study_trials("shared")
+        rows = store.trials(TrialFilter(study="shared"))
     measured = [t for t in study.trials if "uid" in t.user_attrs and "repeat_of" not in t.user_attrs]
     uids = [t.user_attrs["uid"] for t in measured]
     assert len(rows) == len(uids) == len(set(uids)) <= 9
@@ -284,7 +284,7 @@ def test_a_config_the_memory_plan_cannot_fit_is_pruned_before_building(tmp_path)
     trials = optuna.load_study(study_name="s", storage=db).trials
     assert trials and all(t.state.name == "PRUNED" for t in trials)
     assert all("memory plan needs at least" in t.user_attrs["pruned_reason"] for t in trials)
-    assert ctx.store.study_trials("s") == [], "nothing was built or measured"
+    assert ctx.store.trials(TrialFilter(study="s")) == [], "nothing was built or measured"
     # rejected by the memory cap all the same: the plan's floor against the cap, the closest named
     floor = floor_mb(ctx.model, 1, "fp32")
     closest = summary.closest
@@ -308,7 +308,7 @@ def test_a_config_breaking_the_accuracy_budget_is_listed_with_its_worst_channel_
     (rejected,) = summary.rejected
     assert rejected.config.startswith("onnxruntime/int8/b1/t1") and rejected.constraint == "max_accuracy_drop"
     # the numbers are the stored verdict's: the worst channel group's SQNR against the budget's limit
-    (row,) = [r for r in ctx.store.study_trials("s") if r.config.precision == "int8"]
+    (row,) = [r for r in ctx.store.trials(TrialFilter(study="s")) if r.config.precision == "int8"]
     (o,) = row.accuracy.outputs
     assert row.failure_kind == "inaccurate" and o.channels == "axis 1, channels 4-11"
     assert (rejected.value, rejected.unit) == (o.sqnr_db, "dB") and rejected.limit == pytest.approx(sqnr_for_drop(0.01))
@@ -338,7 +338,7 @@ def test_runtime_settings_reuse_one_build_and_its_accuracy(tmp_path):
     assert second.user_attrs["accuracy_reused_from"] == first.user_attrs["uid"]
     assert second.user_attrs["artifact_reused"] is True and second.user_attrs["wall_s"]["build"] < 0.5  # no worker
     assert second.user_attrs["artifact_path"] == first.user_attrs["artifact_path"]
-    rows = {r.uid: r for r in ctx.store.study_trials("s")}
+    rows = {r.uid: r for r in ctx.store.trials(TrialFilter(study="s"))}
     assert rows[second.user_attrs["uid"]].accuracy == rows[first.user_attrs["uid"]].accuracy
     engine_time = summary.time_by_engine["onnxruntime"]
     assert engine_time["runs"] == 2 and engine_time["timing_s"] > 0 and engine_time["accuracy_s"] > 0
@@ -434,7 +434,7 @@ def test_a_budget_ending_mid_build_stops_that_build_only_and_a_resume_goes_on(tm
     retried = after[len(first)]  # the portfolio asks the stopped config again, first
     assert retried.user_attrs["config"]["engine"] == "faulty" and retried.user_attrs["budget_timeout"]
     assert resumed.winner is not None and resumed.winner.config.engine == "onnxruntime"
-    assert len(ctx_rows := Store.open(db).study_trials("s")) >= 3 and any(r.failure_kind == "timeout" for r in ctx_rows)
+    assert len(ctx_rows := Store.open(db).trials(TrialFilter(study="s"))) >= 3 and any(r.failure_kind == "timeout" for r in ctx_rows)
 
 
 @pytest.mark.slow
@@ -504,9 +504,9 @@ def test_a_finalist_round_under_load_runs_once_more_and_the_study_says_so(tmp_pa
     assert all(len(f.loads) == len(load["rounds"]) + (pairs if f.baseline or f is summary.winner else 0)
                for f in summary.finalists)  # fmt: skip
     kept = {uid for f in summary.finalists for uid in f.uids}
-    stored = {r.uid for r in ctx.store.study_trials("s", phase="finalist")}
+    stored = {r.uid for r in ctx.store.trials(TrialFilter(study="s", phase="finalist"))}
     assert stored == kept | set(again["dropped_uids"]) and not kept & set(again["dropped_uids"])
-    assert all(r.measurement.under_load for r in ctx.store.study_trials("s", phase="finalist"))
+    assert all(r.measurement.under_load for r in ctx.store.trials(TrialFilter(study="s", phase="finalist")))
 
 
 def test_a_throughput_study_measures_offline_and_compares_runs(tmp_path):
@@ -517,7 +517,7 @@ def test_a_throughput_study_measures_offline_and_compares_runs(tmp_path):
                    knobs={"onnxruntime": {"num_requests": [1, 2], "sessions": ["shared"]}},
                    finalists={"count": 1, "rounds": 2, "min_samples": 64, "min_duration_s": 0.1})  # fmt: skip
     summary = run_study(ctx)
-    rows = ctx.store.study_trials("s")
+    rows = ctx.store.trials(TrialFilter(study="s"))
     assert rows and {r.measurement.scenario for r in rows} == {"offline"}
     assert all(r.measurement.serving["concurrency"]["requests"] == r.config.knobs["num_requests"]
                for r in rows if r.config.knobs)  # fmt: skip

@@ -35,7 +35,8 @@ from autodeploy.model import ModelInfo, TensorSpec
 from autodeploy.shapes import ShapeSet, parse_key
 
 if TYPE_CHECKING:
-    from autodeploy.results_db.store import Store, StudyRow, TrialRow
+    from autodeploy.results_db.records import StudyRow, TrialRow
+    from autodeploy.results_db.store import Store
 
 REQUIREMENTS = "requirements.txt"
 README = "README.md"
@@ -77,7 +78,11 @@ def study_winner(store: Store, name: str) -> Source:
         raise BundleError(f"study {name!r} has no winner: {note}",
                           fix="relax the constraints or add trials (autodeploy tune --resume), "
                           "or export one measured trial with --trial ID")  # fmt: skip
-    trial = store.trial(study.winner_uid, samples=False)  # may be a measurement reused from an earlier run
+    # Imported here: `bundle verify` imports this module and needs no SQL.
+    from autodeploy.results_db.records import TrialFilter
+
+    # The winner may be a measurement reused from an earlier run.
+    trial = store.trial(TrialFilter(uid=study.winner_uid), samples=False)
     if trial is None:
         raise StoreError(f"study {name!r} names winner trial {study.winner_uid}, which is not in the store",
                          fix="run the study again (autodeploy tune --resume)")  # fmt: skip
@@ -86,7 +91,9 @@ def study_winner(store: Store, name: str) -> Source:
 
 def stored_trial(store: Store, trial_id: int) -> Source:
     """One stored trial (e.g. from ``autodeploy bench``), with its study when it belongs to one."""
-    trial = store.get_trial(trial_id)
+    from autodeploy.results_db.records import TrialFilter
+
+    trial = store.trial(TrialFilter(id=trial_id))
     if trial is None:
         raise UsageError(f"no trial {trial_id} in results database {store.url}",
                          fix="list trials with `autodeploy results list`")  # fmt: skip

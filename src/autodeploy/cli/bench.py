@@ -110,16 +110,17 @@ def bench(
     """Measure one engine/precision/batch/threads config in an isolated worker and store the result."""
     timing = TimingPolicy(min_samples=min_samples, min_duration_s=min_duration, max_duration_s=max_duration)
     shape_set = parse_flags(shape or [])
+    request = api.BenchRequest(
+        engine=engine, precision=precision, batch=batch, threads=threads, knobs=_parse_knobs(knob or []),
+        shapes=shape_set, batch_axes=parse_batch_axis_flags(batch_axis) if batch_axis else None, data=data or None,
+        preprocess=preprocess_of(layout, reverse_input_channels, mean_values, scale_values),
+        pins=parse_input_pins(input or []), metric=metric, max_metric_drop=max_metric_drop,
+        max_accuracy_drop=max_accuracy_drop, accuracy=tuple(accuracy or ()), timing=timing, timeout_s=timeout,
+        build_timeout_s=build_timeout, memory_cap_mb=memory_cap_mb, scenario=scenario, sla_ms=sla_ms, db=db,
+        command=command_line(),
+    )  # fmt: skip
     with spinner() as show:
-        records = api.bench_shapes(model, engine=engine, precision=precision, batch=batch, threads=threads,
-                                   knobs=_parse_knobs(knob or []), shapes=shape_set, data=data or None,
-                                   preprocess=preprocess_of(layout, reverse_input_channels, mean_values, scale_values),
-                                   metric=metric, max_metric_drop=max_metric_drop, max_accuracy_drop=max_accuracy_drop,
-                                   accuracy=accuracy or (),
-                                   batch_axes=parse_batch_axis_flags(batch_axis) if batch_axis else None,
-                                   pins=parse_input_pins(input or []), timing=timing, timeout_s=timeout,
-                                   build_timeout_s=build_timeout, memory_cap_mb=memory_cap_mb, db=db, progress=show,
-                                   command=command_line(), scenario=scenario, sla_ms=sla_ms)  # fmt: skip
+        records = api.bench_shapes(model, request=request, progress=show)
     if len(records) > len(shape_set.cases):  # the shapes came from several --data
         shape_set = ShapeSet(tuple(ShapeCase(parse_key(r.shape_key)) for r in records))
     for record in records:

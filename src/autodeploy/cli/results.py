@@ -29,10 +29,12 @@ def list_(
     format: FormatOption = Format.table,
 ) -> None:
     """List stored trials, newest first."""
-    from autodeploy.results_db.store import Store
+    from autodeploy.results_db import Store, TrialFilter
 
+    where = TrialFilter(model=model, engines=(engine,) if engine else (), status=status, study=study,
+                        newest_first=study is None, limit=limit)  # a study's trials in the order they ran
     with Store.open(db, readonly=True) as store:
-        rows = store.list_trials(model=model, engine=engine, status=status, study=study, limit=limit)
+        rows = store.trials(where)
     if format is not Format.table:
         emit(format, [trial_record(r) for r in rows])
         return
@@ -77,10 +79,10 @@ def show(
     format: FormatOption = Format.table,
 ) -> None:
     """Show every stored field of one trial."""
-    from autodeploy.results_db.store import Store
+    from autodeploy.results_db import Store, TrialFilter
 
     with Store.open(db, readonly=True) as store:
-        row = store.get_trial(trial_id)
+        row = store.trial(TrialFilter(id=trial_id))
     if row is None:
         raise UsageError(f"no trial with id {trial_id}", fix="see `autodeploy results list`")
     if format is not Format.table:

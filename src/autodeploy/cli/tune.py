@@ -294,11 +294,11 @@ def _interrupted(name: str | None, db: str | None) -> None:
     if name is None:
         err.print("[yellow]interrupted[/] before the study started: nothing was stored; run the same command again")
         return
-    from autodeploy.results_db.store import Store
+    from autodeploy.results_db import Store, TrialFilter
 
     try:
         with Store.open(db, readonly=True) as store:
-            rows = store.study_trials(name)
+            rows = store.trials(TrialFilter(study=name))
     except AutodeployError:
         rows = []
     ok = sum(r.status == "ok" for r in rows)

@@ -23,7 +23,8 @@ from autodeploy.harness.result import Measurement, headline
 from autodeploy.harness.stats import latency_claim
 from autodeploy.objectives import OBJECTIVES
 from autodeploy.report import speedup_text, study_record
-from autodeploy.results_db.store import Catalog, Store, TrialFilter, TrialRow
+from autodeploy.results_db.records import Catalog, TrialFilter, TrialRow
+from autodeploy.results_db.store import Store
 from autodeploy.units import fmt_ms_ci
 from autodeploy.verdict import accuracy_drop
 
@@ -102,7 +103,7 @@ def trials(store: Store, filters: Filters = Filters(), *, measured_only: bool = 
     ``latency_ms`` is the p90 where there were samples enough to claim it, else the median
     (as the search ranks trials); ``accuracy_drop`` is the search's own measure of loss.
     """
-    rows = store.find_trials(_where(filters, measured_only))
+    rows = store.trials(_where(filters, measured_only))
     return pd.DataFrame([_trial_row(r) for r in rows], columns=trial_columns())
 
 
@@ -129,8 +130,8 @@ def trial_counts(store: Store, filters: Filters = Filters()) -> dict[str, int]:
 
 
 def _where(filters: Filters, measured_only: bool = False) -> TrialFilter:
-    return TrialFilter(filters.model, filters.device, filters.engines, filters.scenario, filters.study,
-                       measured_only=measured_only)  # fmt: skip
+    return TrialFilter(model_sha256=filters.model, device=filters.device, engines=filters.engines,
+                       scenario=filters.scenario, study=filters.study, measured_only=measured_only)  # fmt: skip
 
 
 def _split(key: str, value: Any) -> dict[str, Any]:

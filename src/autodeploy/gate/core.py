@@ -31,7 +31,8 @@ from autodeploy.harness.run import HarnessSettings, prepare_data
 
 if TYPE_CHECKING:
     from autodeploy.device import DeviceInfo
-    from autodeploy.results_db.store import GateRunRecord, Store
+    from autodeploy.results_db.records import GateRunRecord
+    from autodeploy.results_db.store import Store
 
 #: Latency metrics the gate can judge: the per-round statistic each one takes.
 LATENCY_METRICS = {"p10": "p10_ms", "median": "median_ms", "p90": "p90_ms", "mean": "mean_ms"}
@@ -89,7 +90,7 @@ class GateResult:
         return self.mode == AGAINST_DB
 
     def to_record(self) -> GateRunRecord:
-        from autodeploy.results_db.store import GateRunRecord
+        from autodeploy.results_db.records import GateRunRecord
 
         rounds = {
             role: [r.to_dict() for r in getattr(self.rounds, role)] for role in ("baseline", "candidate")

@@ -208,7 +208,11 @@ def accuracy_score(accuracy: dict[str, Any] | None) -> tuple[float | None, str |
 
 def history_rounds(store: Any, arm: Arm, fingerprint: str, *, limit: int) -> list[Round]:
     """The stored trials of ``arm``'s model and config on this device, as rounds (newest first)."""
-    rows = store.history(arm.model.sha256, fingerprint, arm.config.key(), limit=limit, samples=True)
+    from autodeploy.results_db.records import TrialFilter
+
+    where = TrialFilter(model_sha256=arm.model.sha256, device=fingerprint, config_key=arm.config.key(),
+                        measured_only=True, newest_first=True, limit=limit)  # fmt: skip
+    rows = store.trials(where, samples=True)  # one row per worker run
     out = []
     for i, row in enumerate(rows):
         score, metric = accuracy_score(asdict(row.accuracy) if row.accuracy else None)

@@ -1,16 +1,24 @@
-"""The SQL store of every trial: schema, Alembic migrations and the :class:`Store` API."""
+"""The SQL store of every trial: schema, Alembic migrations and the :class:`Store` API.
 
-from autodeploy.results_db.store import (
+The records (:mod:`.records`), the database connection (:mod:`.connection`), the row mapping
+(:mod:`.rows`) and the :class:`Store` facade (:mod:`.store`) are separate modules; import the
+names from here.
+"""
+
+from autodeploy.results_db.connection import default_url
+from autodeploy.results_db.records import (
     Catalog,
     DeviceRecord,
     DeviceRow,
+    ExportRow,
+    GateRunRecord,
+    GateRunRow,
     ModelRecord,
-    Store,
     StudyRow,
     TrialFilter,
     TrialRow,
-    default_url,
 )
+from autodeploy.results_db.store import Store
 
-__all__ = ["Catalog", "DeviceRecord", "DeviceRow", "ModelRecord", "Store", "StudyRow", "TrialFilter", "TrialRow",
-           "default_url"]  # fmt: skip
+__all__ = ["Catalog", "DeviceRecord", "DeviceRow", "ExportRow", "GateRunRecord", "GateRunRow", "ModelRecord", "Store",
+           "StudyRow", "TrialFilter", "TrialRow", "default_url"]  # fmt: skip

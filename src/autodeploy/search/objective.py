@@ -17,7 +17,7 @@ from autodeploy.verdict import Limits, Measured, accuracy_drop, sla_bounds_laten
 
 if TYPE_CHECKING:
     from autodeploy.harness.result import Accuracy, TrialResult
-    from autodeploy.results_db.store import TrialRow
+    from autodeploy.results_db.records import TrialRow
     from autodeploy.search.config import Constraints
 
 __all__ = ["Metrics", "accuracy_drop", "rejections", "values", "violations"]

@@ -14,6 +14,7 @@ from autodeploy.harness.result import Accuracy, headline
 from autodeploy.harness.run import run_trial
 from autodeploy.harness.stats import latency_claim
 from autodeploy.objectives import OBJECTIVES
+from autodeploy.results_db.records import TrialFilter
 from autodeploy.results_db.store import DeviceRecord, ModelRecord
 from autodeploy.search.budget import SLOW_BUILD_GUESS_S, Budget, duration_text
 from autodeploy.search.config import StudyConfig
@@ -273,8 +274,10 @@ def _measure_case(
     at = f" at {case.key}" if len(ctx.shape_cases()) > 1 else ""
     if not cfg.fresh and cfg.objective != "server" and phase == "screening":
         version = registry.get(config.engine).probe_version()
-        row = ctx.store.find_measured(case.model.sha256, ctx.device.fingerprint, config.key(), version,
-                                      shape_key=case.key, scenario=OBJECTIVES[cfg.objective].scenario)  # fmt: skip
+        repeat = TrialFilter(model_sha256=case.model.sha256, device=ctx.device.fingerprint, config_key=config.key(),
+                             engine_version=version, shape_key=case.key, scenario=OBJECTIVES[cfg.objective].scenario,
+                             measured_only=True, newest_first=True)  # fmt: skip
+        row = ctx.store.trial(repeat, samples=False)
         if row is not None and row.accuracy is not None:
             return Measured(Metrics.of_row(row), row.uid, reused=True, accuracy=row.accuracy, accuracy_uid=row.uid)
     artifact_key = _artifact_key(ctx, config) if memory is not None else ""
