@@ -15,6 +15,7 @@ from typing import Any
 
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.harness.load import Load
+from autodeploy.harness.stats import LatencyStats, insufficient
 
 #: Why a trial produced no usable measurement (docs/architecture.md, "Measurement rules").
 #: An engine's failure reason is kept whole up to this many lines, each up to REASON_LINE_CHARS: its first
@@ -71,39 +72,6 @@ FAILURE_KINDS = (
     "inaccurate",  # measured, but breaks the accuracy constraint
 )
 STATUSES = ("ok", "failed")
-
-
-@dataclass(frozen=True)
-class LatencyStats:
-    """Per-call latency statistics in milliseconds.
-
-    ``p90``/``p99`` are ``None`` when there are too few samples to claim them
-    (:data:`autodeploy.harness.stats.CLAIMS`); ``insufficient`` then says which claims are missing.
-    """
-
-    n: int
-    median: float
-    mean: float
-    stdev: float
-    cv: float
-    min: float
-    max: float
-    median_ci: tuple[float, float]
-    p90: float | None
-    p90_ci: tuple[float, float] | None
-    p99: float | None
-    p99_ci: tuple[float, float] | None
-    unstable: bool
-    insufficient: tuple[str, ...] = ()
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LatencyStats:
-        d = dict(d)
-        for k in ("median_ci", "p90_ci", "p99_ci"):
-            if d.get(k) is not None:
-                d[k] = tuple(d[k])
-        d["insufficient"] = tuple(d.get("insufficient", ()))
-        return cls(**d)
 
 
 @dataclass(frozen=True)
@@ -172,8 +140,6 @@ _NESTED = ("latency", "accuracy", "samples_ms", "serving", "load")
 
 def _insufficient(n: int) -> tuple[str, ...]:
     """The claims ``n`` samples cannot support (the rule is :func:`autodeploy.harness.stats.insufficient`)."""
-    from autodeploy.harness.stats import insufficient  # here: stats imports this module for LatencyStats
-
     return insufficient(n)
 
 

@@ -24,12 +24,46 @@ memory (see ``_bootstrap_percentile_cis``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from math import comb
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
-from autodeploy.harness.result import LatencyStats
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Per-call latency statistics in milliseconds.
+
+    ``p90``/``p99`` are ``None`` when there are too few samples to claim them
+    (:data:`autodeploy.harness.stats.CLAIMS`); ``insufficient`` then says which claims are missing.
+    """
+
+    n: int
+    median: float
+    mean: float
+    stdev: float
+    cv: float
+    min: float
+    max: float
+    median_ci: tuple[float, float]
+    p90: float | None
+    p90_ci: tuple[float, float] | None
+    p99: float | None
+    p99_ci: tuple[float, float] | None
+    unstable: bool
+    insufficient: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LatencyStats:
+        d = dict(d)
+        for k in ("median_ci", "p90_ci", "p99_ci"):
+            if d.get(k) is not None:
+                d[k] = tuple(d[k])
+        d["insufficient"] = tuple(d.get("insufficient", ()))
+        return cls(**d)
+
+
 
 #: A p90 claim needs at least this many samples (docs/architecture.md, "Measurement rules").
 MIN_SAMPLES_P90 = 64
