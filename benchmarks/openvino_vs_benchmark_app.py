@@ -142,6 +142,7 @@ def main() -> None:
         config,
         Dataset.load(prepared.calibration_path).inputs,
         settings.workdir / "artifacts",
+        target=device,
         calibration_hash=prepared.calibration_sha256,
     )
     xml = artifact.path / IR_FILE

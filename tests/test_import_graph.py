@@ -11,18 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[1] / "src"
-
-#: Cycles left, each with why (sorted module names -> reason). Empty is the goal; one listed here that
-#: no longer exists fails the test, so the list only shrinks.
-KNOWN_CYCLES: dict[tuple[str, ...], str] = {
-    ("autodeploy.adapters.base", "autodeploy.adapters.registry", "autodeploy.device"): (
-        "Engine.build probes the device when no target is given (about 40 calls in tests pass none); "
-        "making target required breaks it"
-    ),
-}
 
 
 def modules(root: Path = SRC) -> dict[str, Path]:
@@ -127,12 +116,9 @@ def describe(component: tuple[str, ...], graph: dict[str, set[str]]) -> str:
 def test_the_package_imports_form_no_cycle():
     graph = import_graph()
     found = cycles(graph)
-    new = [c for c in found if c not in KNOWN_CYCLES]
-    assert not new, "import cycles (move the thing to its owner):\n" + "\n".join(
-        describe(c, graph) for c in new
+    assert not found, "import cycles (move the thing to its owner):\n" + "\n".join(
+        describe(c, graph) for c in found
     )
-    gone = [c for c in KNOWN_CYCLES if c not in found]
-    assert not gone, f"these known cycles are gone: remove them from KNOWN_CYCLES: {gone}"
 
 
 def test_function_level_imports_count_and_type_checking_ones_do_not(tmp_path):
@@ -152,8 +138,3 @@ def test_function_level_imports_count_and_type_checking_ones_do_not(tmp_path):
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from autodeploy import a\n"
     )
     assert cycles(import_graph(tmp_path)) == []
-
-
-@pytest.mark.parametrize("known", sorted(KNOWN_CYCLES))
-def test_every_known_cycle_says_why(known):
-    assert len(KNOWN_CYCLES[known]) > 20

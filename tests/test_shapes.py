@@ -136,7 +136,7 @@ def test_tensorrt_builds_a_plan_per_shape_with_the_spanning_profile(tmp_path):
     model = load_model(paddle_like(tmp_path / "p.onnx"))
     shapes = ShapeSet((ShapeCase({"x": NARROW}), ShapeCase({"x": WIDE})))
     artifact = engine.build(model.at_shapes({"x": WIDE}, shapes.ranges()), TrialConfig("tensorrt", "fp32", 1, None),
-                            None, tmp_path / "work")  # fmt: skip
+                            None, tmp_path / "work", target=probe_device())  # fmt: skip
     assert artifact.meta["profile"]["x"] == {"min": [1, 3, 16, 24], "opt": [1, 3, 16, 48], "max": [8, 3, 16, 48]}
 
 

@@ -29,7 +29,7 @@ def test_probe_reports_version(engine):
 
 def test_fp32_build_load_run_matches_reference(engine, model, tmp_path):
     config = TrialConfig(engine.name, "fp32", batch=4, threads=1)
-    artifact = engine.build(model, config, None, tmp_path / "artifacts")
+    artifact = engine.build(model, config, None, tmp_path / "artifacts", target=probe_device())
     assert (artifact.path / ARTIFACT_FILE).is_file() and artifact.files
     assert artifact.engine == engine.name and artifact.size_bytes() > 0
     feeds = {"x": synthetic(model, 4).inputs["x"]}
@@ -40,9 +40,9 @@ def test_fp32_build_load_run_matches_reference(engine, model, tmp_path):
 
 def test_build_is_cached_and_reloads(engine, model, tmp_path):
     config = TrialConfig(engine.name, "fp32")
-    first = engine.build(model, config, None, tmp_path / "a")
+    first = engine.build(model, config, None, tmp_path / "a", target=probe_device())
     mtime = (first.path / ARTIFACT_FILE).stat().st_mtime_ns
-    second = engine.build(model, config, None, tmp_path / "a")
+    second = engine.build(model, config, None, tmp_path / "a", target=probe_device())
     assert second.path == first.path and (second.path / ARTIFACT_FILE).stat().st_mtime_ns == mtime
     reread = Artifact.read(first.path)
     assert reread == first
@@ -55,7 +55,9 @@ def test_int8_stays_close_to_reference(engine, model, tmp_path):
         pytest.skip(f"{engine.name} offers no int8 here: {space.unsupported.get('int8')}")
     calibration = synthetic(model, 64, seed=1).inputs
     config = TrialConfig(engine.name, "int8")
-    artifact = engine.build(model, config, calibration, tmp_path / "a", calibration_hash="c1")
+    artifact = engine.build(
+        model, config, calibration, tmp_path / "a", target=probe_device(), calibration_hash="c1"
+    )
     feeds = {"x": synthetic(model, 16, seed=2).inputs["x"]}
     with engine.load(artifact, config, model) as runner:
         got = runner.run(feeds)["logits"].ravel()
@@ -76,7 +78,7 @@ def test_unsupported_precision_is_pruned_with_reason(engine, model):
 
 def test_runner_checks_feeds(engine, model, tmp_path):
     config = TrialConfig(engine.name)
-    artifact = engine.build(model, config, None, tmp_path / "a")
+    artifact = engine.build(model, config, None, tmp_path / "a", target=probe_device())
     with engine.load(artifact, config, model) as runner:
         with pytest.raises(ShapeError, match="missing \\['x'\\]"):
             runner.run({"y": np.zeros((1, 16), np.float32)})
@@ -94,7 +96,7 @@ def test_the_shipped_runtime_runs_the_artifact_as_the_harness_does(engine, model
     import autodeploy.runtime
 
     config = TrialConfig(engine.name, "fp32", batch=4, threads=1)
-    artifact = engine.build(model, config, None, tmp_path / "artifacts")
+    artifact = engine.build(model, config, None, tmp_path / "artifacts", target=probe_device())
     name = engine.runtime_module(config).rpartition(".")[2]
     shipped = tmp_path / "shipped"
     (shipped / "runtime").mkdir(parents=True)
@@ -119,7 +121,7 @@ def test_the_shipped_runtime_runs_the_artifact_as_the_harness_does(engine, model
 def test_requests_in_flight_through_the_engines_parallel_api(engine, model, tmp_path):
     """Runner.pool: N requests at once (AsyncInferQueue, ORT threads, LiteRT interpreters, TensorRT contexts)."""
     config = TrialConfig(engine.name, "fp32", batch=4, threads=1)
-    artifact = engine.build(model, config, None, tmp_path / "a")
+    artifact = engine.build(model, config, None, tmp_path / "a", target=probe_device())
     feeds = {"x": synthetic(model, 4).inputs["x"]}
     ended: list[tuple[int, object]] = []
     with engine.load(artifact, config, model) as runner:

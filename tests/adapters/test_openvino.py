@@ -51,7 +51,7 @@ def test_probe_without_openvino_says_how_to_install(monkeypatch):
 
 def test_fp32_really_runs_f32_and_the_ir_stays_f32(model, tmp_path):
     config = TrialConfig("openvino", "fp32", batch=2)
-    artifact = ENGINE.build(model, config, None, tmp_path / "a")
+    artifact = ENGINE.build(model, config, None, tmp_path / "a", target=probe_device())
     ir = ov.Core().read_model(str(artifact.path / IR_FILE))
     assert {op.get_output_element_type(0) for op in ir.get_ops() if op.get_type_name() == "Constant"} == {
         ov.Type.f32
@@ -78,7 +78,7 @@ def test_low_precisions_offered_only_where_the_cpu_plugin_supports_them(
             ENGINE.check(device, model, TrialConfig("openvino", precision))
         return
     config = TrialConfig("openvino", precision, batch=2)
-    artifact = ENGINE.build(model, config, None, tmp_path / "a")
+    artifact = ENGINE.build(model, config, None, tmp_path / "a", target=probe_device())
     with ENGINE.load(artifact, config, model) as runner:
         hint = runner.compiled_model.get_property("INFERENCE_PRECISION_HINT")
         assert hint == {"bf16": ov.Type.bf16, "fp16": ov.Type.f16}[precision]
@@ -102,7 +102,7 @@ def test_bf16_reason_names_the_missing_isa(model):
 def test_knobs_reach_the_compiled_model(model, tmp_path, knobs, threads):
     config = TrialConfig("openvino", "fp32", threads=threads, knobs=knobs)
     ENGINE.check(probe_device(), model, config)
-    artifact = ENGINE.build(model, config, None, tmp_path / "a")
+    artifact = ENGINE.build(model, config, None, tmp_path / "a", target=probe_device())
     with ENGINE.load(artifact, config, model) as runner:
         compiled = runner.compiled_model
         assert compiled.get_property("PERFORMANCE_HINT") == knobs["PERFORMANCE_HINT"]
@@ -121,7 +121,9 @@ def test_int8_ir_is_quantized_and_close_to_fp32(tmp_path):
     model = load_model(zoo.get("tiny-cnn", tmp_path / "zoo"))
     config = TrialConfig("openvino", "int8", batch=8)
     calibration = synthetic(model, 32, seed=1).inputs
-    artifact = ENGINE.build(model, config, calibration, tmp_path / "a", calibration_hash="c1")
+    artifact = ENGINE.build(
+        model, config, calibration, tmp_path / "a", target=probe_device(), calibration_hash="c1"
+    )
     ops = {op.get_type_name() for op in ov.Core().read_model(str(artifact.path / IR_FILE)).get_ops()}
     assert "FakeQuantize" in ops and artifact.meta["quantizer"].startswith("nncf")
     feeds = synthetic(model, 8, seed=2).inputs
@@ -135,7 +137,7 @@ def test_int8_ir_is_quantized_and_close_to_fp32(tmp_path):
 
 def test_dynamic_batch_is_reshaped_static_at_the_trial_batch(model, tmp_path):
     config = TrialConfig("openvino", "fp32", batch=3)
-    artifact = ENGINE.build(model, config, None, tmp_path / "a")
+    artifact = ENGINE.build(model, config, None, tmp_path / "a", target=probe_device())
     ir = ov.Core().read_model(str(artifact.path / IR_FILE))
     assert ir.is_dynamic(), "the IR keeps the dynamic batch; the static shape is set when loading"
     with ENGINE.load(artifact, config, model) as runner:
@@ -163,7 +165,8 @@ def test_outputs_come_back_in_the_onnx_order_by_name(tmp_path):
     model = load_model(tmp_path / "two.onnx")
     config = TrialConfig("openvino", batch=2)
     feeds = {"x": np.array([[-1, 2, -3, 4], [5, -6, 7, -8]], np.float32)}
-    with ENGINE.load(ENGINE.build(model, config, None, tmp_path / "a"), config, model) as runner:
+    artifact = ENGINE.build(model, config, None, tmp_path / "a", target=probe_device())
+    with ENGINE.load(artifact, config, model) as runner:
         got = runner.run(feeds)
     assert list(got) == ["second", "first"]
     np.testing.assert_array_equal(got["second"], -feeds["x"])

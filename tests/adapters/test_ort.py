@@ -30,7 +30,7 @@ def test_int8_of_an_opset_12_export_loads_and_runs(tmp_path, method):
     config = TrialConfig("onnxruntime", "int8", knobs={"quant_method": method})
     engine = registry.get("onnxruntime")
     calibration = synthetic(model, 16).inputs
-    artifact = engine.build(model, config, calibration, tmp_path / "work")
+    artifact = engine.build(model, config, calibration, tmp_path / "work", target=probe_device())
     runner = engine.load(artifact, config, model)
     feeds = {"x": calibration["x"][:4]}
     (logits,) = runner.run(feeds).values()
@@ -49,7 +49,7 @@ def test_static_int8_quantizes_activations_to_uint8_for_x86_integer_dot_products
     model = load_model(mlp(tmp_path / "m.onnx"))
     config = TrialConfig("onnxruntime", "int8", knobs={"quant_method": "static"})
     artifact = registry.get("onnxruntime").build(
-        model, config, synthetic(model, 16).inputs, tmp_path / "work"
+        model, config, synthetic(model, 16).inputs, tmp_path / "work", target=probe_device()
     )
     proto = onnx.load(str(artifact.path / "model.onnx"))
     inits = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
@@ -132,7 +132,7 @@ def test_static_int8_of_convs_sharing_a_bias_whose_copies_collide_with_a_tensor_
     config = TrialConfig("onnxruntime", "int8", knobs={"quant_method": "static"})
     engine = registry.get("onnxruntime")
     calibration = synthetic(model, 16).inputs
-    artifact = engine.build(model, config, calibration, tmp_path / "work")
+    artifact = engine.build(model, config, calibration, tmp_path / "work", target=probe_device())
     runner = engine.load(artifact, config, model)
     (y,) = runner.run({"x": calibration["x"][:2]}).values()
     runner.close()

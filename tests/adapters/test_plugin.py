@@ -49,7 +49,7 @@ def test_the_plugin_builds_loads_and_matches_onnxruntime(installed, tmp_path):
     outputs = []
     for e in (engine, ort):
         config = TrialConfig(e.name, "fp32", batch=4)
-        artifact = e.build(model, config, None, tmp_path / "artifacts")
+        artifact = e.build(model, config, None, tmp_path / "artifacts", target=probe_device())
         with e.load(artifact, config, model) as runner:
             outputs.append(runner.run(feeds)["logits"])
     np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-4, atol=1e-5)

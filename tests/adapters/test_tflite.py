@@ -41,7 +41,9 @@ def artifacts(cnn, tmp_path_factory):
     work = tmp_path_factory.mktemp("artifacts")
     calibration = synthetic(cnn, 64, seed=1).inputs
     return {
-        p: ENGINE.build(cnn, TrialConfig("tflite", p), calibration, work, calibration_hash="c1")
+        p: ENGINE.build(
+            cnn, TrialConfig("tflite", p), calibration, work, target=probe_device(), calibration_hash="c1"
+        )
         for p in PRECISIONS
     }
 
@@ -106,14 +108,14 @@ def test_xnnpack_on_and_off_both_run(cnn, artifacts, xnnpack):
 @pytest.mark.slow
 def test_artifact_reloads_and_is_cached(cnn, artifacts):
     first = artifacts["int8"]
-    again = ENGINE.build(cnn, TrialConfig("tflite", "int8"), None, first.path.parent, calibration_hash="c1")
+    config = TrialConfig("tflite", "int8")
+    again = ENGINE.build(cnn, config, None, first.path.parent, target=probe_device(), calibration_hash="c1")
     assert again.path == first.path, "same key: the cached artifact, no rebuild (no calibration needed)"
     reread = Artifact.read(first.path)
     assert reread.meta["converter"]["onnx2tf"] and reread.meta["converter"]["tensorflow"]
     assert reread.meta["conversion"]["rung"] == tflite.LADDER[0].name, "the first rung (onnxslim) converts the CNN"
     assert reread.meta["conversion"]["failed_rungs"] == []
     feeds = synthetic(cnn, 4, seed=4).inputs
-    config = TrialConfig("tflite", "int8")
     with tflite.TfliteEngine().load(reread, config, cnn) as fresh:
         np.testing.assert_array_equal(fresh.run(feeds)["logits"], _run(cnn, first, feeds)["logits"])
 
@@ -179,7 +181,9 @@ def test_conversion_leaves_the_users_model_file_unchanged(tmp_path):
         pytest.skip(f"tflite: {engine.probe(probe_device())}")
     path = mlp(tmp_path / "m.onnx")
     before = hashlib.sha256(path.read_bytes()).hexdigest()
-    engine.build(load_model(path), TrialConfig("tflite", "fp32"), None, tmp_path / "artifacts")
+    engine.build(
+        load_model(path), TrialConfig("tflite", "fp32"), None, tmp_path / "artifacts", target=probe_device()
+    )
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["artifacts", "m.onnx"]
 
@@ -206,7 +210,9 @@ def test_an_xnnpack_failure_fails_only_the_xnnpack_configs(cnn, tmp_path, monkey
     monkeypatch.setattr(litert, "Interpreter", XnnpackFails)
     feeds = synthetic(cnn, 2, seed=3).inputs
     for precision in ("fp32", "fp16"):
-        artifact = ENGINE.build(cnn, TrialConfig("tflite", precision), None, tmp_path, calibration_hash="x")
+        artifact = ENGINE.build(
+            cnn, TrialConfig("tflite", precision), None, tmp_path, target=probe_device(), calibration_hash="x"
+        )
         assert "XNNPack delegate failed" in json.loads((artifact.path / tflite.LAYOUT_FILE).read_text())[tflite.XNNPACK_FAILED]
         with pytest.raises(UnsupportedConfigError, match=r"XNNPACK delegate cannot run .*; fix: use --knob xnnpack=false"):
             ENGINE.load(artifact, TrialConfig("tflite", precision), cnn)
@@ -226,8 +232,9 @@ def test_a_failed_conversion_fails_every_precision_at_once(tmp_path, monkeypatch
     model = load_model(lp_pool(tmp_path / "lp.onnx"))
     reasons = []
     for precision in PRECISIONS:
+        config, data = TrialConfig("tflite", precision), synthetic(model, 4).inputs
         with pytest.raises(BuildError) as failed:
-            ENGINE.build(model, TrialConfig("tflite", precision), synthetic(model, 4).inputs, tmp_path / "work")
+            ENGINE.build(model, config, data, tmp_path / "work", target=probe_device())
         reasons.append(str(failed.value))
     assert len(runs) == 1, "onnx2tf ran once for four precisions"
     assert len(set(reasons)) == 1 and "no converter for ONNX op LpPool" in reasons[0] and "[onnxslim]" in reasons[0]

@@ -16,6 +16,7 @@ import autodeploy.api
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import ARTIFACT_FILE, Artifact, TrialConfig
 from autodeploy.bundle import export
+from autodeploy.device import probe_device
 from autodeploy.model import load_model
 from autodeploy.results_db import Store
 from tests.bundle.conftest import FAST
@@ -59,13 +60,14 @@ def test_an_artifact_built_for_another_model_is_never_reused(tmp_path):
     engine, config = registry.get("onnxruntime"), TrialConfig("onnxruntime")
     model = load_model(mlp(tmp_path / "m.onnx", seed=0))
     other = load_model(mlp(tmp_path / "other.onnx", seed=1))
-    mine = engine.build(model, config, None, tmp_path / "work")
-    theirs = engine.build(other, config, None, tmp_path / "work")
+    mine = engine.build(model, config, None, tmp_path / "work", target=probe_device())
+    theirs = engine.build(other, config, None, tmp_path / "work", target=probe_device())
     record = json.loads((mine.path / ARTIFACT_FILE).read_text())
     assert (record["key"], record["model_sha256"]) == (mine.key, model.sha256)
     shutil.rmtree(mine.path)
     shutil.copytree(theirs.path, mine.path)
-    again = engine.build(model, config, None, tmp_path / "work")
+    again = engine.build(model, config, None, tmp_path / "work", target=probe_device())
     assert not again.reused and again.path == mine.path
     assert _sha256(again.path / "model.onnx") == _sha256(model.path)
-    assert engine.build(model, config, None, tmp_path / "work").reused  # and the rebuilt one is reused
+    rebuilt = engine.build(model, config, None, tmp_path / "work", target=probe_device())
+    assert rebuilt.reused  # and the rebuilt one is reused

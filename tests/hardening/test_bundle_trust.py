@@ -12,6 +12,7 @@ import pytest
 import autodeploy.bundle
 from autodeploy.bundle import BundleError, loader
 from autodeploy.bundle.archive import UnsafeArchiveError, safe_extract
+from autodeploy.device import probe_device
 
 
 def _rewrite_manifest(root, change):
@@ -105,7 +106,9 @@ def test_external_data_swapped_for_a_link_after_intake_never_reaches_the_artifac
     (tmp_path / "model" / "w.bin").unlink()
     (tmp_path / "model" / "w.bin").symlink_to(secret)
     with pytest.raises(ModelError, match="w.bin: .*not links|cannot read"):
-        registry.get("onnxruntime").build(model, TrialConfig("onnxruntime"), None, tmp_path / "artifacts")
+        registry.get("onnxruntime").build(
+            model, TrialConfig("onnxruntime"), None, tmp_path / "artifacts", target=probe_device()
+        )
     assert not list((tmp_path / "artifacts").glob("*/w.bin"))
 
 
@@ -255,9 +258,9 @@ def test_a_damaged_cached_artifact_is_rebuilt_not_reused(stored, tmp_path):
 
     work = tmp_path / "artifacts"
     engine = registry.get("onnxruntime")
-    first = engine.build(stored.model, stored.config, None, work)
+    first = engine.build(stored.model, stored.config, None, work, target=probe_device())
     (first.path / "model.onnx").write_bytes(b"not the built model")
-    again = engine.build(stored.model, stored.config, None, work)
+    again = engine.build(stored.model, stored.config, None, work, target=probe_device())
     assert again.path == first.path and not again.changed()
     assert (again.path / "model.onnx").read_bytes() == stored.model.path.read_bytes()
     assert not [p for p in work.iterdir() if p.name.startswith(".")], "no stale folder is left behind"

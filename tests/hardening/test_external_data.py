@@ -13,6 +13,7 @@ import pytest
 
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
+from autodeploy.device import probe_device
 from autodeploy.errors import ModelError
 from autodeploy.harness.run import HarnessSettings, prepare_data, reference, run_trial
 from autodeploy.model import load_model
@@ -68,5 +69,7 @@ def test_a_folder_swapped_for_a_link_after_intake_never_reaches_the_artifact(tmp
     shutil.move(tmp_path / "model" / "d", real)
     (tmp_path / "model" / "d").symlink_to(real, target_is_directory=True)
     with pytest.raises(ModelError, match=r"cannot read external data 'd/w.bin' .*: d is a link; fix: .*not links"):
-        registry.get("onnxruntime").build(model, TrialConfig("onnxruntime"), None, tmp_path / "artifacts")
+        registry.get("onnxruntime").build(
+            model, TrialConfig("onnxruntime"), None, tmp_path / "artifacts", target=probe_device()
+        )
     assert not list(tmp_path.glob("artifacts/**/w.bin"))

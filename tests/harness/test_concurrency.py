@@ -28,7 +28,7 @@ def _runner(engine: str, tmp_path, config: TrialConfig):
     adapter = registry.get(engine)
     if not adapter.probe(probe_device()).available:
         pytest.skip(f"{engine} unavailable")
-    artifact = adapter.build(model, config, None, tmp_path / "work")
+    artifact = adapter.build(model, config, None, tmp_path / "work", target=probe_device())
     return adapter.load(Artifact.read(artifact.path), config, model)
 
 

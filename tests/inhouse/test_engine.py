@@ -25,7 +25,9 @@ def test_registered_and_builds_report(model, tmp_path):
     assert engine.probe(probe_device()).available
     config = TrialConfig("inhouse", "int8", knobs={"calibration": "entropy", "activation_symmetric": True})
     engine.check(probe_device(), model, config)
-    artifact = engine.build(model, config, synthetic(model, 64, seed=1).inputs, tmp_path / "a")
+    artifact = engine.build(
+        model, config, synthetic(model, 64, seed=1).inputs, tmp_path / "a", target=probe_device()
+    )
     report = json.loads((artifact.path / REPORT_FILE).read_text())
     assert report["quantization"]["calibration"] == "entropy"
     assert report["quantization"]["activation_symmetric"] is True
@@ -49,7 +51,9 @@ def test_qdq_model_runs_on_openvino_runtime(model, tmp_path):
     engine = registry.get("inhouse")
     config = TrialConfig("inhouse", "int8", batch=4, knobs={"runtime": "openvino"})
     engine.check(probe_device(), model, config)
-    artifact = engine.build(model, config, synthetic(model, 64, seed=1).inputs, tmp_path / "a")
+    artifact = engine.build(
+        model, config, synthetic(model, 64, seed=1).inputs, tmp_path / "a", target=probe_device()
+    )
     feeds = {"x": synthetic(model, 4, seed=2).inputs["x"]}
     with engine.load(artifact, config, model) as runner:
         got = runner.run(feeds)["logits"]
@@ -71,7 +75,7 @@ def test_int8_calibrates_a_recurrent_model_on_its_own_batch_axis(tmp_path):
     engine = registry.get("inhouse")
     config = TrialConfig("inhouse", "int8", knobs={"fallback": False})
     calibration = synthetic(model, 8, pins={"sr": 16000}).inputs
-    artifact = engine.build(model, config, calibration, tmp_path / "work")
+    artifact = engine.build(model, config, calibration, tmp_path / "work", target=probe_device())
     with engine.load(artifact, config, model) as runner:
         out = runner.run({"input": calibration["input"][:2], "sr": np.array(16000, np.int64),
                           "state": np.moveaxis(calibration["state"][:2], 0, 1)})  # fmt: skip
@@ -88,7 +92,7 @@ def test_float_precision_is_built_in_and_sets_openvinos_hint_for_the_float_remai
     def built(name: str, **knobs):
         config = TrialConfig("inhouse", "int8", knobs={"runtime": "openvino", **knobs})
         engine.check(probe_device(), model, config)
-        artifact = engine.build(model, config, data, tmp_path / name)
+        artifact = engine.build(model, config, data, tmp_path / name, target=probe_device())
         hint = engine.runtime_settings(artifact, config, model)["properties"]["INFERENCE_PRECISION_HINT"]
         report = json.loads((artifact.path / REPORT_FILE).read_text())["quantization"]
         return artifact, config, hint, report
@@ -141,7 +145,7 @@ def test_int8_is_calibrated_and_judged_at_the_trials_batch(tmp_path):
     info = load_model(tmp_path / "b1.onnx")
     engine = registry.get("inhouse")
     artifact = engine.build(info, TrialConfig("inhouse", "int8", batch=1), synthetic(info, 32, seed=1).inputs,
-                            tmp_path / "a")  # fmt: skip
+                            tmp_path / "a", target=probe_device())  # fmt: skip
     report = json.loads((artifact.path / REPORT_FILE).read_text())
     assert report["quantization"]["calibration_items"] == 32 and report["quantization"]["quantized_nodes"]
 
@@ -182,7 +186,7 @@ def test_int8_on_openvino_compiles_a_head_that_adds_batch_one_anchors(tmp_path, 
     engine = registry.get("inhouse")
     config = TrialConfig("inhouse", "int8", batch=batch, knobs={"runtime": "openvino"})
     data = synthetic(info, 16, seed=1).inputs
-    artifact = engine.build(info, config, data, tmp_path / "a")
+    artifact = engine.build(info, config, data, tmp_path / "a", target=probe_device())
     quantized = onnx.load(str(artifact.path / "model.onnx"))
     add = next(n for n in quantized.graph.node if n.op_type == "Add")
     assert not any("DequantizeLinear" in i for i in add.input), "an Add of a constant operand stays float"

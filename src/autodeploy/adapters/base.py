@@ -362,9 +362,9 @@ class Engine(ABC):
         calibration: Mapping[str, np.ndarray] | None,
         workdir: Path,
         *,
+        target: DeviceInfo,
         calibration_hash: str = "",
         version: str | None = None,
-        target: DeviceInfo | None = None,
     ) -> Artifact:
         """Convert/compile once; return the cached artifact (``reused``) when the key was built before.
 
@@ -374,13 +374,9 @@ class Engine(ABC):
         its files match their recorded SHA-256; else it is built again. Anyone who can write the
         cache can also rewrite ``artifact.json`` consistently: the harness checks a reused artifact
         against the files a store recorded when it was measured (:func:`autodeploy.harness.run.prepare`).
-        ``target`` is the device it is built for (default: this machine).
+        ``target`` is the device it is built for: the caller's (a study's device, or
+        :func:`autodeploy.device.probe_device` for this machine), since adapters never probe the device.
         """
-        if target is None:
-            # Imported here: the device module imports the registry, which imports this module.
-            from autodeploy.device import probe_device
-
-            target = probe_device()
         version = version or self.probe_version()
         key = self.build_key(model, config, version, calibration_hash)
         final = Path(workdir) / f"{self.name}-{config.precision}-{key}"

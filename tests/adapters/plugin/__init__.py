@@ -6,6 +6,6 @@ installed distribution (``tests/adapters/test_plugin.py`` installs one into a te
 site folder). Nothing in ``src/`` names it.
 
 :mod:`.served` is a second plug-in that runs on autodeploy's ONNX Runtime runtime, so it can be
-bundled: it declares a Triton backend and a runner extra of its own
-(``tests/bundle/test_plugin_engine.py``).
+bundled: it declares a Triton backend and a runner extra of its own, and wins a study against ONNX
+Runtime on a model whose weights are also graph inputs (``tests/bundle/test_plugin_engine.py``).
 """
