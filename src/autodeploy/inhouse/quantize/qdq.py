@@ -70,7 +70,10 @@ OPENVINO_INPUT_OPS = frozenset({*WEIGHTED_OPS, *BINARY_OPS, "AveragePool", "Glob
 GATE_OPS = frozenset({"Sigmoid", "HardSigmoid"})
 #: How far back from a gate the SE block's global pool is looked for (pool -> Conv -> act -> Conv -> gate).
 SE_DEPTH = 8
-PLACEMENTS = ("onnxruntime", "openvino")
+#: The ops each placement quantizes (:func:`plan`); its other rules are one condition each there
+#: (ONNX Runtime: outputs and folded Relu/Clip; OpenVINO: SE gates float, depthwise inputs per channel).
+PLACEMENT_OPS = {"onnxruntime": QUANT_OPS, "openvino": OPENVINO_INPUT_OPS}
+PLACEMENTS = tuple(PLACEMENT_OPS)
 SHARED_SCALE_OPS = frozenset({"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze"})
 INT8_MIN, INT8_MAX = -128, 127
 UINT8_MAX = 255
@@ -170,7 +173,7 @@ def plan(model: onnx.ModelProto, placement: str = "onnxruntime") -> Plan:
     consts = constants(graph)
     floats = _float_tensors(model)
     outputs = {o.name for o in graph.output}
-    ops = QUANT_OPS if placement == "onnxruntime" else OPENVINO_INPUT_OPS
+    ops = PLACEMENT_OPS[placement]
     gated = _gated(graph, consts) if placement == "openvino" else set()
     float_in = float_readers(graph)
     fixed = constant_derived(graph, consts)
@@ -226,7 +229,7 @@ def why_float(model: onnx.ModelProto, placement: str = "onnxruntime") -> dict[st
     consts = constants(model.graph)
     fixed = constant_derived(model.graph, consts)
     floats = _float_tensors(model)
-    ops = QUANT_OPS if placement == "onnxruntime" else OPENVINO_INPUT_OPS
+    ops = PLACEMENT_OPS[placement]
     reasons: dict[str, str] = {}
     for node in model.graph.node:
         if node.op_type == "Constant" or node.op_type in reasons:
