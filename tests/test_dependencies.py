@@ -10,11 +10,13 @@ import (lazy, or in an extra's module) must be declared by the core or by some e
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata as md
 import json
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -78,8 +80,14 @@ def _imports(path: Path) -> list[tuple[str, bool, int]]:
     return found
 
 
+@functools.cache
+def _providers() -> Mapping[str, list[str]]:
+    """Import name -> the distributions that provide it: read once (a scan of every installed distribution)."""
+    return md.packages_distributions()
+
+
 def _distribution(import_name: str) -> str:
-    providers = md.packages_distributions().get(import_name)
+    providers = _providers().get(import_name)
     if providers:
         return _normalise(providers[0])
     if import_name in NOT_INSTALLED_HERE:
