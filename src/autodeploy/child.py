@@ -10,6 +10,7 @@ by the child before the real one. Every child is started from :func:`module_argv
 
 from __future__ import annotations
 
+import os
 import sys
 
 #: Python 3.10 has no ``-P``: drop the working folder (``''``, first for ``-c``), then run the module as ``-m`` would.
@@ -36,3 +37,12 @@ def code_argv(code: str, *args: str, safe_path_flag: bool = _HAS_SAFE_PATH) -> l
     if safe_path_flag:
         return [sys.executable, "-P", "-c", code, *args]
     return [sys.executable, "-c", _DROP_CWD + code, *args]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a child, with ``PYTHONPATH`` set to the absolute folders on our
+    ``sys.path``: the child sees the modules we see (plug-in and test engines included), never the
+    working folder. ``extra`` variables are set on top."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isabs(p) and os.path.exists(p))
+    return {**env, **extra}

@@ -14,7 +14,6 @@ same folder (never a link, never another path), and hashed with the ``.xml``.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -101,11 +100,10 @@ def describe(path: Path, kind: str) -> dict[str, Any]:
         ModelError: the engine cannot read the file (corrupt, truncated), or hangs on it.
     """
     fmt = FORMATS[kind]
-    from autodeploy.child import module_argv
+    from autodeploy.child import child_env, module_argv
 
     argv = module_argv(__name__, kind, str(path))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isabs(p)),
-           "TF_CPP_MIN_LOG_LEVEL": "3"}  # fmt: skip
+    env = child_env(TF_CPP_MIN_LOG_LEVEL="3")
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S,
                               stdin=subprocess.DEVNULL, env=env, check=False)  # fmt: skip

@@ -41,10 +41,11 @@ def resolve_model(
     cache_dir: Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> ResolvedModel:
-    """Load ``PATH.onnx`` or ``zoo:NAME`` (built on first use), with the zoo's dataset if it has one.
+    """Load a model file or ``zoo:NAME`` (built on first use), with the zoo's dataset if it has one.
 
     Args:
-        ref: an ``.onnx`` path or ``zoo:NAME``.
+        ref: an ``.onnx`` path, a ``.tflite`` or an OpenVINO IR ``.xml`` taken as given
+            (:mod:`autodeploy.formats`), or ``zoo:NAME``.
         shapes: fixed input shapes, ``{name: (1, 3, 224, 224)}``.
         cache_dir: where zoo models are cached (default ``$AUTODEPLOY_CACHE`` or the user cache folder).
         progress: told when a zoo model is being built (the first use takes a while).

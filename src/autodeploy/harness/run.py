@@ -13,7 +13,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -28,7 +27,7 @@ import psutil
 from autodeploy import verdict
 from autodeploy.adapters.base import Artifact, TrialConfig, discard
 from autodeploy.adapters.registry import BASELINE_ENGINE, baseline_config, target_of
-from autodeploy.child import module_argv
+from autodeploy.child import child_env, module_argv
 from autodeploy.data import Dataset, split, synthetic
 from autodeploy.errors import AutodeployError, BuildError, TrialFailed
 from autodeploy.harness.result import Accuracy, Measurement, TrialResult, headline
@@ -476,7 +475,7 @@ def run_worker(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env=_worker_env(),
+            env=child_env(),
             start_new_session=True,
         )
         log = _CappedLog(proc, log_path)
@@ -586,14 +585,6 @@ def _kill_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _worker_env() -> dict[str, str]:
-    """The worker sees the modules we see (plug-in and test engines included)."""
-    env = dict(os.environ)
-    paths = [p for p in sys.path if p and os.path.isabs(p) and os.path.exists(p)]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    return env
 
 
 #: Only the end of a worker's log is read (a quantizer can write megabytes of warnings).
