@@ -12,7 +12,7 @@ import numpy as np
 
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.report import SCHEMA, study_record
-from autodeploy.search.finalists import _round_values, _still_in
+from autodeploy.search.finalists import MIN_WINNER_ROUNDS, _enough_pairs, _quiet_target, _round_values, _still_in
 from autodeploy.search.finalists import choose as _choose
 from autodeploy.search.study import BASELINE, Finalist
 
@@ -144,3 +144,16 @@ def test_a_load_that_was_not_read_counts_as_quiet():
     base = finalist("", "", None, QUIET["base"], baseline=True, loads=[None, 0.05, None, 0.1, None])
     main = _choose("s", "latency", {}, [win, base]).speedups["p90"]
     assert main.rounds == 5 and main.left_out == 0 and not main.under_load
+
+
+def test_pair_rounds_run_until_as_many_quiet_pairs_as_rounds_and_stop_on_a_machine_that_stays_busy():
+    """The measured hog run above left 1 quiet pair of 5: pair rounds run until 5 are quiet, so a run beside a
+    neighbour rests on as many pairs as a quiet one; none run when nothing was loaded; they stop, saying
+    why, once the last 5 pair rounds all ran under load."""
+    assert _quiet_target(5) == 5 and _quiet_target(1) == MIN_WINNER_ROUNDS
+    assert _enough_pairs(quiet=1, loaded=4, target=5, loaded_in_a_row=0, rounds=5) is None
+    assert _enough_pairs(quiet=4, loaded=6, target=5, loaded_in_a_row=4, rounds=5) is None
+    assert _enough_pairs(quiet=5, loaded=6, target=5, loaded_in_a_row=0, rounds=5) == ""
+    assert _enough_pairs(quiet=3, loaded=0, target=5, loaded_in_a_row=0, rounds=5) == ""  # ended early, quiet
+    why = _enough_pairs(quiet=1, loaded=9, target=5, loaded_in_a_row=5, rounds=5)
+    assert why == "the last 5 pair rounds ran under load: the machine stays busy, the speed-up rests on 1 quiet pair"

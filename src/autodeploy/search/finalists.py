@@ -40,11 +40,13 @@ MIN_WINNER_ROUNDS = 3
 #: A finalist round that ran under load (``harness/load.py``) runs once more, the less loaded of the two
 #: kept; at most this many times per study run, so a machine that stays busy costs one round, not a doubled study.
 LOAD_RERUNS = 1
-#: When fewer than MIN_WINNER_ROUNDS of the winner's rounds paired with the baseline ran quiet (the speed-up
-#: rests on quiet pairs: a neighbour slows an all-cores baseline far more than a one-thread winner, so a
-#: loaded round's ratio measures the neighbour), the two run alone as pairs, at most this many times the
-#: finalist rounds, until enough pairs ran quiet. A quiet machine never pays for it.
-PAIR_ROUNDS_FACTOR = 1
+#: When some of the winner's rounds paired with the baseline ran under load, the speed-up rests on fewer
+#: quiet pairs than the study's rounds (a neighbour slows an all-cores baseline far more than a one-thread
+#: winner, so a loaded round's ratio measures the neighbour). The two then run alone as pairs until as many
+#: pairs ran quiet as the study has rounds (at least MIN_WINNER_ROUNDS): a busy machine costs time, not
+#: evidence. At most this many times the finalist rounds, and no more once as many pair rounds in a row as
+#: the finalist rounds ran under load (the machine stays busy). A quiet machine never pays for them.
+PAIR_ROUNDS_FACTOR = 2
 
 
 def decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: Memory, budget: Budget,
@@ -442,22 +444,26 @@ def _speedups(baseline: Finalist, winner: Finalist, objective: str, statistic: s
 
 def _pair_rounds(ctx: StudyContext, summary: StudySummary, reporter: Reporter, memory: Memory, budget: Budget,
                  runs: list[tuple[str, dict[str, float]]]) -> StudySummary:  # fmt: skip
-    """Rounds of the winner and the baseline alone, while fewer than MIN_WINNER_ROUNDS of their paired rounds ran
-    quiet and some ran under load: at most PAIR_ROUNDS_FACTOR times the finalist rounds, each while the time left
-    pays for one more, in alternating order. They add to both finalists' rounds and only the speed-up is worked
-    out again: the winner was chosen on the rounds every finalist ran."""
+    """Rounds of the winner and the baseline alone, in alternating order, while some of their paired rounds ran
+    under load and fewer than :func:`_quiet_target` ran quiet: at most PAIR_ROUNDS_FACTOR times the finalist
+    rounds, each while the time left pays for one more, and none once the finalist rounds' count of them in a
+    row ran under load. They add to both finalists' rounds and only the speed-up is worked out again: the
+    winner was chosen on the rounds every finalist ran."""
     finalists, winner = list(summary.finalists), summary.winner
     at = next((i for i, f in enumerate(finalists) if f.baseline), None)
     if winner is None or winner.baseline or at is None:
         return summary
     base, won = finalists[at], finalists.index(winner)
     cases, objective, statistic = ctx.shape_cases(), summary.objective, summary.statistic
-    long_ctx, added, started = _finalist_ctx(ctx), 0, time.monotonic()
-    limit = PAIR_ROUNDS_FACTOR * ctx.config.finalists.rounds
+    long_ctx, added, loaded_in_a_row, started = _finalist_ctx(ctx), 0, 0, time.monotonic()
+    rounds = ctx.config.finalists.rounds
+    limit, target = PAIR_ROUNDS_FACTOR * rounds, _quiet_target(rounds)
     pair_s = 2 * max((sum(w.values()) for _, w in runs), default=0.0)  # a pair: two of the longest finalist runs
     while added < limit:
         quiet, loaded = _quiet_pairs(base, winner)
-        if len(quiet) >= MIN_WINNER_ROUNDS or not loaded:
+        if (why := _enough_pairs(len(quiet), len(loaded), target, loaded_in_a_row, rounds)) is not None:
+            if why:
+                reporter.note(why)
             break
         if budget.left() < ((time.monotonic() - started) / added if added else pair_s):
             reporter.note(f"the time budget pays for {added} of the speed-up's pair rounds")
@@ -465,12 +471,13 @@ def _pair_rounds(ctx: StudyContext, summary: StudySummary, reporter: Reporter, m
         if added == 0:
             reporter.note(f"{len(quiet)} of the winner's {len(quiet) + len(loaded)} rounds paired with the ORT fp32 "
                           f"default ran quiet; the two run alone, up to {limit} more rounds, until "
-                          f"{MIN_WINNER_ROUNDS} pairs run quiet")  # fmt: skip
+                          f"{target} pairs run quiet")  # fmt: skip
             reporter.rerun(2 * limit)
         configs, order = [base.config, winner.config], [0, 1] if added % 2 == 0 else [1, 0]
         ran = _one_round(long_ctx, configs, order, f"speed-up pair {added + 1}", reporter, memory, runs)
         base, winner = (_with_round(f, ran[k], cases, objective, statistic) for k, f in enumerate((base, winner)))
         added += 1
+        loaded_in_a_row = 0 if len(_quiet_pairs(base, winner)[0]) > len(quiet) else loaded_in_a_row + 1
     if not added:
         return summary
     finalists[at], finalists[won] = base, winner
@@ -479,6 +486,24 @@ def _pair_rounds(ctx: StudyContext, summary: StudySummary, reporter: Reporter, m
     load = {**summary.load, "pair_rounds": added}
     return replace(summary, finalists=finalists, winner=winner, speedups=speedups, load=load,
                    speedup_vs_baseline=main.value if main else None)  # fmt: skip
+
+
+def _enough_pairs(quiet: int, loaded: int, target: int, loaded_in_a_row: int, rounds: int) -> str | None:
+    """Whether the speed-up has the pairs it needs: ``None`` runs one more pair round; ``""`` stops (enough quiet
+    pairs, or none ran under load); a sentence stops and says why (the last ``rounds`` pair rounds all ran under
+    load: the machine stays busy, more rounds would cost time and find no quiet)."""
+    if quiet >= target or not loaded:
+        return ""
+    if loaded_in_a_row >= rounds:
+        return (f"the last {loaded_in_a_row} pair rounds ran under load: the machine stays busy, "
+                f"the speed-up rests on {quiet} quiet pair{'s' if quiet != 1 else ''}")
+    return None
+
+
+def _quiet_target(rounds: int) -> int:
+    """How many quiet pairs the speed-up rests on when load left some out: as many as the study has finalist
+    rounds, and at least MIN_WINNER_ROUNDS, so a run beside a neighbour rests on as much as a quiet one."""
+    return max(MIN_WINNER_ROUNDS, rounds)
 
 
 def _with_round(f: Finalist, measured: Measured, cases: tuple[StudyCase, ...], objective: str,
