@@ -101,7 +101,8 @@ def verdicts(summary: dict[str, Any]) -> dict[str, tuple[str, float | None]]:
 
 
 def _pairs(summary: dict[str, Any]) -> str:
-    """What the paired speed-up rests on: ``3 quiet rounds, 2 under load left out, 2 pair rounds added``."""
+    """What the paired speed-up rests on: ``3 quiet rounds, 2 under load left out, 2 pair rounds added``, and a
+    finalist whose quiet rounds read values more than 1.5x apart: ``baseline unsteady 5.33-10.63``."""
     main = (summary.get("speedups") or {}).get(summary.get("optimised") or "")
     if not main:
         return "no speed-up"
@@ -109,7 +110,11 @@ def _pairs(summary: dict[str, Any]) -> str:
         text = f"{main['rounds']} rounds, every one under load"
     else:
         text = f"{main['rounds']} quiet rounds, {main.get('left_out', 0)} under load left out"
-    return text + f", {(summary.get('load') or {}).get('pair_rounds', 0)} pair rounds added"
+    load = summary.get("load") or {}
+    text += f", {load.get('pair_rounds', 0)} pair rounds added"
+    for u in load.get("unsteady") or ():  # quiet rounds more than 1.5x apart: the machine moved them
+        text += f"; {'baseline' if u['baseline'] else 'winner'} unsteady {u['low']:.2f}-{u['high']:.2f}"
+    return text
 
 
 def _kind(finalist: dict[str, Any]) -> str:

@@ -174,6 +174,8 @@ def speedup_text(record: Mapping[str, Any]) -> str:
         return "-"
     if main is not None and main.get("under_load"):
         text += ", under load"
+    if (record.get("load") or {}).get("unsteady"):
+        text += ", unsteady machine"
     return text + (", screening only" if record.get("screening_only") else "")
 
 
@@ -264,7 +266,23 @@ def load_text(summary: Mapping[str, Any]) -> str:
     if load.get("pair_rounds"):
         parts.append(f"the winner and the ORT fp32 default ran {load['pair_rounds']} more rounds alone, paired, "
                      "for a speed-up on quiet rounds")  # fmt: skip
+    parts += [_unsteady_text(u, summary.get("objective") or "latency") for u in load.get("unsteady") or ()]
     return "load: " + "; ".join(parts)
+
+
+def _unsteady_text(u: Mapping[str, Any], objective: str) -> str:
+    """``the ORT fp32 default read 4.97-9.27 ms (1.87x apart) in rounds the meter calls quiet: …``."""
+    from autodeploy.harness.load import UNSTEADY_SPREAD
+
+    who = "the ORT fp32 default" if u.get("baseline") else f"the winner ({u['config']})"
+    known = OBJECTIVES.get(objective)
+    unit = "items/s" if known is not None and known.higher_is_better else "ms"
+    return (f"{who} read {u['low']:.2f}-{u['high']:.2f} {unit} ({u['high'] / u['low']:.2f}x apart, more than "
+            f"{UNSTEADY_SPREAD}x) in rounds with no load the meter sees (a host sharing this VM's cores can do that "
+            "without reporting steal): the speed-up moves with it; confirm it on dedicated cores")
+
+
+
 
 
 def finalist_load_text(finalist: Mapping[str, Any]) -> str:
@@ -517,12 +535,17 @@ _STUDY = {
                  "busy over its runs), under_load (those rounds, 1-based, above threshold_cores), reran (a round "
                  "under load run once more: round, other_cores of both runs, kept: first | again, and the "
                  "dropped_uids of the run not kept), pair_rounds (rounds the winner and the baseline then ran alone, paired, "
-                 "because too few of their paired rounds ran quiet)",
+                 "because too few of their paired rounds ran quiet), unsteady (the winner or the baseline whose quiet rounds "
+                 "read values more than autodeploy.harness.load.UNSTEADY_SPREAD apart: config, baseline, low, high)",
                  "properties": {"before": _LOAD, "threshold_cores": {"type": "number"},
                                 "rounds": {"type": "array", "items": _NUM},
                                 "under_load": {"type": "array", "items": {"type": "integer"}},
                                 "reran": {"type": "array", "items": {"type": "object"}},
-                                "pair_rounds": {"type": "integer"}}},  # fmt: skip
+                                "pair_rounds": {"type": "integer"},
+                                "unsteady": {"type": "array", "items": {
+                                    "type": "object", "required": ["config", "baseline", "low", "high"],
+                                    "properties": {"config": {"type": "string"}, "baseline": {"type": "boolean"},
+                                                   "low": {"type": "number"}, "high": {"type": "number"}}}}}},  # fmt: skip
         "failures": {"type": "object", "description": "failed trials by failure kind: count, first config, its reason",
                      "additionalProperties": {"type": "object", "properties": {"count": {"type": "integer"},
                                               "config": {"type": "string"}, "reason": {"type": "string"}}}},  # fmt: skip

@@ -7,12 +7,15 @@ pooled across rounds (in which one noisy round owns the tail) never decide.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import jsonschema
 import numpy as np
 
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.report import SCHEMA, study_record
-from autodeploy.search.finalists import MIN_WINNER_ROUNDS, _enough_pairs, _quiet_target, _round_values, _still_in
+from autodeploy.report import SCHEMA, load_text, speedup_text, study_record
+from autodeploy.search.finalists import (MIN_WINNER_ROUNDS, _enough_pairs, _quiet_target, _round_values, _still_in,
+                                         _unsteady)
 from autodeploy.search.finalists import choose as _choose
 from autodeploy.search.study import BASELINE, Finalist
 
@@ -157,3 +160,24 @@ def test_pair_rounds_run_until_as_many_quiet_pairs_as_rounds_and_stop_on_a_machi
     assert _enough_pairs(quiet=3, loaded=0, target=5, loaded_in_a_row=0, rounds=5) == ""  # ended early, quiet
     why = _enough_pairs(quiet=1, loaded=9, target=5, loaded_in_a_row=5, rounds=5)
     assert why == "the last 5 pair rounds ran under load: the machine stays busy, the speed-up rests on 1 quiet pair"
+
+
+# A detector's quiet run (ppocrv5-det 160², OpenVINO fp32 t1 against the ORT fp32 default): the default read
+# 5 or 10 ms with the meter at 0.06-0.09 cores (a host taking a vCPU); the winner held 5.7-6.6 ms.
+UNSTEADY = {"win": [5.88, 6.07, 5.73, 5.94, 6.64], "base": [10.63, 10.25, 10.12, 5.33, 8.63]}
+
+
+def test_a_baseline_whose_quiet_rounds_disagree_is_named_with_its_range():
+    win = finalist("openvino", "fp32", 1, UNSTEADY["win"], loads=[0.05] * 5)
+    base = finalist("", "", None, UNSTEADY["base"], baseline=True, loads=[0.06] * 5)
+    summary = _choose("s", "latency", {}, [win, base])
+    (entry,) = _unsteady(summary)
+    assert entry == {"config": base.label, "baseline": True, "low": 5.33, "high": 10.63}
+    record = study_record(replace(summary, load={"rounds": [0.06] * 5, "unsteady": [entry]}))
+    jsonschema.validate(record, SCHEMA, cls=jsonschema.Draft202012Validator)
+    assert "the ORT fp32 default read 5.33-10.63 ms (1.99x apart" in load_text(record)
+    assert speedup_text(record).endswith(", unsteady machine")
+    steady = _choose("s", "latency", {}, [win, finalist("", "", None, [5.0, 5.3, 5.2, 5.6, 5.1], baseline=True)])
+    assert _unsteady(steady) == []  # within 1.5x: nothing to say
+    loaded = finalist("", "", None, UNSTEADY["base"], baseline=True, loads=[0.06, 0.06, 0.06, 0.9, 0.06])
+    assert _unsteady(_choose("s", "latency", {}, [win, loaded])) == []  # the 5.33 ms round ran under load

@@ -23,8 +23,20 @@ from typing import Any
 #: neighbour hurts a run on 2 of 64 cores through shared caches, memory bandwidth and clock as it does
 #: on a 2-core laptop.
 UNDER_LOAD_CORES = 0.25
+#: A config whose rounds that ran quiet read values more than this factor apart ran on an *unsteady* machine:
+#: something the meter cannot see moved it. On shared VMs the host can take a vCPU from the guest for tens of
+#: seconds without reporting steal; a run on every core then reads about 2x slower in the meantime (ONNX
+#: Runtime's default on a 2-vCPU VM: 5 or 10 ms a call, with both threads pinned, steal 0). The same factor
+#: as the speed verdicts' promise that two runs' speed-ups agree within 1.5x.
+UNSTEADY_SPREAD = 1.5
 #: How long :func:`sample` watches the machine before a study starts.
 SAMPLE_S = 0.5
+
+
+def unsteady(values: list[float]) -> bool:
+    """Whether quiet rounds' ``values`` of one config lie more than :data:`UNSTEADY_SPREAD` apart (see there)."""
+    known = [v for v in values if v is not None and v > 0]
+    return len(known) >= 2 and max(known) / min(known) > UNSTEADY_SPREAD
 
 
 def busy(other_cores: float) -> bool:

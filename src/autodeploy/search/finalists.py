@@ -72,6 +72,8 @@ def decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: M
     summary = replace(choose(ctx.name, cfg.objective, counts, finalists, statistic),
                       load=_rounds_load(finalists, rounds, reran))
     summary = _pair_rounds(ctx, summary, reporter, memory, budget, runs)
+    if unsteady := _unsteady(summary):
+        summary = replace(summary, load={**summary.load, "unsteady": unsteady})
     confidence = f"re-measured interleaved: {rounds} of {cfg.finalists.rounds} rounds"
     if rounds < cfg.finalists.rounds:
         confidence += " (every other finalist fell wholly behind)" if settled else " (the time budget ran out)"
@@ -229,6 +231,22 @@ def _rounds_load(finalists: list[Finalist], rounds: int, reran: list[dict[str, A
                  for r in range(rounds)]  # fmt: skip
     under = [r + 1 for r, cores in enumerate(per_round) if cores is not None and machine_load.busy(cores)]
     return {"threshold_cores": machine_load.UNDER_LOAD_CORES, "rounds": per_round, "under_load": under, "reran": reran}
+
+
+def _unsteady(summary: StudySummary) -> list[dict[str, Any]]:
+    """The winner and the baseline, where the rounds in which neither ran under load read values more than
+    UNSTEADY_SPREAD apart (``harness/load.py``): the machine moved them with no load its meter sees, and the
+    speed-up moves with it. Each: the config's label and its lowest and highest value over those rounds."""
+    base = next((f for f in summary.finalists if f.baseline), None)
+    if summary.winner is None or base is None or summary.winner.baseline:
+        return []
+    quiet, _ = _quiet_pairs(base, summary.winner)
+    out = []
+    for f in (summary.winner, base):
+        values = [f.rounds[r] for r in quiet if f.rounds[r] is not None]
+        if machine_load.unsteady(values):
+            out.append({"config": f.label, "baseline": f.baseline, "low": min(values), "high": max(values)})
+    return out
 
 
 def _round_values(calls: list[list[dict[str, list[float]] | None]], rates: list[list[float | None]],
@@ -444,7 +462,7 @@ def _speedups(baseline: Finalist, winner: Finalist, objective: str, statistic: s
 
 def _pair_rounds(ctx: StudyContext, summary: StudySummary, reporter: Reporter, memory: Memory, budget: Budget,
                  runs: list[tuple[str, dict[str, float]]]) -> StudySummary:  # fmt: skip
-    """Rounds of the winner and the baseline alone, in alternating order, while some of their paired rounds ran
+    """Rounds of the winner and the baseline alone, in a seeded random order, while some of their paired rounds ran
     under load and fewer than :func:`_quiet_target` ran quiet: at most PAIR_ROUNDS_FACTOR times the finalist
     rounds, each while the time left pays for one more, and none once the finalist rounds' count of them in a
     row ran under load. They add to both finalists' rounds and only the speed-up is worked out again: the
@@ -457,6 +475,8 @@ def _pair_rounds(ctx: StudyContext, summary: StudySummary, reporter: Reporter, m
     cases, objective, statistic = ctx.shape_cases(), summary.objective, summary.statistic
     long_ctx, added, loaded_in_a_row, started = _finalist_ctx(ctx), 0, 0, time.monotonic()
     rounds = ctx.config.finalists.rounds
+    rng = np.random.default_rng(ctx.config.seed)  # which runs first, per pair: a strict alternation can lock
+    # onto a periodic neighbour (a 12 s duty cycle put every baseline run of a 6 s pair into the busy half)
     limit, target = PAIR_ROUNDS_FACTOR * rounds, _quiet_target(rounds)
     pair_s = 2 * max((sum(w.values()) for _, w in runs), default=0.0)  # a pair: two of the longest finalist runs
     while added < limit:
@@ -473,7 +493,7 @@ def _pair_rounds(ctx: StudyContext, summary: StudySummary, reporter: Reporter, m
                           f"default ran quiet; the two run alone, up to {limit} more rounds, until "
                           f"{target} pairs run quiet")  # fmt: skip
             reporter.rerun(2 * limit)
-        configs, order = [base.config, winner.config], [0, 1] if added % 2 == 0 else [1, 0]
+        configs, order = [base.config, winner.config], [int(k) for k in rng.permutation(2)]
         ran = _one_round(long_ctx, configs, order, f"speed-up pair {added + 1}", reporter, memory, runs)
         base, winner = (_with_round(f, ran[k], cases, objective, statistic) for k, f in enumerate((base, winner)))
         added += 1
