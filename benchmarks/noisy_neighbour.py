@@ -1,8 +1,8 @@
 """The speed verdict under a noisy neighbour: does a study name the same winner beside a CPU hog?
 
 Runs the same ``autodeploy tune`` N times on a quiet machine and N times beside a CPU hog
-(``python -c 'while True: pass'``, stopped and continued on a duty cycle so that some finalist rounds are
-noisy and others are not, as on a laptop or a shared CI runner). Each run has its own results file,
+(``python -c 'while True: pass'``, stopped and continued on a jittered duty cycle so that some finalist rounds
+are noisy and others are not, as on a laptop or a shared CI runner). Each run has its own results file,
 so nothing is reused between runs. For every run it reads the JSON summary and judges the finalists
 two ways, on the same rounds:
 
@@ -16,7 +16,7 @@ two ways, on the same rounds:
 It prints, per condition and rule, how often the winner's engine/precision agrees with the quiet runs'
 most common one, and how far the speed-ups spread (min, median, max, and max/min). Usage::
 
-    python benchmarks/noisy_neighbour.py [--model zoo:mobilenetv2] [--runs 3] [--hog-on 6 --hog-off 6]
+    python benchmarks/noisy_neighbour.py [--model zoo:mobilenetv2] [--runs 3] [--hog-on 6 --hog-off 6 --hog-jitter 0.5]
         [--engine onnxruntime --engine openvino] [--trials 10] [--rounds 5] [--tune-arg=--data --tune-arg=DATA]
 
 Machines are shared: run it with nothing else building or testing, or the "quiet" runs are not.
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -47,15 +48,22 @@ from autodeploy.device import probe_device
 
 
 @contextmanager
-def hog(on_s: float, off_s: float) -> Iterator[None]:
-    """One process spinning a core, running ``on_s`` seconds then paused ``off_s`` seconds, over and over."""
+def hog(on_s: float, off_s: float, jitter: float = 0.5, seed: int = 0) -> Iterator[None]:
+    """One process spinning a core, running about ``on_s`` seconds then paused about ``off_s`` seconds, over
+    and over; each spell drawn uniformly within ``jitter`` (a fraction) of its mean, seeded. A fixed period
+    can lock onto the study's own rhythm: 6 s on / 6 s off against pair rounds of two 3 s runs put one run
+    of every pair in the busy half, so no pair ever ran quiet. A real neighbour keeps no such beat."""
     proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     stop = threading.Event()
+    rng = random.Random(seed)
+
+    def spell(mean: float) -> float:
+        return mean * rng.uniform(1 - jitter, 1 + jitter)
 
     def cycle() -> None:
-        while not stop.wait(on_s):
+        while not stop.wait(spell(on_s)):
             proc.send_signal(signal.SIGSTOP)
-            if stop.wait(off_s):
+            if stop.wait(spell(off_s)):
                 break
             proc.send_signal(signal.SIGCONT)
 
@@ -133,6 +141,8 @@ def main() -> None:
                         help="One more argument for every tune, e.g. --tune-arg=--shape --tune-arg=x=1x3x160x160.")
     parser.add_argument("--hog-on", type=float, default=6.0, help="Seconds the hog spins before each pause.")
     parser.add_argument("--hog-off", type=float, default=6.0, help="Seconds it pauses.")
+    parser.add_argument("--hog-jitter", type=float, default=0.5,
+                        help="Each spell drawn uniformly within this fraction of its mean (0: a fixed period).")
     args = parser.parse_args()
     args.engine = args.engine or ["onnxruntime", "openvino"]
     console = Console(width=160)  # logs keep the table on one line per row
@@ -146,7 +156,7 @@ def main() -> None:
             folder.mkdir()
             start = time.monotonic()
             if condition == "hog":
-                with hog(args.hog_on, args.hog_off):
+                with hog(args.hog_on, args.hog_off, args.hog_jitter, seed=run):
                     summary = tune(args, folder)
             else:
                 summary = tune(args, folder)
@@ -158,7 +168,7 @@ def main() -> None:
             console.print(f"{condition} run {run + 1}: {shown} ({time.monotonic() - start:.0f} s, "
                           f"statistic {summary['statistic']}, {summary['rounds']} rounds; {_pairs(summary)})")  # fmt: skip
     table = Table(title=f"{args.model}: winner and speed-up over the ORT fp32 default, {args.runs} runs per condition "
-                        f"(hog {args.hog_on:g} s on / {args.hog_off:g} s off; engines {', '.join(args.engine)})")  # fmt: skip
+                        f"(hog {args.hog_on:g} s on / {args.hog_off:g} s off ±{args.hog_jitter:.0%}; engines {', '.join(args.engine)})")  # fmt: skip
     for column in ("rule", "condition", "winners (engine/precision: runs)", "agree with quiet's usual winner",
                    "speed-up min / median / max", "max/min"):  # fmt: skip
         table.add_column(column)

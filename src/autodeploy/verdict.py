@@ -89,8 +89,9 @@ TOLERANCE = 1e-9
 #: would tie configs far apart when the rounds are noisy (all cores on a busy machine).
 TIE_TOLERANCE = 0.03
 #: After the finalists' first round a config leaves the rounds only when it is this fraction slower
-#: than the leader in that round; after later rounds, when it is slower in every round so far and the
-#: paired interval of its ratio to the leader lies above 1 (it is wholly behind).
+#: than the leader in that round (so too when one round is all the two have in common quiet); after later
+#: rounds, when it is slower in every round so far and the paired interval of its ratio to the leader
+#: lies above 1 (it is wholly behind).
 FIRST_ROUND_MARGIN = 0.10
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -145,7 +145,7 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
             # before a winner claim's rounds have run, the leader keeps its closest rival (one round's gap
             # ended the rounds with a screening-only winner whose interval rested on nothing)
             active = _still_in([(i, values[i]) for i in active], objective, margin, keep=baseline,
-                               rival=r < MIN_WINNER_ROUNDS)  # fmt: skip
+                               rival=r < MIN_WINNER_ROUNDS, loads=dict(enumerate(loads)))  # fmt: skip
             if len(active) == 1:
                 settled = True
                 break  # one config left: every other one is wholly behind it
@@ -301,17 +301,40 @@ def _costs(f: Finalist | Sequence[float | None], objective: str) -> list[float |
     return list(values)
 
 
+def _quiet(costs: Sequence[float | None], loads: Sequence[float | None]) -> list[float | None]:
+    """``costs`` with the rounds that ran under load (``loads``, ``harness/load.py``) left out (``None``)."""
+    def loaded(r: int) -> bool:
+        return r < len(loads) and loads[r] is not None and machine_load.busy(loads[r])  # type: ignore[arg-type]
+
+    return [None if loaded(r) else v for r, v in enumerate(costs)]
+
+
+def _pairing(costs: dict[int, list[float | None]],
+             loads: dict[int, Sequence[float | None]]) -> Callable[[int, int], np.ndarray]:  # fmt: skip
+    """Per-round ratios of config ``i`` to ``j`` on the rounds in which neither ran under load, or on every
+    round both ran when there is none. A neighbour slows a config on every core far more than one on a
+    single thread: a loaded round picks the thread count that suffers the neighbour least, not the fastest."""
+    quiet = {i: _quiet(c, loads.get(i, ())) for i, c in costs.items()}
+
+    def pairs(i: int, j: int) -> np.ndarray:
+        return r if (r := _slower(quiet[i], quiet[j])).size else _slower(costs[i], costs[j])
+
+    return pairs
+
+
 def _slower(a: Sequence[float | None], b: Sequence[float | None]) -> np.ndarray:
     """Per-round cost ratios ``a / b`` (costs), over the rounds both ran: >1 where ``a`` was slower."""
     return rstats.paired_ratios(a, b)
 
 
-def _leader(costs: dict[int, list[float | None]]) -> int:
+def _leader(costs: dict[int, list[float | None]], pairs: Callable[[int, int], np.ndarray] | None = None) -> int:
     """The config (key of ``costs``) whose worst median paired ratio to any other is smallest: the one
-    that beats every other in most rounds when there is such a one (then its worst ratio is below 1)."""
+    that beats every other in most rounds when there is such a one (then its worst ratio is below 1).
+    ``pairs(i, j)`` gives the per-round ratios of ``i`` to ``j`` (default: every round both ran)."""
+    pairs = pairs or (lambda i, j: _slower(costs[i], costs[j]))
 
     def worst(i: int) -> tuple[float, float]:
-        meds = [float(np.median(r)) for j in costs if j != i and (r := _slower(costs[i], costs[j])).size]
+        meds = [float(np.median(r)) for j in costs if j != i and (r := pairs(i, j)).size]
         own = [v for v in costs[i] if v is not None]
         return max(meds, default=1.0), float(np.median(own)) if own else math.inf
 
@@ -319,7 +342,8 @@ def _leader(costs: dict[int, list[float | None]]) -> int:
 
 
 def _still_in(stats: list[tuple[int, Sequence[float | None]]], objective: str, margin: float = 0.0,
-              keep: int | None = None, rival: bool = False) -> list[int]:  # fmt: skip
+              keep: int | None = None, rival: bool = False,
+              loads: dict[int, Sequence[float | None]] | None = None) -> list[int]:  # fmt: skip
     """The configs (by index) that can still win or tie, given each one's per-round values.
 
     A config is wholly behind the leader (:func:`_leader`) when it was slower in every round both
@@ -328,23 +352,26 @@ def _still_in(stats: list[tuple[int, Sequence[float | None]]], objective: str, m
     stays while it has values: the speed-up is paired on its rounds. A config without a value yet
     (it failed) stays only when nothing has one. With ``rival``, the leader is never left alone: the
     config closest to it (lowest median paired ratio) stays, so that the winner's rounds stay paired
-    until it has the rounds a winner claim needs.
+    until it has the rounds a winner claim needs. Configs are compared on the rounds in which neither ran
+    under load (``loads`` per config; :func:`_pairing`).
     """
     costs = {i: _costs(values, objective) for i, values in stats}
     known = {i: c for i, c in costs.items() if any(v is not None for v in c)}
     if not known:
         return [i for i, _ in stats]
-    lead = _leader(known)
+    pairs = _pairing(known, loads or {})
+    lead = _leader(known, pairs)
 
     def behind(i: int) -> bool:
-        r = _slower(known[i], known[lead])
+        r = pairs(i, lead)
         interval = rstats.median_interval(r)
-        return bool(r.size) and bool(np.all(r > 1 + margin)) and (interval is None or interval[0] > 1)
+        gap = max(margin, FIRST_ROUND_MARGIN) if r.size == 1 else margin  # one pair: only a clear gap counts
+        return bool(r.size) and bool(np.all(r > 1 + gap)) and (interval is None or interval[0] > 1)
 
     left = [i for i in known if i == lead or i == keep or not behind(i)]
-    others = [i for i in known if i != lead and _slower(known[i], known[lead]).size]
+    others = [i for i in known if i != lead and pairs(i, lead).size]
     if rival and len(left) == 1 and others:
-        closest = min(others, key=lambda i: float(np.median(_slower(known[i], known[lead]))))
+        closest = min(others, key=lambda i: float(np.median(pairs(i, lead))))
         left = sorted([lead, closest])
     return left
 
@@ -386,7 +413,8 @@ def choose(name: str, objective: str, counts: dict[str, int], finalists: list[Fi
             statistic: str = "p90") -> StudySummary:  # fmt: skip
     """The winner, paired by round: the leader (:func:`_leader`) on the finalists' per-round values;
     a finalist whose median per-round ratio to it is within TIE_TOLERANCE of 1, with a paired interval
-    holding 1 (or too few rounds for one), ties with it, and the cheapest of the tie wins.
+    holding 1 (or too few rounds for one), ties with it, and the cheapest of the tie wins. Two configs
+    are compared on the rounds in which neither ran under load (:func:`_pairing`).
 
     The baseline (ORT fp32 default) competes too: when nothing the search found beats it, it is the
     winner. The speed-up over it is the median of the per-round ratios, for ``statistic`` and (latency)
@@ -398,10 +426,11 @@ def choose(name: str, objective: str, counts: dict[str, int], finalists: list[Fi
         return StudySummary(name, objective, counts, finalists, None, note="every finalist failed its re-measurement",
                             statistic=statistic)  # fmt: skip
     costs = {i: _costs(f, objective) for i, f in enumerate(candidates)}
-    best = _leader(costs)
+    pairs = _pairing(costs, {i: f.loads for i, f in enumerate(candidates)})
+    best = _leader(costs, pairs)
 
     def ties(i: int) -> bool:
-        r = _slower(costs[i], costs[best])
+        r = pairs(i, best)
         if not r.size or abs(float(np.median(r)) - 1) > TIE_TOLERANCE:
             return False
         interval = rstats.median_interval(r)
