@@ -301,12 +301,15 @@ def _costs(f: Finalist | Sequence[float | None], objective: str) -> list[float |
     return list(values)
 
 
-def _quiet(costs: Sequence[float | None], loads: Sequence[float | None]) -> list[float | None]:
-    """``costs`` with the rounds that ran under load (``loads``, ``harness/load.py``) left out (``None``)."""
-    def loaded(r: int) -> bool:
-        return r < len(loads) and loads[r] is not None and machine_load.busy(loads[r])  # type: ignore[arg-type]
+def _loaded(loads: Sequence[float | None], r: int) -> bool:
+    """Whether round ``r`` ran under load (``harness/load.py``); a load not read counts as quiet."""
+    cores = loads[r] if r < len(loads) else None
+    return cores is not None and machine_load.busy(cores)
 
-    return [None if loaded(r) else v for r, v in enumerate(costs)]
+
+def _quiet(costs: Sequence[float | None], loads: Sequence[float | None]) -> list[float | None]:
+    """``costs`` with the rounds that ran under load left out (``None``)."""
+    return [None if _loaded(loads, r) else v for r, v in enumerate(costs)]
 
 
 def _pairing(costs: dict[int, list[float | None]],
@@ -455,13 +458,9 @@ def choose(name: str, objective: str, counts: dict[str, int], finalists: list[Fi
 
 def _quiet_pairs(a: Finalist, b: Finalist) -> tuple[list[int], list[int]]:
     """The rounds (indices) both ``a`` and ``b`` have a value in, split into those in which neither run
-    ran under load (``harness/load.py``; a load not read counts as quiet) and the others."""
-    def loaded(f: Finalist, r: int) -> bool:
-        cores = f.loads[r] if r < len(f.loads) else None
-        return cores is not None and machine_load.busy(cores)
-
+    ran under load (:func:`_loaded`) and the others."""
     both = [r for r in range(min(len(a.rounds), len(b.rounds))) if a.rounds[r] is not None and b.rounds[r] is not None]
-    quiet = [r for r in both if not loaded(a, r) and not loaded(b, r)]
+    quiet = [r for r in both if not _loaded(a.loads, r) and not _loaded(b.loads, r)]
     return quiet, [r for r in both if r not in quiet]
 
 
@@ -504,8 +503,9 @@ def _pair_rounds(ctx: StudyContext, summary: StudySummary, reporter: Reporter, m
     cases, objective, statistic = ctx.shape_cases(), summary.objective, summary.statistic
     long_ctx, added, loaded_in_a_row, started = _finalist_ctx(ctx), 0, 0, time.monotonic()
     rounds = ctx.config.finalists.rounds
-    rng = np.random.default_rng(ctx.config.seed)  # which runs first, per pair: a strict alternation can lock
-    # onto a periodic neighbour (a 12 s duty cycle put every baseline run of a 6 s pair into the busy half)
+    # which runs first, per pair: a strict alternation has a period of its own (two pairs) that a periodic
+    # neighbour can lock onto; a seeded random order has none and still balances the order on average
+    rng = np.random.default_rng(ctx.config.seed)
     limit, target = PAIR_ROUNDS_FACTOR * rounds, _quiet_target(rounds)
     pair_s = 2 * max((sum(w.values()) for _, w in runs), default=0.0)  # a pair: two of the longest finalist runs
     while added < limit:
