@@ -25,8 +25,9 @@ PRECISIONS = ("fp32", "fp16", "int8-dynamic", "int8")
 
 
 def _needs_engine():
+    """The runtime and the converter: these tests build from ONNX (without onnx2tf, see test_tflite_runtime_only)."""
     availability = ENGINE.probe(probe_device())
-    if not availability.available:
+    if not availability.available or tflite.converter_missing():
         pytest.skip(f"tflite: {availability}")
 
 
@@ -177,8 +178,7 @@ def test_conversion_leaves_the_users_model_file_unchanged(tmp_path):
     from tests.models import mlp
 
     engine = tflite.TfliteEngine()
-    if not engine.probe(probe_device()).available:
-        pytest.skip(f"tflite: {engine.probe(probe_device())}")
+    _needs_engine()
     path = mlp(tmp_path / "m.onnx")
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     engine.build(

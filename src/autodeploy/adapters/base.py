@@ -94,7 +94,12 @@ class TritonBackend:
 
 @dataclass(frozen=True)
 class Availability:
-    """Whether an engine can run on a target, and if not, why and how to fix it."""
+    """Whether an engine can run on a target, and if not, why and how to fix it.
+
+    An available engine may still carry a ``reason`` and ``fix``: a part of its job it cannot do here
+    (tflite without its converter runs ``.tflite`` files but builds nothing from ONNX). Listings show it;
+    the engine's :meth:`Engine.space` turns it into the reason of each precision it takes away.
+    """
 
     available: bool
     version: str | None = None
@@ -102,9 +107,10 @@ class Availability:
     fix: str = ""
 
     def __str__(self) -> str:
+        fix = f"; fix: {self.fix}" if self.fix else ""
         if self.available:
-            return f"available ({self.version})"
-        return f"unavailable: {self.reason}" + (f"; fix: {self.fix}" if self.fix else "")
+            return f"available ({self.version})" + (f", but {self.reason}{fix}" if self.reason else "")
+        return f"unavailable: {self.reason}{fix}"
 
 
 @dataclass(frozen=True)
@@ -113,7 +119,8 @@ class EngineSpace:
 
     ``precisions`` are the ones it can run; ``unsupported`` maps the others it knows to the
     reason (the search prunes them with that reason). ``knobs`` maps each engine knob, in the
-    engine's own words, to its choices.
+    engine's own words, to its choices. An engine that offers no precision for the model says the
+    fix in those reasons (a study skips it with them; :meth:`Engine.check` has no other to offer).
     """
 
     precisions: tuple[str, ...]
@@ -319,9 +326,9 @@ class Engine(ABC):
         space = self.space(target, model)
         if config.precision not in space.precisions:
             reason = space.unsupported.get(config.precision, "not a precision this engine knows")
-            raise UnsupportedConfigError(
+            raise UnsupportedConfigError(  # no precision offered: the reason carries its own fix
                 f"{self.name} cannot run precision {config.precision!r} here: {reason}",
-                fix=f"choose one of {', '.join(space.precisions)}",
+                fix=f"choose one of {', '.join(space.precisions)}" if space.precisions else None,
             )
         for knob, value in config.knobs.items():
             if knob in SERVING_KNOBS:

@@ -27,6 +27,9 @@ permutation), and the runner applies it, so callers feed and get the ONNX layout
 A ``.tflite`` file given as the model is run as given (:mod:`autodeploy.formats`): its artifact is the
 file, copied unchanged, with a ``layout.json`` that maps each tensor to itself. Its one precision is
 ``fp32`` (the file as it is, no conversion: whatever it holds inside); the others need the ONNX model.
+Running it needs only the runtime (``ai-edge-litert``), so the engine is available without the converter
+(onnx2tf and TensorFlow, large and absent on many boards): then every precision of an ONNX model is
+unsupported with the converter's install hint (:func:`converter_missing`), and the probe names it too.
 """
 
 from __future__ import annotations
@@ -109,6 +112,20 @@ ONNX2TF_SAMPLE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 #: are then unsupported; TFLite's own kernels run it).
 XNNPACK_FAILED = "xnnpack_failed"
 _QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "PYTHONWARNINGS": "ignore"}
+#: How to install the ONNX → TFLite converter (onnx2tf and TensorFlow) beside the runtime.
+CONVERTER_FIX = "pip install 'autodeploy[tflite]'"
+
+
+def converter_missing() -> str:
+    """Why no ONNX model can be converted here (the converter's missing packages), or ``""``.
+
+    Looked up without importing TensorFlow (seconds to import): a board with only ``ai-edge-litert``
+    runs ``.tflite`` files all the same, so this is a per-model limit, never the engine's availability.
+    """
+    import importlib.util
+
+    missing = [m for m in ("onnx2tf", "tensorflow") if importlib.util.find_spec(m) is None]
+    return f"the ONNX → TFLite converter is missing ({', '.join(missing)} not installed)" if missing else ""
 
 
 class TfliteEngine(Engine):
@@ -122,19 +139,13 @@ class TfliteEngine(Engine):
     formats = ("onnx", "tflite")
 
     def _probe(self, target: DeviceInfo) -> Availability:
-        import importlib.util
-
         from ai_edge_litert import interpreter  # noqa: F401 - the runtime must import
 
-        # The converter is only needed to build; find it without importing TensorFlow (slow).
-        missing = [m for m in ("onnx2tf", "tensorflow") if importlib.util.find_spec(m) is None]
-        if missing:
-            return Availability(
-                False,
-                reason=f"the ONNX → TFLite converter is missing ({', '.join(missing)} not installed)",
-                fix="pip install 'autodeploy[tflite]'",
-            )
-        return Availability(True, version=self._version() or "unknown")
+        # Available with the runtime alone: a .tflite runs as given. The converter only builds from
+        # ONNX, so its absence is a limit the listing shows and the space turns into a per-model reason.
+        version = self._version() or "unknown"
+        missing = converter_missing()
+        return Availability(True, version=version, reason=missing, fix=CONVERTER_FIX if missing else "")
 
     def _space(self, target: DeviceInfo, model: ModelInfo) -> EngineSpace:
         unsupported = {
@@ -144,6 +155,10 @@ class TfliteEngine(Engine):
             why = "needs a conversion from ONNX (onnx2tf); the model is a TFLite flatbuffer, run as given"
             unsupported.update({p: why for p in ONNX2TF_SUFFIX if p != "fp32"})
             return EngineSpace(precisions=("fp32",), unsupported=unsupported, knobs={"xnnpack": (True, False)})
+        missing = converter_missing()
+        if missing:  # every precision of an ONNX model is built by onnx2tf
+            unsupported.update({p: f"{missing}; fix: {CONVERTER_FIX}" for p in ONNX2TF_SUFFIX})
+            return EngineSpace(precisions=(), unsupported=unsupported, knobs={"xnnpack": (True, False)})
         precisions = list(ONNX2TF_SUFFIX)
         non_float = [s.name for s in model.inputs if s.dtype != "float32"]
         if non_float:

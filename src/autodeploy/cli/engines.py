@@ -12,7 +12,8 @@ from autodeploy.report import SCHEMA_VERSION
 
 
 def engines(format: FormatOption = Format.table) -> None:
-    """List every engine with its availability on this device and, when unavailable, the reason and fix."""
+    """List every engine with its availability on this device and, when unavailable or limited (tflite
+    without its ONNX converter), the reason and fix."""
     device = probe_device()
     if format is not Format.table:
         emit(format, [{"schema": "autodeploy.engine", "schema_version": SCHEMA_VERSION, "engine": e.name,
@@ -25,7 +26,7 @@ def engines(format: FormatOption = Format.table) -> None:
         table.add_column(column)
     for engine in all_engines():
         availability = engine.probe(device)
-        status = "[green]available[/]" if availability.available else "[red]unavailable[/]"
+        status = _status(availability)
         note = availability.reason + (f"; fix: {availability.fix}" if availability.fix else "")
         table.add_row(engine.name, status, availability.version or "-", shown(note))
     out.print(table)
@@ -33,3 +34,10 @@ def engines(format: FormatOption = Format.table) -> None:
 
 def _availability(a: Availability) -> dict[str, object]:
     return {"available": a.available, "version": a.version, "reason": a.reason or None, "fix": a.fix or None}
+
+
+def _status(a: Availability) -> str:
+    """Available, unavailable, or available but limited: the reason then says what it lacks (tflite's converter)."""
+    if not a.available:
+        return "[red]unavailable[/]"
+    return "[yellow]available, limited[/]" if a.reason else "[green]available[/]"

@@ -7,6 +7,8 @@ Parameter names are per engine where the choices differ (``onnxruntime.precision
 from __future__ import annotations
 
 import itertools
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +91,9 @@ def build_space(config: StudyConfig, device: DeviceInfo, model: ModelInfo) -> Se
             skipped[name] = str(availability)
             continue
         offered = engine.space(device, model)
+        if not (config.precisions or offered.precisions):  # e.g. tflite on ONNX without its converter
+            skipped[name] = _main_reason(offered.unsupported)
+            continue
         precisions = tuple(config.precisions or offered.precisions)
         if config.knobs and name in config.knobs:
             knobs = {k: tuple(v) for k, v in config.knobs[name].items()}
@@ -103,6 +108,13 @@ def build_space(config: StudyConfig, device: DeviceInfo, model: ModelInfo) -> Se
         raise UsageError(f"no engine to search on this device ({reasons})", fix="see `autodeploy engines`")
     threads = tuple(sorted(set(config.threads))) if config.threads else default_threads(device.logical_cores)
     return SearchSpace(engines, tuple(config.default_batches()), threads, skipped)
+
+
+def _main_reason(unsupported: Mapping[str, str]) -> str:
+    """Why an engine offers no precision for a model: the reason that takes most of them away (the
+    converter's absence, not bf16's lack of kernels that every model shares)."""
+    reasons = Counter(unsupported.values()).most_common(1)
+    return reasons[0][0] if reasons else "offers no precision for this model"
 
 
 def suggest(trial: optuna.Trial, space: SearchSpace) -> TrialConfig:
