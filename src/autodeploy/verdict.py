@@ -20,7 +20,15 @@ The rules:
     ``>= 1 - max_accuracy_drop``, so below 100 items one changed token in one item fails; a token where
     the reference itself nearly tied (its own token's probability leads the candidate's by less
     than ``harness.accuracy.SEQUENCE_TIE``, 0.2) is no change. The per-position token agreement
-    (every flip) is reported beside it.
+    (every flip) is reported beside it. Also time-major logits, raw or not: an output the engine returned
+    ``[T, B, V]`` (``T, V > 1``), the call's items on axis 1 where the model declares its batch on axis 0,
+    split per item into ``[N, T, V]`` (``OutputFacts.time_major``, found by the worker from the call's item
+    count): CTC heads emit that layout (ddddocr's CRNN returns ``[T, 1, 8210]`` Gemm logits, declared
+    ``[1, seqlen]``, and decodes the argmax per step), the tie read on their softmax. Not a recurrent
+    cell's state (``[layers, B, H]``, produced by ``LSTM``/``GRU``/``RNN``), whose last axis is no vocabulary.
+    Batch-major raw ``[N, T, V]`` stays ``sqnr``: no fact the comparison has tells logits over a vocabulary
+    from hidden states ``[N, T, D]`` (a MatMul makes both, and D runs 256 to 4096 as V does); such
+    logits take ``--accuracy NAME=sequence``.
   - ``decision``: probabilities (produced by a Sigmoid, or a reference wholly inside [0, 1]),
     thresholded at :data:`DEFAULT_DECISION_THRESHOLD`: the F1 of the candidate's positives against
     the reference's ``>= 1 - max_accuracy_drop`` (no positives on either side: 1.0), so rare events count.
@@ -29,7 +37,7 @@ The rules:
     sentence embedding ``[N, D]``, which the shape alone calls class scores): the cosine of each item's
     vector with the reference's, the worst row ``>= 1 - max_accuracy_drop``; a vector's direction is what a
     nearest-neighbour search or a classifier on top reads, and one averaged number would hide one item's.
-    ``[N, 1, V]`` stays ``sqnr``: a one-position sequence (or ddddocr's ``[seq, 1, V]``, batch on axis 1).
+    ``[N, 1, V]`` stays ``sqnr``: a one-position sequence.
   - ``sqnr``: every other float output, per channel group: the channel axis and the groups of
     adjacent channels of similar range are found by :mod:`autodeploy.harness.accuracy`; each
     group's SQNR ``10 log10(sum ref^2 / sum (out - ref)^2)`` (the reference's mean kept, as cosine
@@ -79,6 +87,8 @@ DEFAULT_MIN_COSINE = 1.0 - DEFAULT_MAX_ACCURACY_DROP
 DEFAULT_DECISION_THRESHOLD = 0.5
 #: What an output can be judged by (:func:`output_kind`, ``--accuracy OUTPUT=MEASURE[:THRESHOLD]``).
 MEASURES = ("exact", "top1", "sequence", "decision", "embedding", "sqnr", "cosine")
+#: Ops whose time-major output is a state (``[layers, B, hidden]``), not logits over a vocabulary.
+RECURRENT = ("LSTM", "GRU", "RNN")
 #: The measures whose THRESHOLD an override may set: the decision's probability cut, the SQNR
 #: limit in dB, the cosine limit. Agreements take the study's budget.
 THRESHOLDED = ("decision", "sqnr", "cosine")
@@ -140,6 +150,8 @@ class OutputFacts:
     ``producer`` is the ONNX op that makes the output (``"Softmax"`` only when over the last axis,
     else e.g. ``"Softmax(axis=1)"``), ``None`` when unknown. ``unit_range``: every reference value
     lies in [0, 1]. ``rows_sum_to_one``: non-negative and every last-axis row sums to 1.
+    ``time_major``: the engine returned it ``[T, B, ...]``, the call's items on axis 1 where the model
+    declares axis 0; ``shape`` is then already item-leading, ``[N, T, ...]``.
     """
 
     dtype_kind: str  # numpy's dtype.kind: "f", "i", "u", "b", ...
@@ -147,6 +159,7 @@ class OutputFacts:
     producer: str | None = None
     unit_range: bool = False
     rows_sum_to_one: bool = False
+    time_major: bool = False
 
 
 def output_kind(facts: OutputFacts) -> str:
@@ -159,6 +172,9 @@ def output_kind(facts: OutputFacts) -> str:
     positions = math.prod(shape[1:-1]) if len(shape) >= 3 else 0  # [N, T, V], also [N, T, 1, V]
     if positions > 1 and shape[-1] > 1 and (facts.producer == "Softmax" or facts.rows_sum_to_one):
         return "sequence"
+    ctc = facts.time_major and len(shape) == 3 and facts.producer not in RECURRENT
+    if ctc and positions > 1 and shape[-1] > 1:
+        return "sequence"  # CTC logits [T, B, V], as the model returned them: decoded by argmax per step
     if facts.producer == "Sigmoid" or facts.unit_range:
         return "decision"
     if len(shape) >= 4 and shape[-1] > 1 and all(d == 1 for d in shape[1:-1]):

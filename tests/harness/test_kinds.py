@@ -201,6 +201,34 @@ def test_bf16_noise_on_a_sequence_and_a_reference_near_tie_pass():
     assert near.passed and near.outputs[0].token_agreement < 1.0  # reported, not a changed sequence
 
 
+def test_time_major_ctc_logits_are_judged_by_their_tokens():
+    """Raw logits an engine returned ``[T, B, V]`` (ddddocr's CRNN), item-leading here: one changed token
+    in one of 16 items fails though the SQNR passes, a reference near-tie does not; batch-major the same
+    logits stay ``sqnr`` (hidden states look alike), and ``--accuracy logits=sequence`` still works."""
+    logits = tokens(vocab=300)
+    flipped = logits.copy()
+    t = int(np.argmax(logits[5, 17]))
+    flipped[5, 17, (t + 1) % 300] = 7.0  # one token of one item, the logit just past the reference's 6
+    assert kinds({"logits": logits}, {"logits": "Reshape"}, time_major={"logits"}) == {"logits": "sequence"}
+    acc = compare({"logits": flipped}, {"logits": logits},
+                  producers={"logits": "Reshape"}, time_major=["logits"])  # fmt: skip
+    (o,) = acc.outputs
+    assert o.kind == "sequence" and o.sequence_agreement == pytest.approx(15 / 16)
+    assert o.token_agreement == pytest.approx(1 - 1 / (16 * 46)) and not acc.passed
+    assert compare({"logits": flipped}, {"logits": logits}).passed  # the old rule: sqnr, a pass
+    tie = logits.copy()
+    tie[2, 3] = 0.0
+    tie[2, 3, :2] = (3.0, 2.99)  # the reference itself barely chose token 0 here
+    swapped = tie.copy()
+    swapped[2, 3, :2] = (2.99, 3.0)
+    near = compare({"logits": swapped}, {"logits": tie}, time_major={"logits"})
+    assert near.passed and near.outputs[0].kind == "sequence" and near.outputs[0].token_agreement < 1.0
+    assert kinds({"logits": logits}) == {"logits": "sqnr"}  # batch-major raw logits: no fact says tokens
+    assert kinds({"h": logits}, {"h": "GRU"}, time_major={"h"}) == {"h": "sqnr"}  # a recurrent state
+    by_hand = compare({"logits": flipped}, {"logits": logits}, overrides={"logits": Override("sequence")})
+    assert by_hand.outputs[0].kind == "sequence" and not by_hand.passed
+
+
 def piano_roll(n: int = 4, frames: int = 400, notes: int = 88, seed: int = 0) -> np.ndarray:
     """[n, frames, notes] note probabilities: near 0 mostly, sparse onsets, many of them just above 0.5."""
     rng = np.random.default_rng(seed)

@@ -108,6 +108,8 @@ def test_real_model_on_engine(real, engine, reduced, photos, corpus_dir):
         judged = max(acc.outputs, key=output_drop)  # the output the verdict rests on, by its own measure
         label, value = output_metric(judged)
         measure = f"{label} {value:.2f} dB" if label == "SQNR" else f"{label} {value:.4f}"
+        if judged.token_agreement is not None:  # a sequence: every flipped token beside the changed items
+            measure += f" (token agreement {judged.token_agreement:.4f})"
         where = f"{judged.name}, {judged.channels}" if judged.channels else judged.name  # the channel group it rests on
         ROWS.append({**row, "median_ms": result.latency.median, "cosine": worst.cosine,
                      "top1": worst.top1_agreement, "verdict": verdict, "judged": f"{where}: {measure}",
@@ -133,3 +135,22 @@ def test_a_fixed_batch_of_one_prunes_larger_batches(photos, corpus_dir):
     assert prepared.model.fixed_batch() == 1 and not prepared.model.batchable()
     reason = unsupported_reason(TrialConfig("onnxruntime", batch=2), probe_device(), prepared.model)
     assert reason is not None and "static batch dim 1" in reason and "--batch 1" in reason
+
+
+@pytest.mark.parametrize(("engine", "precision"), [("onnxruntime", "int8"), ("openvino", "bf16")])
+def test_ddddocr_ctc_logits_are_judged_by_their_tokens(engine, precision, photos, corpus_dir):
+    """ddddocr's CRNN returns CTC logits ``[T, 1, 8210]`` (no Softmax) under a declared ``[1, seqlen]``:
+    against the fp32 reference a reduced precision is judged by the recognised tokens, not by SQNR."""
+    real = next(m for m in MODELS if m.name == "ddddocr-common")
+    prepared = _prepare(real, photos, corpus_dir)
+    availability = registry.get(engine).probe(probe_device())
+    if not availability.available:
+        pytest.skip(str(availability))
+    result = run_trial(prepared.model, TrialConfig(engine, precision, batch=1, threads=1), prepared.data,
+                       prepared.settings)  # fmt: skip
+    assert result.accuracy is not None, result.failure_message
+    (o,) = result.accuracy.outputs
+    assert o.kind == "sequence" and o.sqnr_db is None
+    assert o.token_agreement is not None and 0.0 <= o.token_agreement <= 1.0
+    assert o.sequence_agreement is not None and result.accuracy.constraint == "sequence agreement >= 0.99"
+    assert result.accuracy.passed == (o.sequence_agreement >= 0.99)

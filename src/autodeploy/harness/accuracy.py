@@ -24,7 +24,8 @@ By kind:
   noise that changes nothing); ``sqnr_db`` is the worst group's, ``channels`` names it.
 * ``decision``: ``f1`` of ``out > threshold`` against ``ref > threshold`` (1.0 when neither has a positive).
 * ``sequence``: ``token_agreement`` (per-position argmax) and ``sequence_agreement`` (items whose
-  whole argmax sequence is unchanged, a reference near-tie, :data:`SEQUENCE_TIE`, not counting).
+  whole argmax sequence is unchanged, a reference near-tie, :data:`SEQUENCE_TIE`, not counting; on
+  logits, as time-major CTC outputs come, the tie is read on their softmax).
 * ``embedding``: ``row_cosine``, the lowest cosine of one row (an item's vector, the last axis) with
   the reference's (:func:`row_cosines`).
 
@@ -35,7 +36,7 @@ itself is :func:`autodeploy.verdict.accuracy_verdict`; this module only measures
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -77,6 +78,7 @@ def compare(
     min_cosine: float = DEFAULT_MIN_COSINE,
     producers: Mapping[str, str] | None = None,
     overrides: Mapping[str, Override] | None = None,
+    time_major: Collection[str] = (),
 ) -> Accuracy:
     """Compare ``outputs`` with ``reference`` and check the accuracy constraint.
 
@@ -97,6 +99,8 @@ def compare(
         producers: Output name -> the op that produces it (:func:`producers`); without, the kind
             follows from the shape and values alone.
         overrides: Output name -> the measure (and threshold) the user chose for it.
+        time_major: Outputs the engine returned ``[T, B, V]``, its items on axis 1, here ``[N, T, V]``
+            (the worker's ``_run_all``): CTC logits, judged by their tokens.
 
     Raises:
         ValueError: names, shapes or sample counts differ, an output has no sample axis,
@@ -109,7 +113,7 @@ def compare(
         raise ValueError(f"--accuracy names output(s) {unknown} the model does not have; its outputs: {sorted(reference)}")
     results = [
         _compare_one(name, np.asarray(outputs[name]), np.asarray(reference[name]),
-                     (producers or {}).get(name), overrides.get(name))
+                     (producers or {}).get(name), overrides.get(name), name in time_major)
         for name in reference
     ]  # fmt: skip
     if labels is not None:
@@ -149,28 +153,29 @@ def _is_discrete(a: np.ndarray) -> bool:
     return a.dtype.kind in "iub"
 
 
-def facts(ref: np.ndarray, producer: str | None = None) -> OutputFacts:
-    """What :func:`autodeploy.verdict.output_kind` needs to know of a reference output."""
+def facts(ref: np.ndarray, producer: str | None = None, time_major: bool = False) -> OutputFacts:
+    """What :func:`autodeploy.verdict.output_kind` needs to know of a reference output (``time_major``:
+    the engine returned it with its items on axis 1, as :func:`compare` takes it)."""
     unit = rows = False
     if ref.dtype.kind == "f" and ref.size and np.all(np.isfinite(ref)):
         lo, hi = float(ref.min()), float(ref.max())
         unit = lo >= 0.0 and hi <= 1.0
         if ref.ndim >= 2 and lo >= 0.0:
             rows = bool(np.allclose(ref.astype(np.float64).sum(axis=-1), 1.0, atol=1e-3))
-    return OutputFacts(ref.dtype.kind, tuple(ref.shape), producer, unit, rows)
+    return OutputFacts(ref.dtype.kind, tuple(ref.shape), producer, unit, rows, time_major)
 
 
 def kinds(reference: Mapping[str, np.ndarray], producers: Mapping[str, str] | None = None,
-          overrides: Mapping[str, Override] | None = None) -> dict[str, str]:  # fmt: skip
+          overrides: Mapping[str, Override] | None = None, time_major: Collection[str] = ()) -> dict[str, str]:  # fmt: skip
     """Output name -> the measure it is judged by (the override's where given)."""
     overrides, producers = overrides or {}, producers or {}
     return {name: overrides[name].measure if name in overrides
-            else output_kind(facts(np.asarray(ref), producers.get(name)))
+            else output_kind(facts(np.asarray(ref), producers.get(name), name in time_major))
             for name, ref in reference.items()}  # fmt: skip
 
 
 def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, producer: str | None = None,
-                 override: Override | None = None) -> OutputAccuracy:  # fmt: skip
+                 override: Override | None = None, time_major: bool = False) -> OutputAccuracy:  # fmt: skip
     a = got.astype(np.float64).ravel()
     b = ref.astype(np.float64).ravel()
     with np.errstate(invalid="ignore", over="ignore"):
@@ -184,7 +189,7 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, producer: str | No
         exact = float(np.mean(a == b)) if a.size else 1.0
     base = OutputAccuracy(name=name, max_abs=max_abs, mean_rel=mean_rel, cosine=_cosine(a, b),
                           top1_agreement=top1, exact_agreement=exact)  # fmt: skip
-    kind = override.measure if override is not None else output_kind(facts(ref, producer))
+    kind = override.measure if override is not None else output_kind(facts(ref, producer, time_major))
     threshold = None if override is None else override.threshold
     if kind == "exact":
         return replace(base, kind=kind, exact_agreement=exact if exact is not None else float(np.mean(a == b)))
@@ -218,7 +223,7 @@ def _token_changes(got: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.nda
     A position whose reference probability of its own token leads that of the candidate's token by
     less than :data:`SEQUENCE_TIE` was a near-tie in the reference itself: reported (token
     agreement counts it) but not a changed sequence. Probabilities are the reference's own values
-    where its rows sum to 1, else its softmax (logits judged by override).
+    where its rows sum to 1, else its softmax (time-major CTC logits, or logits judged by override).
     """
     top, picked = np.argmax(ref, axis=-1), np.argmax(got, axis=-1)
     probs = ref.astype(np.float64)

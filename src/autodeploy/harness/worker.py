@@ -167,10 +167,11 @@ class _Job:
             accuracy = Accuracy.from_dict(self.spec.accuracy)
         else:
             self.phase("accuracy")
-            outputs = _step("run_failed", lambda: _run_all(runner, batches, len(evaluation), self._axes()))
+            outputs, time_major = _step("run_failed",
+                                        lambda: _run_all(runner, batches, len(evaluation), self._axes()))  # fmt: skip
             peak = _peak_rss() - baseline
             runner.close()
-            accuracy = self._compare(outputs, evaluation)
+            accuracy = self._compare(outputs, evaluation, time_major)
         accuracy_s = time.perf_counter() - started
         artifact = Artifact.read(Path(self.spec.artifact_path or ""))
         measurement = Measurement(
@@ -191,7 +192,8 @@ class _Job:
                       **extra},
         }
 
-    def _compare(self, outputs: dict[str, np.ndarray], evaluation: Dataset) -> Accuracy:
+    def _compare(self, outputs: dict[str, np.ndarray], evaluation: Dataset, time_major: frozenset[str]
+                 ) -> Accuracy:  # fmt: skip
         reference = dict(np.load(self.spec.reference_path or "", allow_pickle=False))
         # What each output is, from the ONNX graph (a .tflite or an IR run as given: from shapes and values).
         made = _step("run_failed", lambda: producers(self.model.path)) if self.model.format == "onnx" else {}
@@ -199,7 +201,7 @@ class _Job:
         accuracy = _step("run_failed", lambda: compare(outputs, reference, labels=evaluation.labels,
                                                        max_accuracy_drop=self.spec.max_accuracy_drop,
                                                        min_cosine=self.spec.min_cosine, producers=made,
-                                                       overrides=overrides))  # fmt: skip
+                                                       overrides=overrides, time_major=time_major))  # fmt: skip
         if self.spec.metric:  # the user's task metric, on the outputs and on the reference
             accuracy = _step("run_failed", lambda: _with_metric(accuracy, self.spec, outputs, reference, evaluation.labels))
         return accuracy
@@ -240,7 +242,7 @@ class _Job:
         self.spec = WorkerSpec(**{**self.spec.__dict__, "artifact_path": artifact_info["artifact_path"]})
         runner, _ = self.load()
         self.phase("reference")
-        outputs = _step(
+        outputs, _ = _step(
             "run_failed",
             lambda: _run_all(runner, evaluation.batches(self.config.batch, self._axes()), len(evaluation), self._axes()),
         )
@@ -278,25 +280,37 @@ def _private_copy(model: ModelInfo, folder: Path) -> ModelInfo:
 
 def _run_all(
     runner: Runner, batches: list[dict[str, np.ndarray]], n: int, axes: dict[str, int | None]
-) -> dict[str, np.ndarray]:
-    """Run every batch and return each output item-leading over the items, padding trimmed.
+) -> tuple[dict[str, np.ndarray], frozenset[str]]:
+    """Run every batch and return each output item-leading over the items, padding trimmed, and the
+    names of the outputs that came time-major (:func:`_time_major`: split on axis 1).
 
-    An output's batch axis (``axes``, default 0) is moved to the front. An output without one
-    (e.g. a state without batch), or whose size there is not the call's batch (a model that
-    declares ``[1, seqlen]`` and returns ``[seq, 1, classes]``, as ddddocr's CRNN does), is
-    repeated for each item of its call: outputs line up item by item, never cut mid-call.
+    An output's batch axis (``axes``, default 0) is moved to the front. A time-major ``[T, B, V]``
+    output whose declared batch axis 0 holds no call's items (ddddocr's CRNN declares ``[1, seqlen]``
+    and returns CTC logits ``[seq, 1, classes]``) is split on axis 1: each item gets its own ``[T, V]``.
+    Any other output without one (e.g. a state without batch), or whose size there is not the call's
+    batch, is repeated for each item of its call: outputs line up item by item, never cut mid-call.
     """
     collected: dict[str, list[np.ndarray]] = {}
+    time_major: set[str] = set()
     for feeds in batches:
         items = _items(feeds, axes)
         for name, value in runner.run(feeds).items():
             value, axis = np.asarray(value), axes.get(name, 0)
-            if axis is None or axis >= value.ndim or value.shape[axis] != items:
-                value = np.repeat(value[None], items, axis=0)
-            else:
+            if axis is not None and axis < value.ndim and value.shape[axis] == items:
                 value = np.moveaxis(value, axis, 0)
+            elif _time_major(value, axis, items):
+                value = np.moveaxis(value, 1, 0)
+                time_major.add(name)
+            else:
+                value = np.repeat(value[None], items, axis=0)
             collected.setdefault(name, []).append(value)
-    return {name: np.concatenate(parts)[:n] for name, parts in collected.items()}
+    return {name: np.concatenate(parts)[:n] for name, parts in collected.items()}, frozenset(time_major)
+
+
+def _time_major(value: np.ndarray, axis: int | None, items: int) -> bool:
+    """Whether one call's output is ``[T, B, V]``, its items on axis 1 where the model says axis 0: the
+    layout of CTC logits (PyTorch's ``CTCLoss`` takes ``[T, N, C]``), the batch after the time steps."""
+    return axis == 0 and value.ndim == 3 and value.shape[0] != items and value.shape[1] == items
 
 
 def _sized_feeds(evaluation: Dataset, batch: int, axes: dict[str, int | None],
