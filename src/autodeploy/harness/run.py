@@ -58,6 +58,12 @@ SAMPLE_IMAGES_HINT = (
 )
 
 
+#: How the reference lays its outputs out item by item (``worker._run_all``), in its cache file's name: a
+#: reference cached under another layout is computed again, not compared shape against shape. 2: time-major
+#: CTC logits split per item (``[N, T, V]``), where layout 1 repeated the call's ``[T, 1, V]`` per item.
+REFERENCE_LAYOUT = 2
+
+
 def synthetic_note(model: ModelInfo) -> str:
     """What every result measured on synthetic inputs says; for an image model it names ``sample:images``."""
     from autodeploy.images import image_input
@@ -188,7 +194,7 @@ def reference(
     computed once per model and inputs, in a worker. A model file run as given (a ``.tflite``, an
     OpenVINO IR) is its own engine's fp32 reference (:func:`~autodeploy.adapters.registry.baseline_config`)."""
     path, sha256, _ = data.evaluation_for(config)
-    out = settings.workdir / "reference" / f"{model.sha256[:16]}-{sha256[:16]}.npz"
+    out = settings.workdir / "reference" / f"{model.sha256[:16]}-{sha256[:16]}-l{REFERENCE_LAYOUT}.npz"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
