@@ -51,8 +51,8 @@ from autodeploy.device import probe_device
 def hog(on_s: float, off_s: float, jitter: float = 0.5, seed: int = 0) -> Iterator[None]:
     """One process spinning a core, running about ``on_s`` seconds then paused about ``off_s`` seconds, over
     and over; each spell drawn uniformly within ``jitter`` (a fraction) of its mean, seeded. A fixed period
-    can lock onto the study's own rhythm: 6 s on / 6 s off against pair rounds of two 3 s runs put one run
-    of every pair in the busy half, so no pair ever ran quiet. A real neighbour keeps no such beat."""
+    can lock onto the study's own rhythm: 6 s on / 6 s off against pair rounds of two ~3 s runs put one run
+    of each pair in the busy half, five pairs in a row in one run. A real neighbour keeps no such beat."""
     proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     stop = threading.Event()
     rng = random.Random(seed)

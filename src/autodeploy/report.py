@@ -163,8 +163,8 @@ def ratio_text(r: Mapping[str, Any]) -> str:
 
 
 def speedup_text(record: Mapping[str, Any]) -> str:
-    """A study record's speed-up naming its statistic: ``3.78x [3.50, 4.00] (p90)``, ``, screening only`` when
-    it is; ``-`` without one. A record stored before the ratios were paired by round says "pooled calls"."""
+    """A study record's speed-up naming its statistic: ``3.78x [3.50, 4.00] (p90)``, then ``, under load``,
+    ``, unsteady machine`` (``load.unsteady``) and ``, screening only`` where they apply; ``-`` without one. A record stored before the ratios were paired by round says "pooled calls"."""
     main = (record.get("speedups") or {}).get(record.get("optimised") or "")
     if main is not None:
         text = f"{ratio_text(main)} ({record['optimised']})"

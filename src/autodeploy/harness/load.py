@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,7 @@ UNSTEADY_SPREAD = 1.5
 SAMPLE_S = 0.5
 
 
-def unsteady(values: list[float]) -> bool:
+def unsteady(values: Sequence[float | None]) -> bool:
     """Whether quiet rounds' ``values`` of one config lie more than :data:`UNSTEADY_SPREAD` apart (see there)."""
     known = [v for v in values if v is not None and v > 0]
     return len(known) >= 2 and max(known) / min(known) > UNSTEADY_SPREAD
