@@ -732,3 +732,35 @@ def test_an_add_of_anchors_computed_from_a_feature_maps_shape_stays_float():
     for placement in ("onnxruntime", "openvino"):
         nodes = qdq.plan(model, placement).nodes
         assert "anchor_add" not in nodes and "activation_add" in nodes, placement
+
+
+def _ctc_head() -> onnx.ModelProto:
+    """x [B, 4, T] -> logits [T, B, 8]: a CTC head's time-major layout (ddddocr's CRNN returns [T, 1, 8210])."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["t"], perm=[2, 0, 1]), helper.make_node("MatMul", ["t", "w"], ["y"])],
+        "ctc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4, "T"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "T", 8])], [w])  # declared batch-leading, as ddddocr does  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_the_fallback_judges_time_major_ctc_logits_by_their_tokens_as_the_harness_does():
+    """The quantizer's judge lays a time-major output out per item, [N, T, V], and judges its tokens (a
+    ``sequence``), as the trial's own accuracy check does; before, it concatenated the time steps of
+    every call and judged them by SQNR, so the int8 it chose could change the recognised text."""
+    from autodeploy.harness.accuracy import compare
+    from autodeploy.inhouse.quantize import fallback, run
+
+    model = _ctc_head()
+    rng = np.random.default_rng(0)
+    batches = [{"x": rng.standard_normal((1, 4, 6)).astype(np.float32)} for _ in range(3)]
+    outputs, flipped = run.run(model, batches)
+    assert flipped == {"y"} and outputs["y"].shape == (3, 6, 8)  # three items of six steps, not 18 rows
+    assert compare(outputs, outputs, time_major=flipped).outputs[0].kind == "sequence"
+    changed = outputs["y"].copy()
+    changed[1, 2] = changed[1, 2, ::-1] * 10  # one step of one item now decodes to another token
+    assert compare({"y": changed}, outputs, time_major=flipped).outputs[0].sequence_agreement == pytest.approx(2 / 3)
+    judge = fallback.Judge(model, batches, QuantConfig(placement="onnxruntime"))
+    assert judge.time_major == {"y"} and judge(model)[0]  # the FP32 model passes its own judge

@@ -153,6 +153,13 @@ def _is_discrete(a: np.ndarray) -> bool:
     return a.dtype.kind in "iub"
 
 
+def is_time_major(value: np.ndarray, axis: int | None, items: int) -> bool:
+    """Whether one call's output is ``[T, B, V]``, its ``items`` on axis 1 where the model says ``axis`` 0:
+    the layout of CTC logits (PyTorch's ``CTCLoss`` takes ``[T, N, C]``), the batch after the time steps.
+    The caller splits it per item on axis 1 and says so to :func:`compare` (``time_major``)."""
+    return axis == 0 and value.ndim == 3 and value.shape[0] != items and value.shape[1] == items
+
+
 def facts(ref: np.ndarray, producer: str | None = None, time_major: bool = False) -> OutputFacts:
     """What :func:`autodeploy.verdict.output_kind` needs to know of a reference output (``time_major``:
     the engine returned it with its items on axis 1, as :func:`compare` takes it)."""

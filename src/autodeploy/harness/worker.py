@@ -28,7 +28,7 @@ from autodeploy.adapters.registry import load_target
 from autodeploy.data import Dataset
 from autodeploy.device import probe_device
 from autodeploy.errors import UnsupportedConfigError
-from autodeploy.harness.accuracy import compare, producers
+from autodeploy.harness.accuracy import compare, is_time_major, producers
 from autodeploy.harness.concurrency import BatchPolicy, LoopRun, closed_loop, open_loop
 from autodeploy.harness.metric import load_metric, score
 from autodeploy.harness.result import Accuracy, Measurement, reason
@@ -282,7 +282,7 @@ def _run_all(
     runner: Runner, batches: list[dict[str, np.ndarray]], n: int, axes: dict[str, int | None]
 ) -> tuple[dict[str, np.ndarray], frozenset[str]]:
     """Run every batch and return each output item-leading over the items, padding trimmed, and the
-    names of the outputs that came time-major (:func:`_time_major`: split on axis 1).
+    names of the outputs that came time-major (:func:`~autodeploy.harness.accuracy.is_time_major`: split on axis 1).
 
     An output's batch axis (``axes``, default 0) is moved to the front. A time-major ``[T, B, V]``
     output whose declared batch axis 0 holds no call's items (ddddocr's CRNN declares ``[1, seqlen]``
@@ -298,19 +298,13 @@ def _run_all(
             value, axis = np.asarray(value), axes.get(name, 0)
             if axis is not None and axis < value.ndim and value.shape[axis] == items:
                 value = np.moveaxis(value, axis, 0)
-            elif _time_major(value, axis, items):
+            elif is_time_major(value, axis, items):
                 value = np.moveaxis(value, 1, 0)
                 time_major.add(name)
             else:
                 value = np.repeat(value[None], items, axis=0)
             collected.setdefault(name, []).append(value)
     return {name: np.concatenate(parts)[:n] for name, parts in collected.items()}, frozenset(time_major)
-
-
-def _time_major(value: np.ndarray, axis: int | None, items: int) -> bool:
-    """Whether one call's output is ``[T, B, V]``, its items on axis 1 where the model says axis 0: the
-    layout of CTC logits (PyTorch's ``CTCLoss`` takes ``[T, N, C]``), the batch after the time steps."""
-    return axis == 0 and value.ndim == 3 and value.shape[0] != items and value.shape[1] == items
 
 
 def _sized_feeds(evaluation: Dataset, batch: int, axes: dict[str, int | None],

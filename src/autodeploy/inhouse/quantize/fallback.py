@@ -44,7 +44,7 @@ class Judge:
         self, model: onnx.ModelProto, batches: list[dict[str, np.ndarray]], config: QuantConfig
     ) -> None:
         self.batches, self.config, self.calls = batches, config, 0
-        self.reference = run(model, batches)
+        self.reference, self.time_major = run(model, batches)
         # Candidates run where (and as) the artifact will run; the reference stays ORT FP32.
         self.run = run
         if config.placement == "openvino" and importlib.util.find_spec("openvino") is not None:
@@ -55,7 +55,7 @@ class Judge:
         from autodeploy.verdict import accuracy_verdict
 
         self.calls += 1
-        outputs, reference = self.run(candidate, self.batches), self.reference
+        (outputs, _), reference = self.run(candidate, self.batches), self.reference
         budget = self.config.max_accuracy_drop if self.config.max_accuracy_drop is not None else 1.0
         # The evaluation data is not the calibration data: aim at a share of the budget here
         share = self.config.budget_share
@@ -63,7 +63,7 @@ class Judge:
         # One output at a time: outputs batched on other axes (state[2, batch, 128]) or not at all
         # have their own leading sizes; the verdict then judges them together.
         results = [
-            compare({k: outputs[k]}, {k: v}, max_accuracy_drop=budget).outputs[0]
+            compare({k: outputs[k]}, {k: v}, max_accuracy_drop=budget, time_major=self.time_major).outputs[0]
             for k, v in reference.items()
         ]
         passed = accuracy_verdict(results, max_accuracy_drop=budget, min_cosine=min_cosine).passed
@@ -106,11 +106,11 @@ def output_sensitivity(the_plan: qdq.Plan, build: Build, batches: list) -> dict[
     from autodeploy.verdict import output_drop
 
     chosen = subset(batches)
-    reference = run(build(the_plan.nodes), chosen)  # every node float: the FP32 model
+    reference, flipped = run(build(the_plan.nodes), chosen)  # every node float: the FP32 model
     scores = {}
     for name in the_plan.nodes:
-        outputs = run(build([n for n in the_plan.nodes if n != name]), chosen)
-        results = [compare({k: outputs[k]}, {k: v}).outputs[0] for k, v in reference.items()]
+        outputs, _ = run(build([n for n in the_plan.nodes if n != name]), chosen)
+        results = [compare({k: outputs[k]}, {k: v}, time_major=flipped).outputs[0] for k, v in reference.items()]
         losses = [output_drop(o) + 1e-3 * o.mean_rel for o in results]
         scores[name] = max(losses) if all(np.isfinite(losses)) else float("inf")
     return dict(sorted(scores.items(), key=lambda kv: -kv[1]))

@@ -23,8 +23,12 @@ if TYPE_CHECKING:
 SENSITIVITY_ITEMS = 32
 
 
-def run(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Every output of ``model`` on ONNX Runtime's CPU provider over ``batches``, concatenated."""
+#: Model outputs over the calibration batches, item-leading, and the names of those that came time-major.
+Outputs = tuple[dict[str, np.ndarray], frozenset[str]]
+
+
+def run(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]]) -> Outputs:
+    """Every output of ``model`` on ONNX Runtime's CPU provider over ``batches``, joined (:func:`_joined`)."""
     from autodeploy.runtime.onnxruntime import session as ort_session
 
     settings: dict[str, Any] = {}
@@ -39,12 +43,25 @@ def run(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]]) -> dict[st
     for feeds in batches:
         for name, value in zip(names, session.run(names, feeds), strict=True):
             parts[name].append(value)
-    return {n: np.concatenate(v) if v[0].ndim else np.stack(v) for n, v in parts.items()}
+    return _joined(parts, batches)
 
 
-def run_openvino(
-    model: onnx.ModelProto, batches: list[dict[str, np.ndarray]], hint: str
-) -> dict[str, np.ndarray]:
+def _joined(parts: Mapping[str, list[np.ndarray]], batches: list[dict[str, np.ndarray]]) -> Outputs:
+    """Each output's calls concatenated; a call that came time-major (``[T, B, V]``, the harness's rule,
+    :func:`autodeploy.harness.accuracy.is_time_major`: CTC logits) split per item on axis 1 first, as the
+    harness lays it out, so the judge reads its tokens. Scalars are stacked."""
+    from autodeploy.harness.accuracy import is_time_major
+
+    items = [len(next(iter(feeds.values()))) if feeds else 1 for feeds in batches]
+    out, flipped = {}, set()
+    for name, calls in parts.items():
+        if all(is_time_major(v, 0, n) for v, n in zip(calls, items, strict=True)):
+            calls, _ = [np.moveaxis(v, 1, 0) for v in calls], flipped.add(name)
+        out[name] = np.concatenate(calls) if calls[0].ndim else np.stack(calls)
+    return out, frozenset(flipped)
+
+
+def run_openvino(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]], hint: str) -> Outputs:
     """Like :func:`run`, on OpenVINO's CPU plugin: its int8 kernels, the float layers in ``hint`` (f32/bf16).
 
     ONNX Runtime runs an OpenVINO-placed QDQ model as float with fake quantization, which is not what
@@ -68,7 +85,7 @@ def run_openvino(
         results = net.create_infer_request().infer(feeds)
         for port in net.outputs:
             parts.setdefault(port.get_any_name(), []).append(np.array(results[port]))
-    return {n: np.concatenate(v) if v[0].ndim else np.stack(v) for n, v in parts.items()}
+    return _joined(parts, batches)
 
 
 def subset(batches: list, items: int = SENSITIVITY_ITEMS) -> list:
@@ -108,7 +125,7 @@ def layer_outputs(
             per_channel=config.per_channel,
             reduce_range=config.reduce_range,
         )
-        yield node, run(mini, feeds)[node.output[0]], run(quantized, feeds)[node.output[0]]
+        yield node, run(mini, feeds)[0][node.output[0]], run(quantized, feeds)[0][node.output[0]]
 
 
 def _record(model: onnx.ModelProto, names: Sequence[str], batches: list) -> dict[str, np.ndarray]:
