@@ -497,6 +497,16 @@ def batch_axes(
     return axes
 
 
+def proto_batch_axes(proto: Any) -> dict[str, int | None]:
+    """:func:`batch_axes` of a loaded ONNX model's own inputs and outputs (no user overrides); ``{}`` when
+    its interface cannot be read (:class:`ModelError`): then no tensor is known to be batched."""
+    try:
+        inputs, outputs, _ = _specs(proto)
+    except ModelError:
+        return {}
+    return batch_axes(inputs, outputs, {})
+
+
 def _shared_batch_dim(
     inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], overrides: Mapping[str, int | None]
 ) -> str | None:

@@ -739,10 +739,13 @@ def _ctc_head() -> onnx.ModelProto:
     from onnx import TensorProto, helper, numpy_helper
 
     w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32), "w")
+    cut = [numpy_helper.from_array(np.array([v], np.int64), n) for n, v in (("s0", 0), ("s1", 2), ("a0", 0))]
     graph = helper.make_graph(
-        [helper.make_node("Transpose", ["x"], ["t"], perm=[2, 0, 1]), helper.make_node("MatMul", ["t", "w"], ["y"])],
+        [helper.make_node("Transpose", ["x"], ["t"], perm=[2, 0, 1]), helper.make_node("MatMul", ["t", "w"], ["y"]),
+         helper.make_node("Slice", ["y", "s0", "s1", "a0"], ["state"])],  # [2, B, 8]: batch on axis 1, as declared
         "ctc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4, "T"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "T", 8])], [w])  # declared batch-leading, as ddddocr does  # fmt: skip
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "T", 8]),  # declared batch-leading, as ddddocr does
+         helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "B", 8])], [w, *cut])  # fmt: skip
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -758,9 +761,11 @@ def test_the_fallback_judges_time_major_ctc_logits_by_their_tokens_as_the_harnes
     batches = [{"x": rng.standard_normal((1, 4, 6)).astype(np.float32)} for _ in range(3)]
     outputs, flipped = run.run(model, batches)
     assert flipped == {"y"} and outputs["y"].shape == (3, 6, 8)  # three items of six steps, not 18 rows
-    assert compare(outputs, outputs, time_major=flipped).outputs[0].kind == "sequence"
+    assert outputs["state"].shape == (6, 1, 8)  # a state declared [2, B, 8] is no time-major output
+    logits = {"y": outputs["y"]}
+    assert compare(logits, logits, time_major=flipped).outputs[0].kind == "sequence"
     changed = outputs["y"].copy()
     changed[1, 2] = changed[1, 2, ::-1] * 10  # one step of one item now decodes to another token
-    assert compare({"y": changed}, outputs, time_major=flipped).outputs[0].sequence_agreement == pytest.approx(2 / 3)
+    assert compare({"y": changed}, logits, time_major=flipped).outputs[0].sequence_agreement == pytest.approx(2 / 3)
     judge = fallback.Judge(model, batches, QuantConfig(placement="onnxruntime"))
     assert judge.time_major == {"y"} and judge(model)[0]  # the FP32 model passes its own judge

@@ -43,19 +43,23 @@ def run(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]]) -> Outputs
     for feeds in batches:
         for name, value in zip(names, session.run(names, feeds), strict=True):
             parts[name].append(value)
-    return _joined(parts, batches)
+    return _joined(parts, batches, model)
 
 
-def _joined(parts: Mapping[str, list[np.ndarray]], batches: list[dict[str, np.ndarray]]) -> Outputs:
-    """Each output's calls concatenated; a call that came time-major (``[T, B, V]``, the harness's rule,
-    :func:`autodeploy.harness.accuracy.is_time_major`: CTC logits) split per item on axis 1 first, as the
-    harness lays it out, so the judge reads its tokens. Scalars are stacked."""
+def _joined(parts: Mapping[str, list[np.ndarray]], batches: list[dict[str, np.ndarray]],
+            model: onnx.ModelProto) -> Outputs:  # fmt: skip
+    """Each output's calls concatenated; a call that came time-major (``[T, B, V]`` where the model declares
+    its batch on axis 0, the harness's rule, :func:`autodeploy.harness.accuracy.is_time_major`: CTC logits)
+    split per item on axis 1 first, as the harness lays it out, so the judge reads its tokens. A state
+    declared ``[2, batch, 128]`` has its batch on axis 1 and is not one. Scalars are stacked."""
     from autodeploy.harness.accuracy import is_time_major
+    from autodeploy.model import proto_batch_axes
 
+    axes = proto_batch_axes(model)
     items = [len(next(iter(feeds.values()))) if feeds else 1 for feeds in batches]
     out, flipped = {}, set()
     for name, calls in parts.items():
-        if all(is_time_major(v, 0, n) for v, n in zip(calls, items, strict=True)):
+        if all(is_time_major(v, axes.get(name), n) for v, n in zip(calls, items, strict=True)):
             calls, _ = [np.moveaxis(v, 1, 0) for v in calls], flipped.add(name)
         out[name] = np.concatenate(calls) if calls[0].ndim else np.stack(calls)
     return out, frozenset(flipped)
@@ -85,7 +89,7 @@ def run_openvino(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]], h
         results = net.create_infer_request().infer(feeds)
         for port in net.outputs:
             parts.setdefault(port.get_any_name(), []).append(np.array(results[port]))
-    return _joined(parts, batches)
+    return _joined(parts, batches, model)
 
 
 def subset(batches: list, items: int = SENSITIVITY_ITEMS) -> list:
