@@ -158,8 +158,10 @@ def test_tune_then_export_then_load_and_run_the_bundle(env):
 
     # Resume with the model and name only: the stored search space and screening settings apply.
     again = autodeploy.tune("zoo:tiny-cnn", name="api", resume=True, trials=1, finalists=0, db=db)
-    # Both configs of the space were measured: the resume's trial repeats one, for free.
-    assert again.trials["complete"] == 2 and again.trials.get("repeated", 0) >= 1
+    # Both configs of the space were measured: the resume measures nothing new. The resumed sampler is
+    # seeded apart (storage.py), so what it suggests is a measured config (repeated, for free) or a point
+    # the space prunes by its rule (pruned, for free); which, and how many, varies with the seed.
+    assert again.trials["complete"] == 2 and again.trials.get("repeated", 0) + again.trials.get("pruned", 0) >= 1
     trials = optuna.load_study(study_name="api", storage=db).trials
     assert {(t.user_attrs["config"]["engine"], t.user_attrs["config"]["threads"]) for t in trials} == {
         ("onnxruntime", 1)
