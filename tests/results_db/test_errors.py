@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
 from pathlib import Path
 
@@ -134,3 +135,22 @@ def test_sqlite_pragmas(tmp_path: Path) -> None:
         pragma = {name: conn.exec_driver_sql(f"PRAGMA {name}").scalar() for name in
                   ("journal_mode", "busy_timeout", "foreign_keys")}  # fmt: skip
     assert pragma == {"journal_mode": "wal", "busy_timeout": 30000, "foreign_keys": 1}
+
+
+def _journal_mode(path: str) -> str:
+    engine, _ = connection.connect(f"sqlite:///{path}", readonly=False)
+    try:
+        with engine.connect() as conn:
+            return str(conn.exec_driver_sql("PRAGMA journal_mode").scalar())
+    finally:
+        engine.dispose()
+
+
+def test_processes_racing_to_create_one_file_all_wait_for_the_wal_switch(tmp_path: Path) -> None:
+    # SQLite refuses the switch to WAL at once ("database is locked"), without waiting its busy
+    # timeout, while another process is opening or switching the same new file. Before
+    # connection._enter_wal retried, this loop failed in 5 runs of 5 (CI met it once in
+    # test_store's concurrent writers).
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        for i in range(150):
+            assert pool.map(_journal_mode, [str(tmp_path / f"new{i}.db")] * 4) == ["wal"] * 4

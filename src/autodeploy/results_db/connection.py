@@ -9,6 +9,8 @@ before any query, with a :class:`~autodeploy.errors.StoreError` naming the datab
 from __future__ import annotations
 
 import os
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -210,7 +212,7 @@ def _configure_sqlite(engine: sa.Engine, *, readonly: bool) -> None:
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS:d}")
         cursor.execute("PRAGMA foreign_keys = ON")
         if not readonly:
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _enter_wal(cursor)
         cursor.close()
 
     @sa.event.listens_for(engine, "begin")
@@ -218,6 +220,27 @@ def _configure_sqlite(engine: sa.Engine, *, readonly: bool) -> None:
         conn.exec_driver_sql(
             "BEGIN IMMEDIATE" if conn.get_execution_options().get("autodeploy_write") else "BEGIN"
         )
+
+
+def _enter_wal(cursor: Any) -> None:
+    """Switch the file to WAL mode (it stays so), waiting as long as any other lock would.
+
+    The switch needs the file to itself, and SQLite answers "database is locked" at once
+    instead of calling its busy handler while another connection has it open: four processes
+    creating one new database failed this way on 9 files of 60. A file already in WAL
+    mode needs no switch, so only its first connections can meet this.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.001
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
 
 
 def diagnose(err: Exception) -> tuple[str, str]:
