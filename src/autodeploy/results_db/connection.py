@@ -225,10 +225,10 @@ def _configure_sqlite(engine: sa.Engine, *, readonly: bool) -> None:
 def _enter_wal(cursor: Any) -> None:
     """Switch the file to WAL mode (it stays so), waiting as long as any other lock would.
 
-    The switch needs the file to itself, and SQLite answers "database is locked" at once
-    instead of calling its busy handler while another connection has it open: four processes
-    creating one new database failed this way on 9 files of 60. A file already in WAL
-    mode needs no switch, so only its first connections can meet this.
+    While another connection is switching the same new file, SQLite can answer "database is
+    locked" at once instead of calling its busy handler (a plain read lock held elsewhere is
+    waited for): four processes creating one new database failed this way on 9 files of 60.
+    A file already in WAL mode needs no switch, so only its first connections can meet this.
     """
     deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
     delay = 0.001
