@@ -139,12 +139,11 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
             reporter.note(f"the time budget pays for {r} of {f.rounds} finalist rounds; the winner rests on those")
             break
         if r > 0:
-            # after one round only a clear gap counts (drift between A and B is not yet averaged out)
-            margin = FIRST_ROUND_MARGIN if r == 1 else 0.0
             values, _ = _round_values(calls, rates, cases, objective)
             # before a winner claim's rounds have run, the leader keeps its closest rival (one round's gap
-            # ended the rounds with a screening-only winner whose interval rested on nothing)
-            active = _still_in([(i, values[i]) for i in active], objective, margin, keep=baseline,
+            # ended the rounds with a screening-only winner whose interval rested on nothing; beside the
+            # baseline, the first rounds' gaps put out a faster config on a host that swung 2x)
+            active = _still_in([(i, values[i]) for i in active], objective, keep=baseline,
                                rival=r < MIN_WINNER_ROUNDS, loads=dict(enumerate(loads)))  # fmt: skip
             if len(active) == 1:
                 settled = True
@@ -344,19 +343,21 @@ def _leader(costs: dict[int, list[float | None]], pairs: Callable[[int, int], np
     return min(costs, key=worst)
 
 
-def _still_in(stats: list[tuple[int, Sequence[float | None]]], objective: str, margin: float = 0.0,
-              keep: int | None = None, rival: bool = False,
-              loads: dict[int, Sequence[float | None]] | None = None) -> list[int]:  # fmt: skip
+def _still_in(stats: list[tuple[int, Sequence[float | None]]], objective: str, keep: int | None = None,
+              rival: bool = False, loads: dict[int, Sequence[float | None]] | None = None) -> list[int]:  # fmt: skip
     """The configs (by index) that can still win or tie, given each one's per-round values.
 
     A config is wholly behind the leader (:func:`_leader`) when it was slower in every round both
-    ran, by more than ``margin`` (a fraction), and the paired interval of its ratio to the leader
-    lies above 1 (one round has no interval: the margin must speak alone). ``keep`` (the baseline)
-    stays while it has values: the speed-up is paired on its rounds. A config without a value yet
-    (it failed) stays only when nothing has one. With ``rival``, the leader is never left alone: the
-    config closest to it (lowest median paired ratio) stays, so that the winner's rounds stay paired
-    until it has the rounds a winner claim needs. Configs are compared on the rounds in which neither ran
-    under load (``loads`` per config; :func:`_pairing`).
+    ran and the paired interval of its ratio to the leader lies above 1; on one pair (no interval)
+    only by more than FIRST_ROUND_MARGIN, a gap the machine alone does not make. ``keep`` (the
+    baseline) stays while it has values: the speed-up is paired on its rounds. A config without a
+    value yet (it failed) stays only when nothing has one. With ``rival``, the leader never runs on
+    alone: the config closest to it (lowest median paired ratio) stays, so that the winner's rounds stay
+    paired. Beside ``keep`` alone (the baseline runs every round for the speed-up; it is the yardstick, no
+    contender) the closest stays while its median ratio is within FIRST_ROUND_MARGIN: a contender that a
+    swing of the machine could have put behind in the first rounds is judged on the rounds a winner
+    claim needs. Configs are compared on the rounds in which neither ran under load (``loads`` per
+    config; :func:`_pairing`).
     """
     costs = {i: _costs(values, objective) for i, values in stats}
     known = {i: c for i, c in costs.items() if any(v is not None for v in c)}
@@ -368,14 +369,16 @@ def _still_in(stats: list[tuple[int, Sequence[float | None]]], objective: str, m
     def behind(i: int) -> bool:
         r = pairs(i, lead)
         interval = rstats.median_interval(r)
-        gap = max(margin, FIRST_ROUND_MARGIN) if r.size == 1 else margin  # one pair: only a clear gap counts
+        gap = FIRST_ROUND_MARGIN if r.size == 1 else 0.0  # one pair: only a gap no host swing explains
         return bool(r.size) and bool(np.all(r > 1 + gap)) and (interval is None or interval[0] > 1)
 
     left = [i for i in known if i == lead or i == keep or not behind(i)]
-    others = [i for i in known if i != lead and pairs(i, lead).size]
-    if rival and len(left) == 1 and others:
+    beside = [i for i in left if i != lead]
+    others = [i for i in known if i not in (lead, keep) and pairs(i, lead).size]
+    if rival and others and all(i == keep for i in beside):
         closest = min(others, key=lambda i: float(np.median(pairs(i, lead))))
-        left = sorted([lead, closest])
+        if not beside or float(np.median(pairs(closest, lead))) <= 1 + FIRST_ROUND_MARGIN:
+            left = sorted([*left, closest])
     return left
 
 
