@@ -2,6 +2,7 @@
 
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,9 @@ from tests.models import mlp
 def test_version(capsys):
     code, out, _ = run(capsys, "--version")
     assert code == 0 and out.strip() == f"autodeploy {autodeploy.__version__}"
+    # the version is pyproject.toml's, not a second copy in the code that can drift from it
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
+    assert autodeploy.__version__ == project["version"]
 
 
 def _cases(tmp):
