@@ -54,7 +54,7 @@ def test_import_autodeploy_stays_light_and_loads_the_api_on_first_use():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False True []"
-    assert autodeploy.tune.__module__ == "autodeploy.api"
+    assert autodeploy.tune is autodeploy.api.tune and autodeploy.tune.__module__ == "autodeploy.api._tune"
 
 
 def test_bench_returns_the_trial_as_stored(env):

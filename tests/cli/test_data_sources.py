@@ -46,7 +46,7 @@ def env(tmp_path, monkeypatch):
 
 
 def test_a_bundle_records_what_it_was_measured_on_and_runs_images_the_same_way(env, capsys):
-    from autodeploy.api import _bundle_feeds as feeds
+    from autodeploy.api._bundle_run import _bundle_feeds as feeds
 
     tmp_path, model, folder, db = env
     (trial,) = autodeploy.bench_shapes(model, threads=1, data=folder, preprocess=IMAGENET, timing=FAST, db=db)

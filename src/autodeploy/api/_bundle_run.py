@@ -1,0 +1,107 @@
+""":func:`run_bundle`: a shipped bundle loaded and timed on this machine, beside what its manifest recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autodeploy.api._common import Progress, _silent
+from autodeploy.data import Dataset
+from autodeploy.device import DeviceInfo, probe_device
+from autodeploy.harness.timing import TimingPolicy
+from autodeploy.images import Preprocess
+from autodeploy.intake import choose_inputs, load_source
+from autodeploy.model import ModelInfo
+
+if TYPE_CHECKING:
+    from autodeploy.harness.load import Load
+    from autodeploy.harness.result import LatencyStats
+
+
+@dataclass(frozen=True)
+class BundleRun:
+    """A bundle timed on this machine (:func:`run_bundle`), beside what its manifest recorded."""
+
+    manifest: dict[str, Any]
+    device: DeviceInfo  # this machine
+    stats: LatencyStats  # per call, here
+    warmup_calls: int
+    throughput: float  # items/s, here
+    load: Load | None  # how busy this machine was while it was timed
+    warnings: tuple[str, ...]  # the loader's (another engine version, another device)
+
+    @property
+    def same_device(self) -> bool:
+        return self.device.fingerprint == self.manifest["device"]["fingerprint"]
+
+
+def run_bundle(
+    path: str | Path,
+    *,
+    data: str | Path | Dataset | None = None,
+    preprocess: Preprocess | None = None,
+    timing: TimingPolicy | None = None,
+    allow_other_version: bool = False,
+    trust: str | Path | None = None,
+    quiet: Callable[[], AbstractContextManager[None]] = nullcontext,
+    progress: Progress | None = None,
+) -> BundleRun:
+    """Load the bundle at ``path`` (a folder or ``.tar.gz``; verified first), time it here, in this process.
+
+    Args:
+        data: inputs as for :func:`bench` (default synthetic); images are preprocessed as the bundle was
+            measured (its manifest's ``inputs``) unless ``preprocess`` is given.
+        timing: warm-up and sample counts (default: 64 samples and 2 s at least, 60 s at most).
+        allow_other_version: run under another engine version than benchmarked (the result warns).
+        trust: a PEM public key: the bundle's signature must verify with it.
+        quiet: wraps loading the engine and its first call (the CLI hides the engines' native log lines).
+        progress: told each phase.
+
+    Raises:
+        BundleError: a file is missing or changed, the signature does not verify, or it cannot run here.
+        DataError: the data does not fit the bundle's model.
+    """
+    from autodeploy.bundle import loader, opened
+    from autodeploy.harness.stats import summarize
+    from autodeploy.harness.timing import time_calls
+
+    report = progress or _silent
+    with opened(path) as root:
+        # 1. verify and open it
+        with quiet():
+            predictor = loader.load(root, allow_other_version=allow_other_version, trust=trust)
+        with predictor:
+            # 2. one batch of inputs, as it was measured
+            manifest = predictor.manifest
+            feeds = _bundle_feeds(manifest, root, data, preprocess)
+            with quiet():  # some engines (LiteRT) create their delegates on the first call
+                predictor.run(feeds)
+            # 3. time it
+            report(f"timing {path} ({len(next(iter(feeds.values())))} items per call)")
+            timed = time_calls(lambda: predictor.run(feeds), timing or TimingPolicy())
+    batch = manifest["settings"]["batch"]
+    throughput = batch * len(timed.samples_ns) / (timed.samples_ns.sum() / 1e9)
+    return BundleRun(manifest, probe_device(), summarize(timed.samples_ns), timed.warmup_calls, throughput,
+                     timed.load, tuple(predictor.warnings))  # fmt: skip
+
+
+def _bundle_feeds(manifest: dict[str, Any], root: Path, data: str | Path | Dataset | None,
+                  preprocess: Preprocess | None) -> dict[str, Any]:  # fmt: skip
+    """One batch at the bundle's batch size: the user's first items (images preprocessed by ``preprocess``,
+    else as the bundle was measured), or synthetic ones."""
+    from autodeploy import images
+
+    model, shapes = manifest["model"], manifest.get("shapes") or {}
+    info = ModelInfo.from_dict({**model, "path": str(root), "opset": 0, "external_files": [],
+                                "batch_axes": shapes.get("batch_axes") or {}})  # fmt: skip
+    measured = (manifest.get("inputs") or {}).get("preprocess")
+    if preprocess is None and measured and data is not None and not isinstance(data, Dataset):
+        is_images = str(data) == images.SAMPLE_IMAGES or images.is_image_folder(Path(data))
+        preprocess = Preprocess.from_dict(measured) if is_images else None
+    batch = manifest["settings"]["batch"]
+    inputs = choose_inputs(info, load_source(data, info, preprocess), items=batch)
+    return inputs.data.batches(batch, {s.name: info.batch_axis(s.name) for s in info.inputs})[0]
