@@ -33,11 +33,14 @@ The rules:
     thresholded at :data:`DEFAULT_DECISION_THRESHOLD`: the F1 of the candidate's positives against
     the reference's ``>= 1 - max_accuracy_drop`` (no positives on either side: 1.0), so rare events count.
   - ``embedding``: one vector per item, ``[N, 1, ..., 1, D]`` of rank 4 and up (a 1x1 feature map, as a
-    TF conv head exports it: openwakeword's ``[N, 1, 1, 96]``), or any float output by override (e.g. a
-    sentence embedding ``[N, D]``, which the shape alone calls class scores): the cosine of each item's
-    vector with the reference's, the worst row ``>= 1 - max_accuracy_drop``; a vector's direction is what a
+    TF conv head exports it: openwakeword's ``[N, 1, 1, 96]``); at any rank, ``[N, D]`` too, a vector made
+    by ``LpNormalization`` or whose reference rows all have length 1 with signed values (sentence and face
+    embeddings end in ``F.normalize``, exported as ``Div`` by a ``ReduceL2``; class scores are not unit
+    length, probabilities are not signed); or any float output by override (an unnormalized sentence
+    embedding ``[N, D]``, which the shape alone calls class scores): the cosine of each item's vector
+    with the reference's, the worst row ``>= 1 - max_accuracy_drop``; a vector's direction is what a
     nearest-neighbour search or a classifier on top reads, and one averaged number would hide one item's.
-    ``[N, 1, V]`` stays ``sqnr``: a one-position sequence.
+    Else ``[N, 1, V]`` stays ``sqnr``: a one-position sequence.
   - ``sqnr``: every other float output, per channel group: the channel axis and the groups of
     adjacent channels of similar range are found by :mod:`autodeploy.harness.accuracy`; each
     group's SQNR ``10 log10(sum ref^2 / sum (out - ref)^2)`` (the reference's mean kept, as cosine
@@ -154,7 +157,8 @@ class OutputFacts:
     else e.g. ``"Softmax(axis=1)"``), ``None`` when unknown. ``unit_range``: every reference value
     lies in [0, 1]. ``rows_sum_to_one``: non-negative and every last-axis row sums to 1.
     ``time_major``: the engine returned it ``[T, B, ...]``, the call's items on axis 1 where the model
-    declares axis 0; ``shape`` is then already item-leading, ``[N, T, ...]``.
+    declares axis 0; ``shape`` is then already item-leading, ``[N, T, ...]``. ``unit_rows``: every
+    last-axis row has length 1 (L2) and some value is negative: an L2-normalized vector.
     """
 
     dtype_kind: str  # numpy's dtype.kind: "f", "i", "u", "b", ...
@@ -163,6 +167,7 @@ class OutputFacts:
     unit_range: bool = False
     rows_sum_to_one: bool = False
     time_major: bool = False
+    unit_rows: bool = False
 
 
 def output_kind(facts: OutputFacts) -> str:
@@ -170,6 +175,9 @@ def output_kind(facts: OutputFacts) -> str:
     shape = facts.shape
     if facts.dtype_kind in "iub":
         return "exact"
+    one_vector = len(shape) >= 2 and shape[-1] > 1 and all(d == 1 for d in shape[1:-1])
+    if one_vector and (facts.producer == "LpNormalization" or facts.unit_rows):
+        return "embedding"  # normalized: a direction is all it carries
     if len(shape) == 2 and shape[1] > 1:
         return "top1"  # class-score vectors keep top-1, even as probabilities
     positions = math.prod(shape[1:-1]) if len(shape) >= 3 else 0  # [N, T, V], also [N, T, 1, V]
@@ -180,7 +188,7 @@ def output_kind(facts: OutputFacts) -> str:
         return "sequence"  # CTC logits [T, B, V], as the model returned them: decoded by argmax per step
     if facts.producer == "Sigmoid" or facts.unit_range:
         return "decision"
-    if len(shape) >= 4 and shape[-1] > 1 and all(d == 1 for d in shape[1:-1]):
+    if one_vector and len(shape) >= 4:
         return "embedding"  # a 1x1 feature map: one vector per item
     return "sqnr"
 

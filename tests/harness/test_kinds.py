@@ -160,6 +160,45 @@ def test_what_is_and_is_not_an_embedding():
     assert compare({"z": zero + 0.1}, {"z": zero}, overrides=as_embedding).outputs[0].row_cosine == 0.0
 
 
+def test_a_normalized_vector_per_item_is_an_embedding_without_an_override():
+    """A sentence or face embedding ends in F.normalize: [N, D] rows of length 1 with signed values. Its
+    argmax is no class (top-1 would judge which of 96 near-equal dimensions is largest), its direction is
+    what is read: judged row by row, one bent vector fails. Class scores and probabilities stay top-1."""
+    flat = speech_embeddings()[:, 0, 0]
+    unit = flat / np.linalg.norm(flat, axis=1, keepdims=True)
+    assert kinds({"v": unit, "w": unit[:, None, :]}) == {"v": "embedding", "w": "embedding"}
+    assert compare({"v": bf16_like(unit)}, {"v": unit}).passed
+    bent = unit.copy()
+    noise = np.random.default_rng(2).normal(0, 1, unit.shape[1])
+    bent[5] += 0.25 * noise / np.linalg.norm(noise)  # one item's vector turned ~14 degrees
+    acc = compare({"v": bent}, {"v": unit})
+    assert not acc.passed and acc.outputs[0].kind == "embedding" and 0.96 < acc.outputs[0].row_cosine < 0.98
+    assert kinds({"flat": flat})["flat"] == "top1"  # not normalized: by override, as before
+    confident = np.full((4, 10), 1e-5)
+    confident[:, 3] = 1 - 9e-5  # nearly one-hot probabilities: length 1 too, but not signed
+    logits = np.linspace(-3, 3, 4 * 10).reshape(4, 10)
+    assert kinds({"p": confident, "logits": logits}) == {"p": "top1", "logits": "top1"}
+
+
+def test_a_vector_made_by_lp_normalization_is_an_embedding(tmp_path):
+    """The op says so too: ReLU features normalized by LpNormalization are unit length but never negative."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 16])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 16], np.random.default_rng(0).normal(0, 1, 128).tolist())
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("LpNormalization", ["r"], ["y"], axis=-1, p=2)]  # fmt: skip
+    model = helper.make_model(helper.make_graph(nodes, "emb", [x], [y], [w]), opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (ref,) = session.run(None, {"x": np.random.default_rng(1).normal(0, 1, (6, 8)).astype(np.float32)})
+    assert ref.min() >= 0 and np.allclose(np.linalg.norm(ref, axis=1), 1, atol=1e-5)
+    assert producers(model) == {"y": "LpNormalization"}
+    assert kinds({"y": ref}, producers(model)) == {"y": "embedding"}
+    assert kinds({"y": ref}) == {"y": "top1"}  # the values alone: non-negative rows look like scores
+
+
 def softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)

@@ -163,13 +163,15 @@ def is_time_major(value: np.ndarray, axis: int | None, items: int) -> bool:
 def facts(ref: np.ndarray, producer: str | None = None, time_major: bool = False) -> OutputFacts:
     """What :func:`autodeploy.verdict.output_kind` needs to know of a reference output (``time_major``:
     the engine returned it with its items on axis 1, as :func:`compare` takes it)."""
-    unit = rows = False
+    unit = rows = unit_rows = False
     if ref.dtype.kind == "f" and ref.size and np.all(np.isfinite(ref)):
         lo, hi = float(ref.min()), float(ref.max())
         unit = lo >= 0.0 and hi <= 1.0
         if ref.ndim >= 2 and lo >= 0.0:
             rows = bool(np.allclose(ref.astype(np.float64).sum(axis=-1), 1.0, atol=1e-3))
-    return OutputFacts(ref.dtype.kind, tuple(ref.shape), producer, unit, rows, time_major)
+        if ref.ndim >= 2 and lo < 0.0:
+            unit_rows = bool(np.allclose(np.linalg.norm(ref.astype(np.float64), axis=-1), 1.0, atol=1e-3))
+    return OutputFacts(ref.dtype.kind, tuple(ref.shape), producer, unit, rows, time_major, unit_rows)
 
 
 def kinds(reference: Mapping[str, np.ndarray], producers: Mapping[str, str] | None = None,
