@@ -64,7 +64,7 @@ The rules:
   least as good everywhere and better somewhere.
 * **Better**, between finalists compared paired by round: a tie is a median per-round ratio within
   :data:`TIE_TOLERANCE` of 1 whose interval holds 1; after one round only a gap of
-  :data:`FIRST_ROUND_MARGIN` (2.5x) puts a finalist out (:mod:`autodeploy.search.study` applies them).
+  :data:`FIRST_ROUND_MARGIN` (or the machine's own swing) puts a finalist out (:mod:`autodeploy.search.study` applies them).
 
 Pure functions and frozen dataclasses, stdlib only (and the objectives' table,
 :mod:`autodeploy.objectives`): importing this module imports no engine, Optuna, SQLAlchemy or pandas.
@@ -101,14 +101,13 @@ TOLERANCE = 1e-9
 #: interval of that ratio holds 1, ties with it (and the cheaper one wins). An interval holding 1 alone
 #: would tie configs far apart when the rounds are noisy (all cores on a busy machine).
 TIE_TOLERANCE = 0.03
-#: After the finalists' first round a config leaves the rounds only when it is this fraction slower
-#: than the leader in that round (so too when one round is all the two have in common quiet); after later
-#: rounds, when it is slower in every round so far and the paired interval of its ratio to the leader
-#: lies above 1 (it is wholly behind). One round must beat what the machine alone can do to one run: on a
-#: shared 2-vCPU VM the same ONNX Runtime config read 1.99-2.13x apart between quiet runs (ppocrv5-det at
-#: 160-640 px; the host took a vCPU for seconds to minutes and reported no steal), and a 10% margin put
-#: out a config 1.5x faster than the winner in 2 of 6 runs. A gap of 2.5x is one no such swing explains.
-FIRST_ROUND_MARGIN = 1.5
+#: After the finalists' first round a config leaves the rounds only when it is at least this fraction
+#: slower than the leader in that round (so too when one round is all the two have in common quiet), and
+#: more where the machine moved one config further than that between two of its runs
+#: (``search/finalists.py`` ``_one_pair_margin``): two equal configs can read as far apart as one config
+#: reads from itself. After later rounds, when it is slower in every round so far and the paired interval
+#: of its ratio to the leader lies above 1 (it is wholly behind).
+FIRST_ROUND_MARGIN = 0.10
 
 
 # -- accuracy ------------------------------------------------------------------------------

@@ -67,7 +67,9 @@ def decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: M
     base = ctx.baseline()
     baseline_ok = registry.get(base.engine).probe(ctx.device).available
     with_baseline = baseline_ok and base.key() not in {c.key() for c in configs}
-    finalists, rounds, settled, statistic, reran = _interleaved(ctx, [*configs, *([base] if with_baseline else [])],
+    configs += [base] if with_baseline else []
+    screened = {TrialConfig.from_dict(t.user_attrs["config"]).key(): t.values[0] for t in ranked(study, cfg.objective)}
+    finalists, rounds, settled, statistic, reran = _interleaved(ctx, configs, [screened.get(c.key()) for c in configs],
                                                                 reporter, memory, budget, runs)  # fmt: skip
     summary = replace(choose(ctx.name, cfg.objective, counts, finalists, statistic),
                       load=_rounds_load(finalists, rounds, reran))
@@ -104,13 +106,16 @@ def _contenders(ranked_trials: list[optuna.trial.FrozenTrial], count: int) -> li
     return sorted(chosen, key=ranked_trials.index)
 
 
-def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Reporter, memory: Memory, budget: Budget,
-                 runs: list[tuple[str, dict[str, float]]]) -> tuple[list[Finalist], int, bool, str, list[dict[str, Any]]]:  # fmt: skip
+def _interleaved(ctx: StudyContext, configs: list[TrialConfig], screened: Sequence[float | None], reporter: Reporter,
+                 memory: Memory, budget: Budget, runs: list[tuple[str, dict[str, float]]],
+                 ) -> tuple[list[Finalist], int, bool, str, list[dict[str, Any]]]:  # fmt: skip
     """A B C A B C …: every round runs each config once (at every shape), in a rotated order, so drift hits all alike.
 
     Each round gives each config one value (:func:`_round_values`). Successive halving on
     measurement length: after each round a config wholly behind the leader, paired by round
-    (:func:`_still_in`), runs no more rounds; its values stay those of the rounds it ran. The
+    (:func:`_still_in`; on one pair, by more than the machine moved one config between two of its
+    runs: ``screened``, each config's screening value, and the rounds so far, :func:`_one_pair_margin`),
+    runs no more rounds; its values stay those of the rounds it ran. The
     baseline (ORT fp32 default) runs every round: the speed-up is paired on its rounds. Under a
     time budget a round starts only when the time left pays for one more (as long as the rounds
     so far took). A round that ran under load runs once more when the time left pays for it (at most
@@ -142,9 +147,10 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], reporter: Report
             values, _ = _round_values(calls, rates, cases, objective)
             # before a winner claim's rounds have run, the leader keeps its closest rival (one round's gap
             # ended the rounds with a screening-only winner whose interval rested on nothing; beside the
-            # baseline, the first rounds' gaps put out a faster config on a host that swung 2x)
+            # baseline, round 1's gap put out a faster config on a host that moved configs 2x)
+            margin = _one_pair_margin([[s, *v] for s, v in zip(screened, values, strict=True)])
             active = _still_in([(i, values[i]) for i in active], objective, keep=baseline,
-                               rival=r < MIN_WINNER_ROUNDS, loads=dict(enumerate(loads)))  # fmt: skip
+                               rival=r < MIN_WINNER_ROUNDS, loads=dict(enumerate(loads)), margin=margin)  # fmt: skip
             if len(active) == 1:
                 settled = True
                 break  # one config left: every other one is wholly behind it
@@ -343,18 +349,34 @@ def _leader(costs: dict[int, list[float | None]], pairs: Callable[[int, int], np
     return min(costs, key=worst)
 
 
+def _one_pair_margin(runs: Sequence[Sequence[float | None]]) -> float:
+    """The gap one pair of runs must show to put a config out: FIRST_ROUND_MARGIN, or wider where the
+    machine has moved one config more than that between two of its runs (``runs``: per config, its
+    values so far, screening's and each round's; ms or items/s alike). Two equal configs can read as
+    far apart as one config reads from itself: a shared VM's host, taking a vCPU without reporting
+    steal, moved one ONNX Runtime config 1.99-2.13x between quiet runs, and a 10% margin then put out a
+    config 1.5x faster than the winner after one round in 2 of 6 benchmark runs."""
+    moved = 1.0
+    for values in runs:
+        known = [v for v in values if v is not None and v > 0]
+        if len(known) > 1:
+            moved = max(moved, max(known) / min(known))
+    return max(FIRST_ROUND_MARGIN, moved - 1.0)
+
+
 def _still_in(stats: list[tuple[int, Sequence[float | None]]], objective: str, keep: int | None = None,
-              rival: bool = False, loads: dict[int, Sequence[float | None]] | None = None) -> list[int]:  # fmt: skip
+              rival: bool = False, loads: dict[int, Sequence[float | None]] | None = None,
+              margin: float = FIRST_ROUND_MARGIN) -> list[int]:  # fmt: skip
     """The configs (by index) that can still win or tie, given each one's per-round values.
 
     A config is wholly behind the leader (:func:`_leader`) when it was slower in every round both
     ran and the paired interval of its ratio to the leader lies above 1; on one pair (no interval)
-    only by more than FIRST_ROUND_MARGIN, a gap the machine alone does not make. ``keep`` (the
+    only by more than ``margin``, a gap the machine alone has not made (:func:`_one_pair_margin`). ``keep`` (the
     baseline) stays while it has values: the speed-up is paired on its rounds. A config without a
     value yet (it failed) stays only when nothing has one. With ``rival``, the leader never runs on
     alone: the config closest to it (lowest median paired ratio) stays, so that the winner's rounds stay
     paired. Beside ``keep`` alone (the baseline runs every round for the speed-up; it is the yardstick, no
-    contender) the closest stays while its median ratio is within FIRST_ROUND_MARGIN: a contender that a
+    contender) the closest stays while its median ratio is within ``margin``: a contender that a
     swing of the machine could have put behind in the first rounds is judged on the rounds a winner
     claim needs. Configs are compared on the rounds in which neither ran under load (``loads`` per
     config; :func:`_pairing`).
@@ -369,7 +391,7 @@ def _still_in(stats: list[tuple[int, Sequence[float | None]]], objective: str, k
     def behind(i: int) -> bool:
         r = pairs(i, lead)
         interval = rstats.median_interval(r)
-        gap = FIRST_ROUND_MARGIN if r.size == 1 else 0.0  # one pair: only a gap no host swing explains
+        gap = margin if r.size == 1 else 0.0  # one pair: only a gap the machine's own swings do not explain
         return bool(r.size) and bool(np.all(r > 1 + gap)) and (interval is None or interval[0] > 1)
 
     left = [i for i in known if i == lead or i == keep or not behind(i)]
@@ -377,7 +399,7 @@ def _still_in(stats: list[tuple[int, Sequence[float | None]]], objective: str, k
     others = [i for i in known if i not in (lead, keep) and pairs(i, lead).size]
     if rival and others and all(i == keep for i in beside):
         closest = min(others, key=lambda i: float(np.median(pairs(i, lead))))
-        if not beside or float(np.median(pairs(closest, lead))) <= 1 + FIRST_ROUND_MARGIN:
+        if not beside or float(np.median(pairs(closest, lead))) <= 1 + margin:
             left = sorted([*left, closest])
     return left
 
