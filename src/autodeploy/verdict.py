@@ -156,8 +156,8 @@ class OutputFacts:
     else e.g. ``"Softmax(axis=1)"``), ``None`` when unknown. ``unit_range``: every reference value
     lies in [0, 1]. ``rows_sum_to_one``: non-negative and every last-axis row sums to 1.
     ``time_major``: the engine returned it ``[T, B, ...]``, the call's items on axis 1 where the model
-    declares axis 0; ``shape`` is then already item-leading, ``[N, T, ...]``. ``unit_rows``: every
-    last-axis row has length 1 (L2) and some value is negative: an L2-normalized vector.
+    declares axis 0; ``shape`` is then already item-leading, ``[N, T, ...]``. ``unit_rows``: one
+    vector per item (``[N, 1, ..., D]``), every one of length 1 (L2), some value negative: L2-normalized.
     """
 
     dtype_kind: str  # numpy's dtype.kind: "f", "i", "u", "b", ...

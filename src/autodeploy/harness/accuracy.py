@@ -169,7 +169,7 @@ def facts(ref: np.ndarray, producer: str | None = None, time_major: bool = False
         unit = lo >= 0.0 and hi <= 1.0
         if ref.ndim >= 2 and lo >= 0.0:
             rows = bool(np.allclose(ref.astype(np.float64).sum(axis=-1), 1.0, atol=1e-3))
-        if ref.ndim >= 2 and lo < 0.0:
+        if ref.ndim >= 2 and lo < 0.0 and all(d == 1 for d in ref.shape[1:-1]):  # one vector per item only
             unit_rows = bool(np.allclose(np.linalg.norm(ref.astype(np.float64), axis=-1), 1.0, atol=1e-3))
     return OutputFacts(ref.dtype.kind, tuple(ref.shape), producer, unit, rows, time_major, unit_rows)
 

@@ -53,7 +53,8 @@ def decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: M
             counts: dict[str, int], runs: list[tuple[str, dict[str, float]]]) -> StudySummary:  # fmt: skip
     """The finalists and the winner: re-measured interleaved when the objective and the time allow."""
     cfg = ctx.config
-    top = _contenders(ranked(study, cfg.objective), max(cfg.finalists.count, 1))
+    trials = ranked(study, cfg.objective)
+    top = _contenders(trials, max(cfg.finalists.count, 1))
     if not top:
         return _best_so_far(study, cfg.objective, counts, ctx.name)
     remeasure = cfg.finalists.count > 0 and OBJECTIVES[cfg.objective].remeasured
@@ -68,7 +69,7 @@ def decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: M
     baseline_ok = registry.get(base.engine).probe(ctx.device).available
     with_baseline = baseline_ok and base.key() not in {c.key() for c in configs}
     configs += [base] if with_baseline else []
-    screened = {TrialConfig.from_dict(t.user_attrs["config"]).key(): t.values[0] for t in ranked(study, cfg.objective)}
+    screened = {TrialConfig.from_dict(t.user_attrs["config"]).key(): t.values[0] for t in trials}
     finalists, rounds, settled, statistic, reran = _interleaved(ctx, configs, [screened.get(c.key()) for c in configs],
                                                                 reporter, memory, budget, runs)  # fmt: skip
     summary = replace(choose(ctx.name, cfg.objective, counts, finalists, statistic),

@@ -56,13 +56,24 @@ def _joined(parts: Mapping[str, list[np.ndarray]], batches: list[dict[str, np.nd
     from autodeploy.model import proto_batch_axes
 
     axes = proto_batch_axes(model)
-    items = [len(next(iter(feeds.values()))) if feeds else 1 for feeds in batches]
+    items = [_items(feeds, axes) for feeds in batches]
     out, flipped = {}, set()
     for name, calls in parts.items():
         if all(is_time_major(v, axes.get(name), n) for v, n in zip(calls, items, strict=True)):
-            calls, _ = [np.moveaxis(v, 1, 0) for v in calls], flipped.add(name)
+            calls = [np.moveaxis(v, 1, 0) for v in calls]
+            flipped.add(name)
         out[name] = np.concatenate(calls) if calls[0].ndim else np.stack(calls)
     return out, frozenset(flipped)
+
+
+def _items(feeds: Mapping[str, np.ndarray], axes: Mapping[str, int | None]) -> int:
+    """The items in one call: the size of the first input's batch axis (the model's own, default 0), not
+    merely its first axis (silero-vad's ``state[2, batch, 128]`` holds 2 there whatever the call's items)."""
+    for name, value in feeds.items():
+        axis = axes.get(name, 0)
+        if axis is not None and axis < np.ndim(value):
+            return int(np.shape(value)[axis])
+    return 1
 
 
 def run_openvino(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]], hint: str) -> Outputs:
