@@ -154,3 +154,64 @@ def test_ddddocr_ctc_logits_are_judged_by_their_tokens(engine, precision, photos
     assert o.token_agreement is not None and 0.0 <= o.token_agreement <= 1.0
     assert o.sequence_agreement is not None and result.accuracy.constraint == "sequence agreement >= 0.99"
     assert result.accuracy.passed == (o.sequence_agreement >= 0.99)
+
+
+def _normalized(path: Path, out: Path) -> Path:
+    """``path`` (openwakeword's speech embedding, ``conv2d_19[N, 1, 1, 96]``) with the head sentence and face
+    embeddings end in: PyTorch's ``F.normalize`` as it exports (Flatten, ReduceL2, Max with eps, Div), so
+    ``embedding[N, 96]`` rows have length 1. The op making it is a ``Div``: only its values say what it is."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = onnx.load(str(path))
+    graph, source = model.graph, model.graph.output[0].name
+    graph.initializer.append(numpy_helper.from_array(np.array(1e-12, np.float32), "normalize_eps"))
+    graph.node.extend([helper.make_node("Flatten", [source], ["flat"], axis=1),
+                       helper.make_node("ReduceL2", ["flat"], ["norm"], axes=[1], keepdims=1),
+                       helper.make_node("Max", ["norm", "normalize_eps"], ["denominator"]),
+                       helper.make_node("Div", ["flat", "denominator"], ["embedding"])])  # fmt: skip
+    batch = graph.output[0].type.tensor_type.shape.dim[0].dim_param
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("embedding", TensorProto.FLOAT, [batch, 96]))
+    onnx.checker.check_model(model)
+    onnx.save(model, str(out))
+    return out
+
+
+def test_a_normalized_speech_embedding_is_judged_by_each_items_direction(photos, corpus_dir):
+    """A real embedding ``[N, 96]`` of unit rows is judged by its worst row cosine, not top-1 (its shape says
+    class scores): on the model's own fp32 outputs one item's vector turned ~14 degrees fails, though the
+    flattened cosine passes it, and bf16 rounding passes; on the engines the verdict is that row cosine."""
+    import onnxruntime
+
+    from autodeploy.harness.accuracy import compare, kinds
+
+    real = next(m for m in MODELS if m.name == "openwakeword-embedding")
+    prepared = _prepare(real, photos, corpus_dir)
+    path = _normalized(real.extract(corpus_dir), corpus_dir / "openwakeword-normalized.onnx")  # type: ignore[arg-type]
+    windows = real.make(photos, ITEMS)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ref = np.concatenate([session.run(None, {"input_1": w[None]})[0] for w in windows["input_1"]])
+    assert ref.shape == (ITEMS, 96) and ref.min() < 0 and np.allclose(np.linalg.norm(ref, axis=1), 1, atol=1e-5)
+    assert kinds({"embedding": ref}) == {"embedding": "embedding"}
+    bf16 = (ref.view(np.uint32) + 0x8000 & 0xFFFF0000).view(np.float32)  # round to bf16's 8-bit mantissa
+    assert compare({"embedding": bf16}, {"embedding": ref}).passed
+    bent = ref.copy()
+    noise = np.random.default_rng(2).normal(0, 1, 96)
+    bent[5] += 0.25 * noise / np.linalg.norm(noise)
+    bent[5] /= np.linalg.norm(bent[5])
+    acc = compare({"embedding": bent}, {"embedding": ref})
+    (o,) = acc.outputs
+    assert not acc.passed and o.kind == "embedding" and 0.95 < o.row_cosine < 0.98 and o.cosine > 0.99
+    model = load_model(path, real.shapes, name="openwakeword-normalized", batch_axes=real.batch_axes)
+    data = prepare_data(model, prepared.settings, data=Dataset(windows))
+    for engine, precision in (("openvino", "bf16"), ("onnxruntime", "int8")):
+        if not registry.get(engine).probe(probe_device()).available:
+            continue
+        result = run_trial(model, TrialConfig(engine, precision, batch=1, threads=1), data, prepared.settings)
+        assert result.accuracy is not None, result.failure_message
+        (o,) = result.accuracy.outputs
+        assert o.kind == "embedding" and o.row_cosine is not None
+        assert result.accuracy.passed == (o.row_cosine >= 0.99), result.accuracy
+        print(f"{engine} {precision}: worst row cosine {o.row_cosine:.4f}, flattened cosine {o.cosine:.4f}, "
+              f"{'pass' if result.accuracy.passed else 'FAIL'}")
