@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autodeploy import verdict
-from autodeploy.harness.accuracy import compare
+from autodeploy.harness.accuracy import compare as _compare
 from autodeploy.harness.result import Accuracy, OutputAccuracy
 from autodeploy.search.config import Constraints
 from autodeploy.search.objective import Metrics, values, violations
@@ -27,6 +27,12 @@ from autodeploy.verdict import (
     reasons,
 )
 from tests.harness.test_accuracy import flip_argmax, logits
+
+
+def compare(outputs, reference, **kw):
+    """:func:`autodeploy.harness.accuracy.compare`, the outputs named ``logits`` here being class logits,
+    as a graph that reads their argmax proves (a float ``[N, C]`` alone is judged as a regression)."""
+    return _compare(outputs, reference, readers={"logits": "ArgMax"}, **kw)
 
 
 def out(name="y", cosine=1.0, top1=None, task=None, ref_task=None, exact=None) -> OutputAccuracy:
@@ -61,7 +67,8 @@ def test_each_output_is_judged_by_what_it_is_and_the_worst_is_named():
     assert accuracy_drop(acc) == pytest.approx(0.01)
     bad = compare({**good, "embedding": -ref["embedding"]}, ref)  # noise 4x the signal: -6 dB, a total loss
     assert not bad.passed and accuracy_drop(bad) == pytest.approx(1.0)
-    assert verdict.worst(bad.outputs) == "output 'embedding': SQNR -6.0 dB, limit 17 dB"
+    assert verdict.worst(bad.outputs) == ("output 'embedding': SQNR -6.0 dB, limit 17 dB "
+                                          "(max abs error 4.796, p99 4.651, in the output's units)")
     assert not compare({**good, "logits": flip_argmax(ref["logits"], 3)}, ref).passed
 
 

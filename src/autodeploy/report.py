@@ -378,7 +378,8 @@ _OUTPUT = {
                    "kind": {"type": ["string", "null"], "description": "how the output was judged (autodeploy.verdict.MEASURES)"},
                    "sqnr_db": _NUM, "channels": {"type": ["string", "null"]}, "min_sqnr_db": _NUM, "f1": _NUM,
                    "decision_threshold": _NUM, "token_agreement": _NUM, "sequence_agreement": _NUM,
-                   "row_cosine": _NUM},  # fmt: skip
+                   "row_cosine": _NUM, "cell_agreement": _NUM, "error_max_abs": _NUM, "error_p99_abs": _NUM,
+                   "logit_f1": _NUM},  # fmt: skip
 }
 _LOAD = {
     "type": ["object", "null"],

@@ -89,12 +89,23 @@ DEFAULT_MIN_COSINE = 1.0 - DEFAULT_MAX_ACCURACY_DROP
 #: Probabilities become decisions above this (``decision`` outputs; overridable per output).
 DEFAULT_DECISION_THRESHOLD = 0.5
 #: What an output can be judged by (:func:`output_kind`, ``--accuracy OUTPUT=MEASURE[:THRESHOLD]``).
-MEASURES = ("exact", "top1", "sequence", "decision", "embedding", "sqnr", "cosine")
+MEASURES = ("exact", "top1", "sequence", "cells", "decision", "logit", "embedding", "regression", "sqnr", "cosine")
+#: The ONNX ``metadata_props`` key in which a model declares how its outputs are judged, in ``--accuracy``'s
+#: words (``logits=top1``; entries separated by commas): ``harness.accuracy.declared`` reads it.
+DECLARED_KEY = "autodeploy.accuracy"
+#: Ops whose output is a distribution over one axis: its argmax is what is read (top-1, tokens, cells).
+DISTRIBUTIONS = ("Softmax", "LogSoftmax")
+#: Ops of a linear head: an output they make, with no normalising op after them, is a quantity (a
+#: regression, raw scores), whatever range its values happen to fall in.
+LINEAR = ("Gemm", "MatMul", "Add", "Sub", "Mul", "Conv", "ConvTranspose", "Einsum", "BatchNormalization",
+          "MatMulInteger", "QLinearMatMul", "QLinearConv")  # fmt: skip
 #: Ops whose time-major output is a state (``[layers, B, hidden]``), not logits over a vocabulary.
 RECURRENT = ("LSTM", "GRU", "RNN")
 #: The measures whose THRESHOLD an override may set: the decision's probability cut, the SQNR
 #: limit in dB, the cosine limit. Agreements take the study's budget.
-THRESHOLDED = ("decision", "sqnr", "cosine")
+THRESHOLDED = ("decision", "logit", "sqnr", "regression", "cosine")
+#: The SQNR-like measures (in dB): per channel group, about zero (``sqnr``) or about the reference's mean (``regression``).
+DB_METRICS = ("SQNR", "error SNR")
 #: Slack for comparing fractions such as 99/100 with limits such as 1 - 0.01 (float rounding).
 TOLERANCE = 1e-9
 #: A finalist whose median per-round ratio to the best is within this fraction of 1, and whose paired
@@ -153,8 +164,10 @@ class OutputFacts:
     """What the comparison found out about one reference output, for :func:`output_kind` to judge.
 
     ``producer`` is the ONNX op that makes the output (``"Softmax"`` only when over the last axis,
-    else e.g. ``"Softmax(axis=1)"``), ``None`` when unknown. ``unit_range``: every reference value
-    lies in [0, 1]. ``rows_sum_to_one``: non-negative and every last-axis row sums to 1.
+    else e.g. ``"Softmax(axis=1)"``), ``None`` when unknown. ``reader``: what the graph itself does
+    with the output's values beside returning them (``"ArgMax"``, ``"ArgMax(axis=1)"`` for an ArgMax,
+    Softmax or TopK reading its classes; ``"Sigmoid"``), ``None`` when nothing. ``unit_range``: every
+    reference value lies in [0, 1]. ``rows_sum_to_one``: non-negative and every last-axis row sums to 1.
     ``time_major``: the engine returned it ``[T, B, ...]``, the call's items on axis 1 where the model
     declares axis 0; ``shape`` is then already item-leading, ``[N, T, ...]``. ``unit_rows``: one
     vector per item (``[N, 1, ..., D]``), every one of length 1 (L2), some value negative: L2-normalized.
@@ -167,6 +180,32 @@ class OutputFacts:
     rows_sum_to_one: bool = False
     time_major: bool = False
     unit_rows: bool = False
+    reader: str | None = None
+
+
+def _op_axis(op: str | None, names: Sequence[str]) -> int | None:
+    """The axis of ``"Softmax"`` (-1) or ``"Softmax(axis=1)"`` (1) when ``op`` is one of ``names``, else ``None``."""
+    if op is None:
+        return None
+    name, _, rest = op.partition("(axis=")
+    if name not in names:
+        return None
+    return int(rest.rstrip(")")) if rest else -1
+
+
+def class_axis(facts: OutputFacts) -> int | None:
+    """The axis the graph proves classes on (non-negative): a Softmax or LogSoftmax makes a distribution
+    over it, or the graph reads its argmax; the last axis where the reference's rows sum to 1. ``None``: none proven."""
+    rank = len(facts.shape)
+    axis = _op_axis(facts.producer, DISTRIBUTIONS)
+    if axis is None:
+        axis = _op_axis(facts.reader, ("ArgMax",))
+    if axis is None and facts.rows_sum_to_one:
+        axis = -1
+    if axis is None or rank < 2:
+        return None
+    axis = axis % rank
+    return axis if axis > 0 and facts.shape[axis] > 1 else None
 
 
 def output_kind(facts: OutputFacts) -> str:
@@ -177,18 +216,28 @@ def output_kind(facts: OutputFacts) -> str:
     one_vector = len(shape) >= 2 and shape[-1] > 1 and all(d == 1 for d in shape[1:-1])
     if one_vector and (facts.producer == "LpNormalization" or facts.unit_rows):
         return "embedding"  # normalized: a direction is all it carries
-    if len(shape) == 2 and shape[1] > 1:
-        return "top1"  # class-score vectors keep top-1, even as probabilities
-    positions = math.prod(shape[1:-1]) if len(shape) >= 3 else 0  # [N, T, V], also [N, T, 1, V]
-    if positions > 1 and shape[-1] > 1 and (facts.producer == "Softmax" or facts.rows_sum_to_one):
-        return "sequence"
+    axis = class_axis(facts)
+    if axis is not None:  # classes, proven by the graph or by rows that are distributions
+        places = [d for i, d in enumerate(shape[1:], 1) if i != axis and d > 1]
+        if not places:
+            return "top1"  # one class vector per item
+        if len(places) == 1 and axis == len(shape) - 1:
+            return "sequence"  # [N, T, V] (or [N, T, 1, V]): tokens, the whole string is what is read
+        return "cells"  # a map [N, H, W, C] or [N, C, H, W]: each cell by its own class
     ctc = facts.time_major and len(shape) == 3 and facts.producer not in RECURRENT
+    positions = math.prod(shape[1:-1]) if len(shape) >= 3 else 0
     if ctc and positions > 1 and shape[-1] > 1:
         return "sequence"  # CTC logits [T, B, V], as the model returned them: decoded by argmax per step
-    if facts.producer == "Sigmoid" or facts.unit_range:
+    if facts.reader == "Sigmoid":
+        return "logit"  # the graph itself turns them into probabilities
+    linear = facts.producer in LINEAR
+    vector = (len(shape) == 2 and shape[1] > 1) or (len(shape) == 3 and one_vector)
+    if facts.producer == "Sigmoid" or (facts.unit_range and not linear and not vector):
         return "decision"
     if one_vector and len(shape) >= 4:
         return "embedding"  # a 1x1 feature map: one vector per item
+    if vector:
+        return "regression"  # a vector per item from a linear head: coordinates, offsets, raw scores
     return "sqnr"
 
 
@@ -218,13 +267,20 @@ def parse_override(text: str) -> tuple[str, Override]:
         value = float(threshold) if threshold else None
     except ValueError:
         raise ValueError(f"--accuracy {text!r}: threshold {threshold!r} is not a number") from None
+    if value is not None and not math.isfinite(value):
+        raise ValueError(f"--accuracy {text!r}: threshold {threshold!r} is not a finite number")
+    if value is not None and measure in ("decision", "logit") and not 0 < value < 1:
+        raise ValueError(f"--accuracy {text!r}: a {measure} threshold is a probability, between 0 and 1 (e.g. 0.5)")
+    if value is not None and measure == "cosine" and not -1 <= value <= 1:
+        raise ValueError(f"--accuracy {text!r}: a cosine limit lies between -1 and 1 (e.g. 0.99)")
     return name, Override(measure, value)
 
 
 _METRICS = {"exact": ("exact agreement", "exact_agreement"), "top1": ("top-1 agreement", "top1_agreement"),
-            "sequence": ("sequence agreement", "sequence_agreement"), "decision": ("F1", "f1"),
-            "embedding": ("worst row cosine", "row_cosine"), "sqnr": ("SQNR", "sqnr_db"),
-            "cosine": ("cosine", "cosine")}  # fmt: skip
+            "sequence": ("sequence agreement", "sequence_agreement"), "cells": ("cell agreement", "cell_agreement"),
+            "decision": ("F1", "f1"), "logit": ("F1 after a sigmoid", "f1"),
+            "embedding": ("worst row cosine", "row_cosine"), "regression": ("error SNR", "sqnr_db"),
+            "sqnr": ("SQNR", "sqnr_db"), "cosine": ("cosine", "cosine")}  # fmt: skip
 
 
 def output_metric(o: OutputAccuracy) -> tuple[str, float]:
@@ -253,7 +309,7 @@ def output_drop(o: OutputAccuracy, *, max_accuracy_drop: float = DEFAULT_MAX_ACC
     metric, value = output_metric(o)
     if math.isnan(value):
         return math.inf
-    if metric == "SQNR":
+    if metric in DB_METRICS:
         return sqnr_drop(value, o.min_sqnr_db, max_accuracy_drop)
     if metric == "cosine" and min_cosine is not None:
         return 1.0 - value - (1.0 - min_cosine) + max_accuracy_drop
@@ -268,18 +324,18 @@ def _shortfall(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -
 def _limit(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> float:
     """The value an output's metric must reach: its own SQNR limit or the budget's, else ``1 - max_accuracy_drop``."""
     metric = output_metric(o)[0]
-    if metric == "SQNR":
+    if metric in DB_METRICS:
         return o.min_sqnr_db if o.min_sqnr_db is not None else sqnr_for_drop(max_accuracy_drop)
     return min_cosine if metric == "cosine" else 1 - max_accuracy_drop
 
 
 def _rule(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> str:
     metric, limit = output_metric(o)[0], _limit(o, max_accuracy_drop, min_cosine)
-    if metric == "SQNR":
-        return f"SQNR >= {limit:.3g} dB"
-    if metric == "F1":
+    if metric in DB_METRICS:
+        return f"{metric} >= {limit:.3g} dB"
+    if metric.startswith("F1"):
         threshold = o.decision_threshold if o.decision_threshold is not None else DEFAULT_DECISION_THRESHOLD
-        return f"F1 at {threshold:g} >= {limit:g}"
+        return f"{metric} at {threshold:g} >= {limit:g}"
     return f"{metric} >= {limit:g}"
 
 
@@ -331,10 +387,30 @@ class WorstOutput:
     value: float
     limit: float
     failed: bool
+    budget: float = DEFAULT_MAX_ACCURACY_DROP
 
     @property
     def unit(self) -> str:
-        return "dB" if self.metric == "SQNR" else ""
+        return "dB" if self.metric in DB_METRICS else ""
+
+    def evidence(self) -> str:
+        """What a failure line adds after the value: the error in the output's own units (an SQNR
+        kind), and the measure that would read the output as it is read, where only that agrees."""
+        o, parts = self.output, []
+        if self.metric in DB_METRICS and o.error_max_abs is not None:
+            parts.append(f"max abs error {o.error_max_abs:.4g}, p99 {o.error_p99_abs:.4g}, in the output's units")
+        if not self.failed or self.metric not in DB_METRICS:
+            return "; ".join(parts)
+        if o.kind == "regression" and o.top1_agreement is not None and within(1 - o.top1_agreement, self.budget):
+            parts.append(f"its argmax agrees on {o.top1_agreement:.0%} of items: if these are class logits, "
+                         f"judge them with --accuracy {o.name}=top1")  # fmt: skip
+        elif o.cell_agreement is not None and within(1 - o.cell_agreement, self.budget):
+            parts.append(f"its argmax over the last axis agrees on {o.cell_agreement:.2%} of cells: if these are "
+                         f"class logits per cell, judge them with --accuracy {o.name}=cells")  # fmt: skip
+        elif o.logit_f1 is not None and within(1 - o.logit_f1, self.budget):
+            parts.append(f"decisions after a sigmoid agree (F1 {o.logit_f1:.3f}): if these are score logits, "
+                         f"judge them with --accuracy {o.name}=logit")  # fmt: skip
+        return "; ".join(parts)
 
 
 def worst_output(
@@ -352,7 +428,7 @@ def worst_output(
         value = math.nan
     where = f"output {o.name!r}" + (f", {o.channels}" if o.channels else "")
     failed = not within(_shortfall(o, max_accuracy_drop, min_cosine), 0.0)
-    return WorstOutput(o, where, metric, value, _limit(o, max_accuracy_drop, min_cosine), failed)
+    return WorstOutput(o, where, metric, value, _limit(o, max_accuracy_drop, min_cosine), failed, max_accuracy_drop)
 
 
 def worst(
@@ -368,8 +444,9 @@ def worst(
         return "no outputs"
     if math.isnan(w.value):
         return f"output {w.output.name!r}: NaN or inf"
-    if w.metric == "SQNR":
-        return f"{w.where}: SQNR {w.value:.1f} dB, limit {w.limit:.3g} dB"
+    if w.metric in DB_METRICS:
+        evidence = w.evidence()
+        return f"{w.where}: {w.metric} {w.value:.1f} dB, limit {w.limit:.3g} dB" + (f" ({evidence})" if evidence else "")
     if w.metric == "sequence agreement" and w.output.token_agreement is not None:
         return f"{w.where}: sequence agreement {w.value:.4g} (token agreement {w.output.token_agreement:.4g})"
     return f"{w.where}: {w.metric} {w.value:.4g}"
@@ -384,7 +461,7 @@ def accuracy_drop(accuracy: Accuracy) -> float:
     outputs = accuracy.outputs
     if not all(math.isfinite(o.cosine) for o in outputs):
         return 1.0
-    drops = [min(output_drop(o), 1.0) if output_metric(o)[0] == "SQNR" else output_drop(o) for o in outputs]
+    drops = [min(output_drop(o), 1.0) if output_metric(o)[0] in DB_METRICS else output_drop(o) for o in outputs]
     return max([*drops, *_task_drops(outputs)], default=0.0)
 
 
@@ -568,10 +645,12 @@ def _accuracy_rejection(m: Measured, limits: Limits, accuracy: Accuracy | None, 
         if math.isnan(w.value):
             reason = f"{w.where}: NaN or inf ({budget})"
         else:
-            value = f"{w.value:.1f}" if w.metric == "SQNR" else f"{w.value:.4g}"
+            value = f"{w.value:.1f}" if w.metric in DB_METRICS else f"{w.value:.4g}"
             unit = f" {w.unit}" if w.unit else ""
-            own = w.metric == "SQNR" and w.output.min_sqnr_db is not None  # the user's --accuracy limit, not the budget's
-            reason = f"{w.where}: {w.metric} {value}{unit} < {w.limit:.3g}{unit}" + ("" if own else f" ({budget})")
+            own = w.metric in DB_METRICS and w.output.min_sqnr_db is not None  # the user's --accuracy limit
+            evidence = w.evidence()
+            reason = (f"{w.where}: {w.metric} {value}{unit} < {w.limit:.3g}{unit}" + ("" if own else f" ({budget})")
+                      + (f"; {evidence}" if evidence else ""))  # fmt: skip
         return Rejection("max_accuracy_drop", _finite(w.value), _finite(w.limit), w.unit, reason, miss)
     task = _task_drops(accuracy.outputs) if accuracy else []
     if task and not within(max(task), max_accuracy_drop):

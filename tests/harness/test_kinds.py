@@ -40,7 +40,8 @@ def test_a_zeroed_class_group_fails_and_is_named_though_the_flattened_cosine_pas
     assert o.cosine > 0.999  # what the old rule judged: a pass
     assert o.kind == "sqnr" and o.channels == "axis 1, channels 4-19" and o.sqnr_db == pytest.approx(0.0)
     assert not acc.passed and acc.constraint == "SQNR >= 17 dB"
-    assert verdict.worst(acc.outputs) == "output 'output0', axis 1, channels 4-19: SQNR 0.0 dB, limit 17 dB"
+    assert verdict.worst(acc.outputs) == ("output 'output0', axis 1, channels 4-19: SQNR 0.0 dB, limit 17 dB "
+                                          "(max abs error 0.9958, p99 0.6673, in the output's units)")
     assert verdict.accuracy_drop(acc) == pytest.approx(0.5)
 
 
@@ -147,8 +148,10 @@ def test_embeddings_are_judged_row_by_row_so_one_bent_vector_fails():
 def test_what_is_and_is_not_an_embedding():
     assert kinds({"e": np.linspace(-3, 3, 4 * 8).reshape(4, 1, 1, 8)}) == {"e": "embedding"}
     assert kinds({"p": np.full((4, 1, 1, 8), 0.5)}) == {"p": "decision"}  # probabilities stay decisions
-    assert kinds({"logits": np.linspace(-3, 3, 4 * 30).reshape(4, 1, 30)}) == {"logits": "sqnr"}  # one position
-    assert kinds({"classes": np.linspace(-3, 3, 4 * 30).reshape(4, 30)}) == {"classes": "top1"}
+    one = np.linspace(-3, 3, 4 * 30)
+    assert kinds({"logits": one.reshape(4, 1, 30)}) == {"logits": "regression"}  # one vector per item
+    assert kinds({"classes": one.reshape(4, 30)}) == {"classes": "regression"}  # a vector: classes only if proven
+    assert kinds({"classes": one.reshape(4, 30)}, readers={"classes": "ArgMax"}) == {"classes": "top1"}
     assert kinds({"map": np.linspace(-3, 3, 4).reshape(4, 1, 1, 1)}) == {"map": "sqnr"}
     flat = speech_embeddings()[:, 0, 0]  # a sentence embedding [N, D]: class scores to the shape, so by override
     acc = compare({"v": bf16_like(flat)}, {"v": flat}, overrides={"v": Override("embedding")})
@@ -173,11 +176,11 @@ def test_a_normalized_vector_per_item_is_an_embedding_without_an_override():
     bent[5] += 0.25 * noise / np.linalg.norm(noise)  # one item's vector turned ~14 degrees
     acc = compare({"v": bent}, {"v": unit})
     assert not acc.passed and acc.outputs[0].kind == "embedding" and 0.96 < acc.outputs[0].row_cosine < 0.98
-    assert kinds({"flat": flat})["flat"] == "top1"  # not normalized: by override, as before
+    assert kinds({"flat": flat})["flat"] == "regression"  # not normalized: a vector judged by its error
     confident = np.full((4, 10), 1e-5)
     confident[:, 3] = 1 - 9e-5  # nearly one-hot probabilities: length 1 too, but not signed
     logits = np.linspace(-3, 3, 4 * 10).reshape(4, 10)
-    assert kinds({"p": confident, "logits": logits}) == {"p": "top1", "logits": "top1"}
+    assert kinds({"p": confident, "logits": logits}, {"logits": "Softmax"}) == {"p": "top1", "logits": "top1"}
 
 
 def test_a_vector_made_by_lp_normalization_is_an_embedding(tmp_path):
@@ -196,7 +199,7 @@ def test_a_vector_made_by_lp_normalization_is_an_embedding(tmp_path):
     assert ref.min() >= 0 and np.allclose(np.linalg.norm(ref, axis=1), 1, atol=1e-5)
     assert producers(model) == {"y": "LpNormalization"}
     assert kinds({"y": ref}, producers(model)) == {"y": "embedding"}
-    assert kinds({"y": ref}) == {"y": "top1"}  # the values alone: non-negative rows look like scores
+    assert kinds({"y": ref}) == {"y": "regression"}  # the values alone: a vector, no classes proven
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -311,13 +314,14 @@ def test_producers_are_read_from_the_graph(tmp_path):
     assert found == {"p": "Sigmoid", "s": "Softmax", "c": "Softmax(axis=1)", "q": "Relu"}
     ref = np.random.default_rng(0).normal(size=(2, 5, 7)).astype(np.float32)
     assert kinds({"p": ref, "s": ref, "c": ref, "q": ref}, found) == {
-        "p": "decision", "s": "sequence", "c": "sqnr", "q": "sqnr"}
+        "p": "decision", "s": "sequence", "c": "cells", "q": "sqnr"}  # c: a class per position along axis 1
 
 
 def test_overrides_choose_the_measure_and_its_threshold():
     assert parse_override("scores=decision:0.3") == ("scores", Override("decision", 0.3))
     assert parse_override("a=b=sqnr") == ("a=b", Override("sqnr", None))
-    for bad in ("scores", "scores=mse", "x=top1:0.5", "x=sqnr:loud"):
+    for bad in ("scores", "scores=mse", "x=top1:0.5", "x=sqnr:loud", "x=sqnr:nan", "x=sqnr:inf", "x=sqnr:-inf",
+                "x=decision:0", "x=decision:1.5", "x=logit:1", "x=cosine:1.01", "x=cosine:-2"):
         with pytest.raises(ValueError, match="--accuracy"):
             parse_override(bad)
     ref = piano_roll()

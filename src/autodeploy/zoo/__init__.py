@@ -29,6 +29,9 @@ REF_PREFIX = "zoo:"
 IMAGENET = {"layout": "NCHW", "reverse_input_channels": False, "mean_values": [123.675, 116.28, 103.53],
             "scale_values": [58.395, 57.12, 57.375]}  # fmt: skip
 
+#: The classifiers' ``logits`` output: class logits (:attr:`ZooEntry.accuracy`).
+CLASS_LOGITS = "logits=top1"
+
 
 @dataclass(frozen=True)
 class ZooEntry:
@@ -45,6 +48,9 @@ class ZooEntry:
             ``calibration/<name>``.
         preprocess: How the dataset's images were made into inputs
             (:meth:`autodeploy.images.Preprocess.to_dict`): what its bundles feed images with.
+        accuracy: How its outputs are judged, in ``--accuracy``'s words, written into the model's
+            metadata (:data:`autodeploy.verdict.DECLARED_KEY`): the classifiers' ``logits`` are class
+            logits, which a Gemm alone does not prove (it would be judged as a regression).
     """
 
     name: str
@@ -54,6 +60,7 @@ class ZooEntry:
     has_dataset: bool = False
     dataset_builder: str | Callable[[], dict[str, np.ndarray]] | None = None
     preprocess: Mapping[str, Any] | None = None
+    accuracy: str = ""
 
     def __post_init__(self) -> None:
         if self.has_dataset != (self.dataset_builder is not None):
@@ -65,13 +72,17 @@ ZOO: dict[str, ZooEntry] = {
         "tiny-cnn",
         "[N,3,32,32] Conv-BN-Relu, residual Add, pooling, Gemm -> 10",
         "autodeploy.zoo.cnn:tiny_cnn",
+        version="2",
+        accuracy=CLASS_LOGITS,
     ),
-    "mlp": ZooEntry("mlp", "[N,256] Gemm / MatMul+Add with Relu -> 10", "autodeploy.zoo.dense:mlp"),
+    "mlp": ZooEntry("mlp", "[N,256] Gemm / MatMul+Add with Relu -> 10", "autodeploy.zoo.dense:mlp", version="2",
+                    accuracy=CLASS_LOGITS),
     "resnet50": ZooEntry(
         "resnet50",
         "ResNet-50 v1.5, [N,3,224,224] -> 1000, fitted to sklearn's sample photos (needs scikit-learn, Pillow)",
         "autodeploy.zoo.cnn:resnet50",
-        version="2",
+        version="3",
+        accuracy=CLASS_LOGITS,
         has_dataset=True,
         dataset_builder="autodeploy.zoo.photos:dataset_arrays",
         preprocess=IMAGENET,
@@ -80,7 +91,8 @@ ZOO: dict[str, ZooEntry] = {
         "mobilenetv2",
         "MobileNetV2 1.0, [N,3,224,224] -> 1000, fitted to sklearn's sample photos (needs scikit-learn, Pillow)",
         "autodeploy.zoo.cnn:mobilenetv2",
-        version="3",
+        version="4",
+        accuracy=CLASS_LOGITS,
         has_dataset=True,
         dataset_builder="autodeploy.zoo.photos:dataset_arrays",
         preprocess=IMAGENET,
@@ -94,6 +106,8 @@ ZOO: dict[str, ZooEntry] = {
         "digits",
         "MLP trained on sklearn digits, [N,64] -> 10 (needs scikit-learn)",
         "autodeploy.zoo.digits:build",
+        version="2",
+        accuracy=CLASS_LOGITS,
         has_dataset=True,
         dataset_builder="autodeploy.zoo.digits:dataset_arrays",
     ),
@@ -135,6 +149,10 @@ def get(name: str, cache_dir: Path | None = None) -> Path:
     path = zoo_dir(cache_dir) / f"{name}-v{item.version}.onnx"
     if not path.exists():
         model = _resolve(item.builder)()
+        if item.accuracy:
+            from autodeploy.verdict import DECLARED_KEY
+
+            model.metadata_props.add(key=DECLARED_KEY, value=item.accuracy)
         _write_atomic(path, lambda f: f.write(model.SerializeToString()))
     return path
 

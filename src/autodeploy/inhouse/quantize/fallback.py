@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 import importlib.util
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -37,6 +38,27 @@ MAX_RANKED_BY_OUTPUT = 400
 MAX_RANKING_MACS = 1e12
 
 
+@dataclass(frozen=True)
+class GraphFacts:
+    """What the FP32 graph says of its outputs (:mod:`autodeploy.harness.accuracy`): the quantizer's
+    judge reads each output as the harness will, by the op that makes it, what reads it and what the model declares."""
+
+    producers: Mapping[str, str]
+    readers: Mapping[str, str]
+    declared: Mapping[str, Any]
+
+    def of(self, output: str) -> dict[str, Any]:
+        """``compare``'s keyword arguments for one output."""
+        return {"producers": self.producers, "readers": self.readers,
+                "overrides": {k: v for k, v in self.declared.items() if k == output}}  # fmt: skip
+
+
+def graph_facts(model: onnx.ModelProto) -> GraphFacts:
+    from autodeploy.harness.accuracy import declared, producers, readers
+
+    return GraphFacts(producers(model), readers(model), declared(model))
+
+
 class Judge:
     """Runs a candidate on the calibration data and checks it against FP32 like the harness does."""
 
@@ -45,6 +67,7 @@ class Judge:
     ) -> None:
         self.batches, self.config, self.calls = batches, config, 0
         self.reference, self.time_major = run(model, batches)
+        self.graph = graph_facts(model)
         # Candidates run where (and as) the artifact will run; the reference stays ORT FP32.
         self.run = run
         if config.placement == "openvino" and importlib.util.find_spec("openvino") is not None:
@@ -63,9 +86,10 @@ class Judge:
         # One output at a time: outputs batched on other axes (state[2, batch, 128]) or not at all
         # have their own leading sizes; the verdict then judges them together.
         results = [
-            compare({k: outputs[k]}, {k: v}, max_accuracy_drop=budget, time_major=self.time_major).outputs[0]
+            compare({k: outputs[k]}, {k: v}, max_accuracy_drop=budget, time_major=self.time_major,
+                    **self.graph.of(k)).outputs[0]
             for k, v in reference.items()
-        ]
+        ]  # fmt: skip
         passed = accuracy_verdict(results, max_accuracy_drop=budget, min_cosine=min_cosine).passed
         score: dict[str, float] = {}
         for o in results:
@@ -106,11 +130,14 @@ def output_sensitivity(the_plan: qdq.Plan, build: Build, batches: list) -> dict[
     from autodeploy.verdict import output_drop
 
     chosen = subset(batches)
-    reference, flipped = run(build(the_plan.nodes), chosen)  # every node float: the FP32 model
+    fp32 = build(the_plan.nodes)  # every node float: the FP32 model
+    reference, flipped = run(fp32, chosen)
+    graph = graph_facts(fp32)
     scores = {}
     for name in the_plan.nodes:
         outputs, _ = run(build([n for n in the_plan.nodes if n != name]), chosen)
-        results = [compare({k: outputs[k]}, {k: v}, time_major=flipped).outputs[0] for k, v in reference.items()]
+        results = [compare({k: outputs[k]}, {k: v}, time_major=flipped, **graph.of(k)).outputs[0]
+                   for k, v in reference.items()]  # fmt: skip
         losses = [output_drop(o) + 1e-3 * o.mean_rel for o in results]
         scores[name] = max(losses) if all(np.isfinite(losses)) else float("inf")
     return dict(sorted(scores.items(), key=lambda kv: -kv[1]))

@@ -1,0 +1,237 @@
+"""Issue 36: a kind is proven from the graph, and each kind's rule holds on what it must fail and pass.
+
+Synthetic outputs test the rules themselves (each failing case beside the matching fine one, with noise at
+bf16's relative error, 2^-8); small ONNX graphs test what the graph proves (``producers``, ``readers``,
+``declared``). The real families (MTCNN's landmarks and probability map, magika) are in ``tests/realmodels``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from autodeploy import verdict, zoo
+from autodeploy.harness.accuracy import compare, declared, kinds, producers, readers
+from autodeploy.verdict import DECLARED_KEY, Override
+
+BF16 = 2.0**-8
+
+
+def bf16_like(x: np.ndarray, seed: int = 1) -> np.ndarray:
+    return (x * (1 + BF16 * np.random.default_rng(seed).standard_normal(x.shape))).astype(np.float32)
+
+
+def hand_landmarks(n: int = 16, seed: int = 0) -> np.ndarray:
+    """[n, 63]: 21 points x (x, y, z) as a hand-landmark head gives them in a 224 px crop: a hand of
+    60-120 px somewhere in the crop, depth in pixels about the wrist (+-25), interleaved x, y, z."""
+    rng = np.random.default_rng(seed)
+    template = rng.normal(0, 0.5, (21, 2))
+    out = np.empty((n, 21, 3))
+    for i in range(n):
+        centre, scale = rng.uniform(80, 144, 2), rng.uniform(60, 120)
+        out[i, :, :2] = centre + scale * template
+        out[i, :, 2] = rng.normal(0, 10, 21)
+    return out.reshape(n, 63).astype(np.float32)
+
+
+LINEAR = {"landmarks": "Gemm"}
+
+
+def test_a_landmark_vector_from_a_linear_head_is_a_regression_judged_in_its_own_units():
+    ref = hand_landmarks()
+    assert kinds({"landmarks": ref}, LINEAR) == {"landmarks": "regression"}
+    assert compare({"landmarks": bf16_like(ref)}, {"landmarks": ref}, producers=LINEAR).passed  # bf16 rounding
+    shifted = ref.copy()
+    points = shifted.reshape(len(ref), 21, 3)
+    points[..., :2] += 0.05 * (ref.max() - ref.min())  # every point moved by 5% of the output's range
+    acc = compare({"landmarks": shifted}, {"landmarks": ref}, producers=LINEAR)
+    (o,) = acc.outputs
+    assert not acc.passed and o.kind == "regression" and o.sqnr_db < 17
+    assert o.error_max_abs == pytest.approx(0.05 * (ref.max() - ref.min()), rel=1e-4)
+    line = verdict.worst(acc.outputs)
+    assert line.startswith("output 'landmarks'") and "error SNR" in line and "max abs error" in line
+    assert f"{o.error_max_abs:.4g}" in line  # the error in pixels, readable
+
+
+def test_an_argmax_flip_among_coordinates_neither_passes_nor_rejects_a_landmark_vector():
+    """The old rule: top-1 over coordinates. bf16 flips which coordinate is largest (a tie between two
+    fingertips' x) and must pass; int8-sized errors keep the argmax and must fail."""
+    ref = hand_landmarks()
+    top = np.argmax(ref, axis=1)
+    tied = ref.copy()
+    tied[np.arange(len(ref)), (top + 3) % 63] = ref.max(axis=1) - 0.01  # a near-tie in every item
+    flipped = bf16_like(tied)
+    flipped[np.arange(len(ref)), (top + 3) % 63] = ref.max(axis=1) + 0.01  # bf16-sized nudge: argmax moves
+    ok = compare({"landmarks": flipped}, {"landmarks": tied}, producers=LINEAR)
+    assert ok.passed and ok.outputs[0].top1_agreement < 0.9  # the old rule failed it
+    noisy = ref + np.random.default_rng(3).normal(0, 12, ref.shape).astype(np.float32)  # 12 px errors
+    noisy[np.arange(len(ref)), top] = ref.max(axis=1) + 50  # the argmax kept
+    bad = compare({"landmarks": noisy}, {"landmarks": ref}, producers=LINEAR)
+    assert not bad.passed and bad.outputs[0].top1_agreement == 1.0
+
+
+def test_a_failing_regression_whose_argmax_agrees_names_the_top1_override():
+    rng = np.random.default_rng(0)
+    ref = rng.normal(0, 3, (32, 10)).astype(np.float32)
+    ref[np.arange(32), rng.integers(0, 10, 32)] += 20  # decided classes
+    got = ref + rng.normal(0, 1.5, ref.shape).astype(np.float32)  # int8-sized logit noise, classes kept
+    acc = compare({"logits": got}, {"logits": ref}, producers={"logits": "Gemm"})
+    assert not acc.passed and acc.outputs[0].kind == "regression"
+    (rejection,) = verdict.rejections(verdict.Measured(1.0, verdict.accuracy_drop(acc)), verdict.Limits(), "latency", acc)
+    assert "--accuracy logits=top1" in rejection.reason and "argmax agrees on 100% of items" in rejection.reason
+    assert compare({"logits": got}, {"logits": ref}, overrides={"logits": Override("top1")}).passed
+
+
+def segmentation(n: int = 4, size: int = 24, seed: int = 0) -> np.ndarray:
+    """[n, size, size, 2]: a 2-class softmax map (background, person) with one blob of foreground per item."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[:size, :size]
+    logits = np.empty((n, size, size, 2))
+    for i in range(n):
+        cy, cx, r = rng.uniform(6, size - 6, 2).tolist() + [rng.uniform(4, 8)]
+        margin = r - np.hypot(yy - cy, xx - cx)  # > 0 inside the blob
+        logits[i, ..., 0], logits[i, ..., 1] = -margin, margin
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+def test_a_probability_map_is_judged_cell_by_cell_not_as_a_sequence():
+    ref = segmentation()
+    assert kinds({"mask": ref}, {"mask": "Softmax"}) == {"mask": "cells"}
+    assert kinds({"mask": ref}) == {"mask": "cells"}  # rows that sum to 1 on a map: the values say so too
+    nchw = np.ascontiguousarray(ref.transpose(0, 3, 1, 2))
+    assert kinds({"mask": nchw}, {"mask": "Softmax(axis=1)"}) == {"mask": "cells"}
+    almost = ref.copy()
+    cells = np.argwhere(np.abs(ref[..., 1] - 0.5) < 0.3)[:2]  # two boundary cells flip: 99.9% agree
+    for i, y, x in cells:
+        almost[i, y, x] = almost[i, y, x, ::-1]
+    acc = compare({"mask": almost}, {"mask": ref}, producers={"mask": "Softmax"})
+    (o,) = acc.outputs
+    assert o.kind == "cells" and 0.999 <= o.cell_agreement < 1 and acc.passed
+    as_sequence = compare({"mask": almost}, {"mask": ref}, overrides={"mask": Override("sequence")})
+    assert not as_sequence.passed  # what the old rule did: whole-map equality, 2 of 4 items "changed"
+    region = ref.copy()
+    region[:, 2:8, 2:8] = region[:, 2:8, 2:8, ::-1]  # a flipped 6x6 region: 6% of the cells
+    bad = compare({"mask": region}, {"mask": ref}, producers={"mask": "Softmax"})
+    assert not bad.passed and bad.outputs[0].cell_agreement < 0.95
+    assert verdict.worst(bad.outputs).startswith("output 'mask': cell agreement 0.93")
+    nchw_region = np.ascontiguousarray(region.transpose(0, 3, 1, 2))
+    across = compare({"mask": nchw_region}, {"mask": nchw}, producers={"mask": "Softmax(axis=1)"})
+    assert across.outputs[0].cell_agreement == pytest.approx(bad.outputs[0].cell_agreement)
+
+
+def test_a_token_sequence_stays_a_sequence():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 1, (4, 20, 40))
+    e = np.exp(logits)
+    assert kinds({"text": e / e.sum(-1, keepdims=True)}) == {"text": "sequence"}
+    assert kinds({"text": logits}, {"text": "Softmax"}) == {"text": "sequence"}
+    assert kinds({"text": logits[:, :, None, :]}, {"text": "Softmax"}) == {"text": "sequence"}  # [N, T, 1, V]
+
+
+def score_logits(n: int = 8, anchors: int = 896, seed: int = 0) -> np.ndarray:
+    """[n, anchors, 1] raw face scores as BlazeFace's ``classificators`` gives them: background far below
+    zero (down to thousands), a few faces above it."""
+    rng = np.random.default_rng(seed)
+    out = -np.abs(rng.lognormal(2.5, 1.2, (n, anchors, 1)))
+    out[:, :6] = rng.uniform(1, 6, (n, 6, 1))
+    return out.astype(np.float32)
+
+
+def test_score_logits_fail_sqnr_on_values_nobody_reads_and_the_line_names_the_logit_override():
+    ref = score_logits()
+    rng = np.random.default_rng(1)
+    got = ref.copy()
+    deep = ref < -20
+    got[deep] += rng.normal(0, 0.6, deep.sum()) * np.abs(ref[deep])  # the far background moves a lot, stays negative
+    got = np.minimum(got, np.where(ref < 0, -0.1, np.inf)).astype(np.float32)
+    acc = compare({"classificators": got}, {"classificators": ref}, producers={"classificators": "Concat"})
+    (o,) = acc.outputs
+    assert o.kind == "sqnr" and not acc.passed and o.logit_f1 == 1.0
+    line = verdict.rejections(verdict.Measured(1.0, verdict.accuracy_drop(acc)), verdict.Limits(), "latency", acc)[0]
+    assert "decisions after a sigmoid agree (F1 1.000)" in line.reason and "--accuracy classificators=logit" in line.reason
+    as_logits = compare({"classificators": got}, {"classificators": ref}, overrides={"classificators": Override("logit")})
+    assert as_logits.passed and as_logits.constraint == "F1 after a sigmoid at 0.5 >= 0.99"
+    lost = got.copy()
+    lost[:, :6] = -1.0  # every face gone
+    broken = compare({"classificators": lost}, {"classificators": ref}, overrides={"classificators": Override("logit")})
+    assert not broken.passed and broken.outputs[0].f1 == 0.0
+    assert "logit" not in verdict.worst(compare({"classificators": lost}, {"classificators": ref}).outputs)
+
+
+def test_a_logit_threshold_is_a_probability():
+    ref = score_logits()
+    got = ref.copy()
+    got[:, :6] = 0.5  # sigmoid 0.62: over a 0.5 cut, under a 0.7 cut
+    assert compare({"s": got}, {"s": ref}, overrides={"s": Override("logit", 0.5)}).passed
+    assert not compare({"s": got}, {"s": ref}, overrides={"s": Override("logit", 0.7)}).passed
+
+
+def test_sigmoid_vectors_are_decisions_and_unit_range_linear_vectors_are_not():
+    rng = np.random.default_rng(0)
+    probs = rng.uniform(0, 1, (8, 5)).astype(np.float32)
+    assert kinds({"p": probs}, {"p": "Sigmoid"}) == {"p": "decision"}  # multi-label probabilities
+    assert kinds({"p": probs}, {"p": "Gemm"}) == {"p": "regression"}  # normalized coordinates from a Gemm
+    assert kinds({"p": probs}) == {"p": "regression"}  # nothing proves probabilities: the stricter measure
+    assert kinds({"p": probs[:, :1]}) == {"p": "decision"}  # one probability per item (silero-vad's [N, 1])
+
+
+def _model(nodes, outputs, metadata=None) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 6])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4, 6]) for n in outputs]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], outs), opset_imports=[helper.make_opsetid("", 17)])
+    for key, value in (metadata or {}).items():
+        model.metadata_props.add(key=key, value=value)
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_readers_are_what_the_graph_does_with_an_output():
+    model = _model([helper.make_node("Relu", ["x"], ["logits"]), helper.make_node("ArgMax", ["logits"], ["ids"], axis=-1),
+                    helper.make_node("Relu", ["x"], ["raw"]), helper.make_node("Identity", ["raw"], ["raw2"]),
+                    helper.make_node("Sigmoid", ["raw2"], ["probs"]),
+                    helper.make_node("Relu", ["x"], ["seg"]), helper.make_node("ArgMax", ["seg"], ["mask"], axis=1),
+                    helper.make_node("Relu", ["x"], ["lone"])],
+                   ["logits", "ids", "raw", "probs", "seg", "mask", "lone"])  # fmt: skip
+    found = readers(model)
+    assert found == {"logits": "ArgMax", "raw": "Sigmoid", "seg": "ArgMax(axis=1)"}
+    ref = np.random.default_rng(0).normal(size=(2, 4, 6)).astype(np.float32)
+    made = producers(model)
+    assert kinds({"logits": ref, "raw": ref, "seg": ref, "lone": ref}, made, readers=found) == {
+        "logits": "sequence", "raw": "logit", "seg": "cells", "lone": "sqnr"}
+    assert kinds({"logits": ref[:, 0]}, made, readers=found) == {"logits": "top1"}
+
+
+def test_producers_read_log_softmax_and_its_axis():
+    model = _model([helper.make_node("LogSoftmax", ["x"], ["a"], axis=-1), helper.make_node("LogSoftmax", ["x"], ["b"], axis=1)],
+                   ["a", "b"])  # fmt: skip
+    assert producers(model) == {"a": "LogSoftmax", "b": "LogSoftmax(axis=1)"}
+
+
+def test_a_model_declares_its_measures_in_its_metadata():
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], ["y"], {DECLARED_KEY: "y=top1, y2=decision:0.3"})
+    assert declared(model) == {"y": Override("top1"), "y2": Override("decision", 0.3)}
+    assert declared(_model([helper.make_node("Relu", ["x"], ["y"])], ["y"])) == {}
+    with pytest.raises(ValueError, match="--accuracy"):
+        declared(_model([helper.make_node("Relu", ["x"], ["y"])], ["y"], {DECLARED_KEY: "y=mse"}))
+
+
+def test_the_zoo_classifiers_declare_their_logits(tmp_path):
+    path = zoo.get("tiny-cnn", cache_dir=tmp_path)
+    assert declared(path) == {"logits": Override("top1")}
+    assert producers(path) == {"logits": "Gemm"}  # what the graph alone says: a linear head
+
+
+def test_a_raw_logit_map_failing_sqnr_with_its_cells_agreeing_names_the_cells_override():
+    """MTCNN P-Net without its Softmax: a [N, H, W, 2] map of raw class logits, nothing in the graph says so."""
+    probs = segmentation()
+    logits = np.log(probs).astype(np.float32)
+    got = logits + np.random.default_rng(4).normal(0, 0.4, logits.shape).astype(np.float32) * np.abs(logits)
+    got[np.argmax(got, -1) != np.argmax(logits, -1)] = logits[np.argmax(got, -1) != np.argmax(logits, -1)]
+    acc = compare({"map": got}, {"map": logits}, producers={"map": "Transpose"})
+    (o,) = acc.outputs
+    assert o.kind == "sqnr" and not acc.passed and o.cell_agreement == 1.0
+    assert "--accuracy map=cells" in verdict.worst(acc.outputs)
+    assert compare({"map": got}, {"map": logits}, overrides={"map": Override("cells")}).passed
