@@ -131,6 +131,7 @@ def _compare(page, db) -> None:
     top = _top_tick(page.locator(".js-plotly-plot").nth(1))
     assert top.startswith(db.summary.winner.label) and "★ winner" in top
     assert _shown(page.get_by_text(f"ranked as study {STUDY} ranked them"))
+    assert "✗ rejected" in _svg_texts(heatmap, "text")  # the int8 cell, greyed: no int8 config met the budget
 
 
 def _pareto(page, db) -> None:

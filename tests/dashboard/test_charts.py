@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 
 import pandas as pd
@@ -59,3 +60,57 @@ def test_pareto_draws_every_constraint_the_study_had():
     assert [len(t.x) for t in fig.data if t.name == "winner"] == [1, 1]
     server = charts.pareto(df, Limits(max_accuracy_drop=0.005, sla_ms=1.5), "server")  # the SLA bounds p99 under load
     assert not [a for a in server.layout.annotations if "SLA" in a.text]
+
+
+def _judged(rows):
+    columns = ["config_label", "engine", "precision", "latency_ms", "latency_ci_low", "latency_ci_high", "role",
+               "verdict", "reason"]  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
+REASON = "accuracy drop 8.30% > 1.00%"
+#: OpenVINO int8's fastest config is rejected, a slower one passes; every ORT int8 config is rejected.
+JUDGED = [
+    ("openvino/int8/b1/t1", "openvino", "int8", 14.92, 14.5, 15.3, "", "rejected", REASON),
+    ("openvino/int8/b1/t2", "openvino", "int8", 16.0, 15.5, 16.5, "winner", "feasible", ""),
+    ("openvino/fp32/b1/t1", "openvino", "fp32", 20.0, 19.5, 20.5, "", "feasible", ""),
+    ("onnxruntime/int8/b1/t1", "onnxruntime", "int8", 15.0, 14.5, 15.5, "", "rejected", "peak memory 300.0 MB > 100 MB"),
+    (queries.BASELINE_LABEL, "onnxruntime", "fp32", 30.0, 29.0, 31.0, "baseline", "feasible", ""),
+]  # fmt: skip
+
+
+def test_a_rejected_config_bar_is_grey_hatched_and_says_why():
+    best = _judged(JUDGED)
+    best.loc[0, "role"] = "runner-up"  # even a role never makes a rejected config green
+    bar = charts.ci_bars(best, queries.METRICS["latency"]).data[0]
+    colors, shapes = list(bar.marker.color), list(bar.marker.pattern.shape)
+    assert colors[0] == charts.REJECTED_COLOR != charts.WINNER_COLOR and shapes[0] == "/"
+    assert bar.y[0] == "openvino/int8/b1/t1  runner-up  ✗ rejected"
+    assert html.escape(REASON) in bar.hovertext[0]
+    assert colors[3] == charts.REJECTED_COLOR and "peak memory 300.0 MB" in bar.hovertext[3]
+    assert colors[1] == charts.WINNER_COLOR and shapes[1] == "" and "rejected" not in bar.hovertext[1]
+    assert [s for s in shapes if s] == ["/", "/"]  # only the two rejected bars are hatched
+
+
+def test_heatmap_colours_a_cell_by_its_best_passing_config_and_greys_a_cell_with_none():
+    fig = charts.heatmap(_judged(JUDGED), queries.METRICS["latency"])
+    colour, grey = fig.data
+    assert list(colour.y) == ["onnxruntime", "openvino"] and list(colour.x) == ["fp32", "int8"]
+    cells = {(e, p): colour.z[i][j] for i, e in enumerate(colour.y) for j, p in enumerate(colour.x)}
+    # The faster rejected OpenVINO int8 (14.92) never colours its cell: the passing one (16.0) does.
+    assert cells == {("openvino", "int8"): 16.0, ("openvino", "fp32"): 20.0, ("onnxruntime", "fp32"): 30.0,
+                     ("onnxruntime", "int8"): None}  # fmt: skip
+    assert min(v for row in colour.z for v in row if v is not None) == 16.0  # the scale's good end: a passing one  # fmt: skip
+    assert html.escape(REASON) in colour.customdata[1][1] and "openvino/int8/b1/t2" in colour.customdata[1][1]
+    # Every ORT int8 config was rejected: that cell is on the grey layer only, saying so and why.
+    assert grey.z[0][1] is not None and [v for row in grey.z for v in row if v is not None] == [grey.z[0][1]]
+    assert grey.text[0][1] == "✗ rejected" and "peak memory 300.0 MB &gt; 100 MB" in grey.customdata[0][1]
+    assert {c for _, c in grey.colorscale} == {charts.REJECTED_COLOR} and not grey.showscale
+    assert {a.text for a in fig.layout.annotations} == {"★ winner", "baseline"}  # marks kept
+
+
+def test_a_device_bar_of_a_rejected_config_is_hatched_and_says_why():
+    best = _judged([JUDGED[3], JUDGED[4]]).assign(cpu="Test CPU", device="0123456789abcdef")
+    (trace,) = charts.across_devices(best, queries.METRICS["latency"]).data
+    assert list(trace.text) == ["✗ rejected", "baseline"] and list(trace.marker.pattern.shape) == ["/", ""]
+    assert trace.customdata[0][1] == "peak memory 300.0 MB &gt; 100 MB"  # Plotly would read "<...>" as a tag

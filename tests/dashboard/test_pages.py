@@ -7,6 +7,7 @@ Checks are on what rendered: titles, tables, chart specs, messages, and that not
 from __future__ import annotations
 
 import base64
+import html
 import json
 
 import numpy as np
@@ -63,6 +64,7 @@ def test_overview_lists_the_study_its_winner_and_both_devices(monkeypatch, study
     devices = at.dataframe[1].value
     assert SECOND_DEVICE.fingerprint in set(devices["fingerprint"]) and len(devices) == 2
     assert any(study_db.summary.winner.label in s.value for s in at.success)
+    assert studies["rejected"][0] >= 1 and studies["limits"][0] == "accuracy drop ≤ 1.00%"  # int8, over 1%  # fmt: skip
     labels = [d.proto.label for d in at.get("download_button")]
     assert "Download the study's trials (CSV)" in labels
 
@@ -103,6 +105,30 @@ def test_compare_shows_engine_by_precision_heatmap_ci_bars_and_distributions(mon
     # ...then every other config by its best trial, best first.
     rest = best[best["source"] == "best trial"]["latency_ms"].tolist()
     assert rest == sorted(rest) and best.index[best["source"] == "best trial"].min() == len(remeasured)
+
+
+@pytest.mark.slow
+def test_compare_marks_the_rejected_int8_with_its_reason_and_never_colours_it(monkeypatch, study_db):
+    at = open_page(monkeypatch, study_db.url, "compare")
+    heatmap, bars, _ = chart_specs(at)
+    best = at.dataframe[0].value
+    int8 = best[best["precision"] == "int8"]
+    assert not int8.empty and set(int8["verdict"]) == {"rejected"}  # int8 breaks the study's 1% budget
+    assert all(r.startswith("accuracy drop ") and r.endswith("> 1.00%") for r in int8["reason"])
+    assert set(best.loc[best["precision"] == "fp32", "verdict"]) == {"feasible"}
+    assert any("rejected by their study's constraints" in c.value for c in at.caption)
+    # Heatmap: no int8 config passed, so the int8 cell has no colour and the grey layer says why.
+    colour, grey = heatmap["data"]
+    col = list(colour["x"]).index("int8")
+    assert all(row[col] is None for row in colour["z"])
+    why = html.escape(int8["reason"].iloc[0])  # "<" and ">" as entities: Plotly's hover reads a few HTML tags
+    assert grey["text"][0][col] == "✗ rejected" and why in grey["customdata"][0][col]
+    # Bars: each int8 bar is grey and hatched, labelled, its reason on hover; never the winner's green.
+    bar = bars["data"][0]
+    rows = [i for i, label in enumerate(bar["y"]) if "/int8/" in label]
+    shapes, colors = bar["marker"]["pattern"]["shape"], bar["marker"]["color"]
+    assert rows and all("✗ rejected" in bar["y"][i] and shapes[i] == "/" for i in rows)
+    assert all(colors[i] != "#2ca02c" and "accuracy drop" in bar["hovertext"][i] for i in rows)
 
 
 @pytest.mark.slow
@@ -174,6 +200,9 @@ def test_trials_shows_the_optuna_history_and_parameter_importance(monkeypatch, s
     assert any(f"only {complete} complete trials" in w.value for w in at.warning)
     stored = at.dataframe[2].value
     assert {"screening", "finalist"} <= set(stored["phase"])
+    measured_int8 = stored[stored["config_label"].str.contains("/int8/") & stored["latency_ms"].notna()]
+    assert not measured_int8.empty and set(measured_int8["verdict"]) == {"rejected"}  # by the study's budget  # fmt: skip
+    assert set(stored.loc[stored["status"] == "ok", "verdict"]) == {"feasible"}
     assert stored["other_cores"].notna().any()  # how busy the machine was while each ran
 
 
@@ -188,6 +217,11 @@ def test_devices_compares_one_model_across_fingerprints(monkeypatch, study_db):
     assert marks.count("★ winner") == 1  # the study's device has a winner; the second device ran no study
     per_device = at.dataframe[1].value
     assert SECOND_DEVICE.fingerprint in set(per_device["device"])
+    # Only int8 was rejected, and no int8 config passed: its bar is there, hatched and saying so.
+    assert set(per_device.loc[per_device["verdict"] == "rejected", "precision"]) == {"int8"}
+    assert "✗ rejected" in marks
+    hatched = [m for t in bars["data"] for m, s in zip(t["text"], t["marker"]["pattern"]["shape"], strict=True) if s]  # fmt: skip
+    assert hatched and set(hatched) == {"✗ rejected"}
 
 
 @pytest.mark.slow

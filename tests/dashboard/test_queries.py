@@ -125,3 +125,62 @@ def test_trials_say_how_busy_the_machine_was_while_each_ran(tmp_path):
     assert {"under_load", "other_cores"} <= set(queries.trial_columns())
     assert df.loc["busy", "under_load"] is True and df.loc["busy", "other_cores"] == 1.2
     assert df.loc["quiet", "under_load"] is False and pd.isna(df.loc["old", "under_load"])
+
+
+def _studies(*rows: tuple[str, str, dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["name", "objective", "constraints"])
+
+
+def test_judged_holds_each_trial_to_its_own_study_and_a_bench_to_the_default_budget():
+    df = pd.DataFrame([
+        {**_row("loose", 0.4, 0.03, 9.0, "failed", "inaccurate"), "study": "loose"},  # within its 5% budget
+        {**_row("tight", 0.4, 0.03, 9.0, "failed", "inaccurate"), "study": "tight"},  # over its 1%
+        {**_row("capped", 0.3, 0.0, 300.0), "study": "tight"},  # over its memory cap
+        {**_row("bench", 0.5, 0.03, 9.0, "failed", "inaccurate"), "study": None},  # no study: the default 1%
+        {**_row("fine", 0.5, 0.0, 9.0), "study": None},
+    ])  # fmt: skip
+    studies = _studies(("loose", "latency", {"max_accuracy_drop": 0.05}),
+                       ("tight", "latency", {"max_accuracy_drop": 0.01, "max_memory_mb": 100}))  # fmt: skip
+    out = queries.judged(df, studies).set_index("uid")
+    assert out["verdict"].to_dict() == {"loose": "feasible", "tight": "rejected", "capped": "rejected",
+                                        "bench": "rejected", "fine": "feasible"}  # fmt: skip
+    assert out.loc["tight", "reason"] == "accuracy drop 3.00% > 1.00%"
+    assert out.loc["capped", "reason"] == "peak memory 300.0 MB > 100 MB"
+    assert out.loc["bench", "reason"] == "accuracy drop 3.00% > 1.00%" and out.loc["fine", "reason"] == ""
+    # The one rule: the Pareto page's verdicts reject the same rows for the same reasons.
+    tight = {"max_accuracy_drop": 0.01, "max_memory_mb": 100}
+    pareto = queries.verdicts(df[df["study"] == "tight"], tight, None)
+    assert pareto.set_index("uid")["reason"].to_dict() == out.loc[["tight", "capped"], "reason"].to_dict()
+
+
+def test_limits_text_names_each_constraint_as_the_study_applies_it():
+    assert queries.limits_text(None, None) == "accuracy drop ≤ 1.00%"
+    both = {"max_accuracy_drop": 0.005, "max_memory_mb": 64, "sla_ms": 5}
+    assert queries.limits_text(both, "latency") == "accuracy drop ≤ 0.50%, memory ≤ 64 MB, latency ≤ 5 ms"
+    assert queries.limits_text(both, "server").endswith("p99 ≤ 5 ms")  # a server study's SLA bounds the p99
+
+
+def test_a_study_whose_finalists_all_broke_its_constraints_shows_them_rejected(tmp_path):
+    """No config met the memory cap: the finalists are best-so-far, each rejected with the study's own reason."""
+    from tests.results_db.factories import DEVICE, MODEL
+
+    def finalist(label: str, precision: str, baseline: bool = False) -> dict:
+        return {"label": label, "config": {"engine": "onnxruntime", "precision": precision}, "statistic": 1.0,
+                "ci": None, "n_samples": 64, "baseline": baseline, "failure": None}  # fmt: skip
+
+    why = {"ort/int8": "peak memory 80.0 MB > 64 MB", "ort/fp32": "peak memory 90.0 MB > 64 MB"}
+    summary = {"name": "capped", "objective": "latency", "trials": {"complete": 2}, "winner": None,
+               "finalists": [finalist("ort/int8", "int8"), finalist("ort/fp32", "fp32", baseline=True)],
+               "rejected": [{"config": label, "constraint": "max_memory_mb", "value": 1.0, "limit": 64.0, "unit": "MB",
+                             "reason": reason} for label, reason in why.items()],
+               "note": "no trial meets the constraints"}  # fmt: skip
+    with Store.open(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        store.save_study("capped", model=MODEL, device=DEVICE, objective="latency", command="autodeploy tune m.onnx",
+                         settings={"constraints": {"max_accuracy_drop": 0.01, "max_memory_mb": 64}})  # fmt: skip
+        store.finish_study("capped", winner_uid=None, summary=summary)
+        finalists, studies = queries.finalists(store), queries.studies(store)
+    assert finalists.set_index("label")[["verdict", "reason"]].to_dict("index") == {
+        label: {"verdict": "rejected", "reason": reason} for label, reason in why.items()}  # fmt: skip
+    assert studies["rejected"].tolist() == [2]
+    assert studies["limits"].tolist() == ["accuracy drop ≤ 1.00%, memory ≤ 64 MB"]
+    assert studies["constraints"].tolist() == [{"max_accuracy_drop": 0.01, "max_memory_mb": 64}]

@@ -2,11 +2,15 @@
 
 Every chart of configs marks the study's winner (★, green) and the ONNX Runtime fp32 default
 (the baseline every speed-up is over: grey, dashed line); a ``role`` column (from
-:func:`queries.rank_by_finalists`) says which is which. Log axes get 1-2-5 ticks with units.
+:func:`queries.rank_by_finalists`) says which is which. A config its study's constraints rejected
+(``verdict`` and ``reason``, from :func:`queries.judged`) is light grey and hatched, says
+"✗ rejected" and gives its reason on hover: never green, never the best colour of a scale.
+Log axes get 1-2-5 ticks with units.
 """
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Iterable
 
@@ -15,7 +19,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from autodeploy.dashboard.queries import BASELINE_LABEL, Metric
+from autodeploy.dashboard.queries import BASELINE_LABEL, REJECTED, Metric
 from autodeploy.units import time_unit
 from autodeploy.verdict import Limits, sla_bounds_latency
 
@@ -23,60 +27,117 @@ from autodeploy.verdict import Limits, sla_bounds_latency
 LOG_RATIO = 20
 VERDICT_COLORS = {"winner": "#2ca02c", "pareto": "#1f77b4", "feasible": "#9ecae1", "rejected": "#d62728"}
 WINNER_COLOR, BASELINE_COLOR, LIMIT_COLOR = "#2ca02c", "#7f7f7f", "#d62728"
+#: A rejected config: lighter than the baseline's grey, hatched with :data:`REJECTED_PATTERN`.
+REJECTED_COLOR, REJECTED_PATTERN, REJECTED_TEXT = "#d9d9d9", "/", "✗ rejected"
 ROLE_TEXT = {"winner": "★ winner", "runner-up": "runner-up", "tie": "tie with winner",
              "baseline": "baseline (ORT fp32 default)"}  # fmt: skip
 BASELINE_NAME = "ORT fp32 default"
 
 
-def role_label(label: str, role: str) -> str:
-    """A config label with its role: ``ort/int8/b1/t1  ★ winner``; the baseline is named even when it won."""
+def role_label(label: str, role: str, rejected: bool = False) -> str:
+    """A config label with its role: ``ort/int8/b1/t1  ★ winner``; the baseline is named even when it won;
+    ``  ✗ rejected`` after it when its study's constraints rejected it."""
     text = ROLE_TEXT.get(role, "")
     if label == BASELINE_LABEL and role not in ("baseline", ""):
         text += f" ({BASELINE_NAME})"
+    text = f"{text}  {REJECTED_TEXT}".strip() if rejected else text
     return f"{label}  {text}" if text else label
 
 
+def rejected(df: pd.DataFrame) -> pd.Series:
+    """Which rows their study's constraints rejected (``verdict``); none where there is no ``verdict`` column."""
+    return df["verdict"] == REJECTED if "verdict" in df else pd.Series(False, index=df.index)
+
+
 def heatmap(best: pd.DataFrame, metric: Metric) -> go.Figure:
-    """Engine × precision, each cell the best config's ``metric``; the winner's and the baseline's cells marked."""
-    agg = "max" if metric.higher_is_better else "min"
-    grid = best.pivot_table(index="engine", columns="precision", values=metric.column, aggfunc=agg)
-    fig = px.imshow(
-        grid,
-        text_auto=".4g",
-        aspect="auto",
-        color_continuous_scale="RdYlGn" if metric.higher_is_better else "RdYlGn_r",  # green: better
-        labels={"color": metric.label, "x": "precision", "y": "engine"},
-    )
-    for role, text, shift in (("winner", "★ winner", -16), ("baseline", "baseline", 16)):
+    """Engine × precision, each cell coloured by its best config that meets its study's constraints.
+
+    A faster config that was rejected never colours its cell (the hover names it and why); a cell
+    whose every config was rejected is a grey layer reading "✗ rejected", with the best one's reason
+    on hover. The winner's and the baseline's cells are marked.
+    """
+    engines, precisions = sorted(best["engine"].unique()), sorted(best["precision"].unique())
+    ordered = best.sort_values(metric.column, ascending=not metric.higher_is_better, kind="stable")
+    out = rejected(ordered)
+    passing, failing = _per_cell(ordered[~out]), _per_cell(ordered[out])
+    cells = [[(passing.get((e, p)), failing.get((e, p))) for p in precisions] for e in engines]
+    # The colour layer holds passing configs only; a cell with none but a rejected one goes on the grey layer.
+    z = [[None if ok is None else ok[metric.column] for ok, _ in row] for row in cells]
+    grey = [[0.0 if ok is None and bad is not None else None for ok, bad in row] for row in cells]
+    common = {"x": precisions, "y": engines, "hoverongaps": False, "hovertemplate": "%{customdata}<extra></extra>",
+              "customdata": [[_cell_hover(ok, bad, metric) for ok, bad in row] for row in cells]}  # fmt: skip
+    fig = go.Figure(go.Heatmap(z=z, texttemplate="%{z:.4g}", colorbar={"title": {"text": metric.label}},
+                               colorscale="RdYlGn" if metric.higher_is_better else "RdYlGn_r",  # green: better
+                               name="meets the constraints", **common))  # fmt: skip
+    if any(v is not None for row in grey for v in row):
+        fig.add_trace(go.Heatmap(z=grey, zmin=0.0, zmax=1.0, showscale=False, name="rejected",
+                                 colorscale=[[0, REJECTED_COLOR], [1, REJECTED_COLOR]], texttemplate="%{text}",
+                                 text=[[REJECTED_TEXT if v is not None else "" for v in row] for row in grey],
+                                 **common))  # fmt: skip
+    for role, label, shift in (("winner", "★ winner", -16), ("baseline", "baseline", 16)):
         for row in _with_role(best, role).itertuples():
-            fig.add_annotation(x=row.precision, y=row.engine, text=text, showarrow=False, yshift=shift,
+            fig.add_annotation(x=row.precision, y=row.engine, text=label, showarrow=False, yshift=shift,
                                font={"size": 11, "color": "black"})  # fmt: skip
-    fig.update_layout(title=f"Best {metric.label} per engine × precision", height=320)
+    fig.update_layout(title=f"Best {metric.label} per engine × precision (grey: every config rejected)", height=320,
+                      xaxis={"title": "precision", "type": "category"},
+                      yaxis={"title": "engine", "type": "category", "autorange": "reversed"})  # fmt: skip
     return fig
+
+
+def _per_cell(ordered: pd.DataFrame) -> dict[tuple[str, str], pd.Series]:
+    """The first row of each engine × precision in ``ordered`` (best first): that cell's best config."""
+    first = ordered.drop_duplicates(["engine", "precision"])
+    return {(row["engine"], row["precision"]): row for _, row in first.iterrows()}
+
+
+def _cell_hover(ok: pd.Series | None, bad: pd.Series | None, metric: Metric) -> str:
+    """What a heatmap cell says on hover: its best passing config, and a better one that was rejected, with why."""
+    lines = []
+    if ok is not None:
+        lines.append(f"best: {_text(ok['config_label'])}: {ok[metric.column]:.4g}")
+    if bad is not None and (ok is None or _better(bad[metric.column], ok[metric.column], metric)):
+        why = _text(bad.get("reason", ""))
+        lines.append(f"{REJECTED_TEXT}: {_text(bad['config_label'])}: {bad[metric.column]:.4g}<br>{why}")
+    return "<br>".join(lines)
+
+
+def _text(value: object) -> str:
+    """Plain text for Plotly's hover, which reads a few HTML tags: a reason's ``<`` and ``>`` (``0.917 < 0.99;
+    300 MB > 100 MB``) would read as a tag and vanish. Plotly turns the entities back into the characters."""
+    return html.escape(str(value), quote=False)
+
+
+def _better(a: float, b: float, metric: Metric) -> bool:
+    return a > b if metric.higher_is_better else a < b
 
 
 def ci_bars(best: pd.DataFrame, metric: Metric, title: str | None = None) -> go.Figure:
     """One horizontal bar per config in ``best``'s order (best on top), with its 95% CI where there is one.
 
-    The winner is green with ★, the baseline grey with a dashed line at its value. The axis
-    turns logarithmic (1-2-5 ticks) when the configs differ by more than :data:`LOG_RATIO`.
+    The winner is green with ★, the baseline grey with a dashed line at its value; a rejected config
+    (:func:`rejected`) light grey and hatched, "✗ rejected" in its label and its reason on hover. The
+    axis turns logarithmic (1-2-5 ticks) when the configs differ by more than :data:`LOG_RATIO`.
     """
     roles = best["role"] if "role" in best else pd.Series("", index=best.index)
+    out = rejected(best)
+    reasons = best["reason"].fillna("") if "reason" in best else pd.Series("", index=best.index)
     error = None
     if metric.ci is not None:
         low, high = best[metric.ci[0]], best[metric.ci[1]]
         error = {"type": "data", "array": (high - best[metric.column]).tolist(),
                  "arrayminus": (best[metric.column] - low).tolist(), "visible": True}  # fmt: skip
-    colors = [WINNER_COLOR if r == "winner" else BASELINE_COLOR if label == BASELINE_LABEL else _engine_color(e)
-              for r, label, e in zip(roles, best["config_label"], best["engine"], strict=True)]  # fmt: skip
+    colors = [REJECTED_COLOR if n else WINNER_COLOR if r == "winner" else BASELINE_COLOR if label == BASELINE_LABEL
+              else _engine_color(e) for n, r, label, e in zip(out, roles, best["config_label"], best["engine"], strict=True)]  # fmt: skip
+    hover = [f"{e} {p}" + (f"<br>{REJECTED_TEXT}: {_text(why)}" if n else "")
+             for e, p, n, why in zip(best["engine"], best["precision"], out, reasons, strict=True)]  # fmt: skip
     fig = go.Figure(
         go.Bar(
-            y=[role_label(label, r) for label, r in zip(best["config_label"], roles, strict=True)],
+            y=[role_label(label, r, n) for label, r, n in zip(best["config_label"], roles, out, strict=True)],
             x=best[metric.column],
             orientation="h",
             error_x=error,
-            marker_color=colors,
-            hovertext=best["engine"] + " " + best["precision"],
+            marker={"color": colors, "pattern": {"shape": [REJECTED_PATTERN if n else "" for n in out]}},
+            hovertext=hover,
         )
     )
     values = [best[metric.column], *([best[metric.ci[1]]] if metric.ci else [])]
@@ -101,7 +162,8 @@ def distributions(samples: pd.DataFrame, labels: dict[int, str]) -> go.Figure:
     fig = go.Figure()
     for config in order:
         part = df[df["config"] == config]
-        color = WINNER_COLOR if "★" in config else BASELINE_COLOR if config.startswith(BASELINE_LABEL) else _PALETTE[0]
+        color = (REJECTED_COLOR if REJECTED_TEXT in config else WINNER_COLOR if "★" in config
+                 else BASELINE_COLOR if config.startswith(BASELINE_LABEL) else _PALETTE[0])  # fmt: skip
         fig.add_trace(go.Box(x=part["config"], y=part["latency_ms"], name=config, boxpoints="outliers",
                              marker_color=color, showlegend=False))  # fmt: skip
     log = _axis(fig, "y", [df["latency_ms"]], ms=True)
@@ -196,21 +258,39 @@ def importance(df: pd.DataFrame, n_trials: int) -> go.Figure:
 
 
 def across_devices(df: pd.DataFrame, metric: Metric) -> go.Figure:
-    """Best ``metric`` per engine/precision, one bar group per device fingerprint; roles written on the bars."""
+    """Best ``metric`` per engine/precision, one bar group per device fingerprint; roles written on the bars.
+
+    A bar whose config was rejected (:func:`rejected`: the page shows one only where no config of that
+    engine/precision passed) is hatched and reads "✗ rejected", its reason on hover.
+    """
     roles = df["role"] if "role" in df else pd.Series("", index=df.index)
+    out = rejected(df)
     df = df.assign(
         config=df["engine"] + "/" + df["precision"],
         device_label=df["cpu"] + " (" + df["device"].str[:8] + ")",
-        mark=["★ winner" if r == "winner" else "baseline" if c == BASELINE_LABEL else ""
-              for r, c in zip(roles, df["config_label"], strict=True)],
+        mark=[_mark(n, r, c) for n, r, c in zip(out, roles, df["config_label"], strict=True)],
+        label=df["config_label"].map(_text),
+        why=df["reason"].fillna("").map(_text) if "reason" in df else "",
+        pattern=[REJECTED_PATTERN if n else "" for n in out],
     )
     fig = px.bar(df, x="config", y=metric.column, color="device_label", barmode="group", text="mark",
+                 custom_data=["label", "why", "pattern"],
                  labels={metric.column: metric.label, "config": "", "device_label": "device"})  # fmt: skip
-    fig.update_traces(textposition="outside")
+    fig.update_traces(textposition="outside",
+                      hovertemplate="%{customdata[0]}: %{y:.4g}<br>%{customdata[1]}<extra>%{fullData.name}</extra>")  # fmt: skip
+    # One trace per device (px keeps each device's rows in order), in its device's colour: hatch its rejected bars.
+    for trace in fig.data:
+        trace.marker.pattern.shape = [row[2] for row in trace.customdata]
     log = _axis(fig, "y", [df[metric.column]], _is_ms(metric.label))
     fig.update_layout(title=f"{metric.label} across devices (★ each device's winner)" + (" (log scale)" if log else ""),
                       height=420)  # fmt: skip
     return fig
+
+
+def _mark(rejected: bool, role: str, label: str) -> str:
+    if rejected:
+        return REJECTED_TEXT
+    return "★ winner" if role == "winner" else "baseline" if label == BASELINE_LABEL else ""
 
 
 def gate_changes(metrics: pd.DataFrame) -> go.Figure:

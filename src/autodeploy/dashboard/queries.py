@@ -11,6 +11,7 @@ creation (read-only on PostgreSQL too).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -245,7 +246,8 @@ def studies(store: Store, filters: Filters = Filters()) -> pd.DataFrame:
     """Every study, newest first, with its winner, tie and speed-up vs the ONNX Runtime FP32 default."""
     rows = store.list_studies(limit=None, model_sha256=filters.model, device=filters.device)
     columns = ["name", "objective", "model", "device", "cpu", "winner", "tie_with", "speedup_vs_baseline", "speedup",
-               "headline", "screening_only", "trials", "note", "winner_uid", "command", "model_sha256", "created_at", "updated_at"]  # fmt: skip
+               "headline", "screening_only", "trials", "note", "constraints", "limits", "rejected", "winner_uid",
+               "command", "model_sha256", "created_at", "updated_at"]  # fmt: skip
     return pd.DataFrame([_study_row(_renamed(asdict(r)), study_record(r) if r.summary else {}) for r in rows],
                         columns=columns)  # fmt: skip
 
@@ -258,8 +260,12 @@ def _study_row(r: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
     summary = r.pop("summary") or {}
     winner = summary.get("winner") or {}
     counts = summary.get("trials") or {}
+    constraints = (r.pop("settings") or {}).get("constraints") or {}
     return {
         **r,
+        "constraints": constraints,  # as stored: judged() reads each trial's limits from it
+        "limits": limits_text(constraints, r["objective"]),
+        "rejected": len(record.get("rejected") or ()),  # configs the study's constraints rejected
         "winner": winner.get("label"),
         "tie_with": ", ".join(summary.get("tie_with") or []),
         "speedup_vs_baseline": summary.get("speedup_vs_baseline"),
@@ -277,7 +283,9 @@ def finalists(store: Store, filters: Filters = Filters()) -> pd.DataFrame:
     Read from the study's record (:func:`autodeploy.report.study_record`, the one ``results
     studies --format json`` prints): ``value`` is the study's statistic (``statistic``, unit in the
     name) with its 95% CI, re-measured interleaved where the objective allows; ``role`` is winner,
-    runner-up, tie, baseline (the ORT fp32 default) or finalist.
+    runner-up, tie, baseline (the ORT fp32 default) or finalist. ``verdict`` is ``rejected``, with the
+    study's own ``reason``, for a finalist the study's constraints rejected (a baseline over a memory
+    cap; every finalist of a study where no config met them: best-so-far, not winners), else ``feasible``.
     """
     rows = []
     if filters.study is not None:
@@ -286,6 +294,7 @@ def finalists(store: Store, filters: Filters = Filters()) -> pd.DataFrame:
         studies = store.list_studies(limit=None, model_sha256=filters.model, device=filters.device)
     for row in studies:
         record = study_record(row)
+        rejected = {r["config"]: r["reason"] for r in record["rejected"]}  # the study's own verdicts
         for f in record["finalists"]:
             ci = f["statistic_ci"] or (None, None)
             rows.append({"study": row.name, "objective": row.objective, "model": row.model_name,
@@ -293,9 +302,12 @@ def finalists(store: Store, filters: Filters = Filters()) -> pd.DataFrame:
                          "statistic": record["statistic"], "unit": record["statistic_unit"], "label": f["label"],
                          "engine": f["config"]["engine"], "precision": f["config"]["precision"],
                          "value": f["statistic"], "ci_low": ci[0], "ci_high": ci[1], "n_samples": f["n_samples"],
-                         "baseline": f["baseline"], "failure": f["failure"], "role": _role(f, record)})  # fmt: skip
+                         "baseline": f["baseline"], "failure": f["failure"], "role": _role(f, record),
+                         "verdict": REJECTED if f["label"] in rejected else FEASIBLE,
+                         "reason": rejected.get(f["label"], "")})  # fmt: skip
     columns = ["study", "objective", "model", "model_sha256", "device", "cpu", "statistic", "unit", "label", "engine",
-               "precision", "value", "ci_low", "ci_high", "n_samples", "baseline", "failure", "role"]  # fmt: skip
+               "precision", "value", "ci_low", "ci_high", "n_samples", "baseline", "failure", "role", "verdict",
+               "reason"]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -315,7 +327,8 @@ def winners(store: Store, filters: Filters = Filters()) -> pd.DataFrame:
 
     Every number is the study record's (:func:`autodeploy.report.study_record`), so the page
     agrees with ``tune`` and ``results studies``: the finalists' re-measured values, the speed-up
-    over the ONNX Runtime fp32 default re-measured beside them (``>1`` is faster).
+    over the ONNX Runtime fp32 default re-measured beside them (``>1`` is faster). ``limits`` are the
+    study's constraints as read (:func:`limits_text`), ``rejected`` how many configs they rejected.
     """
     rows = []
     for row in store.list_studies(limit=None, model_sha256=filters.model, device=filters.device):
@@ -330,12 +343,14 @@ def winners(store: Store, filters: Filters = Filters()) -> pd.DataFrame:
                      "headline": record["headline"], "screening_only": record["screening_only"],
                      "runner_up": second.get("label"), "runner_up_value": _value_text(second, unit),
                      "tie_with": ", ".join(record["tie_with"]), "study": row.name, "note": record["note"],
+                     "limits": limits_text((row.settings or {}).get("constraints"), row.objective),
+                     "rejected": len(record["rejected"]),
                      "statistic": record["statistic"], "winner_statistic": winner.get("statistic"),
                      "runner_up_statistic": second.get("statistic"), "model_sha256": row.model_sha256,
                      "device": row.device_fingerprint, "updated_at": row.updated_at})  # fmt: skip
     columns = ["model", "cpu", "objective", "winner", "winner_value", "speedup_vs_baseline", "speedup", "headline",
                "screening_only", "runner_up",
-               "runner_up_value", "tie_with", "study", "note", "statistic", "winner_statistic", "runner_up_statistic",
+               "runner_up_value", "tie_with", "study", "note", "limits", "rejected", "statistic", "winner_statistic", "runner_up_statistic",
                "model_sha256", "device", "updated_at"]  # fmt: skip
     df = pd.DataFrame(rows, columns=columns)  # newest first: the first study of each group is the one shown
     return df.drop_duplicates(["model_sha256", "device", "objective"]).sort_values(["model", "cpu"]).reset_index(drop=True)
@@ -506,7 +521,41 @@ def param_importance(storage: optuna.storages.BaseStorage, name: str) -> tuple[p
     return df.sort_values("importance", ascending=False).reset_index(drop=True), ""
 
 
-# -- verdicts (the Pareto page) ----------------------------------------------------------------
+# -- verdicts: the study's constraints, judged by autodeploy.verdict ------------------------------
+
+#: A row's ``verdict`` when it meets every constraint of its study, and when it breaks one (or failed).
+FEASIBLE, REJECTED = "feasible", "rejected"
+
+
+def limits_text(constraints: Mapping[str, Any] | None, objective: str | None) -> str:
+    """A study's constraints as read: ``accuracy drop ≤ 1.00%, memory ≤ 64 MB, latency ≤ 5 ms``.
+
+    The SLA bounds each trial's latency, except in a ``server`` study, whose objective is the highest
+    rate whose p99 meets it (:func:`autodeploy.verdict.sla_bounds_latency`).
+    """
+    limits = verdict.Limits.of(constraints)
+    out = [f"accuracy drop ≤ {limits.max_accuracy_drop:.2%}"]
+    if limits.max_memory_mb is not None:
+        out.append(f"memory ≤ {limits.max_memory_mb:g} MB")
+    if limits.sla_ms is not None:
+        out.append(f"{'latency' if verdict.sla_bounds_latency(objective) else 'p99'} ≤ {limits.sla_ms:g} ms")
+    return ", ".join(out)
+
+
+def judged(df: pd.DataFrame, studies: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (rows of :func:`trials`, e.g. :func:`best_per_config`'s) with ``verdict`` (feasible or
+    rejected) and ``reason`` (empty when feasible), every row by its own study's constraints and objective.
+
+    ``studies`` is :func:`studies` (its ``constraints`` and ``objective``); a trial of no study (a
+    bench), or of a study not in it, is judged by the default :class:`~autodeploy.verdict.Limits`.
+    The rule is :func:`verdicts`' (:mod:`autodeploy.verdict`'s), so Compare, Devices and Trials
+    reject what the Pareto page and the study reject.
+    """
+    rules = {name: (verdict.Limits.of(c), objective or "")
+             for name, c, objective in zip(studies["name"], studies["constraints"], studies["objective"], strict=True)}  # fmt: skip
+    default = (verdict.Limits(), "")
+    reasons = [_reason(r, *rules.get(r.study, default)) for r in df.itertuples()]
+    return df.assign(verdict=[REJECTED if reason else FEASIBLE for reason in reasons], reason=reasons)
 
 
 def verdicts(
@@ -525,12 +574,12 @@ def verdicts(
     out = df.copy()
     reasons = [_reason(r, limits, objective or "") for r in out.itertuples()]
     out["reason"] = reasons
-    out["verdict"] = ["rejected" if reason else "feasible" for reason in reasons]
-    feasible = out[out["verdict"] == "feasible"]
+    out["verdict"] = [REJECTED if reason else FEASIBLE for reason in reasons]
+    feasible = out[out["verdict"] == FEASIBLE]
     points = feasible[["latency_ms", "accuracy_drop", "peak_rss_mb"]].fillna(0.0).to_numpy().tolist()
     out.loc[feasible.index[verdict.pareto_front(points)], "verdict"] = "pareto"
     if winner is not None:
-        out.loc[(out["config_label"] == winner) & (out["verdict"] != "rejected"), "verdict"] = "winner"
+        out.loc[(out["config_label"] == winner) & (out["verdict"] != REJECTED), "verdict"] = "winner"
     return out
 
 

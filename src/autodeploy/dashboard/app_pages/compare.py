@@ -1,7 +1,9 @@
 """Compare: engine × precision heatmap, bars with confidence intervals, latency distributions.
 
 One model on one device at a time (configs of different models or devices are never one bar),
-ranked as the study ranked them: its finalists by their re-measured values, winner on top.
+ranked as the study ranked them: its finalists by their re-measured values, winner on top. Each
+config is judged by its own study's constraints (a bench by the default budget): a rejected one is
+grey and hatched with its reason, and never colours a heatmap cell.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ if best.empty:
     st.stop()
 finalists = queries.study_finalists(cache.finalists(url, filters), pair["model_sha256"], pair["device"], metric)
 best = queries.rank_by_finalists(best, finalists, metric)
+# Judged after ranking: an SLA judges the latency shown (a finalist's re-measured p90).
+best = queries.judged(best, studies)
 
 remeasured = (best["source"] != "best trial").sum()
 ranking = (f"ranked as study {cache.md(finalists['study'].iloc[0])} ranked them: its {remeasured} finalists by their "
@@ -59,6 +63,11 @@ ranking = (f"ranked as study {cache.md(finalists['study'].iloc[0])} ranked them:
            if remeasured else "ranked by each config's best trial")  # fmt: skip
 st.caption(f"{len(best)} configs of {cache.md(label)}, {ranking}; "
            f"engines: {cache.md(', '.join(sorted(best['engine'].unique())))}.")
+rejected = best[best["verdict"] == queries.REJECTED]
+if not rejected.empty:
+    st.caption(f"✗ {len(rejected)} config(s) rejected by their study's constraints (a bench without a study: "
+               f"{queries.limits_text(None, None)}): grey and hatched, never a heatmap cell's colour; "
+               "each reason is on hover and in the table below.")  # fmt: skip
 few = best[best["n_samples"] < queries.FEW_SAMPLES]
 if metric.ci is not None and not few.empty:
     st.caption(f"⚠ {len(few)} config(s) have under {queries.FEW_SAMPLES} samples: their confidence intervals are rough.")
@@ -69,13 +78,14 @@ st.plotly_chart(charts.ci_bars(best.head(TOP_BARS), metric, title=f"{metric.labe
 top = best.head(TOP_DISTRIBUTIONS)
 samples = cache.samples(url, tuple(int(i) for i in top["trial_id"]))
 if not samples.empty:
-    labels = {t: charts.role_label(c, r) for t, c, r in zip(top["trial_id"], top["config_label"], top["role"], strict=True)}
+    labels = {t: charts.role_label(c, r, v == queries.REJECTED)
+              for t, c, r, v in zip(top["trial_id"], top["config_label"], top["role"], top["verdict"], strict=True)}  # fmt: skip
     st.plotly_chart(charts.distributions(samples, labels), key="compare_distributions")
     st.caption("Distributions are each config's best single trial (finalists: one of their re-measured runs).")
 
 st.subheader("Per config")
-columns = ["config_label", "role", "source", "engine", "precision", "batch", "threads", "model", "cpu", "scenario",
-           "phase", metric.column, *(metric.ci or ()), "median_ms", "p99_ms", "throughput", "cv", "unstable",
+columns = ["config_label", "role", "verdict", "reason", "source", "engine", "precision", "batch", "threads", "model",
+           "cpu", "scenario", "phase", metric.column, *(metric.ci or ()), "median_ms", "p99_ms", "throughput", "cv", "unstable",
            "n_samples", "peak_rss_mb", "artifact_mb", "accuracy_drop", "trial_id"]  # fmt: skip
 st.dataframe(best[list(dict.fromkeys(columns))], hide_index=True)
 cache.csv_button(df, "autodeploy-trials.csv", key="compare_csv", label="Download the measured trials (CSV)")

@@ -34,12 +34,20 @@ else:
                 "winner",
                 "tie_with",
                 "speedup",
+                "limits",
+                "rejected",
                 "trials",
                 "note",
             ]
         ],
         hide_index=True,
-        column_config={"speedup": "speed-up vs ORT fp32 [interval] (statistic)"},
+        column_config={
+            "speedup": "speed-up vs ORT fp32 [interval] (statistic)",
+            "limits": "constraints",
+            "rejected": st.column_config.NumberColumn(
+                "configs rejected", help="configs its constraints rejected (the Pareto page lists why)"
+            ),
+        },
     )
 
 st.subheader("Devices")

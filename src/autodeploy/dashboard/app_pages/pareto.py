@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from autodeploy.dashboard import cache, charts, queries
-from autodeploy.verdict import Limits, sla_bounds_latency
+from autodeploy.verdict import Limits
 
 st.title("Pareto")
 url, filters = cache.db_url(), cache.filters()
@@ -28,13 +28,8 @@ per_config = queries.rank_by_finalists(queries.one_per_config(trials), cache.fin
 df = queries.verdicts(per_config, constraints, winner, objective)
 
 budget = Limits.of(constraints)
-limits = [f"accuracy drop ≤ {budget.max_accuracy_drop:.2%}"]
-if budget.max_memory_mb is not None:
-    limits.append(f"memory ≤ {budget.max_memory_mb:g} MB")
-if budget.sla_ms is not None:
-    # The study's rule: the server objective is the rate under the SLA; elsewhere the SLA bounds latency.
-    limits.append(f"latency ≤ {budget.sla_ms:g} ms" if sla_bounds_latency(objective) else f"p99 ≤ {budget.sla_ms:g} ms")
-st.caption(f"Constraints of {cache.md(name)}: {', '.join(limits)}. Winner: {cache.md(winner or 'none')}.")
+st.caption(f"Constraints of {cache.md(name)}: {queries.limits_text(constraints, objective)}. "
+           f"Winner: {cache.md(winner or 'none')}.")  # fmt: skip
 
 if df["latency_ms"].notna().any():
     st.plotly_chart(charts.pareto(df, budget, objective), key="pareto_scatter")

@@ -45,10 +45,11 @@ else:
     st.dataframe(importance, hide_index=True)
 
 st.subheader("Stored trials")
-stored = cache.trials(url, replace(filters, study=name))
-st.dataframe(stored[["trial_id", "phase", "status", "failure_kind", "config_label", "shape", "latency_ms", "median_ms",
-                     "n_samples", "accuracy_drop", "peak_rss_mb", "under_load", "other_cores", "created_at"]],
-             hide_index=True)  # fmt: skip
+# Each trial judged by the study's constraints, as the Pareto page judges it.
+stored = queries.judged(cache.trials(url, replace(filters, study=name)), studies)
+st.dataframe(stored[["trial_id", "phase", "status", "failure_kind", "config_label", "verdict", "reason", "shape",
+                     "latency_ms", "median_ms", "n_samples", "accuracy_drop", "peak_rss_mb", "under_load", "other_cores",
+                     "created_at"]], hide_index=True)  # fmt: skip
 if stored["under_load"].fillna(False).astype(bool).any():
     st.caption(f"under_load: other processes kept more than {UNDER_LOAD_CORES} of a core busy while the trial was "
                "timed (other_cores: how many, on average); its times are likely slower and noisier.")  # fmt: skip

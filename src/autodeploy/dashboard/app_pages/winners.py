@@ -22,13 +22,16 @@ st.caption("Per model × device and objective, the newest finished study: its fi
            "the finalists (>1 is faster): the median of the per-round ratios of the statistic named, with its "
            "interval over rounds; a winner from fewer than 3 rounds is a screening result only.")  # fmt: skip
 shown = ["model", "cpu", "objective", "winner", "winner_value", "speedup", "runner_up", "runner_up_value",
-         "tie_with", "study", "note"]  # fmt: skip
+         "tie_with", "limits", "rejected", "study", "note"]  # fmt: skip
 st.dataframe(table[shown], hide_index=True, column_config={
     "winner_value": "winner [interval]",
     "speedup": "speed-up vs ORT fp32 default [interval] (statistic)",
     "runner_up": "runner-up",
     "runner_up_value": "runner-up [interval]",
     "tie_with": "tied with the winner",
+    "limits": "constraints",
+    "rejected": st.column_config.NumberColumn("configs rejected", help="configs the study's constraints rejected "
+                                              "(the Pareto page lists each with its reason)"),
 })  # fmt: skip
 
 finalists = cache.finalists(url, filters)
@@ -38,6 +41,9 @@ if not few.empty:
                "are rough. Re-run with a longer `--min-duration` for firmer ones.")  # fmt: skip
 
 st.subheader("Finalists of each study")
+if (finalists["verdict"] == queries.REJECTED).any():
+    st.caption("A finalist its study's constraints rejected (where no config met them, the finalists are "
+               "best-so-far, not winners) is grey and hatched, its reason on hover.")  # fmt: skip
 for row in table.itertuples():
     bars, metric = queries.finalist_bars(finalists[finalists["study"] == row.study], row.objective)
     if bars.empty:
