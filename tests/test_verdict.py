@@ -277,3 +277,12 @@ def test_a_rejection_names_the_constraint_the_value_and_the_limit():
     broken = accuracy(out("y", cosine=float("nan")))
     (r,) = verdict.rejections(Measured(1.0, accuracy_drop(broken)), Limits(), "latency", broken)
     assert r.reason.startswith("output 'y': NaN or inf") and r.value is None
+
+
+def test_a_conversion_fault_is_fp32_losing_ten_times_the_budget():
+    """An engine's fp32 at top-1 0.07 is a broken conversion; a reduced precision's loss, or fp32 rounding, is not."""
+    assert verdict.conversion_fault("fp32", 0.93)
+    assert verdict.conversion_fault("fp32", 0.10) and not verdict.conversion_fault("fp32", 0.099)
+    assert not verdict.conversion_fault("int8", 0.93) and not verdict.conversion_fault("fp16", 0.5)
+    assert not verdict.conversion_fault("fp32", None)
+    assert not verdict.conversion_fault("fp32", 0.4, max_accuracy_drop=0.05)  # a 5% budget: fp32 needs 50% lost

@@ -373,6 +373,19 @@ def with_metric(verdict: AccuracyVerdict, name: str, value: float, reference: fl
     return AccuracyVerdict(constraint, verdict.passed and within(reference - value, max_metric_drop))
 
 
+#: An engine's fp32 that loses at least this many times the accuracy budget (and at least 10%) is a broken
+#: conversion, not a precision's effect: fp32 differs from the reference by rounding alone (60 dB and up),
+#: and bf16 rounding stays inside the budget. A TFLite conversion at top-1 0.07 is a conversion fault.
+CONVERSION_FACTOR = 10.0
+
+
+def conversion_fault(precision: str, drop: float | None, max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP) -> bool:
+    """Whether a config's accuracy loss is its engine's conversion's fault, not its precision's: it is the
+    engine's own fp32 (what every reduced precision of that engine is built from) and it lost at least
+    :data:`CONVERSION_FACTOR` times the budget (:func:`accuracy_drop`)."""
+    return precision == "fp32" and drop is not None and drop >= max(CONVERSION_FACTOR * max_accuracy_drop, 0.1)
+
+
 @dataclass(frozen=True)
 class WorstOutput:
     """The output furthest below (or nearest to) its limit (:func:`worst_output`), in its metric's own terms.

@@ -157,6 +157,31 @@ def test_a_failed_build_or_accuracy_prunes_every_config_of_that_artifact(tmp_pat
 
 
 @pytest.mark.slow
+def test_an_fp32_conversion_that_breaks_the_model_prunes_every_precision_built_from_it(tmp_path):
+    """fp32 that loses 10x the budget is the conversion's fault: its int8 (same engine, same build knobs) is
+    pruned with that reason, never measured; another conversion (fault=none) of the same engine is not."""
+    registry.register("faulty", TARGET)
+    try:
+        db = f"sqlite:///{tmp_path / 'r.db'}"
+        ctx = make_ctx(tmp_path, db, engines=["faulty"], sampler="grid", precisions=["fp32", "int8"], threads=[1],
+                       knobs={"faulty": {"fault": ["wrong_outputs", "none"]}}, finalists={"count": 0})  # fmt: skip
+        run_study(ctx)
+    finally:
+        registry.unregister("faulty")
+    trials = sorted(optuna.load_study(study_name="s", storage=db).trials, key=lambda t: t.number)
+    by = {(t.user_attrs["config"]["precision"], t.user_attrs["config"]["knobs"]["fault"]): t for t in trials}
+    broken = by["fp32", "wrong_outputs"]
+    assert "fp32 conversion breaks the model" in broken.user_attrs["broken_conversion"]
+    sibling = by["int8", "wrong_outputs"]
+    if sibling.number > broken.number:  # the grid's order is the sampler's: after it, the sibling is never built
+        assert sibling.state.name == "PRUNED"
+        assert sibling.user_attrs["pruned_reason"] == broken.user_attrs["broken_conversion"]
+    assert by["fp32", "none"].state.name == "COMPLETE"  # another conversion of the same engine
+    rows = ctx.store.trials(TrialFilter(study="s"))
+    assert [r.failure_kind for r in rows if r.config.precision == "fp32" and r.config.knobs["fault"] == "wrong_outputs"] == ["conversion"]
+
+
+@pytest.mark.slow
 def test_no_feasible_trial_names_the_closest_config_and_leaves_a_labelled_best_so_far(tmp_path):
     db = f"sqlite:///{tmp_path / 'r.db'}"
     ctx = make_ctx(tmp_path, db, trials=2, precisions=["fp32"], constraints={"max_memory_mb": 0.001})

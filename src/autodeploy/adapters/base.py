@@ -30,7 +30,7 @@ import shutil
 import tempfile
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -75,6 +75,41 @@ def int8_saturates(device: DeviceInfo) -> bool:
     Arm's int8 dot products add in int32.
     """
     return device.arch.lower() in _X86 and not any(device.has(flag) for flag in INT8_DOT_ISA)
+
+
+#: Ops that carry int8 arithmetic: ONNX's QDQ and QOperator forms, ORT's dynamic and contrib forms,
+#: OpenVINO's FakeQuantize/FakeConvert. An "int8" artifact with none of them is the fp32 graph.
+INT8_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
+            "QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul", "QGemm", "QAttention",
+            "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QLinearSigmoid", "QLinearGlobalAveragePool",
+            "QLinearConcat", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearAveragePool", "FakeQuantize",
+            "FakeConvert")  # fmt: skip
+#: Ops a "no op of kinds ..." line leaves out: they move or name values, none computes.
+_PLUMBING = ("Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Cast", "Shape",
+             "Gather", "Slice", "Constant", "Parameter", "Result", "Convert")  # fmt: skip
+
+
+def require_quantized(engine: str, quantized: Iterable[str], source: Iterable[str]) -> None:
+    """Refuse an int8 build that quantized nothing: ``quantized`` are the built artifact's op types,
+    ``source`` the fp32 graph's. Without one of :data:`INT8_OPS` the artifact is the fp32 graph again,
+    and a separate int8 candidate would be a second measurement of fp32 under another name.
+
+    Raises:
+        UnsupportedConfigError: none of ``quantized`` is an int8 op (the study prunes every config of it).
+    """
+    if any(op in INT8_OPS for op in quantized):
+        return
+    counts: dict[str, int] = {}
+    for op in source:
+        if op not in _PLUMBING:
+            counts[op] = counts.get(op, 0) + 1
+    kinds = sorted(counts, key=lambda op: -counts[op])
+    shown = ", ".join(kinds[:6]) + (f" and {len(kinds) - 6} more" if len(kinds) > 6 else "")
+    raise UnsupportedConfigError(
+        f"{engine} int8 is identical to fp32: no op of kinds {shown or 'none'} has an int8 kernel here, "
+        "so nothing was quantized",
+        fix="use fp32: it is the same graph",
+    )
 
 
 @dataclass(frozen=True)

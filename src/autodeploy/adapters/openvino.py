@@ -34,6 +34,7 @@ from autodeploy.adapters.base import (
     EngineSpace,
     TrialConfig,
     TritonBackend,
+    require_quantized,
 )
 from autodeploy.errors import BuildError
 from autodeploy.model import copy_unchanged
@@ -129,7 +130,9 @@ class OpenVinoEngine(Engine):
                     "int8 quantization with NNCF needs calibration data",
                     fix="give --data or use synthetic data",
                 )
+            source = [op.get_type_name() for op in ov_model.get_ops()]
             ov_model = _quantize(ov_model, model, calibration)
+            require_quantized(self.name, [op.get_type_name() for op in ov_model.get_ops()], source)
             meta["quantizer"] = f"nncf {version('nncf')}"
         # fp32 weights on disk: bf16/fp16 are chosen when compiling, so one IR serves all three.
         ov.save_model(ov_model, str(outdir / IR_FILE), compress_to_fp16=False)

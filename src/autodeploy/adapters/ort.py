@@ -20,6 +20,7 @@ from autodeploy.adapters.base import (
     TrialConfig,
     TritonBackend,
     int8_saturates,
+    require_quantized,
 )
 from autodeploy.errors import BuildError, UnsupportedConfigError
 from autodeploy.model import copy_unchanged
@@ -34,6 +35,9 @@ OPT_LEVELS = ("ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT
 EXECUTION_MODES = ("ORT_SEQUENTIAL", "ORT_PARALLEL")
 #: ``auto`` picks dynamic quantization for MatMul-heavy models (transformers), static QDQ otherwise.
 QUANT_METHODS = ("auto", "static", "dynamic")
+#: The ops ONNX Runtime's CPU provider runs in int8 (QLinearConv, QLinearMatMul, QGemm, ConvInteger, MatMulInteger,
+#: QAttention, DynamicQuantizeLSTM): a graph without one has nothing int8 could speed up or change.
+INT8_KERNELS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Attention", "LSTM", "EmbedLayerNormalization")
 #: Static int8 of the head: the ops after the last Conv/MatMul/Gemm (activations, Concat, Transpose) stay
 #: float by default. Quantized, a detector's Concat of pixel boxes (0-320) and class scores (0-1) gets one
 #: scale, 320/255, and every score collapses to 0 or 1.26 (class channels at 2.3 dB SQNR, flattened
@@ -128,9 +132,13 @@ class OnnxRuntimeEngine(Engine):
             raise BuildError(
                 "static int8 quantization needs calibration data", fix="give --data or use synthetic data"
             )
+        source = _op_types(model.path)
+        if not any(op in INT8_KERNELS for op in source):  # nothing to quantize: ORT's quantizer may even refuse
+            require_quantized(self.name, (), source)
         reduce_range = int8_saturates(target) if method == "static" else False
         float_head = method == "static" and config.knobs.get("quant_head", "float") == "float"
         kept = _quantize(model, method, calibration, out, reduce_range=reduce_range, float_head=float_head)
+        require_quantized(self.name, _op_types(out), source)
         return {
             "quant_method": method,
             **({"activations": "u8", "reduce_range": reduce_range, "float_head_nodes": kept}
@@ -155,6 +163,12 @@ def session_settings(config: TrialConfig) -> dict[str, Any]:
         **({"intra_op_thread_affinities": knobs["intra_op_thread_affinities"]}
            if knobs.get("intra_op_thread_affinities", "none") != "none" else {}),
     }
+
+
+def _op_types(path: Path) -> list[str]:
+    import onnx
+
+    return [n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node]
 
 
 def _matmul_heavy(path: Path) -> bool:

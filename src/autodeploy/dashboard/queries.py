@@ -20,7 +20,7 @@ import pandas as pd
 from autodeploy import verdict
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.adapters.registry import BASELINE_CONFIG
-from autodeploy.harness.result import Measurement, headline
+from autodeploy.harness.result import JUDGED, Measurement, headline
 from autodeploy.harness.stats import latency_claim
 from autodeploy.objectives import OBJECTIVES
 from autodeploy.report import speedup_text, study_record
@@ -180,7 +180,7 @@ def measured(df: pd.DataFrame) -> pd.Series:
     Whether an inaccurate trial is acceptable is the study's call (its own accuracy budget),
     so comparisons keep it and show its ``accuracy_drop``; :func:`verdicts` applies the budget.
     """
-    return df["latency_ms"].notna() & ((df["status"] == "ok") | (df["failure_kind"] == "inaccurate"))
+    return df["latency_ms"].notna() & ((df["status"] == "ok") | df["failure_kind"].isin(JUDGED))
 
 
 #: What keeps configs apart: a config of another model or device is another bar.
@@ -584,7 +584,7 @@ def verdicts(
 
 
 def _reason(r: Any, limits: verdict.Limits, objective: str) -> str:
-    if r.status != "ok" and r.failure_kind != "inaccurate":  # inaccurate: the study's budget decides below
+    if r.status != "ok" and r.failure_kind not in JUDGED:  # measured, then judged: the study's budget decides below
         return f"{r.failure_kind}: {headline(r.failure_message)}".strip()
     if pd.isna(r.latency_ms):
         return "no measurement"

@@ -70,7 +70,10 @@ FAILURE_KINDS = (
     "timeout",
     "oom",  # the worker went past its memory cap
     "inaccurate",  # measured, but breaks the accuracy constraint
+    "conversion",  # measured, but the engine's fp32 conversion itself breaks the model (verdict.conversion_fault)
 )
+#: The failure kinds of a trial that was measured (latency and accuracy filled in), then judged.
+JUDGED = ("inaccurate", "conversion")
 STATUSES = ("ok", "failed")
 
 

@@ -389,6 +389,12 @@ def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | 
             worst += (f"; {accuracy.metric} {accuracy.metric_value:.4g} "
                       f"(reference {accuracy.reference_metric_value:.4g})")  # fmt: skip
         message = f"breaks the accuracy constraint ({accuracy.constraint}); worst: {worst}"
+        drop = verdict.accuracy_drop(accuracy)
+        if verdict.conversion_fault(config.precision, drop, settings.max_accuracy_drop):
+            message = (f"{config.engine}'s fp32 conversion breaks the model (accuracy drop {drop:.2%}, "
+                       f"{verdict.CONVERSION_FACTOR:g}x the budget or more; no precision loses that much): {message}; "
+                       f"every precision of {config.engine} is built from this conversion")  # fmt: skip
+            return TrialResult.failed(uid, config, "conversion", message, **fields)
         return TrialResult.failed(uid, config, "inaccurate", message, **fields)
     return TrialResult(uid=uid, config=config, status="ok", **fields)
 

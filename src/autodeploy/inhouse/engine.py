@@ -50,6 +50,7 @@ import numpy as np
 
 from autodeploy.adapters import ort
 from autodeploy.adapters.base import (
+    INT8_OPS,
     NATIVE_ISA,
     Artifact,
     Availability,
@@ -57,9 +58,10 @@ from autodeploy.adapters.base import (
     EngineSpace,
     TrialConfig,
     int8_saturates,
+    require_quantized,
 )
 from autodeploy.adapters.ort import EXECUTION_MODES, MODEL_FILE, OPT_LEVELS
-from autodeploy.errors import BuildError
+from autodeploy.errors import BuildError, UnsupportedConfigError
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 if TYPE_CHECKING:
@@ -163,7 +165,14 @@ class InhouseEngine(Engine):
             "passes": {p.name: p.rewrites for p in pass_report.passes if p.changed},
         }
         if config.precision == "int8":
+            source = [n.op_type for n in optimized.graph.node]
             optimized, quant = _quantize(optimized, config, calibration, model, target)
+            built = [n.op_type for n in optimized.graph.node]
+            if quant["kept_float"] and not any(op in INT8_OPS for op in built):
+                raise UnsupportedConfigError(
+                    f"inhouse int8 is identical to fp32: its accuracy-aware fallback kept all {len(quant['kept_float'])} "
+                    "quantizable nodes float to hold the accuracy budget", fix="use fp32: it is the same graph")  # fmt: skip
+            require_quantized(self.name, built, source)
             report["quantization"] = quant
             meta.update(
                 float_precision=quant["float_precision"],

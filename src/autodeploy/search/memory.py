@@ -44,6 +44,9 @@ class Memory:
       more only brings repeats.
     * ``behind``: ``engine/precision`` -> why it is not refined once every branch has had its look
       (:func:`outsiders`: far behind the best branch at the same batch and threads).
+    * ``broken``: ``(engine, build knobs of its fp32 trial, why)``: that fp32 conversion broke the model
+      (:func:`autodeploy.verdict.conversion_fault`), and every precision of the engine with those build
+      knobs is built from it (:meth:`broken_by`).
     """
 
     dead: dict[str, str] = field(default_factory=dict)
@@ -55,6 +58,7 @@ class Memory:
     timing_s: list[float] = field(default_factory=list)
     looked: set[str] = field(default_factory=set)
     behind: dict[str, str] = field(default_factory=dict)
+    broken: list[tuple[str, dict[str, Any], str]] = field(default_factory=list)
     minimize: bool = True
 
     @classmethod
@@ -65,6 +69,8 @@ class Memory:
             attrs = t.user_attrs
             if attrs.get("dead_artifact"):
                 memory.dead[attrs["artifact_key"]] = attrs["dead_artifact"]
+            if attrs.get("broken_conversion") and "config" in attrs:
+                memory.break_conversion(TrialConfig.from_dict(attrs["config"]), attrs["broken_conversion"])
             if t.state == _complete() and "repeat_of" not in attrs:
                 memory.seen.setdefault(TrialConfig.from_dict(attrs["config"]).key(), t)
             if t.state.is_finished() and "config" in attrs and not attrs.get("budget_timeout") \
@@ -76,6 +82,17 @@ class Memory:
             memory.slower = slower_int8(trials, minimize=memory.minimize)
             memory.behind = outsiders(trials, minimize=memory.minimize)
         return memory
+
+    def break_conversion(self, fp32: TrialConfig, reason: str) -> None:
+        """Remember that ``fp32``'s conversion broke the model: :meth:`broken_by` prunes its siblings."""
+        self.broken.append((fp32.engine, _build_knobs(fp32), reason))
+
+    def broken_by(self, config: TrialConfig) -> str | None:
+        """Why ``config`` is built from a conversion whose fp32 broke the model: the same engine, and the
+        build knobs that fp32 trial had (a precision's own knobs, e.g. ``quant_method``, do not change it)."""
+        return next((reason for engine, knobs, reason in self.broken
+                     if engine == config.engine and all(config.knobs.get(k) == v for k, v in knobs.items())),
+                    None)  # fmt: skip
 
     def learn(self, attrs: Mapping[str, Any]) -> None:
         """Take in what one measurement (a trial's user attributes) taught about its artifact."""
@@ -94,6 +111,13 @@ class Memory:
             self.build_s[engine] = max(self.build_s.get(engine, 0.0), float(wall["build"]))
         if wall.get("timing"):
             self.timing_s.append(float(wall["timing"]))
+
+
+def _build_knobs(config: TrialConfig) -> dict[str, Any]:
+    from autodeploy.adapters import registry
+
+    known = registry.get(config.engine).build_knobs if config.engine in registry.targets() else frozenset()
+    return {k: v for k, v in config.knobs.items() if k in known}
 
 
 def accuracy_key(artifact: str, batch: int) -> str:

@@ -24,7 +24,7 @@ from autodeploy.search.objective import Metrics, rejections, values, violations
 from autodeploy.search.portfolio import unseen_branches
 from autodeploy.search.space import SearchSpace, suggest, unsupported_reason
 from autodeploy.search.storage import trial_state
-from autodeploy.verdict import Rejection, feasible, mb_text, sla_bounds_latency
+from autodeploy.verdict import CONVERSION_FACTOR, Rejection, conversion_fault, feasible, mb_text, sla_bounds_latency
 
 if TYPE_CHECKING:
     import optuna
@@ -61,7 +61,7 @@ def screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: S
     trial.set_user_attr("artifact_key", artifact)
     reason = next((r for c in ctx.shape_cases() if (r := unsupported_reason(config, ctx.device, c.model))), None)
     branch = f"{config.engine}/{config.precision}"
-    reason = reason or memory.dead.get(artifact) or memory.slower.get(branch)
+    reason = reason or memory.dead.get(artifact) or memory.broken_by(config) or memory.slower.get(branch)
     earlier = memory.seen.get(config.key())
     if not reason and earlier is None and refining(study, ctx.config, space):  # every branch had its look: refine only contenders
         reason = memory.behind.get(branch)
@@ -100,6 +100,11 @@ def screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: S
         if measured.failure and measured.failure.startswith("timeout") and budget.left() <= 1.0:
             trial.set_user_attr("budget_timeout", True)  # not the config's fault: a resume tries it again
         kind = failure_kind(measured.failure)
+        if kind == "unsupported":  # the build refused (an int8 that quantized nothing): pruned, as the space prunes
+            _bury(trial, memory, artifact, f"trial {trial.number}: {measured.failure}")
+            trial.set_user_attr("pruned_reason", measured.failure)
+            study.tell(trial, state=state.PRUNED)
+            return True
         if kind in ("build_failed", "load_failed"):  # the artifact's fault, whatever the runtime knobs
             verb = "built" if kind == "build_failed" else "loaded"
             _bury(trial, memory, artifact, f"trial {trial.number} {verb} the same artifact and failed: "
@@ -112,6 +117,13 @@ def screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: S
     if found.get("accuracy_drop", 0.0) > 0:
         _bury(trial, memory, artifact, f"trial {trial.number} measured the same artifact and it breaks the "
               f"accuracy budget (drop {measured.metrics.accuracy_drop:.2%})")  # fmt: skip
+        drop, budget = measured.metrics.accuracy_drop, ctx.config.constraints.max_accuracy_drop
+        if conversion_fault(config.precision, drop, budget):  # fp32 itself broken: no precision of it can pass
+            reason = (f"trial {trial.number}: {config.engine}'s fp32 conversion breaks the model (accuracy drop "
+                      f"{drop:.2%}, {CONVERSION_FACTOR:g}x the budget or more: a conversion fault, not a precision's "
+                      f"effect); every precision of {config.engine} is built from it")  # fmt: skip
+            trial.set_user_attr("broken_conversion", reason)
+            memory.break_conversion(config, reason)
     for key, value in found.items():
         trial.set_constraint(key, value)  # the samplers read these (Optuna >= 5)
     study.tell(trial, values(measured.metrics, ctx.config.objective))
