@@ -276,8 +276,8 @@ def parse_override(text: str) -> tuple[str, Override]:
     return name, Override(measure, value)
 
 
-_METRICS = {"exact": ("exact agreement", "exact_agreement"), "top1": ("top-1 agreement", "top1_agreement"),
-            "sequence": ("sequence agreement", "sequence_agreement"), "cells": ("cell agreement", "cell_agreement"),
+_METRICS = {"exact": ("exact agreement", "exact_agreement"), "top1": ("top-1 agreement", "decided_agreement"),
+            "sequence": ("sequence agreement", "sequence_agreement"), "cells": ("cell agreement", "decided_agreement"),
             "decision": ("F1", "f1"), "logit": ("F1 after a sigmoid", "f1"),
             "embedding": ("worst row cosine", "row_cosine"), "regression": ("error SNR", "sqnr_db"),
             "sqnr": ("SQNR", "sqnr_db"), "cosine": ("cosine", "cosine")}  # fmt: skip
@@ -289,6 +289,8 @@ def output_metric(o: OutputAccuracy) -> tuple[str, float]:
     if o.kind is not None:
         label, attr = _METRICS[o.kind]
         value = getattr(o, attr)
+        if value is None and attr == "decided_agreement":  # stored before near-ties were told apart: every flip
+            value = o.top1_agreement if o.kind == "top1" else o.cell_agreement
         return label, math.nan if value is None else value
     if o.exact_agreement is not None:
         return "exact agreement", o.exact_agreement
@@ -462,6 +464,9 @@ def worst(
         return f"{w.where}: {w.metric} {w.value:.1f} dB, limit {w.limit:.3g} dB" + (f" ({evidence})" if evidence else "")
     if w.metric == "sequence agreement" and w.output.token_agreement is not None:
         return f"{w.where}: sequence agreement {w.value:.4g} (token agreement {w.output.token_agreement:.4g})"
+    every = w.output.top1_agreement if w.metric == "top-1 agreement" else w.output.cell_agreement
+    if w.metric in ("top-1 agreement", "cell agreement") and every is not None and every != w.value:
+        return f"{w.where}: {w.metric} {w.value:.4g} where the reference decided (every flip: {every:.4g})"
     return f"{w.where}: {w.metric} {w.value:.4g}"
 
 

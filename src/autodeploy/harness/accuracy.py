@@ -214,9 +214,8 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts
     if kind == "top1":
         if ref.ndim < 2:
             raise ValueError(f"--accuracy {name}=top1: output {name!r} of shape {ref.shape} has no class axis")
-        axis = class_axis(found) or -1
-        agree = float(np.mean(np.argmax(got, axis=axis) == np.argmax(ref, axis=axis)))
-        return replace(base, kind=kind, top1_agreement=agree)
+        same, changed = _token_changes(*_classes_last(got, ref, class_axis(found)))
+        return replace(base, kind=kind, top1_agreement=float(same.mean()), decided_agreement=1 - float(changed.mean()))
     if kind == "sequence":
         if ref.ndim < 3:
             raise ValueError(f"--accuracy {name}=sequence: output {name!r} of shape {ref.shape} is not [N, T, V]")
@@ -226,9 +225,8 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts
     if kind == "cells":
         if ref.ndim < 3:
             raise ValueError(f"--accuracy {name}=cells: output {name!r} of shape {ref.shape} is not a map [N, ..., C]")
-        axis = class_axis(found) or -1
-        agree = float(np.mean(np.argmax(got, axis=axis) == np.argmax(ref, axis=axis)))
-        return replace(base, kind=kind, cell_agreement=agree)
+        same, changed = _token_changes(*_classes_last(got, ref, class_axis(found)))
+        return replace(base, kind=kind, cell_agreement=float(same.mean()), decided_agreement=1 - float(changed.mean()))
     if kind in ("decision", "logit"):
         cut = DEFAULT_DECISION_THRESHOLD if threshold is None else threshold
         at = cut if kind == "decision" else math.log(cut / (1 - cut))  # a logit is above logit(p) where sigmoid > p
@@ -252,6 +250,11 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts
                    cell_agreement=cells,
                    error_max_abs=float(errors.max()) if finite else None,
                    error_p99_abs=float(np.percentile(errors, 99)) if finite else None)  # fmt: skip
+
+
+def _classes_last(got: np.ndarray, ref: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Both arrays with their class axis (``axis``; the last where ``None``) moved last."""
+    return (got, ref) if axis is None else (np.moveaxis(got, axis, -1), np.moveaxis(ref, axis, -1))
 
 
 def _token_changes(got: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -378,22 +381,52 @@ def sqnr_db(got: np.ndarray, ref: np.ndarray, centred: bool = False) -> float:
     return -math.inf if signal == 0.0 else 10.0 * math.log10(signal / noise)
 
 
+def range_groups(ref: np.ndarray, axis: int) -> list[list[int]]:
+    """The ``regression`` kind's channel groups: channels whose magnitudes (max |ref|) lie within
+    :data:`GROUP_RATIO` of each other, adjacent or not (all-zero channels join the smallest group).
+
+    A landmark vector interleaves its quantities, ``x, y, z, x, y, z, ...``: by adjacency every ``z`` would
+    cut the pixels into groups of one point each, whose spread over the items is only how far the hand
+    moved between crops. By range, the 42 pixel coordinates are one group and the 21 depths another, each
+    judged against its own spread."""
+    mags = _magnitudes(ref, axis)
+    order = [int(i) for i in np.argsort(mags, kind="stable")]
+    groups: list[list[int]] = []
+    low = 0.0
+    for i in order:
+        m = float(mags[i])
+        if groups and (m == 0 or low == 0 or m <= GROUP_RATIO * low):
+            groups[-1].append(i)
+            low = low or m
+            continue
+        groups.append([i])
+        low = m
+    return [sorted(g) for g in groups]
+
+
+def _channels_text(channels: list[int]) -> str:
+    """``channels 4-21`` or ``42 channels (0, 1, 3, 4, 6, ...)``."""
+    if channels == list(range(channels[0], channels[-1] + 1)):
+        return f"channel {channels[0]}" if len(channels) == 1 else f"channels {channels[0]}-{channels[-1]}"
+    shown = ", ".join(str(c) for c in channels[:5])
+    return f"{len(channels)} channels ({shown}{', ...' if len(channels) > 5 else ''})"
+
+
 def _worst_group(got: np.ndarray, ref: np.ndarray, centred: bool = False) -> tuple[float, str | None, tuple]:
-    """The worst channel group's SQNR (``centred``: about the reference's mean), which group it is
-    (``None`` for a single-group output), and the index of its slice."""
+    """The worst channel group's SQNR, which group it is (``None`` for a single-group output), and the index of
+    its slice. ``centred`` (the ``regression`` kind): about each group's mean, the groups by range (:func:`range_groups`)."""
     axis = channel_axis(ref)
     if axis is None:
         return sqnr_db(got, ref, centred), None, ()
-    groups = channel_groups(ref, axis)
+    groups = range_groups(ref, axis) if centred else [list(range(a, b + 1)) for a, b in channel_groups(ref, axis)]
     found = []
-    for first, last in groups:
-        part = (slice(None),) * axis + (slice(first, last + 1),)
-        found.append((sqnr_db(got[part], ref[part], centred), first, last, part))
-    db, first, last, part = min(found, key=lambda x: (not math.isnan(x[0]), x[0]))
+    for channels in groups:
+        part = (slice(None),) * axis + (np.array(channels),)
+        found.append((sqnr_db(got[part], ref[part], centred), channels, part))
+    db, channels, part = min(found, key=lambda x: (not math.isnan(x[0]), x[0]))
     if len(groups) == 1:
         return db, None, part
-    span = f"channel {first}" if first == last else f"channels {first}-{last}"
-    return db, f"axis {axis}, {span}", part
+    return db, f"axis {axis}, {_channels_text(channels)}", part
 
 
 def _load(model: onnx.ModelProto | str | Path) -> onnx.ModelProto:

@@ -104,6 +104,10 @@ class OutputAccuracy:
     sequence_agreement: float | None = None
     #: ``embedding``: the lowest cosine of one item's vector with the reference's (every row of ``[..., D]``).
     row_cosine: float | None = None
+    #: ``top1``/``cells``: the share of items (cells) whose class is unchanged where the reference decided it:
+    #: a flip where the reference's own class led the new one by under ``harness.accuracy.SEQUENCE_TIE`` (0.2
+    #: probability) is no change, as for tokens. What they are judged by; the plain agreements report every flip.
+    decided_agreement: float | None = None
     #: ``cells``: the share of a map's cells (positions) whose class (argmax over the class axis) is unchanged;
     #: on an ``sqnr`` map whose last axis is a few channels, the same over that axis (a failure line's evidence).
     cell_agreement: float | None = None
