@@ -2,6 +2,8 @@
 
 ``python -m tests.realmodels.table`` prints, per model: ONNX Runtime fp32, then each engine's fastest
 config that passes the accuracy budget (or why none does), with its speed-up over ONNX Runtime fp32.
+``python -m tests.realmodels.table BEFORE.json AFTER.json`` prints every model, engine and precision of two
+runs side by side: each run's verdict and the output it rests on (how a change to the rules moved them).
 """
 
 from __future__ import annotations
@@ -38,11 +40,36 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def verdicts(before: list[dict], after: list[dict]) -> str:
+    """Every (model, engine, precision) of either run: its verdict before and after, and whether it changed."""
+    key = lambda r: (r["model"], r["engine"], r["precision"])  # noqa: E731
+    old, new = {key(r): r for r in before}, {key(r): r for r in after}
+    lines = ["| model | engine | precision | before: judged on | before | after: judged on | after | changed |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for k in dict.fromkeys([*old, *new]):
+        a, b = _verdict(old.get(k)), _verdict(new.get(k))
+        lines.append(f"| {' | '.join(k)} | {a[0]} | {a[1]} | {b[0]} | {b[1]} | {'**yes**' if a[1] != b[1] else ''} |")
+    return "\n".join(lines)
+
+
+def _verdict(row: dict | None) -> tuple[str, str]:
+    """``(judged on, verdict)`` of one row: ``pass``/``FAIL`` with the output it rests on, or why it did not run."""
+    if row is None:
+        return "-", "not run"
+    if row.get("verdict"):
+        return f"`{row.get('judged', '')}`", "pass" if row["verdict"] == "pass" else "FAIL"
+    text = row.get("outcome", "")
+    return "-", text.split(": ", 1)[0] if text.startswith(("pruned", "failed")) else text
+
+
 def _reason(row: dict) -> str:
     text = row.get("outcome") or row.get("verdict") or ""
     return text.split(": ", 1)[0] if text.startswith(("pruned", "failed")) else text
 
 
 if __name__ == "__main__":
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS
-    print(table(json.loads(path.read_text())))
+    if len(sys.argv) == 3:
+        print(verdicts(*(json.loads(Path(p).read_text()) for p in sys.argv[1:])))
+    else:
+        path = Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS
+        print(table(json.loads(path.read_text())))

@@ -257,12 +257,17 @@ def judged_by(o: Any) -> str:
     if o.kind is None:
         return "-"
     metric, value = verdict.output_metric(o)
-    shown = f"{value:.1f} dB" if metric == "SQNR" else f"{value:.4g}"
+    shown = f"{value:.1f} dB" if metric in verdict.DB_METRICS else f"{value:.4g}"
     where = f" ({o.channels})" if o.channels else ""
-    if o.kind == "decision":
+    if o.kind in ("decision", "logit"):
         where = f" at {o.decision_threshold:g}"
     if o.kind == "sequence" and o.token_agreement is not None:
         where = f" (tokens {o.token_agreement:.4g})"
+    every = o.top1_agreement if o.kind == "top1" else o.cell_agreement if o.kind == "cells" else None
+    if every is not None and every != value:
+        where = f" (every flip: {every:.4g})"
+    if metric in verdict.DB_METRICS and o.error_max_abs is not None:  # the error in the output's own units
+        where += f", max abs error {o.error_max_abs:.4g}"
     return f"{o.kind}: {metric} {shown}{where}"
 
 
