@@ -1,7 +1,7 @@
 """A results store filled by a real small study, shared by the dashboard tests (session scope).
 
 ONNX Runtime fp32 and int8 on a tiny MLP classifier (a Softmax head, so the graph proves its
-class scores and top-1 judges them), one thread, 4 screening trials and 2 finalists with short
+class scores and top-1 judges them; an outlier hidden unit int8 cannot resolve beside the others), one thread, 4 screening trials and 2 finalists with short
 timing (about 30-40 s in all). int8 breaks the default 1% accuracy budget on this model, so
 the Pareto and Compare pages have a rejected config with its reason. One more real fp32
 trial is stored under a second, made-up device fingerprint so the devices page has two
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import onnx
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.device import probe_device
@@ -77,9 +77,20 @@ def study_db(tmp_path_factory: pytest.TempPathFactory) -> StudyDB:
 
 def classifier(path: Path) -> Path:
     """The model at ``path`` with a Softmax over its logits: class probabilities, which top-1 judges
-    (a bare linear head is a regression, judged by its error). Rewritten in place."""
+    (a bare linear head is a regression, judged by its error), and one outlier hidden unit: its weights
+    and bias 300x and its outgoing weights /300, so fp32 computes the same function while per-tensor int8
+    activations lose the other units' resolution (the classic activation-outlier failure): int8 flips
+    classes the reference decided. Rewritten in place."""
     model = onnx.load(str(path))
     graph = model.graph
+    weights = {i.name: i for i in graph.initializer}
+    for name, scale in (("w1", 300.0), ("b1", 300.0), ("w2", 1 / 300.0)):
+        values = numpy_helper.to_array(weights[name]).copy()
+        if name == "w2":
+            values[0] *= scale
+        else:
+            values[..., 0] *= scale
+        weights[name].CopyFrom(numpy_helper.from_array(values, name))
     logits = graph.output[0].name
     graph.node.append(helper.make_node("Softmax", [logits], ["probs"], axis=-1))
     out = onnx.ValueInfoProto()

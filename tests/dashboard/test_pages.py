@@ -114,14 +114,15 @@ def test_compare_marks_the_rejected_int8_with_its_reason_and_never_colours_it(mo
     best = at.dataframe[0].value
     int8 = best[best["precision"] == "int8"]
     assert not int8.empty and set(int8["verdict"]) == {"rejected"}  # int8 breaks the study's 1% budget
-    assert all(r.startswith("accuracy drop ") and r.endswith("> 1.00%") for r in int8["reason"])
+    assert all(r.startswith("output 'probs': top-1 agreement ") and r.endswith("< 0.99 (max accuracy drop 1%)")
+               for r in int8["reason"])  # the worst output, named in its own measure  # fmt: skip
     assert set(best.loc[best["precision"] == "fp32", "verdict"]) == {"feasible"}
     assert any("rejected by their study's constraints" in c.value for c in at.caption)
     # Heatmap: no int8 config passed, so the int8 cell has no colour and the grey layer says why.
     colour, grey = heatmap["data"]
     col = list(colour["x"]).index("int8")
     assert all(row[col] is None for row in colour["z"])
-    why = html.escape(int8["reason"].iloc[0])  # "<" and ">" as entities: Plotly's hover reads a few HTML tags
+    why = html.escape(int8["reason"].iloc[0], quote=False)  # "<" and ">" as entities: Plotly's hover reads a few HTML tags
     assert grey["text"][0][col] == "✗ rejected" and why in grey["customdata"][0][col]
     # Bars: each int8 bar is grey and hatched, labelled, its reason on hover; never the winner's green.
     bar = bars["data"][0]
@@ -174,8 +175,8 @@ def test_pareto_marks_the_winner_and_rejects_int8_for_its_accuracy_drop(monkeypa
     front, rejected = at.dataframe[0].value, at.dataframe[1].value
     assert study_db.summary.winner.label in set(front.loc[front["verdict"] == "winner", "config_label"])
     int8 = rejected[rejected["config_label"].str.contains("/int8/")]
-    measured = [r for r in int8["reason"] if r.startswith("accuracy drop ")]
-    assert measured and all(r.endswith("> 1.00%") for r in measured)
+    measured = [r for r in int8["reason"] if r.startswith("output 'probs': top-1 agreement ")]
+    assert measured and all(r.endswith("< 0.99 (max accuracy drop 1%)") for r in measured)
     # The other int8 configs build the same artifact: pruned for that artifact's accuracy, never measured.
     assert all(r in measured or "the same artifact and it breaks the accuracy budget" in r for r in int8["reason"])
     pruned = int8[int8["reason"].str.startswith("pruned")]

@@ -20,7 +20,7 @@ import pandas as pd
 from autodeploy import verdict
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.adapters.registry import BASELINE_CONFIG
-from autodeploy.harness.result import JUDGED, Measurement, headline
+from autodeploy.harness.result import JUDGED, Accuracy, Measurement, headline
 from autodeploy.harness.stats import latency_claim
 from autodeploy.objectives import OBJECTIVES
 from autodeploy.report import speedup_text, study_record
@@ -88,7 +88,7 @@ RENAMED = {"model_name": "model", "device_fingerprint": "device", "device_cpu": 
 TRIAL_RENAMED = {**RENAMED, "id": "trial_id"}
 #: Columns the dashboard adds to the stored ones.
 DERIVED = ("config_label", "shape", "knobs", "latency_ms", "latency_ci_low", "latency_ci_high", "accuracy_passed",
-           "accuracy_drop", "accuracy_constraint", "other_cores", "under_load")  # fmt: skip
+           "accuracy_drop", "accuracy_constraint", "accuracy_record", "other_cores", "under_load")  # fmt: skip
 
 
 def options(store: Store) -> Options:
@@ -161,7 +161,8 @@ def _trial_row(row: TrialRow) -> dict[str, Any]:
     out.update(latency_ms=latency, latency_ci_low=low, latency_ci_high=high)
     if m.accuracy is not None:
         out.update(accuracy_passed=m.accuracy.passed, accuracy_drop=accuracy_drop(m.accuracy),
-                   accuracy_constraint=m.accuracy.constraint)  # fmt: skip
+                   accuracy_constraint=m.accuracy.constraint,
+                   accuracy_record=json.dumps(asdict(m.accuracy)))  # a reason names the worst output (_reason)  # fmt: skip
     return out
 
 
@@ -589,7 +590,9 @@ def _reason(r: Any, limits: verdict.Limits, objective: str) -> str:
     if pd.isna(r.latency_ms):
         return "no measurement"
     measured = verdict.Measured(r.latency_ms, _number(r.accuracy_drop), _number(r.peak_rss_mb))
-    return "; ".join(verdict.reasons(measured, limits, objective))
+    record = getattr(r, "accuracy_record", None)
+    accuracy = Accuracy.from_dict(json.loads(record)) if isinstance(record, str) else None
+    return "; ".join(x.reason for x in verdict.rejections(measured, limits, objective, accuracy))
 
 
 def _number(value: Any) -> float | None:
