@@ -3,8 +3,10 @@
 ``load_model`` is the only way a model enters autodeploy. A TFLite flatbuffer or an OpenVINO IR
 is taken as given too, described by the engine that runs it (:mod:`autodeploy.formats`). It refuses anything unsafe or
 malformed with a :class:`~autodeploy.errors.ModelError` that says what and how to fix it:
-a missing file, a file that is not ONNX, a truncated model, a checker failure, or external
-data whose location leaves the model's folder (``..``, an absolute path, a symlink).
+a missing file, a file that is not ONNX, a truncated model, a checker failure, external
+data whose location leaves the model's folder (``..``, an absolute path, a symlink), or a model
+larger than :data:`MAX_MODEL_BYTES` with its weights. A model given through a link is the file
+it points to: its external data (an IR's ``.bin``) is read beside that file, at intake and copy alike.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,9 +26,15 @@ from typing import Any
 import numpy as np
 
 from autodeploy import formats
-from autodeploy.errors import ModelError, ShapeError
+from autodeploy.errors import ModelError, ShapeError, WriteError
 
 Dim = int | str | None  # a static size, a named dynamic dim, or an unnamed dynamic dim
+
+#: The most bytes a model file and its weights (ONNX external data, an IR's ``.bin``) may take
+#: together, checked before any of it is read: every byte is hashed at intake and copied into each
+#: artifact, and a bundle carries no more (``bundle.archive.MAX_BYTES``). A sparse 4 GiB ``.bin``
+#: took 86 s to hash and became a dense 4.3 GB copy in the cache.
+MAX_MODEL_BYTES = 4 * 2**30
 
 
 @dataclass(frozen=True)
@@ -274,6 +283,9 @@ def load_model(
         )
     if not path.is_file():
         raise ModelError(f"model path is not a file: {path}", fix="point to the .onnx file itself")
+    # A link to a model is the model: its weights are the ones beside the file itself, where the
+    # engines, the reference and the copy into an artifact read them (never beside the link).
+    name, path = name or path.stem, path.resolve()
     if not str(path).isascii() and not _utf8(str(path)):  # ONNX's C++ checker takes UTF-8 paths only
         raise ModelError(f"model path {path} is not valid UTF-8", fix="rename the file (or its folder)")
     kind = formats.detect(path)
@@ -289,6 +301,7 @@ def load_model(
     if not proto.graph.node and not proto.graph.output:
         raise ModelError(f"{path} holds no ONNX graph (empty or not an ONNX file)", fix="re-export the model")
     external = _check_external_data(proto, path)
+    _check_size([path, *(path.parent / f for f in external)], path)
     checker_note = _check(path)
     inputs, outputs, notes = _specs(proto)
     notes = (*notes, checker_note) if checker_note else notes
@@ -297,9 +310,9 @@ def load_model(
         raise ModelError(f"{path} has no {what}; there is nothing to benchmark", fix="re-export the model")
     opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
     info = ModelInfo(
-        path=path.resolve(),
-        name=name or path.stem,
-        sha256=_sha256(path.resolve(), path.parent, external),
+        path=path,
+        name=name,
+        sha256=_sha256(path, path.parent, external),
         inputs=inputs,
         outputs=outputs,
         opset=opset,
@@ -373,10 +386,11 @@ def display_name(ref: str | Path) -> str:
     return f"zoo:{name}" if name is not None else Path(ref).stem
 
 
-def _load_other(path: Path, kind: str, name: str | None) -> ModelInfo:
+def _load_other(path: Path, kind: str, name: str) -> ModelInfo:
     """A TFLite flatbuffer or an OpenVINO IR, described by the engine that runs it; an IR's ``.bin``
     (beside the ``.xml``, a plain file) is one of its files, hashed with it and copied with it."""
     external = (formats.weights_of(path),) if kind == "openvino" else ()
+    _check_size([path, *(path.parent / f for f in external)], path)  # before the engine maps the weights
     described = formats.describe(path, kind)
 
     def specs(items: Sequence[Mapping[str, Any]]) -> tuple[TensorSpec, ...]:
@@ -388,9 +402,33 @@ def _load_other(path: Path, kind: str, name: str | None) -> ModelInfo:
                          fix=formats.FORMATS[kind].export)  # fmt: skip
     fmt = formats.FORMATS[kind]
     note = f"{fmt.what}, run as given on {fmt.engine}; the fp32 reference is {fmt.engine}'s own, not ONNX Runtime's"
-    return ModelInfo(path=path.resolve(), name=name or path.stem,
-                     sha256=_sha256(path.resolve(), path.parent, external), inputs=inputs, outputs=outputs,
-                     opset=0, external_files=external, notes=(note,), format=kind)  # fmt: skip
+    return ModelInfo(path=path, name=name, sha256=_sha256(path, path.parent, external), inputs=inputs,
+                     outputs=outputs, opset=0, external_files=external, notes=(note,), format=kind)  # fmt: skip
+
+
+def _size(n: float) -> str:
+    """``n`` bytes in the largest binary unit (up to TiB) that keeps the number above 1: ``4 GiB``."""
+    unit = "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            break
+        n /= 1024
+    return f"{n:.3g} {unit}"
+
+
+def _too_big(model: Path, total: int) -> ModelError:
+    cap = _size(MAX_MODEL_BYTES)
+    return ModelError(f"{model} takes {_size(total)} with its weights, more than the {cap} a model may take "
+                      "(autodeploy.model.MAX_MODEL_BYTES; a bundle carries no more)",
+                      fix="export a smaller model (fp16 or int8 weights), or check that the weights file "
+                      "is the one saved with it")  # fmt: skip
+
+
+def _check_size(files: Sequence[Path], model: Path) -> None:
+    """Refuse a model whose files together exceed :data:`MAX_MODEL_BYTES` (sizes only: nothing is read)."""
+    total = sum(f.stat().st_size for f in files)
+    if total > MAX_MODEL_BYTES:
+        raise _too_big(model, total)
 
 
 def _check_external_data(proto: Any, path: Path) -> tuple[str, ...]:
@@ -572,9 +610,13 @@ def _sha256(model: Path, folder: Path, external: Sequence[str], copy_to: Sequenc
     any level (``O_NOFOLLOW`` guards only the last component of a path, so a folder swapped for
     a link on the way would otherwise be followed): only plain files and folders inside it are read.
     """
-    digest = hashlib.sha256()
+    digest, total = hashlib.sha256(), 0
     targets = copy_to or [None] * (1 + len(external))
     for i, (fd, target) in enumerate(zip(_open_all(model, folder, external), targets, strict=True)):
+        total += os.fstat(fd).st_size  # the file as opened: one grown since it was sized is caught here
+        if total > MAX_MODEL_BYTES:
+            os.close(fd)
+            raise _too_big(model, total)
         if target is not None and i:
             target.parent.mkdir(parents=True, exist_ok=True)  # external data may live in a subfolder (d/w.bin)
         with os.fdopen(fd, "rb") as fh, (open(target, "wb") if target else contextlib.nullcontext()) as out:
@@ -635,7 +677,20 @@ def copy_unchanged(model: ModelInfo, folder: Path, name: str) -> None:
     changed since intake (a file replaced, a link swapped in) is refused, so an artifact never
     holds bytes other than the ones the reference was computed from.
     """
+    sources = [model.path, *(model.path.parent / f for f in model.external_files)]
+    _check_size(sources, model.path)
+    _check_room(folder, sum(f.stat().st_size for f in sources), model.path.name)
     targets = [folder / name, *(folder / f for f in model.external_files)]
     if _sha256(model.path.resolve(), model.path.parent, model.external_files, copy_to=targets) != model.sha256:
         raise ModelError(f"{model.path} or its external data changed since it was taken in",
                          fix="run the command again, and keep the model unchanged while it runs")  # fmt: skip
+
+
+def _check_room(folder: Path, need: int, what: str) -> None:
+    """Refuse to start a copy of ``need`` bytes that the disk of ``folder`` cannot take (a sparse
+    weights file is copied dense): nothing is written, rather than a disk filled halfway."""
+    free = shutil.disk_usage(next(p for p in (folder, *folder.parents) if p.exists())).free
+    if need > free:
+        raise WriteError(f"cannot copy {what} and its weights ({_size(need)}) into {folder}: "
+                         f"{_size(free)} free; nothing was written", fix=f"free space on the disk of {folder}, "
+                         "or set AUTODEPLOY_CACHE to a folder on a disk with room")  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -18,6 +19,8 @@ def test_dashboard_execs_streamlit_on_localhost_without_usage_stats(tmp_path, mo
     url = f"sqlite:///{tmp_path / 'r.db'}"
     Store.open(url).close()
     calls = []
+    monkeypatch.chdir(tmp_path)  # the command moves to a private folder before it execs: restored after
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where that folder is made
     monkeypatch.setattr(os, "execve", lambda path, argv, env: calls.append((path, argv, env)))
     with pytest.raises(SystemExit) as exc:  # Typer's exit after the command returns (here: execve did not)
         main(["dashboard", "--db", url, "--port", "8765"])
@@ -26,9 +29,11 @@ def test_dashboard_execs_streamlit_on_localhost_without_usage_stats(tmp_path, mo
     # streamlit run, imports preloaded, the working folder off sys.path
     start = module_argv("autodeploy.dashboard.serve", "run", str(APP))
     assert argv[: len(start)] == start
-    flags = dict(zip(argv[len(start) :: 2], argv[len(start) + 1 :: 2], strict=True))
-    assert flags == {"--server.address": "127.0.0.1", "--server.port": "8765", "--server.headless": "true",
-                     "--browser.gatherUsageStats": "false", "--client.toolbarMode": "minimal"}  # fmt: skip
+    flags = list(zip(argv[len(start) :: 2], argv[len(start) + 1 :: 2], strict=True))
+    for flag in [("--server.address", "127.0.0.1"), ("--server.port", "8765"), ("--server.headless", "true"),
+                 ("--server.enableCORS", "true"), ("--server.enableXsrfProtection", "true"),
+                 ("--browser.gatherUsageStats", "false"), ("--client.toolbarMode", "minimal")]:  # fmt: skip
+        assert flag in flags
     assert env[DB_ENV] == url
 
 
