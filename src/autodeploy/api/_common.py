@@ -15,6 +15,7 @@ from autodeploy.harness.run import HarnessSettings, PreparedData, prepare_data
 from autodeploy.images import Preprocess
 from autodeploy.intake import ResolvedModel, choose_inputs, load_source
 from autodeploy.model import ModelInfo
+from autodeploy.redact import mask_secrets
 from autodeploy.shapes import ShapeCase, ShapeSet
 
 if TYPE_CHECKING:
@@ -108,4 +109,4 @@ def _python_call(function: str, *args: Any, **kwargs: Any) -> str:
     parts = [show(a) for a in args if a is not None]
     given = {k: v for k, v in kwargs.items() if v is not None and v is not False and v != {} and v != []}
     parts += [f"{k}={show(v)}" for k, v in given.items()]
-    return f"autodeploy.{function}({', '.join(parts)})"
+    return mask_secrets(f"autodeploy.{function}({', '.join(parts)})")

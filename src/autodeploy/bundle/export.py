@@ -32,6 +32,7 @@ from autodeploy.bundle.loader import KIND, MANIFEST, MANIFEST_DIGEST, MODEL_DIR,
 from autodeploy.errors import BuildError, StoreError, UnknownEngineError, UsageError, WriteError
 from autodeploy.harness.result import headline
 from autodeploy.model import ModelInfo, TensorSpec
+from autodeploy.redact import mask_secrets
 from autodeploy.shapes import ShapeSet, parse_key
 
 if TYPE_CHECKING:
@@ -300,14 +301,14 @@ def build_manifest(source: Source, artifact: Artifact, *, command: str | None = 
         "kind": KIND,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "created_by": f"autodeploy {__version__}",
-        "export_command": command,
+        "export_command": mask_secrets(command),  # a bundle ships: never a database password
         "source": {
             "study": study.name if study else None,
             "trial_id": trial.id,
             "trial_uid": trial.uid,
             "phase": trial.phase,
-            "reproduce": study.command if study and study.command else trial.command,
-            "trial_command": trial.command,
+            "reproduce": mask_secrets(study.command if study and study.command else trial.command),
+            "trial_command": mask_secrets(trial.command),
         },  # fmt: skip
         "model": {**source.model, "shapes": {k: list(v) for k, v in trial_shapes(source).items()}},
         "shapes": shapes_record(source),
@@ -337,7 +338,7 @@ def requirements_txt(manifest: dict[str, Any]) -> str:
     """``name==version`` lines only (the loader refuses anything else): numpy and the engine runtime, pinned."""
     engine = manifest["engine"]
     lines = ["# The runtime this bundle was benchmarked with. Verify the bundle first (autodeploy bundle verify .),",
-             "# then: pip install --only-binary=:all: -r requirements.txt",
+             "# then run the pip line it prints (these pins on the command line, wheels only), not pip install -r",
              _pinned("numpy"), f"{engine['package']}=={engine['runtime_version']}"]  # fmt: skip
     for extra in serving_engine(manifest).runner_extras:
         lines.append(_pinned(extra))
@@ -355,11 +356,12 @@ def _pinned(dist: str) -> str:
 
 
 def readme_md(manifest: dict[str, Any]) -> str:
-    s, m, e = manifest["settings"], manifest["measurements"], manifest["engine"]
+    s, m = manifest["settings"], manifest["measurements"]
     label = TrialConfig.from_dict(s).label()
     p90 = "-" if m["p90_ms"] is None else f"{m['p90_ms']:.3f} ms"
     origin = f"study {manifest['source']['study']!r}" if manifest["source"]["study"] else "a single trial"
     inputs = ", ".join(f"{i['name']} {i['dtype']}" for i in manifest["model"]["inputs"])
+    pins = " ".join(line for line in requirements_txt(manifest).splitlines() if line and not line.startswith("#"))
     return f"""# {manifest["model"]["name"]}: {label}
 
 Exported by {manifest["created_by"]} from {origin}.
@@ -369,13 +371,14 @@ Measured on inputs: {inputs_text(manifest.get("inputs"))}; feed images preproces
 
 ```bash
 autodeploy bundle verify .               # first, with code that is not in this bundle (add --trust KEY.pub)
-pip install --only-binary=:all: -r requirements.txt   # numpy and {e["package"]}=={e["runtime_version"]}: wheels only
+{loader.PIP_INSTALL} {pins}   # the line verify prints: pip reads no file from this bundle
 python -I loader.py                      # verify every file and check this machine can run it
 ```
 
-Without autodeploy, read `requirements.txt` before installing: it must hold only `name==version`
-lines (a path, URL or `-e`/`--index-url` option there would run code at install); the loader
-and `autodeploy bundle verify` refuse anything else.
+Install the pins on the command line as above; never hand `requirements.txt` to pip (`-r`): pip
+decodes that file by an encoding line of its own choosing, so a comment can become a path that runs
+code at install. The loader and `autodeploy bundle verify` refuse a `requirements.txt` that is not
+plain ASCII `name==version` lines.
 
 ```python
 import runpy

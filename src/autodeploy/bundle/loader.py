@@ -5,8 +5,8 @@ of :mod:`autodeploy.runtime` that the harness measured with, copied verbatim. So
 in a bare environment, without putting the bundle folder on ``sys.path`` (where a file planted
 next to the loader could shadow a module it imports) and without cached bytecode::
 
-    autodeploy bundle verify BUNDLE        # first, with code that is not in the bundle
-    pip install --only-binary=:all: -r BUNDLE/requirements.txt   # name==version pins only, wheels only
+    autodeploy bundle verify BUNDLE        # first, with code that is not in the bundle; it prints the line below
+    pip install --only-binary=:all: numpy==X ENGINE==Y   # the pins of requirements.txt, wheels only
     python -I BUNDLE/loader.py             # verify every file and check this machine can run it
 
     import runpy
@@ -56,6 +56,15 @@ REQUIREMENTS = "requirements.txt"
 #: The only requirement line a bundle may hold: ``name==version``. A path, URL, VCS link or pip option
 #: (``./pkg``, ``-e``, ``--index-url``, ``git+https://``) would run code from anywhere at ``pip install``.
 _PIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?==[0-9][A-Za-z0-9.+!]*")
+#: pip decodes a requirements file by its byte-order mark, else by a PEP 263 cookie in its first two lines
+#: (``# coding: utf-7`` turns the comment ``#+AAoALgAvAGUAdgBpAGw-`` into a line ``./evil``), else by the locale.
+#: Only a file pip cannot read otherwise passes: printable ASCII lines, no cookie (so no BOM, no control character).
+_NOT_PLAIN = re.compile(rb"[^\x20-\x7e\n]")
+_COOKIE = re.compile(rb"coding[:=]", re.IGNORECASE)
+#: An exported requirements.txt is a few hundred bytes.
+MAX_REQUIREMENTS_BYTES = 64 << 10
+#: How the pins are installed: wheels only, named on the command line (pip reads no file from the bundle).
+PIP_INSTALL = "pip install --only-binary=:all:"
 RUNTIME_DIR = "runtime"
 REEXPORT = "export the bundle again from the results store (autodeploy export)"
 _CHUNK = 1 << 20
@@ -172,24 +181,56 @@ def verify(root: str | Path, *, trust: str | Path | None = None) -> dict[str, An
     return manifest
 
 
-def check_requirements(root: str | Path) -> None:
-    """Refuse a ``requirements.txt`` holding anything but ``name==version`` lines (and comments).
+def check_requirements(root: str | Path) -> list[str]:
+    """Refuse a ``requirements.txt`` holding anything but ``name==version`` lines (and comments), in plain
+    ASCII as pip would read it too; return its pins (none when the file is missing).
 
     Raises:
-        BundleError: naming the first line that is a path, URL, VCS link, pip option or unpinned name.
+        BundleError: naming the first line that is a path, URL, VCS link, pip option or unpinned name, or
+            the first byte or encoding cookie that could make pip read other lines than these.
     """
     path = Path(root) / REQUIREMENTS
     if path.is_symlink() or not path.is_file():
-        return  # the file check below says it is missing when the manifest lists it
-    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+        return []  # the file check says it is missing when the manifest lists it
+    fix = "do not install this bundle's requirements; " + REEXPORT
+    with open(path, "rb") as f:
+        data = f.read(MAX_REQUIREMENTS_BYTES + 1)
+    if len(data) > MAX_REQUIREMENTS_BYTES:
+        raise BundleError(f"bundle {root}: {REQUIREMENTS} is over {MAX_REQUIREMENTS_BYTES >> 10} KiB "
+                          "(an exported one holds a few pins)", fix=fix)  # fmt: skip
+    lines = data.split(b"\n")
     for number, line in enumerate(lines, 1):
-        text = line.strip()
+        if bad := _NOT_PLAIN.search(line):
+            raise BundleError(f"bundle {root}: {REQUIREMENTS} line {number} holds byte {bad[0]!r}, not printable "
+                              "ASCII (a byte-order mark or control character changes what pip reads)", fix=fix)  # fmt: skip
+        if _COOKIE.search(line):
+            raise BundleError(f"bundle {root}: {REQUIREMENTS} line {number} {line[:80].decode()!r} declares an "
+                              "encoding (pip decodes the file with it and reads other lines than these)", fix=fix)  # fmt: skip
+    pins = []
+    for number, line in enumerate(lines, 1):
+        text = line.decode().strip()
         if text and not text.startswith("#") and not _PIN.fullmatch(text):
             raise BundleError(
                 f"bundle {root}: {REQUIREMENTS} line {number} {text[:80]!r} is not a name==version pin "
                 "(a path, URL or pip option there runs code at pip install)",
-                fix="do not install this bundle's requirements; " + REEXPORT,
+                fix=fix,
             )
+        if text and not text.startswith("#"):
+            pins.append(text)
+    return pins
+
+
+def install_command(root: str | Path) -> str:
+    """The ``pip install`` line of the bundle's pins, to run instead of ``pip install -r requirements.txt``:
+    pip then reads no file from the bundle. Call it on a verified bundle.
+
+    Raises:
+        BundleError: as :func:`check_requirements`, or when the bundle pins nothing.
+    """
+    pins = check_requirements(root)
+    if not pins:
+        raise BundleError(f"bundle {root}: {REQUIREMENTS} pins nothing to install", fix=REEXPORT)
+    return " ".join([PIP_INSTALL, *pins])
 
 
 def verify_signature(root: Path, public_key: str | Path) -> None:
@@ -222,6 +263,8 @@ CURVES = ("secp256r1", "secp384r1", "secp521r1")
 NEW_KEY = ("make a P-256 key pair: openssl ecparam -genkey -name prime256v1 -noout -out key.pem && "
            "openssl ec -in key.pem -pubout -out key.pub")  # fmt: skip
 TRUST_KEY = "give the publisher's PEM elliptic-curve public key (the .pub of the key the bundle was signed with)"
+#: A PEM elliptic-curve key is a few hundred bytes: more is not a key (``/dev/zero`` would never end).
+MAX_KEY_BYTES = 1 << 20
 
 
 def check_key(path: str | Path, *, private: bool) -> Path:
@@ -243,9 +286,12 @@ def check_key(path: str | Path, *, private: bool) -> Path:
     if path.is_dir():
         raise bad("is a folder, not a key file", fix=f"give the path of a PEM {want} key")
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            data = f.read(MAX_KEY_BYTES + 1)
     except OSError as exc:
         raise bad(f"cannot be read ({exc.strerror or exc})", fix="check its permissions") from None
+    if len(data) > MAX_KEY_BYTES:
+        raise bad(f"is over {MAX_KEY_BYTES >> 20} MiB, not a key file (a PEM key is a few hundred bytes)")
     if not data.strip():
         raise bad("is empty")
     if not private and b"PRIVATE KEY" in data:
@@ -325,7 +371,8 @@ def check_compatible(
     engine = record.get("runtime", record["name"])  # an in-house winner runs on onnxruntime or openvino
     want = record.get("runtime_version", record["version"])
     precision = manifest["settings"]["precision"]
-    fix_install = "pip install -r requirements.txt (in the bundle folder)"
+    fix_install = (f"{PIP_INSTALL} {record.get('package') or engine}=={want} "
+                   f"(autodeploy bundle verify prints every pin of {REQUIREMENTS})")  # fmt: skip
     have = installed_version(record.get("packages") or [record.get("package", engine)])
     if have is None:
         raise BundleError(f"this bundle runs on {engine} {want}, which is not installed", fix=fix_install)

@@ -23,6 +23,7 @@ from autodeploy import intake
 from autodeploy.api import cache_dir
 from autodeploy.errors import UsageError
 from autodeploy.intake import ResolvedModel
+from autodeploy.redact import mask_secrets
 from autodeploy.units import fmt_ms, fmt_ms_ci, fmt_pct
 
 __all__ = ["DataOption", "Format", "FormatOption", "ResolvedModel", "cache_dir", "command_line", "emit", "err", "fmt_ms",
@@ -147,8 +148,8 @@ def spinner() -> Iterator[Callable[[str], None]]:
 
 
 def command_line() -> str:
-    """The command as typed, for the store (so a result can be reproduced)."""
-    return shlex.join(["autodeploy", *sys.argv[1:]])
+    """The command as typed, for the store (so a result can be reproduced), with every URL's password masked."""
+    return mask_secrets(shlex.join(["autodeploy", *sys.argv[1:]]))
 
 
 class Format(str, enum.Enum):

@@ -27,6 +27,7 @@ from autodeploy.cli._common import (
 )
 from autodeploy.errors import UsageError
 from autodeploy.harness.load import UNDER_LOAD_CORES, Load
+from autodeploy.redact import mask_secrets
 
 app = typer.Typer(
     help="Check, describe and measure an exported bundle (folder or .tar.gz).", no_args_is_help=True
@@ -49,15 +50,19 @@ def verify(
     from autodeploy.bundle import BundleError, check_compatible, opened
     from autodeploy.bundle import verify as verify_files
     from autodeploy.bundle.export import manifest_digest
+    from autodeploy.bundle.loader import REQUIREMENTS, SIGNATURE, install_command
 
     with opened(path) as root:
         manifest = verify_files(root, trust=trust)
         digest = manifest_digest(root)
+        install = install_command(root)  # the pins on the command line: pip reads no file from the bundle
+        signature = "verified" if trust is not None else "unchecked" if (root / SIGNATURE).is_file() else "absent"
     exported = None if db is None else _export_of(db, digest)  # in every format: not found is an error
     files = manifest["files"]
     size = sum(f["size"] for f in files.values())
     if format is not Format.table:
         record = _verified(path, manifest, digest, signed=trust is not None)
+        record.update(signature=signature, install=install)
         if exported is not None:
             record["exported_from"] = {"trial_id": exported.trial_id, "study": exported.study,
                                        "created_at": exported.created_at.isoformat(), "signed": exported.signed}  # fmt: skip
@@ -68,12 +73,16 @@ def verify(
     if trust is None:
         out.print("integrity only: the files are the ones the manifest lists, but anyone can write a manifest; "
                   "pass --trust PUBKEY to check who made it")  # fmt: skip
+    if signature == "unchecked":
+        err.print(f"[yellow]warning[/]: {SIGNATURE} is present and unchecked; "
+                  "pass --trust PUBKEY (the publisher's public key) to check it")  # fmt: skip
     else:
         out.print(f"signed: the signature over every file verifies with {shown(str(trust))}")
     if exported is not None:
         study = f" of study {shown(exported.study)}" if exported.study else ""
         out.print(f"provenance: exported from trial {exported.trial_id}{study} on {exported.created_at:%Y-%m-%d %H:%M} "
                   f"UTC (manifest sha256 {digest[:16]}…{', signed' if exported.signed else ''})")  # fmt: skip
+    out.print(f"install its runtime with (not -r {REQUIREMENTS}): {shown(install)}", soft_wrap=True)
     try:
         warnings = check_compatible(manifest)
     except BundleError as error:
@@ -127,7 +136,7 @@ def info(path: BundlePath, format: FormatOption = Format.table) -> None:
             ", ".join(f"{k}: {'pass' if v['passed'] else 'FAIL'}" for k, v in m["constraints"].items()),
         ),
         ("chosen by", _selection(m.get("selection"), src)),
-        ("reproduce", src["reproduce"] or "-"),
+        ("reproduce", mask_secrets(src["reproduce"]) or "-"),  # a bundle made before passwords were masked
         (
             "files",
             f"{len(m['files'])} + manifest.json and manifest.sha256, {sum(f['size'] for f in m['files'].values()) / 2**20:.2f} MB",

@@ -43,6 +43,7 @@ from autodeploy.cli._common import (
 )
 from autodeploy.errors import AutodeployError, UsageError
 from autodeploy.objectives import OBJECTIVES
+from autodeploy.redact import mask_secrets
 from autodeploy.search import config as study_config
 from autodeploy.search.config import EXAMPLES
 from autodeploy.shapes import ShapeSet, parse_flags
@@ -468,7 +469,7 @@ def _why_not_screening_best(summary: StudySummary) -> str:
 
 
 def _print_next_steps(name: str, db: str | None) -> None:
-    db_flag = "" if db is None else f" --db {shlex.quote(db)}"
+    db_flag = "" if db is None else f" --db {shlex.quote(mask_secrets(db))}"
     folder = shlex.quote(f"{name}-bundle")
     out.print("next:")
     for command, why in ((f"autodeploy export {shlex.quote(name)} -o {folder}{db_flag}", "ship the winner as a bundle"),

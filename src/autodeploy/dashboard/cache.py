@@ -20,6 +20,7 @@ import streamlit as st
 
 from autodeploy.dashboard import DB_ENV, queries
 from autodeploy.dashboard.queries import Filters, Options
+from autodeploy.redact import mask_secrets
 from autodeploy.results_db.store import Store
 
 TTL_S = 30
@@ -190,9 +191,9 @@ def file_stem(name: str) -> str:
 def export_command(study_name: str) -> str:
     """The shell command that writes the winner's bundle, for when the exporter is not installed here."""
     url = db_url()
-    return shlex.join(
+    return mask_secrets(shlex.join(  # shown in the browser and shipped in the bundle: never the password
         ["autodeploy", "export", study_name, "-o", f"{file_stem(study_name)}-bundle", *(["--db", url] if url else [])]
-    )
+    ))
 
 
 def build_bundle(exporter: Any, study_name: str) -> tuple[bytes, str]:

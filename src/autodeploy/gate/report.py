@@ -1,13 +1,43 @@
-"""The gate's reports for CI systems: a markdown summary and JUnit XML (one testcase per metric)."""
+"""The gate's reports for CI systems: a markdown summary and JUnit XML (one testcase per metric).
+
+Model paths, labels and reasons come from users and files: in both reports their control characters are
+made visible (``\\x1b``), since XML 1.0 cannot hold them and a newline would start new markdown; in
+markdown a backtick cannot end a code span and text outside one cannot render as a link, image or HTML.
+"""
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 
 from autodeploy.gate.core import WEAKER, GateResult
 from autodeploy.gate.stats import MetricVerdict
 
 _MARK = {"pass": "✅ pass", "fail": "❌ FAIL", "inconclusive": "⚠️ inconclusive"}
+#: What XML 1.0 cannot hold (C0 controls but tab, newline and CR; surrogates; U+FFFE/F), with the C1 controls
+#: and bidi overrides too: made visible as ``\\x01`` / ``\\u202e``.
+_NOT_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]")
+#: Markdown's control characters outside a code span (links, images, HTML, emphasis, table cells).
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>!|~&])")
+
+
+def _visible(value: object) -> str:
+    """``value`` on one line, its control characters written as escapes."""
+    text = _NOT_TEXT.sub(lambda m: repr(m.group())[1:-1], str(value))
+    return text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", "\\t")
+
+
+def _code(value: object) -> str:
+    """``value`` as one markdown code span that nothing in it can end: a fence longer than its longest
+    run of backticks (CommonMark), on one line."""
+    text = _visible(value)
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}" if len(fence) > 1 else f"`{text}`"
+
+
+def _md(value: object) -> str:
+    """``value`` as plain markdown text on one line: every character that could start markup escaped."""
+    return _MD_SPECIAL.sub(r"\\\1", _visible(value))
 
 
 def title(result: GateResult) -> str:
@@ -23,10 +53,11 @@ def markdown(result: GateResult) -> str:
     lines = [
         f"## {title(result)}",
         "",
-        f"- **baseline**: `{b['ref']}` ({b['kind']}, `{b['label']}`, sha256 `{b['sha256'][:12]}`): {n_b} "
-        + ("stored trials" if result.weaker else "runs"),
-        f"- **candidate**: `{c['ref']}` ({c['kind']}, `{c['label']}`, sha256 `{c['sha256'][:12]}`): {n_c} runs",
-        f"- device `{result.device['cpu']}` (fingerprint `{result.device['fingerprint']}`)",
+        f"- **baseline**: {_code(b['ref'])} ({_md(b['kind'])}, {_code(b['label'])}, sha256 {_code(b['sha256'][:12])}): "
+        f"{n_b} " + ("stored trials" if result.weaker else "runs"),
+        f"- **candidate**: {_code(c['ref'])} ({_md(c['kind'])}, {_code(c['label'])}, sha256 {_code(c['sha256'][:12])}): "
+        f"{n_c} runs",
+        f"- device {_code(result.device['cpu'])} (fingerprint {_code(result.device['fingerprint'])})",
         f"- fail = Holm-corrected p <= {s['alpha']:g} **and** latency change > {s['max_regression']:.1%}, or "
         f"accuracy drop > {s['max_accuracy_drop']:.2%}; pass needs the upper 95% bound of each latency change "
         f"<= {s['max_regression']:.1%}; inconclusive below {s['min_samples']} runs per side or when too noisy; wall time {result.wall_s:.0f} s",
@@ -36,7 +67,7 @@ def markdown(result: GateResult) -> str:
     ]
     lines += [_row(m) for m in result.metrics]
     if result.notes:
-        lines += ["", *[f"> {note}" for note in result.notes]]
+        lines += ["", *[f"> {_md(note)}" for note in result.notes]]
     return "\n".join(lines) + "\n"
 
 
@@ -54,7 +85,7 @@ def _row(m: MetricVerdict) -> str:
     elif m.change is not None:
         change = f"drop {m.change:+.2%}"
     p = "-" if m.p_adjusted is None else f"{m.p_adjusted:.2g}"
-    return f"| {m.name} | {num(m.baseline)} | {num(m.candidate)} | {change} | {p} | {_MARK[m.verdict]} | {m.reason} |"
+    return f"| {_md(m.name)} | {num(m.baseline)} | {num(m.candidate)} | {change} | {p} | {_MARK[m.verdict]} | {_md(m.reason)} |"
 
 
 def junit_xml(result: GateResult) -> str:
@@ -79,7 +110,8 @@ def junit_xml(result: GateResult) -> str:
             ET.SubElement(case, "skipped", message=f"inconclusive: {m.reason}")
         ET.SubElement(case, "system-out").text = _detail(m)
     ET.indent(suites)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+    text = ET.tostring(suites, encoding="unicode")  # escapes markup, but writes control characters raw
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + _NOT_TEXT.sub(lambda m: repr(m.group())[1:-1], text) + "\n"
 
 
 def _detail(m: MetricVerdict) -> str:

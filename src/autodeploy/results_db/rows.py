@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, aliased, defer
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.harness.result import Measurement as MeasurementRecord
 from autodeploy.harness.result import TrialResult
+from autodeploy.redact import mask_secrets
 from autodeploy.results_db.records import DeviceRecord, ModelRecord, TrialFilter, TrialRow
 from autodeploy.results_db.schema import Device, Measurement, Model, Trial
 
@@ -55,7 +56,7 @@ def insert_trial(
         status=result.status,
         failure_kind=result.failure_kind,
         failure_message=result.failure_message,
-        command=command,
+        command=mask_secrets(command),  # a --db URL's password is never stored
         artifact_path=result.artifact_path,
         artifact_files=result.artifact_files or None,
         shape_key=shape_key,
@@ -192,7 +193,7 @@ def _pair(low: float | None, high: float | None) -> tuple[float, float] | None:
 def to_row(t: Trial, m: Model, d: Device, ms: Measurement | None, *, samples: bool) -> TrialRow:
     return TrialRow(
         id=t.id, uid=t.uid, created_at=utc(t.created_at), status=t.status, failure_kind=t.failure_kind,
-        failure_message=t.failure_message, study=t.study, phase=t.phase, command=t.command,
+        failure_message=t.failure_message, study=t.study, phase=t.phase, command=mask_secrets(t.command),
         artifact_path=t.artifact_path, engine_version=t.engine_version, config=TrialConfig.from_dict(t.config),
         config_key=t.config_key, model_name=m.name, model_sha256=m.sha256, device_cpu=d.cpu,
         device_fingerprint=d.fingerprint, measurement=None if ms is None else measurement_record(ms, samples=samples),

@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 
 from autodeploy.errors import StoreError
 from autodeploy.harness.result import TrialResult
+from autodeploy.redact import mask_secrets
 from autodeploy.results_db import connection, migrate, rows
 from autodeploy.results_db.records import (
     Catalog,
@@ -286,7 +287,7 @@ class Store:
 
         def insert(s: Session) -> int:
             row = Export(trial_id=trial_id, manifest_sha256=manifest_sha256, format=format,
-                         destination=destination, signed=signed, command=command)  # fmt: skip
+                         destination=destination, signed=signed, command=mask_secrets(command))  # fmt: skip
             s.add(row)
             s.flush()
             return row.id
@@ -300,7 +301,7 @@ class Store:
             query = (sa.select(Export, Trial.uid, Trial.study).join(Trial, Export.trial_id == Trial.id)
                      .where(Export.manifest_sha256 == manifest_sha256).order_by(Export.id))  # fmt: skip
             return [ExportRow(e.id, e.trial_id, uid, study, e.manifest_sha256, e.format, e.destination, e.signed,
-                              e.command, rows.utc(e.created_at)) for e, uid, study in s.execute(query)]  # fmt: skip
+                              mask_secrets(e.command), rows.utc(e.created_at)) for e, uid, study in s.execute(query)]  # fmt: skip
 
         return self._run("cannot read", fetch)
 
@@ -311,7 +312,7 @@ class Store:
         self._check_writable("cannot store a gate run in")
 
         def insert(s: Session) -> int:
-            row = GateRun(device_id=rows.device_id(s, device), command=command, **asdict(run))
+            row = GateRun(device_id=rows.device_id(s, device), command=mask_secrets(command), **asdict(run))
             s.add(row)
             s.flush()
             return row.id
@@ -337,7 +338,7 @@ class Store:
 
         def row(g: GateRun, fingerprint: str, cpu: str) -> GateRunRow:
             stored = {f: getattr(g, f) for f in fields}
-            return GateRunRow(**stored, id=g.id, device_fingerprint=fingerprint, command=g.command,
+            return GateRunRow(**stored, id=g.id, device_fingerprint=fingerprint, command=mask_secrets(g.command),
                               created_at=rows.utc(g.created_at), device_cpu=cpu)  # fmt: skip
 
         def fetch(s: Session) -> list[GateRunRow]:
@@ -361,10 +362,10 @@ class Store:
             study = s.scalar(sa.select(Study).where(Study.name == name))
             if study is None:
                 study = Study(name=name, model_id=rows.model_id(s, model), device_id=rows.device_id(s, device),
-                              objective=objective, settings=settings, command=command)  # fmt: skip
+                              objective=objective, settings=settings, command=mask_secrets(command))  # fmt: skip
                 s.add(study)
             else:
-                study.settings, study.command = settings, study.command or command
+                study.settings, study.command = settings, study.command or mask_secrets(command)
             s.flush()
             return study.id
 
@@ -405,7 +406,7 @@ class Store:
         query = query.join(Model, Study.model_id == Model.id).join(Device, Study.device_id == Device.id)
 
         def row(st: Study, m: Model, d: Device) -> StudyRow:
-            return StudyRow(st.id, st.name, st.objective, st.settings, st.command, st.winner_uid, st.summary, m.name,
+            return StudyRow(st.id, st.name, st.objective, st.settings, mask_secrets(st.command), st.winner_uid, st.summary, m.name,
                             m.sha256, d.fingerprint, rows.utc(st.created_at), rows.utc(st.updated_at), d.cpu)  # fmt: skip
 
         def fetch(s: Session) -> list[StudyRow]:
