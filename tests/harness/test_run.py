@@ -288,7 +288,12 @@ def test_the_headline_of_an_openvino_conversion_failure_is_the_op_that_failed():
         "FrontEnd API failed with OpConversionFailure:\nModel wasn't fully converted. Failed operations detailed log:\n"
         "-- Loop-13 with a message:\nNone\nSummary:\n-- Conversion is failed for: Loop-13"
     )
-    assert headline(stored) == "OpConversionFailure: -- Conversion is failed for: Loop-13"
+    assert headline(stored) == "OpConversionFailure: Conversion is failed for: Loop-13"
+    # As it refuses an ai.onnx.ml op it has no rule for (a scikit-learn forest): the op, not "FrontEnd API failed".
+    unknown = stored.replace("-- Conversion is failed for: Loop-13",
+                             "-- No conversion rule found for operations: ai.onnx.ml.TreeEnsembleClassifier")
+    assert headline(unknown) == ("OpConversionFailure: No conversion rule found for operations: "
+                                 "ai.onnx.ml.TreeEnsembleClassifier")  # fmt: skip
     assert headline("run_failed: RuntimeError: deliberate run failure") == "run_failed: RuntimeError: deliberate run failure"
     assert headline(None) == ""
 

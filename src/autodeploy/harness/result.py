@@ -25,7 +25,7 @@ REASON_LINE_CHARS = 2000  # ORT puts its C++ signature before the words that mat
 
 #: Lines of an engine's reason that say what failed (the op, the node), searched in this order.
 _TELLING = (
-    re.compile(r"Conversion is failed for", re.IGNORECASE),
+    re.compile(r"Conversion is failed for|No conversion rule found for", re.IGNORECASE),
     re.compile(r"\b(node|op|operator|layer)\b[\s:(]", re.IGNORECASE),
 )
 #: Lines that only say where in the engine's source the error was raised.
@@ -57,6 +57,7 @@ def headline(message: str | None) -> str:
     # src/core/src/node.cpp:304:"): it tells by what comes before it.
     best = next((line for pattern in _TELLING for line in body if pattern.search(_WHERE.sub("", line))),
                 next((line for line in body if not _WHERE.search(line)), first))  # fmt: skip
+    best = best.lstrip("- ")  # OpenVINO's summary lists its lines as "-- No conversion rule found for ..."
     return f"{kind}: {best}" if kind else best
 
 
