@@ -131,10 +131,10 @@ def test_tune_takes_sample_images_preprocessing_and_a_metric(tmp_path, monkeypat
     image_model(tmp_path / "m.onnx", ["N", 3, 8, 8])
     summary = autodeploy.tune(str(tmp_path / "m.onnx"), engines=["onnxruntime"], precisions=["fp32"], threads=[1],
                               trials=1, finalists=0, min_samples=8, min_duration_s=0.1, data=SAMPLE_IMAGES,
-                              preprocess=Preprocess(mean_values=(128.0,), scale_values=(64.0,)), metric="tm:mean_y",
+                              preprocess=Preprocess(mean_values=(128.0,), scale_values=(64.0,)), metric="tm.py:mean_y",
                               max_metric_drop=0.0, db=f"sqlite:///{tmp_path / 'r.db'}", cache=tmp_path / "c")  # fmt: skip
     assert summary.winner is not None and summary.inputs == ""  # real photos: no synthetic note
-    cfg = study_config.validate({"model": "m.onnx", "data": SAMPLE_IMAGES, "metric": "tm:mean_y",
+    cfg = study_config.validate({"model": "m.onnx", "data": SAMPLE_IMAGES,
                                  "preprocess": {"layout": "NCHW", "mean_values": [128.0]},
                                  "constraints": {"max_metric_drop": 0.01}}, {})  # fmt: skip
     assert cfg.preprocess.mean_values == [128.0] and cfg.constraints.max_metric_drop == 0.01

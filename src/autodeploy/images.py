@@ -46,7 +46,10 @@ MAX_PIXELS = 8192 * 8192
 SAMPLE_IMAGES = "sample:images"
 #: How many sample crops: the harness's 64 calibration + 64 evaluation items.
 SAMPLE_ITEMS = 128
-SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
+#: The suffixes read, each with the one Pillow format it is opened as: a file is never sniffed into another
+#: of Pillow's formats (an EPS named .png runs Ghostscript in this process).
+FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".bmp": "BMP"}
+SUFFIXES = tuple(FORMATS)
 LAYOUTS = ("NCHW", "NHWC")
 
 
@@ -200,7 +203,10 @@ def _open(pil: Any, file: Path) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", pil.DecompressionBombWarning)  # MAX_PIXELS, below Pillow's, decides
         try:
-            image = pil.open(file)
+            image = pil.open(file, formats=[FORMATS[file.suffix.lower()]])
+        except pil.UnidentifiedImageError:
+            raise DataError(f"image {file} is not a {FORMATS[file.suffix.lower()]} file, as its name says",
+                            fix="remove it, or convert it to PNG or JPEG") from None  # fmt: skip
         except pil.DecompressionBombError:  # more than twice Pillow's own limit: refused by Pillow first
             raise too_big from None
     if image.width * image.height > MAX_PIXELS:

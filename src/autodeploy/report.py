@@ -26,6 +26,8 @@ that removes or renames a field bumps :data:`SCHEMA_VERSION`; adding a field doe
 from __future__ import annotations
 
 import json
+import math
+import numbers
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -334,6 +336,24 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
+def strict(value: Any) -> Any:
+    """``value`` with every non-finite number (an SQNR of a bit-exact output is infinite) as ``None``, so that its
+    JSON is strict (RFC 8259 has no ``Infinity`` or ``NaN``; JavaScript, Go and serde reject them) and follows the
+    schema's "number or null"."""
+    if isinstance(value, Mapping):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        return float(value) if math.isfinite(value) else None
+    return value
+
+
+def strict_json(value: Any, **kwargs: Any) -> str:
+    """``json.dumps`` of :func:`strict` ``value``; ``allow_nan=False`` catches a number it missed."""
+    return json.dumps(strict(value), allow_nan=False, **kwargs)
+
+
 def flatten(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """One CSV row: nested objects as dotted columns, pairs (CIs) as ``_low``/``_high``, other lists as JSON."""
     row: dict[str, Any] = {}
@@ -344,7 +364,7 @@ def flatten(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         elif key.endswith("_ci") and (value is None or len(value) == 2):
             row[f"{name}_low"], row[f"{name}_high"] = (None, None) if value is None else value
         elif isinstance(value, (list, tuple, Mapping)):
-            row[name] = json.dumps(value, sort_keys=True)
+            row[name] = strict_json(value, sort_keys=True)
         else:
             row[name] = value
     return row

@@ -1,4 +1,4 @@
-"""The user's task metric (--metric module:function): loaded by import, called on outputs and labels, budgeted."""
+"""The user's task metric (--metric FILE.py:FUNCTION): loaded from the file, called on outputs and labels, budgeted."""
 
 import json
 import textwrap
@@ -56,15 +56,15 @@ def metrics(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_load_by_module_or_file_and_bad_specs(metrics):
-    assert load_metric("mymetrics:accuracy").__name__ == "accuracy"
+def test_load_from_a_file_and_bad_specs(metrics):
+    assert load_metric("mymetrics.py:accuracy").__name__ == "accuracy"
     assert load_metric(f"{metrics / 'mymetrics.py'}:accuracy").__name__ == "accuracy"
-    for spec, said in (("nope:f", "no module named 'nope'"), ("mymetrics:missing", "has no function 'missing'"),
+    for spec, said in (("mymetrics:accuracy", "not a .py file"), ("mymetrics.py:missing", "has no function 'missing'"),
                        ("mymetrics", "cannot parse"), ("gone.py:f", "file gone.py not found")):
         with pytest.raises(UsageError, match=said):
             load_metric(spec)
     with pytest.raises(ValueError, match="metric m raised KeyError"):
-        score(load_metric("mymetrics:broken"), "m", {}, None)
+        score(load_metric("mymetrics.py:broken"), "m", {}, None)
     with pytest.raises(ValueError, match="not a finite number"):
         score(lambda outputs, labels: float("nan"), "m", {}, None)
 
@@ -81,10 +81,10 @@ def test_bench_calls_the_metric_with_outputs_and_labels(metrics, capsys):
     model = mlp(metrics / "m.onnx")
     labels = np.arange(20) % 4
     np.savez(metrics / "d.npz", x=np.random.default_rng(0).standard_normal((20, 8), dtype=np.float32), labels=labels)
-    code, out, err = run_cli(capsys, "bench", str(model), "--data", "d.npz", "--metric", "mymetrics:accuracy",
+    code, out, err = run_cli(capsys, "bench", str(model), "--data", "d.npz", "--metric", "mymetrics.py:accuracy",
                              "--max-metric-drop", "0.01", *FAST)
     assert code == 0, err
-    assert "metric mymetrics:accuracy:" in out and "drop 0" in out and "mymetrics:accuracy drop <= 0.01" in out
+    assert "metric mymetrics.py:accuracy:" in out and "drop 0" in out and "mymetrics.py:accuracy drop <= 0.01" in out
     calls = [json.loads(line) for line in (metrics / "calls.jsonl").read_text().splitlines()]
     # fp32 calibrates nothing: it is judged on every item given, and the metric sees all 20 (engine, reference)
     assert len(calls) == 2 and all(c["names"] == ["logits"] and c["shape"] == [20, 4] for c in calls)
@@ -93,25 +93,25 @@ def test_bench_calls_the_metric_with_outputs_and_labels(metrics, capsys):
 
 def test_the_metric_budget_is_enforced(metrics, capsys):
     model = mlp(metrics / "m.onnx")
-    argv = ["bench", str(model), "--metric", "mymetrics:worse_each_time", *FAST]
+    argv = ["bench", str(model), "--metric", "mymetrics.py:worse_each_time", *FAST]
     code, out, err = run_cli(capsys, *argv)  # no budget: the drop is reported, the run passes
     assert code == 0, err
     assert "drop 0.4" in out
     code, out, err = run_cli(capsys, *argv, "--max-metric-drop", "0.1", "--format", "json")
     assert code == 1
     record = json.loads(out)
-    assert record["failure_kind"] == "inaccurate" and "mymetrics:worse_each_time 0.5 (reference 0.9)" in record["failure_message"]
+    assert record["failure_kind"] == "inaccurate" and "mymetrics.py:worse_each_time 0.5 (reference 0.9)" in record["failure_message"]
     accuracy = record["measurement"]["accuracy"]
     assert accuracy["metric_value"] == 0.5 and accuracy["reference_metric_value"] == 0.9 and not accuracy["passed"]
 
 
 def test_a_bad_metric_is_one_line_and_exit_2(metrics, capsys):
     model = mlp(metrics / "m.onnx")
-    for argv in (["--metric", "nowhere.mod:f"], ["--max-metric-drop", "0.1"]):
+    for argv in (["--metric", "nowhere.mod:f"], ["--metric", "nowhere.py:f"], ["--max-metric-drop", "0.1"]):
         code, _, err = run_cli(capsys, "bench", str(model), *argv, *FAST)
         assert code == 2 and len(err.strip().splitlines()) == 1 and "fix:" in err
-    code, _, err = run_cli(capsys, "bench", str(model), "--metric", "mymetrics:broken", *FAST)
-    assert code == 1 and "metric mymetrics:broken raised KeyError" in " ".join(err.split())
+    code, _, err = run_cli(capsys, "bench", str(model), "--metric", "mymetrics.py:broken", *FAST)
+    assert code == 1 and "metric mymetrics.py:broken raised KeyError" in " ".join(err.split())
 
 
 def test_a_metric_scores_a_detector_on_labels_of_any_shape(metrics, capsys):
@@ -122,9 +122,9 @@ def test_a_metric_scores_a_detector_on_labels_of_any_shape(metrics, capsys):
     rng = np.random.default_rng(0)
     boxes = rng.uniform(0, 320, (24, 4)).astype(np.float32)  # one box per item: labels of shape [N, 4]
     np.savez(metrics / "d.npz", x=rng.uniform(0, 1, (24, 3, 32, 32)).astype(np.float32), labels=boxes)
-    code, out, err = run_cli(capsys, "bench", str(model), "--data", "d.npz", "--metric", "mymetrics:box_recall",
+    code, out, err = run_cli(capsys, "bench", str(model), "--data", "d.npz", "--metric", "mymetrics.py:box_recall",
                              "--max-metric-drop", "0.01", *FAST)
     assert code == 0, err
-    assert "metric mymetrics:box_recall:" in out and "drop 0" in out
+    assert "metric mymetrics.py:box_recall:" in out and "drop 0" in out
     calls = [json.loads(line) for line in (metrics / "calls.jsonl").read_text().splitlines()]
     assert calls and all(c["labels_shape"] == [24, 4] for c in calls)

@@ -104,8 +104,9 @@ def tune(
         resume: add trials to the existing study of this name, within its stored search space.
         finalists: how many of the best are re-measured interleaved (0: none).
         data, preprocess, metric, max_metric_drop: as for :func:`bench` (``data`` and ``preprocess`` are
-            also the config's ``data`` and ``preprocess`` keys, ``metric`` its ``metric``, the drop
-            ``constraints.max_metric_drop``).
+            also the config's ``data`` and ``preprocess`` keys, the drop ``constraints.max_metric_drop``;
+            ``metric``, ``FILE.py:FUNCTION``, is an argument only: a config naming one is refused, and a
+            resume must give the stored study's own).
         db: a results database URL or an open :class:`~autodeploy.results_db.store.Store` (left open).
         storage: the Optuna storage URL shared by workers (default: the results database).
         cache: the cache folder (default :func:`cache_dir`).

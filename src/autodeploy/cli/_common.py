@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import enum
-import json
 import os
 import re
 import shlex
@@ -166,10 +165,11 @@ FormatOption = Annotated[Format, typer.Option("--format", case_sensitive=False,
 
 def emit(fmt: Format, records: Mapping[str, Any] | list[Mapping[str, Any]]) -> None:
     """Print ``records`` (one record or a list) as JSON, or as CSV rows with a header, on stdout."""
-    if fmt is Format.json:
-        sys.stdout.write(json.dumps(records, indent=2, default=str) + "\n")
+    from autodeploy.report import strict_json, to_csv_rows
+
+    if fmt is Format.json:  # strict JSON: a non-finite number (an SQNR of a bit-exact output) is null
+        sys.stdout.write(strict_json(records, indent=2, default=str) + "\n")
         return
-    from autodeploy.report import to_csv_rows
 
     columns, rows = to_csv_rows([records] if isinstance(records, Mapping) else records)
     writer = csv.DictWriter(sys.stdout, fieldnames=[csv_cell(c) for c in columns], lineterminator="\n")
@@ -200,7 +200,7 @@ LayoutOption = Annotated[str | None, typer.Option(help="Image layout of the inpu
 ReverseOption = Annotated[bool, typer.Option("--reverse-input-channels", help="Feed images as BGR, not RGB.")]
 MeanOption = Annotated[str | None, typer.Option(help="Per-channel values subtracted from 0..255 pixels, e.g. [123.675,116.28,103.53].")]
 ScaleOption = Annotated[str | None, typer.Option(help="Per-channel values the pixels are then divided by, e.g. [58.395,57.12,57.375].")]
-MetricOption = Annotated[str | None, typer.Option(help="Task metric MODULE:FUNCTION receiving (outputs, labels), higher is better; reported beside accuracy.")]
+MetricOption = Annotated[str | None, typer.Option(help="Task metric FILE.py:FUNCTION (your own file) receiving (outputs, labels), higher is better; reported beside accuracy.")]
 AccuracyOption = Annotated[list[str] | None, typer.Option(help="OUTPUT=MEASURE[:THRESHOLD]: judge OUTPUT by MEASURE (exact, top1, sequence, decision, embedding, sqnr, cosine) instead of the kind found from the graph; THRESHOLD is decision's probability cut or sqnr's dB limit. Repeatable.")]
 #: The accuracy budget, in the same words for bench and tune (what each output is judged by: README).
 ACCURACY_DROP_HELP = ("Accuracy budget per output, as a fraction (default 1%): each output's measure (top-1, exact, "

@@ -136,6 +136,8 @@ def tune(
     """Search the fastest config for a model on this device, re-measure the finalists and report the winner."""
     if model is None and config is None:
         raise UsageError("no model given", fix="autodeploy tune MODEL, or put `model:` in --config")
+    if config is not None:  # a bare name may be a file here or a shipped example: say which is read
+        err.print(f"config: {shown(str(study_config.resolve(config)))}")
     reporter = _ProgressReporter()
     shape_set = parse_flags(shape or [])
     per_shape = per_shape or bool(study_config.read(config).get("per_shape")) if config is not None else per_shape

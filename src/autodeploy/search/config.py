@@ -98,7 +98,8 @@ class StudyConfig(_Strict):
     precisions: list[str] | None = None  # None: every precision each engine offers here
     batches: list[int] | None = None  # None: [1] for latency/server, 1..32 for throughput/pareto
     threads: list[int] | None = None  # None: powers of two up to the logical cores, and the core count
-    knobs: dict[str, dict[str, list[Any]]] | None = None  # {engine: {knob: [choices]}}; None: engine's own
+    #: {engine: {knob: [choices]}}; None: the engine's own. A choice is one scalar, never a nested structure.
+    knobs: dict[str, dict[str, list[str | int | float | bool | None]]] | None = None
     trials: int | None = Field(None, ge=0, description="None: 30, or the whole grid with sampler grid")
     #: Was ``timeout_s``: "timeout" means the seconds before a worker is killed everywhere (``screening.timeout_s``,
     #: ``bench --timeout``), so the study-wide stop is named for what it does.
@@ -118,7 +119,9 @@ class StudyConfig(_Strict):
     per_shape: bool = False
     data: str | None = None  # .npz, a folder of NAME.npy or of images, or sample:images
     preprocess: ImagePreprocess | None = None
-    metric: str | None = None  # the user's task metric, module:function
+    #: The user's task metric, ``FILE.py:FUNCTION``: from the command line (an override) only; a config file
+    #: or a stored study that names one is refused (:func:`validate`), as data must never name code to run.
+    metric: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -186,24 +189,51 @@ def load(
     return validate(read(path), overrides, base)
 
 
+def resolve(path: str | Path) -> Path:
+    """The file ``--config path`` reads: ``path`` itself, or else the shipped example of that name."""
+    if not Path(path).exists() and (EXAMPLES / Path(path).name).is_file():
+        return EXAMPLES / Path(path).name  # an example shipped with the package, given by name
+    return Path(path).resolve()
+
+
 def read(path: str | Path | None) -> dict[str, Any]:
-    """The keys of the YAML study config at ``path`` (none for ``None``), not validated yet.
+    """The keys of the YAML study config at ``path`` (none for ``None``; see :func:`resolve`), not validated yet.
 
     Raises:
-        UsageError: the file cannot be read, is not YAML, or is not a mapping.
+        UsageError: the file cannot be read, is not YAML, holds an alias (``&a``/``*a``: a config's
+            values are plain data, and aliases nest into a billion laughs), or is not a mapping.
     """
     if path is None:
         return {}
-    if not Path(path).exists() and (EXAMPLES / Path(path).name).is_file():
-        path = EXAMPLES / Path(path).name  # an example shipped with the package, given by name
+    path = resolve(path)
     try:
-        loaded = yaml.safe_load(Path(path).read_text())
+        loaded = _load_yaml(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise UsageError(f"cannot read study config {path}: {exc}".splitlines()[0],
                          fix=f"give a YAML file, or an example's name from {EXAMPLES}") from None  # fmt: skip
     if not isinstance(loaded, dict):
         raise UsageError(f"study config {path} must be a mapping of keys to values")
     return loaded
+
+
+def _load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` of ``text``, refusing anchors and aliases (:class:`_NoAliases`)."""
+    loader = _NoAliases(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+class _NoAliases(yaml.SafeLoader):
+    """``yaml.safe_load`` that refuses anchors and aliases as it meets them, before any is expanded."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent) or getattr(self.peek_event(), "anchor", None) is not None:
+            event = self.peek_event()
+            raise yaml.YAMLError(f"line {event.start_mark.line + 1}: YAML anchors and aliases (&name, *name) are not "
+                                 "allowed in a study config; write each value out")  # fmt: skip
+        return super().compose_node(parent, index)
 
 
 def validate(
@@ -217,7 +247,11 @@ def validate(
     Raises:
         UsageError: the config does not validate, with the field named.
     """
-    data: dict[str, Any] = {**(base or {}), **keys}
+    if "metric" in keys:
+        raise UsageError(f"a study config may not name a metric (metric: {str(keys['metric'])[:80]!r}): a metric is code "
+                         "and is given on the command line only", fix="pass --metric FILE.py:FUNC instead")  # fmt: skip
+    # A stored study's metric never comes back (the resume names its own, checked against the stored one).
+    data: dict[str, Any] = {**{k: v for k, v in (base or {}).items() if k not in ("metric", "judge")}, **keys}
     for key, value in overrides.items():
         if value is None:
             continue

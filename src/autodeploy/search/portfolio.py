@@ -29,10 +29,12 @@ def _waiting(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 def enqueue_grid(study: optuna.Study, space: SearchSpace) -> int:
     """Enqueue every grid point the study has not run yet; return how many."""
-    seen = [t.params for t in study.get_trials(deepcopy=False)]
+    trials = study.get_trials(deepcopy=False)
+    seen = [t.params for t in trials if "interrupted" not in t.user_attrs]
+    redo = [t.system_attrs.get("fixed_params", t.params) for t in trials if "interrupted" in t.user_attrs]
     missing = [p for p in space.grid() if p not in seen]
-    for params in missing:
-        study.enqueue_trial(params, skip_if_exists=True)
+    for params in missing:  # an interrupted point (Ctrl-C, kill -9) is asked again, though Optuna has it
+        study.enqueue_trial(params, skip_if_exists=params not in redo)
     return len(missing)
 
 

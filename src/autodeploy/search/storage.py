@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import StoreError, UsageError
 from autodeploy.objectives import OBJECTIVES
+from autodeploy.redact import mask_secrets
 from autodeploy.search.config import StudyConfig
 from autodeploy.search.context import StudyContext
 from autodeploy.verdict import feasible, pareto_front
@@ -40,7 +41,8 @@ def open_study(ctx: StudyContext) -> tuple[optuna.Study, optuna.storages.RDBStor
         storage = _rdb_storage(ctx.storage)
         existing = optuna.study.get_all_study_names(storage=storage)
     except Exception as exc:  # Optuna wraps SQLAlchemy errors in several types
-        raise StoreError(f"cannot open the study storage {ctx.storage}: {str(exc).splitlines()[0]}",
+        raise StoreError(f"cannot open the study storage {mask_secrets(ctx.storage)}: "
+                         f"{mask_secrets(str(exc).splitlines()[0])}",
                          fix="pass --storage or --db with a reachable database") from None  # fmt: skip
     if ctx.name in existing and not ctx.resume:
         raise UsageError(f"study {ctx.name!r} already exists",
@@ -81,6 +83,46 @@ def fail_stale_trials(study: optuna.Study) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
+
+
+def claim(trial: optuna.Trial) -> None:
+    """Record which process runs ``trial`` (host, pid and the process's start time, so a reused pid is not it)."""
+    trial.set_user_attr("owner", _me())
+
+
+def release_orphans(storage: optuna.storages.RDBStorage, study: optuna.Study) -> list[int]:
+    """End the RUNNING trials whose owner (:func:`claim`) was a process of this host that is gone (kill -9):
+    without waiting for their heartbeat to go stale, and also those killed before their first beat, which
+    Optuna's heartbeat never fails. They are marked ``interrupted`` (not a failure of their config), so a grid
+    asks their point again. Returns their numbers."""
+    import psutil
+
+    me = _me()
+    ended = []
+    for t in study.get_trials(deepcopy=False, states=(trial_state().RUNNING,)):
+        owner = t.user_attrs.get("owner")
+        if not isinstance(owner, dict) or owner.get("host") != me["host"] or owner.get("pid") == me["pid"]:
+            continue  # another host's (its heartbeat tells), or this process's own
+        try:
+            alive = abs(psutil.Process(int(owner["pid"])).create_time() - float(owner["started"])) < 1.0
+        except (psutil.NoSuchProcess, psutil.AccessDenied, KeyError, TypeError, ValueError):
+            alive = False
+        if alive:
+            continue
+        trial_id = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name), t.number)
+        storage.set_trial_user_attr(trial_id, "interrupted", f"its run (pid {owner.get('pid')}) ended without "
+                                    "finishing it")  # fmt: skip
+        study.tell(t.number, state=trial_state().FAIL)
+        ended.append(t.number)
+    return ended
+
+
+def _me() -> dict[str, Any]:
+    import socket
+
+    import psutil
+
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": psutil.Process().create_time()}
 
 
 @contextmanager

@@ -30,11 +30,13 @@ from autodeploy.search.screening import failure_kind, finalist_reserve, refining
 from autodeploy.search.space import SearchSpace, build_space
 from autodeploy.search.storage import (
     best_label,
+    claim,
     fail_stale_trials,
     feasible_trials,
     heartbeat,
     open_study,
     ranked,
+    release_orphans,
     trial_state,
 )
 from autodeploy.search.summary import Finalist, Ratio, Rejected, StudySummary
@@ -68,15 +70,17 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     budget = Budget(cfg.time_budget_s)
     check_study_name(ctx.name)
     _check_same_model_and_device(ctx)
+    _check_same_judge(ctx)
     before = machine_load.sample()
     if before.under_load:
         reporter.note(f"the machine is busy before the study starts: {before.text()}; measurements that run "
                       "under load are flagged, and a finalist round under load runs once more")  # fmt: skip
     study, storage = open_study(ctx)
+    release_orphans(storage, study)  # a killed run's trials, before the grid or the summary counts them
     space = build_space(cfg, ctx.device, ctx.model)
     # Store the resolved space, so a resume searches the same one even if engines were installed since.
     settings = {**cfg.model_dump(mode="json"), "engines": list(space.engines), "threads": list(space.threads),
-                "batches": list(space.batches),
+                "batches": list(space.batches), "judge": _judge(ctx),
                 "knobs": {e: {k: list(v) for k, v in c.knobs.items()} for e, c in space.engines.items()}}  # fmt: skip
     ctx.store.save_study(ctx.name, model=ModelRecord.of(ctx.model), device=DeviceRecord.of(ctx.device),
                          objective=cfg.objective, settings=settings, command=ctx.command)  # fmt: skip
@@ -113,6 +117,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
             stopped_by = "time budget"
             break
         fail_stale_trials(study)
+        release_orphans(storage, study)
         memory = Memory.of(study)  # read afresh: workers sharing the study learn from each other
         if cfg.sampler != "grid" and not enqueue_portfolio(study, space, ctx.device.isa) and OBJECTIVES[cfg.objective].single:
             enqueue_neighbours(study, space, memory, ranked(study, cfg.objective))
@@ -120,6 +125,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
             # "Heartbeat ... is supposed to be used with Study.optimize": heartbeat beats for us.
             warnings.filterwarnings("ignore", "Heartbeat of storage")
             trial = study.ask()
+        claim(trial)
         asked += 1
         try:
             with heartbeat(storage, study, trial):
@@ -131,7 +137,9 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
             raise UsageError(f"study {ctx.name!r} was created with another search space",
                              fix="resume it with the same engines, precisions, batches, threads and knobs, "
                              "or choose another --name") from None  # fmt: skip
-        except BaseException:  # Ctrl-C or a bug: close the Optuna trial so a resume starts clean
+        except BaseException as exc:  # Ctrl-C or a bug: close the Optuna trial so a resume starts clean
+            if isinstance(exc, KeyboardInterrupt):  # not its config's failure: counted apart, asked again
+                trial.set_user_attr("interrupted", "stopped by Ctrl-C")
             study.tell(trial, state=trial_state().FAIL)
             raise
         if counted:
@@ -214,6 +222,37 @@ def _check_same_model_and_device(ctx: StudyContext) -> None:
                          fix="give each device its own study name; the dashboard's Devices page compares them")  # fmt: skip
 
 
+def _judge(ctx: StudyContext) -> dict[str, Any]:
+    """What accuracy is judged by beyond the built-in rules: the user's metric (function and file hash) and the
+    per-output overrides. Accuracy is reused per artifact and batch, so a study keeps one judge."""
+    from autodeploy.harness.metric import identity
+
+    s = ctx.settings
+    return {"metric": identity(s.metric) if s.metric else None, "accuracy": list(s.accuracy_overrides)}
+
+
+def _check_same_judge(ctx: StudyContext) -> None:
+    """A resume judged by another metric (or overrides) would reuse accuracy measured without it: refused."""
+    stored = ctx.store.get_study(ctx.name)
+    if stored is None:
+        return
+    old = stored.settings.get("judge")
+    if old is None:  # a study of an earlier version: its metric is known by name only, so any metric differs
+        spec = stored.settings.get("metric")
+        old = {"metric": {"function": spec.rpartition(":")[2], "sha256": None} if spec else None, "accuracy": []}
+    new = _judge(ctx)
+    if old != new:
+
+        def said(judge: dict[str, Any]) -> str:
+            m = judge["metric"]
+            metric = "no --metric" if m is None else f"--metric …:{m['function']} (file sha256 {(m['sha256'] or '?')[:12]})"
+            return metric + "".join(f", --accuracy {a}" for a in judge["accuracy"])
+
+        raise UsageError(f"study {ctx.name!r} was judged by {said(old)}, this run by {said(new)}; its accuracy "
+                         "records would be reused without the new judge",
+                         fix="resume with the study's own --metric file, or choose another --name")  # fmt: skip
+
+
 # -- finalists and the winner ------------------------------------------------------------
 
 
@@ -222,7 +261,8 @@ def _finalize(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory
     counts: dict[str, int] = {}
     trials = study.get_trials(deepcopy=False)
     for t in trials:
-        kind = "repeated" if "repeat_of" in t.user_attrs else t.state.name.lower()  # repeats cost nothing
+        kind = ("repeated" if "repeat_of" in t.user_attrs  # repeats cost nothing
+                else "interrupted" if "interrupted" in t.user_attrs else t.state.name.lower())
         counts[kind] = counts.get(kind, 0) + 1
     skipped = list(dict.fromkeys(t.user_attrs["budget_skip"] for t in trials if t.user_attrs.get("budget_skip")))
     behind = memory.behind if refining(study, ctx.config, space) else {}
