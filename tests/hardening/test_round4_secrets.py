@@ -142,3 +142,16 @@ def test_the_mask_keeps_urls_without_a_password():
 
     for text in ("sqlite:////tmp/a:b@c/r.db", "postgresql+psycopg://ad@db.example:5432/results", "m.onnx --db r.db"):
         assert mask_secrets(text) == text
+
+
+def test_a_storage_that_cannot_be_opened_names_it_without_its_password():
+    """The study storage's error line (search/storage.py) carried the whole --storage URL."""
+    from types import SimpleNamespace
+
+    from autodeploy.errors import StoreError
+    from autodeploy.search.storage import open_study
+
+    ctx = SimpleNamespace(storage="postgresql+psycopg://ad:S3CRETpw@127.0.0.1:1/none", name="s", resume=False)
+    with pytest.raises(StoreError) as caught:
+        open_study(ctx)
+    assert "S3CRETpw" not in str(caught.value) and "***" in str(caught.value)
