@@ -153,3 +153,13 @@ def test_a_resume_with_another_judge_is_refused(here, capsys):
     for extra in ([], ["--metric", "marker.py:hit"]):
         code, _, err = run_cli(capsys, "tune", "m.onnx", "--name", "t", "--resume", "--trials", "1", *extra, *FAST)
         assert code == 2 and "was judged by --metric …:hit" in _one_line(err)
+
+
+def test_a_new_study_with_a_metric_never_takes_a_measurement_judged_without_it(here, capsys):
+    """A config measured before (a study without a metric) is taken from the store by a new study: its accuracy
+    was judged without this study's --metric, which then never ran (``search/screening.py``)."""
+    code, _, err = run_cli(capsys, "tune", "m.onnx", "--name", "plain", "--trials", "1", *FAST)
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "tune", "m.onnx", "--name", "judged", "--trials", "1", "--metric", "marker.py:hit", *FAST)
+    assert code == 0, err
+    assert (here / "HIT").read_text() == "ran"  # measured afresh: the metric ran on its outputs

@@ -495,7 +495,7 @@ def seal(folder: Path, manifest: dict[str, Any]) -> None:
         for p in sorted(folder.rglob("*"))
         if p.is_file()
     }
-    data = (json.dumps(manifest, indent=2) + "\n").encode()
+    data = (report.strict_json(manifest, indent=2) + "\n").encode()  # strict: an exact output's SQNR inf is null
     (folder / MANIFEST).write_bytes(data)
     (folder / MANIFEST_DIGEST).write_text(loader.digest_line(data))
 

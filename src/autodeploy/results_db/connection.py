@@ -35,6 +35,12 @@ _DIAGNOSES = (
         "the disk is full",
         "free disk space or pass --db with a path on another disk",
     ),
+    (  # SQLite's word for a write the file system refused: ENOSPC, EDQUOT, EFBIG in the journal or WAL
+        "disk i/o error",
+        "the disk refused the write (full, over a quota or a file size limit, or failing)",
+        "free disk space or pass --db with a path on another disk",
+    ),
+    ("no space left on device", "the disk is full", "free disk space or pass --db with a path on another disk"),
     ("unable to open database file", "the file cannot be opened or created", FIX_PATH),
     ("readonly database", "the file or its folder is read-only", FIX_PATH),
     (
@@ -197,6 +203,9 @@ def _create_engine(url: sa.URL, shown: str, *, readonly: bool) -> sa.Engine:
         ) from err
     except sa.exc.ArgumentError as err:  # includes NoSuchModuleError: unknown driver
         raise StoreError(f"cannot open results database {shown}: {err}", fix=FIX_URL) from err
+    except (ValueError, TypeError) as err:  # an option of the wrong type: ?timeout=abc
+        raise StoreError(f"cannot open results database {shown}: an option in its URL is not valid ({err})",
+                         fix=FIX_URL) from err  # fmt: skip
     if url.get_backend_name() == "sqlite":
         _configure_sqlite(engine, readonly=readonly)
     return engine

@@ -284,7 +284,8 @@ def _measure_case(
     """Metrics of ``config`` at one shape: from the store when measured before here, else a fresh trial (stored)."""
     cfg = ctx.config
     at = f" at {case.key}" if len(ctx.shape_cases()) > 1 else ""
-    if not cfg.fresh and cfg.objective != "server" and phase == "screening":
+    # A stored measurement was judged without this study's --metric: reused, the metric would never run.
+    if not cfg.fresh and cfg.objective != "server" and phase == "screening" and cfg.metric is None:
         version = registry.get(config.engine).probe_version()
         repeat = TrialFilter(model_sha256=case.model.sha256, device=ctx.device.fingerprint, config_key=config.key(),
                              engine_version=version, shape_key=case.key, scenario=OBJECTIVES[cfg.objective].scenario,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autodeploy.errors import UsageError
+from autodeploy.errors import UsageError, WriteError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -230,6 +230,9 @@ def _write_atomic(path: Path, write: Callable[[Any], object]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and (err := WriteError.of(exc, path.name, path.parent,
+                                                               instead="set AUTODEPLOY_CACHE to a folder on another disk")):
+            raise err from None  # a full disk is one line, not a traceback
         raise
