@@ -190,3 +190,34 @@ def lp_pool(path: Path) -> Path:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
     onnx.save(model, str(path))
     return path
+
+
+def zipmap_classifier(path: Path, *, batch: int | str = "N", features: int = 4, classes: int = 3,
+                      string_labels: bool = False) -> Path:  # fmt: skip
+    """skl2onnx's default classifier, by hand: x -> ai.onnx.ml LinearClassifier (softmax post-transform) ->
+    ``label[batch]`` and its probabilities through ZipMap: ``probabilities`` is ``seq(map(int64, float))``
+    (``map(string, float)`` with ``string_labels``)."""
+    rng = np.random.default_rng(0)
+    labels = {"classlabels_strings": [f"c{i}" for i in range(classes)]} if string_labels else \
+        {"classlabels_ints": list(range(classes))}  # fmt: skip
+    zip_labels = {"classlabels_strings": labels["classlabels_strings"]} if string_labels else \
+        {"classlabels_int64s": list(range(classes))}  # fmt: skip
+    graph = helper.make_graph(
+        [
+            helper.make_node("LinearClassifier", ["x"], ["label", "scores"], domain="ai.onnx.ml",
+                             coefficients=rng.standard_normal(classes * features).tolist(),
+                             intercepts=[0.0] * classes, post_transform="SOFTMAX", **labels),  # fmt: skip
+            helper.make_node("ZipMap", ["scores"], ["probabilities"], domain="ai.onnx.ml", **zip_labels),
+        ],
+        "zipmap",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, features])],
+        [helper.make_tensor_value_info("label", TensorProto.STRING if string_labels else TensorProto.INT64, [batch]),
+         helper.make_value_info("probabilities", helper.make_sequence_type_proto(helper.make_map_type_proto(
+             TensorProto.STRING if string_labels else TensorProto.INT64,
+             helper.make_tensor_type_proto(TensorProto.FLOAT, None))))],  # fmt: skip
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path

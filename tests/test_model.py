@@ -247,3 +247,37 @@ def test_what_onnx_runtime_loads_is_accepted_and_what_it_refuses_says_why(tmp_pa
 def test_one_shape_commands_refuse_an_input_given_twice():
     with pytest.raises(ShapeError, match="--shape x is given twice; this command runs one shape per input"):
         parse_shape_flags(["x=1x2", "x=1x3"])
+
+
+def test_a_zipmap_output_is_read_as_the_class_probabilities_it_holds(tmp_path):
+    """skl2onnx's default classifier ends in ZipMap (``seq(map(int64|string, float))``): read as float32
+    ``[N, classes]`` on the batch axis the model's input has, said once in a note."""
+    from tests.models import zipmap_classifier
+
+    for string_labels in (False, True):
+        info = load_model(zipmap_classifier(tmp_path / f"z{string_labels}.onnx", classes=3, string_labels=string_labels))
+        probabilities = info.outputs[1]
+        assert (probabilities.name, probabilities.dtype, probabilities.shape) == ("probabilities", "float32", ("N", 3))
+        assert info.batch_axis("probabilities") == 0
+        assert any("'probabilities' is a sequence of maps (ZipMap" in note and "timed as the model returns it" in note
+                   for note in info.notes)  # fmt: skip
+
+
+def test_a_non_tensor_input_or_output_is_named_as_what_it_is_with_a_fix(tmp_path):
+    def save(node, inputs, outputs):
+        model = helper.make_model(helper.make_graph([node], "g", inputs, outputs),
+                                  opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
+        onnx.save(model, str(tmp_path / "m.onnx"))
+        return tmp_path / "m.onnx"
+
+    seq_in = save(helper.make_node("SequenceLength", ["x"], ["y"]),
+                  [helper.make_tensor_sequence_value_info("x", TensorProto.FLOAT, [4])],
+                  [helper.make_tensor_value_info("y", TensorProto.INT64, [])])  # fmt: skip
+    with pytest.raises(ModelError, match=r"^input 'x' is a sequence, not a tensor; .*fix: re-export") as err:
+        load_model(seq_in)
+    assert "output" not in str(err.value) and "\n" not in str(err.value)
+    seq_out = save(helper.make_node("SequenceConstruct", ["x"], ["y"]),
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                   [helper.make_tensor_sequence_value_info("y", TensorProto.FLOAT, [4])])  # fmt: skip
+    with pytest.raises(ModelError, match=r"^output 'y' is a sequence, not a tensor or a ZipMap.*fix: re-export"):
+        load_model(seq_out)

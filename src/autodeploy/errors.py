@@ -81,6 +81,11 @@ class BuildError(EngineError):
     """Converting or compiling the model for an engine failed."""
 
 
+class ConversionError(BuildError):
+    """The engine's conversion of the model, which all its precisions share, failed: a study prunes every
+    precision of that engine at once (``search/screening.py``)."""
+
+
 #: Top-level module -> the extra that installs it (pyproject.toml's optional dependencies), for the
 #: extras that are not an engine's: an engine declares its own (``Engine.extra`` and ``Engine.modules``).
 EXTRAS = {"sklearn": "zoo", "PIL": "images", "streamlit": "dashboard", "plotly": "dashboard", "psycopg": "postgres",

@@ -473,10 +473,16 @@ def _specs(proto: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], 
     initializers = {t.name for t in proto.graph.initializer}
     negative: dict[str, list[int]] = {}  # tensor -> axes written as a negative size
 
-    def spec(value: Any) -> TensorSpec:
+    def spec(value: Any, role: str = "input") -> TensorSpec:
         ttype = value.type.tensor_type
         if not value.type.HasField("tensor_type"):
-            raise ModelError(f"input/output {value.name!r} is not a tensor; only tensor inputs are supported")
+            held = _class_probabilities(proto, value, role)
+            if held is None:
+                raise _not_a_tensor(value, role)
+            notes.append(f"output {value.name!r} is a sequence of maps (ZipMap: class -> probability): its "
+                         f"accuracy is judged as a {held.dtype} [N, {held.shape[1] or '?'}] class-probability "
+                         "tensor; it is timed as the model returns it")  # fmt: skip
+            return held
         try:
             dtype = np.dtype(helper.tensor_dtype_to_np_dtype(ttype.elem_type)).name
         except (KeyError, TypeError):  # elem_type 0 (UNDEFINED) or a number ONNX does not define
@@ -494,9 +500,9 @@ def _specs(proto: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], 
             dims.append(d.dim_param if d.dim_param and d.dim_param != "?" else None)
         return TensorSpec(value.name, dtype, tuple(dims))
 
+    notes: list[str] = []
     inputs = tuple(spec(v) for v in proto.graph.input if v.name not in initializers)
-    outputs = tuple(spec(v) for v in proto.graph.output)
-    notes = []
+    outputs = tuple(spec(v, "output") for v in proto.graph.output)
     if negative:
         where = "; ".join(f"{k!r} axis {', '.join(map(str, v))}" for k, v in negative.items())
         notes.append(f"negative dims (-1, as Paddle2ONNX writes them) read as dynamic, as ONNX Runtime does: {where}")
@@ -504,6 +510,43 @@ def _specs(proto: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], 
     if optional:
         notes.append(f"input(s) {', '.join(map(repr, optional))} have an initializer default: optional, not fed")
     return inputs, outputs, tuple(notes)
+
+
+def _class_probabilities(proto: Any, value: Any, role: str) -> TensorSpec | None:
+    """A ZipMap output (``seq(map(int64|string, float))``: one ``{class: probability}`` per item, as
+    skl2onnx writes a classifier by default) read as the ``[N, classes]`` tensor it holds, or ``None``
+    for any other type. N is the first input's leading dim (ZipMap keeps one map per row of its
+    input); the class count is ZipMap's own label list."""
+    from onnx import TensorProto, helper
+
+    held = value.type.sequence_type.elem_type.map_type
+    if role != "output" or held.key_type not in (TensorProto.INT64, TensorProto.STRING):
+        return None
+    if held.value_type.tensor_type.elem_type not in (TensorProto.FLOAT, TensorProto.DOUBLE):
+        return None
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(held.value_type.tensor_type.elem_type)).name
+    made_by = [n for n in proto.graph.node if n.op_type == "ZipMap" and value.name in n.output]
+    labels = [a for n in made_by for a in n.attribute if a.name.startswith("classlabels_")]
+    classes = len(labels[0].ints or labels[0].strings) if labels else None
+    dims = [i.type.tensor_type.shape.dim for i in proto.graph.input if i.type.tensor_type.shape.dim]
+    lead = dims[0][0] if dims else None
+    batch: Dim = None
+    if lead is not None:
+        batch = int(lead.dim_value) if lead.dim_value > 0 else (lead.dim_param or None)
+    return TensorSpec(value.name, dtype, (batch, classes))
+
+
+def _not_a_tensor(value: Any, role: str) -> ModelError:
+    """The error of an input or output whose type is not a tensor (a sequence, a map, an optional, ...)."""
+    kind = value.type.WhichOneof("value") or "untyped"
+    what = {"sequence_type": "a sequence", "map_type": "a map", "optional_type": "an optional",
+            "sparse_tensor_type": "a sparse tensor", "opaque_type": "an opaque value"}.get(kind, "untyped")  # fmt: skip
+    if role == "input":
+        return ModelError(f"input {value.name!r} is {what}, not a tensor; autodeploy feeds tensors only",
+                          fix="re-export the model with tensor inputs")  # fmt: skip
+    return ModelError(f"output {value.name!r} is {what}, not a tensor or a ZipMap of class probabilities; "
+                      "autodeploy reads tensors and ZipMap's sequence of maps only",
+                      fix="re-export the model so that this output is a tensor")  # fmt: skip
 
 
 _BATCH_NAME = re.compile(r"(?i).*batch.*|n|b|bs|bsz|num_?items")

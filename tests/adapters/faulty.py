@@ -21,7 +21,7 @@ import numpy as np
 
 from autodeploy.adapters.base import Artifact, EngineSpace, TrialConfig
 from autodeploy.adapters.ort import OnnxRuntimeEngine
-from autodeploy.errors import BuildError
+from autodeploy.errors import BuildError, ConversionError
 from autodeploy.runtime import onnxruntime
 from autodeploy.runtime.base import IO, Pool, Runner, ThreadPool
 
@@ -29,6 +29,7 @@ TARGET = "tests.adapters.faulty:FaultyEngine"
 FAULTS = (
     "none",
     "fail_build",
+    "fail_conversion",  # the conversion every precision shares fails (OpenVINO's frontend, onnx2tf)
     "segfault",
     "hang",
     "hang_ignoring_sigterm",
@@ -51,6 +52,9 @@ class FaultyEngine(OnnxRuntimeEngine):
     def _build(self, model: Any, config: TrialConfig, calibration: Any, outdir: Path, target: Any) -> dict[str, Any]:
         if config.knobs.get("fault") == "fail_build":
             raise BuildError("deliberate build failure")
+        if config.knobs.get("fault") == "fail_conversion":
+            raise ConversionError("faulty could not convert the model: No conversion rule found for operations: "
+                                  "ai.onnx.ml.Deliberate")  # fmt: skip
         if config.knobs.get("fault") == "hang_in_build":
             time.sleep(3600)
         if config.knobs.get("fault") == "abort_in_build":  # as ONNX Runtime 1.32 aborted on silero-vad's QDQ graph

@@ -330,3 +330,30 @@ def test_only_int8_is_judged_on_held_out_items_the_rest_on_every_item(setup):
     fp32 = run_trial(model, TrialConfig("onnxruntime", threads=1), data, settings)
     int8 = run_trial(model, TrialConfig("onnxruntime", "int8", threads=1), data, settings)
     assert fp32.accuracy.n_samples == 32 and int8.accuracy.n_samples == 16
+
+
+def test_a_zipmap_output_is_compared_as_its_probabilities_and_returned_as_maps():
+    """The runner returns ZipMap's list of ``{class: probability}`` (what is timed); the comparison gets
+    ``[N, classes]``, one column per class in sorted order, item by item over calls."""
+    import numpy as np
+
+    from autodeploy.harness.accuracy import as_tensor
+    from autodeploy.harness.worker import _run_all
+
+    assert as_tensor([{2: 0.5, 0: 0.25, 1: 0.25}]).tolist() == [[0.25, 0.25, 0.5]]
+    assert as_tensor([{"b": 0.75, "a": 0.25}]).dtype == np.float32 and as_tensor([{"b": 0.75, "a": 0.25}])[0, 0] == 0.25
+    assert as_tensor(np.ones(3)).shape == (3,) and as_tensor([]).shape == (0,)
+    with pytest.raises(ValueError, match="different classes"):
+        as_tensor([{0: 1.0}, {1: 1.0}])
+
+    class Zip:
+        def run(self, feeds):
+            x = feeds["x"][:, 0]
+            return {"label": x.astype(np.int64), "probabilities": [{0: 1.0 - v / 10, 1: v / 10} for v in x]}
+
+    rows = np.arange(4, dtype=np.float32).reshape(4, 1)
+    for batch in (1, 2):
+        out, _ = _run_all(Zip(), [{"x": rows[i : i + batch]} for i in range(0, 4, batch)], 4,
+                          {"x": 0, "label": 0, "probabilities": 0})  # fmt: skip
+        assert out["probabilities"].shape == (4, 2) and np.allclose(out["probabilities"][3], [0.7, 0.3])
+        assert out["probabilities"].sum(axis=1) == pytest.approx(np.ones(4))

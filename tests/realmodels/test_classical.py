@@ -1,10 +1,12 @@
 """Classical ML as users export it: scikit-learn classifiers fitted on its bundled digits, converted with
-skl2onnx (``zipmap=False``: a probability tensor; ZipMap's sequence of maps is another issue's), run on every
-engine in fp32 and in its cheapest reduced precision, beside the wheel models of ``test_corpus.py``.
+skl2onnx twice: ``zipmap=False`` (a probability tensor) and ``to_onnx``'s defaults (``-zipmap``: the
+probabilities as ZipMap's sequence of ``{class: probability}`` maps), run on every engine in fp32 and in
+its cheapest reduced precision, beside the wheel models of ``test_corpus.py``.
 
 What they prove: an int8 that quantized nothing (no op of a tree ensemble or a linear classifier has an
 int8 kernel) is pruned as "identical to fp32", never measured as a separate int8 candidate; the
-probabilities (rows that sum to 1) are judged by top-1, the labels exactly.
+probabilities (rows that sum to 1, ZipMap's maps read as ``[N, 10]``) are judged by top-1, the labels
+exactly; an engine without the ai.onnx.ml ops is pruned in one line naming them, before any build.
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ from tests.realmodels.test_corpus import ENGINES, ITEMS, QUICK, TIMEOUT_S, _prec
 
 pytestmark = pytest.mark.slow
 
-CLASSIFIERS = ("forest", "logistic")
+CLASSIFIERS = ("forest", "logistic", "forest-zipmap", "logistic-zipmap")
+#: The op each classifier's probabilities come from (what an engine without ai.onnx.ml has no rule for).
+OPS = {"forest": "TreeEnsembleClassifier", "logistic": "LinearClassifier"}
 
 
 @pytest.fixture(scope="module")
 def classical(tmp_path_factory) -> dict[str, tuple]:
-    """Each classifier fitted on digits' first 1500 images, as ``.onnx``, with 16 held-out images as data."""
+    """Each classifier fitted on digits' first 1500 images, as ``.onnx`` (without ZipMap, and with it:
+    ``to_onnx``'s defaults), with 16 held-out images as data."""
     datasets = pytest.importorskip("sklearn.datasets", reason="scikit-learn (the dev extras) fits the models")
     skl2onnx = pytest.importorskip("skl2onnx", reason="skl2onnx (the dev extras) converts them")
     from sklearn.ensemble import RandomForestClassifier
@@ -52,6 +57,9 @@ def classical(tmp_path_factory) -> dict[str, tuple]:
         path = folder / f"{name}.onnx"
         path.write_bytes(onx.SerializeToString())
         out[name] = (path, {"X": x[1500 : 1500 + ITEMS]}, y[1500 : 1500 + ITEMS])
+        default = folder / f"{name}-zipmap.onnx"  # as a user converts it: output_label, output_probability (ZipMap)
+        default.write_bytes(skl2onnx.to_onnx(model, x[:1]).SerializeToString())
+        out[f"{name}-zipmap"] = (default, *out[name][1:])
     return out
 
 
@@ -90,8 +98,8 @@ def test_classical_classifier_on_engine(classical, name, engine, reduced, tmp_pa
                      "outcome": f"{result.latency.median:.3f} ms, worst {judged.kind} output {judged.name}: "
                                 f"{label} {value:.4f}, {'pass' if acc.passed else 'FAIL'}"})  # fmt: skip
         assert result.ok or result.failure_kind in JUDGED
-        kinds = {o.name: o.kind for o in acc.outputs}
-        assert kinds == {"label": "exact", "probabilities": "top1"}  # rows of class probabilities, ids exactly
+        kinds = {o.name.removeprefix("output_"): o.kind for o in acc.outputs}
+        assert kinds in ({"label": "exact", "probabilities": "top1"}, {"label": "exact", "probability": "top1"})
         return
     line = headline(result.failure_message)
     ROWS.append({**row, "outcome": f"failed ({result.failure_kind}): {line}"})
@@ -106,3 +114,28 @@ def test_an_int8_that_quantizes_nothing_is_pruned_as_identical_to_fp32(classical
     assert result.failure_kind == "unsupported", result.failure_message
     assert "onnxruntime int8 is identical to fp32: no op of kinds" in result.failure_message
     assert op in result.failure_message and "use fp32" in result.failure_message
+
+
+@pytest.mark.parametrize("name", ["forest-zipmap", "logistic-zipmap"])
+def test_the_default_export_runs_on_onnx_runtime_and_elsewhere_is_pruned_in_one_line(classical, name, tmp_path):
+    """``to_onnx(classifier, X[:1])`` with its defaults: ONNX Runtime times the maps it returns and judges
+    the probabilities by top-1, the label exactly; OpenVINO and onnx2tf are pruned before any build, in
+    one line naming the op they lack; an int8 of ONNX Runtime or the in-house path is "identical to fp32"."""
+    op = OPS[name.removesuffix("-zipmap")]
+    _, reason, result = _run(classical, name, "onnxruntime", False, tmp_path)
+    assert reason is None and result.ok, result.failure_message
+    assert {o.name: o.kind for o in result.accuracy.outputs} == {"output_label": "exact", "output_probability": "top1"}
+    assert result.accuracy.passed and result.accuracy.outputs[1].top1_agreement == 1.0
+    for engine, words in (("openvino", f"openvino has no conversion rule for ai.onnx.ml ops {op}, "),
+                          ("tflite", f"onnx2tf has no converter for ONNX ops {op}, ")):  # fmt: skip
+        if not registry.get(engine).probe(probe_device()).available:
+            continue
+        if engine == "tflite":
+            pytest.importorskip("onnx2tf", reason="without the converter tflite names that first")
+        _, reason, result = _run(classical, name, engine, False, tmp_path / engine)
+        assert result is None and words in reason and "ZipMap" in reason and "\n" not in reason, reason
+    for engine in ("onnxruntime", "inhouse"):
+        config, reason, result = _run(classical, name, engine, True, tmp_path / engine)
+        assert reason is None and config.precision == "int8"
+        assert result.failure_kind == "unsupported", result.failure_message
+        assert f"{engine} int8 is identical to fp32" in result.failure_message and op in result.failure_message

@@ -182,6 +182,26 @@ def test_an_fp32_conversion_that_breaks_the_model_prunes_every_precision_built_f
 
 
 @pytest.mark.slow
+def test_a_failed_conversion_prunes_every_precision_built_from_it_at_once(tmp_path):
+    """An engine converts once for all its precisions (OpenVINO's frontend, onnx2tf): the first precision's
+    ConversionError prunes its siblings with that reason, the op in it; they never cost a build worker."""
+    registry.register("faulty", TARGET)
+    try:
+        db = f"sqlite:///{tmp_path / 'r.db'}"
+        ctx = make_ctx(tmp_path, db, engines=["faulty"], sampler="grid", precisions=["fp32", "int8"], threads=[1],
+                       knobs={"faulty": {"fault": ["fail_conversion"]}}, finalists={"count": 0})  # fmt: skip
+        summary = run_study(ctx)
+    finally:
+        registry.unregister("faulty")
+    trials = sorted(optuna.load_study(study_name="s", storage=db).trials, key=lambda t: t.number)
+    assert summary.winner is None and [t.state.name for t in trials] == ["FAIL", "PRUNED"]
+    assert "ConversionError" in trials[0].user_attrs["broken_conversion"]
+    assert trials[1].user_attrs["pruned_reason"] == trials[0].user_attrs["broken_conversion"]
+    assert "ai.onnx.ml.Deliberate" in trials[1].user_attrs["pruned_reason"]
+    assert len(ctx.store.trials(TrialFilter(study="s"))) == 1  # the sibling never cost a worker
+
+
+@pytest.mark.slow
 def test_no_feasible_trial_names_the_closest_config_and_leaves_a_labelled_best_so_far(tmp_path):
     db = f"sqlite:///{tmp_path / 'r.db'}"
     ctx = make_ctx(tmp_path, db, trials=2, precisions=["fp32"], constraints={"max_memory_mb": 0.001})

@@ -22,6 +22,7 @@ Contract for adapters:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import json
@@ -110,6 +111,41 @@ def require_quantized(engine: str, quantized: Iterable[str], source: Iterable[st
         "so nothing was quantized",
         fix="use fp32: it is the same graph",
     )
+
+
+#: ONNX's classical-ML domain (skl2onnx's tree ensembles, linear classifiers, ZipMap): ONNX Runtime runs
+#: it; converters mostly do not.
+ONNX_ML = "ai.onnx.ml"
+
+
+def foreign_ops(model: ModelInfo, known: Mapping[str, Iterable[str]] | None = None) -> dict[str, list[str]]:
+    """The op types of ``model``'s graph (subgraphs included) outside ONNX's default domain, per domain,
+    in graph order, less those ``known`` holds for that domain: what a converter that handles only those
+    has no rule for, read from the graph before any build. ``{}`` for a model run as given (not ONNX)."""
+    if model.format != "onnx":
+        return {}
+    known = {d: set(ops) for d, ops in (known or {}).items()}
+    found: dict[str, list[str]] = {}
+    for domain, op in _domain_ops(str(model.path), model.sha256):
+        if op not in known.get(domain, ()) and op not in found.setdefault(domain, []):
+            found[domain].append(op)
+    return {d: ops for d, ops in found.items() if ops}
+
+
+@functools.lru_cache(maxsize=16)
+def _domain_ops(path: str, sha256: str) -> tuple[tuple[str, str], ...]:
+    """(domain, op type) of every node outside the default domain; cached per file and hash."""
+    import onnx
+
+    def walk(graph: Any) -> Iterable[tuple[str, str]]:
+        for node in graph.node:
+            if node.domain not in ("", "ai.onnx"):
+                yield node.domain, node.op_type
+            for attr in node.attribute:
+                for sub in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
+                    yield from walk(sub)
+
+    return tuple(walk(onnx.load(path, load_external_data=False).graph))
 
 
 @dataclass(frozen=True)

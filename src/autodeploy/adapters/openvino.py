@@ -28,15 +28,17 @@ import numpy as np
 
 from autodeploy.adapters.base import (
     NATIVE_ISA,
+    ONNX_ML,
     Artifact,
     Availability,
     Engine,
     EngineSpace,
     TrialConfig,
     TritonBackend,
+    foreign_ops,
     require_quantized,
 )
-from autodeploy.errors import BuildError
+from autodeploy.errors import BuildError, ConversionError
 from autodeploy.model import copy_unchanged
 from autodeploy.runtime import openvino as rt
 
@@ -55,6 +57,8 @@ NUM_STREAMS = (1, 2, "AUTO")
 #: ``ov.properties.hint.enable_cpu_pinning``: pin the inference threads to cores (False first: the portfolio's
 #: first look at an engine is the plain one).
 CPU_PINNING = (False, True)
+#: The ai.onnx.ml ops OpenVINO's ONNX frontend converts (its docs/supported_ops.md; 2026.4 tried op by op).
+ONNX_ML_OPS = ("Normalizer",)
 
 
 class OpenVinoEngine(Engine):
@@ -83,6 +87,11 @@ class OpenVinoEngine(Engine):
         return Availability(True, version=self._version() or ov.__version__)
 
     def _space(self, target: DeviceInfo, model: ModelInfo) -> EngineSpace:
+        lacked = foreign_ops(model, {ONNX_ML: ONNX_ML_OPS}).get(ONNX_ML)
+        if lacked:  # one conversion serves every precision: none can run
+            why = (f"openvino has no conversion rule for {ONNX_ML} op{'s' * (len(lacked) > 1)} {', '.join(lacked)}; "
+                   "fix: run it on onnxruntime (--engine onnxruntime), which runs the ai.onnx.ml domain")  # fmt: skip
+            return EngineSpace(precisions=(), unsupported=dict.fromkeys(INFERENCE_PRECISION, why))
         precisions = ["fp32"]
         unsupported: dict[str, str] = {}
         for precision, reason in (
@@ -119,10 +128,12 @@ class OpenVinoEngine(Engine):
             return {"ir": model.path.name, "as_given": model.path.name}
         try:
             ov_model = ov.convert_model(str(model.path))
-        except Exception as exc:
-            raise BuildError(
-                f"openvino could not convert {model.path.name}: {type(exc).__name__}: {exc}"
-            ) from exc
+        except Exception as exc:  # the op and OpenVINO's reason first (its first line names its source file), then all
+            lines = [line.strip().lstrip("- ") for line in str(exc).splitlines() if line.strip()]
+            ops = [line for line in lines if line.startswith(("No conversion rule found for", "Conversion is failed for"))]
+            why = "; ".join(ops) or (lines[-1] if lines else type(exc).__name__)
+            raise ConversionError(f"openvino could not convert {model.path.name}: {why}; fix: run it on another engine "
+                                  f"(onnxruntime)\n{type(exc).__name__}: {exc}") from exc  # fmt: skip
         meta: dict[str, Any] = {"ir": IR_FILE}
         if config.precision == "int8":
             if not calibration:

@@ -28,7 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig, TritonBackend
+from autodeploy.adapters.base import (
+    ONNX_ML,
+    Artifact,
+    Availability,
+    Engine,
+    EngineSpace,
+    TrialConfig,
+    TritonBackend,
+    foreign_ops,
+)
 from autodeploy.errors import BuildError
 from autodeploy.runtime import tensorrt as rt
 from autodeploy.runtime.tensorrt import check_plan_compatible, shape_in_profile
@@ -70,6 +79,12 @@ class TensorRTEngine(Engine):
         return Availability(True, version=trt.__version__)
 
     def _space(self, target: DeviceInfo, model: ModelInfo) -> EngineSpace:
+        lacked = foreign_ops(model).get(ONNX_ML)
+        if lacked:  # TensorRT's ONNX parser has no importer for the classical-ML domain
+            why = (f"TensorRT's ONNX parser has no importer for {ONNX_ML} op{'s' * (len(lacked) > 1)} "
+                   f"{', '.join(lacked)}; fix: run it on onnxruntime (--engine onnxruntime)")  # fmt: skip
+            everything = dict.fromkeys(("fp32", "fp16", "bf16", "int8"), why)
+            return EngineSpace(precisions=(), unsupported=everything, threads=False)
         precisions = ["fp32", "fp16"]
         unsupported: dict[str, str] = {}
         capability = compute_capability(target.gpus)

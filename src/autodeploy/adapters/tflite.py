@@ -47,9 +47,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig, foreign_ops
 from autodeploy.child import module_argv
-from autodeploy.errors import BuildError, UnsupportedConfigError
+from autodeploy.errors import BuildError, ConversionError, UnsupportedConfigError
 from autodeploy.model import copy_unchanged
 from autodeploy.runtime import machine
 from autodeploy.runtime import tflite as rt
@@ -159,6 +159,12 @@ class TfliteEngine(Engine):
         if missing:  # every precision of an ONNX model is built by onnx2tf
             unsupported.update({p: f"{missing}; fix: {CONVERTER_FIX}" for p in ONNX2TF_SUFFIX})
             return EngineSpace(precisions=(), unsupported=unsupported, knobs={"xnnpack": (True, False)})
+        lacked = converterless_ops(model)
+        if lacked:  # from the graph, before minutes of onnx2tf: every precision needs its conversion
+            why = (f"onnx2tf has no converter for ONNX op{'s' * (len(lacked) > 1)} {', '.join(lacked)}; "
+                   "fix: run it on onnxruntime (--engine onnxruntime)")  # fmt: skip
+            unsupported.update(dict.fromkeys(ONNX2TF_SUFFIX, why))
+            return EngineSpace(precisions=(), unsupported=unsupported, knobs={"xnnpack": (True, False)})
         precisions = list(ONNX2TF_SUFFIX)
         non_float = [s.name for s in model.inputs if s.dtype != "float32"]
         if non_float:
@@ -258,9 +264,11 @@ def _conversion(model: ModelInfo, workdir: Path) -> tuple[Path, dict[str, Any]]:
         _climb(model, folder)
     record = json.loads((folder / CONVERSION_FILE).read_text())
     if "failed" in record:
-        raise BuildError(
-            f"onnx2tf could not convert {model.name} to TFLite; every TFLite precision needs this conversion "
-            f"({LOGS_KEPT}{folder}): {record['failed']}",
+        rungs = record.get("failed_rungs") or [{"reason": ""}]
+        first = re.sub(r"^exit -?\d+: ", "", rungs[0]["reason"])
+        raise ConversionError(  # the first rung's reason (the op) first: the headline a table shows
+            f"onnx2tf could not convert {model.name} to TFLite: {first[:MAX_RUNG_REASON]}; every TFLite precision "
+            f"needs this conversion ({LOGS_KEPT}{folder}): {record['failed']}",
             fix="check the model's ops against onnx2tf's supported list, or try another engine "
             "(delete that folder to convert again)",
         )
@@ -284,6 +292,20 @@ def log_lines(log: Path, last: int) -> list[str]:
     """A converter log's last ``last`` non-blank lines, without terminal colour codes (onnx2tf prints them)."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace"))
     return [line for line in text.splitlines() if line.strip()][-last:]
+
+
+def converterless_ops(model: ModelInfo) -> list[str]:
+    """The ops outside ONNX's default domain (ai.onnx.ml's, com.microsoft's) that onnx2tf has no converter
+    for: it converts a node by its module ``onnx2tf.ops.<op type>``, whatever the domain. Read from its
+    package folder, without importing it (TensorFlow takes seconds). Default-domain ops are left to the
+    conversion: onnxslim may fold them away first."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("onnx2tf")
+    folder = Path(spec.origin).parent / "ops" if spec and spec.origin else None
+    if folder is None or not folder.is_dir():
+        return []
+    return [op for ops in foreign_ops(model).values() for op in ops if not (folder / f"{op}.py").is_file()]
 
 
 def _conversion_dir(model: ModelInfo, workdir: Path) -> Path:

@@ -167,6 +167,24 @@ def is_time_major(value: np.ndarray, axis: int | None, items: int) -> bool:
     return axis == 0 and value.ndim == 3 and value.shape[0] != items and value.shape[1] == items
 
 
+def as_tensor(value: object) -> np.ndarray:
+    """One call's output as an array: a ZipMap's sequence of ``{class: probability}`` maps (skl2onnx's
+    default classifier output, :func:`autodeploy.model.load_model`) becomes the ``[N, classes]``
+    probabilities, one column per class in the classes' sorted order; any other value is ``np.asarray``'d.
+
+    Only the comparison reads it so: the runner returns, and the harness times, the maps the model returns.
+
+    Raises:
+        ValueError: the maps do not all hold the same classes.
+    """
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, Mapping) for v in value):
+        return np.asarray(value)
+    classes = sorted(value[0])
+    if any(sorted(row) != classes for row in value):
+        raise ValueError(f"a ZipMap output's maps hold different classes (the first: {classes[:10]})")
+    return np.array([[row[c] for c in classes] for row in value], dtype=np.float32)
+
+
 def facts(ref: np.ndarray, producer: str | None = None, time_major: bool = False,
           reader: str | None = None) -> OutputFacts:  # fmt: skip
     """What :func:`autodeploy.verdict.output_kind` needs to know of a reference output (``time_major``:

@@ -28,7 +28,7 @@ from autodeploy.adapters.registry import load_target
 from autodeploy.data import Dataset
 from autodeploy.device import probe_device
 from autodeploy.errors import UnsupportedConfigError
-from autodeploy.harness.accuracy import compare, declared, is_time_major, producers, readers
+from autodeploy.harness.accuracy import as_tensor, compare, declared, is_time_major, producers, readers
 from autodeploy.harness.concurrency import BatchPolicy, LoopRun, closed_loop, open_loop
 from autodeploy.harness.metric import load_metric, score
 from autodeploy.harness.result import Accuracy, Measurement, reason
@@ -300,7 +300,7 @@ def _run_all(
     for feeds in batches:
         items = _items(feeds, axes)
         for name, value in runner.run(feeds).items():
-            value, axis = np.asarray(value), axes.get(name, 0)
+            value, axis = as_tensor(value), axes.get(name, 0)  # a ZipMap's maps: its [N, classes]
             if axis is not None and axis < value.ndim and value.shape[axis] == items:
                 value = np.moveaxis(value, axis, 0)
             elif is_time_major(value, axis, items):

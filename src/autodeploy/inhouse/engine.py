@@ -52,11 +52,13 @@ from autodeploy.adapters import ort
 from autodeploy.adapters.base import (
     INT8_OPS,
     NATIVE_ISA,
+    ONNX_ML,
     Artifact,
     Availability,
     Engine,
     EngineSpace,
     TrialConfig,
+    foreign_ops,
     int8_saturates,
     require_quantized,
 )
@@ -185,6 +187,17 @@ class InhouseEngine(Engine):
         report["memory"] = plan_memory(optimized, dims=_batch_dims(model)).to_dict(tensors=False)
         (outdir / REPORT_FILE).write_text(json.dumps(report, indent=2))
         return meta
+
+    def _check(self, target: DeviceInfo, model: ModelInfo, config: TrialConfig) -> None:
+        if runtime_of(config) != "openvino":
+            return
+        from autodeploy.adapters.openvino import ONNX_ML_OPS
+
+        lacked = foreign_ops(model, {ONNX_ML: ONNX_ML_OPS}).get(ONNX_ML)
+        if lacked:
+            raise UnsupportedConfigError(f"inhouse runtime=openvino: openvino has no conversion rule for {ONNX_ML} "
+                                         f"op{'s' * (len(lacked) > 1)} {', '.join(lacked)}",
+                                         fix="use runtime=onnxruntime")  # fmt: skip
 
     def runtime_module(self, config: TrialConfig) -> str:
         if runtime_of(config) == "openvino":

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.errors import TrialFailed
+from autodeploy.errors import ConversionError, TrialFailed
 from autodeploy.harness import load as machine_load
 from autodeploy.harness.result import Accuracy, headline
 from autodeploy.harness.run import run_trial
@@ -109,6 +109,10 @@ def screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: S
             verb = "built" if kind == "build_failed" else "loaded"
             _bury(trial, memory, artifact, f"trial {trial.number} {verb} the same artifact and failed: "
                   f"{measured.failure}")  # fmt: skip
+            if f"{kind}: {ConversionError.__name__}: " in (measured.failure or ""):  # shared by every precision
+                reason = f"trial {trial.number}: {measured.failure}; every precision of {config.engine} needs that conversion"
+                trial.set_user_attr("broken_conversion", reason)
+                memory.break_conversion(config, reason)
         study.tell(trial, state=state.FAIL)
         return True
     found = violations(measured.metrics, ctx.config.constraints, ctx.config.objective)
