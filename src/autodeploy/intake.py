@@ -12,11 +12,11 @@ brings data and a ``--data`` that may hold images need all three.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from autodeploy import images, zoo
+from autodeploy import images, pytorch, zoo
 from autodeploy.data import DEFAULT_SEED, Dataset, load_user_data, synthetic
 from autodeploy.errors import DataError
 from autodeploy.model import ModelInfo, load_model
@@ -32,6 +32,9 @@ class ResolvedModel:
     info: ModelInfo
     data: Dataset | None = None  # a zoo model's own labelled evaluation data
     calibration: Dataset | None = None
+    #: The live ``nn.Module`` the model was exported from, whose own outputs are the reference
+    #: (:func:`autodeploy.harness.torch_reference.write_module_reference`).
+    module: Any = None
 
 
 def resolve_model(
@@ -40,15 +43,19 @@ def resolve_model(
     *,
     cache_dir: Path | None = None,
     progress: Callable[[str], None] | None = None,
+    module: Any = None,
 ) -> ResolvedModel:
     """Load a model file or ``zoo:NAME`` (built on first use), with the zoo's dataset if it has one.
 
     Args:
         ref: an ``.onnx`` path, a ``.tflite`` or an OpenVINO IR ``.xml`` taken as given
-            (:mod:`autodeploy.formats`), or ``zoo:NAME``.
+            (:mod:`autodeploy.formats`), a PyTorch ``.pt2`` (exported to ONNX: :mod:`autodeploy.pytorch`),
+            or ``zoo:NAME``.
         shapes: fixed input shapes, ``{name: (1, 3, 224, 224)}``.
         cache_dir: where zoo models are cached (default ``$AUTODEPLOY_CACHE`` or the user cache folder).
         progress: told when a zoo model is being built (the first use takes a while).
+        module: the live ``nn.Module`` a ``.pt2`` was exported from (:func:`autodeploy.pytorch.from_module`):
+            the reference.
 
     Raises:
         ModelError: the file is missing, not ONNX, truncated, invalid or unsafe.
@@ -56,6 +63,8 @@ def resolve_model(
         UsageError: ``zoo:NAME`` names no zoo model.
     """
     fixed = {k: tuple(v) for k, v in (shapes or {}).items()}
+    if pytorch.is_pt2(ref):
+        return _from_pytorch(Path(ref), fixed, cache_dir, progress, module)
     name = zoo.parse_ref(str(ref))
     if name is None:
         return ResolvedModel(load_model(ref, fixed))
@@ -72,6 +81,17 @@ def resolve_model(
         Dataset(dataset["inputs"], dataset.get("labels")),
         Dataset(calibration) if calibration is not None else None,
     )
+
+
+def _from_pytorch(pt2: Path, fixed: Mapping[str, tuple[int, ...]], cache_dir: Path | None,
+                  progress: Callable[[str], None] | None, module: Any) -> ResolvedModel:  # fmt: skip
+    """A ``.pt2`` exported to ONNX (cached), the exporter recorded and PyTorch the reference."""
+    if progress is not None:
+        progress(f"exporting {pt2.name} to ONNX ({pytorch.EXPORTER}, first use only)")
+    onnx_path, source = pytorch.to_onnx(pt2, cache_dir or zoo.zoo_dir().parent)
+    info = load_model(onnx_path, fixed, name=pt2.stem)
+    source = {**source, "reference": "module"} if module is not None else source
+    return ResolvedModel(replace(info, source=source), module=module)
 
 
 @dataclass(frozen=True)

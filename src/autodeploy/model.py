@@ -81,6 +81,10 @@ class ModelInfo:
     shape_ranges: Mapping[str, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
     #: ``onnx``, or a format run as given by the one engine that reads it (:data:`autodeploy.formats.FORMATS`).
     format: str = "onnx"
+    #: Where this ONNX came from when autodeploy exported it (:mod:`autodeploy.pytorch`): the framework,
+    #: the exporter and its version, the source file and its SHA-256, and which PyTorch model is the
+    #: accuracy reference (``reference``: ``program`` or ``module``). Empty for a model taken as given.
+    source: Mapping[str, Any] = field(default_factory=dict)
 
     def input(self, name: str) -> TensorSpec:
         for spec in self.inputs:
@@ -195,6 +199,7 @@ class ModelInfo:
             "notes": list(self.notes),
             "shape_ranges": {k: [list(lo), list(hi)] for k, (lo, hi) in self.shape_ranges.items()},
             "format": self.format,
+            **({"source": dict(self.source)} if self.source else {}),
         }
 
     @classmethod
@@ -215,6 +220,7 @@ class ModelInfo:
             notes=tuple(d.get("notes", ())),
             shape_ranges={k: (tuple(lo), tuple(hi)) for k, (lo, hi) in d.get("shape_ranges", {}).items()},
             format=d.get("format", "onnx"),
+            source=dict(d.get("source", {})),
         )
 
 

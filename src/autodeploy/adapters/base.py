@@ -468,6 +468,8 @@ class Engine(ABC):
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
         try:
             meta = self._build(model, config, calibration, tmp, target) or {}
+            if model.source:  # exported by autodeploy (from PyTorch): the exporter and its version, shipped with it
+                meta = {**meta, "source": dict(model.source)}
             files = tuple(sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()))
             if not files:
                 raise BuildError(f"{self.name} build wrote no files for {config.label()}")

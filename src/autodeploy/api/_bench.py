@@ -18,6 +18,7 @@ from autodeploy.api._common import (
     _check_metric,
     _prepare_data,
     _python_call,
+    _pytorch_model,
     _silent,
     _store,
     _with_data,
@@ -183,6 +184,9 @@ def bench(
     config: TrialConfig | None = None,
     *,
     request: BenchRequest | None = None,
+    example_inputs: Any = None,
+    dynamic_shapes: Any = None,
+    batch_dim: int | None = 0,
     **keywords: Any,
 ) -> StoredTrial:
     """Measure one config of ``model`` on this device in an isolated worker, and store it.
@@ -191,7 +195,12 @@ def bench(
 
     Args:
         model: an ``.onnx`` path or ``zoo:NAME`` (or a ``.tflite``, or an OpenVINO IR ``.xml`` with its ``.bin``
-            beside it: run as given on the engine that reads it).
+            beside it: run as given on the engine that reads it), a PyTorch ``.pt2`` (``torch.export.save``)
+            or a ``torch.nn.Module``: exported with ``torch.onnx.export(dynamo=True)`` and judged against
+            PyTorch's own outputs (:mod:`autodeploy.pytorch`).
+        example_inputs: an ``nn.Module``'s example inputs, a tuple of tensors (required for one).
+        dynamic_shapes: ``torch.export``'s own; default: axis ``batch_dim`` of every tensor input is dynamic.
+        batch_dim: an ``nn.Module``'s batch axis (``None``: it takes one item a call).
         config: the config to measure (or give ``engine``, ``precision``, ... as keywords).
         request: the settings as one :class:`BenchRequest`.
         **keywords: :class:`BenchRequest`'s fields (``engine``, ``shapes``, ``data``, ``timing``, ``db``, ...),
@@ -212,7 +221,8 @@ def bench(
         raise UsageError(f"bench measures one shape; {len(shape_set.cases)} were given",
                          fix="call autodeploy.bench_shapes to measure each of several shapes")  # fmt: skip
     command = request.command or _python_call("bench", model, **request.given())
-    return bench_shapes(model, request=replace(request, shapes=shape_set, command=command))[0]
+    return bench_shapes(model, request=replace(request, shapes=shape_set, command=command),
+                        example_inputs=example_inputs, dynamic_shapes=dynamic_shapes, batch_dim=batch_dim)[0]
 
 
 def bench_shapes(
@@ -220,6 +230,9 @@ def bench_shapes(
     config: TrialConfig | None = None,
     *,
     request: BenchRequest | None = None,
+    example_inputs: Any = None,
+    dynamic_shapes: Any = None,
+    batch_dim: int | None = 0,
     **keywords: Any,
 ) -> list[StoredTrial]:
     """:func:`bench` at each case of a shape set: one trial per shape, each compiled for its shape and stored with it.
@@ -240,7 +253,8 @@ def bench_shapes(
     cache = request.cache or cache_dir()
     _check_metric(request.metric, request.max_metric_drop)  # a bad --metric fails now, in one line
     # 1. resolve the model (a zoo model is built on first use), then fix it at each shape
-    resolved = resolve_model(model, None, cache_dir=cache, progress=report)
+    model, module = _pytorch_model(model, example_inputs, dynamic_shapes, batch_dim, cache)  # an nn.Module: a .pt2
+    resolved = resolve_model(model, None, cache_dir=cache, progress=report, module=module)
     # the baseline engine by default: ONNX Runtime, or the one engine that reads a .tflite or an IR
     trial_config = request.trial_config(registry.baseline_config(resolved.info.format).engine)
     label = trial_config.label()

@@ -84,8 +84,32 @@ def _prepare_data(resolved: ResolvedModel, info: ModelInfo, settings: HarnessSet
     """Save the inputs for the workers: the user's data, else the zoo model's own, else synthetic."""
     items = settings.calibration_items + settings.evaluation_items
     inputs = choose_inputs(info, data, resolved, items=items, seed=settings.seed, pins=pins)
-    return prepare_data(info, settings, data=inputs.data, calibration=inputs.calibration,
-                        made=inputs.synthetic)  # fmt: skip
+    prepared = prepare_data(info, settings, data=inputs.data, calibration=inputs.calibration,
+                            made=inputs.synthetic)  # fmt: skip
+    if resolved.module is not None:  # the nn.Module's own outputs are the reference, computed where it lives
+        from autodeploy.harness.torch_reference import write_module_reference
+
+        write_module_reference(resolved.module, info, prepared, settings)
+    return prepared
+
+
+def _pytorch_model(model: Any, example_inputs: Any, dynamic_shapes: Any, batch_dim: int | None,
+                   cache: Path) -> tuple[Any, Any]:  # fmt: skip
+    """``(ref, module)``: an ``nn.Module`` exported to a ``.pt2`` in ``cache`` (:func:`autodeploy.pytorch.from_module`),
+    with the module (the reference); any other model as given, with ``None``.
+
+    Raises:
+        UsageError: ``example_inputs`` or ``dynamic_shapes`` given for a model that is no ``nn.Module``.
+    """
+    from autodeploy import pytorch
+
+    if pytorch.is_module(model):
+        return pytorch.from_module(model, example_inputs, cache, dynamic_shapes=dynamic_shapes,
+                                   batch_dim=batch_dim), model  # fmt: skip
+    if example_inputs is not None or dynamic_shapes is not None:
+        raise UsageError(f"example_inputs/dynamic_shapes apply to a torch.nn.Module; the model given is {model!r}",
+                         fix="pass the nn.Module itself, or drop example_inputs and dynamic_shapes")  # fmt: skip
+    return model, None
 
 
 def _silent(_: str) -> None:
@@ -102,6 +126,8 @@ def _python_call(function: str, *args: Any, **kwargs: Any) -> str:
             return f"<Dataset of {len(value)} items>"
         if isinstance(value, list | tuple) and value and not isinstance(value[0], int | float):
             return f"[{', '.join(show(v) for v in value)}]"  # several data sources, one per shape
+        if hasattr(value, "forward") and hasattr(value, "parameters"):  # a torch.nn.Module
+            return f"<{type(value).__name__} nn.Module>"
         if hasattr(value, "name") and hasattr(value, "winner"):  # a StudySummary
             return repr(value.name)
         return repr(value)

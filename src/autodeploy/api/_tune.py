@@ -16,6 +16,7 @@ from autodeploy.api._common import (
     _check_metric,
     _prepare_data,
     _python_call,
+    _pytorch_model,
     _store,
     _with_data,
     cache_dir,
@@ -74,6 +75,9 @@ def tune(
     cache: Path | None = None,
     reporter: Reporter | None = None,
     command: str | None = None,
+    example_inputs: Any = None,
+    dynamic_shapes: Any = None,
+    batch_dim: int | None = 0,
 ) -> StudySummary:
     """Search the fastest config of ``model`` on this device, re-measure the finalists, pick the winner.
 
@@ -82,7 +86,10 @@ def tune(
     ``finalists.rounds`` is ``rounds``, ``screening.min_samples`` is ``min_samples``, …).
 
     Args:
-        model: an ``.onnx`` path or ``zoo:NAME`` (or ``model`` in ``config``).
+        model: an ``.onnx`` path or ``zoo:NAME`` (or ``model`` in ``config``), a PyTorch ``.pt2`` or a
+            ``torch.nn.Module`` (with ``example_inputs``, ``dynamic_shapes`` and ``batch_dim`` as for
+            :func:`~autodeploy.api.bench`): judged against PyTorch's own outputs. A module is saved as a
+            ``.pt2`` in the cache, the model the study records.
         config: a YAML study config file (or the name of an example in ``autodeploy/configs/``), or the same keys as a mapping.
         name: the study's name (default ``MODEL-OBJECTIVE-FINGERPRINT``).
         objective: ``latency``, ``throughput``, ``server`` (needs ``sla_ms``) or ``pareto``.
@@ -130,6 +137,7 @@ def tune(
             "no model given", fix="pass a model (an .onnx path or zoo:NAME), or `model` in the config"
         )
     reporter = reporter or Reporter()
+    model, module = _pytorch_model(model, example_inputs, dynamic_shapes, batch_dim, cache or cache_dir())
     if time_budget is not None:
         from autodeploy.search.budget import parse_duration
 
@@ -167,7 +175,7 @@ def tune(
                              fix="call autodeploy.tune_per_shape, or drop per_shape for one config weighted by the mix")  # fmt: skip
         # 4. resolve the model; it is fixed at each of the config's shapes below
         cache = cache or cache_dir()
-        resolved = resolve_model(cfg.model, None, cache_dir=cache, progress=reporter.phase)
+        resolved = resolve_model(cfg.model, None, cache_dir=cache, progress=reporter.phase, module=module)
         # 5. screening settings; the harness labels a trial "inaccurate" by the study's own budget
         settings = _screening_settings(cfg, cache / "work")
         # 6. prepare the data per shape (arrays of a concrete shape fix the dims `shapes` left open)
@@ -185,6 +193,10 @@ def tune(
         ctx = StudyContext(cfg, study_name, cases[0].model, device, cases[0].data, settings, store, storage,
                            command, resume, tuple(cases) if shape_set.several else ())  # fmt: skip
         summary = run_study(ctx, reporter)
+        if resolved.info.source:  # exported from PyTorch: judged against its own outputs
+            from autodeploy.pytorch import reference_name
+
+            summary = replace(summary, reference=reference_name(resolved.info.source))
         return replace(summary, inputs=note or SYNTHETIC_NOTE) if synthetic else summary
 
 

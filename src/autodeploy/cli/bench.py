@@ -177,6 +177,10 @@ FEW_ITEMS = 32
 
 def _reference_name(model: ModelInfo) -> str:
     """What accuracy is judged against: ONNX Runtime FP32, or the engine that runs a model file as given."""
+    if model.source:  # exported from PyTorch: its own outputs
+        from autodeploy.pytorch import reference_name
+
+        return reference_name(model.source)
     engine = registry.baseline_config(model.format).engine
     return "ONNX Runtime FP32" if engine == BASELINE_ENGINE else f"{engine} FP32 (the file as given)"
 

@@ -169,6 +169,8 @@ def tune(
             _print_summary(summary, summary.name)
             if summary.inputs:
                 err.print(f"note: {shown(summary.inputs)}")
+            if summary.reference:
+                err.print(f"accuracy judged against {shown(summary.reference)}")
             if summary.winner is not None:
                 _print_next_steps(summary.name, db)
     else:

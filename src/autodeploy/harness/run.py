@@ -192,11 +192,16 @@ def reference(
 ) -> Path:
     """ONNX Runtime FP32 outputs on the inputs ``config`` is judged on (:meth:`PreparedData.evaluation_for`);
     computed once per model and inputs, in a worker. A model file run as given (a ``.tflite``, an
-    OpenVINO IR) is its own engine's fp32 reference (:func:`~autodeploy.adapters.registry.baseline_config`)."""
+    OpenVINO IR) is its own engine's fp32 reference (:func:`~autodeploy.adapters.registry.baseline_config`).
+    An ONNX exported from PyTorch (``model.source``) is judged against PyTorch: the ``.pt2``'s program, run
+    in the worker, or the ``nn.Module``'s outputs its caller wrote (:mod:`autodeploy.harness.torch_reference`)."""
     path, sha256, _ = data.evaluation_for(config)
-    out = settings.workdir / "reference" / f"{model.sha256[:16]}-{sha256[:16]}-l{REFERENCE_LAYOUT}.npz"
+    out = reference_path(model, sha256, settings)
     if out.exists():
         return out
+    if model.source.get("reference") == "module":  # written by the caller, where the module lives
+        raise TrialFailed("run_failed", "the PyTorch module's own outputs (the reference) were not computed; "
+                          "fix: pass the nn.Module to autodeploy.bench or autodeploy.tune again")  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     batch = 8 if model.batchable() else (model.fixed_batch() or 1)
     engine = baseline_config(model.format).engine
@@ -205,8 +210,16 @@ def reference(
     outcome = run_worker(spec, settings.timeout_s, settings.memory_cap_mb, progress)
     if outcome.status != "ok":
         failed = REFERENCE_FAILED if engine == REFERENCE_ENGINE else f"the {engine} FP32 reference could not run"
+        failed = "the PyTorch reference (the .pt2's ExportedProgram) could not run" if model.source else failed
         raise TrialFailed(outcome.failure_kind or "crashed", f"{failed}: {outcome.failure_message}")
     return out
+
+
+def reference_path(model: ModelInfo, sha256: str, settings: HarnessSettings) -> Path:
+    """Where the reference of ``model`` on the inputs of SHA-256 ``sha256`` is cached: per model, inputs, layout
+    and source (PyTorch's own outputs are another reference than ONNX Runtime's on the same ONNX)."""
+    tag = f"-pytorch-{model.source.get('reference')}" if model.source else ""
+    return settings.workdir / "reference" / f"{model.sha256[:16]}-{sha256[:16]}-l{REFERENCE_LAYOUT}{tag}.npz"
 
 
 def quantize_in_worker(
@@ -438,7 +451,8 @@ def run_trial(
     measure_s = time.monotonic() - built
     accuracy_s = min(float(result.extra.get("accuracy_s", 0.0)), measure_s)
     wall = {"build": built - start, "timing": measure_s - accuracy_s, "accuracy": accuracy_s}
-    return replace(result, extra={**result.extra, "wall_s": wall})
+    source = {"source": dict(model.source)} if model.source else {}  # the exporter and its version
+    return replace(result, extra={**result.extra, "wall_s": wall, **source})
 
 
 def _spec(

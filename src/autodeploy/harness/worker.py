@@ -241,12 +241,18 @@ class _Job:
     def reference(self) -> dict[str, Any]:
         """FP32 outputs of the baseline engine (ONNX Runtime; the engine that reads a model file run as
         given) on the evaluation inputs, saved as .npz."""
-        self.ready()
-        artifact_info = self.build()
         evaluation = Dataset.load(Path(self.spec.evaluation_path or ""))
-        self.spec = WorkerSpec(**{**self.spec.__dict__, "artifact_path": artifact_info["artifact_path"]})
-        runner, _ = self.load()
-        self.phase("reference")
+        if self.model.source:  # exported from PyTorch: the .pt2's ExportedProgram is the reference
+            from autodeploy.pytorch import program_runner
+
+            self.phase("reference (PyTorch)")
+            runner: Any = _step("run_failed", lambda: program_runner(self.model))
+        else:
+            self.ready()
+            artifact_info = self.build()
+            self.spec = WorkerSpec(**{**self.spec.__dict__, "artifact_path": artifact_info["artifact_path"]})
+            runner, _ = self.load()
+            self.phase("reference")
         outputs, _ = _step(
             "run_failed",
             lambda: _run_all(runner, evaluation.batches(self.config.batch, self._axes()), len(evaluation), self._axes()),

@@ -113,6 +113,8 @@ class StudySummary:
     #: and the rounds run again for it (``reran``: round, cores of each run, which one was kept, the trials
     #: of the other: stored, but no finalist's numbers rest on them).
     load: dict[str, Any] = field(default_factory=dict)
+    #: What accuracy was judged against when it was not the baseline engine's fp32 (``PyTorch (...)``).
+    reference: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,0 +1,352 @@
+"""PyTorch models as users have them: a ``.pt2`` file (``torch.export.save``) or an ``nn.Module`` with
+its example inputs, exported to ONNX here and judged against PyTorch's own outputs.
+
+The export is ``torch.onnx.export(program, dynamo=True)``; the ONNX it writes is the model every engine
+builds from (and a bundle ships), cached by the ``.pt2``'s SHA-256 and the torch version. Its
+:data:`ModelInfo.source <autodeploy.model.ModelInfo.source>` records the exporter and its version, and
+makes PyTorch the accuracy reference (:func:`autodeploy.harness.run.reference`), so an export that
+changes the model's outputs fails its fp32 verdict as a broken conversion:
+
+- a ``.pt2``: its ``ExportedProgram`` runs the evaluation inputs in the reference worker;
+- an ``nn.Module``: the module itself runs them, eagerly, in the caller's process, where it lives
+  (it cannot reach a worker without pickle), before any trial
+  (:func:`autodeploy.harness.torch_reference.write_module_reference`).
+
+Trust: ``torch.export.load`` unpickles whatever the archive marks as pickled (weights and constants with
+``use_pickle``, opaque objects, sample inputs that ``weights_only`` refuses), so a ``.pt2`` is code, as
+PyTorch's documentation warns. :func:`check_archive` refuses every such entry before torch reads the file,
+and the file is only ever read in a child process (the export child, the reference worker). What is left
+is torch's own deserializer of the graph (JSON naming registered operators) and of raw tensor bytes.
+
+torch is imported inside the functions that need it: ``import autodeploy`` never imports it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autodeploy.errors import ModelError, UsageError
+
+if TYPE_CHECKING:
+    from autodeploy.model import ModelInfo
+
+SUFFIX = ".pt2"
+EXPORTER = "torch.onnx.export(dynamo=True)"
+INSTALL = "pip install 'autodeploy[torch]'"
+#: The ONNX export of a large model takes a while; a hostile file may hang the loader.
+EXPORT_TIMEOUT_S = 900.0
+#: How accuracy is named where the reference is PyTorch (``source["reference"]``).
+REFERENCE_NAMES = {
+    "module": "PyTorch (the nn.Module, eager)",
+    "program": "PyTorch (the .pt2's ExportedProgram)",
+}
+
+
+def is_pt2(ref: object) -> bool:
+    """True for a path ending in ``.pt2``."""
+    return isinstance(ref, str | os.PathLike) and str(ref).lower().endswith(SUFFIX)
+
+
+def is_module(model: object) -> bool:
+    """True for a ``torch.nn.Module`` (checked without importing torch: a module is only ever passed in)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, torch.nn.Module)
+
+
+def reference_name(source: Mapping[str, Any]) -> str:
+    """What accuracy is judged against for a model with this ``source``: ``PyTorch (...)``."""
+    return REFERENCE_NAMES.get(str(source.get("reference")), "PyTorch")
+
+
+def torch_version() -> str:
+    """The installed torch's version, read without importing it.
+
+    Raises:
+        ModelError: torch is not installed.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        raise ModelError("a PyTorch model needs PyTorch, which is not installed", fix=INSTALL) from None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _folder(cache: Path, sha256: str) -> Path:
+    """Where the ONNX of one ``.pt2`` goes: per file content and torch version (another exporter, another ONNX)."""
+    return cache / "pytorch" / f"{sha256[:24]}-torch{re.sub(r'[^0-9A-Za-z.]+', '_', torch_version())}"
+
+
+# -- intake: .pt2 -> ONNX ----------------------------------------------------------------------
+
+
+def to_onnx(pt2: Path, cache: Path) -> tuple[Path, dict[str, Any]]:
+    """The ONNX of ``pt2`` (exported in a child process on first use, then cached) and its source record:
+    ``{"framework", "file", "sha256", "exporter", "torch", "onnxscript", "reference"}``.
+
+    Raises:
+        ModelError: torch is missing, the file is no loadable ``.pt2``, holds pickles, or an op has no
+            ONNX translation (one line naming it).
+    """
+    pt2 = Path(pt2).resolve()
+    if not pt2.is_file():
+        raise ModelError(
+            f"model file not found: {pt2}", fix="save the model with torch.export.save(program, PATH)"
+        )
+    sha = _sha256(pt2)
+    folder = _folder(cache, sha)
+    onnx_path, record_path = folder / "model.onnx", folder / "export.json"
+    if not (onnx_path.is_file() and record_path.is_file()):
+        folder.mkdir(parents=True, exist_ok=True)
+        _export_in_child(pt2, folder)
+    record = json.loads(record_path.read_text())
+    return onnx_path, {**record, "file": str(pt2), "sha256": sha, "reference": "program"}
+
+
+def _export_in_child(pt2: Path, folder: Path) -> None:
+    from autodeploy.child import child_env, module_argv
+
+    argv = module_argv(__name__, str(pt2), str(folder))
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL, env=child_env(), check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise ModelError(f"exporting {pt2} to ONNX took over {EXPORT_TIMEOUT_S:g} s; it was stopped",
+                         fix="export it yourself with torch.onnx.export(program, dynamo=True) and pass the .onnx") from None  # fmt: skip
+    lines = done.stdout.strip().splitlines()
+    if done.returncode == 0:
+        return
+    if done.returncode == 3 and lines:  # our own one line
+        raise ModelError(lines[-1])
+    said = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+    why = (f"it crashed ({signal.Signals(-done.returncode).name})" if done.returncode < 0
+           else said[-1] if said else f"exit code {done.returncode}")  # fmt: skip
+    raise ModelError(f"exporting {pt2} to ONNX failed: {why[:300]}",
+                     fix="check the file loads with torch.export.load, or export the ONNX yourself")  # fmt: skip
+
+
+def check_archive(pt2: Path) -> None:
+    """Refuse a ``.pt2`` from which ``torch.export.load`` would unpickle anything (module docstring: Trust).
+
+    Raises:
+        ModelError: not a zip archive, an archive of the old format, or an entry stored as a pickle.
+    """
+    fix = "re-save it with torch.export.save from a program of plain tensors, and load only files you trust"
+    try:
+        archive = zipfile.ZipFile(pt2)
+    except (zipfile.BadZipFile, OSError):
+        raise ModelError(f"{pt2} is not a .pt2 archive (not a zip file)",
+                         fix="save the model with torch.export.save(program, PATH)") from None  # fmt: skip
+    with archive:
+        names = archive.namelist()
+        if not any(n.endswith("/archive_format") or n == "archive_format" for n in names):
+            raise ModelError(f"{pt2} is a .pt2 of the old format, which torch loads with pickle", fix=fix)
+        for name in names:
+            if re.search(r"(^|/)(custom_obj|opaque_obj)", name):
+                raise ModelError(f"{pt2} holds a pickled object ({name}); it is not loaded", fix=fix)
+            if name.endswith("_config.json"):
+                config = json.loads(archive.read(name)).get("config", {})
+                pickled = [
+                    k for k, meta in config.items() if isinstance(meta, dict) and meta.get("use_pickle")
+                ]
+                if pickled:
+                    raise ModelError(
+                        f"{pt2} stores {pickled[0]!r} as a pickle ({name}); it is not loaded", fix=fix
+                    )
+
+
+def _safe_sample_inputs(pt2: Path) -> None:
+    """The sample inputs must load with ``weights_only=True`` (torch's restricted unpickler), or torch's
+    loader would retry them with full pickle."""
+    import io
+
+    import torch
+
+    with zipfile.ZipFile(pt2) as archive:
+        for name in archive.namelist():
+            if "/sample_inputs/" in name or name.startswith("sample_inputs/"):
+                try:
+                    torch.load(io.BytesIO(archive.read(name)), weights_only=True)
+                except Exception:
+                    raise ModelError(f"{pt2}'s sample inputs ({name}) need a full pickle to load; "
+                                     "the file is not loaded", fix="re-save it with torch.export.save") from None  # fmt: skip
+
+
+def load_program(pt2: Path) -> Any:
+    """``torch.export.load`` of a checked archive (only in a child process: the export child, the reference worker)."""
+    import torch
+
+    check_archive(pt2)
+    _safe_sample_inputs(pt2)
+    try:
+        return torch.export.load(str(pt2))
+    except Exception as exc:
+        raise ModelError(f"torch.export.load cannot read {pt2}: {one_line(exc)}",
+                         fix="save it again with torch.export.save under this torch version "
+                             f"({torch.__version__}), with its custom ops importable") from None  # fmt: skip
+
+
+def export_program(program: Any, folder: Path) -> dict[str, Any]:
+    """``torch.onnx.export(program, dynamo=True)`` into ``folder/model.onnx`` (+ ``export.json``, the record).
+
+    Raises:
+        ModelError: an op has no ONNX translation or the export failed otherwise: one line naming the op.
+    """
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        onnx_program = torch.onnx.export(program, dynamo=True, verbose=False)
+        onnx_program.save(str(folder / "model.onnx"))
+    except Exception as exc:
+        op = failing_op(str(exc))
+        what = f"has no ONNX translation for op {op}" if op else "failed"
+        raise ModelError(f"{EXPORTER} {what}: {one_line(exc)}",
+                         fix="rewrite that part with ops ONNX has, or register a translation "
+                             "(torch.onnx.export(custom_translation_table=...)) and pass the .onnx") from None  # fmt: skip
+    record = {"framework": "pytorch", "exporter": EXPORTER, "torch": torch.__version__,
+              "onnxscript": _version("onnxscript")}  # fmt: skip
+    (folder / "export.json").write_text(json.dumps(record))
+    return record
+
+
+def failing_op(text: str) -> str | None:
+    """The op an exporter error names: ``adtest.twice`` from ``No ONNX function found for <OpOverload(op=...)``
+    or ``target=torch.ops.aten.foo.default``."""
+    for pattern in (r"OpOverload\(op='([\w.:]+)'", r"target=torch\.ops\.([\w.]+?)(?:\.default)?[(\]),\s]",
+                    r"\b(aten::\w+)"):  # fmt: skip
+        found = re.search(pattern, text)
+        if found:
+            return found.group(1)
+    return None
+
+
+def one_line(exc: BaseException) -> str:
+    """The line of a torch error that says what broke (the exporter's summary line, else its last line)."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(exc).splitlines()]
+    lines = [line for line in lines if line and not line.startswith(("-", "(Refer", "⬆"))]
+    telling = [line for line in lines if line.startswith("<class") or "No ONNX function" in line]
+    line = (telling or lines or [type(exc).__name__])[0]
+    return re.sub(r"^<class '[\w.]+\.(\w+)'>:", r"\1:", line)[:300]
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+# -- intake: nn.Module -> .pt2 + ONNX ------------------------------------------------------------
+
+
+def from_module(module: Any, example_inputs: Sequence[Any] | None, cache: Path, *,
+                dynamic_shapes: Any = None, batch_dim: int | None = 0) -> Path:  # fmt: skip
+    """Export a live ``nn.Module`` (``torch.export.export``, then ONNX), both in this process, where its
+    custom ops are registered; return the ``.pt2`` saved in the cache (the ONNX is cached beside it).
+
+    ``dynamic_shapes`` is ``torch.export``'s own; by default axis ``batch_dim`` of every tensor input is
+    ``Dim.AUTO`` (an example batch of 1 fixes it to 1: torch's 0/1 specialization), none when ``batch_dim``
+    is ``None``.
+
+    Raises:
+        UsageError: no example inputs.
+        ModelError: the export failed (one line naming the op).
+    """
+    import torch
+
+    if example_inputs is None:
+        raise UsageError("a PyTorch nn.Module needs example inputs to be exported",
+                         fix="pass example_inputs=(tensor, ...) shaped as the model takes them")  # fmt: skip
+    args = tuple(example_inputs) if isinstance(example_inputs, list | tuple) else (example_inputs,)
+    if dynamic_shapes is None and batch_dim is not None:
+        dynamic_shapes = tuple({batch_dim: torch.export.Dim.AUTO} if isinstance(a, torch.Tensor) else None
+                               for a in args)  # fmt: skip
+    try:
+        program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes)
+    except Exception as exc:
+        op = failing_op(str(exc))
+        raise ModelError(f"torch.export.export failed{f' at op {op}' if op else ''}: {one_line(exc)}",
+                         fix="pass example_inputs the model takes, and dynamic_shapes it can honour "
+                             "(torch.export's own argument)") from None  # fmt: skip
+    staging = cache / "pytorch" / f".module-{os.getpid()}.pt2"
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    torch.export.save(program, str(staging))
+    sha = _sha256(staging)
+    pt2 = staging.with_name(f"module-{sha[:24]}.pt2")
+    os.replace(staging, pt2)
+    folder = _folder(cache, sha)
+    if not (folder / "model.onnx").is_file() or not (folder / "export.json").is_file():
+        export_program(program, folder)
+    return pt2
+
+
+# -- the reference -----------------------------------------------------------------------------
+
+
+class TorchRunner:
+    """A callable PyTorch model (an ``ExportedProgram``'s module, an ``nn.Module``) as a runner of
+    numpy feeds by the ONNX's input names, returning the ONNX's output names (outputs flattened in order)."""
+
+    def __init__(self, fn: Any, model: ModelInfo) -> None:
+        self.fn, self.model = fn, model
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        import torch
+        from torch.utils._pytree import tree_leaves
+
+        args = [torch.from_numpy(feeds[name]) for name in self.model.input_names]
+        with torch.inference_mode():
+            leaves = [t for t in tree_leaves(self.fn(*args)) if isinstance(t, torch.Tensor)]
+        names = self.model.output_names
+        if len(leaves) != len(names):
+            raise RuntimeError(f"the PyTorch model returned {len(leaves)} tensors, its ONNX export {len(names)} "
+                               f"outputs ({', '.join(names)})")  # fmt: skip
+        return {name: t.detach().cpu().numpy() for name, t in zip(names, leaves, strict=True)}
+
+    def close(self) -> None:
+        pass
+
+
+def program_runner(model: ModelInfo) -> TorchRunner:
+    """The ``.pt2`` named by ``model.source`` as a runner (in the reference worker)."""
+    program = load_program(Path(model.source["file"]))
+    return TorchRunner(program.module(), model)
+
+
+# -- the child ---------------------------------------------------------------------------------
+
+
+def main(argv: list[str]) -> int:
+    """``python -m autodeploy.pytorch PT2 FOLDER``: load the checked archive, export its ONNX into FOLDER."""
+    pt2, folder = Path(argv[0]), Path(argv[1])
+    try:
+        export_program(load_program(pt2), folder)
+    except ModelError as exc:  # one line for to_onnx to raise
+        print(str(exc).replace("\n", " "))
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
