@@ -60,3 +60,32 @@ def test_the_study_says_which_finalist_rounds_ran_under_load_and_which_ran_again
     quiet = dataclasses.replace(summary, load={**load, "rounds": [0.06, 0.1, 0.04], "under_load": [], "reran": []})
     assert load_text(quiet.to_dict()) == "load: the finalist rounds ran quiet (other processes kept at most 0.10 cores busy)"
     assert load_text(dataclasses.replace(summary, load={}).to_dict()) == ""  # a study stored before the load was read
+
+
+def test_a_tflite_study_names_litert_as_its_baseline_never_ort():
+    """Issue 39: the speed-up of a study on a .tflite is over LiteRT fp32 on the file as given; every line says so,
+    and a summary stored before ``baseline_name`` existed is named from its baseline finalist's engine."""
+    from autodeploy.report import baseline_name, headline
+    from autodeploy.search.study import Ratio
+
+    fast, base = _finalist("openvino", 1, 60.0), _finalist("tflite", None, 90.0, baseline=True)
+    unsteady = [{"config": base.label, "baseline": True, "low": 80.0, "high": 150.0}]
+    summary = StudySummary("s", "latency", {"complete": 2}, [fast, base], fast, [], 1.5, statistic="p90",
+                           speedups={"p90": Ratio(1.5, None, None, 1)}, baseline_name="LiteRT fp32, the file as given",
+                           load={"rounds": [0.0], "pair_rounds": 2, "unsteady": unsteady})  # fmt: skip
+    record = study_record(summary)
+    jsonschema.validate(record, SCHEMA, cls=jsonschema.Draft202012Validator)
+    assert record["baseline"] == "LiteRT fp32, the file as given"
+    assert record["headline"] == ("winner: openvino/fp32/b1/t1, p90 60.00 ms vs 90.00 ms for LiteRT fp32, the file "
+                                  "as given: 1.50x")  # fmt: skip
+    text = load_text(summary.to_dict())
+    assert "the winner and LiteRT fp32, the file as given ran 2 more rounds" in text
+    assert "LiteRT fp32, the file as given read 80.00-150.00 ms" in text and "ORT" not in text
+    legacy = {**summary.to_dict(), "baseline_name": None}  # stored before issue 39
+    assert baseline_name(legacy) == "LiteRT fp32, the file as given"
+    onnx = dataclasses.replace(summary, finalists=[fast, _finalist("onnxruntime", None, 90.0, baseline=True)],
+                               baseline_name="")  # fmt: skip
+    assert "for the ORT fp32 default: 1.50x" in headline(onnx.to_dict())
+    alone = dataclasses.replace(summary, winner=base)
+    assert headline(alone.to_dict()).endswith(": the baseline itself (LiteRT fp32, the file as given), no config "
+                                              "the search found beat it")  # fmt: skip

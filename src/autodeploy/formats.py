@@ -1,6 +1,8 @@
 """Model files in the formats users have besides ONNX: a TFLite flatbuffer, an OpenVINO IR.
 
-Such a file is a model for the one engine that reads it, run as given (no conversion): what
+Such a file is a model for the engine that runs it as given (no conversion), its baseline and its
+fp32 reference; other engines that read the format themselves take it too (OpenVINO converts a
+``.tflite`` with its own frontend: ``Engine.formats``). It is what
 :func:`autodeploy.model.load_model` takes in through :func:`detect` and :func:`describe`. Its
 interface (input and output names, dtypes, shapes) comes from that engine itself, read in a
 child process (``python -m autodeploy.formats KIND PATH``), because a hostile file may crash or
@@ -32,18 +34,21 @@ class Format:
     """A model format other than ONNX: what it is called, the engine that runs it, that engine's reader."""
 
     what: str  # "a TFLite flatbuffer"
-    engine: str  # the engine that runs it as given
+    engine: str  # the engine that runs it as given: the baseline and the fp32 reference
     reader: str  # the engine's part that reads it, named in errors
     export: str  # how a user makes one, named in the fix
+    baseline: str  # what the baseline (``engine`` at fp32) is called wherever a speed-up or a reference is named
 
 
 #: The formats taken as given, by kind (``ModelInfo.format``); ONNX is every other file.
 FORMATS: dict[str, Format] = {
     "tflite": Format(
-        "a TFLite flatbuffer", "tflite", "LiteRT's interpreter", "re-export it with the TFLite converter"
+        "a TFLite flatbuffer", "tflite", "LiteRT's interpreter", "re-export it with the TFLite converter",
+        "LiteRT fp32, the file as given",
     ),
     "openvino": Format(
-        "an OpenVINO IR", "openvino", "OpenVINO's read_model", "re-save it with openvino.save_model"
+        "an OpenVINO IR", "openvino", "OpenVINO's read_model", "re-save it with openvino.save_model",
+        "OpenVINO fp32, the IR as given",
     ),
 }
 #: Reading a model's interface in the engine takes its own process, bounded in time.

@@ -407,7 +407,7 @@ def _load_other(path: Path, kind: str, name: str) -> ModelInfo:
         raise ModelError(f"{path} has no {'inputs' if not inputs else 'outputs'}; there is nothing to benchmark",
                          fix=formats.FORMATS[kind].export)  # fmt: skip
     fmt = formats.FORMATS[kind]
-    note = f"{fmt.what}, run as given on {fmt.engine}; the fp32 reference is {fmt.engine}'s own, not ONNX Runtime's"
+    note = f"{fmt.what}, run as given on {fmt.engine}; the fp32 reference and the baseline are {fmt.baseline}, not ORT"
     return ModelInfo(path=path, name=name, sha256=_sha256(path, path.parent, external), inputs=inputs,
                      outputs=outputs, opset=0, external_files=external, notes=(note,), format=kind)  # fmt: skip
 

@@ -7,7 +7,8 @@ Two record kinds, each carrying ``schema`` and ``schema_version``:
   (times in ms, memory in MB, throughput in items/s: the unit is in every field name).
 - ``autodeploy.study``: one study's summary (``tune``, ``results studies``): the winner, the runner-up,
   the finalists with the objective's statistic, its unit and 95% CI, the speedup over the ORT fp32
-  default; and (fields added in 0.1, so still schema version 1) where the time went per engine
+  default (for a model file run as given, over its engine at fp32: ``baseline`` names it, issue 39);
+  and (fields added in 0.1, so still schema version 1) where the time went per engine
   (``time_by_engine``), the time budget and what stopped screening, what the winner's confidence
   rests on, the branches the search deprioritized and the slow conversions it skipped, with reasons;
   and (issue 26) the speed-ups paired by round (``speedups``: the optimised statistic's and the
@@ -41,8 +42,8 @@ if TYPE_CHECKING:
     from autodeploy.results_db.records import StudyRow, TrialRow
     from autodeploy.search.study import StudySummary
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "flatten", "headline", "ratio_text", "runner_up", "speedup_text",
-           "study_record", "to_csv_rows", "trial_record"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "baseline_name", "flatten", "headline", "ratio_text", "runner_up",
+           "speedup_text", "study_record", "to_csv_rows", "trial_record"]
 
 SCHEMA_VERSION = 1
 # What a study's finalist ``statistic`` is per objective, its unit and whether higher is better:
@@ -119,6 +120,7 @@ def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
         "finalists": [_finalist(f) for f in s.get("finalists") or ()],
         "tie_with": list(s.get("tie_with") or ()),
         "speedup_vs_baseline": s.get("speedup_vs_baseline"),
+        "baseline": baseline_name(s),
         "optimised": s.get("statistic") or None,
         "speedups": {k: _ratio(r) for k, r in (s.get("speedups") or {}).items()},
         "rounds": s.get("rounds") or 0,
@@ -151,11 +153,18 @@ def _ratio(r: Mapping[str, Any]) -> dict[str, Any]:
             "rounds": r.get("rounds"), "left_out": r.get("left_out", 0), "under_load": r.get("under_load", False)}  # fmt: skip
 
 
-def _baseline_name(finalist: Mapping[str, Any], ort: str) -> str:
-    """What the baseline is called: ``ort`` (ONNX Runtime), or the engine that runs a model file as
-    given (a ``.tflite`` on tflite, an OpenVINO IR on openvino), from the finalist's label."""
-    engine = str(finalist.get("label") or "onnxruntime").split("/")[0]
-    return ort if engine == "onnxruntime" else engine
+def baseline_name(summary: Mapping[str, Any]) -> str:
+    """What a study's baseline is called (``StudySummary.baseline_name``): ``the ORT fp32 default``, or for a
+    model file run as given ``LiteRT fp32, the file as given``. A summary stored before it said so: from the
+    engine of its baseline finalist (the engine that runs a file as given is its format's baseline)."""
+    if summary.get("baseline_name"):
+        return str(summary["baseline_name"])
+    from autodeploy.adapters.registry import BASELINE_NAME
+    from autodeploy.formats import FORMATS
+
+    base = next((f for f in summary.get("finalists") or () if f.get("baseline")), None) or {}
+    engine = str(base.get("label") or "onnxruntime").split("/")[0]
+    return next((f.baseline for f in FORMATS.values() if f.engine == engine), BASELINE_NAME)
 
 
 def ratio_text(r: Mapping[str, Any]) -> str:
@@ -211,10 +220,10 @@ def headline(summary: Mapping[str, Any]) -> str:
     speedups = summary.get("speedups") or {}
     main = speedups.get(statistic)
     if winner.get("baseline"):
-        text += f": the {_baseline_name(winner, 'ONNX Runtime')} fp32 default itself, no config the search found beat it"
+        text += f": the baseline itself ({baseline_name(summary)}), no config the search found beat it"
     elif main is not None and baseline is not None:
         base = _value(baseline.get("statistic"), "", objective).strip()
-        text += f" vs {base} for the {_baseline_name(baseline, 'ORT')} fp32 default: {ratio_text(main)}"
+        text += f" vs {base} for {baseline_name(summary)}: {ratio_text(main)}"
         extra = [f"{k} {ratio_text(m)}" for k, m in speedups.items() if k != statistic]
         if main.get("ci") is not None:
             extra.append(f"intervals over {main['rounds']} rounds, {main['level']:.0%} coverage")
@@ -222,7 +231,7 @@ def headline(summary: Mapping[str, Any]) -> str:
         if extra:
             text += f" ({'; '.join(extra)})"
     elif summary.get("speedup_vs_baseline") is not None:
-        text += f", {summary['speedup_vs_baseline']:.2f}x the ONNX Runtime fp32 default's {statistic or 'value'}"
+        text += f", {summary['speedup_vs_baseline']:.2f}x the {statistic or 'value'} of {baseline_name(summary)}"
     if summary.get("screening_only"):
         rounds = summary.get("rounds") or 0
         text += (f"; screening only ({rounds} finalist round{'s' if rounds != 1 else ''}, no interval)"
@@ -266,17 +275,18 @@ def load_text(summary: Mapping[str, Any]) -> str:
     elif not parts:
         parts.append(f"the finalist rounds ran quiet (other processes kept at most {max(per_round):.2f} cores busy)")
     if load.get("pair_rounds"):
-        parts.append(f"the winner and the ORT fp32 default ran {load['pair_rounds']} more rounds alone, paired, "
+        parts.append(f"the winner and {baseline_name(summary)} ran {load['pair_rounds']} more rounds alone, paired, "
                      "for a speed-up on quiet rounds")  # fmt: skip
-    parts += [_unsteady_text(u, summary.get("objective") or "latency") for u in load.get("unsteady") or ()]
+    parts += [_unsteady_text(u, summary.get("objective") or "latency", baseline_name(summary))
+              for u in load.get("unsteady") or ()]  # fmt: skip
     return "load: " + "; ".join(parts)
 
 
-def _unsteady_text(u: Mapping[str, Any], objective: str) -> str:
+def _unsteady_text(u: Mapping[str, Any], objective: str, baseline: str) -> str:
     """``the ORT fp32 default read 4.97-9.27 ms (1.87x apart) in rounds the meter calls quiet: …``."""
     from autodeploy.harness.load import UNSTEADY_SPREAD
 
-    who = "the ORT fp32 default" if u.get("baseline") else f"the winner ({u['config']})"
+    who = baseline if u.get("baseline") else f"the winner ({u['config']})"
     known = OBJECTIVES.get(objective)
     unit = "items/s" if known is not None and known.higher_is_better else "ms"
     return (f"{who} read {u['low']:.2f}-{u['high']:.2f} {unit} ({u['high'] / u['low']:.2f}x apart, more than "
@@ -521,11 +531,13 @@ _STUDY = {
                       "description": "the next finalist after the winner by the statistic"},
         "finalists": {"type": "array", "items": _FINALIST},
         "tie_with": {"type": "array", "items": {"type": "string"}},
-        "speedup_vs_baseline": {**_NUM, "description": "winner over ONNX Runtime fp32 default, >1 is faster: the "
+        "baseline": {**_STR, "description": "what every speed-up is over: the ORT fp32 default, or for a model file "
+                     "run as given its engine at fp32 (LiteRT fp32, the file as given)"},
+        "speedup_vs_baseline": {**_NUM, "description": "winner over the baseline, >1 is faster: the "
                                 "optimised statistic's median per-round ratio (speedups[optimised].ratio)"},
         "optimised": {**_STR, "description": "what each finalist round was reduced to and compared by: p90 | median "
                       f"(latency, median where a round has under {MIN_SAMPLES_P90} calls) | items/s"},
-        "speedups": {"type": "object", "description": "the winner's speed-up over the ORT fp32 default per statistic "
+        "speedups": {"type": "object", "description": "the winner's speed-up over the baseline per statistic "
                      "(the optimised one and, for latency, the median): the median of the per-round ratios, paired "
                      "by round, with its order-statistic interval and that interval's exact coverage (null when "
                      "screening only)", "additionalProperties": _RATIO},
@@ -539,7 +551,7 @@ _STUDY = {
         "time_budget_s": {**_NUM, "description": "--time-budget of the run that wrote this summary"},
         "wall_s": {**_NUM, "description": "wall time of that run"},
         "stopped_by": {"type": "string", "description": "trials | time budget | screening time | no improvement | search space"},
-        "reference_s": {**_NUM, "description": "the ORT fp32 reference, when that run computed it first"},
+        "reference_s": {**_NUM, "description": "the fp32 reference (the baseline's engine), when that run computed it first"},
         "time_by_engine": {
             "type": "object",
             "description": "seconds per engine over the whole study: build, accuracy, timing; worker runs",

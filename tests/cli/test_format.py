@@ -112,7 +112,7 @@ def test_tune_with_a_time_budget_too_small_for_the_baseline_says_so_in_one_line(
     assert code == 2 and out == ""
     # one line, beside the note a busy machine adds before the study ("note: the machine is busy ...")
     (line,) = [text for text in err.splitlines() if text.strip() and "the machine is busy" not in text]
-    assert "too small: measuring even the baseline (ONNX Runtime fp32) takes about" in line and "--time-budget" in line
+    assert "too small: measuring even the baseline (the ORT fp32 default) takes about" in line and "--time-budget" in line
     code, _, err = run(capsys, "tune", str(model), "--time-budget", "ten minutes", *TUNE)
     assert code == 2 and "is not a duration" in err
 

@@ -2,14 +2,17 @@
 
 basic-pitch's wheel ships ``nmp.tflite`` beside ``nmp.onnx``: the ``.tflite`` is benched on LiteRT
 against its own fp32 reference, on basic-pitch's audio windows given as ``--data`` by input name, and
-shipped as a bundle holding the file unchanged. An OpenVINO IR is written in the test from the
-wheel's ``nmp.onnx`` (``openvino.save_model(openvino.convert_model(...))``) and benched on OpenVINO.
-Every other engine is left out with its one-line reason.
+shipped as a bundle holding the file unchanged. OpenVINO reads the same ``.tflite`` with its own
+frontend (issue 39): fp32 and bf16 are judged against LiteRT fp32, the file as given, and a study over
+both engines names LiteRT as its baseline. An OpenVINO IR is written in the test from the wheel's
+``nmp.onnx`` (``openvino.save_model(openvino.convert_model(...))``) and benched on OpenVINO. Every other
+engine is left out with its one-line reason.
 """
 
 from __future__ import annotations
 
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +22,15 @@ import autodeploy
 from autodeploy.adapters import registry
 from autodeploy.api import StoredTrial
 from autodeploy.bundle import load as load_bundle
+from autodeploy.cli import tune as tune_cli
 from autodeploy.device import probe_device
 from autodeploy.errors import UnsupportedConfigError
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import load_model
+from autodeploy.report import study_record
 from autodeploy.search.config import validate
 from autodeploy.search.space import build_space
+from tests.cli.test_cli import run
 from tests.realmodels.corpus import WHEELS, pitch_windows
 
 pytestmark = pytest.mark.slow
@@ -35,6 +41,9 @@ QUICK = TimingPolicy(
 MEMBER = "basic_pitch/saved_models/icassp_2022/nmp"
 INPUT = "serving_default_input_2:0"  # the same tensor name in nmp.onnx, nmp.tflite and its IR
 OUTPUTS = ("StatefulPartitionedCall:2", "StatefulPartitionedCall:1", "StatefulPartitionedCall:0")
+LITERT = "LiteRT fp32, the file as given"
+#: Two finalists and the baseline, one short round each (a call takes 30-90 ms here).
+QUICK_FINALISTS = {"finalists": {"count": 2, "rounds": 1, "min_samples": 8, "min_duration_s": 0.2}}
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +92,7 @@ def test_tflite_is_benched_on_litert_with_its_own_reference_and_real_audio(pitch
     # Its reference is the same file on LiteRT: the measured outputs are the reference's, to rounding.
     assert all(o.cosine > 0.9999 for o in result.accuracy.outputs)
     left_out = registry.unreadable(stored.model)
-    assert set(left_out) == set(registry.targets()) - {"tflite"}
+    assert set(left_out) == set(registry.targets()) - {"tflite", "openvino"}
     assert left_out["onnxruntime"] == "onnxruntime: the model is a TFLite flatbuffer; this engine reads ONNX"
     with pytest.raises(
         UnsupportedConfigError, match="tflite cannot run precision 'int8'.*needs a conversion from ONNX"
@@ -120,10 +129,65 @@ def test_openvino_ir_is_benched_on_openvino_and_shipped_unchanged(pitch, tmp_pat
     assert tuple(outputs) == OUTPUTS
 
 
-def test_tune_searches_only_the_engine_that_reads_the_file(pitch):
+def test_tune_searches_the_engines_that_read_the_file(pitch):
     model = load_model(pitch["tflite"])
     space = build_space(validate({"model": str(pitch["tflite"])}, {}), probe_device(), model)
-    assert list(space.engines) == ["tflite"]
+    assert set(space.engines) == {"tflite", "openvino"}
     assert space.engines["tflite"].precisions == ("fp32",)
+    assert {"fp32", "int8"} <= set(space.engines["openvino"].precisions)  # NNCF quantizes the ov.Model read
     assert space.skipped["onnxruntime"] == "the model is a TFLite flatbuffer; this engine reads ONNX"
-    assert set(space.skipped) == set(registry.targets()) - {"tflite"}
+    assert set(space.skipped) == set(registry.targets()) - {"tflite", "openvino"}
+    assert registry.baseline_config(model.format) == replace(registry.BASELINE_CONFIG, engine="tflite")
+    assert registry.baseline_name(model.format) == LITERT
+
+
+def _openvino_bf16(pitch) -> str | None:
+    """Why OpenVINO bf16 cannot run here (the engine's own reason), or None."""
+    model = load_model(pitch["tflite"])
+    return registry.get("openvino").space(probe_device(), model).unsupported.get("bf16")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_tflite_is_benched_on_openvino_against_litert(pitch, tmp_path, precision):
+    """OpenVINO reads the .tflite itself (no ONNX); LiteRT fp32 on the same file is the reference. fp32 matches
+    it to rounding; bf16 runs and is judged (on this model its note onsets move: it may be inaccurate)."""
+    if precision == "bf16" and (why := _openvino_bf16(pitch)):
+        pytest.skip(f"OpenVINO bf16 cannot run on this CPU: {why}")
+    stored = _bench(pitch["tflite"], tmp_path, data=pitch["data"], engine="openvino", precision=precision)
+    result = stored.result
+    assert result.config.engine == "openvino" and result.config.precision == precision
+    assert result.failure_kind in (None, "inaccurate"), result.failure_message
+    assert result.latency is not None and result.latency.n > 0
+    assert result.accuracy is not None and result.accuracy.n_samples == 8  # the audio windows given
+    assert [o.name for o in result.accuracy.outputs] == list(OUTPUTS)
+    assert result.extra["compiled"]["INFERENCE_PRECISION_HINT"] == precision.replace("fp", "f")  # what ran
+    if precision == "fp32":
+        assert result.ok and all(o.cosine > 0.9999 for o in result.accuracy.outputs)
+    else:
+        assert all(o.cosine > 0.95 for o in result.accuracy.outputs)  # bf16 rounding, not a broken conversion
+    assert LITERT in stored.model.notes[0]
+
+
+def test_tune_on_the_tflite_names_litert_as_its_baseline(pitch, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("AUTODEPLOY_CACHE", str(tmp_path / "cache"))
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    summary = autodeploy.tune(
+        str(pitch["tflite"]), name="pitch", engines=["tflite", "openvino"], precisions=["fp32"], threads=[1],
+        knobs={"openvino": {}}, trials=2, min_samples=8, min_duration_s=0.1, config=QUICK_FINALISTS,
+        data=pitch["data"], db=db, cache=tmp_path / "cache",
+    )  # fmt: skip
+    assert summary.winner is not None, summary.note
+    assert {f.config.engine for f in summary.finalists if not f.baseline} == {"tflite", "openvino"}
+    base = [f for f in summary.finalists if f.baseline]
+    assert [f.config for f in base] == [registry.baseline_config("tflite")], [f.label for f in summary.finalists]
+    assert summary.baseline_name == LITERT == study_record(summary)["baseline"]
+    line = summary.headline()
+    assert f"for {LITERT}: " in line or f"the baseline itself ({LITERT})" in line, line
+    assert "ORT" not in line and "ONNX Runtime" not in line
+
+    tune_cli._print_summary(summary, "pitch")
+    shown = capsys.readouterr().out
+    assert f"baseline ({LITERT})" in shown and "ORT" not in shown, shown
+    code, out, err = run(capsys, "results", "studies", "--db", db)
+    assert code == 0, err
+    assert "speedup vs baseline" in out and "ORT" not in out

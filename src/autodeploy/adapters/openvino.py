@@ -13,6 +13,11 @@ left out, the plugin decides (it reads back ``True`` on Linux, where it may stil
 An OpenVINO IR given as the model (``NAME.xml`` + ``NAME.bin``, :mod:`autodeploy.formats`) is run as
 given: its artifact is the pair copied unchanged, and only the precisions that are compile-time hints
 (fp32, bf16, fp16) apply; int8 (NNCF from the ONNX model) does not.
+
+A ``.tflite`` given as the model is read by OpenVINO's own TFLite frontend (``ov.convert_model``, since
+2023.0), from a copy checked against the hash taken at intake; its IR takes every precision an ONNX
+model's does, int8 included (NNCF quantizes the ``ov.Model``, whatever it was read from). Its reference
+and baseline stay LiteRT fp32, the file as given (``formats.FORMATS``).
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ class OpenVinoEngine(Engine):
     throughput_knobs = frozenset({"PERFORMANCE_HINT", "NUM_STREAMS", "num_requests"})
     # Pinning inference threads to cores (issue 26): what keeps them from migrating on a small or busy CPU.
     search_knobs = frozenset({"ENABLE_CPU_PINNING"})
-    formats = ("onnx", "openvino")
+    formats = ("onnx", "openvino", "tflite")
 
     def _probe(self, target: DeviceInfo) -> Availability:
         import openvino as ov
@@ -126,15 +131,10 @@ class OpenVinoEngine(Engine):
         if model.format == "openvino":  # the IR as given: bf16/fp16 are compile hints, nothing to convert
             copy_unchanged(model, outdir, model.path.name)
             return {"ir": model.path.name, "as_given": model.path.name}
-        try:
-            ov_model = ov.convert_model(str(model.path))
-        except Exception as exc:  # the op and OpenVINO's reason first (its first line names its source file), then all
-            lines = [line.strip().lstrip("- ") for line in str(exc).splitlines() if line.strip()]
-            ops = [line for line in lines if line.startswith(("No conversion rule found for", "Conversion is failed for"))]
-            why = "; ".join(ops) or (lines[-1] if lines else type(exc).__name__)
-            raise ConversionError(f"openvino could not convert {model.path.name}: {why}; fix: run it on another engine "
-                                  f"(onnxruntime)\n{type(exc).__name__}: {exc}") from exc  # fmt: skip
+        ov_model = _convert(model, outdir)
         meta: dict[str, Any] = {"ir": IR_FILE}
+        if model.format != "onnx":
+            meta["converted_from"] = f"{model.path.name} ({model.format}), by OpenVINO's own frontend"
         if config.precision == "int8":
             if not calibration:
                 raise BuildError(
@@ -170,6 +170,28 @@ class OpenVinoEngine(Engine):
         if config.precision == "fp16" and device.get("arch") in ("x86_64", "AMD64"):
             return {"isa_any_of": list(NATIVE_ISA["fp16"]), "why": "OpenVINO fp16 on x86 needs AVX512-FP16 or AMX-FP16"}
         return {}  # int8 VNNI/AMX only changes speed: a warning at most, never a refusal
+
+
+def _convert(model: ModelInfo, outdir: Path) -> Any:
+    """The ``ov.Model`` of an ONNX file or a ``.tflite``. A ``.tflite`` is read from a copy in ``outdir``
+    that matches the intake's hash (the bytes the LiteRT reference ran), removed once read."""
+    import openvino as ov
+
+    source = model.path
+    if model.format == "tflite":
+        source = outdir / f"source-{model.path.name}"
+        copy_unchanged(model, outdir, source.name)
+    try:
+        return ov.convert_model(str(source))
+    except Exception as exc:  # the op and OpenVINO's reason first (its first line names its source file), then all
+        lines = [line.strip().lstrip("- ") for line in str(exc).splitlines() if line.strip()]
+        ops = [line for line in lines if line.startswith(("No conversion rule found for", "Conversion is failed for"))]
+        why = "; ".join(ops) or (lines[-1] if lines else type(exc).__name__)
+        raise ConversionError(f"openvino could not convert {model.path.name}: {why}; fix: run it on another engine "
+                              f"(onnxruntime)\n{type(exc).__name__}: {exc}") from exc  # fmt: skip
+    finally:
+        if source != model.path:
+            source.unlink(missing_ok=True)
 
 
 def runtime_settings(config: TrialConfig, model: ModelInfo, ir: str = IR_FILE) -> dict[str, Any]:

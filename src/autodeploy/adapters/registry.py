@@ -37,6 +37,20 @@ def baseline_config(model_format: str = "onnx") -> TrialConfig:
     return TrialConfig(FORMATS[model_format].engine, "fp32", batch=1, threads=None)
 
 
+#: What the ONNX baseline (:data:`BASELINE_CONFIG`) is called wherever a speed-up is over it.
+BASELINE_NAME = "the ORT fp32 default"
+
+
+def baseline_name(model_format: str = "onnx") -> str:
+    """What the baseline of a model in ``model_format`` is called (:func:`baseline_config`): ``the ORT fp32
+    default``, or for a file run as given ``LiteRT fp32, the file as given`` (``Format.baseline``)."""
+    if model_format == "onnx":
+        return BASELINE_NAME
+    from autodeploy.formats import FORMATS
+
+    return FORMATS[model_format].baseline
+
+
 def unreadable(model: ModelInfo) -> dict[str, str]:
     """Every known engine that cannot take ``model``'s format, with its one-line reason (none for ONNX)."""
     if model.format == "onnx":

@@ -176,13 +176,14 @@ FEW_ITEMS = 32
 
 
 def _reference_name(model: ModelInfo) -> str:
-    """What accuracy is judged against: ONNX Runtime FP32, or the engine that runs a model file as given."""
+    """What accuracy is judged against: ONNX Runtime FP32, or the engine that runs a model file as given
+    (``LiteRT fp32, the file as given``)."""
     if model.source:  # exported from PyTorch: its own outputs
         from autodeploy.pytorch import reference_name
 
         return reference_name(model.source)
     engine = registry.baseline_config(model.format).engine
-    return "ONNX Runtime FP32" if engine == BASELINE_ENGINE else f"{engine} FP32 (the file as given)"
+    return "ONNX Runtime FP32" if engine == BASELINE_ENGINE else registry.baseline_name(model.format)
 
 
 def _parse_knobs(flags: list[str]) -> dict[str, object]:
@@ -257,7 +258,7 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: st
                   "little; try a longer run (--min-duration 10), fewer threads (--threads 1) or a quieter "
                   "machine (close other programs, plug in the laptop)", soft_wrap=True)  # fmt: skip
     if result.accuracy is not None:
-        acc = Table(title=f"accuracy vs {reference} on {result.accuracy.n_samples} items: "
+        acc = Table(title=f"accuracy on {result.accuracy.n_samples} items vs {reference}: "
                           f"{'pass' if result.accuracy.passed else 'FAIL'}")  # fmt: skip
         columns = ("output", "judged by", "max abs", "mean rel", "cosine", "top-1 agreement", "exact agreement",
                    "task accuracy (ref)")

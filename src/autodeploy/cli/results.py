@@ -110,6 +110,7 @@ def studies(
     format: FormatOption = Format.table,
 ) -> None:
     """List stored studies with their objective and winner."""
+    from autodeploy.adapters.registry import BASELINE_NAME
     from autodeploy.results_db.store import Store
 
     with Store.open(db, readonly=True) as store:
@@ -118,12 +119,14 @@ def studies(
         emit(format, [study_record(r) for r in rows])
         return
     table = Table(title=f"{len(rows)} study(ies)")
-    for column in ("name", "model", "objective", "updated (UTC)", "winner", "speedup vs ORT fp32", "runner-up"):
+    for column in ("name", "model", "objective", "updated (UTC)", "winner", "speedup vs baseline", "runner-up"):
         table.add_column(column, overflow="fold")
     for r in rows:
         record = study_record(r)  # the same record --format json prints and the dashboard's winners page reads
         winner = (record["winner"] or {}).get("label")
         speedup = speedup_text(record)
+        if speedup != "-" and record["baseline"] != BASELINE_NAME:  # a .tflite's: LiteRT fp32, the file as given
+            speedup += f" vs {record['baseline']}"
         table.add_row(shown(r.name), shown(r.model_name), r.objective, f"{r.updated_at:%Y-%m-%d %H:%M}",
                       shown(winner) if winner else f"[yellow]{shown(record['note'] or 'not finished')}[/]",
                       speedup,

@@ -349,13 +349,13 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
         for column in ("config", value_column, "samples", "load", "note"):
             table.add_column(column)
         # the record the dashboard's winners page reads
-        from autodeploy.report import finalist_load_text, runner_up
+        from autodeploy.report import baseline_name, finalist_load_text, runner_up
 
-        second = runner_up(summary.to_dict())
+        second, base = runner_up(summary.to_dict()), shown(baseline_name(summary.to_dict()))
         for f in _best_first(summary):
-            note = "baseline (ORT fp32 default)" if f.baseline else ""
+            note = f"baseline ({base})" if f.baseline else ""
             if summary.winner is not None and f.label == summary.winner.label:
-                note = "[green]winner[/]" + (" (baseline: ORT fp32 default)" if f.baseline else "")
+                note = "[green]winner[/]" + (f" (baseline: {base})" if f.baseline else "")
             elif f.label in summary.tie_with:
                 note = "tie with winner"
             if second is not None and f.label == second["label"]:
@@ -421,7 +421,10 @@ def _print_search(summary: StudySummary) -> None:
         table.add_row(shown(engine), fmt_s(row["build_s"]), fmt_s(row["accuracy_s"]), fmt_s(row["timing_s"]),
                       str(int(row["runs"])))  # fmt: skip
     if summary.reference_s:
-        table.add_row("reference (ORT fp32)", "", fmt_s(summary.reference_s), "", "1")
+        from autodeploy.report import baseline_name
+
+        reference = f"reference ({shown(baseline_name(summary.to_dict()))})"
+        table.add_row(reference, "", fmt_s(summary.reference_s), "", "1")
     out.print(table)
 
 
@@ -464,7 +467,9 @@ def _why_not_screening_best(summary: StudySummary) -> str:
                 f"({_stat_ci(first.statistic, first.ci, objective)}): the cheaper config (fewer threads, then a "
                 "smaller batch) is preferred")  # fmt: skip
     if winner.baseline:
-        return (f"{first.label} led the screening; the ONNX Runtime fp32 default, re-measured interleaved with the "
+        from autodeploy.report import baseline_name
+
+        return (f"{first.label} led the screening; {baseline_name(summary.to_dict())}, re-measured interleaved with the "
                 f"finalists as the baseline, was faster: {_stat_ci(winner.statistic, winner.ci, objective)} against "
                 f"{_stat_ci(first.statistic, first.ci, objective)}")  # fmt: skip
     return (f"{first.label} led the screening, but re-measured interleaved with the others over "

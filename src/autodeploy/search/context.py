@@ -62,6 +62,10 @@ class StudyContext:
         ``.tflite``, an OpenVINO IR) the fp32 default of the engine that reads it."""
         return registry.baseline_config(self.model.format)
 
+    def baseline_name(self) -> str:
+        """What :meth:`baseline` is called: ``the ORT fp32 default``, ``LiteRT fp32, the file as given``."""
+        return registry.baseline_name(self.model.format)
+
 
 def shape_key(model: ModelInfo) -> str:
     """The :meth:`~autodeploy.shapes.ShapeCase.key` of a model's fixed shapes."""

@@ -544,8 +544,8 @@ def _pair_rounds(ctx: StudyContext, summary: StudySummary, reporter: Reporter, m
             reporter.note(f"the time budget pays for {added} of the speed-up's pair rounds")
             break
         if added == 0:
-            reporter.note(f"{len(quiet)} of the winner's {len(quiet) + len(loaded)} rounds paired with the ORT fp32 "
-                          f"default ran quiet; the two run alone, up to {limit} more rounds, until "
+            reporter.note(f"{len(quiet)} of the winner's {len(quiet) + len(loaded)} rounds paired with "
+                          f"{ctx.baseline_name()} ran quiet; the two run alone, up to {limit} more rounds, until "
                           f"{target} pairs run quiet")  # fmt: skip
             reporter.rerun(2 * limit)
         configs, order = [base.config, winner.config], [int(k) for k in rng.permutation(2)]

@@ -156,6 +156,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
         stopped_by = "time budget"
     summary = _finalize(ctx, study, reporter, Memory.of(study), budget, space)
     summary = replace(summary, reference_s=reference_s, wall_s=time.monotonic() - budget.started,
+                      baseline_name=ctx.baseline_name(),
                       time_budget_s=budget.seconds, stopped_by=stopped_by,
                       load={"before": before.to_dict(), **summary.load})  # fmt: skip
     ctx.store.finish_study(ctx.name, winner_uid=summary.winner.uids[-1] if summary.winner and summary.winner.uids else None,
@@ -184,7 +185,7 @@ def _check_budget(ctx: StudyContext, budget: Budget, reporter: Reporter) -> floa
     need = (time.monotonic() - started) + build_s + ctx.settings.policy.min_duration_s
     if budget.seconds is not None and budget.seconds < need:
         raise UsageError(f"--time-budget {duration_text(budget.seconds)} is too small: measuring even the baseline "
-                         f"(ONNX Runtime fp32) takes about {duration_text(need)} here",
+                         f"({ctx.baseline_name()}) takes about {duration_text(need)} here",
                          fix=f"give --time-budget {math.ceil(need * 2)}s or more")  # fmt: skip
     return referenced - started
 

@@ -82,6 +82,8 @@ class StudySummary:
     winner: Finalist | None
     tie_with: list[str] = field(default_factory=list)  # labels statistically tied with the winner
     speedup_vs_baseline: float | None = None  # the ``statistic``'s ratio (``speedups[statistic].value``)
+    #: What the baseline is called (``registry.baseline_name``): the ORT fp32 default, LiteRT fp32 for a .tflite.
+    baseline_name: str = ""
     note: str = ""  # e.g. "no trial meets the constraints: best-so-far shown"
     inputs: str = ""  # what accuracy was judged on, when it was not the user's data
     #: Where the wall time went, per engine, over the whole study (screening trials of every run,
@@ -98,7 +100,7 @@ class StudySummary:
     failures: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: What each finalist round was reduced to and the winner chosen on: "p90" or "median" (latency), "items/s".
     statistic: str = ""
-    #: The winner's speed-up over the ORT fp32 default per statistic ("p90", "median", "items/s"), paired by round.
+    #: The winner's speed-up over the baseline per statistic ("p90", "median", "items/s"), paired by round.
     speedups: dict[str, Ratio] = field(default_factory=dict)
     rounds: int = 0  # finalist rounds the winner ran
     #: Fewer than MIN_WINNER_ROUNDS rounds (or none): the winner is a screening result, its speed-up has no interval.
