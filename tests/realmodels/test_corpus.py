@@ -104,7 +104,7 @@ def test_real_model_on_engine(real, engine, reduced, photos, corpus_dir):
     if result.latency is not None:
         acc = result.accuracy
         worst = min(acc.outputs, key=lambda o: o.cosine)
-        verdict = "pass" if acc.passed else f"FAIL ({acc.constraint})"
+        verdict = "pass" if acc.passed else f"FAIL{' as conversion' if result.failure_kind == 'conversion' else ''} ({acc.constraint})"
         judged = max(acc.outputs, key=output_drop)  # the output the verdict rests on, by its own measure
         label, value = output_metric(judged)
         measure = f"{label} {value:.2f} dB" if label == "SQNR" else f"{label} {value:.4f}"
