@@ -14,7 +14,6 @@ import time
 import optuna
 import pytest
 
-from autodeploy.cli import _common
 from autodeploy.errors import UsageError
 from autodeploy.search import config as study_config
 from tests.cli_runner import run_cli
@@ -25,12 +24,9 @@ FAST = ["--engine", "onnxruntime", "--precision", "fp32", "--threads", "1", "--b
 
 
 @pytest.fixture
-def here(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("AUTODEPLOY_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("AUTODEPLOY_DB", f"sqlite:///{tmp_path / 'r.db'}")
-    monkeypatch.setattr(_common.out, "width", 200)
-    monkeypatch.setattr(_common.err, "width", 400)
+def here(here):
+    """The CLI's working folder (``conftest.here``) with a model and a metric file that leaves a mark."""
+    tmp_path = here
     mlp(tmp_path / "m.onnx")
     (tmp_path / "marker.py").write_text(
         "import pathlib\n\ndef hit(outputs, labels):\n    pathlib.Path('HIT').write_text('ran')\n    return 1.0\n"

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from autodeploy.cli import _common
 from tests.cli_runner import run_cli
 from tests.models import detector
 
@@ -21,16 +20,6 @@ EPS = b"""%!PS-Adobe-3.0 EPSF-3.0
 showpage
 %%EOF
 """
-
-
-@pytest.fixture
-def here(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("AUTODEPLOY_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("AUTODEPLOY_DB", f"sqlite:///{tmp_path / 'r.db'}")
-    monkeypatch.setattr(_common.out, "width", 200)
-    monkeypatch.setattr(_common.err, "width", 400)
-    return tmp_path
 
 
 def test_a_postscript_file_named_png_never_reaches_pillows_eps_plugin(here, capsys, monkeypatch):
