@@ -24,7 +24,8 @@ def model(tmp_path, monkeypatch):
 
 
 def _one_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
+    """The one line an error is, beside tune's ``config: PATH`` (which file it read)."""
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("config: ")]
     assert len(lines) == 1 and "Traceback" not in err, err
     return lines[0]
 

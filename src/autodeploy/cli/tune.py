@@ -137,7 +137,7 @@ def tune(
     if model is None and config is None:
         raise UsageError("no model given", fix="autodeploy tune MODEL, or put `model:` in --config")
     if config is not None:  # a bare name may be a file here or a shipped example: say which is read
-        err.print(f"config: {shown(str(study_config.resolve(config)))}")
+        err.print(f"config: {shown(str(study_config.resolve(config)))}", soft_wrap=True)  # one line, however long
     reporter = _ProgressReporter()
     shape_set = parse_flags(shape or [])
     per_shape = per_shape or bool(study_config.read(config).get("per_shape")) if config is not None else per_shape
