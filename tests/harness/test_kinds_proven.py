@@ -235,3 +235,21 @@ def test_a_raw_logit_map_failing_sqnr_with_its_cells_agreeing_names_the_cells_ov
     assert o.kind == "sqnr" and not acc.passed and o.cell_agreement == 1.0
     assert "--accuracy map=cells" in verdict.worst(acc.outputs)
     assert compare({"map": got}, {"map": logits}, overrides={"map": Override("cells")}).passed
+
+
+def test_near_ties_are_forgiven_only_where_the_reference_decides_most_items():
+    """A flip where the reference hesitated is no change; but on inputs where it decides nothing (an untrained
+    model, noise), that rule would pass any output: there every flip counts."""
+    rng = np.random.default_rng(0)
+    flat = rng.normal(0, 0.1, (16, 10)).astype(np.float32)  # softmax leads of a few hundredths: nothing decided
+    rolled = np.roll(flat, 1, axis=1)  # every argmax moved: a broken head
+    acc = compare({"logits": rolled}, {"logits": flat}, readers={"logits": "ArgMax"})
+    assert not acc.passed and acc.outputs[0].decided_agreement == acc.outputs[0].top1_agreement < 0.2
+    decided = flat.copy()
+    decided[np.arange(16), np.argmax(flat, axis=1)] += 4.0  # every item decided ...
+    decided[0] = flat[0]  # ... but one
+    one_tie = decided.copy()
+    second = np.argsort(flat[0])[-2]
+    one_tie[0, second] = flat[0].max() + 0.01  # that one flips to its runner-up
+    ok = compare({"logits": one_tie}, {"logits": decided}, readers={"logits": "ArgMax"})
+    assert ok.passed and ok.outputs[0].decided_agreement == 1.0 and ok.outputs[0].top1_agreement == 15 / 16

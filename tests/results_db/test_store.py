@@ -306,3 +306,18 @@ def test_gate_runs_filter_by_device(store: Store) -> None:
         ("fp-other", "Other CPU")
     ]
     assert len(store.list_gate_runs()) == 2 and store.list_gate_runs(device="x' OR '1'='1") == []
+
+
+def test_a_non_finite_number_round_trips_on_every_backend(store: Store):
+    """An output bit-exact to its reference has SQNR inf: PostgreSQL's json type refused the row ("Token "Infinity"
+    is invalid") and the trial was lost; each backend now keeps it as ``{"$float": "inf"}`` and reads back inf."""
+    from autodeploy.harness.result import Accuracy, OutputAccuracy
+
+    exact = OutputAccuracy("landmarks", max_abs=0.0, mean_rel=0.0, cosine=1.0, kind="regression", sqnr_db=float("inf"))
+    nan = OutputAccuracy("nan", max_abs=float("nan"), mean_rel=float("nan"), cosine=float("nan"), kind="sqnr",
+                         sqnr_db=float("-inf"))  # fmt: skip
+    accuracy = Accuracy(outputs=(exact, nan), n_samples=8, constraint="error SNR >= 17 dB", passed=False)
+    row = store.trial(TrialFilter(id=store.add_trial(ok_result(accuracy=accuracy), model=MODEL, device=DEVICE)))
+    (got_exact, got_nan) = row.measurement.accuracy.outputs
+    assert got_exact.sqnr_db == float("inf") and got_nan.sqnr_db == float("-inf")
+    assert got_nan.cosine != got_nan.cosine  # NaN stays NaN

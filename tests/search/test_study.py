@@ -359,7 +359,8 @@ def test_a_config_breaking_the_accuracy_budget_is_listed_with_its_worst_channel_
     assert (rejected.value, rejected.unit) == (o.sqnr_db, "dB") and rejected.limit == pytest.approx(sqnr_for_drop(0.01))
     assert rejected.value < rejected.limit
     assert rejected.reason == (f"output 'output0', axis 1, channels 4-11: SQNR {o.sqnr_db:.1f} dB < 17 dB "
-                               "(max accuracy drop 1%)")  # fmt: skip
+                               f"(max accuracy drop 1%); max abs error {o.error_max_abs:.4g}, p99 {o.error_p99_abs:.4g}, "
+                               "in the output's units")  # fmt: skip
     assert "output 'output0', axis 1, channels 4-11: SQNR" in row.failure_message  # the harness named the same group
 
 
@@ -447,7 +448,7 @@ def test_a_time_budget_that_is_no_duration_is_refused(text):
 @pytest.mark.slow
 def test_a_time_budget_too_small_for_the_baseline_says_how_long_the_baseline_takes(tmp_path):
     ctx = make_ctx(tmp_path, f"sqlite:///{tmp_path / 'r.db'}", precisions=["fp32"], time_budget_s=0.1)
-    with pytest.raises(UsageError, match=r"too small: measuring even the baseline \(ONNX Runtime fp32\) takes about "
+    with pytest.raises(UsageError, match=r"too small: measuring even the baseline \(the ORT fp32 default\) takes about "
                                          r"[\d.]+ s here") as raised:  # fmt: skip
         run_study(ctx)
     assert "\n" not in str(raised.value)

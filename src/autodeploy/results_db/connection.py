@@ -8,6 +8,8 @@ before any query, with a :class:`~autodeploy.errors.StoreError` naming the datab
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import sqlite3
 import time
@@ -195,7 +197,7 @@ def _create_engine(url: sa.URL, shown: str, *, readonly: bool) -> sa.Engine:
     elif url.database in (None, "", ":memory:"):
         kwargs = {"poolclass": sa.pool.StaticPool}  # one in-memory database, not one per connection
     try:
-        engine = sa.create_engine(url, **kwargs)
+        engine = sa.create_engine(url, json_serializer=dumps, json_deserializer=loads, **kwargs)
     except ImportError as err:
         fix = "pip install 'autodeploy[postgres]'" if url.get_backend_name() == "postgresql" else FIX_URL
         raise StoreError(
@@ -250,6 +252,35 @@ def _enter_wal(cursor: Any) -> None:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 0.1)
+
+
+#: How a JSON column keeps a non-finite number (an exact output's SQNR is infinite): PostgreSQL's json type
+#: refuses JSON's non-standard ``Infinity``/``NaN``, so ``{"$float": "inf"}`` stands for it in every backend.
+NONFINITE = "$float"
+
+
+def _marked(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return {NONFINITE: repr(value)}  # 'inf', '-inf', 'nan': float() reads each back
+    if isinstance(value, dict):
+        return {k: _marked(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_marked(v) for v in value]
+    return value
+
+
+def _unmarked(obj: dict[str, Any]) -> Any:
+    return float(obj[NONFINITE]) if len(obj) == 1 and NONFINITE in obj else obj
+
+
+def dumps(value: Any) -> str:
+    """A JSON column's text: strict JSON, a non-finite number as ``{"$float": "inf"}`` (:data:`NONFINITE`)."""
+    return json.dumps(_marked(value), allow_nan=False)
+
+
+def loads(text: str) -> Any:
+    """A JSON column's value, non-finite numbers restored (rows written before as bare ``Infinity`` read too)."""
+    return json.loads(text, object_hook=_unmarked)
 
 
 def diagnose(err: Exception) -> tuple[str, str]:
