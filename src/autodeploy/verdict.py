@@ -14,9 +14,14 @@ The rules:
   with :func:`parse_override`). Never one number over a whole tensor (docs/architecture.md, "Accuracy verdicts"):
 
   - ``exact``: integer and boolean outputs (ids), exact agreement ``>= 1 - max_accuracy_drop``.
-  - ``top1``: class-score vectors ``[N, C > 1]``, top-1 agreement ``>= 1 - max_accuracy_drop``.
-  - ``sequence``: ``[N, T, V]`` (or ``[N, T, 1, V]``) scores with a Softmax over the last axis (the producing node, or
-    rows summing to 1): the share of items whose whole argmax sequence is unchanged
+  - Classes only where proven (:func:`class_axis`): a Softmax or LogSoftmax makes the output, the graph reads its
+    argmax (``OutputFacts.reader``), its reference rows are distributions, or the model declares the measure
+    (:data:`DECLARED_KEY`). A flip counts only where the reference decided (its own class led the new one by
+    ``harness.accuracy.SEQUENCE_TIE``, 0.2 probability), while it decides at least half its items; every flip is
+    reported beside. ``top1``: one class vector per item; ``cells``: a map (``[N, H, W, C]``, ``[N, C, H, W]`` by
+    ``Softmax(axis=1)``), the share of cells whose class is unchanged; both ``>= 1 - max_accuracy_drop``.
+  - ``sequence``: classes over the last axis of ``[N, T, V]`` (or ``[N, T, 1, V]``), proven as above: the share of
+    items whose whole argmax sequence is unchanged
     ``>= 1 - max_accuracy_drop``, so below 100 items one changed token in one item fails; a token where
     the reference itself nearly tied (its own token's probability leads the candidate's by less
     than ``harness.accuracy.SEQUENCE_TIE``, 0.2) is no change. The per-position token agreement
@@ -29,7 +34,13 @@ The rules:
     Batch-major raw ``[N, T, V]`` stays ``sqnr``: no fact the comparison has tells logits over a vocabulary
     from hidden states ``[N, T, D]`` (a MatMul makes both, and D runs 256 to 4096 as V does); such
     logits take ``--accuracy NAME=sequence``.
-  - ``decision``: probabilities (produced by a Sigmoid, or a reference wholly inside [0, 1]),
+  - ``logit``: score logits a Sigmoid reads in the graph (or by override): the F1 of the decisions after a
+    sigmoid at a probability threshold.
+  - ``regression``: any other float vector per item (``[N, K]``, ``[N, 1, K]``: coordinates, offsets, raw scores
+    from a linear head): the error SNR per range group about the group's mean (``harness.accuracy.range_groups``),
+    ``>= min SQNR``; its failure line gives max and p99 abs error in the output's units.
+  - ``decision``: probabilities (produced by a Sigmoid; or, made by no linear op and not a vector per item, a
+    reference wholly inside [0, 1]),
     thresholded at :data:`DEFAULT_DECISION_THRESHOLD`: the F1 of the candidate's positives against
     the reference's ``>= 1 - max_accuracy_drop`` (no positives on either side: 1.0), so rare events count.
   - ``embedding``: one vector per item, ``[N, 1, ..., 1, D]`` of rank 4 and up (a 1x1 feature map, as a
@@ -37,10 +48,9 @@ The rules:
     by ``LpNormalization`` or whose reference rows all have length 1 with signed values (sentence and face
     embeddings end in ``F.normalize``, exported as ``Div`` by a ``ReduceL2``; class scores are not unit
     length, probabilities are not signed); or any float output by override (an unnormalized sentence
-    embedding ``[N, D]``, which the shape alone calls class scores): the cosine of each item's vector
+    embedding ``[N, D]``, otherwise a regression): the cosine of each item's vector
     with the reference's, the worst row ``>= 1 - max_accuracy_drop``; a vector's direction is what a
     nearest-neighbour search or a classifier on top reads, and one averaged number would hide one item's.
-    Else ``[N, 1, V]`` stays ``sqnr``: a one-position sequence.
   - ``sqnr``: every other float output, per channel group: the channel axis and the groups of
     adjacent channels of similar range are found by :mod:`autodeploy.harness.accuracy`; each
     group's SQNR ``10 log10(sum ref^2 / sum (out - ref)^2)`` (the reference's mean kept, as cosine
