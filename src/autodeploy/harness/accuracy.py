@@ -286,8 +286,12 @@ def _token_changes(got: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.nda
     agreement counts it) but not a changed sequence. Probabilities are the reference's own values
     where its rows sum to 1, else its softmax (time-major CTC logits, or logits judged by override).
     """
+    return _changes(got, ref, _probabilities(ref))
+
+
+def _changes(got: np.ndarray, ref: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_token_changes` on the reference's probabilities already computed."""
     top, picked = np.argmax(ref, axis=-1), np.argmax(got, axis=-1)
-    probs = _probabilities(ref)
     lead = (np.take_along_axis(probs, top[..., None], -1) - np.take_along_axis(probs, picked[..., None], -1))[..., 0]
     return top == picked, (top != picked) & (lead >= SEQUENCE_TIE)
 
@@ -305,9 +309,10 @@ def _class_changes(got: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.nda
     """:func:`_token_changes` for ``top1`` and ``cells``, unless the reference decided under
     :data:`MIN_DECIDED` of its items (cells): on inputs where it leads nowhere (an untrained model, noise),
     a near-tie cannot be told from a broken output, and every flip counts."""
-    same, changed = _token_changes(got, ref)
+    probs = _probabilities(ref)  # once: the leads and the decided share read the same probabilities
+    same, changed = _changes(got, ref, probs)
     if ref.shape[-1] > 1:
-        ranked = np.sort(_probabilities(ref), axis=-1)
+        ranked = np.sort(probs, axis=-1)
         if float(np.mean(ranked[..., -1] - ranked[..., -2] >= SEQUENCE_TIE)) < MIN_DECIDED:
             changed = ~same
     return same, changed
@@ -468,7 +473,9 @@ def _worst_group(got: np.ndarray, ref: np.ndarray, centred: bool = False) -> tup
     return db, f"axis {axis}, {_channels_text(channels)}", part
 
 
-def _load(model: onnx.ModelProto | str | Path) -> onnx.ModelProto:
+def onnx_graph(model: onnx.ModelProto | str | Path) -> onnx.ModelProto:
+    """The model, its graph without external weights: what :func:`producers`, :func:`readers` and
+    :func:`declared` read (load it once and pass it to each)."""
     import onnx
 
     return model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
@@ -487,7 +494,7 @@ def _axis_text(node: onnx.NodeProto, rank: int, default: int) -> str:
 def producers(model: onnx.ModelProto | str | Path) -> dict[str, str]:
     """Output name -> the op that produces it: ``Sigmoid`` (also through reshapes and casts),
     ``Softmax`` or ``LogSoftmax`` (over the last axis; otherwise ``Softmax(axis=k)``), or the op's type."""
-    model = _load(model)
+    model = onnx_graph(model)
     graph = model.graph
     made = {out: node for node in graph.node for out in node.output}
     found = {}
@@ -514,7 +521,7 @@ def readers(model: onnx.ModelProto | str | Path) -> dict[str, str]:
     """Output name -> what the graph itself does with the output's values beside returning them (also
     through an Identity or Cast): ``ArgMax`` (or ``ArgMax(axis=k)``) where an ArgMax, a TopK or a Softmax
     reads its classes; ``Sigmoid`` where a Sigmoid turns it into probabilities. Outputs nothing reads are left out."""
-    model = _load(model)
+    model = onnx_graph(model)
     graph = model.graph
     consumers: dict[str, list] = {}
     for node in graph.node:
@@ -546,7 +553,7 @@ def declared(model: onnx.ModelProto | str | Path) -> dict[str, Override]:
     Raises:
         ValueError: an entry is not of that form.
     """
-    model = _load(model)
+    model = onnx_graph(model)
     text = next((p.value for p in model.metadata_props if p.key == DECLARED_KEY), "")
     return dict(parse_override(entry.strip()) for entry in text.split(",") if entry.strip())
 

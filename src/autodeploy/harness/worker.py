@@ -28,7 +28,15 @@ from autodeploy.adapters.registry import load_target
 from autodeploy.data import Dataset
 from autodeploy.device import probe_device
 from autodeploy.errors import UnsupportedConfigError
-from autodeploy.harness.accuracy import as_tensor, compare, declared, is_time_major, producers, readers
+from autodeploy.harness.accuracy import (
+    as_tensor,
+    compare,
+    declared,
+    is_time_major,
+    onnx_graph,
+    producers,
+    readers,
+)
 from autodeploy.harness.concurrency import BatchPolicy, LoopRun, closed_loop, open_loop
 from autodeploy.harness.metric import load_metric, score
 from autodeploy.harness.result import Accuracy, Measurement, reason
@@ -196,11 +204,12 @@ class _Job:
                  ) -> Accuracy:  # fmt: skip
         reference = dict(np.load(self.spec.reference_path or "", allow_pickle=False))
         # What each output is, from the ONNX graph (a .tflite or an IR run as given: from shapes and values).
-        onnx_model = self.model.format == "onnx"
-        made = _step("run_failed", lambda: producers(self.model.path)) if onnx_model else {}
-        read = _step("run_failed", lambda: readers(self.model.path)) if onnx_model else {}
+        # The graph read once (no weights): what makes, reads and declares each output.
+        graph = _step("run_failed", lambda: onnx_graph(self.model.path)) if self.model.format == "onnx" else None
+        made = producers(graph) if graph is not None else {}
+        read = readers(graph) if graph is not None else {}
         # The model's own declaration (its metadata), then the user's --accuracy over it.
-        overrides = _step("run_failed", lambda: declared(self.model.path)) if onnx_model else {}
+        overrides = _step("run_failed", lambda: declared(graph)) if graph is not None else {}
         overrides.update(verdict.parse_override(text) for text in self.spec.accuracy_overrides)
         accuracy = _step("run_failed", lambda: compare(outputs, reference, labels=evaluation.labels,
                                                        max_accuracy_drop=self.spec.max_accuracy_drop,
