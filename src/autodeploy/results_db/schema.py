@@ -213,3 +213,86 @@ class Export(Base):
     signed: Mapped[bool]
     command: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+# -- fleet (autodeploy fleet / agent, docs/architecture.md "Fleet") -----------------------------------------
+# The record of fleet jobs. Claiming, leases and retries are PgQueuer's, in its own schema (autodeploy_queue),
+# outside these models and Alembic: a run's state here is what happened; the queue only says who holds it.
+
+#: A run's states: queued (no agent holds it yet), running, and the final ones.
+RUN_STATES = ("queued", "running", "done", "failed", "cancelled", "skipped")
+
+
+class FleetAgent(Base):
+    """A device that runs fleet jobs: known by its name, bound to the fingerprint it first registered with."""
+
+    __tablename__ = "ad_fleet_agents"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(unique=True)
+    device_id: Mapped[int] = mapped_column(sa.ForeignKey("ad_devices.id"), index=True)
+    fingerprint: Mapped[str]
+    cpu: Mapped[str]
+    #: {engine: "available" or why not}, as this agent's probe saw it at registration.
+    engines: Mapped[dict[str, Any]]
+    tags: Mapped[list[str]] = mapped_column(sa.JSON)
+    version: Mapped[str]  # autodeploy's
+    registered_at: Mapped[datetime] = mapped_column(default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class FleetBlob(Base):
+    """Bytes the fleet shares (a job's model and data, a run's winner bundle), known by their SHA-256."""
+
+    __tablename__ = "ad_fleet_blobs"
+
+    sha256: Mapped[str] = mapped_column(primary_key=True)
+    size: Mapped[int] = mapped_column(sa.BigInteger)
+    data: Mapped[bytes] = mapped_column(sa.LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class FleetJob(Base):
+    """A model submitted once, to be tuned by every device ``devices`` selects (``all``, ``NAME``, ``tag:TAG``)."""
+
+    __tablename__ = "ad_fleet_jobs"
+    __table_args__ = (sa.CheckConstraint("state IN ('open', 'cancelled')", name="state"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model_name: Mapped[str]  # as given: zoo:tiny-cnn, model.onnx
+    model_file: Mapped[str]  # the file name an agent writes the model under (its suffix tells the format)
+    model_sha256: Mapped[str] = mapped_column(sa.ForeignKey("ad_fleet_blobs.sha256"))
+    #: ``{"sha256", "file"}`` of a data blob, ``{"ref": "sample:images"}``, or NULL (the default inputs).
+    data: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))
+    options: Mapped[dict[str, Any]]  # validated study config keys, never code (no metric)
+    devices: Mapped[str]
+    lost_after_s: Mapped[float]  # a running device silent this long reads as failed: agent lost
+    state: Mapped[str]
+    command: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class FleetRun(Base):
+    """One job on one device: its own study, its state, progress and winner (the bundle as a blob)."""
+
+    __tablename__ = "ad_fleet_runs"
+    __table_args__ = (
+        sa.UniqueConstraint("job_id", "agent_id"),
+        sa.CheckConstraint("state IN ('queued', 'running', 'done', 'failed', 'cancelled', 'skipped')", name="state"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(sa.ForeignKey("ad_fleet_jobs.id"), index=True)
+    agent_id: Mapped[int] = mapped_column(sa.ForeignKey("ad_fleet_agents.id"), index=True)
+    study: Mapped[str]
+    state: Mapped[str]
+    queue_job: Mapped[int | None] = mapped_column(sa.BigInteger)  # PgQueuer's job id, while queued
+    attempts: Mapped[int] = mapped_column(default=0)  # times an agent took it (a lease taken back counts)
+    trials: Mapped[int] = mapped_column(default=0)  # measured screening trials in its study so far
+    winner: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))
+    bundle_sha256: Mapped[str | None] = mapped_column(sa.ForeignKey("ad_fleet_blobs.sha256"))
+    reason: Mapped[str | None] = mapped_column(sa.Text)  # why it failed or was skipped; a note beside a winner
+    skipped: Mapped[list[dict[str, str]] | None] = mapped_column(sa.JSON(none_as_null=True))  # engines left out, why
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
