@@ -89,7 +89,7 @@ class ConversionError(BuildError):
 #: Top-level module -> the extra that installs it (pyproject.toml's optional dependencies), for the
 #: extras that are not an engine's: an engine declares its own (``Engine.extra`` and ``Engine.modules``).
 EXTRAS = {"sklearn": "zoo", "PIL": "images", "streamlit": "dashboard", "plotly": "dashboard", "psycopg": "postgres",
-          "model_signing": "sign", "OpenSSL": "sign"}  # fmt: skip
+          "pgqueuer": "fleet", "model_signing": "sign", "OpenSSL": "sign"}  # fmt: skip
 
 
 class MissingExtraError(UsageError):

@@ -11,11 +11,13 @@ import typer
 
 from autodeploy.adapters import registry
 from autodeploy.cli import (
+    agent,
     bench,
     bundle,
     dashboard,
     engines,
     export,
+    fleet,
     gate,
     inhouse,
     results,
@@ -69,6 +71,8 @@ app.add_typer(results.app, name="results")
 app.add_typer(zoo.app, name="zoo")
 app.add_typer(inhouse.app, name="inhouse")
 app.add_typer(bundle.app, name="bundle")
+app.add_typer(fleet.app, name="fleet")
+app.command("agent")(agent.agent)
 
 
 #: Metavars by option name; others follow from the type (N, SECONDS, NUMBER, PATH, the name in capitals).

@@ -1,0 +1,155 @@
+"""``autodeploy fleet submit|status|export|cancel``: a model submitted once, tuned by every device's agent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from autodeploy.cli._common import (
+    ACCURACY_DROP_HELP,
+    Format,
+    FormatOption,
+    MetricOption,
+    at_least,
+    command_line,
+    emit,
+    err,
+    out,
+    shown,
+)
+from autodeploy.errors import UsageError
+
+app = typer.Typer(help="Fleet jobs: submit a model once, and every device's agent tunes it (PostgreSQL).",
+                  no_args_is_help=True)  # fmt: skip
+DbOption = Annotated[str | None, typer.Option(help="The PostgreSQL results database every agent reaches (default: $AUTODEPLOY_DB).")]
+Many = list[str] | None
+#: Device states, coloured as tables show them.
+COLOURS = {"queued": "dim", "running": "cyan", "done": "green", "failed": "red", "cancelled": "yellow", "skipped": "yellow"}
+
+
+@app.command()
+def submit(
+    model: Annotated[str | None, typer.Argument(help="An .onnx, .tflite or .pt2 file, or zoo:NAME (or `model:` in --config).")] = None,
+    devices: Annotated[str, typer.Option(help="all (every device registered now or while the job is open), NAME, or tag:TAG.")] = "all",
+    config: Annotated[Path | None, typer.Option(metavar="YAML", help="Study config, as for tune; flags override it.")] = None,
+    objective: Annotated[str | None, typer.Option(help="latency | throughput | server | pareto.")] = None,
+    engine: Annotated[Many, typer.Option(help="Engines to search; a device that lacks one runs the rest. Repeatable.")] = None,
+    precision: Annotated[Many, typer.Option(help="Precisions to search; repeatable.")] = None,
+    batch: Annotated[list[int] | None, typer.Option(help="Batch sizes to search; repeatable.")] = None,
+    threads: Annotated[list[int] | None, typer.Option(help="Thread counts to search; repeatable.")] = None,
+    trials: Annotated[int | None, typer.Option(help="Measured trials per device (default 30, or fewer when the search stops improving).")] = None,
+    time_budget: Annotated[str | None, typer.Option(metavar="DURATION", help="Wall time of each device's study (600, 90s, 10m).")] = None,
+    sampler: Annotated[str | None, typer.Option(help="tpe (default) | grid | random | nsga2.")] = None,
+    seed: Annotated[int | None, typer.Option()] = None,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Re-measure configs already in the store for the same fingerprint.")] = False,
+    max_accuracy_drop: Annotated[float | None, typer.Option(callback=at_least(0.0), help=ACCURACY_DROP_HELP)] = None,
+    max_memory_mb: Annotated[float | None, typer.Option(help="Peak worker memory allowed, MB.")] = None,
+    sla_ms: Annotated[float | None, typer.Option(help="p99 latency bound (needed by --objective server).")] = None,
+    finalists: Annotated[int | None, typer.Option(help="Finalists re-measured interleaved (default 3; 0: none).")] = None,
+    rounds: Annotated[int | None, typer.Option(help="Interleaved rounds for the finalists (default 3).")] = None,
+    min_samples: Annotated[int | None, typer.Option(help="Timed calls per screening trial, at least (default 64).")] = None,
+    min_duration: Annotated[float | None, typer.Option(help="Timed seconds per screening trial, at least (default 1).")] = None,
+    data: Annotated[str | None, typer.Option(help="Input data: one .npz or .npy file (stored with the job), or sample:images.")] = None,
+    metric: MetricOption = None,
+    lost_after: Annotated[float, typer.Option(callback=at_least(1.0), metavar="SECONDS", help="A running device silent this long reads as failed: agent lost.")] = 1800.0,
+    db: DbOption = None,
+    format: FormatOption = Format.table,
+) -> None:  # fmt: skip
+    """Store the model (and its data) once, content-addressed, and queue a study of it on every device selected."""
+    from autodeploy.fleet import jobs
+
+    if metric is not None:
+        raise UsageError("--metric is refused for fleet jobs: a metric is code, and a fleet job carries no code",
+                         fix="drop --metric; judge accuracy by the outputs (--max-accuracy-drop)")  # fmt: skip
+    if model is None and config is None:
+        raise UsageError("no model given", fix="autodeploy fleet submit MODEL --db URL")
+    overrides = {"objective": objective, "engines": engine, "precisions": precision, "batches": batch, "threads": threads,
+                 "trials": trials, "time_budget_s": time_budget, "sampler": sampler, "seed": seed, "fresh": fresh or None,
+                 "constraints.max_accuracy_drop": max_accuracy_drop, "constraints.max_memory_mb": max_memory_mb,
+                 "constraints.sla_ms": sla_ms, "finalists.count": finalists, "finalists.rounds": rounds,
+                 "screening.min_samples": min_samples, "screening.min_duration_s": min_duration}  # fmt: skip
+    done = jobs.submit(model, db=db, devices=devices, config=config, overrides=overrides, data=data,
+                       lost_after_s=lost_after, command=command_line())  # fmt: skip
+    if format is not Format.table:
+        emit(format, {"job": done.job})
+        return
+    out.print(f"job {done.job}: model sha256 {done.model_sha256[:12]}, devices {shown(devices)}")
+    if done.devices:
+        out.print(f"queued on {len(done.devices)} registered device(s): {shown(', '.join(done.devices))}")
+    else:
+        err.print(f"[yellow]no registered device is selected by {shown(devices)} yet[/]: it runs when one registers "
+                  "(autodeploy agent --db URL --name NAME)")  # fmt: skip
+    out.print(f"follow it with: autodeploy fleet status {done.job} --db URL")
+
+
+@app.command()
+def status(
+    job: Annotated[int | None, typer.Argument(help="The job (default: every job).")] = None,
+    db: DbOption = None,
+    format: FormatOption = Format.table,
+) -> None:
+    """Per device: state, heartbeat age, trials done, the winner with its speed-up and statistic, or the reason."""
+    from autodeploy.fleet import jobs
+    from autodeploy.results_db.store import Store
+
+    with Store.open(jobs.require_postgres(db), readonly=True) as store:
+        records = jobs.status(store, job)
+    if format is not Format.table:
+        emit(format, records[0] if job is not None else records)
+        return
+    if not records:
+        out.print("no fleet job yet: autodeploy fleet submit MODEL --db URL")
+    for record in records:
+        _print_job(record)
+
+
+def _print_job(record: dict[str, Any]) -> None:
+    table = Table(title=f"job {record['job']}: {shown(record['model'])} on {shown(record['selects'])} ({record['state']})")
+    for column in ("device", "state", "heartbeat", "trials", "winner", "speed-up", "reason"):
+        table.add_column(column)
+    for d in record["devices"]:
+        w = d["winner"] or {}
+        speedup = f"{w['speedup']:.2f}x ({w['statistic']})" if w.get("speedup") else "-"
+        winner = f"{shown(w['config'])}, {w['statistic']} {shown(w['value_text'])}" if w else "-"
+        reason = d["reason"] or ""
+        if d["skipped"]:
+            reason = "; ".join([reason] * bool(reason) + [f"skipped {s['engine']}: {s['reason']}" for s in d["skipped"]])
+        table.add_row(shown(d["device"]), f"[{COLOURS[d['state']]}]{d['state']}[/]", f"{d['heartbeat_age_s']:.0f} s ago",
+                      str(d["trials"]), winner, speedup, shown(reason))  # fmt: skip
+    out.print(table)
+    if not record["devices"]:
+        out.print("no device has taken it yet")
+
+
+@app.command()
+def export(
+    job: Annotated[int, typer.Argument(help="The job.")],
+    device: Annotated[str, typer.Option(help="The device whose winner to write.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Destination folder; must not exist.")],
+    db: DbOption = None,
+) -> None:
+    """Write a device's winner bundle from the store, verified (every file against its manifest)."""
+    from autodeploy.fleet import jobs
+    from autodeploy.results_db.store import Store
+
+    with Store.open(jobs.require_postgres(db), readonly=True) as store:
+        path, manifest = jobs.export(store, job, device, output)
+    engine = manifest.get("engine") or {}
+    out.print(f"exported {shown(device)}'s winner of job {job} to [bold]{shown(str(path))}[/] "
+              f"({len(manifest['files'])} files verified against the manifest; {shown(engine.get('name', '?'))})")  # fmt: skip
+    out.print(f"check it with: autodeploy bundle verify {shown(str(path))}")
+
+
+@app.command()
+def cancel(job: Annotated[int, typer.Argument(help="The job.")], db: DbOption = None) -> None:
+    """Cancel a job: queued devices at once, running ones at their agent's next step."""
+    from autodeploy.fleet import jobs
+    from autodeploy.results_db.store import Store
+
+    with Store.open(jobs.require_postgres(db)) as store:
+        runs = jobs.cancel(store, job)
+    running = [r.device for r in runs if r.state == "running"]
+    out.print(f"job {job} cancelled" + (f"; stopping on {shown(', '.join(running))}" if running else ""))

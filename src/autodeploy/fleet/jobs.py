@@ -1,0 +1,281 @@
+"""Fleet jobs from the submitter's side: submit a model once, read every device's state, export a winner, cancel.
+
+A job carries the model's bytes and its data's (content-addressed blobs, :func:`ledger.put_blob`) and the
+study config keys, validated here as ``tune`` validates them; never code (``--metric`` is refused).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autodeploy.errors import UsageError
+from autodeploy.fleet import ledger, queue
+
+if TYPE_CHECKING:
+    from autodeploy.intake import ResolvedModel
+    from autodeploy.results_db.store import Store
+
+#: A running device silent this long (no heartbeat) reads as ``failed: agent lost`` (``--lost-after``).
+DEFAULT_LOST_AFTER_S = 1800.0
+#: Device names and tags: letters, digits, '_' and '-' (they name studies and queue entrypoints).
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
+NAME_FIX = "use 1 to 63 letters, digits, '_' or '-', starting with a letter or digit"
+#: The study config keys a fleet job may not carry: the agent names the study, the data travels as a blob, one
+#: study per device (never per shape), and a metric is code.
+REFUSED_KEYS = {"name": "a fleet job names its studies fleet.JOB.DEVICE", "per_shape": "a fleet job runs one study per device",
+                "metric": "a metric is code, and a fleet job carries no code"}  # fmt: skip
+#: The JSON form of one job's status (``autodeploy fleet status --format json``; ``report.SCHEMA``'s ``fleet``).
+SCHEMA_NAME = "autodeploy.fleet"
+#: Every device state :func:`status` reports.
+STATES = ("queued", "running", "done", "failed", "cancelled", "skipped")
+SQLITE_REFUSED = "autodeploy fleet and agent need PostgreSQL"
+
+
+def check_name(value: str, what: str) -> str:
+    """``value`` when it can name a device or a tag. Raises: UsageError."""
+    if not NAME.fullmatch(value):
+        raise UsageError(f"{what} {value[:80]!r} is not a valid name", fix=NAME_FIX)
+    return value
+
+
+def check_devices(devices: str) -> str:
+    """``all``, ``NAME`` or ``tag:TAG``. Raises: UsageError."""
+    if devices != "all":
+        check_name(devices.removeprefix("tag:"), "--devices tag" if devices.startswith("tag:") else "--devices")
+    return devices
+
+
+def require_postgres(url: str | None) -> str:
+    """The store URL when it is PostgreSQL; SQLite (the single-machine default) is refused in one line.
+
+    Raises:
+        UsageError: no URL (the default is a SQLite file), a file path, or a ``sqlite://`` URL.
+    """
+    import sqlalchemy as sa
+
+    from autodeploy.results_db.connection import ENV_VAR
+
+    given = url or os.environ.get(ENV_VAR)
+    fix = "pass --db postgresql+psycopg://USER@HOST/DBNAME (a database every device reaches)"
+    if not given or "://" not in given:
+        raise UsageError(f"{SQLITE_REFUSED}; the results database is SQLite ({given or 'the default file'})", fix=fix)
+    try:
+        backend = sa.make_url(given).get_backend_name()
+    except (sa.exc.ArgumentError, ValueError):
+        return given  # Store.open says what is wrong with it
+    if backend != "postgresql":
+        shown = sa.make_url(given).render_as_string(hide_password=True)
+        raise UsageError(f"{SQLITE_REFUSED}; the results database is {'SQLite' if backend == 'sqlite' else backend} ({shown})", fix=fix)
+    return given
+
+
+# -- submit -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job: int
+    devices: tuple[str, ...]  # registered devices that took it now (an ``all`` job also goes to later ones)
+    model_sha256: str
+
+
+def submit(model: str | None, *, db: str | None, devices: str = "all", config: str | Path | None = None,
+           overrides: Mapping[str, Any] | None = None, data: str | None = None,
+           lost_after_s: float = DEFAULT_LOST_AFTER_S, command: str | None = None) -> Submitted:  # fmt: skip
+    """Store ``model`` (and its data) once and queue a run of it on every registered device ``devices`` selects.
+
+    Args:
+        model: an ``.onnx``, ``.tflite`` or ``.pt2`` file (one file), or ``zoo:NAME``; else ``model`` in ``config``.
+        db: the PostgreSQL results database every agent reaches.
+        devices: ``all`` (every device registered now, and every one that registers while the job is open),
+            ``NAME`` or ``tag:TAG``.
+        config, overrides: the study config (a YAML file) and the flags over it, as ``tune`` takes them
+            (``overrides`` in config keys: ``engines``, ``finalists.count``, ...).
+        data: ``--data``: an ``.npz`` or ``.npy`` file, or ``sample:images``.
+        lost_after_s: a running device silent this long reads as failed (agent lost).
+
+    Raises:
+        UsageError: SQLite, a bad selector, a study config that does not validate or names a refused key
+            (``--metric``), a model of several files, data that is not one file.
+        ModelError, DataError, StoreError: the model, the data or the database is unusable.
+    """
+    from autodeploy.api import cache_dir
+    from autodeploy.intake import load_source, resolve_model
+    from autodeploy.results_db.store import Store
+    from autodeploy.search import config as study_config
+
+    url = require_postgres(db)
+    check_devices(devices)
+    if lost_after_s <= 0:
+        raise UsageError(f"--lost-after {lost_after_s:g} is not a positive number of seconds", fix="e.g. --lost-after 1800")
+    keys = study_config.read(config)
+    overrides = {**(overrides or {}), "model": model}
+    for key, why in REFUSED_KEYS.items():
+        if keys.get(key) or overrides.get(key):
+            raise UsageError(f"fleet jobs refuse {key} ({why})", fix=f"drop {key} from the flags and the config")
+    cfg = study_config.validate(keys, overrides)
+    resolved = resolve_model(cfg.model, cache_dir=cache_dir())
+    model_path = _model_file(cfg.model, resolved)
+    data_ref = data or cfg.data
+    load_source(data_ref if data_ref is None or data_ref == "sample:images" else _data_file(data_ref), resolved.info)
+    options = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in ("model", "name", "data", "metric", "per_shape")}
+    with Store.open(url) as store:
+        model_sha = ledger.put_blob(store, model_path.read_bytes())
+        job, runs = ledger.add_job(store, model_name=cfg.model, model_file=_safe_file_name(model_path.name), model_sha256=model_sha,
+                                   data=_data_blob(store, data_ref, resolved), options=options, devices=devices,
+                                   lost_after_s=lost_after_s, command=command)  # fmt: skip
+        asyncio.run(_enqueue(store, [(r.id, r.device) for r in runs]))
+    return Submitted(job.id, tuple(r.device for r in runs), model_sha)
+
+
+async def _enqueue(store: Store, runs: list[tuple[int, str]]) -> None:
+    async with queue.connected(_url(store)) as queries:
+        ledger.set_queue_jobs(store, await queue.enqueue(queries, runs))
+
+
+def _url(store: Store) -> str:
+    return store.engine.url.render_as_string(hide_password=False)
+
+
+def _model_file(ref: str, resolved: ResolvedModel) -> Path:
+    """The one file that is the model: the file given (a ``.pt2`` too), or the zoo's ONNX."""
+    info = resolved.info
+    if info.external_files:
+        raise UsageError(f"{ref} keeps its weights in {len(info.external_files)} more file(s) "
+                         f"({', '.join(info.external_files[:3])}): a fleet job carries one model file",
+                         fix="save the model as one file (ONNX: onnx.save(model, path) without external data)")  # fmt: skip
+    given = Path(ref)
+    return given if given.is_file() else Path(info.path)
+
+
+def _data_file(ref: str) -> Path:
+    path = Path(ref)
+    if not path.is_file() or path.suffix not in (".npz", ".npy"):
+        raise UsageError(f"--data {ref}: a fleet job carries data as one .npz or .npy file (or sample:images)",
+                         fix="pack the inputs into one .npz (numpy.savez(path, INPUT=array, labels=labels))")  # fmt: skip
+    return path
+
+
+def _data_blob(store: Store, ref: str | None, resolved: ResolvedModel) -> dict[str, Any] | None:
+    """The job's data: a file's bytes as a blob, ``sample:images`` by name, a zoo model's own items as an
+    ``.npz`` blob (so every device judges accuracy on the same labelled items), or ``None`` (synthetic inputs)."""
+    import numpy as np
+
+    if ref == "sample:images":
+        return {"ref": ref}
+    if ref is not None:
+        path = _data_file(ref)
+        return {"sha256": ledger.put_blob(store, path.read_bytes()), "file": _safe_file_name(path.name)}
+    if resolved.data is None:
+        return None
+    buffer = io.BytesIO()
+    arrays = dict(resolved.data.inputs)
+    if resolved.data.labels is not None:
+        arrays["labels"] = resolved.data.labels
+    np.savez(buffer, **arrays)
+    return {"sha256": ledger.put_blob(store, buffer.getvalue()), "file": "data.npz"}
+
+
+def _safe_file_name(name: str) -> str:
+    """A file name an agent may write: no path, no control characters (the suffix kept: it tells the format)."""
+    stem, dot, suffix = Path(name).name.partition(".")
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", stem).strip("-") or "model"
+    return f"{stem[:80]}{dot}{re.sub(r'[^A-Za-z0-9.]+', '', suffix)}"
+
+
+# -- status -----------------------------------------------------------------------------------------------
+
+
+def device_state(run: ledger.Run, job: ledger.Job, at: datetime) -> tuple[str, str | None]:
+    """A run's state as shown: a running device silent for the job's ``lost_after_s`` is ``failed: agent lost``
+    (it stays ``running`` in the store: if the agent comes back, it goes on)."""
+    silent = (at - run.heartbeat_at).total_seconds()
+    if run.state == "running" and silent > job.lost_after_s:
+        return "failed", f"agent lost: no heartbeat for {silent:.0f} s (the job's limit is {job.lost_after_s:g} s)"
+    if run.state == "running" and job.state == "cancelled":
+        return "running", "cancel requested: the agent stops at its next step"
+    return run.state, run.reason
+
+
+def record(job: ledger.Job, runs: list[ledger.Run], at: datetime | None = None) -> dict[str, Any]:
+    """One job's status as the JSON record ``fleet status --format json`` prints (``report.SCHEMA``)."""
+    at = at or ledger.now()
+    devices = []
+    for run in runs:
+        state, reason = device_state(run, job, at)
+        devices.append({"device": run.device, "state": state, "winner": run.winner, "reason": reason,
+                        "heartbeat_age_s": round((at - run.heartbeat_at).total_seconds(), 1), "trials": run.trials,
+                        "attempts": run.attempts, "skipped": run.skipped, "study": run.study})  # fmt: skip
+    return {"schema": SCHEMA_NAME, "schema_version": 1, "job": job.id, "model": job.model_name,
+            "model_sha256": job.model_sha256, "selects": job.devices, "state": job.state,
+            "created_at": job.created_at.isoformat(), "devices": devices}  # fmt: skip
+
+
+def status(store: Store, job_id: int | None = None) -> list[dict[str, Any]]:
+    """Every job's status record (or one job's), oldest first."""
+    chosen = [ledger.job(store, job_id)] if job_id is not None else ledger.jobs(store)
+    runs = ledger.runs(store, [j.id for j in chosen])
+    at = ledger.now()
+    return [record(j, [r for r in runs if r.job_id == j.id], at) for j in chosen]
+
+
+# -- export and cancel ------------------------------------------------------------------------------------
+
+
+def export(store: Store, job_id: int, device: str, output: str | Path) -> tuple[Path, dict[str, Any]]:
+    """Write ``device``'s winner bundle of job ``job_id`` from the store to the new folder ``output``, verified.
+
+    Returns:
+        The bundle folder and its manifest.
+
+    Raises:
+        UsageError: no such job, device or winner; ``output`` exists.
+        StoreError: the stored bundle does not match its SHA-256.
+        BundleError: the bundle fails its checks.
+    """
+    from autodeploy.bundle import safe_extract, verify
+
+    ledger.job(store, job_id)
+    run = next((r for r in ledger.runs(store, [job_id]) if r.device == device), None)
+    if run is None:
+        raise UsageError(f"device {device!r} has no run of fleet job {job_id}", fix=f"see autodeploy fleet status {job_id}")
+    if run.bundle_sha256 is None:
+        raise UsageError(f"device {device!r} has no winner bundle for fleet job {job_id} (state {run.state})",
+                         fix=f"see autodeploy fleet status {job_id}")  # fmt: skip
+    output = Path(output)
+    if output.exists():
+        raise UsageError(f"{output} already exists", fix="choose a new folder for -o")
+    data = ledger.checked_blob(store, run.bundle_sha256, "winner bundle")
+    scratch = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent if output.parent.is_dir() else None))
+    try:
+        archive = scratch / "bundle.tar.gz"
+        archive.write_bytes(data)
+        root = safe_extract(archive, scratch / "extracted")
+        manifest = verify(root)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(root), str(output))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return output, manifest
+
+
+def cancel(store: Store, job_id: int) -> list[ledger.Run]:
+    """Cancel job ``job_id``: queued runs at once (withdrawn from the queue), running ones by their agents."""
+    withdrawn = ledger.cancel(store, job_id)
+
+    async def take_out() -> None:
+        async with queue.connected(_url(store)) as queries:
+            await queue.withdraw(queries, withdrawn)
+
+    asyncio.run(take_out())
+    return ledger.runs(store, [job_id])

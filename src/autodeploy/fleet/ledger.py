@@ -1,0 +1,354 @@
+"""The fleet's record in the results store: agents, jobs, one run per job and device, shared blobs.
+
+The store, not the agent, is the record: every state an agent reaches is written here before it goes on,
+so a killed agent leaves its run as it was (``running``) and whoever takes it back reads where it stood.
+SQLAlchemy Core and ORM over :mod:`autodeploy.results_db.schema`; every value a bound parameter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from autodeploy.errors import StoreError, UsageError
+from autodeploy.results_db import connection, rows
+from autodeploy.results_db.records import DeviceRecord
+from autodeploy.results_db.schema import FleetAgent, FleetBlob, FleetJob, FleetRun
+
+if TYPE_CHECKING:
+    from autodeploy.device import DeviceInfo
+    from autodeploy.results_db.store import Store
+
+T = TypeVar("T")
+#: A run in one of these states is over: no agent takes it again.
+FINAL = ("done", "failed", "cancelled", "skipped")
+
+
+@dataclass(frozen=True)
+class Agent:
+    id: int
+    name: str
+    fingerprint: str
+    cpu: str
+    tags: tuple[str, ...]
+    engines: dict[str, str]
+    version: str
+    heartbeat_at: datetime
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    model_name: str
+    model_file: str
+    model_sha256: str
+    data: dict[str, Any] | None
+    options: dict[str, Any]
+    devices: str
+    lost_after_s: float
+    state: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Run:
+    """One job on one device, with its agent's name and last heartbeat."""
+
+    id: int
+    job_id: int
+    device: str
+    study: str
+    state: str
+    attempts: int
+    trials: int
+    winner: dict[str, Any] | None
+    bundle_sha256: str | None
+    reason: str | None
+    skipped: list[dict[str, str]]
+    heartbeat_at: datetime
+    queue_job: int | None = None
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def study_name(job_id: int, device: str) -> str:
+    """``fleet.JOB.DEVICE``: one study per job and device (a study name may not hold '/', so dots)."""
+    return f"fleet.{job_id}.{device}"
+
+
+def selects(devices: str, agent: Agent) -> bool:
+    """Whether a job's ``--devices`` (``all``, ``NAME`` or ``tag:TAG``) takes this agent."""
+    if devices == "all":
+        return True
+    if devices.startswith("tag:"):
+        return devices[4:] in agent.tags
+    return devices == agent.name
+
+
+# -- plumbing ---------------------------------------------------------------------------------------------
+
+
+def _tx(store: Store, what: str, fn: Callable[[Session], T]) -> T:
+    """``fn`` in one transaction; a database that failed becomes a :class:`StoreError` (data that breaks the
+    schema is a bug and keeps its exception, as in :meth:`Store._run`)."""
+    try:
+        with Session(store.engine) as s, s.begin():
+            return fn(s)
+    except sa.exc.DatabaseError as err:
+        if isinstance(err, (sa.exc.IntegrityError, sa.exc.DataError, sa.exc.ProgrammingError)):
+            raise
+        reason, fix = connection.diagnose(err)
+        raise StoreError(f"{what} results database {store.url}: {reason}", fix=fix) from err
+
+
+def _agent(a: FleetAgent) -> Agent:
+    return Agent(a.id, a.name, a.fingerprint, a.cpu, tuple(a.tags), dict(a.engines), a.version, rows.utc(a.heartbeat_at))
+
+
+def _job(j: FleetJob) -> Job:
+    return Job(j.id, j.model_name, j.model_file, j.model_sha256, j.data, dict(j.options), j.devices, j.lost_after_s,
+               j.state, rows.utc(j.created_at))  # fmt: skip
+
+
+def _run(r: FleetRun, a: FleetAgent) -> Run:
+    return Run(r.id, r.job_id, a.name, r.study, r.state, r.attempts, r.trials, r.winner, r.bundle_sha256, r.reason,
+               list(r.skipped or []), rows.utc(a.heartbeat_at), r.queue_job)  # fmt: skip
+
+
+# -- blobs ------------------------------------------------------------------------------------------------
+
+
+def put_blob(store: Store, data: bytes) -> str:
+    """Store ``data`` once, under its SHA-256 (a second copy is not written); returns the digest."""
+    digest = sha256(data)
+
+    def insert(s: Session) -> None:
+        if s.get(FleetBlob, digest) is None:
+            s.add(FleetBlob(sha256=digest, size=len(data), data=data))
+
+    try:
+        _tx(store, "cannot store a blob in", insert)
+    except sa.exc.IntegrityError:  # another process stored the same bytes at once
+        pass
+    return digest
+
+
+def blob(store: Store, digest: str) -> bytes | None:
+    """The bytes stored under ``digest``, as stored (the caller checks them: :func:`checked_blob`)."""
+    return _tx(store, "cannot read", lambda s: s.scalar(sa.select(FleetBlob.data).where(FleetBlob.sha256 == digest)))
+
+
+def checked_blob(store: Store, digest: str, what: str) -> bytes:
+    """The bytes under ``digest``, refused unless they still hash to it.
+
+    Raises:
+        StoreError: no such blob, or its bytes were changed (tampered with, or damaged) since stored.
+    """
+    data = blob(store, digest)
+    if data is None:
+        raise StoreError(f"{what} {digest[:12]} is not in results database {store.url}",
+                         fix="submit the job again (autodeploy fleet submit)")  # fmt: skip
+    if sha256(data) != digest:
+        raise StoreError(f"{what} {digest[:12]} in results database {store.url} does not match its SHA-256 "
+                         f"(it reads {sha256(data)[:12]}): changed or damaged since it was stored; not used",
+                         fix="submit the job again, so its bytes are stored anew")  # fmt: skip
+    return data
+
+
+# -- agents -----------------------------------------------------------------------------------------------
+
+
+def register(store: Store, name: str, device: DeviceInfo, engines: dict[str, str], tags: tuple[str, ...],
+             version: str) -> Agent:  # fmt: skip
+    """Register (or refresh) the device ``name`` of this machine; a name bound to another fingerprint is refused.
+
+    Raises:
+        UsageError: ``name`` is registered with another device fingerprint (results never mix devices).
+    """
+    record = DeviceRecord.of(device)
+
+    def upsert(s: Session) -> Agent:
+        row = s.scalar(sa.select(FleetAgent).where(FleetAgent.name == name).with_for_update())
+        if row is not None and row.fingerprint != record.fingerprint:
+            raise UsageError(f"device name {name!r} is registered with fingerprint {row.fingerprint} ({row.cpu}); this "
+                             f"machine is {record.fingerprint} ({record.cpu}): results never mix devices",
+                             fix="give this machine its own --name")  # fmt: skip
+        if row is None:
+            row = FleetAgent(name=name, fingerprint=record.fingerprint, device_id=rows.device_id(s, record), cpu=record.cpu,
+                             engines=engines, tags=list(tags), version=version)  # fmt: skip
+            s.add(row)
+        else:
+            row.engines, row.tags, row.version, row.heartbeat_at = engines, list(tags), version, now()
+        s.flush()
+        return _agent(row)
+
+    try:
+        return _tx(store, f"cannot register device {name!r} in", upsert)
+    except sa.exc.IntegrityError:  # the same name registered at once by another process: read it now
+        return _tx(store, f"cannot register device {name!r} in", upsert)
+
+
+def beat(store: Store, agent_id: int) -> None:
+    """The agent is alive now."""
+    _tx(store, "cannot write to", lambda s: s.execute(
+        sa.update(FleetAgent).where(FleetAgent.id == agent_id).values(heartbeat_at=now())))  # fmt: skip
+
+
+def agents(store: Store) -> list[Agent]:
+    return _tx(store, "cannot read", lambda s: [_agent(a) for a in s.scalars(sa.select(FleetAgent).order_by(FleetAgent.id))])
+
+
+# -- jobs and runs ----------------------------------------------------------------------------------------
+
+
+def add_job(store: Store, *, model_name: str, model_file: str, model_sha256: str, data: dict[str, Any] | None,
+            options: dict[str, Any], devices: str, lost_after_s: float, command: str | None) -> tuple[Job, list[Run]]:  # fmt: skip
+    """Store a job and a queued run for every registered agent it selects, in one transaction."""
+
+    def insert(s: Session) -> tuple[Job, list[Run]]:
+        job = FleetJob(model_name=model_name, model_file=model_file, model_sha256=model_sha256, data=data,
+                       options=options, devices=devices, lost_after_s=lost_after_s, state="open", command=command)  # fmt: skip
+        s.add(job)
+        s.flush()
+        made = [_add_run(s, job, a) for a in s.scalars(sa.select(FleetAgent).order_by(FleetAgent.id))
+                if selects(devices, _agent(a))]  # fmt: skip
+        return _job(job), made
+
+    return _tx(store, "cannot store a fleet job in", insert)
+
+
+def _add_run(s: Session, job: FleetJob, agent: FleetAgent) -> Run:
+    run = FleetRun(job_id=job.id, agent_id=agent.id, study=study_name(job.id, agent.name), state="queued")
+    s.add(run)
+    s.flush()
+    return _run(run, agent)
+
+
+def adopt(store: Store, agent: Agent) -> list[Run]:
+    """Give ``agent`` a run of every open job that selects it and has none for it yet (an ``all`` or ``tag:``
+    job submitted before it registered); returns every run of it that is not over (queued or running)."""
+
+    def fetch(s: Session) -> list[Run]:
+        me = s.get_one(FleetAgent, agent.id)
+        have = sa.select(FleetRun.job_id).where(FleetRun.agent_id == agent.id)
+        for job in s.scalars(sa.select(FleetJob).where(FleetJob.state == "open", FleetJob.id.not_in(have))):
+            if selects(job.devices, agent):
+                _add_run(s, job, me)
+        query = sa.select(FleetRun).where(FleetRun.agent_id == agent.id, FleetRun.state.not_in(FINAL))
+        return [_run(r, me) for r in s.scalars(query.order_by(FleetRun.id))]
+
+    try:
+        return _tx(store, "cannot read", fetch)
+    except sa.exc.IntegrityError:  # two processes of one name adopted at once: the other made the runs
+        return _tx(store, "cannot read", fetch)
+
+
+def set_queue_jobs(store: Store, queued: dict[int, int]) -> None:
+    """Remember the queue's job id of each run (``{run id: queue job id}``), so a cancel can withdraw it."""
+
+    def update(s: Session) -> None:
+        for run_id, queue_job in queued.items():
+            s.execute(sa.update(FleetRun).where(FleetRun.id == run_id).values(queue_job=queue_job))
+
+    _tx(store, "cannot write to", update)
+
+
+def job(store: Store, job_id: int) -> Job:
+    """Raises: UsageError: no such job."""
+    found = _tx(store, "cannot read", lambda s: (lambda j: j and _job(j))(s.get(FleetJob, job_id)))
+    if found is None:
+        raise UsageError(f"no fleet job {job_id} in results database {store.url}", fix="see autodeploy fleet status")
+    return found
+
+
+def jobs(store: Store) -> list[Job]:
+    return _tx(store, "cannot read", lambda s: [_job(j) for j in s.scalars(sa.select(FleetJob).order_by(FleetJob.id))])
+
+
+def runs(store: Store, job_ids: list[int] | None = None) -> list[Run]:
+    """The runs of these jobs (every job's with ``None``), by job then device name."""
+    query = sa.select(FleetRun, FleetAgent).join(FleetAgent, FleetRun.agent_id == FleetAgent.id)
+    if job_ids is not None:
+        query = query.where(FleetRun.job_id.in_(job_ids))
+    query = query.order_by(FleetRun.job_id, FleetAgent.name)
+    return _tx(store, "cannot read", lambda s: [_run(r, a) for r, a in s.execute(query)])
+
+
+def take(store: Store, run_id: int) -> tuple[Run, Job] | None:
+    """Mark the run ``running`` for the agent that took it from the queue, or ``None`` when there is nothing to
+    do: it is over, or its job was cancelled (the run is then marked cancelled)."""
+
+    def update(s: Session) -> tuple[Run, Job] | None:
+        run = s.scalar(sa.select(FleetRun).where(FleetRun.id == run_id).with_for_update())
+        if run is None or run.state in FINAL:
+            return None
+        job = s.get_one(FleetJob, run.job_id)
+        if job.state == "cancelled":
+            run.state, run.finished_at, run.reason = "cancelled", now(), "the job was cancelled"
+            return None
+        run.state, run.attempts, run.queue_job = "running", run.attempts + 1, None
+        run.started_at = run.started_at or now()
+        s.flush()
+        return _run(run, s.get_one(FleetAgent, run.agent_id)), _job(job)
+
+    return _tx(store, "cannot write to", update)
+
+
+def progress(store: Store, run_id: int, trials: int) -> None:
+    _tx(store, "cannot write to", lambda s: s.execute(
+        sa.update(FleetRun).where(FleetRun.id == run_id).values(trials=trials)))  # fmt: skip
+
+
+def finish(store: Store, run_id: int, state: str, *, reason: str | None = None, winner: dict[str, Any] | None = None,
+           bundle_sha256: str | None = None, skipped: list[dict[str, str]] | None = None) -> None:  # fmt: skip
+    """The run is over: ``done`` (with its winner, or none and the reason), ``failed``, ``cancelled`` or ``skipped``."""
+    assert state in FINAL, state
+    values = {"state": state, "reason": reason, "winner": winner, "bundle_sha256": bundle_sha256, "finished_at": now()}
+    if skipped is not None:
+        values["skipped"] = skipped
+    _tx(store, "cannot write to", lambda s: s.execute(sa.update(FleetRun).where(FleetRun.id == run_id).values(**values)))
+
+
+def note_skipped(store: Store, run_id: int, skipped: list[dict[str, str]]) -> None:
+    """The engines this device leaves out of the run, and why (written before the study starts)."""
+    _tx(store, "cannot write to", lambda s: s.execute(
+        sa.update(FleetRun).where(FleetRun.id == run_id).values(skipped=skipped)))  # fmt: skip
+
+
+def cancelled(store: Store, job_id: int) -> bool:
+    return _tx(store, "cannot read", lambda s: s.scalar(sa.select(FleetJob.state).where(FleetJob.id == job_id))) == "cancelled"
+
+
+def cancel(store: Store, job_id: int) -> list[int]:
+    """Cancel the job: its queued runs are cancelled now, a running one by its agent (which checks between
+    steps). Returns the queue's job ids of the runs withdrawn."""
+    job(store, job_id)  # no such job: UsageError
+
+    def update(s: Session) -> list[int]:
+        s.execute(sa.update(FleetJob).where(FleetJob.id == job_id).values(state="cancelled"))
+        queued = s.scalars(sa.select(FleetRun).where(FleetRun.job_id == job_id, FleetRun.state == "queued")).all()
+        for run in queued:
+            run.state, run.finished_at, run.reason = "cancelled", now(), "the job was cancelled before it started"
+        return [r.queue_job for r in queued if r.queue_job is not None]
+
+    return _tx(store, "cannot write to", update)
+
+
+def unfinished(store: Store, agent_id: int) -> int:
+    """How many runs of this agent are not over (queued, or running: a run its killed predecessor held counts
+    until the queue hands it back)."""
+    query = sa.select(sa.func.count()).select_from(FleetRun).where(FleetRun.agent_id == agent_id,
+                                                                  FleetRun.state.not_in(FINAL))  # fmt: skip
+    return _tx(store, "cannot read", lambda s: int(s.scalar(query) or 0))
