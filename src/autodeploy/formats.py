@@ -2,7 +2,9 @@
 
 Such a file is a model for the engine that runs it as given (no conversion), its baseline and its
 fp32 reference; other engines that read the format themselves take it too (OpenVINO converts a
-``.tflite`` with its own frontend: ``Engine.formats``). It is what
+``.tflite`` with its own frontend: ``Engine.formats``), and the engines that read ONNX only take a
+format with a converter to ONNX (``Format.to_onnx``: tf2onnx for a ``.tflite``, :mod:`autodeploy.tflite_onnx`)
+as that converter's ONNX, still judged against the format's own engine. It is what
 :func:`autodeploy.model.load_model` takes in through :func:`detect` and :func:`describe`. Its
 interface (input and output names, dtypes, shapes) comes from that engine itself, read in a
 child process (``python -m autodeploy.formats KIND PATH``), because a hostile file may crash or
@@ -38,13 +40,15 @@ class Format:
     reader: str  # the engine's part that reads it, named in errors
     export: str  # how a user makes one, named in the fix
     baseline: str  # what the baseline (``engine`` at fp32) is called wherever a speed-up or a reference is named
+    #: What turns it into ONNX for the engines that read ONNX only (:mod:`autodeploy.tflite_onnx`), or ``""``.
+    to_onnx: str = ""
 
 
 #: The formats taken as given, by kind (``ModelInfo.format``); ONNX is every other file.
 FORMATS: dict[str, Format] = {
     "tflite": Format(
         "a TFLite flatbuffer", "tflite", "LiteRT's interpreter", "re-export it with the TFLite converter",
-        "LiteRT fp32, the file as given",
+        "LiteRT fp32, the file as given", to_onnx="tf2onnx",
     ),
     "openvino": Format(
         "an OpenVINO IR", "openvino", "OpenVINO's read_model", "re-save it with openvino.save_model",

@@ -4,9 +4,10 @@ basic-pitch's wheel ships ``nmp.tflite`` beside ``nmp.onnx``: the ``.tflite`` is
 against its own fp32 reference, on basic-pitch's audio windows given as ``--data`` by input name, and
 shipped as a bundle holding the file unchanged. OpenVINO reads the same ``.tflite`` with its own
 frontend (issue 39): fp32 and bf16 are judged against LiteRT fp32, the file as given, and a study over
-both engines names LiteRT as its baseline. An OpenVINO IR is written in the test from the wheel's
-``nmp.onnx`` (``openvino.save_model(openvino.convert_model(...))``) and benched on OpenVINO. Every other
-engine is left out with its one-line reason.
+both engines names LiteRT as its baseline. ONNX Runtime runs the ONNX tf2onnx makes of it, judged against
+LiteRT too, so a conversion that changes the outputs fails as one. An OpenVINO IR is written in the test
+from the wheel's ``nmp.onnx`` (``openvino.save_model(openvino.convert_model(...))``) and benched on
+OpenVINO. Every engine that cannot read a format is left out with its one-line reason.
 """
 
 from __future__ import annotations
@@ -91,15 +92,12 @@ def test_tflite_is_benched_on_litert_with_its_own_reference_and_real_audio(pitch
     assert "inputs" not in result.extra
     # Its reference is the same file on LiteRT: the measured outputs are the reference's, to rounding.
     assert all(o.cosine > 0.9999 for o in result.accuracy.outputs)
-    left_out = registry.unreadable(stored.model)
-    assert set(left_out) == set(registry.targets()) - {"tflite", "openvino"}
-    assert left_out["onnxruntime"] == "onnxruntime: the model is a TFLite flatbuffer; this engine reads ONNX"
+    # The engines that read ONNX take it through tf2onnx (the [tflite] extra, installed with LiteRT here).
+    assert not {"onnxruntime", "inhouse", "tensorrt"} & set(registry.unreadable(stored.model))
     with pytest.raises(
         UnsupportedConfigError, match="tflite cannot run precision 'int8'.*needs a conversion from ONNX"
     ):
         _bench(pitch["tflite"], tmp_path, engine="tflite", precision="int8")
-    with pytest.raises(UnsupportedConfigError, match="^onnxruntime: the model is a TFLite flatbuffer"):
-        _bench(pitch["tflite"], tmp_path, engine="onnxruntime")
 
     # Shipped as measured: the bundle holds the user's file byte for byte, and its loader runs it.
     bundle = autodeploy.export(
@@ -108,6 +106,44 @@ def test_tflite_is_benched_on_litert_with_its_own_reference_and_real_audio(pitch
     assert (bundle / "model" / "model.tflite").read_bytes() == pitch["tflite"].read_bytes()
     outputs = load_bundle(bundle).run({INPUT: np.load(pitch["data"])[INPUT][:1]})
     assert tuple(outputs) == OUTPUTS and outputs[OUTPUTS[2]].shape == (1, 172, 264)
+
+
+def test_tflite_is_benched_on_onnx_runtime_through_tf2onnx_against_litert(pitch, tmp_path):
+    """tf2onnx's ONNX on ONNX Runtime, judged against LiteRT fp32 on the file as given, the conversion recorded
+    with its version and shipped; an ONNX that computes something else fails its fp32 as a broken conversion."""
+    import json
+
+    from autodeploy import tflite_onnx
+
+    stored = _bench(pitch["tflite"], tmp_path, data=pitch["data"], engine="onnxruntime")
+    result = stored.result
+    assert result.ok, result.failure_message
+    assert result.accuracy is not None and result.accuracy.n_samples == 8  # the audio windows given
+    assert all(o.cosine > 0.9999 for o in result.accuracy.outputs)  # tf2onnx's ONNX computes what LiteRT does
+    source = result.extra["source"]
+    assert (source["converter"], source["tf2onnx"]) == ("tf2onnx.convert.from_tflite", tflite_onnx.version())
+    assert source["sha256"] == stored.model.sha256 and stored.model.format == "tflite"  # the model is the file
+    bundle = autodeploy.export(trial=stored.id, output=tmp_path / "ship", db=f"sqlite:///{tmp_path / 'results.db'}")
+    meta = json.loads((bundle / "model" / "artifact.json").read_text())["meta"]
+    assert meta["source"]["tf2onnx"] == tflite_onnx.version() and (bundle / "model" / "model.onnx").is_file()
+    outputs = load_bundle(bundle).run({INPUT: np.load(pitch["data"])[INPUT][:1]})
+    assert tuple(sorted(outputs)) == tuple(sorted(OUTPUTS)) and outputs[OUTPUTS[2]].shape == (1, 172, 264)
+
+    # A conversion that changes an output (the cached ONNX doubled at one output): LiteRT's reference catches it.
+    import onnx
+    from onnx import helper
+
+    (cached,) = (tmp_path / "cache").glob("**/tf2onnx/*/model.onnx")
+    proto = onnx.load(str(cached))
+    out = proto.graph.output[0].name
+    for node in proto.graph.node:
+        node.output[:] = [f"{o}_raw" if o == out else o for o in node.output]
+    proto.graph.initializer.append(helper.make_tensor("two", onnx.TensorProto.FLOAT, [], [2.0]))
+    proto.graph.node.append(helper.make_node("Mul", [f"{out}_raw", "two"], [out]))
+    onnx.save(proto, str(cached))
+    broken = _bench(pitch["tflite"], tmp_path, data=pitch["data"], engine="onnxruntime").result
+    assert broken.failure_kind == "conversion", broken.failure_message
+    assert out in broken.failure_message
 
 
 def test_openvino_ir_is_benched_on_openvino_and_shipped_unchanged(pitch, tmp_path):
@@ -132,11 +168,10 @@ def test_openvino_ir_is_benched_on_openvino_and_shipped_unchanged(pitch, tmp_pat
 def test_tune_searches_the_engines_that_read_the_file(pitch):
     model = load_model(pitch["tflite"])
     space = build_space(validate({"model": str(pitch["tflite"])}, {}), probe_device(), model)
-    assert set(space.engines) == {"tflite", "openvino"}
+    assert {"tflite", "openvino", "onnxruntime", "inhouse"} <= set(space.engines)  # the last two through tf2onnx
     assert space.engines["tflite"].precisions == ("fp32",)
     assert {"fp32", "int8"} <= set(space.engines["openvino"].precisions)  # NNCF quantizes the ov.Model read
-    assert space.skipped["onnxruntime"] == "the model is a TFLite flatbuffer; this engine reads ONNX"
-    assert set(space.skipped) == set(registry.targets()) - {"tflite", "openvino"}
+    assert {"fp32", "int8"} <= set(space.engines["onnxruntime"].precisions)  # ORT quantizes tf2onnx's ONNX
     assert registry.baseline_config(model.format) == replace(registry.BASELINE_CONFIG, engine="tflite")
     assert registry.baseline_name(model.format) == LITERT
 

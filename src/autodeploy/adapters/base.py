@@ -376,13 +376,21 @@ class Engine(ABC):
 
     def unreadable(self, model: ModelInfo) -> str | None:
         """Why this engine cannot take ``model`` at all (its format), or ``None``: the one-line reason
-        a study and a bench prune it with."""
+        a study and a bench prune it with. An engine that reads ONNX takes a format with a converter to
+        ONNX (a ``.tflite``: tf2onnx, :mod:`autodeploy.tflite_onnx`) where that converter is installed."""
         if model.format in self.formats:
             return None
         from autodeploy.formats import FORMATS
 
+        fmt = FORMATS[model.format]
         takes = " or ".join("ONNX" if f == "onnx" else FORMATS[f].what for f in self.formats)
-        return f"{self.name}: the model is {FORMATS[model.format].what}; this engine reads {takes}"
+        said = f"{self.name}: the model is {fmt.what}; this engine reads {takes}"
+        if fmt.to_onnx and "onnx" in self.formats:
+            from autodeploy import tflite_onnx
+
+            why = tflite_onnx.missing()
+            return None if why is None else f"{said}, and {why}"
+        return said
 
     def check(self, target: DeviceInfo, model: ModelInfo, config: TrialConfig) -> None:
         """Raise :class:`UnsupportedConfigError` with the reason if ``config`` cannot run here."""
@@ -456,6 +464,7 @@ class Engine(ABC):
         :func:`autodeploy.device.probe_device` for this machine), since adapters never probe the device.
         """
         version = version or self.probe_version()
+        model = self._readable(model, Path(workdir))
         key = self.build_key(model, config, version, calibration_hash)
         final = Path(workdir) / f"{self.name}-{config.precision}-{key}"
         if (final / ARTIFACT_FILE).is_file():
@@ -468,7 +477,7 @@ class Engine(ABC):
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
         try:
             meta = self._build(model, config, calibration, tmp, target) or {}
-            if model.source:  # exported by autodeploy (from PyTorch): the exporter and its version, shipped with it
+            if model.source:  # exported or converted by autodeploy (PyTorch, tf2onnx): the tool and its version, shipped
                 meta = {**meta, "source": dict(model.source)}
             files = tuple(sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()))
             if not files:
@@ -484,6 +493,15 @@ class Engine(ABC):
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return Artifact.read(final)
+
+    def _readable(self, model: ModelInfo, workdir: Path) -> ModelInfo:
+        """``model`` as this engine builds from it: itself, or for a format this engine does not read, the ONNX
+        its converter makes (a ``.tflite`` through tf2onnx, cached in ``workdir/tf2onnx``; :meth:`unreadable`)."""
+        if model.format in self.formats or "onnx" not in self.formats:
+            return model
+        from autodeploy import tflite_onnx
+
+        return tflite_onnx.as_onnx(model, workdir / tflite_onnx.CONVERTER)
 
     def runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
         """The runtime's settings for ``config``, in the engine's own option names.

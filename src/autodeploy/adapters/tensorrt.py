@@ -94,7 +94,10 @@ class TensorRTEngine(Engine):
             unsupported["bf16"] = (
                 f"TensorRT bf16 needs compute capability >= 8.0, this GPU has {_cc(capability)}"
             )
-        if _has_qdq(model.path):
+        if model.format != "onnx":  # a .tflite reaches TensorRT through tf2onnx's fp32 ONNX, built later
+            unsupported["int8"] = ("TensorRT 10 runs int8 only from explicitly quantized ONNX models; this model is "
+                                   "not ONNX (it is converted at build time), so no QDQ can be checked for")  # fmt: skip
+        elif _has_qdq(model.path):
             precisions.append("int8")
         else:
             unsupported["int8"] = (

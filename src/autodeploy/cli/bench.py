@@ -133,6 +133,12 @@ def bench(
         err.print(f"note: {shown(note)}", soft_wrap=True)
     for reason in registry.unreadable(records[0].model).values():  # a .tflite or an IR: the engines left out
         err.print(f"note: not run: {shown(reason)}", soft_wrap=True)
+    converted = records[0].result.extra.get("source") or {}
+    if converted.get("converter") and not records[0].model.source:  # a .tflite through tf2onnx: said once
+        err.print(f"note: {shown(records[0].config.engine)} ran the ONNX that {shown(converted['converter'])} "
+                  f"{shown(converted.get('tf2onnx', ''))} made of {shown(converted.get('file', 'the file'))} "
+                  f"(opset {converted.get('opset')}); accuracy is judged against "
+                  f"{shown(registry.baseline_name(records[0].model.format))}", soft_wrap=True)  # fmt: skip
     if format is Format.table:
         for i, record in enumerate(records):
             _print_result(record.result, record.id, record.model.name, record.shape_key if shape_set.several else "",

@@ -31,5 +31,6 @@ PAGES = [
     st.Page("app_pages/trials.py", title="Trials"),
     st.Page("app_pages/devices.py", title="Devices"),
     st.Page("app_pages/regressions.py", title="Regressions"),
+    st.Page("app_pages/fleet.py", title="Fleet"),
 ]
 st.navigation(PAGES).run()

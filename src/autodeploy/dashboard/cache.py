@@ -112,6 +112,15 @@ def param_importance(url: str | None, name: str) -> tuple[pd.DataFrame | None, s
     return queries.param_importance(_optuna_storage(url), name)
 
 
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def fleet_status(url: str | None) -> list[dict[str, Any]]:
+    """Every fleet job's status record (:func:`autodeploy.fleet.jobs.status`: the agents' states, as
+    ``fleet status`` shows them); none in a store that never held a fleet job."""
+    from autodeploy.fleet import jobs
+
+    return jobs.status(store(url))
+
+
 # -- sidebar ------------------------------------------------------------------------------
 
 
@@ -150,7 +159,8 @@ def study_picker(names: list[str], *, key: str, label: str = "Study") -> str | N
     if not names:
         st.info("No study matches the filters. Run one with `autodeploy tune MODEL`.")
         return None
-    return st.selectbox(label, names, key=key)
+    wanted = st.query_params.get("study")  # a link from another page (Fleet) names the study: ?study=NAME
+    return st.selectbox(label, names, index=names.index(wanted) if wanted in names else 0, key=key)
 
 
 # -- downloads ----------------------------------------------------------------------------

@@ -197,6 +197,8 @@ class _Job:
             "extra": {"stopped_by": stopped_by, "eval_items": len(evaluation),
                       "timing_s": timing_s, "accuracy_s": accuracy_s,
                       **({"accuracy_reused_from": self.spec.accuracy_from} if self.spec.accuracy is not None else {}),
+                      # converted by autodeploy (a .tflite through tf2onnx): the converter and its version
+                      **({"source": artifact.meta["source"]} if artifact.meta.get("source") else {}),
                       **extra},
         }
 

@@ -1,0 +1,58 @@
+"""Fleet: fleet jobs × devices, each cell the device's state and winner, linked to its study's trials.
+
+The states are ``autodeploy fleet status``'s (:func:`autodeploy.fleet.jobs.status`): a running device whose
+heartbeat is older than its job allows reads ``failed``, agent lost.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pandas as pd
+import streamlit as st
+
+from autodeploy.dashboard import cache
+
+#: How each state reads in a cell (Streamlit's colour markup).
+MARKS = {"queued": ":grey[queued]", "running": ":blue[running]", "done": ":green[done]", "failed": ":red[failed]",
+         "cancelled": ":orange[cancelled]", "skipped": ":orange[skipped]"}  # fmt: skip
+
+st.title("Fleet")
+records = cache.fleet_status(cache.db_url())
+if not records:
+    st.info("No fleet job in this store. Submit one with `autodeploy fleet submit MODEL --devices all --db URL`, "
+            "and start `autodeploy agent --db URL` on each device.")  # fmt: skip
+    st.stop()
+
+
+def cell(device: dict) -> str:
+    """The device's state and winner (speed-up over the baseline, its statistic), linked to its study."""
+    text = MARKS[device["state"]]
+    winner = device["winner"]
+    if winner:
+        speedup = f", {winner['speedup']:.2f}x {winner['statistic']}" if winner.get("speedup") else ""
+        text += f" {cache.md(winner['config'])}{speedup}"
+    elif device["reason"]:
+        text += f": {cache.md(device['reason'][:80])}"
+    return f"{text} [study](trials?study={quote(device['study'])})"
+
+
+devices = sorted({d["device"] for r in records for d in r["devices"]})
+header = "| job | " + " | ".join(cache.md(d) for d in devices) + " |"
+lines = [header, "|" + " --- |" * (len(devices) + 1)]
+for record in records:
+    by_device = {d["device"]: d for d in record["devices"]}
+    cells = [cell(by_device[d]) if d in by_device else "-" for d in devices]
+    job = f"{record['job']}: {cache.md(record['model'])}" + (" (cancelled)" if record["state"] == "cancelled" else "")
+    lines.append(f"| {job} | " + " | ".join(cells) + " |")
+st.markdown("\n".join(lines))
+st.caption("Each device runs its own study (fleet.JOB.DEVICE); a cell's link opens it on the Trials page. "
+           "A running device silent for longer than its job allows reads failed: agent lost.")  # fmt: skip
+
+rows = [{"job": r["job"], "model": r["model"], "device": d["device"], "state": d["state"], "trials": d["trials"],
+         "heartbeat_age_s": d["heartbeat_age_s"], "winner": (d["winner"] or {}).get("config"),
+         "speedup": (d["winner"] or {}).get("speedup"), "statistic": (d["winner"] or {}).get("statistic"),
+         "reason": d["reason"], "skipped": "; ".join(f"{s['engine']}: {s['reason']}" for s in d["skipped"]),
+         "attempts": d["attempts"], "study": d["study"]}
+        for r in records for d in r["devices"]]  # fmt: skip
+st.dataframe(pd.DataFrame(rows), hide_index=True)

@@ -1,0 +1,199 @@
+"""A ``.tflite`` turned into ONNX by tf2onnx, for the engines that read ONNX only (ONNX Runtime, the in-house
+engine, TensorRT): ``bench face.tflite --engine onnxruntime``.
+
+The model stays the ``.tflite``: LiteRT fp32 on the file as given is its baseline and its accuracy
+reference (:mod:`autodeploy.formats`), so a conversion that changes the outputs fails its fp32 verdict
+as a broken conversion. The ONNX is a step of those engines' build (:meth:`Engine.build
+<autodeploy.adapters.base.Engine.build>`): converted with ``tf2onnx.convert.from_tflite`` in a child
+process (TensorFlow's import is heavy, and a hostile file may crash the converter), once per file
+content and tf2onnx version (cached beside the artifacts), and recorded as a conversion, the converter
+and its version, in the ONNX model's :attr:`ModelInfo.source <autodeploy.model.ModelInfo.source>`
+and so in each artifact's ``meta["source"]``, which a bundle ships.
+
+tf2onnx comes with the ``[tflite]`` extra; without it the route says so in one line
+(:func:`missing`). tf2onnx and TensorFlow are imported only in the child.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autodeploy.errors import ConversionError
+
+if TYPE_CHECKING:
+    from autodeploy.model import ModelInfo
+
+CONVERTER = "tf2onnx"
+INSTALL = "pip install 'autodeploy[tflite]'"
+#: The ONNX opset written: 13 or later for ORT's per-channel int8, 17 for LayerNormalization.
+OPSET = 17
+#: A large model converts in tens of seconds; a hostile file may hang the converter.
+CONVERT_TIMEOUT_S = 600.0
+#: ONNX domains the engines that take the converted model run; an op outside them (or unknown to
+#: ONNX's schemas) is one tf2onnx left unconverted.
+_KNOWN_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft")
+_FAILED = "failed.txt"  # the converter's own reason, kept: the same file fails the same way
+
+
+def missing() -> str | None:
+    """Why a ``.tflite`` cannot be turned into ONNX here (tf2onnx or TensorFlow not installed), or ``None``."""
+    lacking = [m for m in ("tf2onnx", "tensorflow") if importlib.util.find_spec(m) is None]
+    if not lacking:
+        return None
+    return f"{' and '.join(lacking)}, which turn{'s' * (len(lacking) == 1)} it into ONNX, {'is' if len(lacking) == 1 else 'are'} not installed ({INSTALL})"
+
+
+def version() -> str:
+    """The installed tf2onnx's version, read without importing it."""
+    from importlib.metadata import version as installed
+
+    return installed(CONVERTER)
+
+
+def as_onnx(model: ModelInfo, cache: Path) -> ModelInfo:
+    """``model`` (a ``.tflite``) as the ONNX tf2onnx makes of it: the same interface (names, shapes,
+    the user's fixed shapes and batch axes), the ONNX file and its SHA-256, ``format="onnx"`` and the
+    conversion in ``source``.
+
+    Raises:
+        ConversionError: tf2onnx is missing, failed, left an op unconverted (one line naming it), or
+            renamed an input or output.
+    """
+    from autodeploy.model import load_model
+
+    why = missing()
+    if why is not None:
+        raise ConversionError(f"{model.path.name} needs a conversion to ONNX for this engine, and {why}")
+    onnx_path, record = to_onnx(model.path, model.sha256, cache)
+    converted = load_model(onnx_path, name=model.name)
+    theirs = (set(converted.input_names), set(converted.output_names))
+    if theirs != (set(model.input_names), set(model.output_names)):
+        raise ConversionError(f"{CONVERTER} renamed the tensors of {model.path.name}: inputs "
+                              f"{sorted(theirs[0])}, outputs {sorted(theirs[1])} in its ONNX, "
+                              f"{list(model.input_names)} and {list(model.output_names)} in the file; "
+                              "fix: run it on tflite or openvino, which read the file itself")  # fmt: skip
+    note = f"{model.path.name} converted to ONNX by {CONVERTER} {record[CONVERTER]} (opset {record['opset']})"
+    return replace(model, path=converted.path, sha256=converted.sha256, opset=converted.opset,
+                   external_files=(), format="onnx", source=record, notes=(*model.notes, note))  # fmt: skip
+
+
+def to_onnx(tflite: Path, sha256: str, cache: Path) -> tuple[Path, dict[str, Any]]:
+    """The ONNX of ``tflite`` (whose SHA-256 is ``sha256``), converted in a child process on first use and
+    cached under ``cache`` per file content and tf2onnx version, and its record:
+    ``{"framework", "converter", "tf2onnx", "tensorflow", "opset", "file", "sha256"}``.
+
+    Raises:
+        ConversionError: the conversion failed (the converter's reason, kept for the next call too).
+    """
+    folder = Path(cache) / f"{sha256[:24]}-{CONVERTER}{re.sub(r'[^0-9A-Za-z.]+', '_', version())}"
+    onnx_path, record_path, failed = folder / "model.onnx", folder / "convert.json", folder / _FAILED
+    if failed.is_file():
+        raise ConversionError(failed.read_text().strip())
+    if not (onnx_path.is_file() and record_path.is_file()):
+        folder.mkdir(parents=True, exist_ok=True)
+        _convert_in_child(tflite, folder)
+    record = json.loads(record_path.read_text())
+    return onnx_path, {**record, "file": tflite.name, "sha256": sha256}
+
+
+def _convert_in_child(tflite: Path, folder: Path) -> None:
+    from autodeploy.child import child_env, module_argv
+
+    argv = module_argv(__name__, str(tflite), str(folder))
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=CONVERT_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL, env=child_env(TF_CPP_MIN_LOG_LEVEL="3"), check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise ConversionError(f"{CONVERTER} did not convert {tflite.name} within {CONVERT_TIMEOUT_S:g} s; "
+                              "it was stopped; fix: run it on tflite or openvino") from None  # fmt: skip
+    lines = done.stdout.strip().splitlines()
+    if done.returncode == 0:
+        return
+    if done.returncode == 3 and lines:  # the converter's own reason: this file fails so with this tf2onnx
+        (folder / _FAILED).write_text(lines[-1] + "\n")
+        raise ConversionError(lines[-1])
+    said = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+    why = (f"it crashed ({signal.Signals(-done.returncode).name})" if done.returncode < 0
+           else said[-1] if said else f"exit code {done.returncode}")  # fmt: skip
+    raise ConversionError(f"{CONVERTER} could not convert {tflite.name}: {why[:300]}; "
+                          "fix: run it on tflite or openvino, which read the file itself")  # fmt: skip
+
+
+# -- the child ---------------------------------------------------------------------------------
+
+
+def convert(tflite: Path, folder: Path) -> dict[str, Any]:
+    """``tf2onnx.convert.from_tflite`` into ``folder/model.onnx`` (+ ``convert.json``, the record), each
+    written whole and renamed into place.
+
+    Raises:
+        ConversionError: tf2onnx raised, or left ops unconverted (named).
+    """
+    import onnx
+    import tensorflow as tf
+    import tf2onnx
+    from tf2onnx import convert as tf2onnx_convert
+
+    try:
+        proto, _ = tf2onnx_convert.from_tflite(str(tflite), opset=OPSET)
+    except Exception as exc:
+        raise ConversionError(f"{CONVERTER} could not convert {tflite.name}: {_one_line(exc)}; "
+                              "fix: run it on tflite or openvino, which read the file itself") from None  # fmt: skip
+    left = unconverted(proto)
+    if left:
+        raise ConversionError(f"{CONVERTER} has no ONNX conversion for TFLite op{'s' * (len(left) > 1)} "
+                              f"{', '.join(left)} of {tflite.name}; fix: run it on tflite or openvino, which read "
+                              "the file itself")  # fmt: skip
+    record = {"framework": "tflite", "converter": f"{CONVERTER}.convert.from_tflite", CONVERTER: tf2onnx.__version__,
+              "tensorflow": tf.__version__, "opset": OPSET}  # fmt: skip
+    tmp = folder / f".model.{os.getpid()}.onnx"
+    onnx.save(proto, str(tmp))
+    os.replace(tmp, folder / "model.onnx")
+    tmp = folder / f".convert.{os.getpid()}.json"
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, folder / "convert.json")
+    return record
+
+
+def unconverted(proto: Any) -> list[str]:
+    """The op types of ``proto`` that ONNX's schemas do not know in their domain: those tf2onnx kept as
+    TFLite ops (it converts with ``continue_on_error``), in graph order, once each."""
+    from onnx import defs
+
+    left: list[str] = []
+    for node in proto.graph.node:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        known = domain in _KNOWN_DOMAINS and (domain == "com.microsoft" or defs.has(node.op_type, domain))
+        if not known and node.op_type not in left:
+            left.append(node.op_type)
+    return left
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:300]
+
+
+def main(argv: list[str]) -> int:
+    """``python -m autodeploy.tflite_onnx TFLITE FOLDER``: convert, print the record or one line why not."""
+    tflite, folder = Path(argv[0]), Path(argv[1])
+    try:
+        record = convert(tflite, folder)
+    except ConversionError as exc:  # one line for to_onnx to raise
+        print(str(exc).replace("\n", " "))
+        return 3
+    print(json.dumps(record))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
