@@ -109,3 +109,23 @@ def postgres_url(postgres_server: str) -> Iterator[str]:
     finally:
         with psycopg.connect(conninfo, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Peak throughput (autodeploy.harness.peaks)
+#
+# ``_shared_peaks`` (session, autouse): every bench and tune of the session reads one peak file, in a folder of
+# the session's own (AUTODEPLOY_PEAKS_DIR), measured once by a tiny microbenchmark (AUTODEPLOY_PEAK_SIZE,
+# AUTODEPLOY_PEAK_SECONDS): not once per test's cache folder, which would add seconds to every bench test.
+# Tests of the cache itself pass their own folder and settings.
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_peaks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    patch = pytest.MonkeyPatch()
+    patch.setenv("AUTODEPLOY_PEAKS_DIR", str(tmp_path_factory.mktemp("peaks")))
+    patch.setenv("AUTODEPLOY_PEAK_SIZE", "32")
+    patch.setenv("AUTODEPLOY_PEAK_SECONDS", "0.01")
+    yield
+    patch.undo()

@@ -126,6 +126,8 @@ def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
         "rounds": s.get("rounds") or 0,
         "screening_only": bool(s.get("screening_only")),
         "headline": headline(s),
+        "roofline": _jsonable(s.get("roofline")) if s.get("roofline") else None,
+        "limit": limit_text(s),
         "note": s.get("note") or "",
         "inputs": s.get("inputs") or None,
         "confidence": s.get("confidence") or "",
@@ -151,6 +153,15 @@ def _ratio(r: Mapping[str, Any]) -> dict[str, Any]:
     ci = r.get("ci")
     return {"ratio": r["value"], "ci": None if ci is None else [ci[0], ci[1]], "ci_level": r.get("level"),
             "rounds": r.get("rounds"), "left_out": r.get("left_out", 0), "under_load": r.get("under_load", False)}  # fmt: skip
+
+
+def limit_text(summary: Mapping[str, Any]) -> str:
+    """The winner's distance to the limit in words (:func:`autodeploy.roofline.distance_text`), a rate for an
+    objective where higher is better; "" without one."""
+    from autodeploy.roofline import distance_text
+
+    known = OBJECTIVES.get(summary.get("objective") or "")
+    return distance_text(summary.get("roofline") or {}, items_per_s=known is not None and known.higher_is_better)
 
 
 def baseline_name(summary: Mapping[str, Any]) -> str:
@@ -421,6 +432,18 @@ _LOAD = {
     "properties": {"other_cores": {"type": "number"}, "cpus": {"type": "integer"}, "wall_s": {"type": "number"},
                    "loadavg_1m": _NUM, "cpu_mhz": _NUM, "under_load": {"type": "boolean"}},  # fmt: skip
 }
+_ROOFLINE = {
+    "type": ["object", "null"],
+    "description": "the distance to this device's limit (autodeploy.roofline.Roofline; null: the model's operations "
+                   "were not counted): gop, operations of one call at its shape in billions (2 x the MACs of Conv, "
+                   "ConvTranspose, MatMul, Gemm, attention); gops, the GOP/s achieved; peak_gops, the fastest "
+                   "microbenchmark kernel of that precision on this device (peak_kernel names it); share, gops / "
+                   "peak_gops; uncounted, ops whose shapes were not known (gop is then a floor)",
+    "required": ["precision", "gop", "gops", "peak_gops", "share"],
+    "properties": {"precision": {"type": "string"}, "gop": {"type": "number"}, "gops": {"type": "number"},
+                   "peak_gops": _NUM, "share": _NUM, "peak_kernel": _STR,
+                   "uncounted": {"type": "array", "items": {"type": "string"}}},  # fmt: skip
+}
 _MEASUREMENT = {
     "type": ["object", "null"],
     "description": ("Times in ms, memory in MB, throughput in items/s; "
@@ -440,6 +463,7 @@ _MEASUREMENT = {
         "serving": {"type": ["object", "null"], "description": "offline, multi-stream, server: what ran in flight "
                     "as read back from the engine, and the server scenario's rate search"},
         "load": _LOAD,
+        "roofline": _ROOFLINE,
         "accuracy": {
             "type": ["object", "null"],
             "required": ["outputs", "n_samples", "constraint", "passed"],
@@ -545,6 +569,12 @@ _STUDY = {
         "screening_only": {"type": "boolean", "description": "fewer than 3 rounds: the winner is a screening result "
                            "and its speed-up has no interval"},
         "headline": {"type": "string", "description": "the winner line, naming its statistic"},
+        "roofline": {"type": ["object", "null"], "description": "the winner's distance to this device's limit "
+                     "(autodeploy.roofline.distance): label, engine, batch, precision, gop (a call), gops (median of "
+                     "its measurements), peak_gops and share of its precision's peak, peak_kernel, uncounted; what_if: "
+                     "int8's peak (or, for an int8 winner, its own) at the same share: ms a call and items/s; null "
+                     "without counted operations"},
+        "limit": {"type": "string", "description": "roofline in words, as tune prints it; empty without one"},
         "note": {"type": "string"},
         "inputs": {**_STR, "description": "what accuracy was judged on when it was not the user's data"},
         "confidence": {"type": "string", "description": "what the winner's numbers rest on"},

@@ -1,5 +1,6 @@
 """The CLI end to end: real workers, a real SQLite file, one clear line for every bad input."""
 
+import math
 import re
 from pathlib import Path
 
@@ -30,6 +31,8 @@ def run(capsys, *argv):
 def test_engines_lists_onnxruntime_available(capsys):
     code, out, _ = run(capsys, "engines")
     assert code == 0 and re.search(r"onnxruntime\s+│\s+available", out)
+    # the peak each precision reaches here, measured on first use (the session's tiny microbenchmark)
+    assert "Peak throughput per precision" in out and re.search(r"fp32\s+│\s+[\d.]+ GOP/s", out)
 
 
 def test_bench_prints_statistics_and_stores_the_trial(env, capsys):
@@ -44,6 +47,11 @@ def test_bench_prints_statistics_and_stores_the_trial(env, capsys):
         rows = store.trials()
     assert len(rows) == 1 and rows[0].status == "ok" and rows[0].batch == 2 and rows[0].measurement.latency.n >= 64
     assert rows[0].command.startswith("autodeploy")
+    # its distance to the limit: operations at its shape, GOP/s and their share of this device's fp32 peak
+    line = rows[0].measurement.roofline
+    assert line is not None and line.gop > 0 and 0 < line.share < math.inf and line.precision == "fp32"
+    assert re.search(r"achieved\s+│\s+[\d.]+ GOP/s, \d+% of this device's fp32 peak", out)
+    assert re.search(r"operations\s+│\s+[\d.e-]+ GOP a call", out)
 
     code, out, _ = run(capsys, "results", "list")
     assert code == 0 and "m" in out and "onnxruntime/fp32/b2/t1" in out

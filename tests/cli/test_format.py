@@ -3,6 +3,8 @@
 import csv
 import io
 import json
+import math
+import re
 
 import jsonschema
 import pytest
@@ -95,6 +97,9 @@ def test_tune_json_is_a_study_record_with_the_stored_winner(env, capsys):  # noq
     spent = record["time_by_engine"]["onnxruntime"]  # where the time went: screening and finalist workers
     assert spent["runs"] >= 3 and spent["timing_s"] > 0 and spent["accuracy_s"] > 0 and spent["build_s"] >= 0
     assert record["confidence"].startswith("re-measured interleaved: 1 of 1 rounds") and record["stopped_by"]
+    # how far the winner is from this device's fp32 peak (the session's tiny microbenchmark: any positive share)
+    assert record["roofline"]["precision"] == "fp32" and 0 < record["roofline"]["share"] < math.inf
+    assert re.match(r"onnxruntime/fp32 runs at \d+% of this device's fp32 peak", record["limit"])
     code, out, _ = run(capsys, "results", "studies", "--format", "json")
     (stored,) = json.loads(out)
     validate(stored)

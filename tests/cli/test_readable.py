@@ -74,11 +74,17 @@ def test_tune_names_the_winner_explains_the_screening_best_and_prints_the_next_c
     winner = _finalist("tflite/fp32/b1/t1", 0.42, (0.41, 0.43))
     baseline = _finalist("onnxruntime/fp32/b1/t1", 0.84, (0.83, 0.85), baseline=True)
     speedups = {"p90": Ratio(2.0, (1.9, 2.1), 0.75, 3), "median": Ratio(1.8, (1.7, 1.9), 0.75, 3)}
+    limit = {"label": winner.label, "engine": "tflite", "batch": 1, "precision": "fp32", "gop": 0.1, "gops": 238.1,
+             "peak_gops": 300.0, "share": 238.1 / 300.0, "peak_kernel": "onnxruntime MatMul 1024x1024", "uncounted": [],
+             "what_if": {"precision": "int8", "peak_gops": 900.0, "share": 238.1 / 300.0, "ms": 0.14, "items_per_s": 7143}}  # fmt: skip
     summary = StudySummary("s", "latency", {"complete": 4}, [best, winner, baseline], winner, speedup_vs_baseline=2.0,
-                           statistic="p90", speedups=speedups, rounds=3)  # fmt: skip
+                           statistic="p90", speedups=speedups, rounds=3, roofline=limit)  # fmt: skip
     monkeypatch.setattr(tune.api, "tune", _fake_tune(summary))
     code, out, err = run(capsys, "tune", "m.onnx", "--name", "s")
     assert code == 0, err
+    # issue 41: how far the winner is from this device's limit, and what int8 at that share would take
+    assert ("limit: tflite/fp32 runs at 79% of this device's fp32 peak (238 of 300 GOP/s); a passing int8 at the "
+            "same share would take about 140.0 µs a call") in out
     # issue 26: the headline names its statistic, gives the paired interval and the median's ratio
     assert ("winner: tflite/fp32/b1/t1, p90 420.0 µs vs 840.0 µs for the ORT fp32 default: 2.00x [1.90, 2.10] "
             "(median 1.80x [1.70, 1.90]; intervals over 3 rounds, 75% coverage)") in out

@@ -127,6 +127,30 @@ def test_trials_say_how_busy_the_machine_was_while_each_ran(tmp_path):
     assert df.loc["quiet", "under_load"] is False and pd.isna(df.loc["old", "under_load"])
 
 
+def test_trials_carry_their_share_of_peak_and_the_roofline_chart_plots_it(tmp_path):
+    """``gops`` and ``share_of_peak`` columns from each measurement's roofline (empty before it was counted);
+    :func:`queries.roofline` keeps each config's highest share, and the chart draws a bar per config with a 100% line."""
+    pytest.importorskip("plotly", reason="the dashboard's charts need plotly: pip install 'autodeploy[dashboard]'")
+    from autodeploy.dashboard import charts
+    from autodeploy.roofline import Roofline
+    from tests.results_db.factories import DEVICE, MODEL, ok_result
+
+    with Store.open(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        store.add_trial(ok_result("slow", roofline=Roofline("fp32", 0.4, 80.0, 200.0, "onnxruntime MatMul")),
+                        model=MODEL, device=DEVICE)  # fmt: skip
+        store.add_trial(ok_result("fast", roofline=Roofline("fp32", 0.4, 150.0, 200.0, "onnxruntime MatMul")),
+                        model=MODEL, device=DEVICE)  # fmt: skip
+        store.add_trial(ok_result("old"), model=MODEL, device=DEVICE)
+        df = queries.trials(store)
+    assert {"gops", "share_of_peak"} <= set(queries.trial_columns())
+    by_uid = df.set_index("uid")
+    assert by_uid.loc["fast", "share_of_peak"] == pytest.approx(0.75) and pd.isna(by_uid.loc["old", "share_of_peak"])
+    best = queries.roofline(df)
+    assert len(best) == 1 and best["gops"].iloc[0] == 150.0  # one config: its highest share
+    fig = charts.roofline(best)
+    assert [list(t.x) for t in fig.data] == [[75.0]] and any(s.x0 == 100.0 for s in fig.layout.shapes)
+
+
 def _studies(*rows: tuple[str, str, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["name", "objective", "constraints"])
 

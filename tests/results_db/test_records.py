@@ -20,6 +20,7 @@ from autodeploy.harness.load import Load
 from autodeploy.harness.result import Accuracy, Measurement, OutputAccuracy, TrialResult
 from autodeploy.harness.stats import summarize
 from autodeploy.results_db import Store, TrialFilter
+from autodeploy.roofline import Roofline
 from tests.results_db.factories import DEVICE, MODEL
 
 #: The keys of a bundle manifest's ``measurements`` since bundle schema 1, in order.
@@ -61,6 +62,19 @@ def test_the_load_a_measurement_ran_under_round_trips_through_its_dict_and_the_s
     store.add_trial(result, model=MODEL, device=DEVICE)
     row = store.trial(TrialFilter(uid=result.uid))
     assert row is not None and row.measurement == m and row.measurement.load == LOAD
+
+
+def test_a_measurements_share_of_peak_round_trips_through_its_dict_and_the_store(store: Store) -> None:
+    line = Roofline("bf16", gop=8.2, gops=345.0, peak_gops=392.0, peak_kernel="openvino MatMul 1024x1024")
+    m = dataclasses.replace(_measurement(100), roofline=line)
+    d = json.loads(json.dumps(m.to_dict()))
+    assert d["roofline"]["share"] == pytest.approx(345 / 392) and Measurement.from_dict(d) == m
+    result = TrialResult("r" * 32, CONFIG, "ok", "1.20.0", measurement=m)
+    store.add_trial(result, model=MODEL, device=DEVICE)
+    row = store.trial(TrialFilter(uid=result.uid), samples=False)
+    assert row is not None and row.measurement is not None and row.measurement.roofline == line
+    old = {k: v for k, v in d.items() if k != "roofline"}  # stored before revision 0008: none
+    assert Measurement.from_dict(old).roofline is None and "roofline" not in Measurement.from_dict(old).to_dict()
 
 
 def test_a_record_made_before_the_load_was_read_reads_back_without_one() -> None:

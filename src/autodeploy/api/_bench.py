@@ -16,6 +16,7 @@ from autodeploy.adapters.base import TrialConfig
 from autodeploy.api._common import (
     Progress,
     _check_metric,
+    _peaks,
     _prepare_data,
     _python_call,
     _pytorch_model,
@@ -267,7 +268,7 @@ def bench_shapes(
     device = probe_device()
     for info, _ in cases:
         _check_runs_here(device, info, trial_config, request.accuracy)
-    settings = _bench_settings(request, cache)
+    settings = replace(_bench_settings(request, cache), peaks=_peaks(device, cache, report))  # share of peak
     # 3. open the store before measuring: a bad database fails in a second, not after a run
     stored = []
     with _store(request.db) as store:

@@ -19,7 +19,9 @@ from autodeploy.redact import mask_secrets
 from autodeploy.shapes import ShapeCase, ShapeSet
 
 if TYPE_CHECKING:
+    from autodeploy.device import DeviceInfo
     from autodeploy.results_db.store import Store
+    from autodeploy.roofline import Peaks
 
 
 Progress = Callable[[str], None]
@@ -31,6 +33,14 @@ def cache_dir() -> Path:
     from platformdirs import user_cache_dir
 
     return Path(os.environ.get("AUTODEPLOY_CACHE") or user_cache_dir("autodeploy"))
+
+
+def _peaks(device: DeviceInfo, cache: Path, progress: Progress | None = None) -> Peaks:
+    """This device's peak GOP/s per precision, measured on first use (a few seconds, in a child) and cached
+    (:func:`autodeploy.harness.peaks.device_peaks`): what every measurement's share of peak is read against."""
+    from autodeploy.harness.peaks import device_peaks, peaks_folder
+
+    return device_peaks(device, peaks_folder(cache), progress=progress)
 
 
 @contextmanager

@@ -14,6 +14,7 @@ from autodeploy import verdict
 from autodeploy.api._common import (
     Shapes,
     _check_metric,
+    _peaks,
     _prepare_data,
     _python_call,
     _pytorch_model,
@@ -178,6 +179,7 @@ def tune(
         resolved = resolve_model(cfg.model, None, cache_dir=cache, progress=reporter.phase, module=module)
         # 5. screening settings; the harness labels a trial "inaccurate" by the study's own budget
         settings = _screening_settings(cfg, cache / "work")
+        settings = replace(settings, peaks=_peaks(device, cache, reporter.phase))  # every share of peak reads these
         # 6. prepare the data per shape (arrays of a concrete shape fix the dims `shapes` left open)
         reporter.phase("preparing data")
         shape_set = cfg.shape_set()

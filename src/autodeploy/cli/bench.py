@@ -42,6 +42,7 @@ from autodeploy.harness.load import UNDER_LOAD_CORES
 from autodeploy.harness.result import TrialResult, headline
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import ModelInfo, parse_batch_axis_flags
+from autodeploy.roofline import ops_text, share_text
 from autodeploy.shapes import ShapeCase, ShapeSet, parse_flags, parse_key
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
@@ -214,6 +215,18 @@ def _knob_value(text: str) -> object:
     return text
 
 
+def _roofline_rows(table: Table, result: TrialResult) -> None:
+    """The operations one call does and the GOP/s achieved, with their share of this device's peak for the
+    precision (:mod:`autodeploy.roofline`); why not, where the graph's operations were not counted."""
+    line = result.measurement.roofline if result.measurement is not None else None
+    if line is None:
+        if result.extra.get("roofline"):
+            table.add_row("operations", shown(result.extra["roofline"]))
+        return
+    table.add_row("operations", shown(ops_text(line)))
+    table.add_row("achieved", shown(share_text(line, result.config.engine)))
+
+
 def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: str = "", *, note: bool = True,
                   reference: str = "ONNX Runtime FP32") -> None:
     config = result.config
@@ -238,6 +251,7 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: st
     table.add_row("CV", f"{lat.cv:.1%}" + (" [yellow](unstable)[/]" if lat.unstable else ""))
     table.add_row("samples", f"{lat.n} in {result.duration_s:.1f} s (+{result.warmup_calls} warm-up)")
     table.add_row("throughput", f"{result.throughput:.1f} items/s")
+    _roofline_rows(table, result)
     concurrency = result.extra.get("concurrency")
     if concurrency:
         table.add_row("requests in flight", shown(", ".join(f"{k}={v}" for k, v in concurrency.items())))

@@ -381,6 +381,9 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
     if summary.tie_with:
         line += f" (statistical tie with {shown(', '.join(summary.tie_with))}; the cheaper config is preferred)"
     out.print(line)
+    limit = summary.limit_text()
+    if limit:
+        out.print(f"limit: {shown(limit)}", soft_wrap=True)
     why = _why_not_screening_best(summary)
     if why:
         out.print(shown(why))

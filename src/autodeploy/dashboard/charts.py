@@ -151,6 +151,25 @@ def ci_bars(best: pd.DataFrame, metric: Metric, title: str | None = None) -> go.
     return fig
 
 
+def roofline(df: pd.DataFrame, title: str = "Distance to this device's limit") -> go.Figure:
+    """One horizontal bar per config (:func:`queries.roofline`): its share of its precision's peak on this device,
+    coloured by precision, a dashed line at 100% (the microbenchmark's speed); the GOP/s, the peak and the
+    median on hover. A config at 30% can gain from tuning; one near 100% only from a cheaper precision."""
+    precisions = sorted(df["precision"].unique())
+    fig = go.Figure()
+    for precision in precisions:
+        part = df[df["precision"] == precision]
+        hover = [f"{g:.3g} GOP/s of a {p:.3g} GOP/s {precision} peak; {op:.3g} GOP a call, median {short_ms(ms)}"
+                 for g, p, op, ms in zip(part["gops"], part["peak_gops"], part["gop"], part["median_ms"], strict=True)]  # fmt: skip
+        fig.add_trace(go.Bar(y=part["config_label"], x=part["share_of_peak"] * 100, orientation="h", name=precision,
+                             hovertext=hover, marker={"color": _engine_color(precision)}))  # fmt: skip
+    _line(fig, "v", 100.0, "peak", LIMIT_COLOR)
+    fig.update_layout(title=title, xaxis_title="share of the precision's peak (%)",
+                      yaxis={"autorange": "reversed", "categoryorder": "array", "categoryarray": list(df["config_label"])},
+                      height=140 + 32 * len(df), margin={"l": 10}, legend_title_text="precision")  # fmt: skip
+    return fig
+
+
 def distributions(samples: pd.DataFrame, labels: dict[int, str]) -> go.Figure:
     """Per-call latency of each trial as a box plot (the raw samples, not a summary), in ``labels`` order.
 

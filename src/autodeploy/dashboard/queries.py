@@ -88,7 +88,8 @@ RENAMED = {"model_name": "model", "device_fingerprint": "device", "device_cpu": 
 TRIAL_RENAMED = {**RENAMED, "id": "trial_id"}
 #: Columns the dashboard adds to the stored ones.
 DERIVED = ("config_label", "shape", "knobs", "latency_ms", "latency_ci_low", "latency_ci_high", "accuracy_passed",
-           "accuracy_drop", "accuracy_constraint", "accuracy_record", "other_cores", "under_load")  # fmt: skip
+           "accuracy_drop", "accuracy_constraint", "accuracy_record", "other_cores", "under_load", "gop", "gops",
+           "peak_gops", "share_of_peak")  # fmt: skip
 
 
 def options(store: Store) -> Options:
@@ -152,10 +153,13 @@ def _trial_row(row: TrialRow) -> dict[str, Any]:
     if m is None:
         return out
     for key, value in m.to_dict(samples=False).items():
-        if key not in ("accuracy", "serving", "load"):
+        if key not in ("accuracy", "serving", "load", "roofline"):
             out.update(_split(key, value))
     if m.load is not None:  # how busy the machine was while it ran (harness/load.py); empty before it was read
         out.update(other_cores=m.load.other_cores, under_load=m.load.under_load)
+    if m.roofline is not None:  # its distance to this device's limit (roofline.py); empty before it was counted
+        line = m.roofline
+        out.update(gop=line.gop, gops=line.gops, peak_gops=line.peak_gops, share_of_peak=line.share)
     latency, latency_ci = latency_claim(m.latency)
     low, high = latency_ci or (None, None)
     out.update(latency_ms=latency, latency_ci_low=low, latency_ci_high=high)
@@ -164,6 +168,16 @@ def _trial_row(row: TrialRow) -> dict[str, Any]:
                    accuracy_constraint=m.accuracy.constraint,
                    accuracy_record=json.dumps(asdict(m.accuracy)))  # a reason names the worst output (_reason)  # fmt: skip
     return out
+
+
+def roofline(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per config × shape with a share of peak: its fastest measured run's GOP/s and share of its precision's
+    peak on this device (:mod:`autodeploy.roofline`), highest share first, for :func:`charts.roofline`."""
+    ok = df[measured(df) & df["share_of_peak"].notna()] if "share_of_peak" in df else df.iloc[0:0]
+    best = ok.sort_values(["share_of_peak", "n_samples"], ascending=[False, False])
+    best = best.drop_duplicates([*GROUP, "config_label", "shape"]).reset_index(drop=True)
+    return best[["config_label", "engine", "precision", "shape", "gop", "gops", "peak_gops", "share_of_peak",
+                 "median_ms", "accuracy_passed", "trial_id"]]  # fmt: skip
 
 
 def samples(store: Store, trial_ids: tuple[int, ...]) -> pd.DataFrame:
@@ -342,6 +356,7 @@ def winners(store: Store, filters: Filters = Filters()) -> pd.DataFrame:
                      "winner": winner.get("label"), "winner_value": _value_text(winner, unit),
                      "speedup_vs_baseline": record["speedup_vs_baseline"], "speedup": speedup_text(record),
                      "headline": record["headline"], "screening_only": record["screening_only"],
+                     "limit": record["limit"],
                      "runner_up": second.get("label"), "runner_up_value": _value_text(second, unit),
                      "tie_with": ", ".join(record["tie_with"]), "study": row.name, "note": record["note"],
                      "limits": limits_text((row.settings or {}).get("constraints"), row.objective),
@@ -350,7 +365,7 @@ def winners(store: Store, filters: Filters = Filters()) -> pd.DataFrame:
                      "runner_up_statistic": second.get("statistic"), "model_sha256": row.model_sha256,
                      "device": row.device_fingerprint, "updated_at": row.updated_at})  # fmt: skip
     columns = ["model", "cpu", "objective", "winner", "winner_value", "speedup_vs_baseline", "speedup", "headline",
-               "screening_only", "runner_up",
+               "screening_only", "limit", "runner_up",
                "runner_up_value", "tie_with", "study", "note", "limits", "rejected", "statistic", "winner_statistic", "runner_up_statistic",
                "model_sha256", "device", "updated_at"]  # fmt: skip
     df = pd.DataFrame(rows, columns=columns)  # newest first: the first study of each group is the one shown

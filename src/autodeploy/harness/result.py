@@ -16,6 +16,7 @@ from typing import Any
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.harness.load import Load
 from autodeploy.harness.stats import LatencyStats, insufficient
+from autodeploy.roofline import Roofline
 
 #: Why a trial produced no usable measurement (docs/architecture.md, "Measurement rules").
 #: An engine's failure reason is kept whole up to this many lines, each up to REASON_LINE_CHARS: its first
@@ -152,7 +153,7 @@ LATENCY_KEYS = {"n": "n_samples", "median": "median_ms", "mean": "mean_ms", "std
                 "min": "min_ms", "max": "max_ms", "median_ci": "median_ci", "p90": "p90_ms", "p90_ci": "p90_ci",
                 "p99": "p99_ms", "p99_ci": "p99_ci", "unstable": "unstable"}  # fmt: skip
 #: Measurement fields whose flat form is not the value itself.
-_NESTED = ("latency", "accuracy", "samples_ms", "serving", "load")
+_NESTED = ("latency", "accuracy", "samples_ms", "serving", "load", "roofline")
 
 
 def _insufficient(n: int) -> tuple[str, ...]:
@@ -189,6 +190,10 @@ class Measurement:
     serving: dict[str, Any] | None = None
     #: How busy the machine was over the timed phase (:mod:`autodeploy.harness.load`).
     load: Load | None = None
+    #: The operations one call does at its shape, the GOP/s achieved and their share of the precision's
+    #: peak on this device (:mod:`autodeploy.roofline`); ``None`` for a model whose ops were not counted
+    #: (a model file run as given) and for records made before it (stored before revision 0008).
+    roofline: Roofline | None = None
 
     @property
     def under_load(self) -> bool:
@@ -198,7 +203,8 @@ class Measurement:
     def to_dict(self, *, samples: bool = True) -> dict[str, Any]:
         """The flat, JSON-ready form, keys in :meth:`keys` order: the latency statistics under their
         :data:`LATENCY_KEYS`, ``accuracy`` as a dict, ``samples_ms`` only with ``samples``; then
-        ``serving`` and ``load`` where they are set (a record without them keeps the format of bundle schema 1)."""
+        ``serving``, ``load`` and ``roofline`` where they are set (a record without them keeps the format of bundle
+        schema 1)."""
         flat = {key: getattr(self.latency, name) for name, key in LATENCY_KEYS.items()}
         flat.update({f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NESTED})
         flat["accuracy"] = None if self.accuracy is None else asdict(self.accuracy)
@@ -208,12 +214,14 @@ class Measurement:
             out["serving"] = self.serving
         if self.load is not None:
             out["load"] = self.load.to_dict()
+        if self.roofline is not None:
+            out["roofline"] = self.roofline.to_dict()
         return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Measurement:
-        """Read :meth:`to_dict`'s form back (lists for pairs are fine; missing ``samples_ms``, ``serving``
-        and ``load`` are ``None``)."""
+        """Read :meth:`to_dict`'s form back (lists for pairs are fine; missing ``samples_ms``, ``serving``,
+        ``load`` and ``roofline`` are ``None``)."""
         lat = {name: d[key] for name, key in LATENCY_KEYS.items()}
         for name in ("median_ci", "p90_ci", "p99_ci"):
             lat[name] = _pair(lat[name])
@@ -222,8 +230,9 @@ class Measurement:
         samples = d.get("samples_ms")
         accuracy = None if d.get("accuracy") is None else Accuracy.from_dict(d["accuracy"])
         load = None if d.get("load") is None else Load.from_dict(d["load"])
+        roofline = None if d.get("roofline") is None else Roofline.from_dict(d["roofline"])
         return cls(**rest, latency=latency, accuracy=accuracy, serving=d.get("serving"), load=load,
-                   samples_ms=None if samples is None else tuple(samples))  # fmt: skip
+                   roofline=roofline, samples_ms=None if samples is None else tuple(samples))  # fmt: skip
 
     @classmethod
     def keys(cls, *, samples: bool = True) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ worker does can take the caller down.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -20,7 +21,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
 
@@ -35,6 +36,7 @@ from autodeploy.harness.scenarios import SCENARIOS
 from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import ModelInfo
+from autodeploy.roofline import OpCount, Peaks, Roofline, count_ops, roofline
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
 
 if TYPE_CHECKING:
@@ -103,6 +105,9 @@ class HarnessSettings:
     #: ``OUTPUT=MEASURE[:THRESHOLD]``: the measure an output is judged by, where the user chose it
     #: (``autodeploy.verdict.parse_override``); every other output's follows from what it is.
     accuracy_overrides: tuple[str, ...] = ()
+    #: This device's peak GOP/s per precision (``harness/peaks.py``): each measurement's share of its
+    #: precision's peak is read against them; ``None``: GOP/s only, no share.
+    peaks: Peaks | None = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +293,8 @@ class Prepared:
     failure: tuple[str, str] | None = None  # (kind, message)
     synthetic: bool = False  # the evaluation inputs were made up: every result says so
     note: str | None = None  # what every result says about its inputs
+    #: The model measured, at the shapes fed: its operations are counted from it (``Measurement.roofline``).
+    model: ModelInfo | None = None
 
 
 def prepare(
@@ -343,7 +350,8 @@ def prepare(
             discard(artifact)
         build_s, engine_version = built.payload["build_s"], built.payload.get("engine_version")
     spec = replace(spec, mode="measure", artifact_path=str(artifact), reference_path=str(ref))
-    return Prepared(uid, config, scenario, spec, build_s, engine_version, synthetic=data.synthetic, note=data.note)
+    return Prepared(uid, config, scenario, spec, build_s, engine_version, synthetic=data.synthetic, note=data.note,
+                    model=model)
 
 
 #: The files (``{name: SHA-256}``) of the artifact at a path, as each measurement a store holds recorded them.
@@ -392,9 +400,11 @@ def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | 
                                   engine_version=prepared.engine_version, extra=note)  # fmt: skip
     p = measured.payload
     measurement = replace(Measurement.from_dict(p["measurement"]), build_s=prepared.build_s)
+    line, said = _roofline(prepared.model, config, measurement, settings.peaks)
+    measurement = replace(measurement, roofline=line)
     fields: dict[str, Any] = dict(engine_version=p["engine_version"], measurement=measurement,
                                   artifact_path=p["artifact_path"], artifact_files=p["artifact_files"],
-                                  extra={**p["extra"], **note})  # fmt: skip
+                                  extra={**p["extra"], **note, **said})  # fmt: skip
     accuracy = measurement.accuracy
     if accuracy is not None and not accuracy.passed:
         worst = verdict.worst(accuracy.outputs, max_accuracy_drop=settings.max_accuracy_drop, min_cosine=settings.min_cosine)
@@ -410,6 +420,31 @@ def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | 
             return TrialResult.failed(uid, config, "conversion", message, **fields)
         return TrialResult.failed(uid, config, "inaccurate", message, **fields)
     return TrialResult(uid=uid, config=config, status="ok", **fields)
+
+
+def _roofline(model: ModelInfo | None, config: TrialConfig, measurement: Measurement,
+              peaks: Peaks | None) -> tuple[Roofline | None, dict[str, str]]:  # fmt: skip
+    """The measurement's GOP/s and share of its precision's peak (:mod:`autodeploy.roofline`), from the ONNX
+    graph's ops at the shapes it was fed; ``None`` for a model file run as given (no ONNX graph to count),
+    and, with the reason in ``extra["roofline"]``, for a graph whose ops could not be counted."""
+    shapes = model.measured_shapes(config.batch) if model is not None and model.format == "onnx" else None
+    if shapes is None:
+        return None, {}
+    try:
+        count = _op_count(str(model.path), model.sha256, json.dumps(shapes, sort_keys=True))
+    except Exception as exc:  # onnx's shape inference refused the graph: the measurement stands, without its GOP/s
+        return None, {"roofline": f"operations not counted: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+    return roofline(count, engine=config.engine, precision=config.precision, batch=measurement.batch,
+                    scenario=measurement.scenario, median_ms=measurement.latency.median,
+                    throughput=measurement.throughput, peaks=peaks), {}  # fmt: skip
+
+
+@functools.lru_cache(maxsize=16)
+def _op_count(path: str, sha256: str, shapes: str) -> OpCount:
+    """:func:`~autodeploy.roofline.count_ops` once per model (its SHA-256) and shapes: a study measures the
+    same graph many times."""
+    del sha256  # part of the cache key only: the file at ``path`` is the model of that hash
+    return count_ops(path, json.loads(shapes))
 
 
 def run_trial(
@@ -485,10 +520,18 @@ def _spec(
     )
 
 
+class Spec(Protocol):
+    """What a child is told: written as JSON to the file it reads (a :class:`WorkerSpec`, the peak settings)."""
+
+    def write(self, path: Path) -> None: ...
+
+
 def run_worker(
-    spec: WorkerSpec, timeout_s: float, memory_cap_mb: int, progress: Progress | None = None
+    spec: Spec, timeout_s: float, memory_cap_mb: int, progress: Progress | None = None, *,
+    module: str = "autodeploy.harness.worker",
 ) -> WorkerOutcome:
-    """Run one job in a fresh process group and classify how it ended."""
+    """Run one job in a fresh process group and classify how it ended: ``python -m module SPEC RESULT``
+    (the worker; ``autodeploy.harness.peaks`` for the microbenchmark)."""
     with tempfile.TemporaryDirectory(prefix="autodeploy-worker-") as tmp:
         spec_path, result_path, log_path = (
             Path(tmp, "spec.json"),
@@ -497,7 +540,7 @@ def run_worker(
         )
         spec.write(spec_path)
         proc = subprocess.Popen(
-            module_argv("autodeploy.harness.worker", str(spec_path), str(result_path)),
+            module_argv(module, str(spec_path), str(result_path)),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -108,6 +108,7 @@ def measurement_columns(m: MeasurementRecord) -> dict[str, Any]:
     columns["samples_ms"] = list(m.samples_ms or ())
     columns["serving"] = m.serving
     columns["load"] = None if m.load is None else m.load.to_dict()
+    columns["roofline"] = None if m.roofline is None else m.roofline.to_dict()
     columns["accuracy_passed"] = None if m.accuracy is None else m.accuracy.passed
     return columns
 
@@ -120,7 +121,7 @@ def measurement_record(ms: Measurement, *, samples: bool) -> MeasurementRecord:
             d[key] = _pair(getattr(ms, f"{key}_low"), getattr(ms, f"{key}_high"))
         else:
             d[key] = getattr(ms, key)
-    return MeasurementRecord.from_dict({**d, "serving": ms.serving, "load": ms.load})
+    return MeasurementRecord.from_dict({**d, "serving": ms.serving, "load": ms.load, "roofline": ms.roofline})
 
 
 def trial_query(where: TrialFilter, *, samples: bool) -> sa.Select[Any]:

@@ -163,6 +163,9 @@ class Measurement(Base):
     serving: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))  # requests in flight, server split
     #: How busy the machine was over the timed phase (``harness/load.py`` ``Load``); NULL before revision 0006.
     load: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))
+    #: Operations per call, GOP/s achieved and share of the precision's peak (``roofline.Roofline``); NULL before
+    #: revision 0008, or for a model whose operations were not counted (a model file run as given).
+    roofline: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))
 
 
 class GateRun(Base):

@@ -158,10 +158,25 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     summary = replace(summary, reference_s=reference_s, wall_s=time.monotonic() - budget.started,
                       baseline_name=ctx.baseline_name(),
                       time_budget_s=budget.seconds, stopped_by=stopped_by,
-                      load={"before": before.to_dict(), **summary.load})  # fmt: skip
+                      load={"before": before.to_dict(), **summary.load}, roofline=_limit(ctx, summary.winner))  # fmt: skip
     ctx.store.finish_study(ctx.name, winner_uid=summary.winner.uids[-1] if summary.winner and summary.winner.uids else None,
                            summary=summary.to_dict())  # fmt: skip
     return summary
+
+
+def _limit(ctx: StudyContext, winner: Finalist | None) -> dict[str, Any]:
+    """The winner's distance to this device's limit (:func:`autodeploy.roofline.distance`), from the rooflines
+    its stored trials carry; ``{}`` without a winner or without counted operations."""
+    from autodeploy.results_db.records import TrialFilter
+    from autodeploy.roofline import distance
+
+    if winner is None:
+        return {}
+    rows = [ctx.store.trial(TrialFilter(uid=uid), samples=False) for uid in winner.uids]
+    lines = [r.measurement.roofline for r in rows if r is not None and r.measurement is not None
+             and r.measurement.roofline is not None]  # fmt: skip
+    return distance(lines, ctx.settings.peaks, label=winner.label, engine=winner.config.engine,
+                    batch=winner.config.batch)  # fmt: skip
 
 
 def _check_budget(ctx: StudyContext, budget: Budget, reporter: Reporter) -> float:

@@ -110,6 +110,9 @@ class StudySummary:
     rejected: list[Rejected] = field(default_factory=list)
     #: When no trial meets the constraints: the rejected config that came closest (``rejected[0]``).
     closest: Rejected | None = None
+    #: How far the winner is from this device's limit (:func:`autodeploy.roofline.distance`): its GOP/s, their share
+    #: of its precision's peak, and what int8 at the same share would take (``what_if``); empty without a count.
+    roofline: dict[str, Any] = field(default_factory=dict)
     #: How busy the machine was (``harness/load.py``): ``before`` the study (a Load's dict), the finalist
     #: ``rounds`` (the most other processes' cores over each round's runs), the rounds ``under_load`` (1-based)
     #: and the rounds run again for it (``reran``: round, cores of each run, which one was kept, the trials
@@ -126,3 +129,9 @@ class StudySummary:
         from autodeploy.report import headline
 
         return headline(self.to_dict())
+
+    def limit_text(self) -> str:
+        """The winner's distance to this device's limit in words (:func:`autodeploy.report.limit_text`); "" without one."""
+        from autodeploy.report import limit_text
+
+        return limit_text(self.to_dict())

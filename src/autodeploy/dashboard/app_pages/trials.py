@@ -48,9 +48,23 @@ st.subheader("Stored trials")
 # Each trial judged by the study's constraints, as the Pareto page judges it.
 stored = queries.judged(cache.trials(url, replace(filters, study=name)), studies)
 st.dataframe(stored[["trial_id", "phase", "status", "failure_kind", "config_label", "verdict", "reason", "shape",
-                     "latency_ms", "median_ms", "n_samples", "accuracy_drop", "peak_rss_mb", "under_load", "other_cores",
-                     "created_at"]], hide_index=True)  # fmt: skip
+                     "latency_ms", "median_ms", "n_samples", "accuracy_drop", "gops", "share_of_peak", "peak_rss_mb",
+                     "under_load", "other_cores", "created_at"]], hide_index=True,
+             column_config={"gops": "GOP/s", "share_of_peak": st.column_config.NumberColumn(
+                 "share of peak", format="percent", help="GOP/s over the precision's peak on this device")})  # fmt: skip
 if stored["under_load"].fillna(False).astype(bool).any():
     st.caption(f"under_load: other processes kept more than {UNDER_LOAD_CORES} of a core busy while the trial was "
                "timed (other_cores: how many, on average); its times are likely slower and noisier.")  # fmt: skip
 cache.csv_button(stored, f"{name}-trials.csv", key="trials_csv")
+
+st.subheader("Distance to the limit")
+limit = queries.roofline(stored)
+if limit.empty:
+    st.info("No trial of this study has a share of peak (operations counted against this device's peaks: "
+            "`autodeploy engines` shows them); trials stored before they were counted have none.")  # fmt: skip
+else:
+    st.caption("Each config's fastest run: its GOP/s (2 x the MACs of its Conv, MatMul, Gemm and attention at the "
+               "measured shape, over its median call) as a share of its precision's peak on this device (a MatMul "
+               "and a Conv per engine, `autodeploy engines`). Far below 100%: tuning can pay; near it: only a "
+               "cheaper precision can.")  # fmt: skip
+    st.plotly_chart(charts.roofline(limit), key="trials_roofline")

@@ -21,11 +21,13 @@ st.caption("Per model × device and objective, the newest finished study: its fi
            "as `autodeploy tune` printed them. Speed-up is over the ONNX Runtime fp32 default, re-measured beside "
            "the finalists (>1 is faster): the median of the per-round ratios of the statistic named, with its "
            "interval over rounds; a winner from fewer than 3 rounds is a screening result only.")  # fmt: skip
-shown = ["model", "cpu", "objective", "winner", "winner_value", "speedup", "runner_up", "runner_up_value",
+shown = ["model", "cpu", "objective", "winner", "winner_value", "speedup", "limit", "runner_up", "runner_up_value",
          "tie_with", "limits", "rejected", "study", "note"]  # fmt: skip
 st.dataframe(table[shown], hide_index=True, column_config={
     "winner_value": "winner [interval]",
     "speedup": "speed-up vs ORT fp32 default [interval] (statistic)",
+    "limit": st.column_config.TextColumn("distance to the limit", help="the winner's GOP/s as a share of its "
+                                         "precision's peak on this device, and what int8 would take at that share"),
     "runner_up": "runner-up",
     "runner_up_value": "runner-up [interval]",
     "tie_with": "tied with the winner",
