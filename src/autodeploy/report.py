@@ -618,12 +618,42 @@ _STUDY = {
                     "description": "no trial meets the constraints: the rejected config that came closest"},
     },
 }
+#: ``autodeploy fleet status --format json``: one fleet job, per device its state and winner (issue 40;
+#: made by :func:`autodeploy.fleet.jobs.record`).
+_FLEET = {
+    "type": "object",
+    "required": ["schema", "schema_version", "job", "model", "state", "devices"],
+    "properties": {
+        "schema": {"const": "autodeploy.fleet"},
+        "schema_version": {"const": SCHEMA_VERSION},
+        "job": {"type": "integer"},
+        "model": {"type": "string"},
+        "state": {"enum": ["open", "cancelled"]},
+        "devices": {"type": "array", "items": {
+            "type": "object",
+            "required": ["device", "state", "winner", "reason"],
+            "properties": {
+                "device": {"type": "string"},
+                "state": {"enum": ["queued", "running", "done", "failed", "cancelled", "skipped"]},
+                "winner": {"type": ["object", "null"], "required": ["config", "statistic", "value", "speedup"],
+                           "description": "the winner's config label, its statistic (p90, median, items/s) and value, "
+                           "and its speed-up over the baseline; null until done (or when no config met the constraints)"},
+                "reason": {**_STR, "description": "why it failed (agent lost: no heartbeat for N s) or was skipped"},
+                "heartbeat_age_s": {"type": "number"},
+                "trials": {"type": "integer", "description": "measured screening trials in its study so far"},
+                "skipped": {"type": "array", "description": "engines the job asks for that this device lacks, with why"},
+                "study": {"type": "string", "description": "its own study: fleet.JOB.DEVICE"},
+            },
+        }},
+    },
+}
 #: JSON Schema of every record above; ``--format json`` prints one record or a list of them.
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": f"https://autodeploy.invalid/schema/v{SCHEMA_VERSION}.json",
     "title": f"autodeploy records, schema version {SCHEMA_VERSION}",
-    "$defs": {"trial": _TRIAL, "study": _STUDY},
-    "oneOf": [{"$ref": "#/$defs/trial"}, {"$ref": "#/$defs/study"},
-              {"type": "array", "items": {"oneOf": [{"$ref": "#/$defs/trial"}, {"$ref": "#/$defs/study"}]}}],  # fmt: skip
+    "$defs": {"trial": _TRIAL, "study": _STUDY, "fleet": _FLEET},
+    "oneOf": [{"$ref": "#/$defs/trial"}, {"$ref": "#/$defs/study"}, {"$ref": "#/$defs/fleet"},
+              {"type": "array", "items": {"oneOf": [{"$ref": "#/$defs/trial"}, {"$ref": "#/$defs/study"},
+                                                    {"$ref": "#/$defs/fleet"}]}}],  # fmt: skip
 }

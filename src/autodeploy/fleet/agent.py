@@ -89,6 +89,7 @@ def serve(db: str | None, settings: AgentSettings, log: Log = lambda _: None) ->
         jobs.check_name(tag, "--tag")
     with Store.open(url) as store:
         device = probe_device()
+        ledger.check_binding(store, settings.name, device)  # a name taken by another device is refused before probing
         agent = ledger.register(store, settings.name, device, engines_here(device), settings.tags, __version__)
         log(f"device {agent.name}: fingerprint {agent.fingerprint} ({agent.cpu}), tags {', '.join(agent.tags) or '-'}")
         return asyncio.run(_serve(store, agent, settings, log))
@@ -254,8 +255,10 @@ def winner_record(summary: StudySummary) -> dict[str, Any]:
 
     w = summary.winner
     assert w is not None
-    return {"config": w.label, "uid": w.uids[-1] if w.uids else None, "statistic": summary.statistic,
-            "value": w.statistic, "value_text": OBJECTIVES[summary.objective].value_text(w.statistic),
+    objective = OBJECTIVES[summary.objective]  # a winner from screening values alone names no round statistic
+    statistic = summary.statistic or objective.latency_statistic or objective.shown_unit
+    return {"config": w.label, "uid": w.uids[-1] if w.uids else None, "statistic": statistic,
+            "value": w.statistic, "value_text": objective.value_text(w.statistic),
             "speedup": summary.speedup_vs_baseline, "baseline": summary.baseline_name,
             "screening_only": summary.screening_only, "headline": summary.headline()}  # fmt: skip
 

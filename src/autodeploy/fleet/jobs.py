@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from autodeploy.errors import UsageError
 from autodeploy.fleet import ledger, queue
+from autodeploy.report import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from autodeploy.intake import ResolvedModel
@@ -109,6 +110,7 @@ def submit(model: str | None, *, db: str | None, devices: str = "all", config: s
             (``--metric``), a model of several files, data that is not one file.
         ModelError, DataError, StoreError: the model, the data or the database is unusable.
     """
+    from autodeploy.adapters import registry
     from autodeploy.api import cache_dir
     from autodeploy.intake import load_source, resolve_model
     from autodeploy.results_db.store import Store
@@ -124,6 +126,8 @@ def submit(model: str | None, *, db: str | None, devices: str = "all", config: s
         if keys.get(key) or overrides.get(key):
             raise UsageError(f"fleet jobs refuse {key} ({why})", fix=f"drop {key} from the flags and the config")
     cfg = study_config.validate(keys, overrides)
+    for name in cfg.engines or ():  # an unknown engine is refused now, not on every device later
+        registry.target_of(name)
     resolved = resolve_model(cfg.model, cache_dir=cache_dir())
     model_path = _model_file(cfg.model, resolved)
     data_ref = data or cfg.data
@@ -216,7 +220,7 @@ def record(job: ledger.Job, runs: list[ledger.Run], at: datetime | None = None) 
         devices.append({"device": run.device, "state": state, "winner": run.winner, "reason": reason,
                         "heartbeat_age_s": round((at - run.heartbeat_at).total_seconds(), 1), "trials": run.trials,
                         "attempts": run.attempts, "skipped": run.skipped, "study": run.study})  # fmt: skip
-    return {"schema": SCHEMA_NAME, "schema_version": 1, "job": job.id, "model": job.model_name,
+    return {"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "job": job.id, "model": job.model_name,
             "model_sha256": job.model_sha256, "selects": job.devices, "state": job.state,
             "created_at": job.created_at.isoformat(), "devices": devices}  # fmt: skip
 

@@ -170,6 +170,20 @@ def checked_blob(store: Store, digest: str, what: str) -> bytes:
 # -- agents -----------------------------------------------------------------------------------------------
 
 
+def _refuse(name: str, bound: tuple[str, str], device: DeviceRecord) -> UsageError:
+    return UsageError(f"device name {name!r} is registered with fingerprint {bound[0]} ({bound[1]}); this machine is "
+                      f"{device.fingerprint} ({device.cpu}): results never mix devices", fix="give this machine its own --name")  # fmt: skip
+
+
+def check_binding(store: Store, name: str, device: DeviceInfo) -> None:
+    """Raises: UsageError: ``name`` is registered with another device fingerprint."""
+    record = DeviceRecord.of(device)
+    query = sa.select(FleetAgent.fingerprint, FleetAgent.cpu).where(FleetAgent.name == name)
+    bound = _tx(store, "cannot read", lambda s: s.execute(query).first())
+    if bound is not None and bound[0] != record.fingerprint:
+        raise _refuse(name, tuple(bound), record)
+
+
 def register(store: Store, name: str, device: DeviceInfo, engines: dict[str, str], tags: tuple[str, ...],
              version: str) -> Agent:  # fmt: skip
     """Register (or refresh) the device ``name`` of this machine; a name bound to another fingerprint is refused.
@@ -182,9 +196,7 @@ def register(store: Store, name: str, device: DeviceInfo, engines: dict[str, str
     def upsert(s: Session) -> Agent:
         row = s.scalar(sa.select(FleetAgent).where(FleetAgent.name == name).with_for_update())
         if row is not None and row.fingerprint != record.fingerprint:
-            raise UsageError(f"device name {name!r} is registered with fingerprint {row.fingerprint} ({row.cpu}); this "
-                             f"machine is {record.fingerprint} ({record.cpu}): results never mix devices",
-                             fix="give this machine its own --name")  # fmt: skip
+            raise _refuse(name, (row.fingerprint, row.cpu), record)
         if row is None:
             row = FleetAgent(name=name, fingerprint=record.fingerprint, device_id=rows.device_id(s, record), cpu=record.cpu,
                              engines=engines, tags=list(tags), version=version)  # fmt: skip

@@ -1,0 +1,205 @@
+"""Fleet jobs one fault at a time: cancel, a tampered blob, a renamed device, SQLite, a metric; and the rules
+that need no agent (the lost-agent state, the queue's own schema)."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+
+from tests.cli_runner import run_cli
+from tests.fleet.conftest import JOB_CONFIG, query, wait_for
+
+
+def submit(url: str, devices: str = "all") -> int:
+    from autodeploy.fleet import jobs
+
+    return jobs.submit("zoo:tiny-cnn", db=url, devices=devices, config=JOB_CONFIG).job
+
+
+def register(url: str, name: str, device=None) -> None:
+    from autodeploy import __version__
+    from autodeploy.device import probe_device
+    from autodeploy.fleet import ledger
+    from autodeploy.results_db.store import Store
+
+    with Store.open(url) as store:
+        ledger.register(store, name, device or probe_device(), {"onnxruntime": "available"}, (), __version__)
+
+
+def states(url: str, job: int) -> dict[str, tuple[str, str | None]]:
+    from autodeploy.fleet import jobs
+    from autodeploy.results_db.store import Store
+
+    with Store.open(url, readonly=True) as store:
+        return {d["device"]: (d["state"], d["reason"]) for d in jobs.status(store, job)[0]["devices"]}
+
+
+# -- with agents ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_cancel_stops_a_running_device_and_withdraws_a_queued_one(postgres_url, agents, capsys):
+    register(postgres_url, "edge-a")
+    register(postgres_url, "edge-b")  # registered, never started: its run stays queued until the cancel
+    job = submit(postgres_url)
+    running = agents.start(postgres_url, "edge-a")
+    wait_for("edge-a to run", lambda: states(postgres_url, job)["edge-a"][0] == "running")
+    code, out, err = run_cli(capsys, "fleet", "cancel", str(job), "--db", postgres_url)
+    assert code == 0 and f"job {job} cancelled; stopping on edge-a" in out
+    assert states(postgres_url, job)["edge-b"] == ("cancelled", "the job was cancelled before it started")
+    # edge-b's withdrawn from the queue; edge-a's held (picked) by its agent until it stops
+    assert query(postgres_url, "SELECT entrypoint, status::text FROM autodeploy_queue.pgqueuer") == [("fleet.edge-a", "picked")]
+    out, err = running.communicate(timeout=120)
+    assert running.returncode == 0, err
+    assert states(postgres_url, job)["edge-a"] == ("cancelled", "the job was cancelled while it ran")
+    assert f"job {job}: cancelled" in err
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_tampered_model_blob_is_refused_by_the_agent(postgres_url, agents, tmp_path):
+    register(postgres_url, "edge-a")
+    job = submit(postgres_url)
+    (sha,) = query(postgres_url, "SELECT model_sha256 FROM ad_fleet_jobs WHERE id = :j", j=job)[0]
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(postgres_url, poolclass=sa.pool.NullPool)
+    with engine.begin() as conn:  # one byte changed in the store's copy
+        data = conn.execute(sa.text("SELECT data FROM ad_fleet_blobs WHERE sha256 = :s"), {"s": sha}).scalar_one()
+        conn.execute(sa.text("UPDATE ad_fleet_blobs SET data = :d WHERE sha256 = :s"),
+                     {"d": bytes([data[0] ^ 1]) + data[1:], "s": sha})  # fmt: skip
+    engine.dispose()
+    # its own cache: no good copy of the model from an earlier test to take instead
+    code, _, err = agents.run(postgres_url, "edge-a", env={"AUTODEPLOY_CACHE": str(tmp_path / "cache")})
+    assert code == 0, err
+    state, reason = states(postgres_url, job)["edge-a"]
+    assert state == "failed" and f"model blob {sha[:12]}" in reason and "does not match its SHA-256" in reason
+    assert query(postgres_url, "SELECT count(*) FROM ad_trials") == [(0,)]  # nothing ran on it
+    assert not (tmp_path / "cache" / "fleet" / sha).exists()
+
+
+@pytest.mark.postgres
+def test_a_name_registered_with_another_fingerprint_is_refused(postgres_url, agents):
+    from autodeploy.device import probe_device
+
+    other = dataclasses.replace(probe_device(), cpu_model="Another Test CPU")  # another machine's fingerprint
+    register(postgres_url, "edge-x", other)
+    code, out, err = agents.run(postgres_url, "edge-x")
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: device name 'edge-x' is registered with fingerprint "
+                                                   f"{other.fingerprint} (Another Test CPU); this machine is "
+                                                   f"{probe_device().fingerprint}")  # fmt: skip
+    assert "results never mix devices; fix: give this machine its own --name" in lines[0]
+
+
+# -- without agents ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [("agent", "--once"), ("fleet", "status"), ("fleet", "cancel", "1"),
+                                  ("fleet", "submit", "zoo:tiny-cnn"), ("fleet", "export", "1", "--device", "a", "-o", "x")])  # fmt: skip
+def test_sqlite_is_refused_in_one_line(capsys, tmp_path, argv):
+    code, out, err = run_cli(capsys, *argv, "--db", f"sqlite:///{tmp_path / 'r.db'}")
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("error: autodeploy fleet and agent need PostgreSQL; the results database is SQLite")
+    assert not (tmp_path / "r.db").exists()  # refused before anything was opened
+
+
+def test_a_fleet_job_refuses_a_metric(capsys, tmp_path):
+    metric = tmp_path / "m.py"
+    metric.write_text("def top1(outputs, labels):\n    return 1.0\n")
+    code, _, err = run_cli(capsys, "fleet", "submit", "zoo:tiny-cnn", "--metric", f"{metric}:top1", "--db", "postgresql+psycopg://u@h/d")
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("error: --metric is refused for fleet jobs: a metric is code, and a fleet job carries no code")
+
+
+def test_a_config_naming_a_metric_or_a_study_is_refused(tmp_path):
+    from autodeploy.errors import UsageError
+    from autodeploy.fleet import jobs
+
+    for key, value in (("metric", "m.py:f"), ("name", "mine"), ("per_shape", True)):
+        config = tmp_path / f"{key}.yaml"
+        config.write_text(f"model: zoo:tiny-cnn\n{key}: {value}\n")
+        with pytest.raises(UsageError, match=f"fleet jobs refuse {key}"):
+            jobs.submit(None, db="postgresql+psycopg://u@h/d", config=config)
+
+
+def test_a_bad_device_selector_is_refused():
+    from autodeploy.errors import UsageError
+    from autodeploy.fleet import jobs
+
+    for devices in ("a/b", "tag:", "../x", ""):
+        with pytest.raises(UsageError, match="is not a valid name"):
+            jobs.check_devices(devices)
+
+
+def test_a_silent_running_device_reads_as_lost_after_its_job_allows():
+    from autodeploy.fleet import jobs, ledger
+
+    at = ledger.now()
+    job = ledger.Job(1, "zoo:tiny-cnn", "m.onnx", "0" * 64, None, {}, "all", 60.0, "open", at)
+    run = ledger.Run(1, 1, "edge-a", "fleet.1.edge-a", "running", 1, 2, None, None, None, [], at - timedelta(seconds=59))
+    assert jobs.device_state(run, job, at) == ("running", None)
+    silent = dataclasses.replace(run, heartbeat_at=at - timedelta(seconds=61))
+    state, reason = jobs.device_state(silent, job, at)
+    assert state == "failed" and reason.startswith("agent lost: no heartbeat for 61 s")
+    assert jobs.device_state(dataclasses.replace(silent, state="done"), job, at)[0] == "done"  # over: never lost
+    assert jobs.device_state(dataclasses.replace(silent, state="queued"), job, at)[0] == "queued"
+
+
+@pytest.mark.postgres
+def test_the_queue_lives_in_its_own_schema_outside_alembic(postgres_url):
+    import asyncio
+
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from autodeploy.fleet import queue
+    from autodeploy.results_db.schema import VERSION_TABLE, Base
+    from autodeploy.results_db.store import Store
+
+    with Store.open(postgres_url) as store:
+
+        async def install_twice() -> None:  # the second finds it made
+            for _ in range(2):
+                async with queue.connected(postgres_url):
+                    pass
+
+        asyncio.run(install_twice())
+        tables = {t for (t,) in query(postgres_url, "SELECT tablename FROM pg_tables WHERE schemaname = :s", s=queue.SCHEMA)}
+        assert {"pgqueuer", "pgqueuer_log", "pgqueuer_statistics"} <= tables
+        assert not {t for (t,) in query(postgres_url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                                        "AND tablename LIKE 'pgqueuer%'")}  # fmt: skip
+        with store.engine.connect() as conn:
+            ctx = MigrationContext.configure(conn, opts={"compare_type": True, "version_table": VERSION_TABLE})
+            assert compare_metadata(ctx, Base.metadata) == []  # autogenerate sees none of the queue's tables
+
+
+@pytest.mark.postgres
+def test_one_queued_job_per_run_and_a_late_device_adopts_an_open_all_job(postgres_url):
+    import asyncio
+
+    from autodeploy.fleet import ledger, queue
+    from autodeploy.results_db.store import Store
+
+    register(postgres_url, "edge-a")
+    job = submit(postgres_url)
+    tagged = submit(postgres_url, devices="tag:arm")
+    register(postgres_url, "edge-b")  # after both jobs
+    with Store.open(postgres_url) as store:
+        agent = next(a for a in ledger.agents(store) if a.name == "edge-b")
+        mine = ledger.adopt(store, agent)
+        assert [(r.job_id, r.study, r.state) for r in mine] == [(job, f"fleet.{job}.edge-b", "queued")]  # not the tag job
+        assert ledger.adopt(store, agent) == mine  # once
+
+        async def enqueue_twice() -> list[dict[int, int]]:
+            async with queue.connected(postgres_url) as queries:
+                return [await queue.enqueue(queries, [(r.id, "edge-b") for r in mine]) for _ in range(2)]
+
+        first, second = asyncio.run(enqueue_twice())
+    assert list(first) == [mine[0].id] and second == {}  # the dedupe key: one queued job per run
+    assert query(postgres_url, "SELECT entrypoint FROM autodeploy_queue.pgqueuer ORDER BY id") == [("fleet.edge-a",), ("fleet.edge-b",)]
+    assert tagged not in {r.job_id for r in mine}

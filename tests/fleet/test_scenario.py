@@ -1,0 +1,223 @@
+"""The issue's "done when", with real agents: one job on two devices, one agent killed with -9 mid-tune.
+
+``fleet submit zoo:tiny-cnn --devices all`` while only edge-a is registered; edge-a starts and is killed
+once its study has stored a trial; its run reads ``running``, then ``failed: agent lost``; edge-b registers
+late and takes the open ``all`` job; edge-a restarts, takes its run back when the lease lapses and resumes
+the study. Both end ``done`` with a winner, no measured trial lost or repeated, and ``fleet export`` writes
+a bundle ``bundle verify`` accepts. The Fleet dashboard page is then checked in AppTest and in Chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.fleet.conftest import JOB, Agents, database, finish, query, screening_trials, wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+LOST_AFTER_S = "4"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    url: str
+    job: int
+    status: dict
+    before_kill: list[tuple[str, str]]
+    logs: dict[str, str]
+
+
+def cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autodeploy", *argv], capture_output=True, text=True, timeout=120)
+
+
+def device(status: dict, name: str) -> dict:
+    return next(d for d in status["devices"] if d["device"] == name)
+
+
+def register(url: str, name: str) -> None:
+    """Register a device of this machine as its agent would (the agent refreshes what it probes when it starts)."""
+    from autodeploy import __version__
+    from autodeploy.device import probe_device
+    from autodeploy.fleet import ledger
+    from autodeploy.results_db.store import Store
+
+    with Store.open(url) as store:
+        ledger.register(store, name, probe_device(), {"onnxruntime": "available"}, (), __version__)
+
+
+def alive(proc: subprocess.Popen) -> bool:
+    """True while the agent runs; its stderr in the failure when it ended before it should."""
+    if proc.poll() is not None:
+        pytest.fail(f"the agent ended with {proc.returncode}: {proc.stderr.read()[-3000:]}")
+    return True
+
+
+def tensorrt_missing() -> bool:
+    from autodeploy.adapters import registry
+    from autodeploy.device import probe_device
+
+    return not registry.get("tensorrt").probe(probe_device()).available
+
+
+@pytest.fixture(scope="module")
+def scenario(postgres_server: str) -> Scenario:
+    from autodeploy.fleet import jobs
+    from autodeploy.results_db.store import Store
+
+    agents = Agents()
+    with database(postgres_server) as url:
+        try:
+            register(url, "edge-a")  # known before the job: its run is made at submission
+            # A device that lacks an engine runs the rest: TensorRT is asked for where it cannot run.
+            extra = ["--engine", "onnxruntime", "--engine", "tensorrt"] if tensorrt_missing() else []
+            print('T', __import__('time').strftime('%X'), 'done = cli("', flush=True)
+            done = cli("fleet", "submit", "zoo:tiny-cnn", "--devices", "all", *JOB, *extra, "--lost-after", LOST_AFTER_S,
+                       "--db", url, "--format", "json")  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            job = json.loads(done.stdout)["job"]
+            study = f"fleet.{job}.edge-a"
+            print('T', __import__('time').strftime('%X'), 'first = agen', flush=True)
+            first = agents.start(url, "edge-a")
+            before = wait_for("edge-a's first stored trial", lambda: alive(first) and screening_trials(url, study))
+            print('T', __import__('time').strftime('%X'), 'os.kill(firs', flush=True)
+            os.kill(first.pid, signal.SIGKILL)  # mid-tune: a power loss
+            first.wait(timeout=10)
+            with Store.open(url, readonly=True) as store:
+                assert device(jobs.status(store, job)[0], "edge-a")["state"] == "running"
+                lost = wait_for("edge-a to read as lost", lambda: device(jobs.status(store, job)[0], "edge-a")["state"] == "failed", timeout=30)  # fmt: skip
+            assert lost
+            print('T', __import__('time').strftime('%X'), 'late = agent', flush=True)
+            late = agents.start(url, "edge-b")  # registers after the job was submitted
+            again = agents.start(url, "edge-a")
+            logs = {}
+            for name, proc in (("edge-b", late), ("edge-a", again)):
+                code, out, err = finish(proc)
+                assert code == 0, f"{name}: {err}"
+                logs[name] = err
+            print('T', __import__('time').strftime('%X'), 'status = jso', flush=True)
+            status = json.loads(cli("fleet", "status", str(job), "--db", url, "--format", "json").stdout)
+            yield Scenario(url, job, status, before, logs)
+        finally:
+            agents.close()
+
+
+def test_both_devices_end_done_with_a_winner(scenario):
+    assert scenario.status["job"] == scenario.job and scenario.status["schema"] == "autodeploy.fleet"
+    assert {d["device"]: d["state"] for d in scenario.status["devices"]} == {"edge-a": "done", "edge-b": "done"}
+    for d in scenario.status["devices"]:
+        assert d["winner"]["config"].startswith("onnxruntime/fp32/") and d["winner"]["statistic"] in ("p90", "median")
+        assert d["winner"]["speedup"] > 0 and d["trials"] == 3 and d["reason"] is None
+        assert d["study"] == f"fleet.{scenario.job}.{d['device']}"
+    assert device(scenario.status, "edge-a")["attempts"] == 2  # taken back after the kill
+    assert device(scenario.status, "edge-b")["attempts"] == 1
+    assert "attempt 2: taken back" in scenario.logs["edge-a"]
+
+
+def test_status_json_follows_the_schema(scenario):
+    import jsonschema
+
+    from autodeploy.report import SCHEMA
+
+    jsonschema.validate(scenario.status, SCHEMA, cls=jsonschema.Draft202012Validator)
+
+
+def test_a_missing_engine_is_skipped_with_its_reason(scenario):
+    if not tensorrt_missing():
+        pytest.skip("TensorRT runs here: no engine to be missing")
+    for d in scenario.status["devices"]:
+        assert [s["engine"] for s in d["skipped"]] == ["tensorrt"]
+        assert d["skipped"][0]["reason"].startswith("unavailable: TensorRT")
+
+
+def test_the_killed_study_lost_and_repeated_no_measured_trial(scenario):
+    from autodeploy.fleet.agent import measured_trials
+    from autodeploy.results_db.store import Store
+
+    study = f"fleet.{scenario.job}.edge-a"
+    after = screening_trials(scenario.url, study)
+    assert set(scenario.before_kill) <= set(after)  # nothing measured before the kill is gone
+    keys = [key for _, key in after]
+    assert len(keys) == len(set(keys))  # nor measured again after it
+    with Store.open(scenario.url, readonly=True) as store:
+        assert measured_trials(store, study) == 3  # the study asked only for what was missing
+    assert query(scenario.url, "SELECT count(*) FROM ad_studies WHERE name = :s", s=study) == [(1,)]
+
+
+def test_export_gives_a_bundle_that_bundle_verify_accepts(scenario, tmp_path):
+    out = tmp_path / "edge-a-bundle"
+    done = cli("fleet", "export", str(scenario.job), "--device", "edge-a", "-o", str(out), "--db", scenario.url)
+    assert done.returncode == 0, done.stderr
+    assert (out / "manifest.json").is_file()
+    verified = cli("bundle", "verify", str(out), "--format", "json")
+    assert verified.returncode == 0, verified.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model"]["sha256"] == scenario.status["model_sha256"]
+
+
+def test_the_fleet_page_shows_jobs_by_devices(scenario, monkeypatch):
+    pytest.importorskip("streamlit", reason="pip install 'autodeploy[dashboard]'")
+    from streamlit.testing.v1 import AppTest
+
+    from autodeploy.dashboard import APP, DB_ENV
+
+    monkeypatch.setenv(DB_ENV, scenario.url)
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    at.switch_page("app_pages/fleet.py")
+    at.run()
+    assert not at.exception and not at.error
+    grid = next(m.value for m in at.markdown if m.value.startswith("| job |"))
+    assert "edge\\-a" in grid and "edge\\-b" in grid and grid.count(":green[done]") == 2
+    assert f"(trials?study=fleet.{scenario.job}.edge-a)" in grid
+    table = at.dataframe[0].value
+    assert set(table["state"]) == {"done"} and set(table["device"]) == {"edge-a", "edge-b"}
+
+
+def test_the_fleet_page_in_chromium_links_each_cell_to_its_study(scenario, tmp_path):
+    from tests.dashboard import test_browser as browser
+
+    if not browser.CHROMIUM.is_file():
+        pytest.skip(f"no Chromium at {browser.CHROMIUM}: install Debian's package (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the Python package only)")
+    port, log = browser._free_port(), tmp_path / "dashboard.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "autodeploy", "dashboard", "--db", scenario.url, "--port", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        browser._wait_healthy(proc, port, log)
+        with sync_api.sync_playwright() as p:
+            chromium = p.chromium.launch(executable_path=str(browser.CHROMIUM), headless=True, args=browser.CHROMIUM_ARGS)
+            try:
+                page = chromium.new_page(viewport={"width": 1600, "height": 1600})
+                page.goto(f"http://127.0.0.1:{port}/fleet", timeout=browser.WAIT_MS)
+                page.get_by_role("heading", name="Fleet").wait_for(timeout=browser.WAIT_MS)
+                link = page.locator(f"a[href*='study=fleet.{scenario.job}.edge-b']")
+                link.first.wait_for(timeout=browser.WAIT_MS)
+                cell = page.locator("td", has=link.first)
+                assert "done" in cell.inner_text() and "onnxruntime/fp32" in cell.inner_text()
+                page.screenshot(path=str(Path(browser._screenshot_dir()) / "fleet.png"))
+                page.goto(f"http://127.0.0.1:{port}/{link.first.get_attribute('href')}", timeout=browser.WAIT_MS)
+                page.get_by_role("heading", name="Trials").wait_for(timeout=browser.WAIT_MS)
+                study = page.get_by_role("combobox", name="Study")
+                study.wait_for(timeout=browser.WAIT_MS)
+                assert study.input_value() == f"fleet.{scenario.job}.edge-b"  # the study the cell named
+                assert not page.locator("[data-testid='stException']").count(), "the page raised"
+            finally:
+                chromium.close()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            print('T', __import__('time').strftime('%X'), 'os.killpg(pr', flush=True)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
