@@ -17,7 +17,9 @@ Two record kinds, each carrying ``schema`` and ``schema_version``:
   and the one-line ``headline`` that names its statistic (:func:`headline`); how busy the machine was
   before the study and over each finalist round, and the round run again for it (``load``); and (issue 25)
   every config a constraint rejected, once, with the value and the limit (``rejected``), and the closest of
-  them when no trial meets the constraints (``closest``).
+  them when no trial meets the constraints (``closest``); and (issue 42) the seconds each speed-up's rounds span
+  (``speedups.*.span_s``), when each finalist's rounds started (``round_times``), and the baseline today beside
+  its earlier studies on this device (``baseline_history``).
   The dashboard's winners page reads the same record.
 
 :data:`SCHEMA` is the JSON Schema (draft 2020-12) of both; ``autodeploy schema`` prints it. A change
@@ -142,6 +144,7 @@ def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
         "rejected": [_rejected(r) for r in s.get("rejected") or ()],
         "closest": None if s.get("closest") is None else _rejected(s["closest"]),
         "load": _jsonable(s.get("load")) if s.get("load") else None,
+        "baseline_history": _jsonable(s.get("baseline_history")) if s.get("baseline_history") else None,
     }
 
 
@@ -152,7 +155,8 @@ def _rejected(r: Mapping[str, Any]) -> dict[str, Any]:
 def _ratio(r: Mapping[str, Any]) -> dict[str, Any]:
     ci = r.get("ci")
     return {"ratio": r["value"], "ci": None if ci is None else [ci[0], ci[1]], "ci_level": r.get("level"),
-            "rounds": r.get("rounds"), "left_out": r.get("left_out", 0), "under_load": r.get("under_load", False)}  # fmt: skip
+            "rounds": r.get("rounds"), "left_out": r.get("left_out", 0), "under_load": r.get("under_load", False),
+            "span_s": r.get("span_s")}  # fmt: skip
 
 
 def limit_text(summary: Mapping[str, Any]) -> str:
@@ -237,7 +241,8 @@ def headline(summary: Mapping[str, Any]) -> str:
         text += f" vs {base} for {baseline_name(summary)}: {ratio_text(main)}"
         extra = [f"{k} {ratio_text(m)}" for k, m in speedups.items() if k != statistic]
         if main.get("ci") is not None:
-            extra.append(f"intervals over {main['rounds']} rounds, {main['level']:.0%} coverage")
+            across = f" across {span_text(main['span_s'])}" if main.get("span_s") else ""
+            extra.append(f"intervals over {main['rounds']} rounds{across}, {main['level']:.0%} coverage")
         extra += _pairs_text(main)
         if extra:
             text += f" ({'; '.join(extra)})"
@@ -247,7 +252,35 @@ def headline(summary: Mapping[str, Any]) -> str:
         rounds = summary.get("rounds") or 0
         text += (f"; screening only ({rounds} finalist round{'s' if rounds != 1 else ''}, no interval)"
                  if rounds else "; screening only")  # fmt: skip
+    history = summary.get("baseline_history") or {}
+    if history.get("outside"):
+        text += f"; {history_text(history, baseline_name(summary), objective)}"
     return text
+
+
+def span_text(seconds: float) -> str:
+    """How long a stretch of rounds took: ``45 s``, ``3.2 min``."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def history_text(history: Mapping[str, Any], name: str, objective: str) -> str:
+    """The baseline today beside its earlier studies (:class:`autodeploy.verdict.BaselineHistory`'s dict):
+    ``the ORT fp32 default read p90 8.700 ms today; 4.900-8.700 ms in 6 earlier studies on this device:
+    1.12-1.99x over that range``."""
+    from autodeploy.units import fmt_ms_range
+
+    known = OBJECTIVES.get(objective)
+    if known is not None and known.higher_is_better:
+        today = known.value_text(history["today"])
+        low, high = known.value_text(history["low"]), known.value_text(history["high"])
+        span = f"{low.rpartition(' ')[0]}–{high}"  # one unit: 100.0–120.0 items/s
+    else:
+        today, span = _value(history["today"], history.get("statistic") or "", objective).strip(), fmt_ms_range(history["low"], history["high"])
+    runs = history.get("runs") or 0
+    noun = {"studies": ("study", "studies"), "runs": ("run", "runs")}[history.get("kind") or "studies"][runs != 1]
+    text = f"{name} read {today} today; {span} in {runs} earlier {noun} on this device"
+    over = history.get("over_range")
+    return text + (f": {over[0]:.2f}–{over[1]:.2f}x over that range" if over else "")
 
 
 def _pairs_text(ratio: Mapping[str, Any]) -> list[str]:
@@ -349,7 +382,8 @@ def _finalist(f: Mapping[str, Any]) -> dict[str, Any]:
             "statistic_ci": None if ci is None else [ci[0], ci[1]], "n_samples": f.get("n_samples", 0),
             "baseline": bool(f.get("baseline")), "failure": f.get("failure"), "trial_uids": list(f.get("uids") or ()),
             "per_shape": dict(f.get("per_shape") or {}), "rounds": list(f.get("rounds") or ()),
-            "pooled": f.get("pooled"), "load_by_round": list(f.get("loads") or ())}  # fmt: skip
+            "pooled": f.get("pooled"), "load_by_round": list(f.get("loads") or ()),
+            "round_times": list(f.get("times") or ())}  # fmt: skip
 
 
 def _jsonable(value: Any) -> Any:
@@ -514,7 +548,9 @@ _FINALIST = {
                    "pooled": {**_NUM, "description": "the statistic over every call of every round pooled: "
                               "display only (one noisy round owns its tail)"},
                    "load_by_round": {"type": "array", "items": _NUM, "description": "per finalist round, the cores "
-                                     "other processes kept busy while it ran (null: not run, or not read)"}},  # fmt: skip
+                                     "other processes kept busy while it ran (null: not run, or not read)"},
+                   "round_times": {"type": "array", "items": _NUM, "description": "per finalist round, when its run "
+                                   "started, seconds since the epoch (null: not run): the rounds are spread over time"}},  # fmt: skip
 }
 _REJECTED = {
     "type": "object",
@@ -533,7 +569,22 @@ _RATIO = {"type": "object", "required": ["ratio", "ci", "ci_level", "rounds"],
                          "left_out": {"type": "integer", "description": "paired rounds set aside: the winner's or the "
                                       "baseline's run ran under load"},
                          "under_load": {"type": "boolean", "description": "no paired round ran quiet: the ratio rests "
-                                        "on loaded rounds"}}}  # fmt: skip
+                                        "on loaded rounds"},
+                         "span_s": {**_NUM, "description": "seconds from the first paired round it rests on to the "
+                                    "last: how much of the machine's time the interval sampled"}}}  # fmt: skip
+#: The baseline today beside its history on this device (autodeploy.verdict.BaselineHistory); the gate keeps the same
+#: object in its stored settings (``baseline_history``).
+_HISTORY = {
+    "type": ["object", "null"],
+    "description": "the baseline's value today beside its earlier studies (or runs) of the same model, config, shape "
+                   "and engine version on this device: their range, and whether today lies outside it (judged from "
+                   "autodeploy.verdict.HISTORY_MIN_RUNS of them); over_range: the speed-up at either end of that range "
+                   "(the gate: the candidate's); null without a stored history",
+    "required": ["statistic", "today", "low", "high", "runs", "kind", "outside", "over_range"],
+    "properties": {"statistic": {"type": "string"}, "today": {"type": "number"}, "low": {"type": "number"},
+                   "high": {"type": "number"}, "runs": {"type": "integer"}, "kind": {"enum": ["studies", "runs"]},
+                   "outside": {"type": "boolean"}, "over_range": _CI},
+}
 _STUDY = {
     "type": "object",
     "required": ["schema", "schema_version", "name", "objective", "statistic", "statistic_unit", "trials",
@@ -616,6 +667,7 @@ _STUDY = {
                      "once, closest to meeting the constraints first"},
         "closest": {"oneOf": [{"type": "null"}, _REJECTED],
                     "description": "no trial meets the constraints: the rejected config that came closest"},
+        "baseline_history": _HISTORY,
     },
 }
 #: ``autodeploy fleet status --format json``: one fleet job, per device its state and winner (issue 40;

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["fmt_ms", "fmt_ms_ci", "fmt_pct", "time_unit"]
+__all__ = ["fmt_ms", "fmt_ms_ci", "fmt_ms_range", "fmt_pct", "time_unit"]
 
 
 def fmt_ms(value: float | None) -> str:
@@ -20,6 +20,12 @@ def fmt_ms_ci(value: float | None, ci: tuple[float, float] | None) -> str:
     scale, unit = time_unit(abs(value))
     bounds = "" if ci is None else f" [{_sig(ci[0] * scale)}, {_sig(ci[1] * scale)}]"
     return f"{_sig(value * scale)}{bounds} {unit}"
+
+
+def fmt_ms_range(low: float, high: float) -> str:
+    """A range of times in ms in one unit (the higher one's): ``4.900–8.700 ms``."""
+    scale, unit = time_unit(abs(high))
+    return f"{_sig(low * scale)}–{_sig(high * scale)} {unit}"
 
 
 def time_unit(ms: float) -> tuple[float, str]:

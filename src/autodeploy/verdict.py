@@ -75,6 +75,9 @@ The rules:
 * **Better**, between finalists compared paired by round: a tie is a median per-round ratio within
   :data:`TIE_TOLERANCE` of 1 whose interval holds 1; after one round only a gap of
   :data:`FIRST_ROUND_MARGIN` (or the machine's own swing) puts a finalist out (:mod:`autodeploy.search.study` applies them).
+* **The baseline against its history** on this device (:func:`against_history`): today's baseline outside the range
+  its earlier studies read (at least :data:`HISTORY_MIN_RUNS` of them) is said, with both numbers, and the speed-up
+  is given over that range as well (the study's winner line, the gate's notes).
 
 Pure functions and frozen dataclasses, stdlib only (and the objectives' table,
 :mod:`autodeploy.objectives`): importing this module imports no engine, Optuna, SQLAlchemy or pandas.
@@ -84,7 +87,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from autodeploy.objectives import OBJECTIVES
@@ -704,3 +707,55 @@ def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
 def pareto_front(points: Sequence[Sequence[float]]) -> list[int]:
     """Indices of the points no other point dominates, in input order."""
     return [i for i, p in enumerate(points) if not any(dominates(q, p) for q in points)]
+
+
+# -- the baseline against its history --------------------------------------------------------------
+
+#: Today's baseline is judged against its history on this device once that history holds this many earlier
+#: studies (or runs): one or two give no range worth the name, and today's value lies off a point almost surely.
+HISTORY_MIN_RUNS = 3
+
+
+@dataclass(frozen=True)
+class BaselineHistory:
+    """The baseline today beside what it read before on the same device, model, config and shape.
+
+    ``low``..``high`` is the range of ``runs`` earlier values (one per earlier study, or per stored run outside a
+    study: ``kind``), in ``statistic`` (ms, or items/s) as ``today`` is. ``outside``: today lies outside that range
+    and the range rests on at least :data:`HISTORY_MIN_RUNS` values. ``over_range``: where it is outside, the
+    winner's (the gate's candidate's) speed-up over the baseline at either end of the range, lowest first.
+    """
+
+    statistic: str
+    today: float
+    low: float
+    high: float
+    runs: int
+    kind: str = "studies"  # or "runs"
+    outside: bool = False
+    over_range: tuple[float, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["over_range"] = None if self.over_range is None else list(self.over_range)
+        return out
+
+
+def against_history(statistic: str, today: float | None, earlier: Sequence[float | None], *, kind: str = "studies",
+                    higher_is_better: bool = False, winner: float | None = None) -> BaselineHistory | None:  # fmt: skip
+    """Today's baseline value beside its ``earlier`` ones (``None`` where there are none, or no value today).
+
+    The speed-up over the range (``over_range``) is ``baseline / winner`` for times, ``winner / baseline`` for
+    rates (``higher_is_better``), at each end of the range. A host that moves a run 2x for minutes moves the
+    speed-up with it; the range of the studies before says how far this device has moved it already.
+    """
+    known = [float(v) for v in earlier if v is not None and math.isfinite(v) and v > 0]
+    if not known or today is None or not today > 0:
+        return None
+    low, high = min(known), max(known)
+    outside = len(known) >= HISTORY_MIN_RUNS and not low <= today <= high
+    over = None
+    if outside and winner is not None and winner > 0:
+        ends = (winner / high, winner / low) if higher_is_better else (low / winner, high / winner)
+        over = (min(ends), max(ends))
+    return BaselineHistory(statistic, float(today), low, high, len(known), kind, outside, over)

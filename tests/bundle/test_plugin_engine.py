@@ -103,7 +103,7 @@ def test_the_plugin_wins_a_study_on_weights_it_makes_constant_and_its_winner_shi
     summary = autodeploy.tune(
         str(model), name="plugin", engines=["served", "onnxruntime"], precisions=["fp32"], threads=[1],
         knobs={"onnxruntime": {}}, trials=2, finalists=2, rounds=3, min_samples=64, min_duration_s=0.1,
-        db=db, cache=tmp_path / "cache",
+        db=db, cache=tmp_path / "cache", config={"finalists": {"spread_s": 0}},  # rounds back to back: a quick test
     )  # fmt: skip
     engines = {f.config.engine: f for f in summary.finalists if not f.baseline}
     assert set(engines) == {"served", "onnxruntime"}, [f.label for f in summary.finalists]

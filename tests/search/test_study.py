@@ -25,7 +25,8 @@ from tests.models import detector, mlp
 FAST = TimingPolicy(
     warmup_min_calls=2, warmup_max_s=0.2, min_samples=64, min_duration_s=0.1, max_duration_s=5
 )
-FAST_FINALISTS = {"count": 2, "rounds": 2, "min_samples": 64, "min_duration_s": 0.1}
+#: Rounds back to back (``spread_s: 0``): spreading them over the study's time is tested in test_rounds_in_time.py.
+FAST_FINALISTS = {"count": 2, "rounds": 2, "min_samples": 64, "min_duration_s": 0.1, "spread_s": 0}
 #: ORT's execution modes alone (without thread pinning, which one thread cannot use: those configs are pruned).
 EXECUTION_MODES = {"onnxruntime": {"execution_mode": ["ORT_SEQUENTIAL", "ORT_PARALLEL"]}}
 
@@ -529,7 +530,7 @@ def test_a_finalist_round_under_load_runs_once_more_and_the_study_says_so(tmp_pa
     try:
         time.sleep(0.3)  # let it start spinning
         ctx = make_ctx(tmp_path, db, trials=1, knobs={"onnxruntime": {"execution_mode": ["ORT_SEQUENTIAL"]}},
-                       finalists={"count": 1, "rounds": 2, "min_samples": 64, "min_duration_s": 0.2})  # fmt: skip
+                       finalists={"count": 1, "rounds": 2, "min_samples": 64, "min_duration_s": 0.2, "spread_s": 0})  # fmt: skip
         summary = run_study(ctx, Heard())
     finally:
         hog.kill()
@@ -563,7 +564,7 @@ def test_a_throughput_study_measures_offline_and_compares_runs(tmp_path):
     db = f"sqlite:///{tmp_path / 'r.db'}"
     ctx = make_ctx(tmp_path, db, objective="throughput", trials=2, batches=[2],
                    knobs={"onnxruntime": {"num_requests": [1, 2], "sessions": ["shared"]}},
-                   finalists={"count": 1, "rounds": 2, "min_samples": 64, "min_duration_s": 0.1})  # fmt: skip
+                   finalists={"count": 1, "rounds": 2, "min_samples": 64, "min_duration_s": 0.1, "spread_s": 0})  # fmt: skip
     summary = run_study(ctx)
     rows = ctx.store.trials(TrialFilter(study="s"))
     assert rows and {r.measurement.scenario for r in rows} == {"offline"}
@@ -703,7 +704,7 @@ def test_finalists_halve_a_config_that_falls_wholly_behind(tmp_path):
         db = f"sqlite:///{tmp_path / 'r.db'}"
         ctx = make_ctx(tmp_path, db, engines=["onnxruntime", "faulty"], precisions=["int8"], trials=2,
                        knobs={"faulty": {"fault": ["slow_int8"]}, "onnxruntime": {"execution_mode": ["ORT_SEQUENTIAL"]}},
-                       finalists={"count": 2, "rounds": 3, "min_samples": 64, "min_duration_s": 0.1},
+                       finalists={"count": 2, "rounds": 3, "min_samples": 64, "min_duration_s": 0.1, "spread_s": 0},
                        constraints={"max_accuracy_drop": 1.0})  # fmt: skip
         summary = run_study(ctx)
     finally:

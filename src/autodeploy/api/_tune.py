@@ -63,6 +63,7 @@ def tune(
     sla_ms: float | None = None,
     finalists: int | None = None,
     rounds: int | None = None,
+    spread_s: float | None = None,
     min_samples: int | None = None,
     min_duration_s: float | None = None,
     shapes: Shapes | ShapeSet | Mapping[str, Any] | None = None,
@@ -111,6 +112,8 @@ def tune(
         fresh: re-measure configs already in the store.
         resume: add trials to the existing study of this name, within its stored search space.
         finalists: how many of the best are re-measured interleaved (0: none).
+        spread_s: the least seconds the finalist rounds span, waiting between them at random times
+            (``finalists.spread_s``; default: as long as the study ran before them, at most 5 minutes; 0: back to back).
         data, preprocess, metric, max_metric_drop: as for :func:`bench` (``data`` and ``preprocess`` are
             also the config's ``data`` and ``preprocess`` keys, the drop ``constraints.max_metric_drop``;
             ``metric``, ``FILE.py:FUNCTION``, is an argument only: a config naming one is refused, and a
@@ -148,7 +151,7 @@ def tune(
                  "build_timeout_s": build_timeout_s, "screening_time_s": screening_time_s,
                  "time_budget_s": time_budget, "sampler": sampler, "seed": seed, "fresh": fresh or None, "resume": resume or None,
                  "max_accuracy_drop": max_accuracy_drop, "max_memory_mb": max_memory_mb, "sla_ms": sla_ms,
-                 "finalists": finalists, "rounds": rounds, "min_samples": min_samples,
+                 "finalists": finalists, "rounds": rounds, "spread_s": spread_s, "min_samples": min_samples,
                  "min_duration_s": min_duration_s, "shapes": shapes, "per_shape": per_shape, "data": data,
                  "preprocess": preprocess.to_dict() if preprocess is not None else None, "metric": metric,
                  "max_metric_drop": max_metric_drop}  # fmt: skip
@@ -259,6 +262,7 @@ def _study_overrides(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """The arguments of :func:`tune` as study config keys (``None``: not given)."""
     renamed = {"max_accuracy_drop": "constraints.max_accuracy_drop", "max_memory_mb": "constraints.max_memory_mb",
                "sla_ms": "constraints.sla_ms", "finalists": "finalists.count", "rounds": "finalists.rounds",
+               "spread_s": "finalists.spread_s",
                "min_samples": "screening.min_samples", "min_duration_s": "screening.min_duration_s",
                "max_metric_drop": "constraints.max_metric_drop", "timeout_s": "screening.timeout_s",
                "build_timeout_s": "screening.build_timeout_s"}  # fmt: skip

@@ -102,8 +102,9 @@ def tune(
         int | None, typer.Option(help="Finalists re-measured interleaved (default 3; 0: none).")
     ] = None,
     rounds: Annotated[
-        int | None, typer.Option(help="Interleaved rounds for the finalists (default 3).")
+        int | None, typer.Option(help="Interleaved rounds for the finalists, spread over time (default 5).")
     ] = None,
+    spread: Annotated[float | None, typer.Option(callback=at_least(0.0), metavar="SECONDS", help="Least seconds the finalist rounds span, waiting between them at random times (default: as long as screening took, at most 300; 0: back to back).")] = None,
     min_samples: Annotated[
         int | None, typer.Option(help="Timed calls per screening trial, at least (default 64).")
     ] = None,
@@ -145,7 +146,7 @@ def tune(
                   batches=batch, threads=threads, trials=trials, timeout_s=timeout, build_timeout_s=build_timeout,
                   screening_time_s=screening_time, time_budget=time_budget,
                   sampler=sampler, seed=seed, fresh=fresh, resume=resume, max_accuracy_drop=max_accuracy_drop, max_memory_mb=max_memory_mb,
-                  sla_ms=sla_ms, finalists=finalists, rounds=rounds, min_samples=min_samples,
+                  sla_ms=sla_ms, finalists=finalists, rounds=rounds, spread_s=spread, min_samples=min_samples,
                   min_duration_s=min_duration, shapes=shape_set if shape else None, data=data, db=db,
                   preprocess=preprocess_of(layout, reverse_input_channels, mean_values, scale_values),
                   metric=metric, max_metric_drop=max_metric_drop,

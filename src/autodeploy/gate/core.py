@@ -28,6 +28,8 @@ from autodeploy.gate.stats import (
     overall,
 )
 from autodeploy.harness.run import HarnessSettings, prepare_data
+from autodeploy.units import fmt_ms, fmt_ms_range
+from autodeploy.verdict import BaselineHistory, against_history
 
 if TYPE_CHECKING:
     from autodeploy.device import DeviceInfo
@@ -80,6 +82,9 @@ class GateResult:
     notes: tuple[str, ...]
     wall_s: float
     created_at: datetime
+    #: The baseline's median today beside its earlier runs on this device (:meth:`BaselineHistory.to_dict`; ``None``:
+    #: no store, no history, or against stored history): stored in the run's settings as ``baseline_history``.
+    history: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -101,7 +106,8 @@ class GateResult:
             baseline_config=self.baseline["config"],
             candidate_ref=self.candidate["ref"], candidate_sha256=self.candidate["sha256"],
             candidate_config=self.candidate["config"],
-            settings={**self.settings, "rounds_measured": rounds},
+            settings={**self.settings, "rounds_measured": rounds,
+                      **({"baseline_history": self.history} if self.history else {})},
             metrics=[m.to_dict() for m in self.metrics], notes=list(self.notes), wall_s=self.wall_s,
         )  # fmt: skip
 
@@ -117,7 +123,9 @@ def run_gate(
     progress: Progress | None = None,
 ) -> GateResult:
     """Measure and judge. With ``settings.against_db`` the baseline is not run: its rounds are the
-    stored trials of its model and config on this device (``store`` is required then).
+    stored trials of its model and config on this device (``store`` is required then). Otherwise, given a
+    ``store``, the baseline's median today is set beside its earlier runs on this device (:func:`baseline_history`),
+    and a note says so when it lies outside their range; the verdict is the interleaved rounds' alone.
 
     Raises:
         UsageError: the arms take different inputs.
@@ -137,13 +145,54 @@ def run_gate(
                      "between then and now is not cancelled as in an interleaved run")  # fmt: skip
     else:
         rounds = run_rounds([baseline, candidate], settings.rounds, data, harness, progress)
+    history = None
+    if store is not None and not settings.against_db:
+        history = baseline_history(store, baseline, rounds, device.fingerprint, limit=settings.history_limit)
+        if history is not None and history.outside:
+            notes.append(history_note(history, baseline.config.label()))
     metrics = evaluate(rounds, settings)
     return GateResult(
         verdict=overall(metrics), mode=AGAINST_DB if settings.against_db else INTERLEAVED,
         baseline=baseline.describe(), candidate=candidate.describe(), metrics=tuple(metrics), rounds=rounds,
         device={"fingerprint": device.fingerprint, "cpu": device.cpu_model}, settings=settings.to_dict(),
         notes=tuple(notes), wall_s=time.monotonic() - start, created_at=datetime.now(timezone.utc),
+        history=None if history is None else history.to_dict(),
     )  # fmt: skip
+
+
+def baseline_history(store: Store, arm: Arm, rounds: Rounds, fingerprint: str, *, limit: int) -> BaselineHistory | None:
+    """The baseline arm's median latency today (the median over its rounds) beside its earlier runs on this device:
+    the stored trials of its model, config, shape and engine version (``bench``, ``tune``; one value per study) and
+    the earlier interleaved gate runs of the same baseline (one value per run), at most ``limit`` of those. The
+    candidate's median today gives the change over that range (:func:`history_note`)."""
+    from statistics import median
+
+    from autodeploy.results_db.history import gate_history, trial_history
+    from autodeploy.results_db.records import TrialFilter
+    from autodeploy.shapes import ShapeCase
+
+    ok = {role: [r for r in getattr(rounds, role) if r.ok and r.median_ms is not None] for role in ("baseline", "candidate")}
+    if not ok["baseline"]:
+        return None
+    where = TrialFilter(model_sha256=arm.model.sha256, device=fingerprint, config_key=arm.config.key(),
+                        shape_key=ShapeCase(dict(arm.model.shapes)).key(), scenario="single-stream",
+                        engine_version=ok["baseline"][0].engine_version)  # fmt: skip
+    studies, _ = trial_history(store, where, "median")
+    runs = gate_history(store, device=fingerprint, baseline_sha256=arm.model.sha256, config_key=arm.config.key(), limit=limit)
+    candidate = float(median(r.median_ms for r in ok["candidate"])) if ok["candidate"] else None  # type: ignore[misc]
+    return against_history("median", float(median(r.median_ms for r in ok["baseline"])), [*studies, *runs],  # type: ignore[misc]
+                           kind="runs", winner=candidate)  # fmt: skip
+
+
+def history_note(history: BaselineHistory, label: str) -> str:
+    """``the baseline (onnxruntime/fp32/b1/t1) read median 8.700 ms today; 4.900–8.700 ms in 6 earlier runs on this
+    device: over that range the candidate's median changes by -41.2% to +4.1%``."""
+    text = (f"the baseline ({label}) read median {fmt_ms(history.today)} today; {fmt_ms_range(history.low, history.high)} "
+            f"in {history.runs} earlier run{'s' if history.runs != 1 else ''} on this device")
+    if history.over_range is None:
+        return text
+    low, high = (1 / s - 1 for s in reversed(history.over_range))  # a speed-up s is a change of 1/s - 1
+    return text + f": over that range the candidate's median changes by {low:+.1%} to {high:+.1%}"
 
 
 def evaluate(rounds: Rounds, settings: GateSettings) -> list[MetricVerdict]:

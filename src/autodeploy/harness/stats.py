@@ -287,6 +287,20 @@ def paired_ratios(numerator: Sequence[float | None], denominator: Sequence[float
     return np.asarray([a / b for a, b in pairs], dtype=np.float64)
 
 
+#: The coverage a speed-up's interval over rounds claims from one run of a study to the next: the share of runs whose
+#: interval holds the median of many runs' speed-ups. The order statistics' coverage (:func:`median_interval`)
+#: holds for rounds drawn independently; rounds of one run share the host's state of the moment (a shared VM's
+#: host takes a vCPU for seconds to minutes), and 3 rounds back to back that claimed 75% held the median of 8
+#: runs in 4 of them (issue 42). A speed-up states the lower of the two (:func:`claimed_coverage`). Set it to what
+#: ``benchmarks/interval_coverage.py`` measures on quiet runs (README, "Benchmarks"); this is the one place.
+CLAIMED_COVERAGE = 0.75
+
+
+def claimed_coverage(exact: float) -> float:
+    """The coverage a speed-up interval states: its order statistics' ``exact`` coverage, at most :data:`CLAIMED_COVERAGE`."""
+    return min(exact, CLAIMED_COVERAGE)
+
+
 def median_interval(values: Sequence[float] | np.ndarray, level: float = _CI_LEVEL) -> tuple[float, float, float] | None:
     """A distribution-free interval of the median of ``values``: ``(low, high, coverage)``.
 

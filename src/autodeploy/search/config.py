@@ -53,9 +53,16 @@ class Finalists(_Strict):
     """Re-measurement of the best screening trials, interleaved A B A B … in longer runs."""
 
     count: int = Field(3, ge=0, description="0 skips re-measurement (e.g. distributed workers)")
-    rounds: int = Field(3, ge=1)
+    #: 5: a winner claim needs 3; with 5 the interval over rounds is min..max (93.75% for independent rounds),
+    #: room for rounds that share the host's state (``harness/stats.py`` ``CLAIMED_COVERAGE``, issue 42).
+    rounds: int = Field(5, ge=1)
     min_samples: int = Field(200, ge=2)
     min_duration_s: float = Field(2.0, ge=0)
+    #: The least seconds from the first finalist round to the last, waiting between rounds at random (seeded by the
+    #: study's seed) so the rounds sample the host over time, not one moment of it (``search/finalists.py``
+    #: ``_spread``); ``None``: as long as the study ran before the finalists, at most ``SPREAD_MAX_S``; 0: back to back.
+    #: A time budget pays for the rounds first: a wait the time left cannot pay for is cut.
+    spread_s: float | None = Field(None, ge=0, description="seconds the finalist rounds span at least (None: automatic)")
 
 
 class ImagePreprocess(_Strict):

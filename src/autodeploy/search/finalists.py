@@ -22,13 +22,16 @@ from autodeploy.harness import stats as rstats
 from autodeploy.harness.stats import bootstrap_mean_ci, latency_claim, summarize
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.objectives import OBJECTIVES
-from autodeploy.search.budget import Budget
+from autodeploy.results_db.history import trial_history
+from autodeploy.results_db.records import TrialFilter
+from autodeploy.search.budget import Budget, duration_text
+from autodeploy.search.config import Finalists as FinalistsConfig
 from autodeploy.search.context import Reporter, StudyCase, StudyContext
 from autodeploy.search.memory import Memory
 from autodeploy.search.screening import Measured, measure
 from autodeploy.search.storage import ranked, trial_state
 from autodeploy.search.summary import Finalist, Ratio, StudySummary
-from autodeploy.verdict import FIRST_ROUND_MARGIN, TIE_TOLERANCE
+from autodeploy.verdict import FIRST_ROUND_MARGIN, TIE_TOLERANCE, against_history
 
 if TYPE_CHECKING:
     import optuna
@@ -47,6 +50,14 @@ LOAD_RERUNS = 1
 #: evidence. At most this many times the finalist rounds, and no more once as many pair rounds in a row as
 #: the finalist rounds ran under load (the machine stays busy). A quiet machine never pays for them.
 PAIR_ROUNDS_FACTOR = 2
+#: Without ``finalists.spread_s`` the finalist rounds span, first to last, at least this share of the time the study
+#: ran before them (the reference and screening), so that they sample the host over a stretch like the one the
+#: study did, not one moment of it: on a shared VM the host takes a vCPU for seconds to minutes without reporting
+#: steal, and rounds a few seconds apart all read the same state (issue 42: 8 runs, 3 rounds each, agreed inside
+#: each run and spread 1.6-2.8x between runs). The rounds' own time counts; only the rest is waited.
+SPREAD_SHARE = 1.0
+#: ... and at most this many seconds: waiting longer buys little more of the host's states and costs the user.
+SPREAD_MAX_S = 300.0
 
 
 def decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: Memory, budget: Budget,
@@ -77,7 +88,10 @@ def decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: M
     summary = _pair_rounds(ctx, summary, reporter, memory, budget, runs)
     if unsteady := _unsteady(summary):
         summary = replace(summary, load={**summary.load, "unsteady": unsteady})
+    summary = _with_history(ctx, summary)
     confidence = f"re-measured interleaved: {rounds} of {cfg.finalists.rounds} rounds"
+    if span := _rounds_span(finalists):
+        confidence += f" over {duration_text(span)}"
     if rounds < cfg.finalists.rounds:
         confidence += " (every other finalist fell wholly behind)" if settled else " (the time budget ran out)"
     if summary.winner is not None:
@@ -90,6 +104,30 @@ def decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: M
         confidence += (f"; the speed-up adds {summary.load['pair_rounds']} rounds of the winner and the baseline "
                        "alone (too few of their paired rounds ran quiet)")  # fmt: skip
     return replace(summary, confidence=confidence)
+
+
+def _with_history(ctx: StudyContext, summary: StudySummary) -> StudySummary:
+    """``summary`` with its baseline's history on this device: the baseline's value in each earlier study of this
+    model, config, shape, scenario and engine version on this device fingerprint (this study's own runs left
+    out; :func:`~autodeploy.results_db.history.trial_history`), judged by :func:`~autodeploy.verdict.
+    against_history`. The winner line says when today's value lies outside their range, with the speed-up
+    over that range. A study over several shapes has none yet: its baseline value is a weighted mix that no
+    stored trial holds."""
+    base = next((f for f in summary.finalists if f.baseline), None)
+    if base is None or base.statistic is None or not base.uids or len(ctx.shape_cases()) > 1:
+        return summary
+    today = ctx.store.trial(TrialFilter(uid=base.uids[-1]), samples=False)
+    if today is None or today.measurement is None:
+        return summary
+    where = TrialFilter(model_sha256=ctx.model.sha256, device=ctx.device.fingerprint, config_key=base.config.key(),
+                        shape_key=ctx.shape_cases()[0].key, scenario=today.measurement.scenario,
+                        engine_version=today.engine_version)  # fmt: skip
+    earlier, kind = trial_history(ctx.store, where, summary.statistic, exclude_study=ctx.name)
+    won = summary.winner
+    found = against_history(summary.statistic, base.statistic, earlier, kind=kind,
+                            higher_is_better=OBJECTIVES[summary.objective].higher_is_better,
+                            winner=won.statistic if won is not None and not won.baseline else None)  # fmt: skip
+    return summary if found is None else replace(summary, baseline_history=found.to_dict())
 
 
 def _contenders(ranked_trials: list[optuna.trial.FrozenTrial], count: int) -> list[optuna.trial.FrozenTrial]:
@@ -107,10 +145,56 @@ def _contenders(ranked_trials: list[optuna.trial.FrozenTrial], count: int) -> li
     return sorted(chosen, key=ranked_trials.index)
 
 
+class _Schedule:
+    """When each finalist round is due (seconds after the first one started) and the order its runs go in, both
+    drawn from the study's seed, so a study's rounds are reproducible and another seed draws others.
+
+    The rounds start at random points of the span (the last at its end; the spacings are those of uniform order
+    statistics, a Poisson process's arrivals given their count): random times see each state of the host in
+    proportion to the time it lasts, and a host state with a period of its own cannot lock onto them, as it can
+    onto equal gaps. The order of each round's runs is a random permutation: no config always runs first, or
+    always right after another one.
+    """
+
+    def __init__(self, seed: int, rounds: int, span_s: float) -> None:
+        self.rng = np.random.default_rng((seed, 1))  # (seed, 1): a stream apart from the pair rounds' (seed)
+        gaps = self.rng.exponential(1.0, max(rounds - 1, 0))
+        due = span_s * np.cumsum(gaps) / gaps.sum() if gaps.size and span_s > 0 else np.zeros(gaps.size)
+        self.span_s = float(span_s)
+        self.due: tuple[float, ...] = (0.0, *(float(d) for d in due))
+
+    def order(self, active: Sequence[int]) -> list[int]:
+        """The configs of one round (indices), in a random order."""
+        return [active[j] for j in self.rng.permutation(len(active))]
+
+
+def _spread(f: FinalistsConfig, elapsed_s: float) -> float:
+    """The seconds the finalist rounds span at least: ``f.spread_s``, else SPREAD_SHARE of the ``elapsed_s``
+    the study ran before them, at most SPREAD_MAX_S; 0 for a single round."""
+    if f.rounds < 2:
+        return 0.0
+    return f.spread_s if f.spread_s is not None else min(SPREAD_MAX_S, SPREAD_SHARE * elapsed_s)
+
+
+def _wait(schedule: _Schedule, r: int, since: float, rounds_left: int, per_round_s: float, budget: Budget,
+          reporter: Reporter) -> float:  # fmt: skip
+    """Sleeps until round ``r`` is due (``since``: when the first round started); under a time budget no longer than
+    leaves time for the ``rounds_left`` rounds at ``per_round_s`` each. Returns the seconds waited."""
+    wait = schedule.due[r] - (time.monotonic() - since)
+    if budget.seconds is not None:
+        wait = min(wait, budget.left() - rounds_left * per_round_s)
+    if wait <= 0:
+        return 0.0
+    reporter.phase(f"finalists: round {r + 1} starts in {wait:.0f} s (the rounds are spread over {schedule.span_s:.0f} s "
+                   "at random times, so they sample the machine over time)")  # fmt: skip
+    time.sleep(wait)
+    return wait
+
+
 def _interleaved(ctx: StudyContext, configs: list[TrialConfig], screened: Sequence[float | None], reporter: Reporter,
                  memory: Memory, budget: Budget, runs: list[tuple[str, dict[str, float]]],
                  ) -> tuple[list[Finalist], int, bool, str, list[dict[str, Any]]]:  # fmt: skip
-    """A B C A B C …: every round runs each config once (at every shape), in a rotated order, so drift hits all alike.
+    """A B C, C A B, …: every round runs each config once (at every shape), in a random order, so drift hits all alike.
 
     Each round gives each config one value (:func:`_round_values`). Successive halving on
     measurement length: after each round a config wholly behind the leader, paired by round
@@ -121,8 +205,10 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], screened: Sequen
     time budget a round starts only when the time left pays for one more (as long as the rounds
     so far took). A round that ran under load runs once more when the time left pays for it (at most
     LOAD_RERUNS per study run), and the less loaded of its two runs is kept, whole: each round's values
-    stay paired. Returns the finalists, the rounds run, whether the rounds ended early because one
-    config was left, the statistic each round was reduced to, and the rounds run again.
+    stay paired. The rounds are spread over time (:func:`_spread`, :class:`_Schedule`): a round that is not due
+    yet waits, when the time budget pays for the wait beside the rounds left. Returns the finalists, the rounds
+    run, whether the rounds ended early because one config was left, the statistic each round was reduced to,
+    and the rounds run again.
     """
     f = ctx.config.finalists
     objective = ctx.config.objective
@@ -134,14 +220,16 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], screened: Sequen
     uids: list[list[str]] = [[] for _ in configs]
     failures: list[str | None] = [None for _ in configs]
     loads: list[list[float | None]] = [[] for _ in configs]  # cores other processes kept busy over each run
+    times: list[list[float | None]] = [[] for _ in configs]  # when each run started (seconds since the epoch)
     reran: list[dict[str, Any]] = []
     baseline = next((i for i, c in enumerate(configs) if c.key() == ctx.baseline().key()), None)
     reporter.finalists(f.rounds * len(configs))
-    started, rounds, settled = time.monotonic(), 0, False
+    schedule = _Schedule(ctx.config.seed, f.rounds, _spread(f, time.monotonic() - budget.started))
+    started, busy_s, rounds, settled = time.monotonic(), 0.0, 0, False  # busy_s: the rounds' own time, no waits
     active = list(range(len(configs)))
 
     for r in range(f.rounds):
-        if r > 0 and budget.left() < (time.monotonic() - started) / r:
+        if r > 0 and budget.left() < busy_s / r:
             reporter.note(f"the time budget pays for {r} of {f.rounds} finalist rounds; the winner rests on those")
             break
         if r > 0:
@@ -155,11 +243,13 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], screened: Sequen
             if len(active) == 1:
                 settled = True
                 break  # one config left: every other one is wholly behind it
-        order = [active[(j + r) % len(active)] for j in range(len(active))]
+            _wait(schedule, r, started, f.rounds - r, busy_s / r, budget, reporter)
+        round_started = time.monotonic()
+        order = schedule.order(active)
         ran = _one_round(long_ctx, configs, order, f"{r + 1}/{f.rounds}", reporter, memory, runs)
         first = _busiest(ran)
         if (first is not None and first.under_load and len(reran) < LOAD_RERUNS
-                and budget.left() >= (time.monotonic() - started) / (r + 1)):  # fmt: skip
+                and budget.left() >= (busy_s + time.monotonic() - round_started) / (r + 1)):  # fmt: skip
             reporter.note(f"finalist round {r + 1} ran under load ({first.text()}); running it once more")
             reporter.rerun(len(order))
             again = _one_round(long_ctx, configs, order, f"{r + 1}/{f.rounds} again", reporter, memory, runs)
@@ -176,10 +266,13 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], screened: Sequen
             calls[i].append(one)
             rates[i].append(rate)
             loads[i].append(load)
+            times[i].append(measured.started)
         for i in range(len(configs)):  # those that left the rounds: nothing this round
             calls[i] += [None] * (r + 1 - len(calls[i]))
             rates[i] += [None] * (r + 1 - len(rates[i]))
             loads[i] += [None] * (r + 1 - len(loads[i]))
+            times[i] += [None] * (r + 1 - len(times[i]))
+        busy_s += time.monotonic() - round_started
         rounds += 1
     values, statistic = _round_values(calls, rates, cases, objective)
     medians, _ = _round_values(calls, rates, cases, objective, rstats.MEDIAN) if objective == "latency" else ([], "")
@@ -193,7 +286,7 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], screened: Sequen
             shown = _mix([(c.weight, *_statistic(pooled[c.key], config.batch, objective)) for c in cases], objective)[0]
         out.append(Finalist(config, config.label(), stat, ci, sum(len(v) for v in pooled.values()), uids[i],
                             i == baseline, failures[i], per_shape, tuple(values[i]),
-                            tuple(medians[i]) if medians else (), shown, tuple(loads[i])))  # fmt: skip
+                            tuple(medians[i]) if medians else (), shown, tuple(loads[i]), tuple(times[i])))  # fmt: skip
     return out, rounds, settled, statistic, reran
 
 
@@ -221,7 +314,8 @@ def _one_round(ctx: StudyContext, configs: list[TrialConfig], order: list[int], 
     ran = {}
     for i in order:
         reporter.phase(f"finalists round {name}: {configs[i].label()}")
-        ran[i] = measure(ctx, configs[i], reporter, phase="finalist", memory=memory)
+        at = time.time()
+        ran[i] = replace(measure(ctx, configs[i], reporter, phase="finalist", memory=memory), started=at)
         runs.append((configs[i].engine, ran[i].wall_s))
     return ran
 
@@ -493,9 +587,10 @@ def _quiet_pairs(a: Finalist, b: Finalist) -> tuple[list[int], list[int]]:
 def _speedups(baseline: Finalist, winner: Finalist, objective: str, statistic: str, claim: bool) -> dict[str, Ratio]:
     """The winner's speed-up over the baseline per statistic: the median of the per-round ratios over the rounds
     in which neither ran under load, with its order-statistic interval when ``claim`` (the winner ran the rounds
-    a winner claim needs). A neighbour slows the all-cores baseline far more than a one-thread winner: a
-    loaded round's ratio measures the neighbour. Only when no paired round ran quiet do the loaded ones count,
-    flagged ``under_load``. A finalist without rounds (screening values) pairs its one value."""
+    a winner claim needs), stating the coverage it claims from run to run (:func:`~autodeploy.harness.stats.
+    claimed_coverage`), and the time those rounds span. A neighbour slows the all-cores baseline far more than a
+    one-thread winner: a loaded round's ratio measures the neighbour. Only when no paired round ran quiet do the
+    loaded ones count, flagged ``under_load``. A finalist without rounds (screening values) pairs its one value."""
     if not baseline.statistic:
         return {}
     quiet, loaded = _quiet_pairs(baseline, winner)
@@ -505,13 +600,27 @@ def _speedups(baseline: Finalist, winner: Finalist, objective: str, statistic: s
         series.append((rstats.MEDIAN, list(baseline.medians), list(winner.medians)))
     out = {}
     for which, base, won in series:
-        picked = [(base[r], won[r]) for r in kept if r < len(base) and r < len(won)]
-        if (ratios := _slower([b for b, _ in picked], [w for _, w in picked])).size:
+        picked = [(r, base[r], won[r]) for r in kept if r < len(base) and r < len(won)]
+        if (ratios := _slower([b for _, b, _ in picked], [w for _, _, w in picked])).size:
             interval = rstats.median_interval(ratios) if claim else None
+            paired = [r for r, b, w in picked if b is not None and w is not None and w > 0]
             out[which] = Ratio(float(np.median(ratios)), None if interval is None else interval[:2],
-                               None if interval is None else interval[2], int(ratios.size),
-                               len(loaded) if quiet else 0, not quiet and bool(loaded))  # fmt: skip
+                               None if interval is None else rstats.claimed_coverage(interval[2]), int(ratios.size),
+                               len(loaded) if quiet else 0, not quiet and bool(loaded), _span(baseline, winner, paired))  # fmt: skip
     return out
+
+
+def _rounds_span(finalists: Sequence[Finalist]) -> float | None:
+    """Seconds from the first finalist round's start to the last one's, over every finalist (``None``: one round)."""
+    at = {(r, t) for f in finalists for r, t in enumerate(f.times) if t is not None}
+    return float(max(t for _, t in at) - min(t for _, t in at)) if len({r for r, _ in at}) > 1 else None
+
+
+def _span(a: Finalist, b: Finalist, rounds: Sequence[int]) -> float | None:
+    """Seconds from the first to the last start of ``a``'s and ``b``'s runs in ``rounds`` (``None``: fewer than two
+    rounds, or their times were not recorded)."""
+    at = [t for f in (a, b) for r in rounds if r < len(f.times) and (t := f.times[r]) is not None]
+    return float(max(at) - min(at)) if len(rounds) > 1 and at else None
 
 
 def _pair_rounds(ctx: StudyContext, summary: StudySummary, reporter: Reporter, memory: Memory, budget: Budget,
@@ -589,8 +698,9 @@ def _with_round(f: Finalist, measured: Measured, cases: tuple[StudyCase, ...], o
     calls, rate, load = _entry(measured, cases)
     value = _round_values([[calls]], [[rate]], cases, objective, statistic)[0][0][0]
     median = _round_values([[calls]], [[rate]], cases, objective, rstats.MEDIAN)[0][0][0] if f.medians else None
+    times = (*f.times, *[None] * (len(f.rounds) - len(f.times)), measured.started)  # aligned with the rounds
     return replace(f, uids=[*f.uids, measured.uid], rounds=(*f.rounds, value), loads=(*f.loads, load),
-                   medians=(*f.medians, median) if f.medians else ())  # fmt: skip
+                   medians=(*f.medians, median) if f.medians else (), times=times)  # fmt: skip
 
 
 def _from_screening(t: optuna.trial.FrozenTrial) -> Finalist:

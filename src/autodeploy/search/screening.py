@@ -205,6 +205,7 @@ class Measured:
     wall_s: dict[str, float] = field(default_factory=dict)  # build, timing, accuracy seconds
     ci: tuple[float, float] | None = None  # the screening value's 95% CI (latency)
     load: machine_load.Load | None = None  # how busy the machine was while it was timed (the busiest shape)
+    started: float | None = None  # when a finalist round's run of it started (seconds since the epoch)
 
     def attrs(self, artifact: str) -> dict[str, Any]:
         """What the Optuna trial stores about this measurement (JSON), read back by :meth:`Memory.learn`."""

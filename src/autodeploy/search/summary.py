@@ -35,6 +35,8 @@ class Finalist:
     pooled: float | None = None
     #: Per round, the cores other processes kept busy while it ran (``None``: not run, or not read).
     loads: tuple[float | None, ...] = ()
+    #: Per round, when its run started (seconds since the epoch; ``None``: not run): the rounds' span in time.
+    times: tuple[float | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,8 @@ class Ratio:
     and ``level`` its exact coverage; both ``None`` for a screening-only result (too few rounds).
     It rests on the ``rounds`` in which neither run of the pair ran under load (:func:`_quiet_pairs`);
     ``left_out`` counts the paired rounds set aside for load. When every paired round ran under load,
-    it rests on those and ``under_load`` says so.
+    it rests on those and ``under_load`` says so. ``span_s``: seconds from the first of those rounds to the
+    last (``None``: one round, or not recorded): how much of the host's time the interval sampled.
     """
 
     value: float
@@ -54,6 +57,7 @@ class Ratio:
     rounds: int
     left_out: int = 0
     under_load: bool = False
+    span_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,9 @@ class StudySummary:
     load: dict[str, Any] = field(default_factory=dict)
     #: What accuracy was judged against when it was not the baseline engine's fp32 (``PyTorch (...)``).
     reference: str = ""
+    #: The baseline today beside its earlier studies on this device, model and shape
+    #: (:meth:`autodeploy.verdict.BaselineHistory.to_dict`); empty without a stored history.
+    baseline_history: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
