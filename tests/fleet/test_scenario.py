@@ -3,7 +3,8 @@
 ``fleet submit zoo:tiny-cnn --devices all`` while only edge-a is registered; edge-a starts and is killed
 once its study has stored a trial; its run reads ``running``, then ``failed: agent lost``; edge-b registers
 late and takes the open ``all`` job; edge-a restarts, takes its run back when the lease lapses and resumes
-the study. Both end ``done`` with a winner, no measured trial lost or repeated, and ``fleet export`` writes
+the study; edge-b is stopped with SIGTERM once it stored a trial (its run goes back to the queue) and
+started again. Both end ``done`` with a winner, no measured trial lost or repeated, and ``fleet export`` writes
 a bundle ``bundle verify`` accepts. The Fleet dashboard page is then checked in AppTest and in Chromium.
 """
 
@@ -31,7 +32,7 @@ class Scenario:
     url: str
     job: int
     status: dict
-    before_kill: list[tuple[str, str]]
+    before_stop: dict[str, list[tuple[str, str]]]  # each device's screening trials when it was killed or stopped
     logs: dict[str, str]
 
 
@@ -40,7 +41,8 @@ def cli(*argv: str) -> subprocess.CompletedProcess:
 
 
 def device(status: dict, name: str) -> dict:
-    return next(d for d in status["devices"] if d["device"] == name)
+    """The device's entry in a job's status; an empty one before it has a run."""
+    return next((d for d in status["devices"] if d["device"] == name), {})
 
 
 def register(url: str, name: str) -> None:
@@ -98,14 +100,23 @@ def scenario(postgres_server: str) -> Scenario:
             print('T', __import__('time').strftime('%X'), 'late = agent', flush=True)
             late = agents.start(url, "edge-b")  # registers after the job was submitted
             again = agents.start(url, "edge-a")
+            # edge-b is stopped as systemd stops it (SIGTERM to the agent alone): its run goes back to the queue
+            with Store.open(url, readonly=True) as store:  # its first trial (one edge-a measured is taken from the store)
+                wait_for("edge-b's first trial", lambda: alive(late) and device(jobs.status(store, job)[0], "edge-b").get("trials"))
+            b_before = screening_trials(url, f"fleet.{job}.edge-b")
+            late.send_signal(signal.SIGTERM)
+            code, out, err = finish(late)
+            assert code == 0 and "stopped" in out and f"job {job}: back in the queue" in err, err
+            with Store.open(url, readonly=True) as store:
+                assert device(jobs.status(store, job)[0], "edge-b")["state"] == "queued"
             logs = {}
-            for name, proc in (("edge-b", late), ("edge-a", again)):
+            for name, proc in (("edge-b", agents.start(url, "edge-b")), ("edge-a", again)):
                 code, out, err = finish(proc)
                 assert code == 0, f"{name}: {err}"
                 logs[name] = err
             print('T', __import__('time').strftime('%X'), 'status = jso', flush=True)
             status = json.loads(cli("fleet", "status", str(job), "--db", url, "--format", "json").stdout)
-            yield Scenario(url, job, status, before, logs)
+            yield Scenario(url, job, status, {"edge-a": before, "edge-b": b_before}, logs)
         finally:
             agents.close()
 
@@ -118,8 +129,8 @@ def test_both_devices_end_done_with_a_winner(scenario):
         assert d["winner"]["speedup"] > 0 and d["trials"] == 3 and d["reason"] is None
         assert d["study"] == f"fleet.{scenario.job}.{d['device']}"
     assert device(scenario.status, "edge-a")["attempts"] == 2  # taken back after the kill
-    assert device(scenario.status, "edge-b")["attempts"] == 1
-    assert "attempt 2: taken back" in scenario.logs["edge-a"]
+    assert device(scenario.status, "edge-b")["attempts"] == 2  # and after the stop
+    assert "attempt 2: taken back" in scenario.logs["edge-a"] and "attempt 2: taken back" in scenario.logs["edge-b"]
 
 
 def test_status_json_follows_the_schema(scenario):
@@ -138,13 +149,14 @@ def test_a_missing_engine_is_skipped_with_its_reason(scenario):
         assert d["skipped"][0]["reason"].startswith("unavailable: TensorRT")
 
 
-def test_the_killed_study_lost_and_repeated_no_measured_trial(scenario):
+@pytest.mark.parametrize("name", ["edge-a", "edge-b"])  # killed with -9; stopped with SIGTERM
+def test_a_resumed_study_lost_and_repeated_no_measured_trial(scenario, name):
     from autodeploy.fleet.agent import measured_trials
     from autodeploy.results_db.store import Store
 
-    study = f"fleet.{scenario.job}.edge-a"
+    study = f"fleet.{scenario.job}.{name}"
     after = screening_trials(scenario.url, study)
-    assert set(scenario.before_kill) <= set(after)  # nothing measured before the kill is gone
+    assert set(scenario.before_stop[name]) <= set(after)  # nothing measured before the kill is gone
     keys = [key for _, key in after]
     assert len(keys) == len(set(keys))  # nor measured again after it
     with Store.open(scenario.url, readonly=True) as store:

@@ -25,4 +25,5 @@ def agent(
 
     settings = AgentSettings(name=name or default_name(), tags=tuple(tag or ()), once=once, lease_s=lease)
     runs = serve(db, settings, log)
-    out.print(f"{shown(settings.name)}: {runs} run(s) taken" + ("; nothing left for this device" if once else ""))
+    left = "; stopped" if settings.stop.is_set() else "; nothing left for this device" if once else ""
+    out.print(f"{shown(settings.name)}: {runs} run(s) taken{left}")

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +49,11 @@ class JobCancelled(Exception):
     """The job was cancelled while this agent ran it: the study stops at its next step."""
 
 
+class AgentStopped(KeyboardInterrupt):
+    """The agent was told to stop (SIGTERM, Ctrl-C): the study stops at its next step as it does for Ctrl-C (the
+    trial it was in is marked interrupted and asked again), and the run goes back to the queue."""
+
+
 @dataclass(frozen=True)
 class AgentSettings:
     name: str
@@ -54,6 +61,8 @@ class AgentSettings:
     once: bool = False  # exit when nothing is left for this device
     lease_s: float = DEFAULT_LEASE_S
     cache: Path | None = None  # where blobs are written (default: the cache folder's fleet/)
+    #: Set on SIGTERM or Ctrl-C: the study in progress stops at its next step.
+    stop: threading.Event = field(default_factory=threading.Event, compare=False)
 
 
 def default_name() -> str:
@@ -124,6 +133,14 @@ async def _serve(store: Store, agent: ledger.Agent, settings: AgentSettings, log
                     return
                 await asyncio.sleep(min(HEARTBEAT_S, settings.lease_s / 3))
 
+        def stop() -> None:  # the run in progress stops at its next step and goes back to the queue
+            log("stopping: the run in progress goes back to the queue")
+            settings.stop.set()
+            manager.shutdown.set()
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop)
         beats = asyncio.create_task(heartbeat())
         try:
             poll = timedelta(seconds=max(1.0, min(30.0, settings.lease_s / 2)))
@@ -145,6 +162,10 @@ def run_one(store: Store, agent: ledger.Agent, run_id: int, settings: AgentSetti
     log(f"job {job.id} ({job.model_name}): study {run.study}{again}")
     try:
         state, fields = _tune_and_ship(store, agent, run, job, settings, log)
+    except AgentStopped:
+        ledger.requeue(store, run.id, "its agent stopped; it resumes when this device's agent runs again")
+        log(f"job {job.id}: back in the queue")
+        return True
     except JobCancelled:
         state, fields = "cancelled", {"reason": "the job was cancelled while it ran"}
     except AutodeployError as error:
@@ -174,7 +195,7 @@ def _tune_and_ship(store: Store, agent: ledger.Agent, run: ledger.Run, job: ledg
     wanted = job.options.get("trials")
     summary = api.tune(config={**job.options, "model": str(model)}, name=run.study, resume=True, data=data,
                        engines=engines or None, trials=None if wanted is None else max(0, wanted - before), db=store,
-                       reporter=_Progress(store, run, job, before),
+                       reporter=_Progress(store, run, job, before, settings.stop),
                        command=f"autodeploy agent --name {agent.name}  # fleet job {job.id}")  # fmt: skip
     if summary.winner is None:
         return "done", {"reason": summary.note or "no config meets the constraints"}
@@ -266,8 +287,8 @@ def winner_record(summary: StudySummary) -> dict[str, Any]:
 class _Progress(Reporter):
     """The study's progress into the run's record (trials done), and a cancel read from the store between steps."""
 
-    def __init__(self, store: Store, run: ledger.Run, job: ledger.Job, before: int) -> None:
-        self.store, self.run, self.job, self.before = store, run, job, before
+    def __init__(self, store: Store, run: ledger.Run, job: ledger.Job, before: int, stop: threading.Event) -> None:
+        self.store, self.run, self.job, self.before, self.stop = store, run, job, before, stop
         self.checked = 0.0
 
     def phase(self, text: str) -> None:
@@ -278,6 +299,8 @@ class _Progress(Reporter):
         self._check_cancel()
 
     def _check_cancel(self) -> None:
+        if self.stop.is_set():
+            raise AgentStopped()
         if time.monotonic() - self.checked < CANCEL_CHECK_S:
             return
         self.checked = time.monotonic()

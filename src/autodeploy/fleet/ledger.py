@@ -333,6 +333,12 @@ def finish(store: Store, run_id: int, state: str, *, reason: str | None = None, 
     _tx(store, "cannot write to", lambda s: s.execute(sa.update(FleetRun).where(FleetRun.id == run_id).values(**values)))
 
 
+def requeue(store: Store, run_id: int, reason: str) -> None:
+    """The run goes back to ``queued`` (its agent stopped mid-run): the device's next agent takes it and resumes."""
+    _tx(store, "cannot write to", lambda s: s.execute(
+        sa.update(FleetRun).where(FleetRun.id == run_id, FleetRun.state == "running").values(state="queued", reason=reason)))  # fmt: skip
+
+
 def note_skipped(store: Store, run_id: int, skipped: list[dict[str, str]]) -> None:
     """The engines this device leaves out of the run, and why (written before the study starts)."""
     _tx(store, "cannot write to", lambda s: s.execute(
