@@ -89,3 +89,19 @@ def test_a_tflite_study_names_litert_as_its_baseline_never_ort():
     alone = dataclasses.replace(summary, winner=base)
     assert headline(alone.to_dict()).endswith(": the baseline itself (LiteRT fp32, the file as given), no config "
                                               "the search found beat it")  # fmt: skip
+
+
+def test_the_winner_line_names_the_shapes_its_numbers_are_at():
+    from autodeploy.report import headline, shapes_text
+
+    mix = [{"shape": "x=1x3x160x160", "weight": 3.0}, {"shape": "x=1x3x320x320", "weight": 1.0}]
+    assert shapes_text({"shapes": mix}) == " over shapes x=1x3x160x160 and x=1x3x320x320 (their mean, weighted 3:1)"
+    even = [{**c, "weight": 1.0} for c in mix]
+    assert shapes_text({"shapes": even}) == " over shapes x=1x3x160x160 and x=1x3x320x320 (their mean)"
+    assert shapes_text({"shapes": mix[1:]}) == " at x=1x3x320x320" and shapes_text({}) == ""
+    fast, base = _finalist("openvino", 1, 30.49), _finalist("onnxruntime", None, 45.0, baseline=True)
+    summary = StudySummary("s", "latency", {"complete": 2}, [fast, base], fast, statistic="p90", shapes=mix[1:])
+    record = study_record(summary)
+    jsonschema.validate(record, SCHEMA, cls=jsonschema.Draft202012Validator)
+    assert record["shapes"] == mix[1:]
+    assert headline(summary.to_dict()).startswith("winner: openvino/fp32/b1/t1, p90 30.49 ms at x=1x3x320x320")

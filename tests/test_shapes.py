@@ -230,7 +230,7 @@ def test_bench_checks_every_shape_before_any_work(env):
 
 
 @pytest.mark.slow  # about 25 s on a loaded 2-core machine: screening, finalists and the baseline at two shapes
-def test_a_study_over_two_shapes_picks_one_config_by_the_mix_and_reports_each_shape(env):
+def test_a_study_over_two_shapes_picks_one_config_by_the_mix_and_reports_each_shape(env, capsys, monkeypatch):
     tmp_path, db = env
     model = paddle_like(tmp_path / "p.onnx")
     mix = {"x": [{"shape": "1x3x16x24", "weight": 3}, {"shape": "1x3x16x48", "weight": 1}]}
@@ -256,6 +256,42 @@ def test_a_study_over_two_shapes_picks_one_config_by_the_mix_and_reports_each_sh
             predictor.run({"x": np.ones((1, 3, 16, 40), np.float32)})
         predictor.run({"x": np.ones(WIDE, np.float32)})  # measured: no new warning
         assert len(predictor.warnings) == 1
+
+    # Every number names its shape (issue 39): the winner line, the shipped trial's, each shape's, the selection's.
+    assert summary.shapes == [{"shape": "x=1x3x16x24", "weight": 3.0}, {"shape": "x=1x3x16x48", "weight": 1.0}]
+    assert " over shapes x=1x3x16x24 and x=1x3x16x48 (their mean, weighted 3:1)" in summary.headline()
+    shipped = manifest["measurements"]
+    assert shipped["shape"] == "x=1x3x16x48" and manifest["shapes"]["fed"] == {"x": list(WIDE)}  # measured last
+    by_shape = {o["shape"]: o for o in manifest["by_shape"]}
+    assert list(by_shape) == ["x=1x3x16x24", "x=1x3x16x48"] and by_shape["x=1x3x16x48"]["trial_id"] == shipped["trial_id"]
+    narrow = by_shape["x=1x3x16x24"]
+    assert narrow["fed"] == {"x": list(NARROW)} and narrow["weight"] == 3.0 and narrow["trial_id"] < shipped["trial_id"]
+    assert narrow["median_ms"] > 0 and narrow["scenario"] == "single-stream"
+    with Store.open(db, readonly=True) as store:  # the same config, at the other shape
+        assert store.trial(TrialFilter(id=narrow["trial_id"])).config_key == store.trial(
+            TrialFilter(id=shipped["trial_id"])).config_key  # fmt: skip
+    selection = manifest["selection"]
+    assert selection["statistic"] in ("p90", "median") and selection["rounds"] == 1
+    assert [c["shape"] for c in selection["shapes"]] == ["x=1x3x16x24", "x=1x3x16x48"]
+    assert "over shapes x=1x3x16x24 and x=1x3x16x48" in selection["headline"]
+
+    # bundle run --shape measures another shape, beside the manifest's numbers at that shape; a shape the study
+    # never measured stands alone, and says so.
+    from autodeploy.cli import _common
+    from tests.cli_runner import run_cli
+
+    monkeypatch.setattr(_common.out, "width", 200)  # wide tables, so cells are not wrapped
+    code, out, err = run_cli(capsys, "bundle", "run", str(path), "--shape", "x=1x3x16x24", "--min-samples", "16",
+                             "--min-duration", "0.05")  # fmt: skip
+    assert code == 0, err
+    assert "at x=1x3x16x24" in out and f"one run, trial {narrow['trial_id']}" in out, out
+    with pytest.warns(UserWarning, match=r"input 'x' of shape 1x3x16x40 was not measured"):
+        code, out, err = run_cli(capsys, "bundle", "run", str(path), "--shape", "x=1x3x16x40", "--min-samples", "16",
+                                 "--min-duration", "0.05")  # fmt: skip
+    assert code == 0 and "at x=1x3x16x40" in out, err
+    assert "never measured at x=1x3x16x40: its manifest has numbers at x=1x3x16x24, x=1x3x16x48" in " ".join(err.split())
+    code, _, err = run_cli(capsys, "bundle", "run", str(path), "--shape", "x=1x4x16x24")
+    assert code != 0 and "does not fit input 'x'" in err
 
 
 @pytest.mark.slow  # three small studies: about 30 s on a loaded 2-core machine

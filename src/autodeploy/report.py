@@ -124,6 +124,7 @@ def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
         "speedup_vs_baseline": s.get("speedup_vs_baseline"),
         "baseline": baseline_name(s),
         "optimised": s.get("statistic") or None,
+        "shapes": [dict(c) for c in s.get("shapes") or ()],
         "speedups": {k: _ratio(r) for k, r in (s.get("speedups") or {}).items()},
         "rounds": s.get("rounds") or 0,
         "screening_only": bool(s.get("screening_only")),
@@ -205,6 +206,21 @@ def speedup_text(record: Mapping[str, Any]) -> str:
     return text + (", screening only" if record.get("screening_only") else "")
 
 
+def shapes_text(summary: Mapping[str, Any]) -> str:
+    """The shapes a study's numbers are at (``StudySummary.shapes``), as the winner line says them: `` at
+    x=1x3x320x320``, or for several `` over shapes x=1x3x160x160 and x=1x3x320x320 (their mean, weighted 3:1)``;
+    "" where no shape was fixed (or a summary stored before it said)."""
+    shapes = list(summary.get("shapes") or ())
+    if not shapes:
+        return ""
+    if len(shapes) == 1:
+        return f" at {shapes[0]['shape']}"
+    keys = [str(s["shape"]) for s in shapes]
+    weights = [float(s.get("weight") or 1.0) for s in shapes]
+    weighted = "" if len(set(weights)) == 1 else f", weighted {':'.join(f'{w:g}' for w in weights)}"
+    return f" over shapes {', '.join(keys[:-1])} and {keys[-1]} (their mean{weighted})"
+
+
 def _value(value: float | None, statistic: str, objective: str) -> str:
     from autodeploy.units import fmt_ms
 
@@ -230,7 +246,7 @@ def headline(summary: Mapping[str, Any]) -> str:
     objective = summary["objective"]
     known = OBJECTIVES.get(objective)  # a summary stored before the statistic was: its objective's, for times
     statistic = summary.get("statistic") or ((known and known.latency_statistic) or "")
-    text = f"winner: {winner['label']}, {_value(winner.get('statistic'), statistic, objective)}"
+    text = f"winner: {winner['label']}, {_value(winner.get('statistic'), statistic, objective)}{shapes_text(summary)}"
     baseline = next((f for f in summary.get("finalists") or () if f.get("baseline")), None)
     speedups = summary.get("speedups") or {}
     main = speedups.get(statistic)
@@ -612,6 +628,9 @@ _STUDY = {
                                 "optimised statistic's median per-round ratio (speedups[optimised].ratio)"},
         "optimised": {**_STR, "description": "what each finalist round was reduced to and compared by: p90 | median "
                       f"(latency, median where a round has under {MIN_SAMPLES_P90} calls) | items/s"},
+        "shapes": {"type": "array", "description": "the input shapes every statistic is at (several: each one is "
+                   "their weighted mean); empty where no shape was fixed", "items": {"type": "object",
+                   "required": ["shape", "weight"], "properties": {"shape": {"type": "string"}, "weight": _NUM}}},
         "speedups": {"type": "object", "description": "the winner's speed-up over the baseline per statistic "
                      "(the optimised one and, for latency, the median): the median of the per-round ratios, paired "
                      "by round, with its order-statistic interval and that interval's exact coverage (null when "

@@ -54,7 +54,8 @@ def stored(tmp_path_factory) -> Stored:
     db = f"sqlite:///{root / 'r.db'}"
     with Store.open(db) as store:
         trial_id = store.add_trial(result, model=ModelRecord.of(model), device=DeviceRecord.of(probe_device()),
-                                   command="autodeploy bench m.onnx --batch 2")  # fmt: skip
+                                   command="autodeploy bench m.onnx --batch 2", shape_key="",
+                                   shapes=model.measured_shapes(CONFIG.batch))  # as bench stores it  # fmt: skip
     return Stored(db, trial_id, model, CONFIG, Artifact.read(Path(result.artifact_path)), root)
 
 

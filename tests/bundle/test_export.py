@@ -40,6 +40,9 @@ def test_bundle_holds_the_artifact_unchanged_and_a_complete_manifest(stored, bun
         and m["measurements"]["p90_ms"] > 0
     )
     assert m["accuracy"]["passed"] and m["constraints"]["accuracy"]["passed"]
+    # the shape its numbers are at: the bench fixed none, so every input as fed (batch 2 of x[N, 8])
+    assert (m["measurements"]["shape"], m["measurements"]["trial_id"]) == ("x=2x8", stored.trial_id)
+    assert m["shapes"]["fed"] == {"x": [2, 8]} and m["by_shape"] == []  # one shape: nothing per shape
     assert m["source"]["reproduce"] == "autodeploy bench m.onnx --batch 2"
     assert set(m["files"]) == set(names) - {"manifest.json", "manifest.sha256"}
     assert m["files"]["model/model.onnx"]["size"] == (bundle / "model/model.onnx").stat().st_size
@@ -186,3 +189,18 @@ def test_a_gone_artifact_is_a_clear_error(stored, tmp_path):
     with pytest.raises(BundleError, match="artifact of trial .* is gone"):
         export.write_bundle(gone, tmp_path / "b")
     assert not (tmp_path / "b").exists()
+
+
+def test_numbers_say_their_statistic_shape_calls_and_machine():
+    load = {"other_cores": 0.02, "cpus": 2, "wall_s": 1.0, "loadavg_1m": None, "cpu_mhz": None}
+    numbers = {"p90_ms": 44.67, "median_ms": 40.0, "shape": "x=1x3x320x320", "scenario": "single-stream", "load": load}
+    assert export.numbers_text(numbers) == "p90 44.67 ms at x=1x3x320x320, one call at a time, solo"
+    busy = {**numbers, "p90_ms": None, "scenario": "offline", "load": {**load, "other_cores": 1.1}}
+    assert export.numbers_text(busy) == ("median 40.00 ms at x=1x3x320x320, requests in flight, under load "
+                                         "(1.10 of 2 cores busy with other processes)")  # fmt: skip
+    old = {"p90_ms": 1.5, "median_ms": 1.0, "scenario": "single-stream"}  # exported before shapes and load were kept
+    assert export.numbers_text(old) == "p90 1.500 ms, one call at a time"
+    two = {"statistic": "p90", "rounds": 3, "shapes": [{"shape": "x=1x3x160x160"}, {"shape": "x=1x3x320x320"}]}
+    assert export.basis_text(two) == "the median over 3 rounds of each round's p90, their mean over 2 shapes"
+    assert export.basis_text({"statistic": "items/s", "rounds": 0}) == "one screening run's items/s"
+    assert export.basis_text({}) == ""

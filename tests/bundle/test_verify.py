@@ -77,10 +77,12 @@ def test_cli_verify_info_run_on_a_real_bundle_and_a_damaged_one(stored, bundle, 
     assert (
         code == 0 and "onnxruntime" in out and "ORT_PARALLEL" in out and "autodeploy bench m.onnx" in out
     ), err
+    assert re.search(r"p90 [\d.]+ (µs|ms) at x=2x8, one call at a time, (solo|under load)", out), out  # its shape
     code, out, err = run_cli(
         capsys, "bundle", "run", str(bundle), "--min-samples", "8", "--min-duration", "0.05"
     )
     assert code == 0 and "this machine" in out and "median" in out and "items/s" in out, err
+    assert "b2  at x=2x8" in out and re.search(r"manifest: p90 .* at x=2x8, one call at a time", out), out
     # the units are in the values now, and the comparison says which way it goes
     assert re.search(r"\d+(\.\d+)? (µs|ms|s) ", out) and re.search(r"\d\.\d\dx (slower|faster)|same", out), out
     # the load beside the comparison: this machine's, and the manifest's (read when the trial was measured)
@@ -98,6 +100,8 @@ def test_cli_export_of_a_trial_as_tar_then_verify(stored, tmp_path, capsys, monk
         capsys, "export", "--trial", str(stored.trial_id), "-o", str(tmp_path / "w"), "--tar"
     )
     assert code == 0 and "w.tar.gz" in out, err
+    # each number with the shape, the calls and the machine it was measured at
+    assert re.search(r"p90 \S+ (µs|ms) at x=2x8, one call at a time, (solo|under load).*: one run, trial \d+", out), out
     code, out, err = run_cli(capsys, "bundle", "verify", str(tmp_path / "w.tar.gz"))
     assert code == 0 and "match the manifest" in out, err
     code, _, err = run_cli(capsys, "export", "-o", str(tmp_path / "x"))

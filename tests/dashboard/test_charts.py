@@ -46,6 +46,31 @@ def test_bars_on_a_wide_spread_have_readable_log_ticks_and_mark_winner_and_basel
     assert note.text == "ORT fp32 default" and note.x == pytest.approx(math.log10(0.4))  # log axis: log10 position
 
 
+def test_a_tflite_study_marks_litert_fp32_as_its_baseline_not_the_ort_default():
+    """Issue 39: a .tflite study's baseline is LiteRT fp32 on the file as given; ORT (through tf2onnx) is a config."""
+    litert, ort = "tflite/fp32/b1/tdefault", queries.BASELINE_LABEL
+    metric = queries.METRICS["latency"]
+    trials = _best([("openvino/bf16/b1/t1", "openvino", "bf16", 0.9, 0.8, 1.0, ""),
+                    (litert, "tflite", "fp32", 1.1, 1.0, 1.2, ""), (ort, "onnxruntime", "fp32", 1.3, 1.2, 1.4, "")])  # fmt: skip
+    trials = trials.drop(columns="role").assign(n_samples=64)
+    finalists = pd.DataFrame({"label": ["openvino/bf16/b1/t1", litert], "role": ["winner", "baseline"],
+                              "baseline": [False, True], "baseline_name": ["LiteRT fp32, the file as given"] * 2,
+                              "value": [0.9, 1.1], "n_samples": [64, 64], "statistic": ["p90_ms"] * 2,
+                              "ci_low": [0.8, 1.0], "ci_high": [1.0, 1.2]})  # fmt: skip
+    best = queries.rank_by_finalists(trials, finalists, metric)
+    assert list(best.loc[best["baseline"], "config_label"]) == [litert]
+    assert dict(zip(best["config_label"], best["role"], strict=True))[ort] == ""  # a config like any other
+    fig = charts.ci_bars(best, metric)
+    labels = list(fig.data[0].y)
+    assert labels[1] == f"{litert}  baseline (LiteRT fp32, the file as given)" and labels[2] == ort
+    assert list(fig.data[0].marker.color)[1] == charts.BASELINE_COLOR != list(fig.data[0].marker.color)[2]
+    (note,) = fig.layout.annotations
+    assert note.text == "LiteRT fp32, the file as given"
+    heat = charts.heatmap(best, metric)
+    marks = {(a.y, a.x): a.text for a in heat.layout.annotations}
+    assert marks[("tflite", "fp32")] == "baseline" and ("onnxruntime", "fp32") not in marks
+
+
 def test_a_baseline_that_won_is_named_as_both():
     assert charts.role_label(queries.BASELINE_LABEL, "winner").endswith("★ winner (ORT fp32 default)")
 

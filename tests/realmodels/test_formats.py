@@ -106,6 +106,13 @@ def test_tflite_is_benched_on_litert_with_its_own_reference_and_real_audio(pitch
     assert (bundle / "model" / "model.tflite").read_bytes() == pitch["tflite"].read_bytes()
     outputs = load_bundle(bundle).run({INPUT: np.load(pitch["data"])[INPUT][:1]})
     assert tuple(outputs) == OUTPUTS and outputs[OUTPUTS[2]].shape == (1, 172, 264)
+    # The gate takes the shipped file as its own source: its reference is LiteRT fp32, not ONNX Runtime.
+    from autodeploy.gate.measure import bundle_arm
+
+    arm = bundle_arm("candidate", str(bundle), bundle, reference_model=None)
+    assert arm.reference_model is not None and arm.reference_model.sha256 == stored.model.sha256
+    assert arm.reference_model.format == arm.model.format == "tflite" and arm.model.path.name == "model.tflite"
+    assert registry.baseline_config(arm.reference_model.format).engine == "tflite"
 
 
 def test_tflite_is_benched_on_onnx_runtime_through_tf2onnx_against_litert(pitch, tmp_path):

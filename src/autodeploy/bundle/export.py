@@ -11,12 +11,11 @@ the next export to the same place.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -53,6 +52,9 @@ class Source:
     study: StudyRow | None
     model: dict[str, Any]  # name, sha256, inputs, outputs (as stored)
     device: dict[str, Any]  # DeviceInfo.to_dict() as stored
+    #: A study over several shapes: the shipped config's trial at each of its shapes, in the study's order,
+    #: each from the round the shipped trial ran in (:func:`at_each_shape`); empty otherwise.
+    by_shape: tuple[TrialRow, ...] = ()
 
     @property
     def config(self) -> TrialConfig:
@@ -111,7 +113,7 @@ def _source(store: Store, trial: TrialRow, study: StudyRow | None) -> Source:
         )
         raise BundleError(f"trial {trial.id} ({trial.engine}) cannot be shipped: {why}", fix=fix)
     model, device = _records(store, trial.model_sha256, trial.device_fingerprint)
-    source = Source(trial, study, model, device)
+    source = Source(trial, study, model, device, at_each_shape(store, trial, study))
     if trial.status != "ok":
         # A study may set a looser accuracy budget than the harness default; its verdict decides.
         study_verdicts = {k: v for k, v in constraint_verdicts(source).items() if k != "accuracy"}
@@ -123,6 +125,28 @@ def _source(store: Store, trial: TrialRow, study: StudyRow | None) -> Source:
             raise BundleError(f"trial {trial.id} ({trial.engine}) cannot be shipped: it failed "
                               f"({trial.failure_kind}: {headline(trial.failure_message)})", fix=fix)  # fmt: skip
     return source
+
+
+def at_each_shape(store: Store, trial: TrialRow, study: StudyRow | None) -> tuple[TrialRow, ...]:
+    """The trial of ``trial``'s config at each shape of its study, when the study covers several: the shipped
+    one, and at every other shape the newest measured trial stored before it (a round measures a config at
+    each shape in turn, the shipped trial last). A shape without one is left out."""
+    cases = ShapeSet.of(study.settings.get("shapes") or {}).cases if study is not None else ()
+    if len(cases) < 2:
+        return ()
+    from autodeploy.results_db.records import TrialFilter
+
+    found = []
+    for case in cases:
+        if case.key() == trial.shape_key:
+            found.append(trial)
+            continue
+        where = TrialFilter(study=study.name, config_key=trial.config_key, shape_key=case.key(),  # type: ignore[union-attr]
+                            measured_only=True, newest_first=True)  # fmt: skip
+        before = next((t for t in store.trials(where) if t.id < trial.id), None)
+        if before is not None:
+            found.append(before)
+    return tuple(found)
 
 
 def _records(store: Store, model_sha256: str, fingerprint: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -234,6 +258,63 @@ def shapes_record(source: Source) -> dict[str, Any]:
             "fed": source.trial.shapes, "batch_axes": {s.name: info.batch_axis(s.name) for s in info.inputs}}  # fmt: skip
 
 
+def shape_text(trial: TrialRow) -> str:
+    """The shape a trial's numbers are at: its fixed shapes (``x=1x3x320x320``), else every input as fed, else ``""``."""
+    return "" if trial.shape_text == "-" else trial.shape_text
+
+
+def numbers_of(trial: TrialRow, weight: float | None = None) -> dict[str, Any]:
+    """One trial's numbers as a manifest keeps them, each set named by the shape it is at: ``shape``, ``fed``
+    (every input's shape as fed), the trial, its scenario and batch, median/p90/p99, samples, items/s, the load."""
+    m = trial.measurement
+    assert m is not None  # shipped trials and their siblings are measured
+    numbers = {k: v for k, v in m.to_dict(samples=False).items() if k in _NUMBERS}
+    return {"shape": shape_text(trial), "fed": trial.shapes, "trial_id": trial.id, **numbers,
+            **({"weight": weight} if weight is not None else {})}  # fmt: skip
+
+
+#: The measurement fields a manifest's ``by_shape`` repeats per shape.
+_NUMBERS = ("scenario", "batch", "median_ms", "p90_ms", "p99_ms", "n_samples", "throughput", "load")
+#: How each scenario's calls came, in words: what "load" a number was measured under.
+SCENARIO_WORDS = {"single-stream": "one call at a time", "offline": "requests in flight",
+                  "multi-stream": "a fixed number of queries in flight", "server": "Poisson arrivals"}  # fmt: skip
+
+
+def numbers_text(numbers: Mapping[str, Any]) -> str:
+    """A manifest's numbers in one line, naming what they are: ``p90 44.67 ms at x=1x3x320x320, one call at a
+    time, solo``: the statistic (p90, else the median where too few calls were timed for a p90), the shape, the
+    scenario's calls, and the machine: ``solo`` (other processes kept under a quarter of a core busy) or
+    ``under load (1.38 of 2 cores busy with other processes)``; nothing where the load was not read (a bundle
+    exported before it was)."""
+    from autodeploy.harness.load import Load
+    from autodeploy.units import fmt_ms
+
+    p90 = numbers.get("p90_ms")
+    text = f"p90 {fmt_ms(p90)}" if p90 is not None else f"median {fmt_ms(numbers.get('median_ms'))}"
+    if numbers.get("shape"):
+        text += f" at {numbers['shape']}"
+    scenario = numbers.get("scenario")
+    text += f", {SCENARIO_WORDS.get(scenario or '', scenario or 'single-stream')}"
+    load = Load.from_dict(numbers["load"]) if numbers.get("load") else None
+    if load is not None:
+        text += (f", under load ({load.other_cores:.2f} of {load.cpus} cores busy with other processes)"
+                 if load.under_load else ", solo")  # fmt: skip
+    return text
+
+
+def basis_text(selection: Mapping[str, Any]) -> str:
+    """What a study's winner line rests on, from a manifest's ``selection``: ``the median over 3 rounds of each
+    round's p90, their mean over 2 shapes``; "" for a bundle exported before the selection said."""
+    statistic, rounds = selection.get("statistic"), selection.get("rounds") or 0
+    if not statistic:
+        return ""
+    what = "items/s" if statistic == "items/s" else f"{statistic}"
+    text = (f"the median over {rounds} rounds of each round's {what}" if rounds
+            else f"one screening run's {what}")  # fmt: skip
+    shapes = selection.get("shapes") or ()
+    return text + (f", their mean over {len(shapes)} shapes" if len(shapes) > 1 else "")
+
+
 def inputs_of(source: Source) -> dict[str, Any] | None:
     """What the shipped trial was fed (data source, image preprocessing): recorded with it (schema
     0005), else its study's ``data`` and ``preprocess`` keys; ``None`` when unknown (an older bench trial)."""
@@ -290,12 +371,18 @@ def build_manifest(source: Source, artifact: Artifact, *, command: str | None = 
         selection = {"objective": study.objective, "winner": summary.get("winner"), "tie_with": summary.get("tie_with"),
                      "speedup_vs_baseline": summary.get("speedup_vs_baseline"), "note": summary.get("note"),
                      "headline": report.headline(summary), "screening_only": bool(summary.get("screening_only")),
-                     "trials": summary.get("trials"),
+                     "trials": summary.get("trials"), "baseline_name": report.baseline_name(summary),
+                     # what the headline's number is: this statistic of each round, at these shapes, over rounds
+                     "statistic": summary.get("statistic"), "rounds": summary.get("rounds"),
+                     "shapes": [{"shape": c.key(), "weight": c.weight} for c in measured_shapes(source).cases],
                      "baseline": next((f for f in summary.get("finalists", []) if f.get("baseline")), None)}  # fmt: skip
     d = source.device
     assert trial.measurement is not None  # _source ships measured trials only
     measurements = trial.measurement.to_dict(samples=False)
     accuracy = measurements.pop("accuracy")  # a section of its own
+    # Every number says the shape it is at: the shipped trial's, and per shape of a study over several.
+    measurements.update(shape=shape_text(trial), trial_id=trial.id)
+    weights = {c.key(): c.weight for c in measured_shapes(source).cases}
     return {
         "schema": SCHEMA,
         "kind": KIND,
@@ -327,6 +414,7 @@ def build_manifest(source: Source, artifact: Artifact, *, command: str | None = 
         },  # fmt: skip
         "requires": device_requirements(config, artifact, d),
         "measurements": measurements,
+        "by_shape": [numbers_of(t, weights.get(t.shape_key or "")) for t in source.by_shape],
         "selection": selection,
         "accuracy": accuracy,
         "constraints": constraint_verdicts(source),
@@ -362,11 +450,15 @@ def readme_md(manifest: dict[str, Any]) -> str:
     origin = f"study {manifest['source']['study']!r}" if manifest["source"]["study"] else "a single trial"
     inputs = ", ".join(f"{i['name']} {i['dtype']}" for i in manifest["model"]["inputs"])
     pins = " ".join(line for line in requirements_txt(manifest).splitlines() if line and not line.startswith("#"))
+    at = f", input {m['shape']}" if m.get("shape") else ""
+    for other in manifest.get("by_shape") or ():  # a study over several shapes: each one's numbers
+        if other.get("trial_id") != m.get("trial_id"):
+            at += f"; at {other['shape']}: median {other['median_ms']:.3f} ms (trial {other['trial_id']})"
     return f"""# {manifest["model"]["name"]}: {label}
 
 Exported by {manifest["created_by"]} from {origin}.
 Measured on `{manifest["device"]["cpu"]}` (fingerprint `{manifest["device"]["fingerprint"]}`):
-median {m["median_ms"]:.3f} ms, p90 {p90}, {m["throughput"]:.1f} items/s at batch {m["batch"]}.
+median {m["median_ms"]:.3f} ms, p90 {p90}, {m["throughput"]:.1f} items/s at batch {m["batch"]}{at}.
 Measured on inputs: {inputs_text(manifest.get("inputs"))}; feed images preprocessed the same way.
 
 ```bash

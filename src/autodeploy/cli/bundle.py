@@ -97,7 +97,7 @@ def verify(
 def info(path: BundlePath, format: FormatOption = Format.table) -> None:
     """What the bundle holds: model, engine, tuned settings, the measurements that chose it, its files."""
     from autodeploy.bundle import BundleError, check_compatible, opened, read_manifest
-    from autodeploy.bundle.export import inputs_text
+    from autodeploy.bundle.export import inputs_text, numbers_text
     from autodeploy.device import probe_device
 
     with opened(path) as root:
@@ -125,9 +125,12 @@ def info(path: BundlePath, format: FormatOption = Format.table) -> None:
         ("measured on", f"{m['device']['cpu']} (fingerprint {m['device']['fingerprint']})"),
         (
             "latency",
-            f"median {fmt_ms(meas['median_ms'])}, p90 {fmt_ms(meas['p90_ms'])}, "
-            f"p99 {fmt_ms(meas['p99_ms'])} ({meas['n_samples']} samples, {meas['scenario']})",
+            f"{numbers_text(meas)}; median {fmt_ms(meas['median_ms'])}, p99 {fmt_ms(meas['p99_ms'])} "
+            f"({meas['n_samples']} samples, {meas['scenario']})",
         ),  # fmt: skip
+        *((f"at {o['shape']}", f"{numbers_text(o)}; median {fmt_ms(o['median_ms'])}, p99 {fmt_ms(o['p99_ms'])} "
+           f"({o['n_samples']} samples, trial {o['trial_id']})")
+          for o in m.get("by_shape") or () if o.get("trial_id") != meas.get("trial_id")),  # fmt: skip
         ("throughput", f"{meas['throughput'] or 0:.1f} items/s; peak RSS {meas['peak_rss_mb'] or 0:.1f} MB"),
         ("accuracy", _accuracy(m["accuracy"])),
         ("measured on inputs", inputs_text(m.get("inputs"))),
@@ -167,6 +170,8 @@ def run(
     min_samples: Annotated[int, typer.Option(min=2, help="Timed calls at least.")] = 64,
     min_duration: Annotated[float, typer.Option(help="Timed seconds at least.")] = 2.0,
     max_duration: Annotated[float, typer.Option(help="Timed seconds at most.")] = 60.0,
+    shape: Annotated[list[str] | None, typer.Option(help="Measure at this input shape instead of the bundle's, "
+                     "NAME=1x3x224x224 (as bench and tune take it); one per input.")] = None,
     allow_other_version: Annotated[bool, typer.Option("--allow-other-version",
                                    help="Run under another engine version than benchmarked (warns).")] = False,
     trust: TrustOption = None,
@@ -174,36 +179,52 @@ def run(
     """Load the bundle (verified), time it here, and show this machine's latency next to the manifest's.
 
     Without --data the inputs are synthetic. Images (--data FOLDER or sample:images) are preprocessed
-    as the bundle was measured (its manifest's ``inputs``) unless a preprocessing flag is given.
+    as the bundle was measured (its manifest's ``inputs``) unless a preprocessing flag is given. --shape
+    measures another input shape; the manifest's column then holds its numbers at that shape, where its
+    study measured it.
     """
     from autodeploy import api
     from autodeploy.harness.timing import TimingPolicy
+    from autodeploy.shapes import parse_flags
 
     policy = TimingPolicy(min_samples=min_samples, min_duration_s=min_duration, max_duration_s=max_duration)
+    cases = parse_flags(shape or []).cases
+    if len(cases) > 1:
+        raise UsageError(f"bundle run measures one shape at a time; --shape gave {len(cases)}",
+                         fix="give each input one --shape NAME=DIMS, and run it again for another shape")  # fmt: skip
     with spinner() as show:
-        run = api.run_bundle(path, data=data, timing=policy, allow_other_version=allow_other_version, trust=trust,
+        run = api.run_bundle(path, data=data, timing=policy, shapes=dict(cases[0].shapes),
+                             allow_other_version=allow_other_version, trust=trust,
                              preprocess=preprocess_of(layout, reverse_input_channels, mean_values, scale_values),
                              quiet=engine_noise, progress=show)  # fmt: skip
     for warning in run.warnings:
         err.print(f"[yellow]warning[/]: {shown(warning)}")
-    m, stats, meas = run.manifest, run.stats, run.manifest["measurements"]
-    batch, here = m["settings"]["batch"], run.device
-    table = Table(
-        title=shown(f"{m['model']['name']}  {m['engine']['name']}/{m['settings']['precision']}/b{batch}")
-    )
+    m, stats, here = run.manifest, run.stats, run.device
+    meas = run.recorded() or {}
+    batch = m["settings"]["batch"]
+    table = Table(title=shown(f"{m['model']['name']}  {m['engine']['name']}/{m['settings']['precision']}/b{batch}"
+                              f"  at {run.shape}"))  # fmt: skip
     table.add_column("statistic")
     table.add_column(f"manifest ({shown(m['device']['fingerprint'][:8])})", justify="right")
     table.add_column(f"this machine ({here.fingerprint[:8]})", justify="right")
     table.add_column("this machine vs manifest", justify="right")
-    for label, theirs, ours in (("median", meas["median_ms"], stats.median), ("p90", meas["p90_ms"], stats.p90),
-                                ("p99", meas["p99_ms"], stats.p99)):  # fmt: skip
+    for label, theirs, ours in (("median", meas.get("median_ms"), stats.median), ("p90", meas.get("p90_ms"), stats.p90),
+                                ("p99", meas.get("p99_ms"), stats.p99)):  # fmt: skip
         table.add_row(label, fmt_ms(theirs), fmt_ms(ours), _compared(ours, theirs, lower_is_faster=True))
-    table.add_row("throughput", f"{meas['throughput'] or 0:.1f} items/s", f"{run.throughput:.1f} items/s",
-                  _compared(run.throughput, meas["throughput"], lower_is_faster=False))  # fmt: skip
-    table.add_row("samples", shown(meas["n_samples"]), f"{stats.n} (+{run.warmup_calls} warm-up)", "")
+    rate = meas.get("throughput")
+    table.add_row("throughput", "-" if not meas else f"{rate or 0:.1f} items/s", f"{run.throughput:.1f} items/s",
+                  _compared(run.throughput, rate, lower_is_faster=False))  # fmt: skip
+    table.add_row("samples", shown(meas.get("n_samples", "-")), f"{stats.n} (+{run.warmup_calls} warm-up)", "")
     theirs = Load.from_dict(meas["load"]) if meas.get("load") else None  # bundles exported before it was read: none
     table.add_row("other processes' CPU", _cores(theirs), _cores(run.load), "")
     out.print(table)
+    if meas:
+        trial = f", trial {meas['trial_id']}" if meas.get("trial_id") is not None else ""
+        out.print(f"manifest: {shown(_numbers_text(meas))} (one run{trial})", soft_wrap=True)
+    else:
+        measured = [o["shape"] for o in m.get("by_shape") or ()] or [m["measurements"].get("shape") or "its own shape"]
+        err.print(f"[yellow]note[/]: the bundle was never measured at {shown(run.shape)}: its manifest has numbers at "
+                  f"{shown(', '.join(measured))}; this machine's column stands alone", soft_wrap=True)  # fmt: skip
     busy = [f"{who} ({load.text()})" for who, load in (("this machine", run.load), ("the manifest's run", theirs))
             if load is not None and load.under_load]  # fmt: skip
     if busy:
@@ -289,7 +310,25 @@ def _selection(selection: dict[str, Any] | None, source: dict[str, Any]) -> str:
     ci = "" if not w.get("ci") else f" [{w['ci'][0]:.4g}, {w['ci'][1]:.4g}]"
     speedup = selection.get("speedup_vs_baseline")
     if selection.get("headline"):  # names its statistic (a bundle exported since issue 26)
-        return f"study {source['study']!r} ({selection['objective']}): {selection['headline']}"
+        from autodeploy.bundle.export import basis_text
+
+        basis = basis_text(selection)  # what the winner line's number is (a bundle exported since issue 39)
+        return f"study {source['study']!r} ({selection['objective']}): {selection['headline']}" + (f" ({basis})" if basis else "")
     word = "p90" if selection["objective"] in ("latency", "pareto") else "items/s"  # pooled calls, as stored then
     return (f"study {source['study']!r} ({selection['objective']}): {w['statistic']:.4g}{ci} over {w['n_samples']} samples"
-            + (f", {speedup:.2f}x vs ORT fp32 default by {word} (pooled calls)" if speedup else ""))  # fmt: skip
+            + (f", {speedup:.2f}x vs {_baseline_name(selection)} by {word} (pooled calls)" if speedup else ""))  # fmt: skip
+
+
+def _baseline_name(selection: dict[str, Any]) -> str:
+    """What the study's baseline is called: as the manifest says, else from its baseline finalist's engine
+    (LiteRT fp32 for a .tflite study; the ORT fp32 default for an ONNX one)."""
+    from autodeploy.report import baseline_name
+
+    base = selection.get("baseline")
+    return baseline_name({"baseline_name": selection.get("baseline_name"), "finalists": [base] if base else []})
+
+
+def _numbers_text(numbers: dict[str, Any]) -> str:
+    from autodeploy.bundle.export import numbers_text
+
+    return numbers_text(numbers)

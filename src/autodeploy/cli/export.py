@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from autodeploy import api
 from autodeploy.cli._common import command_line, err, fmt_ms, out, shown
 from autodeploy.errors import UsageError
+
+if TYPE_CHECKING:
+    from autodeploy.bundle.export import Source
 
 
 def export(
@@ -44,8 +47,9 @@ def export(
     )
     out.print(f"exported {shown(source.what)} of {shown(t.model_name)} to [bold]{shown(str(path))}[/] "
               f"({format}{', tar.gz' if tar else ''}, {size / 2**20:.2f} MB)")  # fmt: skip
-    out.print(f"measured on {shown(t.device_cpu)} (fingerprint {t.device_fingerprint}): median {fmt_ms(t.median_ms)}, "
-              f"p90 {fmt_ms(t.p90_ms)}, {t.throughput or 0:.1f} items/s; accuracy {t.accuracy.constraint if t.accuracy else '-'}")  # fmt: skip
+    out.print(f"measured on {shown(t.device_cpu)} (fingerprint {t.device_fingerprint}); accuracy "
+              f"{t.accuracy.constraint if t.accuracy else '-'}")  # fmt: skip
+    _print_numbers(source)
     if format == "triton" and not tar:
         from autodeploy.bundle.triton import notes_of
 
@@ -54,3 +58,24 @@ def export(
     if format == "bundle":
         trust = " --trust PUBLIC_KEY" if sign else ""
         out.print(f"check it with: autodeploy bundle verify {shown(str(path))}{trust}")
+
+
+def _print_numbers(source: Source) -> None:
+    """The bundle's numbers, each with the shape, the calls and the machine it was measured at (one run per
+    shape), then the study's winner line and what it rests on: the two differ in statistic, shape or load."""
+    from autodeploy.bundle.export import basis_text, numbers_of, numbers_text
+
+    t = source.trial
+    for trial in source.by_shape or (t,):
+        numbers = numbers_of(trial)
+        shipped = " (shipped)" if trial.id == t.id and source.by_shape else ""
+        out.print(f"  {shown(numbers_text(numbers))}: one run, trial {trial.id}{shipped}; median "
+                  f"{fmt_ms(numbers.get('median_ms'))}, {numbers.get('throughput') or 0:.1f} items/s", soft_wrap=True)  # fmt: skip
+    summary = source.study.summary if source.study is not None else None
+    if summary and summary.get("winner"):
+        from autodeploy import report
+
+        selection = {"statistic": summary.get("statistic"), "rounds": summary.get("rounds"),
+                     "shapes": summary.get("shapes") or [{"shape": k} for k in (summary["winner"].get("per_shape") or {})]}  # fmt: skip
+        basis = basis_text(selection)
+        out.print(f"  tune's winner line{f' ({basis})' if basis else ''}: {report.headline(summary)}", soft_wrap=True)

@@ -1,8 +1,8 @@
 """Plotly figures, each a plain function of a DataFrame from :mod:`autodeploy.dashboard.queries`.
 
-Every chart of configs marks the study's winner (★, green) and the ONNX Runtime fp32 default
-(the baseline every speed-up is over: grey, dashed line); a ``role`` column (from
-:func:`queries.rank_by_finalists`) says which is which. A config its study's constraints rejected
+Every chart of configs marks the study's winner (★, green) and its baseline (the one every speed-up is
+over: the ORT fp32 default, LiteRT fp32 for a ``.tflite`` study; grey, dashed line); ``role``, ``baseline``
+and ``baseline_name`` columns (from :func:`queries.rank_by_finalists`) say which is which. A config its study's constraints rejected
 (``verdict`` and ``reason``, from :func:`queries.judged`) is light grey and hatched, says
 "✗ rejected" and gives its reason on hover: never green, never the best colour of a scale.
 Log axes get 1-2-5 ticks with units.
@@ -29,17 +29,35 @@ VERDICT_COLORS = {"winner": "#2ca02c", "pareto": "#1f77b4", "feasible": "#9ecae1
 WINNER_COLOR, BASELINE_COLOR, LIMIT_COLOR = "#2ca02c", "#7f7f7f", "#d62728"
 #: A rejected config: lighter than the baseline's grey, hatched with :data:`REJECTED_PATTERN`.
 REJECTED_COLOR, REJECTED_PATTERN, REJECTED_TEXT = "#d9d9d9", "/", "✗ rejected"
-ROLE_TEXT = {"winner": "★ winner", "runner-up": "runner-up", "tie": "tie with winner",
-             "baseline": "baseline (ORT fp32 default)"}  # fmt: skip
+ROLE_TEXT = {"winner": "★ winner", "runner-up": "runner-up", "tie": "tie with winner", "baseline": "baseline"}
+#: What the baseline is called where a frame does not say (``baseline_name``): an ONNX model's.
 BASELINE_NAME = "ORT fp32 default"
 
 
-def role_label(label: str, role: str, rejected: bool = False) -> str:
-    """A config label with its role: ``ort/int8/b1/t1  ★ winner``; the baseline is named even when it won;
-    ``  ✗ rejected`` after it when its study's constraints rejected it."""
+def baselines(df: pd.DataFrame) -> pd.Series:
+    """Which rows are their study's baseline: the ``baseline`` column (:func:`queries.rank_by_finalists`,
+    :func:`queries.finalist_bars`), else the ORT fp32 default's label (an ONNX model's baseline)."""
+    if "baseline" in df:
+        return df["baseline"].fillna(False).astype(bool)
+    return df["config_label"] == BASELINE_LABEL
+
+
+def baseline_name(df: pd.DataFrame) -> str:
+    """What the baseline of ``df``'s study is called: ``LiteRT fp32, the file as given``, ``ORT fp32 default``."""
+    names = df["baseline_name"].dropna() if "baseline_name" in df else pd.Series([], dtype=object)
+    return str(names.iloc[0]).removeprefix("the ") if len(names) else BASELINE_NAME
+
+
+def role_label(label: str, role: str, rejected: bool = False, *, baseline: bool | None = None,
+               name: str = BASELINE_NAME) -> str:  # fmt: skip
+    """A config label with its role: ``ort/int8/b1/t1  ★ winner``; the baseline (``baseline``: by default the
+    ORT fp32 default's label) is named (``name``) even when it won; ``  ✗ rejected`` after it when its study's
+    constraints rejected it."""
     text = ROLE_TEXT.get(role, "")
-    if label == BASELINE_LABEL and role not in ("baseline", ""):
-        text += f" ({BASELINE_NAME})"
+    if baseline is None:
+        baseline = label == BASELINE_LABEL
+    if baseline and role != "":
+        text += f" ({name})"
     text = f"{text}  {REJECTED_TEXT}".strip() if rejected else text
     return f"{label}  {text}" if text else label
 
@@ -126,13 +144,15 @@ def ci_bars(best: pd.DataFrame, metric: Metric, title: str | None = None) -> go.
         low, high = best[metric.ci[0]], best[metric.ci[1]]
         error = {"type": "data", "array": (high - best[metric.column]).tolist(),
                  "arrayminus": (best[metric.column] - low).tolist(), "visible": True}  # fmt: skip
-    colors = [REJECTED_COLOR if n else WINNER_COLOR if r == "winner" else BASELINE_COLOR if label == BASELINE_LABEL
-              else _engine_color(e) for n, r, label, e in zip(out, roles, best["config_label"], best["engine"], strict=True)]  # fmt: skip
+    base, name = baselines(best), baseline_name(best)
+    colors = [REJECTED_COLOR if n else WINNER_COLOR if r == "winner" else BASELINE_COLOR if b
+              else _engine_color(e) for n, r, b, e in zip(out, roles, base, best["engine"], strict=True)]  # fmt: skip
     hover = [f"{e} {p}" + (f"<br>{REJECTED_TEXT}: {_text(why)}" if n else "")
              for e, p, n, why in zip(best["engine"], best["precision"], out, reasons, strict=True)]  # fmt: skip
     fig = go.Figure(
         go.Bar(
-            y=[role_label(label, r, n) for label, r, n in zip(best["config_label"], roles, out, strict=True)],
+            y=[role_label(label, r, n, baseline=b, name=name)
+               for label, r, n, b in zip(best["config_label"], roles, out, base, strict=True)],
             x=best[metric.column],
             orientation="h",
             error_x=error,
@@ -142,9 +162,9 @@ def ci_bars(best: pd.DataFrame, metric: Metric, title: str | None = None) -> go.
     )
     values = [best[metric.column], *([best[metric.ci[1]]] if metric.ci else [])]
     log = _axis(fig, "x", values, _is_ms(metric.label))
-    baseline = best[best["config_label"] == BASELINE_LABEL]
+    baseline = best[base]
     if not baseline.empty:
-        _line(fig, "v", float(baseline[metric.column].iloc[0]), BASELINE_NAME, BASELINE_COLOR)
+        _line(fig, "v", float(baseline[metric.column].iloc[0]), name, BASELINE_COLOR)
     fig.update_layout(title=(title or f"{metric.label} with 95% CI") + (" (log scale)" if log else ""),
                       xaxis_title=metric.label, yaxis={"autorange": "reversed"},
                       height=140 + 32 * len(best), margin={"l": 10})  # fmt: skip
@@ -170,19 +190,22 @@ def roofline(df: pd.DataFrame, title: str = "Distance to this device's limit") -
     return fig
 
 
-def distributions(samples: pd.DataFrame, labels: dict[int, str]) -> go.Figure:
+def distributions(samples: pd.DataFrame, labels: dict[int, str], baseline: Iterable[int] | None = None) -> go.Figure:
     """Per-call latency of each trial as a box plot (the raw samples, not a summary), in ``labels`` order.
 
-    ``labels`` carry the roles (:func:`role_label`). Whiskers stop at 1.5 IQR and slower calls
-    show as points; the axis turns logarithmic when those spread over more than :data:`LOG_RATIO`.
+    ``labels`` carry the roles (:func:`role_label`); ``baseline`` the trials of the study's baseline (by default
+    those labelled as the ORT fp32 default). Whiskers stop at 1.5 IQR and slower calls show as points; the axis
+    turns logarithmic when those spread over more than :data:`LOG_RATIO`.
     """
     df = samples.assign(config=samples["trial_id"].map(labels))
     order = list(dict.fromkeys(labels.values()))
+    base = ({labels[t] for t in baseline if t in labels} if baseline is not None
+            else {c for c in order if c.startswith(BASELINE_LABEL)})  # fmt: skip
     fig = go.Figure()
     for config in order:
         part = df[df["config"] == config]
         color = (REJECTED_COLOR if REJECTED_TEXT in config else WINNER_COLOR if "★" in config
-                 else BASELINE_COLOR if config.startswith(BASELINE_LABEL) else _PALETTE[0])  # fmt: skip
+                 else BASELINE_COLOR if config in base else _PALETTE[0])  # fmt: skip
         fig.add_trace(go.Box(x=part["config"], y=part["latency_ms"], name=config, boxpoints="outliers",
                              marker_color=color, showlegend=False))  # fmt: skip
     log = _axis(fig, "y", [df["latency_ms"]], ms=True)
@@ -215,9 +238,9 @@ def pareto(df: pd.DataFrame, limits: Limits, objective: str | None = None) -> go
             fig.add_trace(go.Scatter(x=part["latency_ms"], y=y, mode="markers", name=name, legendgroup=name,
                                      showlegend=col == 1, marker=marker, text=part["config_label"],
                                      customdata=custom, hovertemplate=hover), row=1, col=col)  # fmt: skip
-    base = m[m["config_label"] == BASELINE_LABEL]
+    base = m[baselines(m)]
     for col, y in ((1, base["accuracy_drop"]), (2, base["peak_rss_mb"])):
-        fig.add_trace(go.Scatter(x=base["latency_ms"], y=y, mode="markers", name=f"baseline: {BASELINE_NAME}",
+        fig.add_trace(go.Scatter(x=base["latency_ms"], y=y, mode="markers", name=f"baseline: {baseline_name(m)}",
                                  legendgroup="baseline", showlegend=col == 1 and not base.empty, hoverinfo="skip",
                                  marker={"symbol": "diamond-open", "size": 20, "color": BASELINE_COLOR,
                                          "line": {"width": 2}}), row=1, col=col)  # fmt: skip
@@ -240,7 +263,7 @@ def pareto(df: pd.DataFrame, limits: Limits, objective: str | None = None) -> go
 
 
 def history(df: pd.DataFrame, value_label: str, winner: str | None = None,
-            baseline: float | None = None) -> go.Figure:  # fmt: skip
+            baseline: float | None = None, name: str = BASELINE_NAME) -> go.Figure:  # fmt: skip
     """Optuna's history: each trial's value and the best feasible value so far.
 
     Trials of the ``winner`` config are stars; ``baseline`` (the ORT fp32 default's re-measured
@@ -260,7 +283,7 @@ def history(df: pd.DataFrame, value_label: str, winner: str | None = None,
     log = _axis(fig, "y", [done["value"], pd.Series([baseline] if baseline else [], dtype=float)],
                 ms="ms" in value_label)  # fmt: skip
     if baseline is not None:
-        _line(fig, "h", baseline, f"{BASELINE_NAME} (re-measured)", BASELINE_COLOR)
+        _line(fig, "h", baseline, f"{name} (re-measured)", BASELINE_COLOR)
     fig.update_layout(title="Optimization history" + (" (log scale)" if log else ""), xaxis_title="trial",
                       yaxis_title=value_label, height=380)  # fmt: skip
     return fig
@@ -287,7 +310,7 @@ def across_devices(df: pd.DataFrame, metric: Metric) -> go.Figure:
     df = df.assign(
         config=df["engine"] + "/" + df["precision"],
         device_label=df["cpu"] + " (" + df["device"].str[:8] + ")",
-        mark=[_mark(n, r, c) for n, r, c in zip(out, roles, df["config_label"], strict=True)],
+        mark=[_mark(n, r, b) for n, r, b in zip(out, roles, baselines(df), strict=True)],
         label=df["config_label"].map(_text),
         why=df["reason"].fillna("").map(_text) if "reason" in df else "",
         pattern=[REJECTED_PATTERN if n else "" for n in out],
@@ -306,10 +329,10 @@ def across_devices(df: pd.DataFrame, metric: Metric) -> go.Figure:
     return fig
 
 
-def _mark(rejected: bool, role: str, label: str) -> str:
+def _mark(rejected: bool, role: str, baseline: bool) -> str:
     if rejected:
         return REJECTED_TEXT
-    return "★ winner" if role == "winner" else "baseline" if label == BASELINE_LABEL else ""
+    return "★ winner" if role == "winner" else "baseline" if baseline else ""
 
 
 def gate_changes(metrics: pd.DataFrame) -> go.Figure:
@@ -341,7 +364,7 @@ _PALETTE = ["#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#
 
 def _with_role(best: pd.DataFrame, role: str) -> pd.DataFrame:
     if role == "baseline":
-        return best[best["config_label"] == BASELINE_LABEL]
+        return best[baselines(best)]
     return best[best["role"] == role] if "role" in best else best.iloc[0:0]
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 
 from autodeploy import verdict
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.adapters.registry import BASELINE_CONFIG
+from autodeploy.adapters.registry import BASELINE_CONFIG, BASELINE_NAME
 from autodeploy.harness.result import JUDGED, Accuracy, Measurement, headline
 from autodeploy.harness.stats import latency_claim
 from autodeploy.objectives import OBJECTIVES
@@ -77,7 +77,8 @@ METRICS = {
 #: The metric that matches a study's objective (server and pareto studies are judged on latency here).
 OBJECTIVE_METRIC = {name: o.trial_metric for name, o in OBJECTIVES.items()}
 
-#: The ONNX Runtime fp32 default every speed-up is over (the study re-measures it beside the finalists).
+#: The ONNX Runtime fp32 default every speed-up of an ONNX model is over (the study re-measures it beside the
+#: finalists); a study names its own baseline (``finalists``' ``baseline``: LiteRT fp32 for a ``.tflite``).
 BASELINE_LABEL = BASELINE_CONFIG.label()
 #: Fewer samples than this make a bootstrap CI a rough guide; fewer trials make parameter importance one.
 FEW_SAMPLES = 30
@@ -230,11 +231,17 @@ def rank_by_finalists(best: pd.DataFrame, finalists: pd.DataFrame, metric: Metri
     statistic, a finalist's value and CI become its re-measured ones (the median of its per-round
     values and their interval over rounds, as ``tune`` printed them), the study's winner goes on top and the other finalists follow by
     value, then every other config by its best trial. Adds ``role`` (winner, runner-up, tie,
-    baseline, finalist or empty) and ``source`` (where the number comes from).
+    baseline, finalist or empty), ``source`` (where the number comes from), ``baseline`` (the study's
+    baseline: its baseline finalist, LiteRT fp32 for a ``.tflite``; without one, the ORT fp32 default) and
+    ``baseline_name``.
     """
     out = best.copy()
     roles = dict(zip(finalists["label"], finalists["role"], strict=True))
-    out["role"] = [roles.get(label, "baseline" if label == BASELINE_LABEL else "") for label in out["config_label"]]
+    named = finalists[finalists["baseline"].fillna(False).astype(bool)] if "baseline" in finalists else finalists.iloc[0:0]
+    base = set(named["label"]) or {BASELINE_LABEL}
+    out["baseline"] = out["config_label"].isin(base)
+    out["baseline_name"] = named["baseline_name"].iloc[0] if len(named) and "baseline_name" in named else BASELINE_NAME
+    out["role"] = [roles.get(label, "baseline" if label in base else "") for label in out["config_label"]]
     out["source"] = "best trial"
     remeasured = finalists[finalists["value"].notna() & (finalists["n_samples"] > 0)].set_index("label")
     same = not remeasured.empty and remeasured["statistic"].iloc[0] == metric.statistic
@@ -298,7 +305,7 @@ def finalists(store: Store, filters: Filters = Filters()) -> pd.DataFrame:
     Read from the study's record (:func:`autodeploy.report.study_record`, the one ``results
     studies --format json`` prints): ``value`` is the study's statistic (``statistic``, unit in the
     name) with its 95% CI, re-measured interleaved where the objective allows; ``role`` is winner,
-    runner-up, tie, baseline (the ORT fp32 default) or finalist. ``verdict`` is ``rejected``, with the
+    runner-up, tie, baseline (the ORT fp32 default; for a ``.tflite`` LiteRT fp32, ``baseline_name``) or finalist. ``verdict`` is ``rejected``, with the
     study's own ``reason``, for a finalist the study's constraints rejected (a baseline over a memory
     cap; every finalist of a study where no config met them: best-so-far, not winners), else ``feasible``.
     """
@@ -317,11 +324,12 @@ def finalists(store: Store, filters: Filters = Filters()) -> pd.DataFrame:
                          "statistic": record["statistic"], "unit": record["statistic_unit"], "label": f["label"],
                          "engine": f["config"]["engine"], "precision": f["config"]["precision"],
                          "value": f["statistic"], "ci_low": ci[0], "ci_high": ci[1], "n_samples": f["n_samples"],
-                         "baseline": f["baseline"], "failure": f["failure"], "role": _role(f, record),
+                         "baseline": f["baseline"], "baseline_name": record["baseline"], "failure": f["failure"],
+                         "role": _role(f, record),
                          "verdict": REJECTED if f["label"] in rejected else FEASIBLE,
                          "reason": rejected.get(f["label"], "")})  # fmt: skip
     columns = ["study", "objective", "model", "model_sha256", "device", "cpu", "statistic", "unit", "label", "engine",
-               "precision", "value", "ci_low", "ci_high", "n_samples", "baseline", "failure", "role", "verdict",
+               "precision", "value", "ci_low", "ci_high", "n_samples", "baseline", "baseline_name", "failure", "role", "verdict",
                "reason"]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
 

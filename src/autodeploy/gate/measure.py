@@ -35,8 +35,9 @@ class Arm:
     """One side of the comparison.
 
     ``model`` describes the interface and identity (for a bundle: its source model's SHA-256
-    from the manifest). ``reference_model`` is the ONNX file whose ONNX Runtime FP32 outputs
-    accuracy is measured against; ``artifact`` is set for bundles (and after the build for models).
+    from the manifest). ``reference_model`` is the model whose baseline fp32 outputs accuracy is
+    measured against (ONNX Runtime's for an ONNX file, LiteRT's for a ``.tflite``: its format's
+    baseline); ``artifact`` is set for bundles (and after the build for models).
     """
 
     role: str  # "baseline" or "candidate"
@@ -99,30 +100,36 @@ def bundle_arm(role: str, ref: str, root: Path, *, reference_model: ModelInfo | 
                others: Sequence[ModelInfo] = ()) -> Arm:  # fmt: skip
     """A bundle folder measured with its manifest's engine, settings and shipped artifact.
 
-    The files are verified against the manifest first. ``reference_model`` is the source ONNX
-    model for the accuracy reference; without it, the other arm's model (``others``) serves when
-    it is the bundle's source model (same SHA-256), and so does an ONNX Runtime fp32 bundle's own
-    model file.
+    The files are verified against the manifest first. ``reference_model`` is the source model for
+    the accuracy reference; without it, the other arm's model (``others``) serves when it is the
+    bundle's source model (same SHA-256), and so does a bundle that ships its source file itself: an
+    ONNX Runtime fp32 bundle's model.onnx, or a file run as given (a ``.tflite`` on LiteRT, an IR on
+    OpenVINO), whose reference is its own baseline (``LiteRT fp32, the file as given``).
 
     Raises:
         BundleError: the bundle is damaged or cannot run here.
         UsageError: no source model for the accuracy reference.
     """
-    from autodeploy import bundle
+    from autodeploy import bundle, formats
     from autodeploy.model import load_model
 
     manifest = bundle.verify(root)
     notes = tuple(bundle.check_compatible(manifest, allow_other_version=True))
     m = manifest["model"]
     artifact = Artifact.read(root / "model")
-    info = ModelInfo(path=root / "model" / artifact.files[0], name=m["name"], sha256=m["sha256"],
+    # A file run as given (a .tflite, an IR) is shipped unchanged: the artifact is the source model in its format,
+    # under the name its runtime opens (a .tflite becomes model.tflite; an IR keeps its own).
+    as_given = artifact.meta.get("as_given") and (manifest.get("runtime") or {}).get("model_file")
+    info = ModelInfo(path=root / "model" / (as_given or artifact.files[0]), name=m["name"], sha256=m["sha256"],
                      inputs=_specs(m["inputs"]), outputs=_specs(m["outputs"]), opset=0,
-                     shapes={k: tuple(v) for k, v in (m.get("shapes") or {}).items()})  # fmt: skip
+                     shapes={k: tuple(v) for k, v in (m.get("shapes") or {}).items()},
+                     format=formats.detect(root / "model" / as_given) if as_given else "onnx")  # fmt: skip
     if reference_model is None:
         reference_model = next((other for other in others if other.sha256 == info.sha256), None)
     baseline = (registry.BASELINE_CONFIG.engine, registry.BASELINE_CONFIG.precision)
-    if reference_model is None and (artifact.engine, artifact.precision) == baseline:  # its model.onnx is the source, copied unchanged
-        own = load_model(root / "model" / "model.onnx", info.shapes, name=info.name)
+    own_file = as_given or ("model.onnx" if (artifact.engine, artifact.precision) == baseline else None)
+    if reference_model is None and own_file:  # the source itself, copied unchanged: its format's baseline judges
+        own = load_model(root / "model" / own_file, info.shapes, name=info.name)
         reference_model = own if own.sha256 == info.sha256 else None
     if reference_model is None:
         given = "".join(f"; {other.name} is another model (SHA-256 {other.sha256[:12]})" for other in others)

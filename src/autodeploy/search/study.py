@@ -155,6 +155,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     if budget.left() <= 0:  # the last worker ran into the end of the budget
         stopped_by = "time budget"
     summary = _finalize(ctx, study, reporter, Memory.of(study), budget, space)
+    summary = replace(summary, shapes=[{"shape": c.key, "weight": c.weight} for c in ctx.shape_cases() if c.key])
     summary = replace(summary, reference_s=reference_s, wall_s=time.monotonic() - budget.started,
                       baseline_name=ctx.baseline_name(),
                       time_budget_s=budget.seconds, stopped_by=stopped_by,

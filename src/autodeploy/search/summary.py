@@ -88,6 +88,9 @@ class StudySummary:
     speedup_vs_baseline: float | None = None  # the ``statistic``'s ratio (``speedups[statistic].value``)
     #: What the baseline is called (``registry.baseline_name``): the ORT fp32 default, LiteRT fp32 for a .tflite.
     baseline_name: str = ""
+    #: The shapes every number is at: ``{"shape": ShapeCase.key, "weight"}`` per case, in the study's order (several:
+    #: each statistic is their weighted mean); empty where no input shape was fixed (the model's own).
+    shapes: list[dict[str, Any]] = field(default_factory=list)
     note: str = ""  # e.g. "no trial meets the constraints: best-so-far shown"
     inputs: str = ""  # what accuracy was judged on, when it was not the user's data
     #: Where the wall time went, per engine, over the whole study (screening trials of every run,

@@ -78,9 +78,12 @@ st.plotly_chart(charts.ci_bars(best.head(TOP_BARS), metric, title=f"{metric.labe
 top = best.head(TOP_DISTRIBUTIONS)
 samples = cache.samples(url, tuple(int(i) for i in top["trial_id"]))
 if not samples.empty:
-    labels = {t: charts.role_label(c, r, v == queries.REJECTED)
-              for t, c, r, v in zip(top["trial_id"], top["config_label"], top["role"], top["verdict"], strict=True)}  # fmt: skip
-    st.plotly_chart(charts.distributions(samples, labels), key="compare_distributions")
+    name = charts.baseline_name(top)
+    labels = {t: charts.role_label(c, r, v == queries.REJECTED, baseline=b, name=name)
+              for t, c, r, v, b in zip(top["trial_id"], top["config_label"], top["role"], top["verdict"], top["baseline"],
+                                       strict=True)}  # fmt: skip
+    st.plotly_chart(charts.distributions(samples, labels, baseline=top.loc[top["baseline"], "trial_id"]),
+                    key="compare_distributions")  # fmt: skip
     st.caption("Distributions are each config's best single trial (finalists: one of their re-measured runs).")
 
 st.subheader("Per config")

@@ -42,7 +42,7 @@ else:
         ],
         hide_index=True,
         column_config={
-            "speedup": "speed-up vs ORT fp32 [interval] (statistic)",
+            "speedup": "speed-up vs its baseline [interval] (statistic)",
             "limits": "constraints",
             "rejected": st.column_config.NumberColumn(
                 "configs rejected", help="configs its constraints rejected (the Pareto page lists why)"

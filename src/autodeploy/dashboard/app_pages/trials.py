@@ -29,7 +29,8 @@ else:
     winner = finalists.loc[finalists["role"] == "winner", "label"]
     baseline = finalists.loc[finalists["baseline"] & (finalists["n_samples"] > 0), "value"]
     st.plotly_chart(charts.history(history, value_label, winner.iloc[0] if len(winner) else None,
-                                   float(baseline.iloc[0]) if len(baseline) else None), key="trials_history")  # fmt: skip
+                                   float(baseline.iloc[0]) if len(baseline) else None, charts.baseline_name(finalists)),
+                    key="trials_history")  # fmt: skip
     st.dataframe(history, hide_index=True)
 
 st.subheader("Parameter importance")

@@ -18,14 +18,15 @@ if table.empty:
     st.stop()
 
 st.caption("Per model × device and objective, the newest finished study: its finalists re-measured interleaved, "
-           "as `autodeploy tune` printed them. Speed-up is over the ONNX Runtime fp32 default, re-measured beside "
+           "as `autodeploy tune` printed them. Speed-up is over the study's baseline (the ONNX Runtime fp32 default; LiteRT fp32 "
+           "for a .tflite), re-measured beside "
            "the finalists (>1 is faster): the median of the per-round ratios of the statistic named, with its "
            "interval over rounds; a winner from fewer than 3 rounds is a screening result only.")  # fmt: skip
 shown = ["model", "cpu", "objective", "winner", "winner_value", "speedup", "limit", "runner_up", "runner_up_value",
          "tie_with", "limits", "rejected", "study", "note"]  # fmt: skip
 st.dataframe(table[shown], hide_index=True, column_config={
     "winner_value": "winner [interval]",
-    "speedup": "speed-up vs ORT fp32 default [interval] (statistic)",
+    "speedup": "speed-up vs its baseline [interval] (statistic)",
     "limit": st.column_config.TextColumn("distance to the limit", help="the winner's GOP/s as a share of its "
                                          "precision's peak on this device, and what int8 would take at that share"),
     "runner_up": "runner-up",
