@@ -29,8 +29,11 @@ def test_space_from_the_engines_offer(model):
     assert ort.precisions == ("fp32", "int8") and "execution_mode" in ort.knobs
     assert ort.knobs["intra_op_thread_affinities"] == ("none", "one_cpu_each")  # tried by the search, off first
     assert space.batches == (1,) and space.threads == (1, 2)
-    assert space.size() == 2 * 2 * 1 * 2 * 2 == len(space.grid())
+    # int8's float layers (issue 41: "int8, head float" is a config like any other) are asked of int8 alone
+    assert ort.knobs["float_layers"] == ("none", "head", "search") and ort.only == {"float_layers": ("int8",)}
+    assert space.size() == (1 + 3) * 1 * 2 * 2 * 2 == len(space.grid())
     assert len({tuple(sorted(p.items())) for p in space.grid()}) == space.size()
+    assert all(("onnxruntime.float_layers" in p) == (p["onnxruntime.precision"] == "int8") for p in space.grid())
 
 
 def test_unknown_and_unavailable_engines(model):

@@ -230,8 +230,11 @@ def test_no_feasible_trial_names_the_closest_config_and_leaves_a_labelled_best_s
 @pytest.mark.postgres
 def test_three_workers_share_one_study_on_postgres(tmp_path, postgres_url):
     model = mlp(tmp_path / "m.onnx")
+    knobs = tmp_path / "knobs.yaml"  # the two knobs the search tries on every precision: a space of 8 configs
+    knobs.write_text("knobs:\n  onnxruntime:\n    execution_mode: [ORT_SEQUENTIAL, ORT_PARALLEL]\n"
+                     "    intra_op_thread_affinities: [none, one_cpu_each]\n")  # fmt: skip
     cmd = [sys.executable, "-m", "autodeploy", "tune", str(model), "--name", "shared", "--resume", "--fresh",
-           "--engine", "onnxruntime", "--threads", "1", "--trials", "3", "--finalists", "0",
+           "--engine", "onnxruntime", "--threads", "1", "--trials", "3", "--finalists", "0", "--config", str(knobs),
            "--min-duration", "0.1", "--db", postgres_url, "--storage", postgres_url]  # fmt: skip
     env = {**__import__("os").environ, "AUTODEPLOY_CACHE": str(tmp_path / "cache")}
     workers = [

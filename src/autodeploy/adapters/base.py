@@ -343,6 +343,9 @@ class Engine(ABC):
     search_knobs: ClassVar[frozenset[str]] = frozenset()
     #: Knobs a ``throughput`` or ``server`` study searches by default too (README, "Throughput knobs").
     throughput_knobs: ClassVar[frozenset[str]] = frozenset({"num_requests"})
+    #: Knobs that change only some precisions' artifacts: knob -> those precisions. The search asks for them
+    #: there alone (``float_layers``: int8's float layers mean nothing to fp32).
+    precision_knobs: ClassVar[Mapping[str, frozenset[str]]] = {}
     #: Builds take minutes (onnx2tf): a study looks at this engine after the cheap ones.
     slow_build: ClassVar[bool] = False
     #: Top-level modules that :attr:`extra` installs: a missing one's error names the extra to install.

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,7 +43,7 @@ from autodeploy.adapters.base import (
     foreign_ops,
     require_quantized,
 )
-from autodeploy.errors import BuildError, ConversionError
+from autodeploy.errors import BuildError, ConversionError, UnsupportedConfigError
 from autodeploy.model import copy_unchanged
 from autodeploy.runtime import openvino as rt
 
@@ -62,6 +62,13 @@ NUM_STREAMS = (1, 2, "AUTO")
 #: ``ov.properties.hint.enable_cpu_pinning``: pin the inference threads to cores (False first: the portfolio's
 #: first look at an engine is the plain one).
 CPU_PINNING = (False, True)
+#: NNCF int8's mixed precision (``float_layers``), as ONNX Runtime's (``adapters/ort.py``): ``none`` (NNCF's
+#: default), ``head`` or ``search``: NNCF's ``ignored_scope`` built from the evidence of our verdict
+#: (:mod:`autodeploy.inhouse.quantize.scope`). Not ``nncf.quantize_with_accuracy_control``: it wants one scalar
+#: metric and a drop (our verdict passes or fails per output and channel group), ranks by its own measure,
+#: and judges on a validation set (the evaluation items never reach a build); ``ignored_scope`` lets one
+#: search, one verdict and one record serve NNCF, ONNX Runtime and the in-house quantizer alike.
+FLOAT_LAYERS = ("none", "head", "search")
 #: The ai.onnx.ml ops OpenVINO's ONNX frontend converts (its docs/supported_ops.md; 2026.4 tried op by op).
 ONNX_ML_OPS = ("Normalizer",)
 
@@ -75,8 +82,11 @@ class OpenVinoEngine(Engine):
     packages = rt.PACKAGES
     build_packages = ("nncf",)
     throughput_knobs = frozenset({"PERFORMANCE_HINT", "NUM_STREAMS", "num_requests"})
-    # Pinning inference threads to cores (issue 26): what keeps them from migrating on a small or busy CPU.
-    search_knobs = frozenset({"ENABLE_CPU_PINNING"})
+    build_knobs = frozenset({"float_layers"})
+    # Pinning inference threads to cores (issue 26): what keeps them from migrating on a small or busy CPU;
+    # int8 with the layers its verdict's evidence names kept float is a config like any other (issue 41).
+    search_knobs = frozenset({"ENABLE_CPU_PINNING", "float_layers"})
+    precision_knobs = {"float_layers": frozenset({"int8"})}
     formats = ("onnx", "openvino", "tflite")
 
     def _probe(self, target: DeviceInfo) -> Availability:
@@ -115,8 +125,20 @@ class OpenVinoEngine(Engine):
                 "PERFORMANCE_HINT": PERFORMANCE_HINTS,
                 "NUM_STREAMS": NUM_STREAMS,
                 "ENABLE_CPU_PINNING": CPU_PINNING,
+                "float_layers": FLOAT_LAYERS,
             },
         )
+
+    def _check(self, target: DeviceInfo, model: ModelInfo, config: TrialConfig) -> None:
+        mixed = config.knobs.get("float_layers", "none")
+        if mixed == "none":
+            return
+        if config.precision != "int8":
+            raise UnsupportedConfigError(f"openvino float_layers={mixed} applies to int8 only",
+                                         fix="leave float_layers out, or set it to none")  # fmt: skip
+        if model.format != "onnx":
+            raise UnsupportedConfigError(f"openvino float_layers={mixed} traces the verdict's evidence through an ONNX "
+                                         f"graph; the model is a {model.format} file", fix="leave float_layers out")  # fmt: skip
 
     def _build(
         self,
@@ -142,7 +164,12 @@ class OpenVinoEngine(Engine):
                     fix="give --data or use synthetic data",
                 )
             source = [op.get_type_name() for op in ov_model.get_ops()]
-            ov_model = _quantize(ov_model, model, calibration)
+            mixed = str(config.knobs.get("float_layers", "none"))
+            if mixed == "none":
+                ov_model = _quantize(ov_model, model, calibration)
+            else:
+                ov_model, found = _mixed(model, calibration, mixed, outdir)
+                meta.update(found)
             require_quantized(self.name, [op.get_type_name() for op in ov_model.get_ops()], source)
             meta["quantizer"] = f"nncf {version('nncf')}"
         # fp32 weights on disk: bf16/fp16 are chosen when compiling, so one IR serves all three.
@@ -251,18 +278,42 @@ def _has_nncf() -> bool:
     return importlib.util.find_spec("nncf") is not None
 
 
-def _quantize(ov_model: Any, model: ModelInfo, calibration: Mapping[str, np.ndarray]) -> Any:
-    """NNCF post-training quantization (its default: symmetric int8, FakeQuantize in the IR)."""
+def _quantize(ov_model: Any, model: ModelInfo, calibration: Mapping[str, np.ndarray], ignored: Sequence[str] = ()) -> Any:
+    """NNCF post-training quantization (its default: symmetric int8, FakeQuantize in the IR), the ONNX nodes
+    named in ``ignored`` left float (OpenVINO names a Conv's convolution ``NAME/WithoutBiases``, its bias ``NAME``)."""
     import nncf
 
     nncf.set_log_level(logging.ERROR)  # per-layer progress is noise in a worker log
     # NNCF recommends batch 1 for calibration; a model with a static batch dim takes its own.
     batch = model.fixed_batch() or 1
     batches = list(_calibration_batches(calibration, batch, model))
+    scope = None
+    if ignored:  # validate=False: a node the ONNX frontend fused away has no op to ignore
+        scope = nncf.IgnoredScope(names=[n for name in ignored for n in (name, f"{name}/WithoutBiases")], validate=False)
     try:
-        return nncf.quantize(ov_model, nncf.Dataset(batches), subset_size=len(batches))
+        return nncf.quantize(ov_model, nncf.Dataset(batches), subset_size=len(batches), ignored_scope=scope)
     except Exception as exc:
         raise BuildError(f"NNCF int8 quantization failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _mixed(model: ModelInfo, calibration: Mapping[str, np.ndarray], mode: str, outdir: Path) -> tuple[Any, dict[str, Any]]:
+    """NNCF int8 with the ONNX nodes that the verdict's evidence names left float (``ignored_scope``,
+    :func:`autodeploy.inhouse.quantize.scope.float_scope`, judged on OpenVINO); and what the artifact records."""
+    import functools
+
+    import onnx
+
+    from autodeploy.inhouse.quantize import qdq
+    from autodeploy.inhouse.quantize.run import run_openvino
+    from autodeploy.inhouse.quantize.scope import float_scope, record
+
+    onnx_model = qdq.name_nodes(onnx.load(str(model.path)))
+    found = float_scope(
+        onnx_model, calibration, lambda names: _quantize(_convert(model, outdir), model, calibration, names),
+        mode=mode, placement="openvino", runner=functools.partial(run_openvino, hint="f32", source=onnx_model),
+        axes={name: model.batch_axis(name) for name in model.input_names},
+    )  # fmt: skip
+    return found.candidate, record(found)
 
 
 def _calibration_batches(

@@ -6,7 +6,7 @@ https://onnxruntime.ai/docs/performance/tune-performance/threading.html.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +43,11 @@ INT8_KERNELS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Attention", "LSTM", 
 #: scale, 320/255, and every score collapses to 0 or 1.26 (class channels at 2.3 dB SQNR, flattened
 #: cosine 0.99999); float, 35 dB, at the cost of a few light ops in float.
 QUANT_HEADS = ("float", "int8")
+#: Static int8's mixed precision (``float_layers``): ``none`` (the default: every layer int8 but the ``quant_head``),
+#: ``head`` (also the head of the channels int8 breaks float), ``search`` (then the layers ranked by their
+#: effect on them, until the verdict passes on the calibration items): ``nodes_to_exclude`` built from the
+#: evidence of the verdict (:mod:`autodeploy.inhouse.quantize.scope`), the in-house quantizer's rule.
+FLOAT_LAYERS = ("none", "head", "search")
 #: Ops that carry weights: the head is what lies after the last of them on every path to an output.
 WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "ConvInteger", "MatMulInteger"})
 CALIBRATION_BATCH = 8
@@ -54,10 +59,12 @@ class OnnxRuntimeEngine(Engine):
     triton = TritonBackend("onnxruntime", platform="onnxruntime_onnx")
     runtime = rt.__name__
     packages = rt.PACKAGES
-    build_knobs = frozenset({"quant_method", "quant_head"})
+    build_knobs = frozenset({"quant_method", "quant_head", "float_layers"})
     # Parallel execution of independent branches is the one session option that often pays off; pinning
-    # each pool thread to a CPU of its own (issue 26) keeps threads from migrating between cores.
-    search_knobs = frozenset({"execution_mode", "intra_op_thread_affinities"})
+    # each pool thread to a CPU of its own (issue 26) keeps threads from migrating between cores; int8 with
+    # the layers its verdict's evidence names kept float is a config like any other (issue 41).
+    search_knobs = frozenset({"execution_mode", "intra_op_thread_affinities", "float_layers"})
+    precision_knobs = {"float_layers": frozenset({"int8"})}
     throughput_knobs = frozenset({"inter_op_num_threads", "num_requests", "sessions"})
 
     def _probe(self, target: DeviceInfo) -> Availability:
@@ -85,6 +92,7 @@ class OnnxRuntimeEngine(Engine):
                 "graph_optimization_level": OPT_LEVELS,
                 "quant_method": QUANT_METHODS,
                 "quant_head": QUANT_HEADS,
+                "float_layers": FLOAT_LAYERS,
                 "sessions": rt.SESSIONS,  # several requests in flight: on one session, or one session each
                 # "none" first: the portfolio's first look at an engine keeps its default (threads unpinned)
                 "intra_op_thread_affinities": rt.AFFINITIES,
@@ -92,6 +100,13 @@ class OnnxRuntimeEngine(Engine):
         )
 
     def _check(self, target: DeviceInfo, model: ModelInfo, config: TrialConfig) -> None:
+        mixed = config.knobs.get("float_layers", "none")
+        if mixed != "none" and config.precision != "int8":
+            raise UnsupportedConfigError(f"onnxruntime float_layers={mixed} applies to int8 only",
+                                         fix="leave float_layers out, or set it to none")  # fmt: skip
+        if mixed != "none" and config.knobs.get("quant_method") == "dynamic":
+            raise UnsupportedConfigError(f"onnxruntime float_layers={mixed} needs static int8 (calibrated, judged on "
+                                         "the calibration items)", fix="use quant_method=static")  # fmt: skip
         if config.knobs.get("intra_op_thread_affinities", "none") == "none":
             return
         threads = config.threads
@@ -137,12 +152,18 @@ class OnnxRuntimeEngine(Engine):
             require_quantized(self.name, (), source)
         reduce_range = int8_saturates(target) if method == "static" else False
         float_head = method == "static" and config.knobs.get("quant_head", "float") == "float"
-        kept = _quantize(model, method, calibration, out, reduce_range=reduce_range, float_head=float_head)
+        mixed = str(config.knobs.get("float_layers", "none"))
+        if mixed != "none" and method != "static":
+            raise UnsupportedConfigError(f"onnxruntime float_layers={mixed} needs static int8; quant_method=auto "
+                                         "chose dynamic for this MatMul-heavy model", fix="use quant_method=static")  # fmt: skip
+        kept, found = _quantize(model, method, calibration, out, reduce_range=reduce_range, float_head=float_head,
+                                float_layers=mixed)  # fmt: skip
         require_quantized(self.name, _op_types(out), source)
         return {
             "quant_method": method,
             **({"activations": "u8", "reduce_range": reduce_range, "float_head_nodes": kept}
                if method == "static" else {}),
+            **found,
         }
 
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
@@ -180,8 +201,11 @@ def _matmul_heavy(path: Path) -> bool:
 
 
 def _quantize(model: ModelInfo, method: str, calibration: Mapping[str, np.ndarray] | None, out: Path,
-              *, reduce_range: bool = False, float_head: bool = False) -> list[str]:  # fmt: skip
-    """Quantize into ``out``; returns the nodes kept float (the head, with ``float_head``)."""
+              *, reduce_range: bool = False, float_head: bool = False,
+              float_layers: str = "none") -> tuple[list[str], dict[str, Any]]:  # fmt: skip
+    """Quantize into ``out``; returns the nodes kept float (the head, with ``float_head``) and, with
+    ``float_layers``, what its search found (the nodes it left float and why: :func:`scope.record`)."""
+    import onnx
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -211,8 +235,10 @@ def _quantize(model: ModelInfo, method: str, calibration: Mapping[str, np.ndarra
         head = _float_head(prepared) if float_head else []
         if method == "dynamic":
             quantize_dynamic(str(prepared), str(out), weight_type=QuantType.QInt8, per_channel=True)
-        else:
-            assert calibration is not None
+            return head, {}
+        assert calibration is not None
+
+        def static(float_nodes: Sequence[str] = ()) -> Any:
             quantize_static(
                 str(prepared),
                 str(out),
@@ -225,9 +251,19 @@ def _quantize(model: ModelInfo, method: str, calibration: Mapping[str, np.ndarra
                 activation_type=QuantType.QUInt8,
                 weight_type=QuantType.QInt8,
                 reduce_range=reduce_range,
-                nodes_to_exclude=head,
+                nodes_to_exclude=[*head, *(n for n in float_nodes if n not in head)],
             )
-        return head
+            return onnx.load(str(out))
+
+        if float_layers == "none":
+            static()
+            return head, {}
+        from autodeploy.inhouse.quantize.scope import float_scope, record
+
+        axes = {name: model.batch_axis(name) for name in model.input_names}
+        found = float_scope(_named(prepared), calibration, static, mode=float_layers, placement="onnxruntime", axes=axes)
+        onnx.save(found.candidate, str(out))  # the chosen build, not the last one tried
+        return head, record(found)
     except BuildError:
         raise
     except Exception as exc:
@@ -276,17 +312,22 @@ def _own_biases(path: Path) -> None:
         onnx.save(model, str(path))
 
 
-def _float_head(path: Path) -> list[str]:
-    """The names of the nodes no weighted op depends on (the head), naming unnamed nodes in ``path`` first."""
+def _named(path: Path) -> Any:
+    """The model in ``path``, its unnamed nodes named (and saved so), as ``nodes_to_exclude`` names them."""
     import onnx
 
     model = onnx.load(str(path))
-    graph = model.graph
-    if any(not node.name for node in graph.node):
-        for i, node in enumerate(graph.node):
+    if any(not node.name for node in model.graph.node):
+        for i, node in enumerate(model.graph.node):
             node.name = node.name or f"{node.op_type}_{i}"
         onnx.save(model, str(path))
-    consumers: dict[str, list[onnx.NodeProto]] = {}
+    return model
+
+
+def _float_head(path: Path) -> list[str]:
+    """The names of the nodes no weighted op depends on (the head), naming unnamed nodes in ``path`` first."""
+    graph = _named(path).graph
+    consumers: dict[str, list[Any]] = {}
     for node in graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)

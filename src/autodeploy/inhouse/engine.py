@@ -4,7 +4,11 @@ Build knobs:
 
 * ``calibration``: ``minmax``, ``percentile`` or ``entropy`` (int8 only);
 * ``activation_symmetric``: symmetric int8 activations instead of asymmetric (int8 only);
-* ``fallback``: keep the most sensitive layers in float until the accuracy budget holds (int8);
+* ``fallback``: keep layers in float until the accuracy budget holds (int8), found from the verdict's
+  evidence (:mod:`autodeploy.inhouse.quantize.mixed`): the head of the channels int8 breaks, then the
+  layers ranked by their effect on them;
+* ``float_layers``: what the fallback may keep float: ``search`` (the head, then ranked layers, the default)
+  or ``head`` (the config "int8, head float": the head alone, passing or not); a knob the search tries;
 * ``smoothquant``: SmoothQuant scaling (alpha 0.5) of LayerNorm -> MatMul before quantizing (int8);
 * ``bias_correction``: subtract each Conv/Gemm's mean int8 output shift from its bias (int8; on by
   default, as NNCF's FastBiasCorrection is: in ``benchmarks/inhouse_int8.py``, 16 + 16 real crops,
@@ -78,6 +82,8 @@ RUNTIME_DISTS = ("onnxruntime", "openvino")
 #: The ``runtime`` knob's default.
 DEFAULT_RUNTIME = "onnxruntime"
 CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
+#: ``float_layers`` values (:data:`autodeploy.inhouse.quantize.mixed.FLOAT_LAYERS` less ``none``, which is ``fallback=False``).
+FLOAT_LAYERS_SEARCHED = ("search", "head")
 DEFAULT_CALIBRATION = "percentile"
 #: SmoothQuant's alpha: the paper's default, half of the activation range moved into the weights.
 SMOOTHQUANT_ALPHA = 0.5
@@ -87,7 +93,10 @@ class InhouseEngine(Engine):
     name = "inhouse"
     extra = None  # onnxscript is a core dependency, and ONNX Runtime runs the result
     build_knobs = frozenset({"calibration", "activation_symmetric", "fallback", "reduce_range", "runtime",
-                             "bias_correction", "smoothquant", "float_precision"})  # fmt: skip
+                             "bias_correction", "smoothquant", "float_precision", "float_layers"})  # fmt: skip
+    # int8 with only the failing channels' head float is a config like any other (issue 41)
+    search_knobs = frozenset({"float_layers"})
+    precision_knobs = {"float_layers": frozenset({"int8"})}
     runtime = ort.rt.__name__  # or OpenVINO's, with the ``runtime`` knob (see runtime_module)
     build_packages = ("onnxscript",)
 
@@ -132,6 +141,7 @@ class InhouseEngine(Engine):
                 "calibration": CALIBRATION_METHODS,
                 "activation_symmetric": (False, True),
                 "fallback": (True, False),
+                "float_layers": FLOAT_LAYERS_SEARCHED,
                 "reduce_range": ("auto", True, False),
                 "runtime": runtimes,
                 "bias_correction": (True, False),
@@ -182,6 +192,8 @@ class InhouseEngine(Engine):
                 reduce_range=quant["reduce_range"],
                 kept_float=len(quant["kept_float"]),
                 budget_met=quant["budget_met"],
+                # which channels all-int8 broke: inhouse.json's kept_float_why says why each float layer stayed
+                **({"float_evidence": quant["evidence"]} if quant.get("evidence") else {}),
             )
         onnx.save(optimized, str(outdir / MODEL_FILE))
         report["memory"] = plan_memory(optimized, dims=_batch_dims(model)).to_dict(tensors=False)
@@ -189,6 +201,11 @@ class InhouseEngine(Engine):
         return meta
 
     def _check(self, target: DeviceInfo, model: ModelInfo, config: TrialConfig) -> None:
+        mixed = config.knobs.get("float_layers", "search")
+        if mixed != "search" and (config.precision != "int8" or not config.knobs.get("fallback", True)):
+            raise UnsupportedConfigError(f"inhouse float_layers={mixed} chooses what the int8 fallback keeps float; this "
+                                         f"config has {'fallback=False' if config.precision == 'int8' else config.precision}",
+                                         fix="leave float_layers out")  # fmt: skip
         if runtime_of(config) != "openvino":
             return
         from autodeploy.adapters.openvino import ONNX_ML_OPS
@@ -280,6 +297,7 @@ def _quantize(
         # QDQ where the runtime that runs the artifact fuses it into integer kernels
         placement=runtime_of(config),
         bias_correction=bool(config.knobs.get("bias_correction", True)),
+        float_layers=str(config.knobs.get("float_layers", "search")),
         smoothquant=SMOOTHQUANT_ALPHA if config.knobs.get("smoothquant", False) else None,
         # Calibrated and judged at the trial's batch: a dynamic-batch detector whose decode head holds
         # batch-1 constants crashed OpenVINO's compiler when the judge compiled it at batch 8.

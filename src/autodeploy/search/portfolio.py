@@ -67,7 +67,7 @@ def enqueue_portfolio(study: optuna.Study, space: SearchSpace, isa: tuple[str, .
         params: dict[str, Any] = {"engine": engine, f"{engine}.precision": precision, "batch": space.batches[0]}
         if choices.threads:
             params["threads"] = max(space.threads)  # all cores: what an engine's default would use
-        params.update({f"{engine}.{knob}": values[0] for knob, values in choices.knobs.items()})
+        params.update({f"{engine}.{knob}": values[0] for knob, values in choices.knobs_of(precision).items()})
         study.enqueue_trial(params)
     return True
 

