@@ -564,6 +564,36 @@ def test_a_per_channel_depthwise_input_runs_int8_in_openvino():
     assert error < 0.02, error
 
 
+def test_a_maxpool_between_convs_is_quantized_on_its_input_and_runs_u8_in_openvino():
+    """NNCF's place for the quantizer of a pooled tensor (issue 41): before the MaxPool, so OpenVINO fuses it into
+    the Conv before and pools in u8. After the pool, ResNet-50's stem Conv wrote f32 for a f32 MaxPool."""
+    model = qdq.name_nodes(onnx.parser.parse_model(
+        '<ir_version: 8, opset_import: ["" : 17]> g (float[N,3,16,16] x) => (float[N,4,8,8] y) '
+        "<float[8,3,3,3] w1 = {" + ", ".join(f"{(i % 7 - 3) / 10}" for i in range(216)) + "}, "
+        "float[4,8,1,1] w2 = {" + ", ".join(f"{(i % 5 - 2) / 5}" for i in range(32)) + "}> "
+        "{ a = Conv<pads = [1, 1, 1, 1]>(x, w1) r = Relu(a) p = MaxPool<kernel_shape = [2, 2], strides = [2, 2]>(r) "
+        "y = Conv(p, w2) }"
+    ))  # fmt: skip
+    plan = qdq.plan(model, "openvino")
+    assert "r" in plan.tensors and "p" not in plan.tensors, "the pool's input is quantized, not its output"
+    cal = {"x": np.random.default_rng(0).standard_normal((16, 3, 16, 16)).astype(np.float32)}
+    q, _ = quantize(model, cal, QuantConfig(placement="openvino", max_accuracy_drop=None))
+    producer = {o: n.op_type for n in q.graph.node for o in n.output}
+    pool = next(n for n in q.graph.node if n.op_type == "MaxPool")
+    second = next(n for n in q.graph.node if n.op_type == "Conv" and n.output[0] == "y")
+    assert producer[pool.input[0]] == "DequantizeLinear" and second.input[0] == "p"
+    want = _run(model, cal)
+    assert np.abs(_run(q, cal, fused=False) - want).mean() / np.abs(want).mean() < 0.02
+    ov = pytest.importorskip("openvino")
+    read = ov.Core().read_model(q.SerializeToString(), b"")
+    read.reshape({"x": [16, 3, 16, 16]})
+    compiled = ov.Core().compile_model(read, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    kinds = [(i["layerType"].astype(str), i["runtimePrecision"].astype(str), i["outputPrecisions"].astype(str))
+             for i in (op.get_rt_info() for op in compiled.get_runtime_model().get_ordered_ops())]  # fmt: skip
+    assert ("Pooling", "u8", "u8") in kinds and not any(t == "FakeQuantize" for t, _, _ in kinds), kinds
+    assert [k for k in kinds if k[0] == "Convolution"][0] == ("Convolution", "u8", "u8"), kinds
+
+
 @pytest.mark.parametrize("method", ["percentile", "entropy"])
 def test_a_near_constant_tensor_gets_its_min_max_range_not_a_histogram_error(method):
     # An audio model's tensor spans a few float32 steps around 1000: percentile calibration raised

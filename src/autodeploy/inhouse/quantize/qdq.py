@@ -183,11 +183,17 @@ def plan(model: onnx.ModelProto, placement: str = "onnxruntime") -> Plan:
         if n.op_type in ops and n.domain in ("", "ai.onnx") and _int8_node(n, fixed)
         and n.name not in gated and n.name not in float_in
     ]  # fmt: skip
+    crossed: set[str] = set()
+    if placement == "openvino":
+        pools = _pools_to_cross(graph, nodes, outputs)
+        crossed = {p.output[0] for p in pools}
+        chosen = {id(n) for n in (*nodes, *pools)}
+        nodes = [n for n in graph.node if id(n) in chosen]  # graph order
     tensors: list[str] = []
     for node in nodes:
         quantized_outputs = list(node.output[:1]) if placement == "onnxruntime" else []
         for name in _activation_inputs(node, consts) + quantized_outputs:
-            if name and name in floats and name not in consts and name not in tensors:
+            if name and name in floats and name not in consts and name not in tensors and name not in crossed:
                 tensors.append(name)
     weighted = tuple(n.name for n in nodes if _weight(n, consts) is not None)
     kept = tuple(t for t in tensors if t not in outputs)
@@ -200,6 +206,26 @@ def plan(model: onnx.ModelProto, placement: str = "onnxruntime") -> Plan:
         _depthwise_inputs(nodes, consts, kept) if placement == "openvino" else (),
         tuple(sorted(float_in)),
     )
+
+
+def _pools_to_cross(
+    graph: onnx.GraphProto, nodes: list[onnx.NodeProto], outputs: Collection[str]
+) -> list[onnx.NodeProto]:
+    """OpenVINO placement: the MaxPools whose output only quantized nodes read. Their quantizer goes on the
+    pool's input instead (NNCF's place for it): the max of int8 values is the int8 max, so the numbers are the
+    same, and OpenVINO then runs the pool in u8 and fuses the quantizer into the Conv before it. With the
+    quantizer after the pool, ResNet-50's stem Conv wrote its 112x112x64 output in f32 for a f32 MaxPool and a
+    FakeQuantize of its own (``benchmarks/int8_profile.py``: ``Convolution u8->f32``, ``Pooling f32``)."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    planned = {id(n) for n in nodes}
+    return [
+        n for n in graph.node
+        if n.op_type == "MaxPool" and len(n.output) == 1 and n.output[0] not in outputs and readers.get(n.output[0])
+        and all(id(r) in planned for r in readers[n.output[0]])
+    ]  # fmt: skip
 
 
 def _depthwise_inputs(
