@@ -260,8 +260,8 @@ def test_a_study_over_two_shapes_picks_one_config_by_the_mix_and_reports_each_sh
     # Every number names its shape (issue 39): the winner line, the shipped trial's, each shape's, the selection's.
     assert summary.shapes == [{"shape": "x=1x3x16x24", "weight": 3.0}, {"shape": "x=1x3x16x48", "weight": 1.0}]
     assert " over shapes x=1x3x16x24 and x=1x3x16x48 (their mean, weighted 3:1)" in summary.headline()
-    shipped = manifest["measurements"]
-    assert shipped["shape"] == "x=1x3x16x48" and manifest["shapes"]["fed"] == {"x": list(WIDE)}  # measured last
+    shipped = {**manifest["measurements"], "trial_id": manifest["source"]["trial_id"]}
+    assert manifest["shapes"]["shipped"] == "x=1x3x16x48" and manifest["shapes"]["fed"] == {"x": list(WIDE)}  # last
     by_shape = {o["shape"]: o for o in manifest["by_shape"]}
     assert list(by_shape) == ["x=1x3x16x24", "x=1x3x16x48"] and by_shape["x=1x3x16x48"]["trial_id"] == shipped["trial_id"]
     narrow = by_shape["x=1x3x16x24"]

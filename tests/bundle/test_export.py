@@ -41,7 +41,7 @@ def test_bundle_holds_the_artifact_unchanged_and_a_complete_manifest(stored, bun
     )
     assert m["accuracy"]["passed"] and m["constraints"]["accuracy"]["passed"]
     # the shape its numbers are at: the bench fixed none, so every input as fed (batch 2 of x[N, 8])
-    assert (m["measurements"]["shape"], m["measurements"]["trial_id"]) == ("x=2x8", stored.trial_id)
+    assert (m["shapes"]["shipped"], m["source"]["trial_id"]) == ("x=2x8", stored.trial_id)
     assert m["shapes"]["fed"] == {"x": [2, 8]} and m["by_shape"] == []  # one shape: nothing per shape
     assert m["source"]["reproduce"] == "autodeploy bench m.onnx --batch 2"
     assert set(m["files"]) == set(names) - {"manifest.json", "manifest.sha256"}

@@ -50,8 +50,10 @@ class BundleRun:
     def recorded(self) -> dict[str, Any] | None:
         """The manifest's numbers at the shape fed here: the shipped trial's, or another shape's of its study
         (``by_shape``); ``None`` where the bundle was never measured at it."""
+        from autodeploy.bundle.export import shipped_numbers
+
         m = self.manifest
-        shipped = {**m["measurements"], "fed": (m.get("shapes") or {}).get("fed")}
+        shipped = shipped_numbers(m)
         for numbers in (shipped, *(m.get("by_shape") or ())):
             if numbers.get("fed") and _same(numbers["fed"], self.fed):
                 return numbers

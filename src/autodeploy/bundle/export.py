@@ -251,11 +251,21 @@ def measured_shapes(source: Source) -> ShapeSet:
 
 def shapes_record(source: Source) -> dict[str, Any]:
     """The manifest's ``shapes``: the shapes measured (with their weights), every input's shape as
-    the shipped trial fed it, and each input's batch axis, so the loader can tell a new shape."""
+    the shipped trial fed it, each input's batch axis, so the loader can tell a new shape, and the shape the
+    manifest's ``measurements`` are at (``shipped``: ``x=1x3x320x320``; :func:`shipped_numbers`)."""
     info = model_info(source)
     cases = measured_shapes(source).cases
     return {"measured": [{"shape": {k: list(v) for k, v in c.shapes.items()}, "weight": c.weight} for c in cases],
-            "fed": source.trial.shapes, "batch_axes": {s.name: info.batch_axis(s.name) for s in info.inputs}}  # fmt: skip
+            "fed": source.trial.shapes, "batch_axes": {s.name: info.batch_axis(s.name) for s in info.inputs},
+            "shipped": shape_text(source.trial)}  # fmt: skip
+
+
+def shipped_numbers(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """A manifest's ``measurements`` with the shape they are at, the shapes fed and the trial, as a
+    ``by_shape`` entry has them (``measurements`` itself keeps the format of a measurement)."""
+    shapes = manifest.get("shapes") or {}
+    return {**manifest["measurements"], "shape": shapes.get("shipped") or "", "fed": shapes.get("fed"),
+            "trial_id": (manifest.get("source") or {}).get("trial_id")}  # fmt: skip
 
 
 def shape_text(trial: TrialRow) -> str:
@@ -380,8 +390,7 @@ def build_manifest(source: Source, artifact: Artifact, *, command: str | None = 
     assert trial.measurement is not None  # _source ships measured trials only
     measurements = trial.measurement.to_dict(samples=False)
     accuracy = measurements.pop("accuracy")  # a section of its own
-    # Every number says the shape it is at: the shipped trial's, and per shape of a study over several.
-    measurements.update(shape=shape_text(trial), trial_id=trial.id)
+    # Every number says the shape it is at: the shipped trial's (shapes.shipped), and per shape of a study over several.
     weights = {c.key(): c.weight for c in measured_shapes(source).cases}
     return {
         "schema": SCHEMA,
@@ -450,9 +459,10 @@ def readme_md(manifest: dict[str, Any]) -> str:
     origin = f"study {manifest['source']['study']!r}" if manifest["source"]["study"] else "a single trial"
     inputs = ", ".join(f"{i['name']} {i['dtype']}" for i in manifest["model"]["inputs"])
     pins = " ".join(line for line in requirements_txt(manifest).splitlines() if line and not line.startswith("#"))
-    at = f", input {m['shape']}" if m.get("shape") else ""
+    shipped = shipped_numbers(manifest)
+    at = f", input {shipped['shape']}" if shipped["shape"] else ""
     for other in manifest.get("by_shape") or ():  # a study over several shapes: each one's numbers
-        if other.get("trial_id") != m.get("trial_id"):
+        if other.get("trial_id") != shipped["trial_id"]:
             at += f"; at {other['shape']}: median {other['median_ms']:.3f} ms (trial {other['trial_id']})"
     return f"""# {manifest["model"]["name"]}: {label}
 

@@ -97,7 +97,7 @@ def verify(
 def info(path: BundlePath, format: FormatOption = Format.table) -> None:
     """What the bundle holds: model, engine, tuned settings, the measurements that chose it, its files."""
     from autodeploy.bundle import BundleError, check_compatible, opened, read_manifest
-    from autodeploy.bundle.export import inputs_text, numbers_text
+    from autodeploy.bundle.export import inputs_text, numbers_text, shipped_numbers
     from autodeploy.device import probe_device
 
     with opened(path) as root:
@@ -107,7 +107,7 @@ def info(path: BundlePath, format: FormatOption = Format.table) -> None:
 
         emit(format, {"schema": "autodeploy.bundle", "schema_version": SCHEMA_VERSION, "path": str(path), "manifest": m})
         return
-    s, meas, src = m["settings"], m["measurements"], m["source"]
+    s, meas, src = m["settings"], shipped_numbers(m), m["source"]
     table = Table(title=f"bundle {shown(str(path))}", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value")
@@ -222,7 +222,7 @@ def run(
         trial = f", trial {meas['trial_id']}" if meas.get("trial_id") is not None else ""
         out.print(f"manifest: {shown(_numbers_text(meas))} (one run{trial})", soft_wrap=True)
     else:
-        measured = [o["shape"] for o in m.get("by_shape") or ()] or [m["measurements"].get("shape") or "its own shape"]
+        measured = [o["shape"] for o in m.get("by_shape") or ()] or [(m.get("shapes") or {}).get("shipped") or "its own shape"]
         err.print(f"[yellow]note[/]: the bundle was never measured at {shown(run.shape)}: its manifest has numbers at "
                   f"{shown(', '.join(measured))}; this machine's column stands alone", soft_wrap=True)  # fmt: skip
     busy = [f"{who} ({load.text()})" for who, load in (("this machine", run.load), ("the manifest's run", theirs))
