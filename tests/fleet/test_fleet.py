@@ -203,3 +203,22 @@ def test_one_queued_job_per_run_and_a_late_device_adopts_an_open_all_job(postgre
     assert list(first) == [mine[0].id] and second == {}  # the dedupe key: one queued job per run
     assert query(postgres_url, "SELECT entrypoint FROM autodeploy_queue.pgqueuer ORDER BY id") == [("fleet.edge-a",), ("fleet.edge-b",)]
     assert tagged not in {r.job_id for r in mine}
+
+
+def test_the_fleet_page_on_a_store_without_jobs_says_how_to_submit_one(monkeypatch, tmp_path):
+    pytest.importorskip("streamlit", reason="pip install 'autodeploy[dashboard]'")
+    from streamlit.testing.v1 import AppTest
+
+    from autodeploy.dashboard import APP, DB_ENV
+    from autodeploy.results_db.store import Store
+
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    Store.open(url).close()  # at head, fleet tables and all, and empty
+    monkeypatch.setenv(DB_ENV, url)
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    at.switch_page("app_pages/fleet.py")
+    at.run()
+    assert not at.exception and not at.error
+    assert [t.value for t in at.title] == ["Fleet"]
+    assert "autodeploy fleet submit MODEL --devices all --db URL" in at.info[0].value

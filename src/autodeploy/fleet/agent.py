@@ -248,10 +248,12 @@ def measured_trials(store: Store, study: str) -> int:
     a measurement (a ``uid``), less the repeats of an earlier one and those a killed run left unfinished."""
     import optuna
 
+    # A study measures nothing before it is saved in the store (run_study saves it before its first trial): none
+    # saved, none measured, and Optuna's tables are not touched (agents starting together would race to create them).
+    if store.get_study(study) is None:
+        return 0
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = store.engine.url.render_as_string(hide_password=False)
-    if study not in optuna.study.get_all_study_names(storage=url):
-        return 0
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)
     trials = optuna.load_study(study_name=study, storage=url).get_trials(deepcopy=False, states=finished)
     return sum(1 for t in trials if "uid" in t.user_attrs and not {"repeat_of", "interrupted"} & set(t.user_attrs))
