@@ -25,7 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autodeploy.errors import AutodeployError
+from autodeploy.errors import AutodeployError, StoreError
 from autodeploy.fleet import jobs, ledger, queue
 from autodeploy.search.context import Reporter
 
@@ -43,6 +43,7 @@ HEARTBEAT_S = 10.0
 CANCEL_CHECK_S = 2.0
 
 Log = Callable[[str], None]
+LOST_FIX = "check the database server and start the agent again; its run goes back to the queue after its lease"
 
 
 class JobCancelled(Exception):
@@ -88,6 +89,8 @@ def serve(db: str | None, settings: AgentSettings, log: Log = lambda _: None) ->
         UsageError: SQLite, a bad name or tag, or a name registered with another fingerprint.
         StoreError: the database is unreachable.
     """
+    import psycopg
+
     from autodeploy import __version__
     from autodeploy.device import probe_device
     from autodeploy.results_db.store import Store
@@ -101,7 +104,11 @@ def serve(db: str | None, settings: AgentSettings, log: Log = lambda _: None) ->
         ledger.check_binding(store, settings.name, device)  # a name taken by another device is refused before probing
         agent = ledger.register(store, settings.name, device, engines_here(device), settings.tags, __version__)
         log(f"device {agent.name}: fingerprint {agent.fingerprint} ({agent.cpu}), tags {', '.join(agent.tags) or '-'}")
-        return asyncio.run(_serve(store, agent, settings, log))
+        try:
+            return asyncio.run(_serve(store, agent, settings, log))
+        except psycopg.OperationalError as error:  # the queue's connection (the store's own say so themselves)
+            raise StoreError(f"the fleet agent lost results database {store.url}: {str(error).splitlines()[0]}",
+                             fix=LOST_FIX) from error  # fmt: skip
 
 
 async def _serve(store: Store, agent: ledger.Agent, settings: AgentSettings, log: Log) -> int:
@@ -127,10 +134,13 @@ async def _serve(store: Store, agent: ledger.Agent, settings: AgentSettings, log
 
         async def heartbeat() -> None:
             while not manager.shutdown.is_set():
-                await asyncio.to_thread(ledger.beat, store, agent.id)
-                if settings.once and not taken["busy"] and not await asyncio.to_thread(ledger.unfinished, store, agent.id):
-                    manager.shutdown.set()
-                    return
+                try:
+                    await asyncio.to_thread(ledger.beat, store, agent.id)
+                    if settings.once and not taken["busy"] and not await asyncio.to_thread(ledger.unfinished, store, agent.id):
+                        manager.shutdown.set()
+                        return
+                except StoreError as error:  # the database is away for a while: say so, and beat again
+                    log(f"heartbeat: {error}")
                 await asyncio.sleep(min(HEARTBEAT_S, settings.lease_s / 3))
 
         def stop() -> None:  # the run in progress stops at its next step and goes back to the queue

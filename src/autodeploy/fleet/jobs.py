@@ -134,7 +134,7 @@ def submit(model: str | None, *, db: str | None, devices: str = "all", config: s
     load_source(data_ref if data_ref is None or data_ref == "sample:images" else _data_file(data_ref), resolved.info)
     options = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in ("model", "name", "data", "metric", "per_shape")}
     with Store.open(url) as store:
-        model_sha = ledger.put_blob(store, model_path.read_bytes())
+        model_sha = ledger.put_blob(store, model_path.read_bytes(), f"model {model_path.name}")
         job, runs = ledger.add_job(store, model_name=cfg.model, model_file=_safe_file_name(model_path.name), model_sha256=model_sha,
                                    data=_data_blob(store, data_ref, resolved), options=options, devices=devices,
                                    lost_after_s=lost_after_s, command=command)  # fmt: skip
@@ -179,7 +179,7 @@ def _data_blob(store: Store, ref: str | None, resolved: ResolvedModel) -> dict[s
         return {"ref": ref}
     if ref is not None:
         path = _data_file(ref)
-        return {"sha256": ledger.put_blob(store, path.read_bytes()), "file": _safe_file_name(path.name)}
+        return {"sha256": ledger.put_blob(store, path.read_bytes(), f"--data {path.name}"), "file": _safe_file_name(path.name)}
     if resolved.data is None:
         return None
     buffer = io.BytesIO()

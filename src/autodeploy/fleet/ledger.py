@@ -130,8 +130,19 @@ def _run(r: FleetRun, a: FleetAgent) -> Run:
 # -- blobs ------------------------------------------------------------------------------------------------
 
 
-def put_blob(store: Store, data: bytes) -> str:
-    """Store ``data`` once, under its SHA-256 (a second copy is not written); returns the digest."""
+#: The largest blob stored: PostgreSQL's bytea holds at most 1 GB.
+MAX_BLOB_BYTES = 2**30 - 2**20
+
+
+def put_blob(store: Store, data: bytes, what: str = "a file") -> str:
+    """Store ``data`` once, under its SHA-256 (a second copy is not written); returns the digest.
+
+    Raises:
+        UsageError: ``data`` is larger than :data:`MAX_BLOB_BYTES`.
+    """
+    if len(data) > MAX_BLOB_BYTES:
+        raise UsageError(f"{what} has {len(data):,} bytes: a fleet job stores at most {MAX_BLOB_BYTES:,} (PostgreSQL's "
+                         "bytea limit)", fix="tune it on the device itself (autodeploy tune --db URL)")  # fmt: skip
     digest = sha256(data)
 
     def insert(s: Session) -> None:
