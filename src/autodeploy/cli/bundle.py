@@ -76,7 +76,7 @@ def verify(
     if signature == "unchecked":
         err.print(f"[yellow]warning[/]: {SIGNATURE} is present and unchecked; "
                   "pass --trust PUBKEY (the publisher's public key) to check it")  # fmt: skip
-    else:
+    elif signature == "verified":
         out.print(f"signed: the signature over every file verifies with {shown(str(trust))}")
     if exported is not None:
         study = f" of study {shown(exported.study)}" if exported.study else ""
