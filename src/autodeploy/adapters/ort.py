@@ -261,7 +261,8 @@ def _quantize(model: ModelInfo, method: str, calibration: Mapping[str, np.ndarra
         from autodeploy.inhouse.quantize.scope import float_scope, record
 
         axes = {name: model.batch_axis(name) for name in model.input_names}
-        found = float_scope(_named(prepared), calibration, static, mode=float_layers, placement="onnxruntime", axes=axes)
+        # ORT's static int8 calibrates min/max already: nothing to widen
+        found, _ = float_scope(_named(prepared), calibration, static, mode=float_layers, placement="onnxruntime", axes=axes)
         onnx.save(found.candidate, str(out))  # the chosen build, not the last one tried
         return head, record(found)
     except BuildError:

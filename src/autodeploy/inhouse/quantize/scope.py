@@ -29,7 +29,8 @@ def float_scope(
     runner: Callable[[Any, list[dict[str, np.ndarray]]], Any] | None = None,
     axes: Mapping[str, int | None] | None = None,
     budget: int = mixed.MAX_TRIAL_BUILDS,
-) -> mixed.Found:
+    wide: Callable[[Sequence[str]], Any] | None = None,
+) -> tuple[mixed.Found, bool]:
     """The engine's build (``build(names)``: ``names`` left float) that the verdict passes with the fewest
     float nodes of ``model`` (its nodes named as the engine names them), or its all-int8 build where none does.
 
@@ -39,6 +40,12 @@ def float_scope(
             ranked are its quantized nodes.
         runner: Runs a build on calibration batches (the judge's; default ONNX Runtime).
         axes: Each input's batch axis (default 0).
+        wide: The engine's build with its activation ranges at their observed min and max, tried first where
+            all-int8 fails and kept where it brings the failing channels closer (NNCF's default range is the
+            mean of each item's min and max, which clips what a few items' outliers carry).
+
+    Returns:
+        What the search found, and whether ``wide`` made it.
     """
     from autodeploy.inhouse.quantize import QuantConfig, _batches, _opset_13
 
@@ -49,6 +56,14 @@ def float_scope(
     plan = qdq.plan(model, placement)
     first = build(())
     verdict = judge.evidence(first)
+    widened = False
+    if wide is not None and not verdict[0] and verdict[2]:
+        int8_outputs, targets = judge.outputs, verdict[2]
+        candidate = wide(())
+        seen = judge.evidence(candidate)
+        if seen[0] or judge.loss(targets, judge.outputs) < judge.loss(targets, int8_outputs):
+            build, first, verdict, widened = wide, candidate, seen, True
+        budget -= 1
     ranges: dict = {}
 
     def proxy(keep: Sequence[str]) -> onnx.ModelProto:
@@ -58,18 +73,21 @@ def float_scope(
         ranges.update(calibrate.collect_ranges(model, plan.tensors, batches, per_channel=plan.per_channel))
         return fallback.effects(model, plan, layers, targets, proxy, ranges, config, batches, judge)[1]
 
-    return mixed.find(
+    found = mixed.find(
         model, plan.nodes, build, judge.evidence, shapes=evidence.static_shapes(model, batches[0]), mode=mode,
         effects=effects, max_float=max(1, int(len(plan.nodes) * config.max_float_fraction)), budget=budget,
         first=(first, verdict), floatable=[n.name for n in model.graph.node],
     )  # fmt: skip
+    return found, widened
 
 
-def record(found: mixed.Found) -> dict[str, Any]:
-    """What an artifact's ``artifact.json`` keeps of a search: the nodes left float and why, the evidence."""
+def record(found: mixed.Found, widened: bool = False) -> dict[str, Any]:
+    """What an artifact's ``artifact.json`` keeps of a search: the nodes left float and why, the evidence,
+    the builds judged (with the all-int8 one), and whether the activation ranges were widened to min/max."""
     return {
         "float_layers_met": found.passed,
         "float_nodes": dict(found.reasons) if found.kept else {},
         "float_evidence": list(found.evidence),
-        "float_builds": found.builds,
+        "float_builds": found.builds + widened,
+        **({"float_ranges": "min/max"} if widened else {}),
     }
