@@ -467,7 +467,16 @@ def share_text(line: Roofline, engine: str = "") -> str:
         why = ("a GPU engine: this device's peaks are its CPU's" if engine in GPU_ENGINES
                else f"no {precision} peak was measured on this device (autodeploy engines --refresh)")  # fmt: skip
         return f"{text} ({why})"
+    if line.share > 1:
+        return f"{text}, {above_peak(precision, line.peak_gops or 0)}"
     return f"{text}, {line.share:.0%} of this device's {precision} peak ({gops_text(line.peak_gops or 0)}: {line.peak_kernel})"
+
+
+def above_peak(precision: str, peak_gops: float) -> str:
+    """Words for a config faster than its precision's peak: the microbenchmark read low (it ran under load, or the
+    host took a core away meanwhile), so no share is claimed."""
+    return (f"above this device's measured {precision} peak ({gops_text(peak_gops)}), which therefore read low: "
+            "autodeploy engines --refresh measures it again")
 
 
 def distance(lines: Sequence[Roofline], peaks: Peaks | None, *, label: str, engine: str, batch: int) -> dict[str, Any]:
@@ -484,7 +493,7 @@ def distance(lines: Sequence[Roofline], peaks: Peaks | None, *, label: str, engi
     target = own if own == "int8" else "int8"
     target_peak = None if peaks is None or engine in GPU_ENGINES else peaks.peak(target)
     share = line.share
-    if share and target_peak:
+    if share and share <= 1 and target_peak:  # above 1 the peak read low: no what-if rests on it
         at = share if target != own else 1.0
         ms = line.ms_at(at, target_peak)
         out["what_if"] = {"precision": target, "peak_gops": target_peak, "share": at, "ms": ms,
@@ -505,6 +514,8 @@ def distance_text(d: Mapping[str, Any], *, items_per_s: bool = False) -> str:
         why = ("a GPU engine: this device's peaks are its CPU's" if d["engine"] in GPU_ENGINES
                else f"no {precision} peak measured on this device")  # fmt: skip
         return f"{who} runs at {gops_text(d['gops'])} ({why})"
+    if share > 1:
+        return f"{who} runs at {gops_text(d['gops'])}, {above_peak(precision, d['peak_gops'])}"
     text = (f"{who} runs at {share:.0%} of this device's {precision} peak "
             f"({gops_text(d['gops'], unit=False)} of {gops_text(d['peak_gops'])})")  # fmt: skip
     if d.get("uncounted"):

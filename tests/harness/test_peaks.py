@@ -49,3 +49,39 @@ def test_peak_settings_come_from_the_environment_and_are_checked(monkeypatch):
     assert PeakSettings.from_env() == PeakSettings(64, 0.5)
     with pytest.raises(ValueError, match="size must be >= 8"):
         PeakSettings(4, 0.1)
+
+
+def test_peaks_measured_under_load_are_measured_again_later_and_each_kernel_keeps_its_faster_reading(tmp_path, monkeypatch):
+    from autodeploy.roofline import Kernel, Peaks
+
+    device = probe_device()
+    kernels = (Kernel("onnxruntime", "int8", "MatMul 16x16x16", 186.0, 2, True),
+               Kernel("onnxruntime", "fp32", "MatMul 16x16x16", 90.0, 2, True))  # fmt: skip
+    loaded = Peaks(device.fingerprint, kernels, {}, peaks_module._versions(device), TINY.to_dict(), peaks_module._now())
+    path = peaks_path(tmp_path, device.fingerprint)
+    path.write_text(json.dumps(loaded.to_dict()))
+    again = replace(loaded, kernels=(replace(kernels[0], gops=600.0, under_load=False),
+                                     replace(kernels[1], gops=40.0, under_load=False)))  # fmt: skip
+    monkeypatch.setattr(peaks_module, "measure_peaks", lambda dev, settings, progress=None: again)
+    assert device_peaks(device, tmp_path, settings=TINY) == loaded  # loaded but fresh: used as it is
+    aged = replace(loaded, measured_at="2020-01-01T00:00:00+00:00")
+    path.write_text(json.dumps(aged.to_dict()))
+    merged = device_peaks(device, tmp_path, settings=TINY)  # loaded and old: measured again
+    assert merged.peak("int8") == 600.0 and not merged.best("int8").under_load  # the new reading is faster
+    assert merged.peak("fp32") == 90.0  # the old one was faster: a peak is the most a kernel reached
+    assert json.loads(path.read_text())["kernels"][0]["gops"] == 600.0
+
+
+def test_a_config_faster_than_its_peak_claims_no_share_and_no_what_if():
+    from autodeploy.roofline import Kernel, Peaks, Roofline, distance, distance_text, share_text
+
+    peaks = Peaks("f", (Kernel("onnxruntime", "int8", "MatMul 1024x1024x1024", 186.0, 2, True),))
+    line = Roofline("int8", 8.2, 595.0, 186.0, "onnxruntime MatMul 1024x1024x1024")
+    assert "320%" not in share_text(line) and "read low" in share_text(line) and "--refresh" in share_text(line)
+    d = distance([line], peaks, label="x", engine="onnxruntime", batch=1)
+    assert "what_if" not in d
+    text = distance_text(d)
+    assert "595 GOP/s" in text and "read low" in text and "%" not in text
+    within = Roofline("int8", 8.2, 93.0, 186.0, "onnxruntime MatMul 1024x1024x1024")
+    assert "50% of this device's int8 peak" in distance_text(distance([within], peaks, label="x", engine="onnxruntime",
+                                                                      batch=1))  # fmt: skip

@@ -15,7 +15,9 @@ store table: it describes the device and its engines, not a model; ``autodeploy 
 no database, and every store a machine writes to (SQLite per project, a fleet's PostgreSQL) reads its
 shares against the same numbers. Each measurement keeps the peak it was judged against in its own
 record, so a store holds what it needs. A file measured with other engine versions or other settings is
-measured again; ``autodeploy engines --refresh`` measures again on demand.
+measured again; so is one measured under load, on first use after :data:`RETRY_LOADED_S`, each kernel keeping
+its faster reading; ``autodeploy engines --refresh`` measures again on demand. A config faster than its
+precision's peak proves the peak read low: its share is not claimed (``roofline.above_peak``).
 
 Run as ``python -m autodeploy.harness.peaks SETTINGS.json RESULT.json`` by :func:`measure_peaks`.
 """
@@ -48,6 +50,9 @@ ENGINES = ("onnxruntime", "openvino")
 CONV_HW = 28
 #: Seconds the whole microbenchmark may take before its child is stopped.
 TIMEOUT_S = 300.0
+#: A file measured under load is measured again on first use after this many seconds (each kernel keeping its
+#: faster reading), so one busy moment does not set this device's peaks for good.
+RETRY_LOADED_S = 600.0
 
 Progress = Callable[[str], None]
 
@@ -107,11 +112,14 @@ def device_peaks(device: DeviceInfo, folder: Path, *, refresh: bool = False, set
     kernel and the reason under ``failures["microbenchmark"]``, not cached: the next call tries again.
     """
     settings = settings or PeakSettings.from_env()
-    if not refresh and (found := cached_peaks(device, folder, settings)) is not None:
+    found = None if refresh else cached_peaks(device, folder, settings)
+    if found is not None and not (found.under_load and _age_s(found) > RETRY_LOADED_S):
         return found
     if progress:
         progress("measuring this device's peak throughput per precision (once per device, a few seconds)")
     peaks = measure_peaks(device, settings, progress)
+    if found is not None:  # a file measured under load, measured again: each kernel keeps its faster reading
+        peaks = faster(found, peaks)
     if peaks.kernels:
         path = peaks_path(folder, device.fingerprint)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -119,6 +127,22 @@ def device_peaks(device: DeviceInfo, folder: Path, *, refresh: bool = False, set
         tmp.write_text(json.dumps(peaks.to_dict(), indent=1))
         os.replace(tmp, path)
     return peaks
+
+
+def faster(old: Peaks, new: Peaks) -> Peaks:
+    """``new`` with each kernel replaced by ``old``'s reading of it where that one was faster: a peak is the most
+    a kernel reached, and load only ever slows one down."""
+    before = {(k.engine, k.precision, k.op): k for k in old.kernels}
+    kernels = tuple(max(k, before.get((k.engine, k.precision, k.op), k), key=lambda x: x.gops) for k in new.kernels)
+    return replace(new, kernels=kernels)
+
+
+def _age_s(peaks: Peaks) -> float:
+    """Seconds since ``peaks`` were measured (infinite where the time is unreadable)."""
+    try:
+        return (datetime.now(timezone.utc) - datetime.fromisoformat(peaks.measured_at)).total_seconds()
+    except ValueError:
+        return float("inf")
 
 
 def measure_peaks(device: DeviceInfo, settings: PeakSettings, progress: Progress | None = None,
