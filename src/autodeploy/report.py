@@ -157,7 +157,7 @@ def _ratio(r: Mapping[str, Any]) -> dict[str, Any]:
     ci = r.get("ci")
     return {"ratio": r["value"], "ci": None if ci is None else [ci[0], ci[1]], "ci_level": r.get("level"),
             "rounds": r.get("rounds"), "left_out": r.get("left_out", 0), "under_load": r.get("under_load", False),
-            "span_s": r.get("span_s")}  # fmt: skip
+            "span_s": r.get("span_s"), "values": None if r.get("values") is None else list(r["values"])}  # fmt: skip
 
 
 def limit_text(summary: Mapping[str, Any]) -> str:
@@ -246,14 +246,17 @@ def headline(summary: Mapping[str, Any]) -> str:
     objective = summary["objective"]
     known = OBJECTIVES.get(objective)  # a summary stored before the statistic was: its objective's, for times
     statistic = summary.get("statistic") or ((known and known.latency_statistic) or "")
-    text = f"winner: {winner['label']}, {_value(winner.get('statistic'), statistic, objective)}{shapes_text(summary)}"
     baseline = next((f for f in summary.get("finalists") or () if f.get("baseline")), None)
     speedups = summary.get("speedups") or {}
     main = speedups.get(statistic)
+    # Rounds left out for load are left out of the two numbers too: the line shows what its ratio rests on.
+    shown = main.get("values") if main is not None and main.get("left_out") else None
+    won = shown[1] if shown else winner.get("statistic")
+    text = f"winner: {winner['label']}, {_value(won, statistic, objective)}{shapes_text(summary)}"
     if winner.get("baseline"):
         text += f": the baseline itself ({baseline_name(summary)}), no config the search found beat it"
     elif main is not None and baseline is not None:
-        base = _value(baseline.get("statistic"), "", objective).strip()
+        base = _value(shown[0] if shown else baseline.get("statistic"), "", objective).strip()
         text += f" vs {base} for {baseline_name(summary)}: {ratio_text(main)}"
         extra = [f"{k} {ratio_text(m)}" for k, m in speedups.items() if k != statistic]
         if main.get("ci") is not None:
@@ -304,7 +307,7 @@ def _pairs_text(ratio: Mapping[str, Any]) -> list[str]:
     if ratio.get("under_load"):
         return ["every paired round ran under load: confirm it on a quiet machine"]
     left = ratio.get("left_out") or 0
-    return [f"{left} round{'s' if left != 1 else ''} under load left out"] if left else []
+    return [f"{left} round{'s' if left != 1 else ''} under load left out of these numbers"] if left else []
 
 
 def load_text(summary: Mapping[str, Any]) -> str:
@@ -587,7 +590,10 @@ _RATIO = {"type": "object", "required": ["ratio", "ci", "ci_level", "rounds"],
                          "under_load": {"type": "boolean", "description": "no paired round ran quiet: the ratio rests "
                                         "on loaded rounds"},
                          "span_s": {**_NUM, "description": "seconds from the first paired round it rests on to the "
-                                    "last: how much of the machine's time the interval sampled"}}}  # fmt: skip
+                                    "last: how much of the machine's time the interval sampled"},
+                         "values": {"type": ["array", "null"], "items": {"type": "number"}, "minItems": 2, "maxItems": 2,
+                                    "description": "[baseline, winner]: each one's statistic as its median over the "
+                                    "rounds the ratio rests on (the winner line shows these when rounds were left out)"}}}  # fmt: skip
 #: The baseline today beside its history on this device (autodeploy.verdict.BaselineHistory); the gate keeps the same
 #: object in its stored settings (``baseline_history``).
 _HISTORY = {

@@ -89,7 +89,7 @@ def test_the_measured_case_picks_bf16_which_the_pooled_tail_got_wrong():
     record = study_record(summary)
     jsonschema.validate(record, SCHEMA, cls=jsonschema.Draft202012Validator)
     assert record["optimised"] == "p90" and record["statistic"] == "p90_ms" and record["rounds"] == 3
-    assert set(record["speedups"]["p90"]) == {"ratio", "ci", "ci_level", "rounds", "left_out", "under_load", "span_s"} and record["speedups"]["median"]["ci"]
+    assert set(record["speedups"]["p90"]) == {"ratio", "ci", "ci_level", "rounds", "left_out", "under_load", "span_s", "values"} and record["speedups"]["median"]["ci"]
 
 
 class _Case:
@@ -133,7 +133,10 @@ def test_the_speedup_rests_on_the_rounds_in_which_neither_run_was_under_load():
     assert summary.speedup_vs_baseline == 8.49 / 4.49  # round 2 only: both quiet
     pooled_rounds = float(np.median(np.asarray(HOG["base"]) / np.asarray(HOG["win"])))
     assert pooled_rounds > 2 * summary.speedup_vs_baseline  # every round would have owned the neighbour's slowdown
-    assert "4 rounds under load left out" in study_record(summary)["headline"]
+    headline = study_record(summary)["headline"]
+    assert "4 rounds under load left out of these numbers" in headline
+    assert "p90 4.490 ms vs 8.490 ms" in headline  # the numbers the ratio rests on, not the medians over loaded rounds
+    assert main.values == (8.49, 4.49)
 
 
 def test_with_no_quiet_round_the_loaded_ones_count_and_say_so():

@@ -604,9 +604,13 @@ def _speedups(baseline: Finalist, winner: Finalist, objective: str, statistic: s
         if (ratios := _slower([b for _, b, _ in picked], [w for _, _, w in picked])).size:
             interval = rstats.median_interval(ratios) if claim else None
             paired = [r for r, b, w in picked if b is not None and w is not None and w > 0]
+            values = tuple(float(np.median([v[r] for r in paired])) for v in (base, won)) if paired else None
+            if values and which == statistic and OBJECTIVES[objective].higher_is_better:  # costs back to rates
+                values = tuple(1.0 / v for v in values)
             out[which] = Ratio(float(np.median(ratios)), None if interval is None else interval[:2],
                                None if interval is None else rstats.claimed_coverage(interval[2]), int(ratios.size),
-                               len(loaded) if quiet else 0, not quiet and bool(loaded), _span(baseline, winner, paired))  # fmt: skip
+                               len(loaded) if quiet else 0, not quiet and bool(loaded), _span(baseline, winner, paired),
+                               values)  # fmt: skip
     return out
 
 

@@ -49,6 +49,8 @@ class Ratio:
     ``left_out`` counts the paired rounds set aside for load. When every paired round ran under load,
     it rests on those and ``under_load`` says so. ``span_s``: seconds from the first of those rounds to the
     last (``None``: one round, or not recorded): how much of the host's time the interval sampled.
+    ``values``: the baseline's and the winner's statistic, each its median over those same rounds, so that a
+    winner line that left loaded rounds out shows the numbers its ratio rests on (``None``: not recorded).
     """
 
     value: float
@@ -58,6 +60,7 @@ class Ratio:
     left_out: int = 0
     under_load: bool = False
     span_s: float | None = None
+    values: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
