@@ -205,7 +205,9 @@ def find(
     told = tuple(t.text() for t in targets)
     int8 = Found(candidate, (), False, score, evidence=told)
     layers = units(model, nodes)
-    mine = set(evidence.head(model, targets, shapes))
+    # each failing group's own head (against every other channel, failing or not): where every channel of an
+    # output fails (YOLOX's boxes and scores), the heads of its groups, not the whole model that feeds them all
+    mine = {n for t in targets for n in evidence.head(model, [t], shapes)}
     cap = len(nodes) if max_float is None else max_float
     layered = set(nodes)
     kept_ok = layered if floatable is None else set(floatable)
