@@ -154,7 +154,11 @@ def _macs_by_node(path: Path, feeds: dict) -> dict[str, tuple[int, int]]:
     import onnx
 
     from autodeploy.inhouse.quantize import qdq
-    from autodeploy.inhouse.quantize.evidence import static_shapes
+
+    try:
+        from autodeploy.inhouse.quantize.evidence import static_shapes
+    except ImportError:  # an autodeploy from before issue 41 (PYTHONPATH=OLD/src): no GOP/s lines
+        return {}
 
     model = qdq.name_nodes(onnx.load(str(path)))
     shapes = static_shapes(model, feeds)
