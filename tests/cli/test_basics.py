@@ -2,10 +2,10 @@
 
 import re
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 import autodeploy
 from tests.cli.test_cli import FAST, env, run  # noqa: F401 - env is a fixture

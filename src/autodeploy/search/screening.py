@@ -24,7 +24,14 @@ from autodeploy.search.objective import Metrics, rejections, values, violations
 from autodeploy.search.portfolio import unseen_branches
 from autodeploy.search.space import SearchSpace, suggest, unsupported_reason
 from autodeploy.search.storage import trial_state
-from autodeploy.verdict import CONVERSION_FACTOR, Rejection, conversion_fault, feasible, mb_text, sla_bounds_latency
+from autodeploy.verdict import (
+    CONVERSION_FACTOR,
+    Rejection,
+    conversion_fault,
+    feasible,
+    mb_text,
+    sla_bounds_latency,
+)
 
 if TYPE_CHECKING:
     import optuna
