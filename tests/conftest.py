@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -92,16 +93,16 @@ def postgres_server() -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture
-def postgres_url(postgres_server: str) -> Iterator[str]:
-    """A fresh, empty database on the test server, dropped (connections and all) afterwards."""
+@contextmanager
+def fresh_database(postgres_server: str, prefix: str = "autodeploy_test") -> Iterator[str]:
+    """A fresh, empty database on the test server, dropped (connections and all) afterwards; for any scope."""
     import psycopg
     import sqlalchemy as sa
     from psycopg import sql
 
     server = sa.make_url(postgres_server)
     conninfo = server.set(drivername="postgresql").render_as_string(hide_password=False)
-    name = f"autodeploy_test_{uuid.uuid4().hex[:12]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
@@ -109,6 +110,13 @@ def postgres_url(postgres_server: str) -> Iterator[str]:
     finally:
         with psycopg.connect(conninfo, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A fresh, empty database on the test server, dropped (connections and all) afterwards."""
+    with fresh_database(postgres_server) as url:
+        yield url
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,13 +12,14 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.conftest import fresh_database
 
 #: Seconds a killed agent's run stays leased (``agent --lease``).
 LEASE_S = "3"
@@ -28,23 +29,9 @@ JOB = ["--config", str(JOB_CONFIG)]
 AGENT_TIMEOUT_S = 120
 
 
-@contextmanager
-def database(server: str) -> Iterator[str]:
+def database(server: str) -> AbstractContextManager[str]:
     """A fresh database on the test server (the ``postgres_url`` fixture's, for any scope), dropped after."""
-    import psycopg
-    import sqlalchemy as sa
-    from psycopg import sql
-
-    url = sa.make_url(server)
-    conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
-    name = f"autodeploy_fleet_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield url.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    return fresh_database(server, prefix="autodeploy_fleet")
 
 
 class Agents:

@@ -29,6 +29,7 @@ from autodeploy.inhouse.quantize.run import (
     run_openvino,
     subset,
 )
+from autodeploy.roofline import count_ops
 
 if TYPE_CHECKING:
     from autodeploy.inhouse.quantize import QuantConfig
@@ -162,7 +163,8 @@ def effects(
     model's outputs with only that layer int8 (``output``) where those runs are affordable
     (:data:`MAX_RANKED_BY_OUTPUT`, :data:`MAX_RANKING_MACS`), else by each weighted layer alone on its FP32
     inputs (``layer``; a layer without weights then ranks last)."""
-    per_item = macs(model, batches[0]) / max(1, _items(batches[0]))
+    shapes = {name: np.shape(value) for name, value in batches[0].items()}
+    per_item = count_ops(model, shapes).macs / max(1, _items(batches[0]))
     affordable = int(MAX_RANKING_MACS / max(1.0, len(layers) * per_item))  # items the cost cap leaves each run
     chosen = subset(batches, min(SENSITIVITY_ITEMS, max(affordable, 1)))
     if len(layers) <= MAX_RANKED_BY_OUTPUT and affordable >= MIN_EFFECT_ITEMS:
@@ -189,40 +191,6 @@ def layer_sensitivity(
     for node, want, got in layer_outputs(model, the_plan.weighted, ranges, config, batches):
         scores[node.name] = float(np.abs(got - want).mean() / (np.abs(want).mean() + 1e-12))
     return dict(sorted(scores.items(), key=lambda kv: -kv[1]))
-
-
-def macs(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> int:
-    """Multiply-adds of one run of ``model`` on ``feeds`` in its Conv, ConvTranspose, Gemm and MatMul
-    nodes, from ONNX shape inference at the feeds' shapes (a node whose shapes it cannot tell counts 0)."""
-    fixed = onnx.ModelProto()
-    fixed.CopyFrom(model)
-    for value in fixed.graph.input:
-        if value.name in feeds and value.type.tensor_type.HasField("shape"):
-            for dim, size in zip(value.type.tensor_type.shape.dim, np.shape(feeds[value.name]), strict=False):
-                dim.Clear()
-                dim.dim_value = int(size)
-    try:
-        graph = onnx.shape_inference.infer_shapes(fixed).graph
-    except Exception:  # noqa: BLE001 - a model shape inference refuses is ranked as if it were cheap
-        return 0
-    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
-              for v in (*graph.input, *graph.value_info, *graph.output)}  # fmt: skip
-    consts = qdq.constants(graph)
-    total = 0
-    for node in graph.node:
-        if node.op_type not in qdq.WEIGHTED_OPS or len(node.input) < 2:
-            continue
-        x, out = shapes.get(node.input[0]), shapes.get(node.output[0])
-        w = list(consts[node.input[1]].shape) if node.input[1] in consts else shapes.get(node.input[1])
-        if not x or not out or not w or min(x + out + w) <= 0:
-            continue
-        if node.op_type == "Conv":  # each output element: C_in/group x kernel products
-            total += int(np.prod(out)) * int(np.prod(w[1:]))
-        elif node.op_type == "ConvTranspose":  # each input element: C_out/group x kernel products
-            total += int(np.prod(x)) * int(np.prod(w[1:]))
-        else:  # MatMul, Gemm: K products per output element
-            total += int(np.prod(out)) * x[-1]
-    return total
 
 
 def _items(feeds: Mapping[str, np.ndarray]) -> int:
