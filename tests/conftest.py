@@ -11,6 +11,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -137,3 +138,20 @@ def _shared_peaks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     patch.setenv("AUTODEPLOY_PEAK_SECONDS", "0.01")
     yield
     patch.undo()
+
+
+@pytest.fixture(autouse=True)
+def _restore_main_module():
+    """Streamlit's AppTest (the dashboard's and the fleet's page tests) leaves ``__main__`` pointing at the app
+    script; multiprocessing's spawn would then run the dashboard in every child process of later tests (the
+    fleet's page test broke tests/hardening/test_concurrency.py so). Put it back after every test."""
+    main = sys.modules.get("__main__")
+    had_file = hasattr(main, "__file__")
+    file = getattr(main, "__file__", None)
+    yield
+    if main is not None:
+        sys.modules["__main__"] = main
+        if had_file:
+            main.__file__ = file
+        elif hasattr(main, "__file__"):
+            del main.__file__

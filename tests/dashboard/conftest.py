@@ -12,7 +12,6 @@ models apart.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,19 +107,3 @@ def artifacts_dir() -> Path:
     path = Path(__file__).parent / "artifacts"
     path.mkdir(exist_ok=True)
     return path
-
-
-@pytest.fixture(autouse=True)
-def _restore_main_module():
-    """Streamlit's AppTest leaves ``__main__`` pointing at the app script; multiprocessing's spawn
-    would then run the dashboard in every child process of later tests. Put it back."""
-    main = sys.modules.get("__main__")
-    had_file = hasattr(main, "__file__")
-    file = getattr(main, "__file__", None)
-    yield
-    if main is not None:
-        sys.modules["__main__"] = main
-        if had_file:
-            main.__file__ = file
-        elif hasattr(main, "__file__"):
-            del main.__file__
