@@ -49,7 +49,7 @@ def submit(
     max_memory_mb: Annotated[float | None, typer.Option(help="Peak worker memory allowed, MB.")] = None,
     sla_ms: Annotated[float | None, typer.Option(help="p99 latency bound (needed by --objective server).")] = None,
     finalists: Annotated[int | None, typer.Option(help="Finalists re-measured interleaved (default 3; 0: none).")] = None,
-    rounds: Annotated[int | None, typer.Option(help="Interleaved rounds for the finalists (default 3).")] = None,
+    rounds: Annotated[int | None, typer.Option(help="Interleaved rounds for the finalists (default 5).")] = None,
     min_samples: Annotated[int | None, typer.Option(help="Timed calls per screening trial, at least (default 64).")] = None,
     min_duration: Annotated[float | None, typer.Option(help="Timed seconds per screening trial, at least (default 1).")] = None,
     data: Annotated[str | None, typer.Option(help="Input data: one .npz or .npy file (stored with the job), or sample:images.")] = None,
