@@ -63,7 +63,11 @@ def row(record: dict[str, Any]) -> dict[str, Any]:
 def _history(history: dict[str, Any]) -> str:
     if not history:
         return "no history"
+    from autodeploy.verdict import HISTORY_MIN_RUNS
+
     shown = f"today {history['today']:.3g}; {history['low']:.3g}-{history['high']:.3g} in {history['runs']} earlier"
+    if history["runs"] < HISTORY_MIN_RUNS:  # not judged: too few earlier studies to call a range
+        return f"too few ({history['runs']} < {HISTORY_MIN_RUNS}): {shown}"
     return ("OUTSIDE: " if history["outside"] else "inside: ") + shown
 
 
