@@ -81,11 +81,11 @@ def test_the_measured_case_picks_bf16_which_the_pooled_tail_got_wrong():
     summary = _choose("s", "latency", {}, [int8, bf16, base], statistic)
     assert summary.winner is bf16 and not summary.tie_with and not summary.screening_only
     assert 4.5 < summary.speedup_vs_baseline < 6  # quiet rounds: ~19.8 / 3.7 ms, not the noisy round's
-    assert set(summary.speedups) == {"p90", "median"} and summary.speedups["p90"].level == 0.75
+    assert set(summary.speedups) == {"p90", "median"} and summary.speedups["p90"].level == 0.6
     assert _still_in([(0, values[0]), (1, values[1]), (2, values[2])], "latency", keep=2) == [0, 1, 2]  # int8 won a round
     text = summary.headline()
     assert text.startswith("winner: openvino/bf16/b1/t2, p90 3.") and "for the ORT fp32 default: " in text
-    assert "(median " in text and "intervals over 3 rounds, 75% coverage" in text
+    assert "(median " in text and "intervals over 3 rounds, 60% coverage" in text
     record = study_record(summary)
     jsonschema.validate(record, SCHEMA, cls=jsonschema.Draft202012Validator)
     assert record["optimised"] == "p90" and record["statistic"] == "p90_ms" and record["rounds"] == 3

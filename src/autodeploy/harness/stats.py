@@ -290,10 +290,10 @@ def paired_ratios(numerator: Sequence[float | None], denominator: Sequence[float
 #: The coverage a speed-up's interval over rounds claims from one run of a study to the next: the share of runs whose
 #: interval holds the median of many runs' speed-ups. The order statistics' coverage (:func:`median_interval`)
 #: holds for rounds drawn independently; rounds of one run share the host's state of the moment (a shared VM's
-#: host takes a vCPU for seconds to minutes), and 3 rounds back to back that claimed 75% held the median of 8
-#: runs in 4 of them (issue 42). A speed-up states the lower of the two (:func:`claimed_coverage`). Set it to what
-#: ``benchmarks/interval_coverage.py`` measures on quiet runs (README, "Benchmarks"); this is the one place.
-CLAIMED_COVERAGE = 0.75
+#: host takes a vCPU for seconds to minutes), so it is capped at what ``benchmarks/interval_coverage.py`` measured
+#: on quiet runs (README, "Benchmarks"): 8 runs of zoo:mobilenetv2 over 954 s, 5 rounds each over ~30 s, held the
+#: median in 5 (62%). A speed-up states the lower of the two (:func:`claimed_coverage`); this is the one place.
+CLAIMED_COVERAGE = 0.60
 
 
 def claimed_coverage(exact: float) -> float:
