@@ -1,19 +1,68 @@
-"""What each objective means, as data: one table that the search, the verdicts, the report, the CLI and
-the dashboard read (docs/architecture.md, "How to add … An objective").
+"""What each objective and each scenario means, as data: the tables that the search, the harness, the verdicts,
+the report, the CLI and the dashboard read (docs/architecture.md, "How to add … An objective").
 
-An objective is the scenario its trials run in, the statistic its finalists are ranked by (with the
-unit the JSON record gives it), Optuna's direction for each value, and the words the CLI and the
-dashboard print for it. A new objective is a new row here plus its values in
-:func:`autodeploy.search.objective.values`; every other place reads the row.
+An objective is the scenario its trials run in, the measures Optuna optimizes (with their directions), the
+statistic its finalists are ranked by (with the unit the JSON record gives it), the batches searched by
+default, how a finalist round reduces to one value, and the words the CLI and the dashboard print for it. Its
+behaviour follows from the row: how values compare (:meth:`Objective.cost`: a ratio of costs, the baseline's
+over a config's, is the speed-up), how the shapes of a mix combine (:meth:`Objective.mix`), whether the SLA
+bounds each trial's latency or the rate searched (its scenario's). A new objective is a new row here; a new
+measure is a field of :class:`autodeploy.search.objective.Metrics` too. Nothing outside this file compares
+an objective's or a scenario's name (``tests/test_objective_names.py``).
 
-Stdlib only and imports nothing of autodeploy's, so that :mod:`autodeploy.verdict` can read it too.
+Stdlib only and imports nothing of autodeploy's, so that :mod:`autodeploy.verdict` and the harness can read it too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["NAMES", "OBJECTIVES", "Objective", "of"]
+__all__ = ["CALLS", "NAMES", "OBJECTIVES", "RATE", "SCENARIOS", "Objective", "Scenario", "of", "scenario_of"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One MLPerf scenario, by LoadGen's name, as the harness runs it (:mod:`autodeploy.harness.scenarios`)."""
+
+    name: str
+    #: Requests in flight through the engine's parallel API (a closed loop): the engines' throughput knobs
+    #: (requests, streams) are searched, and a call's operations count at the rate sustained. Else one call at a time.
+    in_flight: bool
+    #: Poisson arrivals, and the highest rate whose p99 meets the SLA is searched: it needs ``sla_ms``, and the
+    #: SLA bounds that rate, not each trial's latency (:func:`autodeploy.verdict.sla_bounds_latency`).
+    rate_under_sla: bool = False
+    #: The harness's own knobs a study searches in it: the dynamic batcher's delay (the batch is its max batch size).
+    knobs: tuple[str, ...] = ()
+
+
+#: Every scenario, by LoadGen's name (``bench --scenario``), in LoadGen's order.
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("single-stream", in_flight=False),  # one query at a time: batch-1 latency
+    Scenario("offline", in_flight=True),  # the most items/s with N requests in flight
+    Scenario("multi-stream", in_flight=True),  # a fixed number of queries in flight; per-query latency percentiles
+    Scenario("server", in_flight=True, rate_under_sla=True, knobs=("max_queue_delay_us",)),  # through the dynamic batcher
+)}  # fmt: skip
+
+
+def scenario_of(name: str) -> Scenario:
+    """The scenario called ``name``.
+
+    Raises:
+        ValueError: no such scenario, naming the known ones.
+    """
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise ValueError(f"unknown scenario {name!r}: expected one of {', '.join(SCENARIOS)}") from None
+
+
+#: How a finalist round reduces to one value (:attr:`Objective.rounds`): a latency statistic of the round's
+#: calls (its p90, or the median where some round has too few calls for a p90 claim:
+#: :func:`autodeploy.harness.stats.round_statistic`), shapes mixed by their weighted mean ...
+CALLS = "calls"
+#: ... or the round's items/s, shapes mixed by their weighted harmonic mean (the items/s of the mix).
+RATE = "rate"
 
 
 @dataclass(frozen=True)
@@ -21,10 +70,13 @@ class Objective:
     """One objective. ``directions`` has one entry per value Optuna optimizes (``pareto``: three)."""
 
     name: str
-    #: The MLPerf scenario its trials are measured in (:data:`autodeploy.harness.scenarios.SCENARIOS`).
+    #: The MLPerf scenario its trials are measured in (:data:`SCENARIOS`).
     scenario: str
     #: Optuna's direction of each value: ``minimize`` or ``maximize``.
     directions: tuple[str, ...]
+    #: What each value is, one per direction: a field of :class:`autodeploy.search.objective.Metrics`
+    #: (one not measured counts as 0).
+    measures: tuple[str, ...]
     #: The study record's ``statistic`` (field-style, unit in the name) and ``statistic_unit``.
     statistic: str
     unit: str
@@ -39,11 +91,23 @@ class Objective:
     #: The per-trial measure the dashboard compares configs by (a key of ``dashboard.queries.METRICS``):
     #: the store keeps no server rate per trial, so server and pareto studies are shown by latency.
     trial_metric: str
-    #: Whether the finalists are re-measured interleaved (else the winner is the screening's best).
-    remeasured: bool
-    #: ``latency``: the SLA bounds each trial's latency; ``rate``: the objective is the highest
-    #: rate whose p99 meets the SLA (:func:`autodeploy.verdict.sla_bounds_latency`).
-    sla: str = "latency"
+    #: The batches a study searches when it names none (the server's: the dynamic batcher's max batch size).
+    batches: tuple[int, ...]
+    #: How each finalist round reduces to one value when the finalists are re-measured interleaved: :data:`CALLS`
+    #: or :data:`RATE`. ``None``: not re-measured, the winner is the screening's best.
+    rounds: str | None = None
+
+    @property
+    def remeasured(self) -> bool:
+        """Whether the finalists are re-measured interleaved (else the winner is the screening's best)."""
+        return self.rounds is not None
+
+    @property
+    def from_calls(self) -> bool:
+        """Its finalists' values are a latency statistic of their calls (:data:`CALLS`): each round's median is
+        kept beside for the median's speed-up, the calls pooled over the rounds are shown, and a screening value
+        carries its run's interval."""
+        return self.rounds == CALLS
 
     @property
     def higher_is_better(self) -> bool:
@@ -57,13 +121,40 @@ class Objective:
 
     @property
     def single(self) -> bool:
-        """One value to optimize (everything but ``pareto``)."""
+        """One value to optimize (everything but ``pareto``): several are ranked by their Pareto front."""
         return len(self.directions) == 1
 
     @property
     def in_flight(self) -> bool:
         """Measured with requests in flight, so the engines' throughput knobs (requests, streams) are searched."""
-        return self.scenario != "single-stream"
+        return SCENARIOS[self.scenario].in_flight
+
+    @property
+    def knobs(self) -> tuple[str, ...]:
+        """The harness's own knobs its studies search (its scenario's: the dynamic batcher's delay)."""
+        return SCENARIOS[self.scenario].knobs
+
+    @property
+    def sla_bounds_latency(self) -> bool:
+        """Whether the SLA bounds each trial's latency; else the objective is the highest rate whose p99 meets
+        it (its scenario searches that rate), which is then measured under the study's SLA."""
+        return not SCENARIOS[self.scenario].rate_under_sla
+
+    def cost(self, value: float | None) -> float | None:
+        """A value as a cost, lower is better: a time as it is, a rate as its inverse (seconds per item; 0 or
+        ``None``: ``None``). A ratio of costs, the baseline's over a config's, is the speed-up either way:
+        baseline / config for times, config / baseline for rates."""
+        if self.higher_is_better:
+            return 1.0 / value if value else None
+        return value
+
+    def mix(self, weights: Sequence[float], values: Sequence[float]) -> float:
+        """One value for a mix of shapes: the weighted mean of times; of rates, the weighted harmonic mean
+        (the items/s of the mix)."""
+        total = sum(weights)
+        if self.higher_is_better:
+            return total / sum(w / v for w, v in zip(weights, values, strict=True))
+        return sum(w * v for w, v in zip(weights, values, strict=True)) / total
 
     def value_text(self, value: float | None, ci: tuple[float, float] | None = None) -> str:
         """The statistic with its unit (and interval): ``91.85 µs [90.1, 93.2]``, ``1234.5 items/s``, ``412.0 q/s``."""
@@ -80,26 +171,28 @@ class Objective:
 #: Every objective, by name (the study config's ``objective``, ``tune --objective``).
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
     Objective(  # single-stream p90 (the median where a run has too few calls for a p90 claim)
-        name="latency", scenario="single-stream", directions=("minimize",),
+        name="latency", scenario="single-stream", directions=("minimize",), measures=("latency_ms",),
         statistic="p90_ms", unit="ms", shown_unit="ms", words="p90", label="p90 ms",
-        statistic_label="p90 latency (ms)", trial_metric="latency", remeasured=True,
+        statistic_label="p90 latency (ms)", trial_metric="latency", batches=(1,), rounds=CALLS,
     ),
     Objective(  # items/s at the trial's batch, requests in flight through the engine's own parallel API
-        name="throughput", scenario="offline", directions=("maximize",),
+        name="throughput", scenario="offline", directions=("maximize",), measures=("throughput",),
         statistic="throughput_items_per_s", unit="items/s", shown_unit="items/s", words="throughput",
-        label="items/s", statistic_label="throughput (items/s)", trial_metric="throughput", remeasured=True,
+        label="items/s", statistic_label="throughput (items/s)", trial_metric="throughput",
+        batches=(1, 2, 4, 8, 16, 32), rounds=RATE,
     ),
     Objective(  # the highest Poisson rate (queries/s) whose p99 meets the SLA
-        name="server", scenario="server", directions=("maximize",),
+        name="server", scenario="server", directions=("maximize",), measures=("server_rate",),
         statistic="max_rate_qps", unit="queries/s", shown_unit="q/s", words="max rate under the SLA",
         label="max q/s under SLA", statistic_label="max rate under the SLA (queries/s)", trial_metric="latency",
-        remeasured=False, sla="rate",
+        batches=(1, 2, 4, 8),
     ),
     Objective(  # p90 ms × accuracy drop × peak memory MB, all minimized
         name="pareto", scenario="single-stream", directions=("minimize", "minimize", "minimize"),
+        measures=("latency_ms", "accuracy_drop", "peak_rss_mb"),
         statistic="p90_ms", unit="ms", shown_unit="ms", words="p90, accuracy drop, memory",
         label="p90 ms, accuracy drop, MB", statistic_label="p90 latency (ms)", trial_metric="latency",
-        remeasured=False,
+        batches=(1, 2, 4, 8, 16, 32),
     ),
 )}  # fmt: skip
 #: The objectives' names, in the table's order (the study config's choices).

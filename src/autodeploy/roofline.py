@@ -12,8 +12,8 @@ the compute peak of a MatMul or a Conv.
 :class:`Peaks` is what the microbenchmark measured on one device (``harness/peaks.py``: a MatMul and a
 Conv per engine and precision); :class:`Roofline` one measurement's achieved GOP/s and its share of its
 precision's peak (``Measurement.roofline``). The records live here, below the harness, the store, the
-search and the CLI that all read them; this module imports only the standard library and, inside its
-functions, onnx.
+search and the CLI that all read them; this module imports only the standard library, the scenarios' table
+(:mod:`autodeploy.objectives`, itself standard library only) and, inside its functions, onnx.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from autodeploy.objectives import scenario_of
 
 if TYPE_CHECKING:
     import onnx
@@ -435,7 +437,7 @@ def roofline(count: OpCount, *, engine: str, precision: str, batch: int, scenari
     ``peaks``; ``None`` where the model counts no operation or the time is not positive."""
     if count.macs <= 0:
         return None
-    if scenario == "single-stream" or not throughput:
+    if not scenario_of(scenario).in_flight or not throughput:  # one call at a time: its median call
         gops = count.gop / (median_ms / 1e3) if median_ms and median_ms > 0 else 0.0
     else:  # items in flight: the rate the machine sustained, per item's operations
         gops = count.gop / max(batch, 1) * throughput

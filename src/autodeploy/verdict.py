@@ -558,9 +558,9 @@ class Measured:
 
 def sla_bounds_latency(objective: str | None) -> bool:
     """Whether the SLA bounds each trial's latency: for every objective but those whose value is the
-    highest rate under the SLA (``server``, :data:`autodeploy.objectives.OBJECTIVES`' ``sla``)."""
+    highest rate under the SLA (``server``: :attr:`autodeploy.objectives.Objective.sla_bounds_latency`)."""
     known = OBJECTIVES.get(objective or "")
-    return known is None or known.sla == "latency"
+    return known is None or known.sla_bounds_latency
 
 
 def meets_sla(p99_ms: float, sla_ms: float) -> bool:

@@ -314,12 +314,12 @@ def _bench_settings(request: BenchRequest, cache: Path) -> HarnessSettings:
 
 
 def _check_scenario(scenario: str, sla_ms: float | None) -> None:
-    from autodeploy.harness.scenarios import SCENARIOS
+    from autodeploy.objectives import SCENARIOS
 
     if scenario not in SCENARIOS:
         raise UsageError(f"unknown scenario {scenario!r}", fix=f"choose one of {', '.join(SCENARIOS)}")
-    if scenario == "server" and sla_ms is None:
-        raise UsageError("the server scenario needs a p99 bound", fix="pass --sla-ms, e.g. --sla-ms 10")
+    if SCENARIOS[scenario].rate_under_sla and sla_ms is None:
+        raise UsageError(f"the {scenario} scenario needs a p99 bound", fix="pass --sla-ms, e.g. --sla-ms 10")
     if sla_ms is not None and not (0 < sla_ms < math.inf):  # nan too: stored as an ok trial at rate 0
         raise UsageError(f"--sla-ms must be a finite number > 0, got {sla_ms:g}", fix="pass a positive p99 bound in ms")
 

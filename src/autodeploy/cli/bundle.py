@@ -314,7 +314,10 @@ def _selection(selection: dict[str, Any] | None, source: dict[str, Any]) -> str:
 
         basis = basis_text(selection)  # what the winner line's number is (a bundle exported since issue 39)
         return f"study {source['study']!r} ({selection['objective']}): {selection['headline']}" + (f" ({basis})" if basis else "")
-    word = "p90" if selection["objective"] in ("latency", "pareto") else "items/s"  # pooled calls, as stored then
+    from autodeploy.objectives import OBJECTIVES
+
+    known = OBJECTIVES.get(selection["objective"])  # a time's statistic (p90), else a rate: pooled calls, as stored then
+    word = (known and known.latency_statistic) or "items/s"
     return (f"study {source['study']!r} ({selection['objective']}): {w['statistic']:.4g}{ci} over {w['n_samples']} samples"
             + (f", {speedup:.2f}x vs {_baseline_name(selection)} by {word} (pooled calls)" if speedup else ""))  # fmt: skip
 

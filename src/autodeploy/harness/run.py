@@ -32,10 +32,10 @@ from autodeploy.child import child_env, module_argv
 from autodeploy.data import Dataset, split, synthetic
 from autodeploy.errors import AutodeployError, BuildError, TrialFailed
 from autodeploy.harness.result import Accuracy, Measurement, TrialResult, headline
-from autodeploy.harness.scenarios import SCENARIOS
 from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import ModelInfo
+from autodeploy.objectives import SCENARIOS
 from autodeploy.roofline import OpCount, Peaks, Roofline, count_ops, roofline
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
 
@@ -324,7 +324,7 @@ def prepare(
     Raises:
         TrialFailed: the reference could not be computed (nothing to judge accuracy against).
     """
-    if scenario not in SCENARIOS or (scenario == "server" and not sla_ms):
+    if scenario not in SCENARIOS or (SCENARIOS[scenario].rate_under_sla and not sla_ms):
         raise ValueError(f"scenario {scenario!r} needs to be one of {', '.join(SCENARIOS)} (server with sla_ms)")
     uid = uid or uuid.uuid4().hex
     ref = reference(reference_model or model, data, settings, progress, config)

@@ -6,6 +6,9 @@
 * ``server``: Poisson arrivals with as many queries in flight as arrive, through the dynamic
   batcher (:mod:`autodeploy.harness.concurrency`); :func:`search_rate` bisects the rate.
 
+What each scenario means to the rest (requests in flight, a rate under the SLA, its knobs) is the table
+:data:`autodeploy.objectives.SCENARIOS`.
+
 :func:`poisson_run` is the one-runner form: a query that arrives while the runner is busy waits,
 and its latency counts from its arrival, so queueing shows up in the p99 as it would in a real server.
 """
@@ -23,7 +26,6 @@ from autodeploy.harness.stats import MIN_SAMPLES_P99
 from autodeploy.verdict import meets_sla
 
 Clock = Callable[[], int]
-SCENARIOS = ("single-stream", "offline", "multi-stream", "server")
 SPIN_NS = 200_000  # sleep until this close to an arrival, then spin: sleep() overshoots by ~50-100 µs
 
 

@@ -36,7 +36,7 @@ class WorkerSpec:
     min_cosine: float = DEFAULT_MIN_COSINE
     output_path: str | None = None  # reference mode: where to write the outputs; quantize mode: the model
     quant: dict[str, Any] | None = None  # quantize mode: the QuantConfig (``dataclasses.asdict`` form)
-    scenario: str = "single-stream"  # LoadGen's names (harness.scenarios.SCENARIOS); server needs sla_ms
+    scenario: str = "single-stream"  # LoadGen's names (objectives.SCENARIOS); server needs sla_ms
     sla_ms: float | None = None
     metric: str | None = None  # the user's task metric, module:function
     max_metric_drop: float | None = None

@@ -45,6 +45,7 @@ from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.stats import MIN_SAMPLES_P99, summarize
 from autodeploy.harness.timing import TimingPolicy, time_calls
 from autodeploy.model import ModelInfo, copy_unchanged
+from autodeploy.objectives import SCENARIOS
 
 
 class _Failed(Exception):
@@ -152,7 +153,7 @@ class _Job:
         feeds = batches[0]
         policy = TimingPolicy(**self.spec.policy)
         self.phase("warm-up and timing")
-        if self.spec.scenario == "single-stream":
+        if not SCENARIOS[self.spec.scenario].in_flight:  # one call at a time
             timed = _step("run_failed", lambda: time_calls(lambda: runner.run(feeds), policy))
             samples, duration, warmup, stopped_by = timed.samples_ns, timed.duration_s, timed.warmup_calls, timed.stopped_by
             load = timed.load
@@ -234,8 +235,8 @@ class _Job:
         try:
             loop = closed_loop(pool, feeds, policy)
             extra: dict[str, Any] = {"concurrency": {**pool.info, "requests": pool.requests}}
-            if self.spec.scenario == "server":
-                self.phase("server scenario")
+            if SCENARIOS[self.spec.scenario].rate_under_sla:
+                self.phase(f"{self.spec.scenario} scenario")
                 sized = _sized_feeds(evaluation, self.config.batch, self._axes(), pool.fixed_batch)
                 batching = BatchPolicy(self.config.batch, int(knobs.get("max_queue_delay_us", 0)))
                 capacity = self.config.batch * len(loop.samples_ns) / loop.duration_s  # items/s: a query is one item

@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autodeploy.errors import ShapeError, UsageError
-from autodeploy.objectives import NAMES
+from autodeploy.objectives import NAMES, OBJECTIVES
 from autodeploy.shapes import ShapeSet
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, sla_bounds_latency
 
@@ -103,7 +103,7 @@ class StudyConfig(_Strict):
     objective: ObjectiveName = "latency"
     engines: list[str] | None = None  # None: every engine available on this device
     precisions: list[str] | None = None  # None: every precision each engine offers here
-    batches: list[int] | None = None  # None: [1] for latency/server, 1..32 for throughput/pareto
+    batches: list[int] | None = None  # None: the objective's (objectives.py: 1 for latency, 1..32 for throughput)
     threads: list[int] | None = None  # None: powers of two up to the logical cores, and the core count
     #: {engine: {knob: [choices]}}; None: the engine's own. A choice is one scalar, never a nested structure.
     knobs: dict[str, dict[str, list[str | int | float | bool | None]]] | None = None
@@ -177,9 +177,7 @@ class StudyConfig(_Strict):
     def default_batches(self) -> list[int]:
         if self.batches is not None:
             return sorted(set(self.batches))
-        if self.objective == "server":  # the dynamic batcher's max batch size (1: no batching)
-            return [1, 2, 4, 8]
-        return [1] if self.objective == "latency" else [1, 2, 4, 8, 16, 32]
+        return list(OBJECTIVES[self.objective].batches)
 
 
 def load(

@@ -19,9 +19,9 @@ from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.harness import load as machine_load
 from autodeploy.harness import stats as rstats
-from autodeploy.harness.stats import bootstrap_mean_ci, latency_claim, summarize
+from autodeploy.harness.stats import latency_claim, summarize
 from autodeploy.harness.timing import TimingPolicy
-from autodeploy.objectives import OBJECTIVES
+from autodeploy.objectives import OBJECTIVES, RATE
 from autodeploy.results_db.history import trial_history
 from autodeploy.results_db.records import TrialFilter
 from autodeploy.search.budget import Budget, duration_text
@@ -275,15 +275,15 @@ def _interleaved(ctx: StudyContext, configs: list[TrialConfig], screened: Sequen
         busy_s += time.monotonic() - round_started
         rounds += 1
     values, statistic = _round_values(calls, rates, cases, objective)
-    medians, _ = _round_values(calls, rates, cases, objective, rstats.MEDIAN) if objective == "latency" else ([], "")
+    medians, _ = _round_values(calls, rates, cases, objective, rstats.MEDIAN) if OBJECTIVES[objective].from_calls else ([], "")
     out = []
     for i, config in enumerate(configs):
         pooled = {c.key: [x for one in calls[i] if one for x in one[c.key]] for c in cases}
         stat, ci = _over_rounds(values[i])
         per_shape = _per_shape_over_rounds(calls[i], cases, statistic) if len(cases) > 1 else {}
         shown = None  # the pooled calls' statistic, for display only
-        if objective == "latency":
-            shown = _mix([(c.weight, *_statistic(pooled[c.key], config.batch, objective)) for c in cases], objective)[0]
+        if OBJECTIVES[objective].from_calls:
+            shown = _mix([(c.weight, *_pooled(pooled[c.key])) for c in cases], objective)[0]
         out.append(Finalist(config, config.label(), stat, ci, sum(len(v) for v in pooled.values()), uids[i],
                             i == baseline, failures[i], per_shape, tuple(values[i]),
                             tuple(medians[i]) if medians else (), shown, tuple(loads[i]), tuple(times[i])))  # fmt: skip
@@ -352,25 +352,27 @@ def _unsteady(summary: StudySummary) -> list[dict[str, Any]]:
 def _round_values(calls: list[list[dict[str, list[float]] | None]], rates: list[list[float | None]],
                   cases: tuple[StudyCase, ...], objective: str,
                   statistic: str | None = None) -> tuple[list[list[float | None]], str]:  # fmt: skip
-    """One value per config per round, and its statistic's name.
+    """One value per config per round, and its statistic's name, as the objective's row says
+    (:attr:`~autodeploy.objectives.Objective.rounds`).
 
-    Throughput: the round's items/s (of the mix). Latency: the round's p90 at each shape (weighted
-    mean over the mix), or the median when some round has too few calls for a p90 claim: one
-    statistic for every round and config, so each per-round ratio compares like with like.
+    :data:`~autodeploy.objectives.RATE`: the round's items/s (of the mix). :data:`~autodeploy.objectives.CALLS`:
+    the round's p90 at each shape (mixed as the row mixes them: :meth:`~autodeploy.objectives.Objective.mix`),
+    or the median when some round has too few calls for a p90 claim: one statistic for every round and
+    config, so each per-round ratio compares like with like.
     """
-    if objective == "throughput":
+    rule = OBJECTIVES[objective]
+    if rule.rounds == RATE:
         return [list(r) for r in rates], "items/s"
     if statistic is None:
         counts = [len(one[c.key]) for per in calls for one in per if one for c in cases]
         statistic = rstats.round_statistic(counts)
-    total = sum(c.weight for c in cases)
+    weights = [c.weight for c in cases]
     out = []
     for per in calls:
         row: list[float | None] = []
         for one in per:
             values = [rstats.round_value(one[c.key], statistic) for c in cases] if one else [None]
-            row.append(None if any(v is None for v in values)
-                       else sum(c.weight * v for c, v in zip(cases, values, strict=True)) / total)  # type: ignore[operator]
+            row.append(None if any(v is None for v in values) else rule.mix(weights, values))  # type: ignore[arg-type]
         out.append(row)
     return out, statistic
 
@@ -394,11 +396,10 @@ def _per_shape_over_rounds(calls: list[dict[str, list[float]] | None], cases: tu
 
 
 def _costs(f: Finalist | Sequence[float | None], objective: str) -> list[float | None]:
-    """Per-round values as costs, lower is better: ms, or seconds per item for a rate."""
+    """Per-round values as costs, lower is better (:meth:`~autodeploy.objectives.Objective.cost`): ms, or seconds
+    per item for a rate."""
     values = f if not isinstance(f, Finalist) else (f.rounds or (f.statistic,))
-    if OBJECTIVES[objective].higher_is_better:
-        return [1.0 / v if v else None for v in values]
-    return list(values)
+    return [OBJECTIVES[objective].cost(v) for v in values]
 
 
 def _loaded(loads: Sequence[float | None], r: int) -> bool:
@@ -502,34 +503,25 @@ def _still_in(stats: list[tuple[int, Sequence[float | None]]], objective: str, k
 def _mix(weighted: list[tuple[float, float | None, tuple[float, float] | None]],
          objective: str) -> tuple[float | None, tuple[float, float] | None]:  # fmt: skip
     """One statistic and interval for a mix of shapes, each bound combined like the statistic
-    (weighted mean of latencies, weighted harmonic mean of rates): wider than a joint interval, never narrower."""
+    (:meth:`~autodeploy.objectives.Objective.mix`: the weighted mean of times, the weighted harmonic mean of
+    rates): wider than a joint interval, never narrower."""
     if len(weighted) == 1:
         return weighted[0][1], weighted[0][2]
     if any(stat is None or ci is None for _, stat, ci in weighted):
         return None, None
-    total = sum(w for w, _, _ in weighted)
-
-    def join(values: list[float]) -> float:
-        if objective == "latency":
-            return sum(w * v for (w, _, _), v in zip(weighted, values, strict=True)) / total
-        return total / sum(w / v for (w, _, _), v in zip(weighted, values, strict=True))
-
-    stat = join([s for _, s, _ in weighted])  # type: ignore[misc]
-    low, high = join([ci[0] for _, _, ci in weighted]), join([ci[1] for _, _, ci in weighted])  # type: ignore[index]
+    weights, rule = [w for w, _, _ in weighted], OBJECTIVES[objective]
+    stat = rule.mix(weights, [s for _, s, _ in weighted])  # type: ignore[misc]
+    low = rule.mix(weights, [ci[0] for _, _, ci in weighted])  # type: ignore[index]
+    high = rule.mix(weights, [ci[1] for _, _, ci in weighted])  # type: ignore[index]
     return stat, (min(low, high), max(low, high))
 
 
-def _statistic(
-    samples_ms: list[float], batch: int, objective: str
-) -> tuple[float | None, tuple[float, float] | None]:
-    """p90 ms with its bootstrap CI (latency), or items/s from the mean latency with a bootstrap CI (throughput)."""
+def _pooled(samples_ms: list[float]) -> tuple[float | None, tuple[float, float] | None]:
+    """The latency claim of calls pooled over the rounds (its p90 where it has the calls for one, else its median),
+    with its interval; ``None`` below 2 calls."""
     if len(samples_ms) < 2:
         return None, None
-    if objective == "latency":
-        return latency_claim(summarize(np.asarray(samples_ms) * 1e6))
-    mean_ms = float(np.mean(samples_ms))
-    low, high = bootstrap_mean_ci(samples_ms, seed=0, n_boot=2000)
-    return batch * 1000 / mean_ms, (batch * 1000 / high, batch * 1000 / low)
+    return latency_claim(summarize(np.asarray(samples_ms) * 1e6))
 
 
 def choose(name: str, objective: str, counts: dict[str, int], finalists: list[Finalist],
@@ -540,8 +532,9 @@ def choose(name: str, objective: str, counts: dict[str, int], finalists: list[Fi
     are compared on the rounds in which neither ran under load (:func:`_pairing`).
 
     The baseline (ORT fp32 default) competes too: when nothing the search found beats it, it is the
-    winner. The speed-up over it is the median of the per-round ratios, for ``statistic`` and (latency)
-    for the median, each with its order-statistic interval when the winner ran MIN_WINNER_ROUNDS rounds.
+    winner. The speed-up over it is the median of the per-round ratios, for ``statistic`` and, for a statistic
+    of calls (:attr:`~autodeploy.objectives.Objective.from_calls`), for the median, each with its
+    order-statistic interval when the winner ran MIN_WINNER_ROUNDS rounds.
     """
     candidates = [f for f in finalists if f.statistic is not None and any(v is not None for v in _costs(f, objective))]
     baseline = next((f for f in finalists if f.baseline), None)
@@ -596,7 +589,7 @@ def _speedups(baseline: Finalist, winner: Finalist, objective: str, statistic: s
     quiet, loaded = _quiet_pairs(baseline, winner)
     kept = quiet or loaded if baseline.rounds and winner.rounds else [0]
     series = [(statistic, _costs(baseline, objective), _costs(winner, objective))]
-    if objective == "latency" and statistic != rstats.MEDIAN and baseline.medians and winner.medians:
+    if OBJECTIVES[objective].from_calls and statistic != rstats.MEDIAN and baseline.medians and winner.medians:
         series.append((rstats.MEDIAN, list(baseline.medians), list(winner.medians)))
     out = {}
     for which, base, won in series:

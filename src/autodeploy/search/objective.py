@@ -1,9 +1,9 @@
 """From a measurement to what Optuna optimizes: objective values and constraint violations.
 
-What each objective means (scenario, statistic, directions, words) is the table in
-:mod:`autodeploy.objectives`; :func:`values` gives each objective's values. The rules (accuracy drop,
-constraints, feasibility) live in :mod:`autodeploy.verdict`; ``accuracy_drop`` is re-exported here
-for the callers that import it from the search.
+What each objective means (scenario, measures, statistic, directions, words) is the table in
+:mod:`autodeploy.objectives`; :func:`values` reads the measures its row names off :class:`Metrics`. The rules
+(accuracy drop, constraints, feasibility) live in :mod:`autodeploy.verdict`; ``accuracy_drop`` is re-exported
+here for the callers that import it from the search.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from autodeploy import verdict
 from autodeploy.harness.stats import claimed
+from autodeploy.objectives import OBJECTIVES
 from autodeploy.verdict import Limits, Measured, accuracy_drop, sla_bounds_latency
 
 if TYPE_CHECKING:
@@ -60,14 +61,9 @@ class Metrics:
 
 
 def values(m: Metrics, objective: str) -> list[float]:
-    """The values Optuna optimizes, one per direction of the objective (:data:`autodeploy.objectives.OBJECTIVES`)."""
-    if objective == "latency":
-        return [m.latency_ms]
-    if objective == "throughput":
-        return [m.throughput or 0.0]
-    if objective == "server":
-        return [m.server_rate or 0.0]
-    return [m.latency_ms, m.accuracy_drop, m.peak_rss_mb or 0.0]
+    """The values Optuna optimizes, one per direction of the objective: the fields of ``m`` its row names
+    (:attr:`autodeploy.objectives.Objective.measures`), one not measured as 0."""
+    return [getattr(m, name) or 0.0 for name in OBJECTIVES[objective].measures]
 
 
 def violations(m: Metrics, constraints: Constraints, objective: str) -> dict[str, float]:

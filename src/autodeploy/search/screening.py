@@ -296,8 +296,9 @@ def _measure_case(
     """Metrics of ``config`` at one shape: from the store when measured before here, else a fresh trial (stored)."""
     cfg = ctx.config
     at = f" at {case.key}" if len(ctx.shape_cases()) > 1 else ""
-    # A stored measurement was judged without this study's --metric: reused, the metric would never run.
-    if not cfg.fresh and cfg.objective != "server" and phase == "screening" and cfg.metric is None:
+    # A stored measurement was judged without this study's --metric: reused, the metric would never run. A rate
+    # under the SLA (server) was searched under its own study's SLA: measured again, under this one.
+    if not cfg.fresh and sla_bounds_latency(cfg.objective) and phase == "screening" and cfg.metric is None:
         version = registry.get(config.engine).probe_version()
         repeat = TrialFilter(model_sha256=case.model.sha256, device=ctx.device.fingerprint, config_key=config.key(),
                              engine_version=version, shape_key=case.key, scenario=OBJECTIVES[cfg.objective].scenario,
@@ -333,7 +334,7 @@ def _measure_case(
     latency = result.latency
     ci = latency_claim(latency)[1]
     return Measured(Metrics.of_result(result), result.uid, samples_ms=result.samples_ms, accuracy=result.accuracy,
-                     accuracy_uid=used, ci=ci if cfg.objective == "latency" else None,
+                     accuracy_uid=used, ci=ci if OBJECTIVES[cfg.objective].from_calls else None,
                      load=result.measurement.load if result.measurement is not None else None, **common)  # fmt: skip
 
 

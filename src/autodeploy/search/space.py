@@ -106,9 +106,9 @@ def build_space(config: StudyConfig, device: DeviceInfo, model: ModelInfo) -> Se
         if config.knobs and name in config.knobs:
             knobs = {k: tuple(v) for k, v in config.knobs[name].items()}
         else:
-            wanted = set(engine.search_knobs) | (set(engine.throughput_knobs) if OBJECTIVES[config.objective].in_flight else set())
-            if config.objective == "server":
-                wanted.add("max_queue_delay_us")  # the dynamic batcher's delay; the batch is its max batch size
+            objective = OBJECTIVES[config.objective]  # its scenario's knobs: the dynamic batcher's delay (server)
+            wanted = set(engine.search_knobs) | (set(engine.throughput_knobs) if objective.in_flight else set())
+            wanted |= set(objective.knobs)
             knobs = {k: tuple(offered.knobs[k]) for k in sorted(wanted) if k in offered.knobs}
         only = {k: tuple(sorted(p)) for k, p in engine.precision_knobs.items() if k in knobs}
         engines[name] = EngineChoices(precisions, knobs, offered.threads, only)

@@ -177,13 +177,12 @@ def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 
 def ranked(study: optuna.Study, objective: str) -> list[optuna.trial.FrozenTrial]:
-    """Feasible trials best first, one per config (Pareto front by latency for ``pareto``)."""
+    """Feasible trials best first by their first value, one per config; of several values (``pareto``), the
+    Pareto front alone."""
     trials = feasible_trials(study)
-    if objective == "pareto":
+    if not OBJECTIVES[objective].single:
         trials = [trials[i] for i in pareto_front([t.values for t in trials])]
-        trials.sort(key=lambda t: t.values[0])
-    else:
-        trials.sort(key=lambda t: t.values[0], reverse=OBJECTIVES[objective].higher_is_better)
+    trials.sort(key=lambda t: t.values[0], reverse=OBJECTIVES[objective].higher_is_better)
     unique, seen = [], set()
     for t in trials:
         key = TrialConfig.from_dict(t.user_attrs["config"]).key()
