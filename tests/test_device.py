@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from autodeploy.device import RELEVANT_ISA, DeviceInfo, probe_device
+from autodeploy.device import RELEVANT_ISA, probe_device
+from autodeploy.runtime.device import DeviceInfo
 from autodeploy.runtime.machine import parse_cpuinfo as _parse_cpuinfo
 
 CPUINFO = Path("/proc/cpuinfo")

@@ -46,8 +46,8 @@ __all__ = ["ARTIFACT_FILE", "IO", "NATIVE_ISA", "Artifact", "Availability", "Eng
            "TrialConfig", "TritonBackend", "int8_saturates", "io_of"]  # fmt: skip
 
 if TYPE_CHECKING:
-    from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
+    from autodeploy.runtime.device import DeviceInfo
 
 ARTIFACT_FILE = "artifact.json"
 ARTIFACT_SCHEMA = 1

@@ -48,8 +48,8 @@ from autodeploy.model import copy_unchanged
 from autodeploy.runtime import openvino as rt
 
 if TYPE_CHECKING:
-    from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
+    from autodeploy.runtime.device import DeviceInfo
 
 IR_FILE = rt.MODEL_FILE
 DEVICE = rt.DEVICE

@@ -27,8 +27,8 @@ from autodeploy.model import copy_unchanged
 from autodeploy.runtime import onnxruntime as rt
 
 if TYPE_CHECKING:
-    from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
+    from autodeploy.runtime.device import DeviceInfo
 
 MODEL_FILE = rt.MODEL_FILE
 OPT_LEVELS = ("ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL")

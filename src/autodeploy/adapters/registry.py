@@ -17,8 +17,8 @@ from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace
 from autodeploy.errors import EXTRAS, MissingExtraError, UnknownEngineError
 
 if TYPE_CHECKING:
-    from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
+    from autodeploy.runtime.device import DeviceInfo
 
 #: The baseline engine, named here once (docs/architecture.md, "Measurement rules"): it computes the fp32
 #: reference every accuracy verdict compares against, its fp32 default (:data:`BASELINE_CONFIG`) is what

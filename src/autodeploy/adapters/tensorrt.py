@@ -45,8 +45,8 @@ from autodeploy.runtime.tensorrt import check_plan_compatible, shape_in_profile
 __all__ = ["PLAN_FILE", "TensorRTEngine", "check_plan_compatible", "compute_capability", "profile_shapes", "shape_in_profile"]
 
 if TYPE_CHECKING:
-    from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
+    from autodeploy.runtime.device import DeviceInfo
 
 PLAN_FILE = rt.MODEL_FILE
 #: The largest batch a plan accepts is at least this, so one plan serves small batches too.

@@ -56,8 +56,8 @@ from autodeploy.runtime import tflite as rt
 from autodeploy.runtime.tflite import permute as _permute
 
 if TYPE_CHECKING:
-    from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
+    from autodeploy.runtime.device import DeviceInfo
 
 MODEL_FILE = rt.MODEL_FILE
 LAYOUT_FILE = rt.LAYOUT_FILE

@@ -26,7 +26,7 @@ from autodeploy.api._common import (
     cache_dir,
 )
 from autodeploy.data import Dataset, inputs_record, shapes_from_data
-from autodeploy.device import DeviceInfo, probe_device
+from autodeploy.device import probe_device
 from autodeploy.errors import UsageError
 from autodeploy.harness.result import TrialResult
 from autodeploy.harness.run import HarnessSettings, run_trial
@@ -34,6 +34,7 @@ from autodeploy.harness.timing import TimingPolicy
 from autodeploy.images import Preprocess
 from autodeploy.intake import ResolvedModel, load_source, resolve_model
 from autodeploy.model import ModelInfo
+from autodeploy.runtime.device import DeviceInfo
 from autodeploy.shapes import ShapeCase, ShapeSet
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 

@@ -13,11 +13,12 @@ import numpy as np
 
 from autodeploy.api._common import Progress, _silent
 from autodeploy.data import Dataset
-from autodeploy.device import DeviceInfo, probe_device
+from autodeploy.device import probe_device
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.images import Preprocess
 from autodeploy.intake import choose_inputs, load_source
 from autodeploy.model import ModelInfo
+from autodeploy.runtime.device import DeviceInfo
 
 if TYPE_CHECKING:
     from autodeploy.harness.load import Load

@@ -19,9 +19,9 @@ from autodeploy.redact import mask_secrets
 from autodeploy.shapes import ShapeCase, ShapeSet
 
 if TYPE_CHECKING:
-    from autodeploy.device import DeviceInfo
     from autodeploy.results_db.store import Store
     from autodeploy.roofline import Peaks
+    from autodeploy.runtime.device import DeviceInfo
 
 
 Progress = Callable[[str], None]

@@ -10,9 +10,10 @@ from rich.table import Table
 from autodeploy.adapters.base import Availability
 from autodeploy.adapters.registry import all_engines
 from autodeploy.cli._common import Format, FormatOption, cache_dir, emit, err, out, shown, spinner
-from autodeploy.device import DeviceInfo, probe_device
+from autodeploy.device import probe_device
 from autodeploy.report import SCHEMA_VERSION
 from autodeploy.roofline import Peaks, gops_text
+from autodeploy.runtime.device import DeviceInfo
 
 
 def engines(format: FormatOption = Format.table,

@@ -30,8 +30,8 @@ from autodeploy.fleet import jobs, ledger, queue
 from autodeploy.search.context import Reporter
 
 if TYPE_CHECKING:
-    from autodeploy.device import DeviceInfo
     from autodeploy.results_db.store import Store
+    from autodeploy.runtime.device import DeviceInfo
     from autodeploy.search.summary import StudySummary
 
 #: How long a taken run stays this agent's without a heartbeat (PgQueuer's ``heartbeat_timeout``): then the

@@ -22,8 +22,8 @@ from autodeploy.results_db.records import DeviceRecord
 from autodeploy.results_db.schema import FleetAgent, FleetBlob, FleetJob, FleetRun
 
 if TYPE_CHECKING:
-    from autodeploy.device import DeviceInfo
     from autodeploy.results_db.store import Store
+    from autodeploy.runtime.device import DeviceInfo
 
 T = TypeVar("T")
 #: A run in one of these states is over: no agent takes it again.

@@ -32,9 +32,9 @@ from autodeploy.units import fmt_ms, fmt_ms_range
 from autodeploy.verdict import BaselineHistory, against_history
 
 if TYPE_CHECKING:
-    from autodeploy.device import DeviceInfo
     from autodeploy.results_db.records import GateRunRecord
     from autodeploy.results_db.store import Store
+    from autodeploy.runtime.device import DeviceInfo
 
 #: Latency metrics the gate can judge: the per-round statistic each one takes.
 LATENCY_METRICS = {"p10": "p10_ms", "median": "median_ms", "p90": "p90_ms", "mean": "mean_ms"}

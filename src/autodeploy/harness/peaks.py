@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     import numpy as np
     import onnx
 
-    from autodeploy.device import DeviceInfo
+    from autodeploy.runtime.device import DeviceInfo
 
 #: The engines with kernels of their own; the others run on these (the in-house engine) or on a GPU.
 ENGINES = ("onnxruntime", "openvino")

@@ -71,8 +71,8 @@ from autodeploy.errors import BuildError, UnsupportedConfigError
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 if TYPE_CHECKING:
-    from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
+    from autodeploy.runtime.device import DeviceInfo
 
 REPORT_FILE = "inhouse.json"
 #: ``float_precision`` values: what the float remainder of an int8 artifact runs in on OpenVINO.

@@ -19,8 +19,8 @@ from autodeploy.harness.result import STATUSES, MeasuredShortcuts
 from autodeploy.harness.result import Measurement as MeasurementRecord
 
 if TYPE_CHECKING:
-    from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
+    from autodeploy.runtime.device import DeviceInfo
 
 
 @dataclass(frozen=True)

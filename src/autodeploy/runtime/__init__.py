@@ -9,7 +9,9 @@ records them. The harness worker (through the adapters' ``load``) and the bundle
 these same files; a bundle ships them verbatim in its ``runtime/`` folder. Every engine autodeploy opens
 is opened here, also where no artifact is run: ``onnxruntime.session``, ``openvino.read`` and
 ``openvino.compile_at``, ``tflite.interpreter`` serve the quantizer's calibration and judge, the zoo's
-builders and the adapters' probes (``tests/test_engine_openings.py`` keeps it so).
+builders and the adapters' probes (``tests/test_engine_openings.py`` keeps it so). ``device.py`` holds the
+record of the machine the engines build for (``DeviceInfo``), below the adapters and the registry; bundles
+do not ship it.
 
 Contract for every module here: it imports only the standard library, numpy and, inside
 ``open``, its own engine; other modules of this package only by relative import, so the

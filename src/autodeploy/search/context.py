@@ -14,8 +14,8 @@ from autodeploy.search.space import SearchSpace
 
 if TYPE_CHECKING:
     from autodeploy.adapters.base import TrialConfig
-    from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
+    from autodeploy.runtime.device import DeviceInfo
 
 
 BASELINE = registry.BASELINE_CONFIG

@@ -20,8 +20,8 @@ from autodeploy.objectives import OBJECTIVES
 if TYPE_CHECKING:
     import optuna
 
-    from autodeploy.device import DeviceInfo
     from autodeploy.model import ModelInfo
+    from autodeploy.runtime.device import DeviceInfo
     from autodeploy.search.config import StudyConfig
 
 
