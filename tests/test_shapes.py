@@ -17,8 +17,8 @@ from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import load_model
 from autodeploy.results_db import Store, TrialFilter
 from autodeploy.search import config as study_config
-from autodeploy.search.finalists import _mix
 from autodeploy.search.objective import Metrics
+from autodeploy.search.rounds import _mix
 from autodeploy.search.screening import combine
 from autodeploy.shapes import ShapeCase, ShapeSet, from_config, parse_flags, parse_key
 from tests.models import paddle_like

@@ -128,7 +128,7 @@ TIE_TOLERANCE = 0.03
 #: After the finalists' first round a config leaves the rounds only when it is at least this fraction
 #: slower than the leader in that round (so too when one round is all the two have in common quiet), and
 #: more where the machine moved one config further than that between two of its runs
-#: (``search/finalists.py`` ``_one_pair_margin``): two equal configs can read as far apart as one config
+#: (``search/winner.py`` ``one_pair_margin``): two equal configs can read as far apart as one config
 #: reads from itself. After later rounds, when it is slower in every round so far and the paired interval
 #: of its ratio to the leader lies above 1 (it is wholly behind).
 FIRST_ROUND_MARGIN = 0.10

@@ -21,9 +21,9 @@ from autodeploy.report import SCHEMA, history_text, study_record
 from autodeploy.results_db import DeviceRecord, ModelRecord, TrialFilter
 from autodeploy.search.config import Finalists
 from autodeploy.search.context import shape_key
-from autodeploy.search.finalists import SPREAD_MAX_S, _Schedule, _spread
-from autodeploy.search.finalists import choose as _choose
+from autodeploy.search.rounds import SPREAD_MAX_S, _Schedule, _spread
 from autodeploy.search.study import BASELINE, run_study
+from autodeploy.search.winner import choose as _choose
 from autodeploy.verdict import HISTORY_MIN_RUNS, against_history
 from tests.search.test_study import make_ctx
 from tests.search.test_winner import finalist

@@ -628,41 +628,41 @@ def test_finalists_are_the_best_of_each_branch_first():
 
 def test_a_finalist_wholly_behind_the_leader_runs_no_more_rounds():
     """Paired by round (issue 26): slower than the leader in every round, with a paired interval above 1."""
-    from autodeploy.search.finalists import _one_pair_margin, _still_in
+    from autodeploy.search.winner import one_pair_margin, still_in
     from autodeploy.verdict import FIRST_ROUND_MARGIN
 
     lead, close, behind = [1.0, 2.0, 1.0], [1.04, 1.9, 1.05], [1.5, 3.0, 1.6]  # round 2: the machine was slow
-    assert _still_in([(0, lead), (1, close), (2, behind), (3, [None, None, None])], "latency") == [0, 1]
-    assert _still_in([(0, [1.0]), (1, [1.08])], "latency") == [0, 1]  # one round: not clear yet
-    assert _still_in([(0, [1.0]), (1, [1.5])], "latency") == [0]
-    assert _still_in([(0, [1.0, 1.0]), (1, [1.08, 1.05])], "latency") == [0]  # two rounds, slower in both
+    assert still_in([(0, lead), (1, close), (2, behind), (3, [None, None, None])], "latency") == [0, 1]
+    assert still_in([(0, [1.0]), (1, [1.08])], "latency") == [0, 1]  # one round: not clear yet
+    assert still_in([(0, [1.0]), (1, [1.5])], "latency") == [0]
+    assert still_in([(0, [1.0, 1.0]), (1, [1.08, 1.05])], "latency") == [0]  # two rounds, slower in both
     # one round's gap must beat the machine's own swing: a shared VM read the ORT default 4.9 ms in screening
     # and 10.4 ms in round 1 (the host took a vCPU, no steal reported); there 1.5x is no gap, 2.2x is
-    assert _one_pair_margin([[5.0, 5.2], [3.0, None], [None], []]) == FIRST_ROUND_MARGIN  # steady: the floor
-    wide = _one_pair_margin([[4.9, 10.4], [3.0, 3.1]])
+    assert one_pair_margin([[5.0, 5.2], [3.0, None], [None], []]) == FIRST_ROUND_MARGIN  # steady: the floor
+    wide = one_pair_margin([[4.9, 10.4], [3.0, 3.1]])
     assert wide == pytest.approx(10.4 / 4.9 - 1)
-    assert _still_in([(0, [1.0]), (1, [1.5])], "latency", margin=wide) == [0, 1]
-    assert _still_in([(0, [1.0]), (1, [2.2])], "latency", margin=wide) == [0]
-    assert _still_in([(0, [100.0, 90.0]), (1, [50.0, 45.0])], "throughput") == [0]
-    assert _still_in([(0, [1.0, 1.0]), (1, [1.5, 1.5])], "latency", keep=1) == [0, 1]  # the baseline stays
+    assert still_in([(0, [1.0]), (1, [1.5])], "latency", margin=wide) == [0, 1]
+    assert still_in([(0, [1.0]), (1, [2.2])], "latency", margin=wide) == [0]
+    assert still_in([(0, [100.0, 90.0]), (1, [50.0, 45.0])], "throughput") == [0]
+    assert still_in([(0, [1.0, 1.0]), (1, [1.5, 1.5])], "latency", keep=1) == [0, 1]  # the baseline stays
     # before a winner claim's rounds: the closest rival stays beside the leader (2.6x, not 4x) ...
     three = [(0, [1.0]), (1, [4.0]), (2, [2.6])]
-    assert _still_in(three, "latency") == [0]
-    assert _still_in(three, "latency", rival=True) == [0, 2]
+    assert still_in(three, "latency") == [0]
+    assert still_in(three, "latency", rival=True) == [0, 2]
     # ... and the baseline, which runs every round for the speed-up, is no rival: the leader keeps a contender
     # that one swing of the machine could have put behind (within the margin), not one far behind
     near = [(0, [1.0, 1.0]), (1, [4.0, 4.0]), (2, [1.3, 1.2]), (3, [3.0, 3.0])]
-    assert _still_in(near, "latency", keep=3, margin=wide) == [0, 3]
-    assert _still_in(near, "latency", keep=3, rival=True, margin=wide) == [0, 2, 3]
-    assert _still_in(near, "latency", keep=3, rival=True) == [0, 3]  # 1.25x behind twice, on a steady machine
+    assert still_in(near, "latency", keep=3, margin=wide) == [0, 3]
+    assert still_in(near, "latency", keep=3, rival=True, margin=wide) == [0, 2, 3]
+    assert still_in(near, "latency", keep=3, rival=True) == [0, 3]  # 1.25x behind twice, on a steady machine
     far = [(0, [1.0, 1.0]), (1, [4.0, 4.0]), (2, [2.7, 2.8]), (3, [3.0, 3.0])]
-    assert _still_in(far, "latency", keep=3, rival=True, margin=wide) == [0, 3]
+    assert still_in(far, "latency", keep=3, rival=True, margin=wide) == [0, 3]
 
 
 def test_a_tie_needs_close_statistics_not_only_overlapping_intervals():
     """A noisy all-cores config 1.29x faster is not tied with a one-thread config (the cheaper one would win)."""
-    from autodeploy.search.finalists import choose as _choose
     from autodeploy.search.study import Finalist
+    from autodeploy.search.winner import choose as _choose
 
     def finalist(threads, p90, ci):
         config = TrialConfig("openvino", "fp32", threads=threads)

@@ -14,16 +14,11 @@ import numpy as np
 
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.report import SCHEMA, load_text, speedup_text, study_record
-from autodeploy.search.finalists import (
-    MIN_WINNER_ROUNDS,
-    _enough_pairs,
-    _quiet_target,
-    _round_values,
-    _still_in,
-    _unsteady,
-)
-from autodeploy.search.finalists import choose as _choose
+from autodeploy.search.pairing import _enough_pairs, _quiet_target, unsteady
+from autodeploy.search.rounds import round_values
 from autodeploy.search.study import BASELINE, Finalist
+from autodeploy.search.winner import MIN_WINNER_ROUNDS, still_in
+from autodeploy.search.winner import choose as _choose
 
 
 def finalist(engine, precision, threads, rounds, medians=(), *, baseline=False, loads=()):
@@ -72,8 +67,8 @@ def test_the_measured_case_picks_bf16_which_the_pooled_tail_got_wrong():
     assert pooled["int8"] < pooled["bf16"]  # the old rule's winner: int8
     order = ["int8", "bf16", "base"]
     per_round = [[{"x": c} for c in calls[k]] for k in order]
-    values, statistic = _round_values(per_round, [], (_Case(),), "latency")
-    medians, _ = _round_values(per_round, [], (_Case(),), "latency", "median")
+    values, statistic = round_values(per_round, [], (_Case(),), "latency")
+    medians, _ = round_values(per_round, [], (_Case(),), "latency", "median")
     assert statistic == "p90"
     int8, bf16, base = (finalist(e, p, t, v, m, baseline=b) for (e, p, t, b), v, m in
                         zip([("openvino", "int8", 1, False), ("openvino", "bf16", 2, False), ("", "", None, True)],
@@ -82,7 +77,7 @@ def test_the_measured_case_picks_bf16_which_the_pooled_tail_got_wrong():
     assert summary.winner is bf16 and not summary.tie_with and not summary.screening_only
     assert 4.5 < summary.speedup_vs_baseline < 6  # quiet rounds: ~19.8 / 3.7 ms, not the noisy round's
     assert set(summary.speedups) == {"p90", "median"} and summary.speedups["p90"].level == 0.6
-    assert _still_in([(0, values[0]), (1, values[1]), (2, values[2])], "latency", keep=2) == [0, 1, 2]  # int8 won a round
+    assert still_in([(0, values[0]), (1, values[1]), (2, values[2])], "latency", keep=2) == [0, 1, 2]  # int8 won a round
     text = summary.headline()
     assert text.startswith("winner: openvino/bf16/b1/t2, p90 3.") and "for the ORT fp32 default: " in text
     assert "(median " in text and "intervals over 3 rounds, 60% coverage" in text
@@ -180,16 +175,16 @@ def test_a_baseline_whose_quiet_rounds_disagree_is_named_with_its_range():
     win = finalist("openvino", "fp32", 1, UNSTEADY["win"], loads=[0.05] * 5)
     base = finalist("", "", None, UNSTEADY["base"], baseline=True, loads=[0.06] * 5)
     summary = _choose("s", "latency", {}, [win, base])
-    (entry,) = _unsteady(summary)
+    (entry,) = unsteady(summary)
     assert entry == {"config": base.label, "baseline": True, "low": 5.33, "high": 10.63}
     record = study_record(replace(summary, load={"rounds": [0.06] * 5, "unsteady": [entry]}))
     jsonschema.validate(record, SCHEMA, cls=jsonschema.Draft202012Validator)
     assert "the ORT fp32 default read 5.33-10.63 ms (1.99x apart" in load_text(record)
     assert speedup_text(record).endswith(", unsteady machine")
     steady = _choose("s", "latency", {}, [win, finalist("", "", None, [5.0, 5.3, 5.2, 5.6, 5.1], baseline=True)])
-    assert _unsteady(steady) == []  # within 1.5x: nothing to say
+    assert unsteady(steady) == []  # within 1.5x: nothing to say
     loaded = finalist("", "", None, UNSTEADY["base"], baseline=True, loads=[0.06, 0.06, 0.06, 0.9, 0.06])
-    assert _unsteady(_choose("s", "latency", {}, [win, loaded])) == []  # the 5.33 ms round ran under load
+    assert unsteady(_choose("s", "latency", {}, [win, loaded])) == []  # the 5.33 ms round ran under load
 
 
 def test_configs_are_compared_on_the_rounds_in_which_neither_ran_under_load():
@@ -205,5 +200,5 @@ def test_configs_are_compared_on_the_rounds_in_which_neither_ran_under_load():
     # nor does a config leave the rounds on the rounds it ran under load: two loaded rounds put both cores
     # 1.9x behind; in the quiet one it was 5% behind, inside the margin one pair needs
     values = [[4.61, 4.65, 4.50], [9.0, 8.5, 4.72]]
-    assert _still_in(list(enumerate(values)), "latency") == [0]  # every round: both cores wholly behind
-    assert _still_in(list(enumerate(values)), "latency", loads={0: one.loads, 1: both.loads}) == [0, 1]
+    assert still_in(list(enumerate(values)), "latency") == [0]  # every round: both cores wholly behind
+    assert still_in(list(enumerate(values)), "latency", loads={0: one.loads, 1: both.loads}) == [0, 1]

@@ -4,6 +4,7 @@
 into a :class:`~autodeploy.adapters.base.TrialConfig` (define-by-run); ``objective.py`` turns
 a measured result into objective values and constraint violations; ``study.py`` drives the
 study (``run_study``): ``screening.py`` measures one trial, ``finalists.py`` re-measures the best
-configs interleaved and picks the winner, ``storage.py`` is Optuna's side (RDB storage, sampler,
+configs interleaved (``rounds.py``; ``pairing.py`` the winner and the baseline again as pairs where load spoiled
+their rounds) and picks the winner (``winner.py``), ``storage.py`` is Optuna's side (RDB storage, sampler,
 heartbeat, ranking); ``context.py`` and ``summary.py`` hold what a run is given and what it says.
 """

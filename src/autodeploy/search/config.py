@@ -59,7 +59,7 @@ class Finalists(_Strict):
     min_samples: int = Field(200, ge=2)
     min_duration_s: float = Field(2.0, ge=0)
     #: The least seconds from the first finalist round to the last, waiting between rounds at random (seeded by the
-    #: study's seed) so the rounds sample the host over time, not one moment of it (``search/finalists.py``
+    #: study's seed) so the rounds sample the host over time, not one moment of it (``search/rounds.py``
     #: ``_spread``); ``None``: as long as the study ran before the finalists, at most ``SPREAD_MAX_S``; 0: back to back.
     #: A time budget pays for the rounds first: a wait the time left cannot pay for is cut.
     spread_s: float | None = Field(None, ge=0, description="seconds the finalist rounds span at least (None: automatic)")
