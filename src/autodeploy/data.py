@@ -13,15 +13,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import numpy as np
 
 from autodeploy.errors import DataError
 from autodeploy.model import ModelInfo
-
-if TYPE_CHECKING:
-    from autodeploy.images import Preprocess
 
 DEFAULT_SEED = 0
 #: Synthetic integer inputs are drawn from [0, INT_HIGH): a range every embedding table of a
@@ -223,18 +220,6 @@ def _npz_declared_bytes(npz: Any) -> int:
     return total
 
 
-def inputs_record(source: str | Path | Dataset | None, preprocess: Preprocess | None,
-                  default: Mapping[str, object] | None = None) -> dict[str, object]:  # fmt: skip
-    """What a trial was fed, as stored with it and written into its bundle: ``{"data": ..., "preprocess": ...}``.
-
-    ``default`` is the record of the inputs used without ``source`` (a zoo model's own data), else synthetic.
-    """
-    if source is None:
-        return dict(default) if default is not None else {"data": "synthetic", "preprocess": None}
-    data = f"<{len(source)} items given in Python>" if isinstance(source, Dataset) else str(source)
-    return {"data": data, "preprocess": preprocess.to_dict() if preprocess is not None else None}
-
-
 def load_user_data(path: str | Path, model: ModelInfo) -> Dataset:
     """Read user inputs from a ``.npz`` file or a folder of ``NAME.npy`` files and check them.
 
@@ -302,7 +287,7 @@ def _check_array(model: ModelInfo, name: str, array: np.ndarray) -> None:
             f"input data {name!r} has dtype {array.dtype}, the model wants {spec.dtype}",
             fix=f"convert it with array.astype(numpy.{spec.dtype})",
         )
-    want = _item_dims(model, name)
+    want = model.item_dims(name)
     got = tuple(array.shape[1:])
     if len(got) != len(want) or any(isinstance(w, int) and w != g for w, g in zip(want, got, strict=False)):
         shown = tuple(d if isinstance(d, int) else "?" for d in want)
@@ -310,14 +295,6 @@ def _check_array(model: ModelInfo, name: str, array: np.ndarray) -> None:
             f"input data {name!r} has items of shape {got}, the model wants {shown}".replace("'?'", "?"),
             fix="arrays are (n_items, *item_shape), the item without its batch axis; fix the data or --shape",
         )
-
-
-def _item_dims(model: ModelInfo, name: str) -> tuple[int | str | None, ...]:
-    """One item's dims as far as the model and ``--shape`` fix them (dynamic ones left open)."""
-    spec = model.input(name)
-    dims = tuple(model.shapes.get(name, spec.shape))
-    axis = model.batch_axis(name)
-    return dims if axis is None else dims[:axis] + dims[axis + 1 :]
 
 
 def shapes_from_data(model: ModelInfo, data: Dataset) -> dict[str, tuple[int, ...]]:

@@ -146,15 +146,13 @@ def image_input(model: ModelInfo, layout: str | None = None) -> ImageInput:
     Raises:
         DataError: no or several 4-D inputs, an unknown channel axis, or dynamic height/width.
     """
-    from autodeploy.data import _item_dims  # the item dims as the model and --shape fix them
-
     four_d = [s for s in model.inputs if len(model.shapes.get(s.name, s.shape)) == 4]
     if len(four_d) != 1:
         raise DataError(f"image data needs exactly one 4-D input (N,C,H,W or N,H,W,C); the model has "
                         f"{[s.name + s.shape_str() for s in model.inputs]}",
                         fix="give --data as .npz arrays, one per input")  # fmt: skip
     spec = four_d[0]
-    dims = list(_item_dims(model, spec.name))
+    dims = list(model.item_dims(spec.name))  # the item dims as the model and --shape fix them
     if len(dims) != 3:
         raise DataError(f"input {spec.name!r} {spec.shape_str()} has no batch axis to stack images on",
                         fix=f"set it with --batch-axis {spec.name}=0")  # fmt: skip

@@ -2,7 +2,9 @@
 
 Every command that runs a model takes inputs the same way: the user's ``--data``, else the zoo
 model's own labelled data, else synthetic inputs (labelled as such). :func:`choose_inputs` is that
-rule, once, for bench, tune, gate, bundle run and inhouse quantize.
+rule, once, for bench, tune, gate, bundle run and inhouse quantize. The records of what was named and
+fed live here too: :func:`display_name` (``zoo:NAME`` or the file's stem) and :func:`inputs_record`
+(what a trial was fed, as stored with it and written into its bundle).
 
 It sits above :mod:`autodeploy.model` (the ONNX file), :mod:`autodeploy.data` (arrays and
 ``.npz``) and :mod:`autodeploy.images` (image folders), which do not import it: a reference that
@@ -159,3 +161,21 @@ def load_data(source: str | Path, model: ModelInfo, preprocess: Preprocess | Non
         raise DataError(f"--data {path} holds arrays, and image preprocessing (layout, channels, mean, scale) "
                         "applies to images only", fix="preprocess the arrays yourself, or give a folder of images")  # fmt: skip
     return load_user_data(path, model)
+
+
+def display_name(ref: str | Path) -> str:
+    """The display name :func:`resolve_model` gives ``ref``: ``zoo:NAME``, else the file's stem."""
+    name = zoo.parse_ref(str(ref))
+    return f"zoo:{name}" if name is not None else Path(ref).stem
+
+
+def inputs_record(source: str | Path | Dataset | None, preprocess: Preprocess | None,
+                  default: Mapping[str, object] | None = None) -> dict[str, object]:  # fmt: skip
+    """What a trial was fed, as stored with it and written into its bundle: ``{"data": ..., "preprocess": ...}``.
+
+    ``default`` is the record of the inputs used without ``source`` (a zoo model's own data), else synthetic.
+    """
+    if source is None:
+        return dict(default) if default is not None else {"data": "synthetic", "preprocess": None}
+    data = f"<{len(source)} items given in Python>" if isinstance(source, Dataset) else str(source)
+    return {"data": data, "preprocess": preprocess.to_dict() if preprocess is not None else None}

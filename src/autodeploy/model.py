@@ -128,6 +128,12 @@ class ModelInfo:
         axis = self.batch_axis(name)
         return shape if axis is None else shape[:axis] + shape[axis + 1 :]
 
+    def item_dims(self, name: str) -> tuple[Dim, ...]:
+        """One item's dims as far as the model and ``--shape`` fix them (dynamic ones left open)."""
+        dims = tuple(self.shapes.get(name, self.input(name).shape))
+        axis = self.batch_axis(name)
+        return dims if axis is None else dims[:axis] + dims[axis + 1 :]
+
     def input_shape(self, name: str, batch: int) -> tuple[int, ...]:
         """Concrete input shape at ``batch``, set on the input's batch axis only.
 
@@ -382,14 +388,6 @@ def _ort_refuses(path: Path) -> str | None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def display_name(ref: str | Path) -> str:
-    """The display name :func:`autodeploy.intake.resolve_model` gives ``ref``: ``zoo:NAME``, else the file's stem."""
-    from autodeploy import zoo
-
-    name = zoo.parse_ref(str(ref))
-    return f"zoo:{name}" if name is not None else Path(ref).stem
 
 
 def _load_other(path: Path, kind: str, name: str) -> ModelInfo:

@@ -25,14 +25,14 @@ from autodeploy.api._common import (
     _with_data,
     cache_dir,
 )
-from autodeploy.data import Dataset, inputs_record, shapes_from_data
+from autodeploy.data import Dataset, shapes_from_data
 from autodeploy.device import probe_device
 from autodeploy.errors import UsageError
 from autodeploy.harness.result import TrialResult
 from autodeploy.harness.run import HarnessSettings, run_trial
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.images import Preprocess
-from autodeploy.intake import ResolvedModel, load_source, resolve_model
+from autodeploy.intake import ResolvedModel, inputs_record, load_source, resolve_model
 from autodeploy.model import ModelInfo
 from autodeploy.runtime.device import DeviceInfo
 from autodeploy.shapes import ShapeCase, ShapeSet

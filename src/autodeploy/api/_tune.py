@@ -27,8 +27,7 @@ from autodeploy.errors import UsageError
 from autodeploy.harness.run import SYNTHETIC_NOTE, HarnessSettings
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.images import Preprocess
-from autodeploy.intake import resolve_model
-from autodeploy.model import display_name
+from autodeploy.intake import display_name, resolve_model
 from autodeploy.search import config as study_config
 from autodeploy.search.config import StudyConfig
 from autodeploy.shapes import ShapeSet

@@ -333,8 +333,8 @@ def inputs_of(source: Source) -> dict[str, Any] | None:
     if source.study is None:
         return None
     from autodeploy import zoo
-    from autodeploy.data import inputs_record
     from autodeploy.images import Preprocess
+    from autodeploy.intake import inputs_record
 
     settings = source.study.settings
     preprocess = settings.get("preprocess")
