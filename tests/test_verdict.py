@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from autodeploy import verdict
-from autodeploy.harness.accuracy import compare as _compare
-from autodeploy.harness.result import Accuracy, OutputAccuracy
+from autodeploy.accuracy.measure import compare as _compare
+from autodeploy.accuracy.records import Accuracy, OutputAccuracy
 from autodeploy.search.config import Constraints
 from autodeploy.search.objective import Metrics, values, violations
 from autodeploy.verdict import (
@@ -26,11 +26,11 @@ from autodeploy.verdict import (
     pareto_front,
     reasons,
 )
-from tests.harness.test_accuracy import flip_argmax, logits
+from tests.accuracy.test_measure import flip_argmax, logits
 
 
 def compare(outputs, reference, **kw):
-    """:func:`autodeploy.harness.accuracy.compare`, the outputs named ``logits`` here being class logits,
+    """:func:`autodeploy.accuracy.measure.compare`, the outputs named ``logits`` here being class logits,
     as a graph that reads their argmax proves (a float ``[N, C]`` alone is judged as a regression)."""
     return _compare(outputs, reference, readers={"logits": "ArgMax"}, **kw)
 

@@ -17,14 +17,14 @@ The rules:
   - Classes only where proven (:func:`class_axis`): a Softmax or LogSoftmax makes the output, the graph reads its
     argmax (``OutputFacts.reader``), its reference rows are distributions, or the model declares the measure
     (:data:`DECLARED_KEY`). A flip counts only where the reference decided (its own class led the new one by
-    ``harness.accuracy.SEQUENCE_TIE``, 0.2 probability), while it decides at least half its items; every flip is
+    ``accuracy.measure.SEQUENCE_TIE``, 0.2 probability), while it decides at least half its items; every flip is
     reported beside. ``top1``: one class vector per item; ``cells``: a map (``[N, H, W, C]``, ``[N, C, H, W]`` by
     ``Softmax(axis=1)``), the share of cells whose class is unchanged; both ``>= 1 - max_accuracy_drop``.
   - ``sequence``: classes over the last axis of ``[N, T, V]`` (or ``[N, T, 1, V]``), proven as above: the share of
     items whose whole argmax sequence is unchanged
     ``>= 1 - max_accuracy_drop``, so below 100 items one changed token in one item fails; a token where
     the reference itself nearly tied (its own token's probability leads the candidate's by less
-    than ``harness.accuracy.SEQUENCE_TIE``, 0.2) is no change. The per-position token agreement
+    than ``accuracy.measure.SEQUENCE_TIE``, 0.2) is no change. The per-position token agreement
     (every flip) is reported beside it. Also time-major logits, raw or not: an output the engine returned
     ``[T, B, V]`` (``T, V > 1``), the call's items on axis 1 where the model declares its batch on axis 0,
     split per item into ``[N, T, V]`` (``OutputFacts.time_major``, found by the worker from the call's item
@@ -37,7 +37,7 @@ The rules:
   - ``logit``: score logits a Sigmoid reads in the graph (or by override): the F1 of the decisions after a
     sigmoid at a probability threshold.
   - ``regression``: any other float vector per item (``[N, K]``, ``[N, 1, K]``: coordinates, offsets, raw scores
-    from a linear head): the error SNR per range group about the group's mean (``harness.accuracy.range_groups``),
+    from a linear head): the error SNR per range group about the group's mean (``accuracy.measure.range_groups``),
     ``>= min SQNR``; its failure line gives max and p99 abs error in the output's units.
   - ``decision``: probabilities (produced by a Sigmoid; or, made by no linear op and not a vector per item, a
     reference wholly inside [0, 1]),
@@ -52,7 +52,7 @@ The rules:
     with the reference's, the worst row ``>= 1 - max_accuracy_drop``; a vector's direction is what a
     nearest-neighbour search or a classifier on top reads, and one averaged number would hide one item's.
   - ``sqnr``: every other float output, per channel group: the channel axis and the groups of
-    adjacent channels of similar range are found by :mod:`autodeploy.harness.accuracy`; each
+    adjacent channels of similar range are found by :mod:`autodeploy.accuracy.measure`; each
     group's SQNR ``10 log10(sum ref^2 / sum (out - ref)^2)`` (the reference's mean kept, as cosine
     keeps it) must be ``>= min SQNR``, the worst group deciding and named. The default limit is
     :func:`sqnr_for_drop` of the budget: the SQNR at which a group's cosine would be
@@ -93,7 +93,7 @@ from typing import TYPE_CHECKING, Any
 from autodeploy.objectives import OBJECTIVES
 
 if TYPE_CHECKING:
-    from autodeploy.harness.result import Accuracy, OutputAccuracy
+    from autodeploy.accuracy.records import Accuracy, OutputAccuracy
 
 #: The default accuracy budget (docs/architecture.md, "Accuracy verdicts"): each output may lose at most 1% of its measure.
 DEFAULT_MAX_ACCURACY_DROP = 0.01
@@ -104,7 +104,7 @@ DEFAULT_DECISION_THRESHOLD = 0.5
 #: What an output can be judged by (:func:`output_kind`, ``--accuracy OUTPUT=MEASURE[:THRESHOLD]``).
 MEASURES = ("exact", "top1", "sequence", "cells", "decision", "logit", "embedding", "regression", "sqnr", "cosine")
 #: The ONNX ``metadata_props`` key in which a model declares how its outputs are judged, in ``--accuracy``'s
-#: words (``logits=top1``; entries separated by commas): ``harness.accuracy.declared`` reads it.
+#: words (``logits=top1``; entries separated by commas): ``accuracy.measure.declared`` reads it.
 DECLARED_KEY = "autodeploy.accuracy"
 #: Ops whose output is a distribution over one axis: its argmax is what is read (top-1, tokens, cells).
 DISTRIBUTIONS = ("Softmax", "LogSoftmax")

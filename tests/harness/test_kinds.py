@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from autodeploy import verdict
-from autodeploy.harness.accuracy import channel_axis, channel_groups, compare, kinds, producers
+from autodeploy.accuracy.measure import channel_axis, channel_groups, compare, kinds, producers
 from autodeploy.verdict import Override, parse_override
 
 BF16 = 2.0**-8

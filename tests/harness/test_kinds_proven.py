@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from autodeploy import verdict, zoo
-from autodeploy.harness.accuracy import compare, declared, kinds, producers, readers
+from autodeploy.accuracy.measure import compare, declared, kinds, producers, readers
 from autodeploy.verdict import DECLARED_KEY, Override
 
 BF16 = 2.0**-8

@@ -337,7 +337,7 @@ def test_a_zipmap_output_is_compared_as_its_probabilities_and_returned_as_maps()
     ``[N, classes]``, one column per class in sorted order, item by item over calls."""
     import numpy as np
 
-    from autodeploy.harness.accuracy import as_tensor
+    from autodeploy.accuracy.measure import as_tensor
     from autodeploy.harness.worker import _run_all
 
     assert as_tensor([{2: 0.5, 0: 0.25, 1: 0.25}]).tolist() == [[0.25, 0.25, 0.5]]

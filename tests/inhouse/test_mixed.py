@@ -3,7 +3,7 @@ float, in the in-house quantizer, NNCF (``ignored_scope``) and ONNX Runtime (``n
 
 The model is a YOLOv8-shaped head (``tests/inhouse/detector.py``): box and class logits concatenated under one
 int8 scale, box values in pixels beside class probabilities in one output ``[N, 4 + 3, 256]``. Every verdict
-here is the harness's own (:func:`autodeploy.harness.accuracy.compare` on held-out items).
+here is the harness's own (:func:`autodeploy.accuracy.measure.compare` on held-out items).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import numpy as np
 import onnx
 import pytest
 
+from autodeploy.accuracy.measure import compare, producers, readers
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.device import probe_device
 from autodeploy.errors import UnsupportedConfigError
-from autodeploy.harness.accuracy import compare, producers, readers
 from autodeploy.inhouse.quantize import QuantConfig, mixed, quantize
 from autodeploy.inhouse.quantize.evidence import Target, feeders, head, static_shapes
 from autodeploy.inhouse.quantize.run import run

@@ -767,7 +767,7 @@ def test_the_fallback_judges_time_major_ctc_logits_by_their_tokens_as_the_harnes
     """The quantizer's judge lays a time-major output out per item, [N, T, V], and judges its tokens (a
     ``sequence``), as the trial's own accuracy check does; before, it concatenated the time steps of
     every call and judged them by SQNR, so the int8 it chose could change the recognised text."""
-    from autodeploy.harness.accuracy import compare
+    from autodeploy.accuracy.measure import compare
     from autodeploy.inhouse.quantize import fallback, run
 
     model = _ctc_head()

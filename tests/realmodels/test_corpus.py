@@ -184,7 +184,7 @@ def test_a_normalized_speech_embedding_is_judged_by_each_items_direction(photos,
     flattened cosine passes it, and bf16 rounding passes; on the engines the verdict is that row cosine."""
     import onnxruntime
 
-    from autodeploy.harness.accuracy import compare, kinds
+    from autodeploy.accuracy.measure import compare, kinds
 
     real = next(m for m in MODELS if m.name == "openwakeword-embedding")
     prepared = _prepare(real, photos, corpus_dir)

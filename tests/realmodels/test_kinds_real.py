@@ -15,10 +15,10 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from autodeploy.accuracy.measure import compare, kinds, producers, readers
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.device import probe_device
-from autodeploy.harness.accuracy import compare, kinds, producers, readers
 from autodeploy.harness.run import run_trial
 from autodeploy.verdict import Override, worst
 from tests.realmodels.corpus import MODELS

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from autodeploy.accuracy.records import Accuracy, OutputAccuracy
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.harness.result import Accuracy, LatencyStats, Measurement, OutputAccuracy, TrialResult
+from autodeploy.harness.result import LatencyStats, Measurement, TrialResult
 from autodeploy.results_db import DeviceRecord, ModelRecord
 
 MODEL = ModelRecord(

@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autodeploy.accuracy.records import Accuracy, OutputAccuracy
 from autodeploy.adapters.base import Artifact, TrialConfig
 from autodeploy.bundle.export import Source, build_manifest
 from autodeploy.harness import run
 from autodeploy.harness.load import Load
-from autodeploy.harness.result import Accuracy, Measurement, OutputAccuracy, TrialResult
+from autodeploy.harness.result import Measurement, TrialResult
 from autodeploy.harness.stats import summarize
 from autodeploy.results_db import Store, TrialFilter
 from autodeploy.roofline import Roofline

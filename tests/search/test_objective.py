@@ -1,6 +1,6 @@
 import pytest
 
-from autodeploy.harness.result import Accuracy, OutputAccuracy
+from autodeploy.accuracy.records import Accuracy, OutputAccuracy
 from autodeploy.search.config import Constraints
 from autodeploy.search.objective import Metrics, accuracy_drop, values, violations
 

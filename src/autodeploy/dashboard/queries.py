@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from autodeploy import verdict
+from autodeploy.accuracy.records import Accuracy
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.adapters.registry import BASELINE_CONFIG, BASELINE_NAME
-from autodeploy.harness.result import JUDGED, Accuracy, Measurement, headline
+from autodeploy.harness.result import JUDGED, Measurement, headline
 from autodeploy.harness.stats import latency_claim
 from autodeploy.objectives import OBJECTIVES
 from autodeploy.report import speedup_text, study_record

@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import psutil
 
 from autodeploy import verdict
+from autodeploy.accuracy.records import Accuracy
 from autodeploy.adapters.base import Artifact, TrialConfig, discard
 from autodeploy.adapters.registry import BASELINE_ENGINE, baseline_config, target_of
 from autodeploy.child import child_env, module_argv
 from autodeploy.data import Dataset, split, synthetic
 from autodeploy.errors import AutodeployError, BuildError, TrialFailed
-from autodeploy.harness.result import Accuracy, Measurement, TrialResult, headline
+from autodeploy.harness.result import Measurement, TrialResult, headline
 from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import ModelInfo

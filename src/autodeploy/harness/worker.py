@@ -23,12 +23,7 @@ from typing import Any
 import numpy as np
 
 from autodeploy import verdict
-from autodeploy.adapters.base import Artifact, Runner, TrialConfig
-from autodeploy.adapters.registry import load_target
-from autodeploy.data import Dataset
-from autodeploy.device import probe_device
-from autodeploy.errors import UnsupportedConfigError
-from autodeploy.harness.accuracy import (
+from autodeploy.accuracy.measure import (
     as_tensor,
     compare,
     declared,
@@ -37,9 +32,15 @@ from autodeploy.harness.accuracy import (
     producers,
     readers,
 )
+from autodeploy.accuracy.records import Accuracy
+from autodeploy.adapters.base import Artifact, Runner, TrialConfig
+from autodeploy.adapters.registry import load_target
+from autodeploy.data import Dataset
+from autodeploy.device import probe_device
+from autodeploy.errors import UnsupportedConfigError
 from autodeploy.harness.concurrency import BatchPolicy, LoopRun, closed_loop, open_loop
 from autodeploy.harness.metric import load_metric, score
-from autodeploy.harness.result import Accuracy, Measurement, reason
+from autodeploy.harness.result import Measurement, reason
 from autodeploy.harness.scenarios import search_rate
 from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.stats import MIN_SAMPLES_P99, summarize
@@ -305,7 +306,7 @@ def _run_all(
     runner: Runner, batches: list[dict[str, np.ndarray]], n: int, axes: dict[str, int | None]
 ) -> tuple[dict[str, np.ndarray], frozenset[str]]:
     """Run every batch and return each output item-leading over the items, padding trimmed, and the
-    names of the outputs that came time-major (:func:`~autodeploy.harness.accuracy.is_time_major`: split on axis 1).
+    names of the outputs that came time-major (:func:`~autodeploy.accuracy.measure.is_time_major`: split on axis 1).
 
     An output's batch axis (``axes``, default 0) is moved to the front. A time-major ``[T, B, V]``
     output whose declared batch axis 0 holds no call's items (ddddocr's CRNN declares ``[1, seqlen]``

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autodeploy.accuracy.records import Accuracy
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.harness.result import Accuracy
 from autodeploy.harness.run import KnownAccuracy
 from autodeploy.verdict import feasible
 

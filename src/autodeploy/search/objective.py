@@ -17,7 +17,8 @@ from autodeploy.objectives import OBJECTIVES
 from autodeploy.verdict import Limits, Measured, accuracy_drop, sla_bounds_latency
 
 if TYPE_CHECKING:
-    from autodeploy.harness.result import Accuracy, TrialResult
+    from autodeploy.accuracy.records import Accuracy
+    from autodeploy.harness.result import TrialResult
     from autodeploy.results_db.records import TrialRow
     from autodeploy.search.config import Constraints
 

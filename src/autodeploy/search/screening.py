@@ -6,11 +6,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autodeploy.accuracy.records import Accuracy
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import ConversionError, TrialFailed
 from autodeploy.harness import load as machine_load
-from autodeploy.harness.result import Accuracy, headline
+from autodeploy.harness.result import headline
 from autodeploy.harness.run import run_trial
 from autodeploy.harness.stats import latency_claim
 from autodeploy.objectives import OBJECTIVES

@@ -3,7 +3,7 @@ names the channels it fails), and rank layers by their effect on those channels 
 search over them is :func:`.mixed.find`.
 
 The budget is checked on calibration data under the harness's own accuracy constraint
-(:func:`autodeploy.harness.accuracy.compare`); the trial's evaluation inputs never reach it, so its
+(:func:`autodeploy.accuracy.measure.compare`); the trial's evaluation inputs never reach it, so its
 accuracy numbers stay an independent measurement.
 """
 
@@ -55,7 +55,7 @@ MIN_EFFECT_ITEMS = 4
 
 @dataclass(frozen=True)
 class GraphFacts:
-    """What the FP32 graph says of its outputs (:mod:`autodeploy.harness.accuracy`): the quantizer's
+    """What the FP32 graph says of its outputs (:mod:`autodeploy.accuracy.measure`): the quantizer's
     judge reads each output as the harness will, by the op that makes it, what reads it and what the model declares."""
 
     producers: Mapping[str, str]
@@ -69,7 +69,7 @@ class GraphFacts:
 
 
 def graph_facts(model: onnx.ModelProto) -> GraphFacts:
-    from autodeploy.harness.accuracy import declared, producers, readers
+    from autodeploy.accuracy.measure import declared, producers, readers
 
     return GraphFacts(producers(model), readers(model), declared(model))
 
@@ -93,7 +93,7 @@ class Judge:
             self.run = functools.partial(run_openvino, hint=config.float_precision)
 
     def __call__(self, candidate: onnx.ModelProto) -> tuple[bool, dict[str, float]]:
-        from autodeploy.harness.accuracy import compare
+        from autodeploy.accuracy.measure import compare
         from autodeploy.verdict import accuracy_verdict
 
         self.calls += 1
@@ -135,7 +135,7 @@ class Judge:
     def loss(self, targets: Sequence[Target], outputs: Mapping[str, np.ndarray],
              reference: Mapping[str, np.ndarray] | None = None) -> float:  # fmt: skip
         """How far ``outputs`` fall on ``targets`` (:func:`.mixed.loss`), a whole output by its verdict drop."""
-        from autodeploy.harness.accuracy import compare
+        from autodeploy.accuracy.measure import compare
         from autodeploy.verdict import output_drop
 
         reference = self.reference if reference is None else reference

@@ -37,7 +37,7 @@ from autodeploy.inhouse.quantize import evidence, qdq
 from autodeploy.inhouse.quantize.evidence import Target
 
 if TYPE_CHECKING:
-    from autodeploy.harness.result import OutputAccuracy
+    from autodeploy.accuracy.records import OutputAccuracy
 
 #: The most candidate builds one search judges (the all-int8 build included): a count, not a clock, so the
 #: float set is the same on every machine. Enough for the head, the cap and a doubling and bisection over
@@ -77,9 +77,9 @@ def failing(
     min_cosine: float,
 ) -> tuple[Target, ...]:
     """The channels a judged candidate fails: every failing channel group of an output judged per group
-    (``sqnr``, ``regression``: groups below the limit, as :mod:`autodeploy.harness.accuracy` forms them),
+    (``sqnr``, ``regression``: groups below the limit, as :mod:`autodeploy.accuracy.measure` forms them),
     else the whole failing output."""
-    from autodeploy.harness import accuracy
+    from autodeploy.accuracy import measure
     from autodeploy.verdict import output_drop, sqnr_for_drop, within
 
     found: list[Target] = []
@@ -87,17 +87,17 @@ def failing(
         if within(output_drop(o, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine), max_accuracy_drop):
             continue
         got, ref = np.asarray(outputs[o.name]), np.asarray(reference[o.name])
-        axis = accuracy.channel_axis(ref) if o.kind in ("sqnr", "regression") and o.channels else None
+        axis = measure.channel_axis(ref) if o.kind in ("sqnr", "regression") and o.channels else None
         if axis is None:
             found.append(Target(o.name))
             continue
         centred = o.kind == "regression"
-        groups = accuracy.range_groups(ref, axis) if centred else \
-            [list(range(a, b + 1)) for a, b in accuracy.channel_groups(ref, axis)]  # fmt: skip
+        groups = measure.range_groups(ref, axis) if centred else \
+            [list(range(a, b + 1)) for a, b in measure.channel_groups(ref, axis)]  # fmt: skip
         limit = o.min_sqnr_db if o.min_sqnr_db is not None else sqnr_for_drop(max_accuracy_drop)
         for channels in groups:
             part = (slice(None),) * axis + (np.array(channels),)
-            db = accuracy.sqnr_db(got[part], ref[part], centred)
+            db = measure.sqnr_db(got[part], ref[part], centred)
             if math.isnan(db) or db < limit:
                 found.append(Target(o.name, axis, tuple(channels), centred))
     return tuple(found)
@@ -107,7 +107,7 @@ def loss(targets: Sequence[Target], outputs: Mapping[str, np.ndarray], reference
          whole: Callable[[str], float]) -> float:  # fmt: skip
     """How far ``outputs`` fall from ``reference`` on ``targets``, the worst counting: a channel group's
     SQNR as a drop (:func:`autodeploy.verdict.sqnr_drop`), a whole output by ``whole(name)`` (its verdict drop)."""
-    from autodeploy.harness.accuracy import sqnr_db
+    from autodeploy.accuracy.measure import sqnr_db
     from autodeploy.verdict import sqnr_drop
 
     worst = 0.0

@@ -49,10 +49,10 @@ def run(model: onnx.ModelProto, batches: list[dict[str, np.ndarray]]) -> Outputs
 def _joined(parts: Mapping[str, list[np.ndarray]], batches: list[dict[str, np.ndarray]],
             model: onnx.ModelProto) -> Outputs:  # fmt: skip
     """Each output's calls concatenated; a call that came time-major (``[T, B, V]`` where the model declares
-    its batch on axis 0, the harness's rule, :func:`autodeploy.harness.accuracy.is_time_major`: CTC logits)
+    its batch on axis 0, the harness's rule, :func:`autodeploy.accuracy.measure.is_time_major`: CTC logits)
     split per item on axis 1 first, as the harness lays it out, so the judge reads its tokens. A state
     declared ``[2, batch, 128]`` has its batch on axis 1 and is not one. Scalars are stacked."""
-    from autodeploy.harness.accuracy import is_time_major
+    from autodeploy.accuracy.measure import is_time_major
     from autodeploy.model import proto_batch_axes
 
     axes = proto_batch_axes(model)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autodeploy.harness.result import Accuracy, OutputAccuracy
+from autodeploy.accuracy.records import Accuracy, OutputAccuracy
 from autodeploy.verdict import (
     DECLARED_KEY,
     DEFAULT_DECISION_THRESHOLD,
@@ -108,7 +108,7 @@ def compare(
             follows from the shape and values alone.
         overrides: Output name -> the measure (and threshold) the user chose for it.
         time_major: Outputs the engine returned ``[T, B, V]``, its items on axis 1, here ``[N, T, V]``
-            (the worker's ``_run_all``): CTC logits, judged by their tokens.
+            (the worker's ``run_all``): CTC logits, judged by their tokens.
         readers: Output name -> what the graph does with it beside returning it (:func:`readers`).
 
     Raises:

@@ -1,12 +1,12 @@
 import numpy as np
 import pytest
 
-from autodeploy.harness.accuracy import compare as _compare
-from autodeploy.harness.result import Accuracy
+from autodeploy.accuracy.measure import compare as _compare
+from autodeploy.accuracy.records import Accuracy
 
 
 def compare(outputs, reference, **kw):
-    """:func:`autodeploy.harness.accuracy.compare`, the outputs named ``logits`` here being class logits,
+    """:func:`autodeploy.accuracy.measure.compare`, the outputs named ``logits`` here being class logits,
     as a graph that reads their argmax proves (a float ``[N, C]`` alone is judged as a regression)."""
     return _compare(outputs, reference, readers={"logits": "ArgMax"}, **kw)
 
