@@ -21,7 +21,8 @@ import pytest
 
 from autodeploy.adapters import registry
 from autodeploy.device import probe_device
-from autodeploy.harness.run import TERM_GRACE_S, HarnessSettings, prepare_data
+from autodeploy.harness.run import HarnessSettings, prepare_data
+from autodeploy.harness.supervisor import TERM_GRACE_S
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import load_model
 from autodeploy.results_db import Store, TrialFilter

@@ -78,7 +78,7 @@ def test_a_worker_that_prints_far_more_than_the_cap_keeps_a_capped_log_on_disk(t
     import tempfile
     from pathlib import Path
 
-    from autodeploy.harness import run as harness_run
+    from autodeploy.harness import supervisor
     from tests.models import mlp
 
     (tmp_path / "loud.py").write_text(
@@ -100,7 +100,7 @@ def test_a_worker_that_prints_far_more_than_the_cap_keeps_a_capped_log_on_disk(t
                 logs.append((log.stat().st_size, log.read_bytes()[: 100 << 20]))
             super().cleanup()
 
-    monkeypatch.setattr(harness_run.tempfile, "TemporaryDirectory", Kept)
+    monkeypatch.setattr(supervisor.tempfile, "TemporaryDirectory", Kept)
     stored = autodeploy.bench(str(mlp(tmp_path / "m.onnx")), timing=FAST, timeout_s=120, db=f"sqlite:///{tmp_path / 'r.db'}",
                               cache=tmp_path / "cache", metric=f"{tmp_path / 'loud.py'}:metric")  # fmt: skip
     assert stored.result.ok, stored.result.failure_message

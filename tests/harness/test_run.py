@@ -231,7 +231,7 @@ def test_outputs_line_up_item_by_item_even_when_the_model_misdeclares_them():
     batch would keep the first item's first time steps only. Each item keeps its call's whole output."""
     import numpy as np
 
-    from autodeploy.harness.worker import _run_all
+    from autodeploy.harness.worker import run_all
 
     class Seq:  # the shapes the real model returns, computed from the feed
         def run(self, feeds):
@@ -239,7 +239,7 @@ def test_outputs_line_up_item_by_item_even_when_the_model_misdeclares_them():
             return {"y": np.stack([x.sum(axis=1) * t for t in range(5)]), "s": x.sum(axis=1)}
 
     batches = [{"x": np.full((1, 3), i, np.float32)} for i in range(4)]
-    out, time_major = _run_all(Seq(), batches, 4, {"x": 0, "y": 0, "s": 0})
+    out, time_major = run_all(Seq(), batches, 4, {"x": 0, "y": 0, "s": 0})
     assert out["y"].shape == (4, 5, 1) and out["y"][2, 4, 0] == 2 * 3 * 4
     assert out["s"].shape == (4,) and list(out["s"]) == [0, 3, 6, 9]
     assert time_major == frozenset()  # [seq, 1]: no vocabulary axis, repeated as before
@@ -250,7 +250,7 @@ def test_time_major_logits_are_split_per_item_on_axis_1():
     batch 2 as at 1), and the output is named time-major, for the comparison to judge by its tokens."""
     import numpy as np
 
-    from autodeploy.harness.worker import _run_all
+    from autodeploy.harness.worker import run_all
 
     class Ctc:
         def run(self, feeds):
@@ -260,7 +260,7 @@ def test_time_major_logits_are_split_per_item_on_axis_1():
     rows = np.arange(12, dtype=np.float32).reshape(4, 3)
     for batch in (1, 2):
         batches = [{"x": rows[i : i + batch]} for i in range(0, 4, batch)]
-        out, time_major = _run_all(Ctc(), batches, 4, {"x": 0, "logits": 0})
+        out, time_major = run_all(Ctc(), batches, 4, {"x": 0, "logits": 0})
         assert time_major == {"logits"} and out["logits"].shape == (4, 5, 3)
         assert np.array_equal(out["logits"][3, 2], rows[3] * 2)
 
@@ -338,7 +338,7 @@ def test_a_zipmap_output_is_compared_as_its_probabilities_and_returned_as_maps()
     import numpy as np
 
     from autodeploy.accuracy.measure import as_tensor
-    from autodeploy.harness.worker import _run_all
+    from autodeploy.harness.worker import run_all
 
     assert as_tensor([{2: 0.5, 0: 0.25, 1: 0.25}]).tolist() == [[0.25, 0.25, 0.5]]
     assert as_tensor([{"b": 0.75, "a": 0.25}]).dtype == np.float32 and as_tensor([{"b": 0.75, "a": 0.25}])[0, 0] == 0.25
@@ -353,7 +353,7 @@ def test_a_zipmap_output_is_compared_as_its_probabilities_and_returned_as_maps()
 
     rows = np.arange(4, dtype=np.float32).reshape(4, 1)
     for batch in (1, 2):
-        out, _ = _run_all(Zip(), [{"x": rows[i : i + batch]} for i in range(0, 4, batch)], 4,
+        out, _ = run_all(Zip(), [{"x": rows[i : i + batch]} for i in range(0, 4, batch)], 4,
                           {"x": 0, "label": 0, "probabilities": 0})  # fmt: skip
         assert out["probabilities"].shape == (4, 2) and np.allclose(out["probabilities"][3], [0.7, 0.3])
         assert out["probabilities"].sum(axis=1) == pytest.approx(np.ones(4))

@@ -20,6 +20,7 @@ from autodeploy.harness import run
 from autodeploy.harness.load import Load
 from autodeploy.harness.result import Measurement, TrialResult
 from autodeploy.harness.stats import summarize
+from autodeploy.harness.supervisor import WorkerOutcome
 from autodeploy.results_db import Store, TrialFilter
 from autodeploy.roofline import Roofline
 from tests.results_db.factories import DEVICE, MODEL
@@ -96,7 +97,7 @@ def _through_the_parent(measured: Measurement, monkeypatch: pytest.MonkeyPatch, 
                "artifact_files": {"artifact.json": "a" * 64, "model.onnx": "b" * 64},
                "extra": {"stopped_by": "min_samples"}}  # fmt: skip
     wire = json.loads(json.dumps({"status": "ok", **payload}))
-    outcome = run.WorkerOutcome("ok", {k: v for k, v in wire.items() if k != "status"})
+    outcome = WorkerOutcome("ok", {k: v for k, v in wire.items() if k != "status"})
     monkeypatch.setattr(run, "run_worker", lambda *args, **kwargs: outcome)
     prepared = run.Prepared("a" * 32, CONFIG, "single-stream", spec=object(), build_s=0.75, engine_version="1.20.0")  # type: ignore[arg-type]
     return run.measure(prepared, run.HarnessSettings(workdir=tmp_path))

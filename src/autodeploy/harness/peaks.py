@@ -148,9 +148,9 @@ def _age_s(peaks: Peaks) -> float:
 def measure_peaks(device: DeviceInfo, settings: PeakSettings, progress: Progress | None = None,
                   timeout_s: float = TIMEOUT_S) -> Peaks:  # fmt: skip
     """Run the microbenchmark in a supervised child (its own process group, timeout, memory cap)."""
-    from autodeploy.harness.run import _default_memory_cap_mb, run_worker
+    from autodeploy.harness.supervisor import default_memory_cap_mb, run_worker
 
-    outcome = run_worker(settings, timeout_s, _default_memory_cap_mb(), progress, module=__name__)
+    outcome = run_worker(settings, timeout_s, default_memory_cap_mb(), progress, module=__name__)
     if outcome.status != "ok":
         return Peaks(device.fingerprint, (), {"microbenchmark": f"{outcome.failure_kind}: {outcome.failure_message}"},
                      _versions(device), settings.to_dict(), _now())  # fmt: skip
@@ -293,10 +293,10 @@ def measure_here(settings: PeakSettings, phase: Progress | None = None) -> Peaks
 
 
 def main(argv: list[str]) -> int:
-    from autodeploy.harness.worker import _die_with_parent
+    from autodeploy.harness.supervisor import die_with_parent
 
     faulthandler.enable()
-    _die_with_parent()
+    die_with_parent()
     settings_path, result_path = Path(argv[0]), Path(argv[1])
     settings = PeakSettings(**json.loads(settings_path.read_text()))
     phase_path = Path(f"{result_path}.phase")

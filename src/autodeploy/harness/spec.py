@@ -17,7 +17,8 @@ class WorkerSpec:
     ``mode`` is ``build`` (make the artifact), ``measure`` (load it, time it, compare with the
     reference), ``reference`` (ONNX Runtime FP32 outputs on the evaluation inputs) or
     ``quantize`` (``autodeploy inhouse quantize``: the graph passes, then the INT8 quantizer
-    with ``quant``, the model written to ``output_path``).
+    with ``quant``, the model written to ``output_path``; no engine runs, so ``engine_target`` and
+    ``config`` are empty).
     """
 
     mode: Literal["build", "measure", "reference", "quantize"]

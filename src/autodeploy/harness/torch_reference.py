@@ -15,7 +15,7 @@ from autodeploy.adapters.registry import BASELINE_ENGINE
 from autodeploy.data import Dataset
 from autodeploy.errors import ModelError
 from autodeploy.harness.run import HarnessSettings, PreparedData, reference_path
-from autodeploy.harness.worker import _run_all
+from autodeploy.harness.worker import run_all
 from autodeploy.model import ModelInfo
 from autodeploy.pytorch import TorchRunner, one_line
 
@@ -40,7 +40,7 @@ def write_module_reference(
         path, sha256, _ = data.evaluation_for(config)
         evaluation = Dataset.load(path)
         try:
-            outputs, _ = _run_all(runner, evaluation.batches(batch, axes), len(evaluation), axes)
+            outputs, _ = run_all(runner, evaluation.batches(batch, axes), len(evaluation), axes)
         except Exception as exc:
             raise ModelError(f"the PyTorch module raised on the evaluation inputs at {batch} items a call: "
                              f"{one_line(exc)}", fix="pass batch_dim=None if it takes one item a call") from None  # fmt: skip

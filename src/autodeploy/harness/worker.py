@@ -1,7 +1,7 @@
 """The worker process: one job, in its own process, reported as JSON.
 
-Run as ``python -m autodeploy.harness.worker SPEC.json RESULT.json``. The parent
-(:mod:`autodeploy.harness.run`) enforces the timeout and memory cap and classifies deaths
+Run as ``python -m autodeploy.harness.worker SPEC.json RESULT.json``. The parent's supervisor
+(:mod:`autodeploy.harness.supervisor`) enforces the timeout and memory cap and classifies deaths
 by signal; this side classifies everything it can catch into a failure kind. The current
 phase is written to ``RESULT.json.phase`` so the parent can show progress.
 """
@@ -9,6 +9,7 @@ phase is written to ``RESULT.json.phase`` so the parent can show progress.
 from __future__ import annotations
 
 import faulthandler
+import functools
 import gc
 import json
 import os
@@ -33,7 +34,7 @@ from autodeploy.accuracy.measure import (
     readers,
 )
 from autodeploy.accuracy.records import Accuracy
-from autodeploy.adapters.base import Artifact, Runner, TrialConfig
+from autodeploy.adapters.base import Artifact, Engine, Runner, TrialConfig
 from autodeploy.adapters.registry import load_target
 from autodeploy.data import Dataset
 from autodeploy.device import probe_device
@@ -44,6 +45,7 @@ from autodeploy.harness.result import Measurement, reason
 from autodeploy.harness.scenarios import search_rate
 from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.stats import MIN_SAMPLES_P99, summarize
+from autodeploy.harness.supervisor import die_with_parent
 from autodeploy.harness.timing import TimingPolicy, time_calls
 from autodeploy.model import ModelInfo, copy_unchanged
 from autodeploy.objectives import SCENARIOS
@@ -74,8 +76,15 @@ class _Job:
         self.spec = spec
         self.result_path = result_path
         self.model = ModelInfo.from_dict(spec.model)
-        self.config = TrialConfig.from_dict(spec.config)
-        self.engine = load_target(self.config.engine, spec.engine_target)
+
+    @functools.cached_property
+    def config(self) -> TrialConfig:
+        """The config a build, a measurement or a reference runs (a quantize job runs no engine: it has none)."""
+        return TrialConfig.from_dict(self.spec.config)
+
+    @functools.cached_property
+    def engine(self) -> Engine:
+        return load_target(self.config.engine, self.spec.engine_target)
 
     def _axes(self) -> dict[str, int | None]:
         """The batch axis of every input and output, as the model (or --batch-axis) says."""
@@ -178,7 +187,7 @@ class _Job:
         else:
             self.phase("accuracy")
             outputs, time_major = _step("run_failed",
-                                        lambda: _run_all(runner, batches, len(evaluation), self._axes()))  # fmt: skip
+                                        lambda: run_all(runner, batches, len(evaluation), self._axes()))  # fmt: skip
             peak = _peak_rss() - baseline
             runner.close()
             accuracy = self._compare(outputs, evaluation, time_major)
@@ -268,7 +277,7 @@ class _Job:
             self.phase("reference")
         outputs, _ = _step(
             "run_failed",
-            lambda: _run_all(runner, evaluation.batches(self.config.batch, self._axes()), len(evaluation), self._axes()),
+            lambda: run_all(runner, evaluation.batches(self.config.batch, self._axes()), len(evaluation), self._axes()),
         )
         runner.close()
         # A non-finite reference cannot judge anything: every trial would read as "inaccurate".
@@ -302,7 +311,7 @@ def _private_copy(model: ModelInfo, folder: Path) -> ModelInfo:
     return replace(model, path=folder / model.path.name)
 
 
-def _run_all(
+def run_all(
     runner: Runner, batches: list[dict[str, np.ndarray]], n: int, axes: dict[str, int | None]
 ) -> tuple[dict[str, np.ndarray], frozenset[str]]:
     """Run every batch and return each output item-leading over the items, padding trimmed, and the
@@ -384,24 +393,9 @@ def _serialize(value: Any) -> Any:
     return asdict(value) if is_dataclass(value) else value
 
 
-def _die_with_parent() -> None:
-    """Kill our process group if the parent dies (kill -9 of ``tune``): nobody would enforce our timeout."""
-    import signal
-    import threading
-
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os.killpg(os.getpgrp(), signal.SIGKILL)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
 def main(argv: list[str]) -> int:
     faulthandler.enable()  # a segfault in an engine leaves its C stack in our stderr log
-    _die_with_parent()
+    die_with_parent()
     spec_path, result_path = Path(argv[0]), Path(argv[1])
     spec = WorkerSpec.read(spec_path)
     try:
