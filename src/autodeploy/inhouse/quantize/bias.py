@@ -13,7 +13,7 @@ from autodeploy.inhouse.quantize import qdq
 from autodeploy.inhouse.quantize.run import layer_outputs
 
 if TYPE_CHECKING:
-    from autodeploy.inhouse.quantize import QuantConfig
+    from autodeploy.inhouse.quantize.common import QuantConfig
 
 #: The suffix of a corrected bias's initializer, by which :func:`original_biases` finds it.
 SUFFIX = "_bias_corrected"

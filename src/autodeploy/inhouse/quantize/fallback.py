@@ -32,7 +32,7 @@ from autodeploy.inhouse.quantize.run import (
 from autodeploy.roofline import count_ops
 
 if TYPE_CHECKING:
-    from autodeploy.inhouse.quantize import QuantConfig
+    from autodeploy.inhouse.quantize.common import QuantConfig
 
 #: Builds the QDQ model with the given nodes kept in float.
 Build = Callable[[Sequence[str]], onnx.ModelProto]

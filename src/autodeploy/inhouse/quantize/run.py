@@ -17,7 +17,7 @@ import onnx
 from autodeploy.inhouse.quantize import calibrate, qdq
 
 if TYPE_CHECKING:
-    from autodeploy.inhouse.quantize import QuantConfig
+    from autodeploy.inhouse.quantize.common import QuantConfig
 
 #: Calibration items used to rank layers and to measure bias shifts; the budget itself is checked on all of them.
 SENSITIVITY_ITEMS = 32

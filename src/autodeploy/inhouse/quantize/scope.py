@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 
 from autodeploy.inhouse.quantize import calibrate, evidence, fallback, mixed, qdq
+from autodeploy.inhouse.quantize.common import QuantConfig, calibration_batches, opset_13
 
 
 def float_scope(
@@ -47,11 +48,9 @@ def float_scope(
     Returns:
         What the search found, and whether ``wide`` made it.
     """
-    from autodeploy.inhouse.quantize import QuantConfig, _batches, _opset_13
-
-    model = _opset_13(model)  # the ranking's QDQ copy needs opset 13 (its names stay)
+    model = opset_13(model)  # the ranking's QDQ copy needs opset 13 (its names stay)
     config = QuantConfig(placement=placement, batch=1)
-    batches = _batches(model, calibration, 1, axes)
+    batches = calibration_batches(model, calibration, 1, axes)
     judge = fallback.Judge(model, batches, config, runner=runner)
     plan = qdq.plan(model, placement)
     first = build(())
