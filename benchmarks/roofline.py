@@ -37,13 +37,14 @@ sys.path.insert(0, str(ROOT / "src"))
 import autodeploy  # noqa: E402
 from autodeploy.adapters import registry  # noqa: E402
 from autodeploy.adapters.base import TrialConfig  # noqa: E402
-from autodeploy.api import StoredTrial, cache_dir  # noqa: E402
+from autodeploy.api import cache_dir  # noqa: E402
 from autodeploy.device import probe_device  # noqa: E402
 from autodeploy.errors import AutodeployError  # noqa: E402
 from autodeploy.harness.peaks import PeakSettings, device_peaks, peaks_folder  # noqa: E402
 from autodeploy.harness.timing import TimingPolicy  # noqa: E402
 from autodeploy.intake import resolve_model  # noqa: E402
 from autodeploy.model import ModelInfo  # noqa: E402
+from autodeploy.results_db.records import StoredTrial  # noqa: E402
 from autodeploy.roofline import Peaks, gops_text  # noqa: E402
 from autodeploy.units import fmt_ms  # noqa: E402
 

@@ -8,8 +8,9 @@ import jsonschema
 
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.harness.load import Load
-from autodeploy.report import SCHEMA, finalist_load_text, load_text, runner_up, study_record
+from autodeploy.report import SCHEMA, study_record
 from autodeploy.search.study import Finalist, StudySummary
+from autodeploy.search.summary import finalist_load_text, load_text, runner_up
 
 
 def _finalist(engine: str, threads: int | None, value: float | None, ci=None, *, baseline=False, failure=None):
@@ -65,8 +66,8 @@ def test_the_study_says_which_finalist_rounds_ran_under_load_and_which_ran_again
 def test_a_tflite_study_names_litert_as_its_baseline_never_ort():
     """Issue 39: the speed-up of a study on a .tflite is over LiteRT fp32 on the file as given; every line says so,
     and a summary stored before ``baseline_name`` existed is named from its baseline finalist's engine."""
-    from autodeploy.report import baseline_name, headline
     from autodeploy.search.study import Ratio
+    from autodeploy.search.summary import baseline_name, headline
 
     fast, base = _finalist("openvino", 1, 60.0), _finalist("tflite", None, 90.0, baseline=True)
     unsteady = [{"config": base.label, "baseline": True, "low": 80.0, "high": 150.0}]
@@ -92,7 +93,7 @@ def test_a_tflite_study_names_litert_as_its_baseline_never_ort():
 
 
 def test_the_winner_line_names_the_shapes_its_numbers_are_at():
-    from autodeploy.report import headline, shapes_text
+    from autodeploy.search.summary import headline, shapes_text
 
     mix = [{"shape": "x=1x3x160x160", "weight": 3.0}, {"shape": "x=1x3x320x320", "weight": 1.0}]
     assert shapes_text({"shapes": mix}) == " over shapes x=1x3x160x160 and x=1x3x320x320 (their mean, weighted 3:1)"

@@ -19,8 +19,9 @@ pytest.importorskip("plotly", reason="the dashboard needs plotly: pip install 'a
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from autodeploy.dashboard import APP, DB_ENV  # noqa: E402
-from autodeploy.report import speedup_text, study_record  # noqa: E402
+from autodeploy.report import study_record  # noqa: E402
 from autodeploy.results_db import Store  # noqa: E402
+from autodeploy.search.summary import speedup_text  # noqa: E402
 from autodeploy.units import fmt_ms_ci  # noqa: E402
 from tests.dashboard.conftest import SECOND_DEVICE, STUDY  # noqa: E402
 

@@ -21,7 +21,6 @@ import pytest
 
 import autodeploy
 from autodeploy.adapters import registry
-from autodeploy.api import StoredTrial
 from autodeploy.bundle import load as load_bundle
 from autodeploy.cli import tune as tune_cli
 from autodeploy.device import probe_device
@@ -29,6 +28,7 @@ from autodeploy.errors import UnsupportedConfigError
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import load_model
 from autodeploy.report import study_record
+from autodeploy.results_db.records import StoredTrial
 from autodeploy.search.config import validate
 from autodeploy.search.space import build_space
 from tests.cli.test_cli import run

@@ -17,12 +17,13 @@ import pytest
 
 from autodeploy.harness.result import LatencyStats, Measurement, TrialResult
 from autodeploy.harness.stats import CLAIMED_COVERAGE
-from autodeploy.report import SCHEMA, history_text, study_record
+from autodeploy.report import SCHEMA, study_record
 from autodeploy.results_db import DeviceRecord, ModelRecord, TrialFilter
 from autodeploy.search.config import Finalists
 from autodeploy.search.context import shape_key
 from autodeploy.search.rounds import SPREAD_MAX_S, _Schedule, _spread
 from autodeploy.search.study import BASELINE, run_study
+from autodeploy.search.summary import history_text
 from autodeploy.search.winner import choose as _choose
 from autodeploy.verdict import HISTORY_MIN_RUNS, against_history
 from tests.search.test_study import make_ctx

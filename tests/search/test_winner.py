@@ -13,10 +13,11 @@ import jsonschema
 import numpy as np
 
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.report import SCHEMA, load_text, speedup_text, study_record
+from autodeploy.report import SCHEMA, study_record
 from autodeploy.search.pairing import _enough_pairs, _quiet_target, unsteady
 from autodeploy.search.rounds import round_values
 from autodeploy.search.study import BASELINE, Finalist
+from autodeploy.search.summary import load_text, speedup_text
 from autodeploy.search.winner import MIN_WINNER_ROUNDS, still_in
 from autodeploy.search.winner import choose as _choose
 

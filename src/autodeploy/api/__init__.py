@@ -16,7 +16,8 @@ Optuna and SQLAlchemy are imported when a pipeline runs, engines inside their wo
 
 One module per pipeline; this package is their public face (import from ``autodeploy.api``):
 
-- ``_bench``: :func:`bench`, :func:`bench_shapes`, :class:`BenchRequest`, :class:`StoredTrial`
+- ``_bench``: :func:`bench`, :func:`bench_shapes`, :class:`BenchRequest` (they return
+  :class:`~autodeploy.results_db.records.StoredTrial`, named here too)
 - ``_tune``: :func:`tune`, :func:`tune_per_shape`, :func:`default_study_name`
 - ``_export``: :func:`export`, :func:`find_source`, :data:`FORMATS`
 - ``_gate``: :func:`gate`, :class:`GateRun`
@@ -31,13 +32,14 @@ or a patch target ``"autodeploy.api.tune.run_study"`` would then find the functi
 
 from __future__ import annotations
 
-from autodeploy.api._bench import BenchRequest, StoredTrial, bench, bench_shapes
+from autodeploy.api._bench import BenchRequest, bench, bench_shapes
 from autodeploy.api._bundle_run import BundleRun, run_bundle
 from autodeploy.api._common import cache_dir
 from autodeploy.api._export import FORMATS, export, find_source
 from autodeploy.api._gate import GateRun, gate
 from autodeploy.api._quantize import Quantized, quantize
 from autodeploy.api._tune import default_study_name, tune, tune_per_shape
+from autodeploy.results_db.records import StoredTrial
 
 __all__ = [
     "FORMATS",

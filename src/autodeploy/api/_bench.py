@@ -34,35 +34,13 @@ from autodeploy.harness.timing import TimingPolicy
 from autodeploy.images import Preprocess
 from autodeploy.intake import ResolvedModel, inputs_record, load_source, resolve_model
 from autodeploy.model import ModelInfo
+from autodeploy.results_db.records import StoredTrial
 from autodeploy.runtime.device import DeviceInfo
 from autodeploy.shapes import ShapeCase, ShapeSet
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 if TYPE_CHECKING:
     from autodeploy.results_db.store import Store
-
-
-@dataclass(frozen=True)
-class StoredTrial:
-    """One measured config as stored: ``Store.trial(TrialFilter(id=id))`` reads the same trial back.
-
-    ``result.ok`` is false when the trial failed (``result.failure_kind`` says how); it is
-    stored all the same.
-    """
-
-    id: int
-    result: TrialResult
-    model: ModelInfo
-    device: DeviceInfo
-    shape_key: str = ""  # the shapes fixed for it (``x=1x3x48x320``), "" for none
-
-    @property
-    def ok(self) -> bool:
-        return self.result.ok
-
-    @property
-    def config(self) -> TrialConfig:
-        return self.result.config
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from autodeploy.harness.result import headline
 from autodeploy.model import ModelInfo, TensorSpec
 from autodeploy.redact import mask_secrets
 from autodeploy.shapes import ShapeSet, parse_key
+from autodeploy.search import summary as study_words
 
 if TYPE_CHECKING:
     from autodeploy.results_db.records import StudyRow, TrialRow
@@ -380,8 +381,8 @@ def build_manifest(source: Source, artifact: Artifact, *, command: str | None = 
         summary = study.summary
         selection = {"objective": study.objective, "winner": summary.get("winner"), "tie_with": summary.get("tie_with"),
                      "speedup_vs_baseline": summary.get("speedup_vs_baseline"), "note": summary.get("note"),
-                     "headline": report.headline(summary), "screening_only": bool(summary.get("screening_only")),
-                     "trials": summary.get("trials"), "baseline_name": report.baseline_name(summary),
+                     "headline": study_words.headline(summary), "screening_only": bool(summary.get("screening_only")),
+                     "trials": summary.get("trials"), "baseline_name": study_words.baseline_name(summary),
                      # what the headline's number is: this statistic of each round, at these shapes, over rounds
                      "statistic": summary.get("statistic"), "rounds": summary.get("rounds"),
                      "shapes": [{"shape": c.key(), "weight": c.weight} for c in measured_shapes(source).cases],

@@ -149,7 +149,7 @@ def bench(
     else:
         from autodeploy.report import trial_record
 
-        emit(format, trial_record(records[0]) if len(records) == 1 else [trial_record(r) for r in records])
+        emit(format, trial_record(records[0].row) if len(records) == 1 else [trial_record(r.row) for r in records])
     if not all(r.ok for r in records):
         raise typer.Exit(1)
 

@@ -325,7 +325,7 @@ def _selection(selection: dict[str, Any] | None, source: dict[str, Any]) -> str:
 def _baseline_name(selection: dict[str, Any]) -> str:
     """What the study's baseline is called: as the manifest says, else from its baseline finalist's engine
     (LiteRT fp32 for a .tflite study; the ORT fp32 default for an ONNX one)."""
-    from autodeploy.report import baseline_name
+    from autodeploy.search.summary import baseline_name
 
     base = selection.get("baseline")
     return baseline_name({"baseline_name": selection.get("baseline_name"), "finalists": [base] if base else []})

@@ -73,9 +73,9 @@ def _print_numbers(source: Source) -> None:
                   f"{fmt_ms(numbers.get('median_ms'))}, {numbers.get('throughput') or 0:.1f} items/s", soft_wrap=True)  # fmt: skip
     summary = source.study.summary if source.study is not None else None
     if summary and summary.get("winner"):
-        from autodeploy import report
+        from autodeploy.search.summary import headline
 
         selection = {"statistic": summary.get("statistic"), "rounds": summary.get("rounds"),
                      "shapes": summary.get("shapes") or [{"shape": k} for k in (summary["winner"].get("per_shape") or {})]}  # fmt: skip
         basis = basis_text(selection)
-        out.print(f"  tune's winner line{f' ({basis})' if basis else ''}: {report.headline(summary)}", soft_wrap=True)
+        out.print(f"  tune's winner line{f' ({basis})' if basis else ''}: {headline(summary)}", soft_wrap=True)

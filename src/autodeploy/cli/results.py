@@ -10,7 +10,8 @@ from rich.table import Table
 
 from autodeploy.cli._common import Format, FormatOption, emit, fmt_ms, fmt_ms_ci, out, shown
 from autodeploy.errors import UsageError
-from autodeploy.report import speedup_text, study_record, trial_record
+from autodeploy.report import study_record, trial_record
+from autodeploy.search.summary import speedup_text
 
 app = typer.Typer(help="Read stored trials.", no_args_is_help=True)
 DbOption = Annotated[

@@ -350,7 +350,7 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
         for column in ("config", value_column, "samples", "load", "note"):
             table.add_column(column)
         # the record the dashboard's winners page reads
-        from autodeploy.report import baseline_name, finalist_load_text, runner_up
+        from autodeploy.search.summary import baseline_name, finalist_load_text, runner_up
 
         second, base = runner_up(summary.to_dict()), shown(baseline_name(summary.to_dict()))
         for f in _best_first(summary):
@@ -397,7 +397,7 @@ def _print_search(summary: StudySummary) -> None:
     """What the winner rests on, what the search learned and left out, and where the time went."""
     if summary.confidence:
         out.print(f"confidence: {shown(summary.confidence)}")
-    from autodeploy.report import load_text
+    from autodeploy.search.summary import load_text
 
     load = load_text(summary.to_dict())
     if load:
@@ -425,7 +425,7 @@ def _print_search(summary: StudySummary) -> None:
         table.add_row(shown(engine), fmt_s(row["build_s"]), fmt_s(row["accuracy_s"]), fmt_s(row["timing_s"]),
                       str(int(row["runs"])))  # fmt: skip
     if summary.reference_s:
-        from autodeploy.report import baseline_name
+        from autodeploy.search.summary import baseline_name
 
         reference = f"reference ({shown(baseline_name(summary.to_dict()))})"
         table.add_row(reference, "", fmt_s(summary.reference_s), "", "1")
@@ -471,7 +471,7 @@ def _why_not_screening_best(summary: StudySummary) -> str:
                 f"({_stat_ci(first.statistic, first.ci, objective)}): the cheaper config (fewer threads, then a "
                 "smaller batch) is preferred")  # fmt: skip
     if winner.baseline:
-        from autodeploy.report import baseline_name
+        from autodeploy.search.summary import baseline_name
 
         return (f"{first.label} led the screening; {baseline_name(summary.to_dict())}, re-measured interleaved with the "
                 f"finalists as the baseline, was faster: {_stat_ci(winner.statistic, winner.ci, objective)} against "

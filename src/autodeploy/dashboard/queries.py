@@ -24,9 +24,10 @@ from autodeploy.adapters.registry import BASELINE_CONFIG, BASELINE_NAME
 from autodeploy.harness.result import JUDGED, Measurement, headline
 from autodeploy.harness.stats import latency_claim
 from autodeploy.objectives import OBJECTIVES
-from autodeploy.report import speedup_text, study_record
+from autodeploy.report import study_record
 from autodeploy.results_db.records import Catalog, TrialFilter, TrialRow
 from autodeploy.results_db.store import Store
+from autodeploy.search.summary import speedup_text
 from autodeploy.units import fmt_ms_ci
 from autodeploy.verdict import accuracy_drop
 

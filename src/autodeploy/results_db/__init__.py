@@ -14,6 +14,7 @@ from autodeploy.results_db.records import (
     GateRunRecord,
     GateRunRow,
     ModelRecord,
+    StoredTrial,
     StudyRow,
     TrialFilter,
     TrialRow,
@@ -21,4 +22,4 @@ from autodeploy.results_db.records import (
 from autodeploy.results_db.store import Store
 
 __all__ = ["Catalog", "DeviceRecord", "DeviceRow", "ExportRow", "GateRunRecord", "GateRunRow", "ModelRecord", "Store",
-           "StudyRow", "TrialFilter", "TrialRow", "default_url"]  # fmt: skip
+           "StoredTrial", "StudyRow", "TrialFilter", "TrialRow", "default_url"]  # fmt: skip

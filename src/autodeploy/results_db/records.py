@@ -2,7 +2,8 @@
 
 What goes in (:class:`ModelRecord`, :class:`DeviceRecord`, :class:`GateRunRecord`), what comes
 out (:class:`TrialRow`, :class:`StudyRow`, :class:`GateRunRow`, :class:`ExportRow`,
-:class:`DeviceRow`, :class:`Catalog`), and which trials to read (:class:`TrialFilter`). They are
+:class:`DeviceRow`, :class:`Catalog`), a trial a run just stored (:class:`StoredTrial`, whose ``row``
+is its :class:`TrialRow`), and which trials to read (:class:`TrialFilter`). They are
 kept apart from :mod:`~autodeploy.results_db.store` so that readers of results (reports, the
 search, the dashboard) can name them without the SQL machinery.
 """
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import UsageError
-from autodeploy.harness.result import STATUSES, MeasuredShortcuts
+from autodeploy.harness.result import STATUSES, MeasuredShortcuts, TrialResult
 from autodeploy.harness.result import Measurement as MeasurementRecord
 
 if TYPE_CHECKING:
@@ -120,12 +121,13 @@ class ExportRow:
 class TrialRow(MeasuredShortcuts):
     """One stored trial with its config, model, device and measurement (``None`` for most failures).
 
-    The measurement's ``samples_ms`` is ``None`` unless the query asked for samples.
+    The measurement's ``samples_ms`` is ``None`` unless the query asked for samples. A trial a run just
+    stored is one too (:attr:`StoredTrial.row`), with what that run knows of it.
     """
 
     id: int
     uid: str
-    created_at: datetime
+    created_at: datetime | None  # None: a trial just stored, not read back (StoredTrial.row)
     status: str
     failure_kind: str | None
     failure_message: str | None
@@ -149,6 +151,9 @@ class TrialRow(MeasuredShortcuts):
     shapes: dict[str, list[int]] | None = None
     #: What it was fed: ``{"data": source, "preprocess": {...} | None}`` (``None`` before schema 0005, or unknown).
     inputs: dict[str, Any] | None = None
+    #: What accuracy was judged on when it was not the user's data (the harness's note, ``result.extra["inputs"]``):
+    #: known to the run that measured it (:attr:`StoredTrial.row`); the store does not keep it (``None`` read back).
+    inputs_note: str | None = None
 
     @property
     def shape_text(self) -> str:
@@ -183,6 +188,44 @@ class TrialRow(MeasuredShortcuts):
     @property
     def samples_ms(self) -> tuple[float, ...] | None:
         return None if self.measurement is None else self.measurement.samples_ms
+
+
+@dataclass(frozen=True)
+class StoredTrial:
+    """One trial a run measured and stored (what :func:`autodeploy.api.bench` returns): its id in the store, and the
+    run's own result, model and device. ``Store.trial(TrialFilter(id=id))`` reads the same trial back.
+
+    :attr:`row` is it as a :class:`TrialRow`, the one record of a stored trial that readers (the JSON record, the
+    tables) take. ``result.ok`` is false when the trial failed (``result.failure_kind`` says how); it is stored
+    all the same.
+    """
+
+    id: int
+    result: TrialResult
+    model: ModelInfo
+    device: DeviceInfo
+    shape_key: str = ""  # the shapes fixed for it (``x=1x3x48x320``), "" for none
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok
+
+    @property
+    def config(self) -> TrialConfig:
+        return self.result.config
+
+    @property
+    def row(self) -> TrialRow:
+        """This trial as a :class:`TrialRow`, from what the run knows: its time, study, phase, command and the
+        shapes as fed are left ``None`` (read the trial back for them); ``inputs_note`` is the harness's."""
+        r = self.result
+        return TrialRow(id=self.id, uid=r.uid, created_at=None, status=r.status, failure_kind=r.failure_kind,
+                        failure_message=r.failure_message, study=None, phase=None, command=None,
+                        artifact_path=r.artifact_path, engine_version=r.engine_version, config=r.config,
+                        config_key=r.config.key(), model_name=self.model.name, model_sha256=self.model.sha256,
+                        device_cpu=self.device.cpu_model, device_fingerprint=self.device.fingerprint,
+                        measurement=r.measurement, artifact_files=dict(r.artifact_files), shape_key=self.shape_key,
+                        inputs_note=r.extra.get("inputs"))  # fmt: skip
 
 
 @dataclass(frozen=True)
