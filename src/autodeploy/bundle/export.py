@@ -11,6 +11,7 @@ the next export to the same place.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import socket
@@ -22,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autodeploy import __version__, report, runtime
+from autodeploy import report, runtime
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import ARTIFACT_FILE, Artifact, Engine, TrialConfig
 from autodeploy.bundle import loader
@@ -32,8 +33,8 @@ from autodeploy.errors import BuildError, StoreError, UnknownEngineError, UsageE
 from autodeploy.harness.result import headline
 from autodeploy.model import ModelInfo, TensorSpec
 from autodeploy.redact import mask_secrets
-from autodeploy.shapes import ShapeSet, parse_key
 from autodeploy.search import summary as study_words
+from autodeploy.shapes import ShapeSet, parse_key
 
 if TYPE_CHECKING:
     from autodeploy.results_db.records import StudyRow, TrialRow
@@ -373,6 +374,15 @@ def constraint_verdicts(source: Source) -> dict[str, Any]:
     return {**verdicts, **verdict.constraint_verdicts(measured, limits, source.study.objective)}
 
 
+def _version() -> str:
+    """This autodeploy's version as installed (pyproject.toml's), read from the package metadata as
+    ``autodeploy.__version__`` is, without importing the package top from below it."""
+    try:
+        return importlib.metadata.version("autodeploy")
+    except importlib.metadata.PackageNotFoundError:  # a source tree on PYTHONPATH, never installed
+        return "0+unknown"
+
+
 def build_manifest(source: Source, artifact: Artifact, *, command: str | None = None) -> dict[str, Any]:
     """Everything about the shipped trial except the file list (the writer adds it)."""
     trial, study, config = source.trial, source.study, source.config
@@ -397,7 +407,7 @@ def build_manifest(source: Source, artifact: Artifact, *, command: str | None = 
         "schema": SCHEMA,
         "kind": KIND,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "created_by": f"autodeploy {__version__}",
+        "created_by": f"autodeploy {_version()}",
         "export_command": mask_secrets(command),  # a bundle ships: never a database password
         "source": {
             "study": study.name if study else None,
