@@ -6,9 +6,10 @@ fp32 reference; other engines that read the format themselves take it too (OpenV
 format with a converter to ONNX (``Format.to_onnx``: tf2onnx for a ``.tflite``, :mod:`autodeploy.tflite_onnx`)
 as that converter's ONNX, still judged against the format's own engine. It is what
 :func:`autodeploy.model.load_model` takes in through :func:`detect` and :func:`describe`. Its
-interface (input and output names, dtypes, shapes) comes from that engine itself, read in a
-child process (``python -m autodeploy.formats KIND PATH``), because a hostile file may crash or
-hang the engine's reader; the child prints JSON, never pickle.
+interface (input and output names, dtypes, shapes) comes from that engine itself: its runtime module
+(``Format.module``: ``autodeploy.runtime.tflite``, ``autodeploy.runtime.openvino``) reads it with its
+``describe(path)``, in a child process (``python -m autodeploy.formats KIND PATH``), because a hostile file may
+crash or hang the engine's reader; the child prints JSON, never pickle.
 
 An OpenVINO IR is two files: ``NAME.xml`` (the graph) and ``NAME.bin`` (the weights) beside it,
 the pair ``openvino.save_model`` writes. The weights are taken only from that plain file in the
@@ -17,6 +18,7 @@ same folder (never a link, never another path), and hashed with the ``.xml``.
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import signal
@@ -40,19 +42,24 @@ class Format:
     reader: str  # the engine's part that reads it, named in errors
     export: str  # how a user makes one, named in the fix
     baseline: str  # what the baseline (``engine`` at fp32) is called wherever a speed-up or a reference is named
+    #: The engine's runtime module that reads it: its ``describe(path)`` gives the interface (:func:`describe`).
+    module: str
     #: What turns it into ONNX for the engines that read ONNX only (:mod:`autodeploy.tflite_onnx`), or ``""``.
     to_onnx: str = ""
+    #: Its weights are a file of their own beside it (an IR's ``NAME.bin``: :func:`weights_of`), hashed and
+    #: copied with it.
+    weights: bool = False
 
 
 #: The formats taken as given, by kind (``ModelInfo.format``); ONNX is every other file.
 FORMATS: dict[str, Format] = {
     "tflite": Format(
         "a TFLite flatbuffer", "tflite", "LiteRT's interpreter", "re-export it with the TFLite converter",
-        "LiteRT fp32, the file as given", to_onnx="tf2onnx",
+        "LiteRT fp32, the file as given", "autodeploy.runtime.tflite", to_onnx="tf2onnx",
     ),
     "openvino": Format(
         "an OpenVINO IR", "openvino", "OpenVINO's read_model", "re-save it with openvino.save_model",
-        "OpenVINO fp32, the IR as given",
+        "OpenVINO fp32, the IR as given", "autodeploy.runtime.openvino", weights=True,
     ),
 }
 #: Reading a model's interface in the engine takes its own process, bounded in time.
@@ -101,6 +108,16 @@ def weights_of(xml: Path) -> str:
     return name
 
 
+def files_beside(path: Path, kind: str) -> tuple[str, ...]:
+    """The files a model in format ``kind`` at ``path`` reads besides itself (``Format.weights``: an IR's
+    :func:`weights_of`), by name, in the same folder.
+
+    Raises:
+        ModelError: one is missing, or a link or a folder.
+    """
+    return (weights_of(path),) if FORMATS[kind].weights else ()
+
+
 def describe(path: Path, kind: str) -> dict[str, Any]:
     """The model's inputs and outputs as its engine reads them: ``{"inputs": [...], "outputs": [...]}``,
     each ``{"name", "dtype", "shape"}`` with ``None`` for a dynamic dim.
@@ -136,40 +153,6 @@ def describe(path: Path, kind: str) -> dict[str, Any]:
 # -- the child ---------------------------------------------------------------------------------
 
 
-def _tflite(path: str) -> dict[str, Any]:
-    from autodeploy.runtime.tflite import interpreter as open_interpreter
-
-    interpreter = open_interpreter(Path(path).parent, {"model_file": Path(path).name})
-
-    def spec(detail: dict[str, Any]) -> dict[str, Any]:
-        import numpy as np
-
-        dims = [int(d) for d in detail["shape_signature"]]
-        return {"name": detail["name"], "dtype": np.dtype(detail["dtype"]).name,
-                "shape": [d if d >= 0 else None for d in dims]}  # fmt: skip
-
-    return {"inputs": [spec(d) for d in interpreter.get_input_details()],
-            "outputs": [spec(d) for d in interpreter.get_output_details()]}  # fmt: skip
-
-
-def _openvino(path: str) -> dict[str, Any]:
-    from autodeploy.runtime.openvino import read
-
-    xml = Path(path)
-    weights_of(xml)  # NAME.bin beside it, a plain file: what OpenVINO reads with it
-    model = read(xml)
-
-    def spec(port: Any) -> dict[str, Any]:
-        if not port.get_names():
-            raise ValueError(
-                f"a {'n input' if port in model.inputs else 'n output'} of the IR has no tensor name"
-            )
-        shape = [d.get_length() if d.is_static else None for d in port.get_partial_shape()]
-        return {"name": port.get_any_name(), "dtype": port.get_element_type().to_dtype().name, "shape": shape}
-
-    return {"inputs": [spec(p) for p in model.inputs], "outputs": [spec(p) for p in model.outputs]}
-
-
 def _reason(exc: BaseException) -> str:
     """The line of an engine's error that says what is wrong: OpenVINO's come after lines naming its
     own source files (``Exception from src/...cpp:84:``, ``Check '...' failed at src/...``)."""
@@ -183,9 +166,11 @@ def _reason(exc: BaseException) -> str:
 
 
 def main(argv: list[str]) -> int:
+    """The child of :func:`describe`: the interface of the file at ``path``, read by its format's engine."""
     kind, path = argv
     try:
-        described = {"tflite": _tflite, "openvino": _openvino}[kind](path)
+        files_beside(Path(path), kind)  # an IR's NAME.bin beside it, a plain file: what its engine reads with it
+        described = importlib.import_module(FORMATS[kind].module).describe(Path(path))
     except Exception as exc:  # the reader's reason, one line, for describe() to quote
         print(_reason(exc))
         return 3

@@ -393,7 +393,7 @@ def _first_line(exc: BaseException) -> str:
 def _load_other(path: Path, kind: str, name: str) -> ModelInfo:
     """A TFLite flatbuffer or an OpenVINO IR, described by the engine that runs it; an IR's ``.bin``
     (beside the ``.xml``, a plain file) is one of its files, hashed with it and copied with it."""
-    external = (formats.weights_of(path),) if kind == "openvino" else ()
+    external = formats.files_beside(path, kind)
     _check_size([path, *(path.parent / f for f in external)], path)  # before the engine maps the weights
     described = formats.describe(path, kind)
 

@@ -51,6 +51,35 @@ def read(model: str | Path | bytes) -> Any:
     return core().read_model(model, b"") if isinstance(model, bytes) else core().read_model(str(model))
 
 
+def capabilities() -> tuple[str, ...]:
+    """The CPU plugin's ``OPTIMIZATION_CAPABILITIES`` (``BF16``, ``FP16``, ``INT8``, ...): the precisions OpenVINO
+    says it runs natively on this CPU; ``()`` when openvino is not installed."""
+    try:
+        return tuple(core().get_property(DEVICE, "OPTIMIZATION_CAPABILITIES"))
+    except ImportError:
+        return ()
+
+
+def describe(path: Path) -> dict[str, Any]:
+    """An OpenVINO IR's inputs and outputs as OpenVINO reads them, each ``{"name", "dtype", "shape"}`` with
+    ``None`` for a dynamic dim: what :func:`autodeploy.formats.describe` asks of this engine, in a child.
+
+    Raises:
+        ValueError: an input or output has no tensor name (autodeploy feeds and reads tensors by name).
+    """
+    model = read(Path(path))
+
+    def spec(port: Any) -> dict[str, Any]:
+        if not port.get_names():
+            raise ValueError(
+                f"a {'n input' if port in model.inputs else 'n output'} of the IR has no tensor name"
+            )
+        shape = [d.get_length() if d.is_static else None for d in port.get_partial_shape()]
+        return {"name": port.get_any_name(), "dtype": port.get_element_type().to_dtype().name, "shape": shape}
+
+    return {"inputs": [spec(p) for p in model.inputs], "outputs": [spec(p) for p in model.outputs]}
+
+
 def compile_at(ov_model: Any, shapes: Mapping[str, tuple[int, ...]], properties: Mapping[str, Any]) -> Any:
     """``ov_model`` compiled for the CPU plugin at static input ``shapes`` (a reshaped copy where they differ)
     with ``compile_model`` ``properties``.

@@ -48,6 +48,21 @@ def interpreter(model_dir: Path, settings: Mapping[str, Any]) -> Any:
     )
 
 
+def describe(path: Path) -> dict[str, Any]:
+    """A ``.tflite`` file's inputs and outputs as LiteRT reads them, each ``{"name", "dtype", "shape"}`` with
+    ``None`` for a dynamic dim: what :func:`autodeploy.formats.describe` asks of this engine, in a child."""
+    path = Path(path)
+    it = interpreter(path.parent, {"model_file": path.name})
+
+    def spec(detail: dict[str, Any]) -> dict[str, Any]:
+        dims = [int(d) for d in detail["shape_signature"]]
+        return {"name": detail["name"], "dtype": np.dtype(detail["dtype"]).name,
+                "shape": [d if d >= 0 else None for d in dims]}  # fmt: skip
+
+    return {"inputs": [spec(d) for d in it.get_input_details()],
+            "outputs": [spec(d) for d in it.get_output_details()]}  # fmt: skip
+
+
 class _TfliteRunner(Runner):
     """Feeds ONNX-layout inputs, returns ONNX-layout outputs; resizes when the batch changes."""
 
