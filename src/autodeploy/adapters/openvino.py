@@ -243,17 +243,9 @@ def compile_properties(config: TrialConfig) -> dict[str, Any]:
     return properties
 
 
-def _capabilities() -> tuple[str, ...]:
-    """The CPU plugin's OPTIMIZATION_CAPABILITIES, or () when openvino is not installed."""
-    try:
-        return tuple(rt.core().get_property(DEVICE, "OPTIMIZATION_CAPABILITIES"))
-    except ImportError:
-        return ()
-
-
 def _bf16_unsupported(target: DeviceInfo) -> str | None:
     """Why bf16 cannot run here, or None. Needs both OpenVINO's word and the ISA to agree."""
-    reported = "BF16" in _capabilities()
+    reported = "BF16" in rt.capabilities()
     native = any(target.has(flag) for flag in NATIVE_ISA["bf16"])
     if reported and native:
         return None
@@ -263,7 +255,7 @@ def _bf16_unsupported(target: DeviceInfo) -> str | None:
 
 
 def _fp16_unsupported() -> str | None:
-    if "FP16" in _capabilities():
+    if "FP16" in rt.capabilities():
         return None
     return "OpenVINO's CPU plugin reports no FP16 support on this CPU (needs AVX512_FP16 or AMX-FP16)"
 

@@ -19,7 +19,8 @@ Build knobs:
   int8 kernels of both ONNX Runtime and OpenVINO saturate with full-range weights (int8);
 * ``runtime``: ``onnxruntime`` (default; fp32 passes may use ORT's fused contrib ops) or
   ``openvino`` (standard ops only; the QDQ model is read by OpenVINO's ONNX frontend). The
-  int8 QDQ placement follows it (:func:`autodeploy.inhouse.quantize.qdq.plan`).
+  int8 QDQ placement, the float remainder and the fp32 passes follow its row of
+  :data:`autodeploy.inhouse.placement.PLACEMENTS` (:func:`autodeploy.inhouse.quantize.qdq.plan`).
 
 Build knob ``float_precision`` (int8 on OpenVINO): what the layers the quantizer leaves float
 (the fallback's, and the ops with no int8 kernel) run in: ``f32`` (default) or ``bf16`` (OpenVINO's
@@ -68,6 +69,7 @@ from autodeploy.adapters.base import (
 )
 from autodeploy.adapters.ort import EXECUTION_MODES, MODEL_FILE, OPT_LEVELS
 from autodeploy.errors import BuildError, UnsupportedConfigError
+from autodeploy.inhouse.placement import PLACEMENTS
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 if TYPE_CHECKING:
@@ -168,7 +170,7 @@ class InhouseEngine(Engine):
 
         runtime = runtime_of(config)
         # int8 keeps standard ops: the quantizer and every QDQ consumer understand them.
-        ops = "onnxruntime" if config.precision == "fp32" and runtime == "onnxruntime" else "onnx"
+        ops = PLACEMENTS[runtime].fp32_passes if config.precision == "fp32" else "onnx"
         proto = onnx.load(str(model.path))
         optimized, pass_report = optimize(proto, target=ops)
         report: dict[str, Any] = {"passes": pass_report.to_dict()}
@@ -257,15 +259,15 @@ def runtime_of(config: TrialConfig) -> str:
 
 def float_precision(config: TrialConfig, isa: Any) -> str:
     """``f32`` or ``bf16``: the float remainder to try first for an int8 artifact, on a CPU with ``isa``."""
-    if runtime_of(config) != "openvino":
+    if "bf16" not in PLACEMENTS[runtime_of(config)].float_precisions:
         return "f32"  # ONNX Runtime's CPU kernels have no bf16
     chosen = str(config.knobs.get("float_precision", "f32"))
     if chosen != "auto":
         return chosen
-    from autodeploy.adapters.openvino import _capabilities
+    from autodeploy.runtime.openvino import capabilities
 
     native = any(flag in tuple(isa) for flag in NATIVE_ISA["bf16"])
-    return "bf16" if native and "BF16" in _capabilities() else "f32"
+    return "bf16" if native and "BF16" in capabilities() else "f32"
 
 
 def _native_bf16(target: DeviceInfo) -> bool:

@@ -13,7 +13,8 @@ import numpy as np
 import onnx
 
 from autodeploy.errors import BuildError
-from autodeploy.inhouse.quantize import calibrate, mixed, qdq
+from autodeploy.inhouse.placement import PLACEMENTS
+from autodeploy.inhouse.quantize import calibrate, mixed
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
 
 FLOAT_PRECISIONS = ("f32", "bf16")
@@ -36,7 +37,7 @@ class QuantConfig:
             ``min_cosine`` for outputs that are not classifier-shaped); ``None`` disables the fallback.
         max_float_fraction: At most this share of weighted layers is kept in float.
         batch: Items per calibration run (1 for models with a static batch dim).
-        placement: Where QDQ goes: ``onnxruntime`` or ``openvino`` (see :func:`qdq.plan`).
+        placement: Where QDQ goes: a runtime of :data:`autodeploy.inhouse.placement.PLACEMENTS` (see :func:`.qdq.plan`).
         budget_share: The fallback meets this share of the budget on the calibration data, so the
             trial's own evaluation (other items) stays inside the whole budget (PP-OCR det with
             8 + 8 items: cosine 0.9906 on calibration data at the full budget, 0.9859 held out).
@@ -74,12 +75,12 @@ class QuantConfig:
             raise ValueError(
                 f"float_precision must be one of {', '.join(FLOAT_PRECISIONS)}, got {self.float_precision!r}"
             )
-        if self.float_precision == "bf16" and self.placement != "openvino":
-            raise ValueError(
-                "float_precision bf16 needs placement openvino (ONNX Runtime's CPU kernels have no bf16)"
-            )
-        if self.placement not in qdq.PLACEMENTS:
-            raise ValueError(f"placement must be one of {', '.join(qdq.PLACEMENTS)}, got {self.placement!r}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
+        if self.float_precision not in PLACEMENTS[self.placement].float_precisions:  # its runtime's row says
+            takes = " or ".join(name for name, row in PLACEMENTS.items() if self.float_precision in row.float_precisions)
+            raise ValueError(f"float_precision {self.float_precision} needs placement {takes} "
+                             "(ONNX Runtime's CPU kernels have no bf16)")  # fmt: skip
         if self.float_layers not in mixed.FLOAT_LAYERS:
             raise ValueError(f"float_layers must be one of {', '.join(mixed.FLOAT_LAYERS)}, got {self.float_layers!r}")
         if self.calibration not in calibrate.METHODS:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
+from autodeploy.inhouse.placement import PLACEMENTS
 from autodeploy.inhouse.quantize import qdq
 from autodeploy.inhouse.quantize.evidence import Target
 from autodeploy.inhouse.quantize.mixed import failing, loss
@@ -89,7 +90,7 @@ class Judge:
         self.outputs: dict[str, np.ndarray] = {}  # the last candidate's, over the calibration batches
         # Candidates run where (and as) the artifact will run; the reference stays ORT FP32.
         self.run = runner or run
-        if runner is None and config.placement == "openvino" and importlib.util.find_spec("openvino") is not None:
+        if runner is None and PLACEMENTS[config.placement].own_judge and importlib.util.find_spec("openvino") is not None:
             self.run = functools.partial(run_openvino, hint=config.float_precision)
 
     def __call__(self, candidate: onnx.ModelProto) -> tuple[bool, dict[str, float]]:

@@ -31,6 +31,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from autodeploy.inhouse.placement import PLACEMENTS
+
 #: Ops whose inputs/outputs get QDQ. Weighted ops map to (weight input, bias input or None).
 #: ConvTranspose's bias stays float: OpenVINO adds it as a post-op of its int8 kernel.
 WEIGHTED_OPS = {"Conv": (1, 2), "Gemm": (1, 2), "MatMul": (1, None), "ConvTranspose": (1, None)}
@@ -70,10 +72,6 @@ OPENVINO_INPUT_OPS = frozenset({*WEIGHTED_OPS, *BINARY_OPS, "AveragePool", "Glob
 GATE_OPS = frozenset({"Sigmoid", "HardSigmoid"})
 #: How far back from a gate the SE block's global pool is looked for (pool -> Conv -> act -> Conv -> gate).
 SE_DEPTH = 8
-#: The ops each placement quantizes (:func:`plan`); its other rules are one condition each there
-#: (ONNX Runtime: outputs and folded Relu/Clip; OpenVINO: SE gates float, depthwise inputs per channel).
-PLACEMENT_OPS = {"onnxruntime": QUANT_OPS, "openvino": OPENVINO_INPUT_OPS}
-PLACEMENTS = tuple(PLACEMENT_OPS)
 SHARED_SCALE_OPS = frozenset({"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze"})
 INT8_MIN, INT8_MAX = -128, 127
 UINT8_MAX = 255
@@ -137,7 +135,8 @@ class Plan:
     weighted: tuple[str, ...]
     tensors: tuple[str, ...]
     foldable: Mapping[str, float] = field(default_factory=dict)  # Relu/Clip output -> upper bound
-    #: ``openvino``: only quantized consumers read a dequantized tensor; ``onnxruntime``: all do.
+    #: The runtime (:data:`autodeploy.inhouse.placement.PLACEMENTS`): with ``qlinear`` every reader of a quantized
+    #: tensor reads it dequantized, else only the quantized readers do.
     placement: str = "onnxruntime"
     #: Tensors quantized per channel (axis 1): read only by depthwise convolutions (OpenVINO).
     per_channel: tuple[str, ...] = ()
@@ -157,15 +156,22 @@ def name_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
+def quantized_ops(placement: str) -> frozenset[str]:
+    """The ops ``placement`` quantizes: :data:`QUANT_OPS` around which a QLinear kernel is fused, or the inputs of
+    :data:`OPENVINO_INPUT_OPS` (NNCF's layout) (:data:`autodeploy.inhouse.placement.PLACEMENTS`)."""
+    return QUANT_OPS if PLACEMENTS[placement].qlinear else OPENVINO_INPUT_OPS
+
+
 def plan(model: onnx.ModelProto, placement: str = "onnxruntime") -> Plan:
     """The candidate nodes and tensors of a model whose nodes are named (see :func:`name_nodes`).
 
-    ``placement`` follows what the runtime fuses into integer kernels:
+    ``placement`` (a runtime of :data:`autodeploy.inhouse.placement.PLACEMENTS`) follows what it fuses into
+    integer kernels:
 
-    * ``onnxruntime`` (its ``quantize_static`` QDQ layout): inputs *and* outputs of the ops in
+    * ``qlinear`` (``onnxruntime``: its ``quantize_static`` QDQ layout): inputs *and* outputs of the ops in
       :data:`QUANT_OPS`, so each ``DQ -> op -> Q`` becomes a QLinear kernel;
-    * ``openvino`` (NNCF's CPU layout): inputs of :data:`OPENVINO_INPUT_OPS` only; OpenVINO
-      fuses the ``FakeQuantize`` into the producer's output as a post-op.
+    * otherwise (``openvino``: NNCF's CPU layout): inputs of :data:`OPENVINO_INPUT_OPS` only; OpenVINO
+      fuses the ``FakeQuantize`` into the producer's output as a post-op; ``nncf`` adds NNCF's other rules.
     """
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
@@ -173,8 +179,9 @@ def plan(model: onnx.ModelProto, placement: str = "onnxruntime") -> Plan:
     consts = constants(graph)
     floats = _float_tensors(model)
     outputs = {o.name for o in graph.output}
-    ops = PLACEMENT_OPS[placement]
-    gated = _gated(graph, consts) if placement == "openvino" else set()
+    rules = PLACEMENTS[placement]
+    ops = quantized_ops(placement)
+    gated = _gated(graph, consts) if rules.nncf else set()
     float_in = float_readers(graph)
     fixed = constant_derived(graph, consts)
     nodes = [
@@ -184,14 +191,14 @@ def plan(model: onnx.ModelProto, placement: str = "onnxruntime") -> Plan:
         and n.name not in gated and n.name not in float_in
     ]  # fmt: skip
     crossed: set[str] = set()
-    if placement == "openvino":
+    if rules.nncf:
         pools = _pools_to_cross(graph, nodes, outputs)
         crossed = {p.output[0] for p in pools}
         chosen = {id(n) for n in (*nodes, *pools)}
         nodes = [n for n in graph.node if id(n) in chosen]  # graph order
     tensors: list[str] = []
     for node in nodes:
-        quantized_outputs = list(node.output[:1]) if placement == "onnxruntime" else []
+        quantized_outputs = list(node.output[:1]) if rules.qlinear else []
         for name in _activation_inputs(node, consts) + quantized_outputs:
             if name and name in floats and name not in consts and name not in tensors and name not in crossed:
                 tensors.append(name)
@@ -201,9 +208,9 @@ def plan(model: onnx.ModelProto, placement: str = "onnxruntime") -> Plan:
         tuple(n.name for n in nodes),
         weighted,
         kept,
-        _foldable(graph, consts, outputs) if placement == "onnxruntime" else {},
+        _foldable(graph, consts, outputs) if rules.qlinear else {},
         placement,
-        _depthwise_inputs(nodes, consts, kept) if placement == "openvino" else (),
+        _depthwise_inputs(nodes, consts, kept) if rules.nncf else (),
         tuple(sorted(float_in)),
     )
 
@@ -255,7 +262,7 @@ def why_float(model: onnx.ModelProto, placement: str = "onnxruntime") -> dict[st
     consts = constants(model.graph)
     fixed = constant_derived(model.graph, consts)
     floats = _float_tensors(model)
-    ops = PLACEMENT_OPS[placement]
+    ops = quantized_ops(placement)
     reasons: dict[str, str] = {}
     for node in model.graph.node:
         if node.op_type == "Constant" or node.op_type in reasons:
@@ -364,7 +371,7 @@ def insert_qdq(
     for name in active & set(the_plan.weighted):
         _quantize_weights(by_name[name], consts, qparams, builder, per_channel, reduce_range)
     readers = _rewire(graph, qparams, {*keep_float, *the_plan.float_readers}, folded,
-                      active if the_plan.placement == "openvino" else None)  # fmt: skip
+                      None if PLACEMENTS[the_plan.placement].qlinear else active)  # fmt: skip
     builder.emit(graph, {t: q for t, q in qparams.items() if t in readers}, readers)
     drop_unused_initializers(graph)
     _ensure_opset(out, 13)
