@@ -9,7 +9,18 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from autodeploy.roofline import Kernel, OpCount, Peaks, Roofline, count_ops, distance, distance_text, roofline
+from autodeploy.adapters.registry import runs_on_gpu
+from autodeploy.roofline import (
+    Kernel,
+    OpCount,
+    Peaks,
+    Roofline,
+    count_ops,
+    distance,
+    distance_text,
+    roofline,
+    share_text,
+)
 
 
 def _model(nodes, inputs, weights=(), opset=17, domains=()):
@@ -107,21 +118,26 @@ def test_roofline_of_a_measurement_and_its_share_of_peak():
     count = OpCount(macs=4_000_000_000)  # 8 GOP a call
     peaks = Peaks("f", (Kernel("openvino", "bf16", "MatMul 1024x1024", 400.0), Kernel("onnxruntime", "int8", "Conv", 800.0),
                         Kernel("openvino", "int8", "MatMul", 750.0)))  # fmt: skip
-    line = roofline(count, engine="openvino", precision="bf16", batch=1, scenario="single-stream", median_ms=25.0,
+    line = roofline(count, precision="bf16", batch=1, scenario="single-stream", median_ms=25.0,
                     throughput=None, peaks=peaks)  # fmt: skip
     assert line is not None and line.gops == pytest.approx(320.0) and line.share == pytest.approx(0.8)
     assert line.peak_kernel == "openvino MatMul 1024x1024"
     assert Roofline.from_dict(line.to_dict()) == line
     # offline: the rate sustained, per item's operations
-    offline = roofline(count, engine="openvino", precision="bf16", batch=4, scenario="offline", median_ms=100.0,
+    offline = roofline(count, precision="bf16", batch=4, scenario="offline", median_ms=100.0,
                        throughput=80.0, peaks=peaks)  # fmt: skip
     assert offline is not None and offline.gops == pytest.approx(8.0 / 4 * 80.0)
-    # a GPU engine gets its GOP/s, never a share of the CPU's peak; int8-dynamic is held to int8's peak
-    gpu = roofline(count, engine="tensorrt", precision="fp16", batch=1, scenario="single-stream", median_ms=1.0,
-                   throughput=None, peaks=peaks)  # fmt: skip
+    # a GPU engine (its own declaration, Engine.gpu) gets its GOP/s, never a share of the CPU's peak; int8-dynamic
+    # is held to int8's peak
+    assert runs_on_gpu("tensorrt") and not runs_on_gpu("openvino") and not runs_on_gpu("no-such-engine")
+    gpu = roofline(count, precision="fp16", batch=1, scenario="single-stream", median_ms=1.0, throughput=None,
+                   peaks=peaks, gpu=runs_on_gpu("tensorrt"))  # fmt: skip
     assert gpu is not None and gpu.share is None
+    assert "a GPU engine" in share_text(gpu, gpu=True) and "no fp16 peak" in share_text(gpu)
+    gpu_limit = distance([gpu], peaks, label="tensorrt/fp16/b1/tdefault", engine="tensorrt", batch=1)
+    assert "what_if" not in gpu_limit and "a GPU engine" in distance_text(gpu_limit, gpu=True)
     assert peaks.peak("int8-dynamic") == 800.0 and peaks.precisions() == ("bf16", "int8")
-    assert roofline(OpCount(0), engine="openvino", precision="fp32", batch=1, scenario="single-stream", median_ms=1.0,
+    assert roofline(OpCount(0), precision="fp32", batch=1, scenario="single-stream", median_ms=1.0,
                     throughput=None, peaks=peaks) is None  # fmt: skip
 
 

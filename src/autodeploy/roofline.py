@@ -32,8 +32,6 @@ if TYPE_CHECKING:
 
 #: The precisions the microbenchmark measures, in the order they are shown.
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
-#: Engines that run on a GPU: the CPU's peaks say nothing about them (their results get GOP/s, no share).
-GPU_ENGINES = frozenset({"tensorrt"})
 #: An initializer with more elements than this is given to shape inference as a typed input, without its
 #: values: only its shape matters, and a model's weights (up to gigabytes) are not copied. Small ones keep
 #: their values, which shape inference reads (a Reshape's target shape, a Slice's bounds).
@@ -431,10 +429,11 @@ class Roofline:
                    tuple(d.get("uncounted") or ()))  # fmt: skip
 
 
-def roofline(count: OpCount, *, engine: str, precision: str, batch: int, scenario: str, median_ms: float,
-             throughput: float | None, peaks: Peaks | None) -> Roofline | None:  # fmt: skip
+def roofline(count: OpCount, *, precision: str, batch: int, scenario: str, median_ms: float,
+             throughput: float | None, peaks: Peaks | None, gpu: bool = False) -> Roofline | None:  # fmt: skip
     """The roofline of one measurement: ``count`` (one call at its batch) over the time it took, against
-    ``peaks``; ``None`` where the model counts no operation or the time is not positive."""
+    ``peaks``; ``None`` where the model counts no operation or the time is not positive. ``gpu``: it ran on a
+    GPU (``Engine.gpu``), which this device's CPU peaks say nothing about: GOP/s and no share."""
     if count.macs <= 0:
         return None
     if not scenario_of(scenario).in_flight or not throughput:  # one call at a time: its median call
@@ -443,7 +442,7 @@ def roofline(count: OpCount, *, engine: str, precision: str, batch: int, scenari
         gops = count.gop / max(batch, 1) * throughput
     if not (gops > 0 and math.isfinite(gops)):
         return None
-    best = None if peaks is None or engine in GPU_ENGINES else peaks.best(precision)
+    best = None if peaks is None or gpu else peaks.best(precision)
     return Roofline(precision, count.gop, gops, None if best is None else best.gops,
                     None if best is None else f"{best.engine} {best.op}", count.uncounted)  # fmt: skip
 
@@ -460,13 +459,13 @@ def ops_text(line: Roofline) -> str:
     return f"{line.gop:.3g} GOP a call (2 x MACs{floor})"
 
 
-def share_text(line: Roofline, engine: str = "") -> str:
+def share_text(line: Roofline, gpu: bool = False) -> str:
     """``345 GOP/s, 88% of this device's bf16 peak (392 GOP/s: openvino MatMul 1024x1024x1024)``; without a peak,
-    the GOP/s and why there is no share."""
+    the GOP/s and why there is no share (``gpu``: it ran on a GPU, ``Engine.gpu``)."""
     precision = peak_precision(line.precision)
     text = gops_text(line.gops)
     if line.share is None:
-        why = ("a GPU engine: this device's peaks are its CPU's" if engine in GPU_ENGINES
+        why = ("a GPU engine: this device's peaks are its CPU's" if gpu
                else f"no {precision} peak was measured on this device (autodeploy engines --refresh)")  # fmt: skip
         return f"{text} ({why})"
     if line.share > 1:
@@ -493,7 +492,8 @@ def distance(lines: Sequence[Roofline], peaks: Peaks | None, *, label: str, engi
     out: dict[str, Any] = {"label": label, "engine": engine, "batch": batch, **line.to_dict()}
     own = peak_precision(line.precision)
     target = own if own == "int8" else "int8"
-    target_peak = None if peaks is None or engine in GPU_ENGINES else peaks.peak(target)
+    # A GPU engine's lines carry no share (:func:`roofline` with ``gpu``), so no what-if rests on the CPU's peaks.
+    target_peak = None if peaks is None else peaks.peak(target)
     share = line.share
     if share and share <= 1 and target_peak:  # above 1 the peak read low: no what-if rests on it
         at = share if target != own else 1.0
@@ -503,9 +503,10 @@ def distance(lines: Sequence[Roofline], peaks: Peaks | None, *, label: str, engi
     return out
 
 
-def distance_text(d: Mapping[str, Any], *, items_per_s: bool = False) -> str:
+def distance_text(d: Mapping[str, Any], *, items_per_s: bool = False, gpu: bool = False) -> str:
     """:func:`distance`'s dict in words: ``openvino/bf16 runs at 88% of this device's bf16 peak (345 of 392 GOP/s);
-    a passing int8 at the same share would take about 12.3 ms a call``; ``items_per_s``: the what-if as a rate."""
+    a passing int8 at the same share would take about 12.3 ms a call``; ``items_per_s``: the what-if as a rate;
+    ``gpu``: its engine runs on a GPU (``Engine.gpu``), so no share is said."""
     from autodeploy.units import fmt_ms
 
     if not d:
@@ -513,7 +514,7 @@ def distance_text(d: Mapping[str, Any], *, items_per_s: bool = False) -> str:
     who = f"{d['engine']}/{d['precision']}"
     precision, share = peak_precision(str(d["precision"])), d.get("share")
     if share is None:
-        why = ("a GPU engine: this device's peaks are its CPU's" if d["engine"] in GPU_ENGINES
+        why = ("a GPU engine: this device's peaks are its CPU's" if gpu
                else f"no {precision} peak measured on this device")  # fmt: skip
         return f"{who} runs at {gops_text(d['gops'])} ({why})"
     if share > 1:

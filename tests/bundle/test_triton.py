@@ -128,6 +128,30 @@ def test_tensorrt_config_uses_the_plan_profile_and_a_gpu_instance():
     assert field(text, "max_batch_size") == ["8"] and "parameters" not in text
 
 
+def test_the_parameters_are_the_declared_backends_own_words(monkeypatch):
+    """``parameters``, the graph level and the notes come from the backend the engine declares
+    (``TritonBackend.parameters``), not from its name: the ORT engine declaring another backend gets its words."""
+    from dataclasses import dataclass
+
+    from autodeploy.adapters.base import TritonBackend, TritonParameters
+    from autodeploy.adapters.ort import OnnxRuntimeEngine
+
+    @dataclass(frozen=True)
+    class Echo(TritonBackend):
+        def parameters(self, settings, serving, max_batch, device):
+            return TritonParameters({"THREADS": str(settings["threads"]), "BATCH": str(max_batch)}, 1,
+                                    (f"seen on {device['cpu']}",))  # fmt: skip
+
+    monkeypatch.setattr(OnnxRuntimeEngine, "triton", Echo("echo"))
+    _, config, notes = pbtxt(fake_manifest("onnxruntime", batch=4, threads=2))
+    assert config.backend == "echo" and not config.platform
+    assert {k: v.string_value for k, v in config.parameters.items()} == {"THREADS": "2", "BATCH": "4"}
+    assert config.optimization.graph.level == 1 and notes[-1] == "seen on CPU"
+    monkeypatch.setattr(OnnxRuntimeEngine, "triton", TritonBackend("echo"))  # the base writes none
+    text, config, _ = pbtxt(fake_manifest("onnxruntime", batch=4, threads=2))
+    assert not config.parameters and "optimization" not in text
+
+
 def test_static_batch_model_gets_full_shapes_and_no_dynamic_batching():
     static = {**MODEL, "inputs": [{"name": "x", "dtype": "int64", "shape": [1, 3, "S"]}],
               "outputs": [{"name": "y", "dtype": "bool", "shape": [1, 3]}]}  # fmt: skip

@@ -31,7 +31,7 @@ import shutil
 import tempfile
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -43,7 +43,7 @@ from autodeploy.runtime import machine
 from autodeploy.runtime.base import IO, MAX_REQUESTS, Runner
 
 __all__ = ["ARTIFACT_FILE", "IO", "NATIVE_ISA", "Artifact", "Availability", "Engine", "EngineSpace", "Runner",
-           "TrialConfig", "TritonBackend", "int8_saturates", "io_of"]  # fmt: skip
+           "TrialConfig", "TritonBackend", "TritonParameters", "int8_saturates", "io_of"]  # fmt: skip
 
 if TYPE_CHECKING:
     from autodeploy.model import ModelInfo
@@ -149,18 +149,41 @@ def _domain_ops(path: str, sha256: str) -> tuple[tuple[str, str], ...]:
 
 
 @dataclass(frozen=True)
+class TritonParameters:
+    """What ``config.pbtxt`` carries of a winner in one Triton backend's own words (:meth:`TritonBackend.parameters`).
+
+    ``values``: the backend's ``parameters`` (key -> string value); ``graph_level``: ``optimization.graph.level``
+    (``None``: left out, the backend's default); ``notes``: what of the measured config the backend cannot
+    carry, one sentence each.
+    """
+
+    values: Mapping[str, str] = field(default_factory=dict)
+    graph_level: int | None = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class TritonBackend:
     """How Triton Inference Server serves an engine's artifacts (``bundle/triton.py`` writes ``config.pbtxt``).
 
-    ``backend`` is Triton's backend name (its parameters are written in that backend's words),
-    ``platform`` the model platform where the backend wants one, ``kind`` the instance kind.
-    ``max_batch_floor``: ``max_batch_size`` is at least this (a TensorRT plan's profile goes up to it).
+    ``backend`` is Triton's backend name, ``platform`` the model platform where the backend wants one,
+    ``kind`` the instance kind. ``max_batch_floor``: ``max_batch_size`` is at least this (a TensorRT plan's
+    profile goes up to it). A backend with parameters of its own subclasses it and writes them in
+    :meth:`parameters` (ONNX Runtime's in ``adapters/ort.py``, OpenVINO's in ``adapters/openvino.py``); an engine
+    served by one of those declares that subclass.
     """
 
     backend: str
     platform: str | None = None
     kind: str = "KIND_CPU"
     max_batch_floor: int = 0
+
+    def parameters(self, settings: Mapping[str, Any], serving: Mapping[str, Any], max_batch: int,
+                   device: Mapping[str, Any]) -> TritonParameters:  # fmt: skip
+        """The winner's settings in this backend's words: from the manifest's ``settings`` (engine, precision,
+        batch, threads, knobs), its ``measurements.serving`` record (``{}`` when none), the ``max_batch_size``
+        written and the manifest's ``device``. The base writes none (a TensorRT plan carries its own settings)."""
+        return TritonParameters()
 
 
 @dataclass(frozen=True)
@@ -359,6 +382,13 @@ class Engine(ABC):
     #: The model formats this engine takes: ``onnx``, and a format it runs as given (a ``.tflite``
     #: for tflite, an IR for openvino; :mod:`autodeploy.formats`). Others are pruned (:meth:`unreadable`).
     formats: ClassVar[tuple[str, ...]] = ("onnx",)
+    #: Runs on a GPU: this device's CPU peaks (``harness/peaks.py``) say nothing about it, so its measurements
+    #: get their GOP/s and no share of a peak (:mod:`autodeploy.roofline`).
+    gpu: ClassVar[bool] = False
+    #: Runs an ONNX graph on CPU kernels of its own: the peaks microbenchmark measures them, through
+    #: :meth:`peak_call`. The others leave it False: the in-house engine runs on these, TensorRT on a GPU, and
+    #: LiteRT would need an onnx2tf conversion of each kernel.
+    peak_kernels: ClassVar[bool] = False
 
     # -- public API: checks, then hooks -------------------------------------------------
 
@@ -537,6 +567,13 @@ class Engine(ABC):
         settings = self.runtime_settings(artifact, config, model)
         runtime = importlib.import_module(self.runtime_module(config))
         return runtime.open(artifact.path, settings, io_of(model))
+
+    def peak_call(self, graph: bytes, precision: str, shapes: Mapping[str, tuple[int, ...]]) -> Callable[[Any], Any]:
+        """One call of the serialized ONNX ``graph`` at ``precision`` on this engine's own kernels, opened through
+        its runtime on its default threads (every core), at static input ``shapes``: what the peaks
+        microbenchmark times (``harness/peaks.py``), for an engine that declares :attr:`peak_kernels`.
+        The call takes the feeds (input name -> array)."""
+        raise NotImplementedError(f"{self.name} declares no kernels of its own for the peaks microbenchmark")
 
     def requirements(self, artifact: Artifact, config: TrialConfig, device: Mapping[str, Any]) -> dict[str, Any]:
         """What a target must have for the artifact to run at all (not merely fast); ``{}`` if nothing.

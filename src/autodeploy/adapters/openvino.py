@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ from autodeploy.adapters.base import (
     EngineSpace,
     TrialConfig,
     TritonBackend,
+    TritonParameters,
     foreign_ops,
     require_quantized,
 )
@@ -73,11 +75,53 @@ FLOAT_LAYERS = ("none", "head", "search")
 ONNX_ML_OPS = ("Normalizer",)
 
 
+@dataclass(frozen=True)
+class OpenVinoTritonBackend(TritonBackend):
+    """Triton's OpenVINO backend: ``INFERENCE_NUM_THREADS``, ``NUM_STREAMS`` and ``PERFORMANCE_HINT`` *as compiled*
+    (read back from the compiled model when it was measured), ``HINT_BF16`` for a bf16 winner, and for a batch
+    above one ``SKIP_OV_DYNAMIC_BATCHSIZE`` (compiled at the batch, as measured) with ``ENABLE_BATCH_PADDING``
+    (partial batches padded, as the harness's batcher does; the backend rejects them otherwise). It has no f32
+    precision setting: a note says so where the CPU would run bf16 instead."""
+
+    backend: str = "openvino"
+
+    def parameters(self, settings: Mapping[str, Any], serving: Mapping[str, Any], max_batch: int,
+                   device: Mapping[str, Any]) -> TritonParameters:  # fmt: skip
+        threads, knobs = settings["threads"], settings["knobs"]
+        compiled = serving.get("compiled") or serving.get("concurrency") or {}
+        values: dict[str, str] = {}
+        notes: list[str] = []
+        if "NUM_STREAMS" in compiled:  # as compiled: OpenVINO may have set up fewer streams than asked
+            values["INFERENCE_NUM_THREADS"] = str(compiled["INFERENCE_NUM_THREADS"])
+            values["NUM_STREAMS"] = str(compiled["NUM_STREAMS"])
+            values["PERFORMANCE_HINT"] = str(compiled["PERFORMANCE_HINT"])
+        else:
+            notes.append("streams and threads were not read back from the compiled model (measured before autodeploy "
+                         "recorded them); the requested values are written, which OpenVINO may have reduced")  # fmt: skip
+            if threads:
+                values["INFERENCE_NUM_THREADS"] = str(threads)
+            values["PERFORMANCE_HINT"] = str(knobs.get("PERFORMANCE_HINT", "LATENCY"))
+            if "NUM_STREAMS" in knobs:
+                values["NUM_STREAMS"] = str(knobs["NUM_STREAMS"])
+        if settings["precision"] == "bf16":
+            values["HINT_BF16"] = "YES"
+        elif any(flag in (device.get("isa") or ()) for flag in NATIVE_ISA["bf16"]) or not device.get("isa"):
+            precision = compiled.get("INFERENCE_PRECISION_HINT", "f32")
+            notes.append(f"measured at INFERENCE_PRECISION_HINT={precision}; Triton's OpenVINO backend has no setting "
+                         "for it (only HINT_BF16), and on a CPU with AVX512-BF16 or AMX its CPU plugin then runs bf16: "
+                         f"serve this {settings['precision']} winner on a CPU without them, or with the onnxruntime "
+                         "backend")  # fmt: skip
+        if max_batch > 1:
+            values["SKIP_OV_DYNAMIC_BATCHSIZE"] = "YES"  # compiled at the batch, as measured (no auto-batching)
+            values["ENABLE_BATCH_PADDING"] = "YES"  # a partial batch is padded, as the batcher did; else rejected
+        return TritonParameters(values, None, tuple(notes))
+
+
 class OpenVinoEngine(Engine):
     name = "openvino"
     extra = "openvino"
     modules = ("openvino", "nncf")
-    triton = TritonBackend("openvino")
+    triton = OpenVinoTritonBackend()
     runtime = rt.__name__
     packages = rt.PACKAGES
     build_packages = ("nncf",)
@@ -88,6 +132,7 @@ class OpenVinoEngine(Engine):
     search_knobs = frozenset({"ENABLE_CPU_PINNING", "float_layers"})
     precision_knobs = {"float_layers": frozenset({"int8"})}
     formats = ("onnx", "openvino", "tflite")
+    peak_kernels = True
 
     def _probe(self, target: DeviceInfo) -> Availability:
         import openvino as ov
@@ -178,6 +223,11 @@ class OpenVinoEngine(Engine):
 
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
         return runtime_settings(config, model, artifact.meta.get("ir", IR_FILE))
+
+    def peak_call(self, graph: bytes, precision: str, shapes: Mapping[str, tuple[int, ...]]) -> Callable[[Any], Any]:
+        properties = {"INFERENCE_PRECISION_HINT": INFERENCE_PRECISION[precision], "PERFORMANCE_HINT": "LATENCY"}
+        request = rt.compile_at(rt.read(graph), shapes, properties).create_infer_request()
+        return lambda feeds: request.infer(feeds)
 
     def oversubscription(self, config: TrialConfig, logical_cores: int) -> str | None:
         """OpenVINO shares ``INFERENCE_NUM_THREADS`` among its streams and queues requests onto them,

@@ -6,7 +6,8 @@ https://onnxruntime.ai/docs/performance/tune-performance/threading.html.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from autodeploy.adapters.base import (
     EngineSpace,
     TrialConfig,
     TritonBackend,
+    TritonParameters,
     int8_saturates,
     require_quantized,
 )
@@ -51,12 +53,43 @@ FLOAT_LAYERS = ("none", "head", "search")
 #: Ops that carry weights: the head is what lies after the last of them on every path to an output.
 WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "ConvInteger", "MatMulInteger"})
 CALIBRATION_BATCH = 8
+#: ``graph_optimization_level`` as the Triton ORT backend's ``optimization.graph.level`` (unset means all).
+TRITON_GRAPH_LEVEL = {"ORT_ENABLE_BASIC": -1, "ORT_ENABLE_EXTENDED": 1, "ORT_DISABLE_ALL": 2}
+
+
+@dataclass(frozen=True)
+class OrtTritonBackend(TritonBackend):
+    """Triton's ONNX Runtime backend (platform ``onnxruntime_onnx``): ``intra_op_thread_count``,
+    ``inter_op_thread_count``, ``execution_mode`` and ``optimization.graph.level`` (-1 basic, 1 extended,
+    2 disabled; unset means all, as in the backend)."""
+
+    backend: str = "onnxruntime"
+    platform: str | None = "onnxruntime_onnx"
+
+    def parameters(self, settings: Mapping[str, Any], serving: Mapping[str, Any], max_batch: int,
+                   device: Mapping[str, Any]) -> TritonParameters:  # fmt: skip
+        threads, knobs = settings["threads"], settings["knobs"]
+        values: dict[str, str] = {}
+        if threads:
+            values["intra_op_thread_count"] = str(threads)
+        if knobs.get("inter_op_num_threads"):
+            values["inter_op_thread_count"] = str(knobs["inter_op_num_threads"])
+        if knobs.get("execution_mode") == "ORT_PARALLEL":
+            values["execution_mode"] = "1"
+        concurrency = serving.get("concurrency") or {}
+        count = int(concurrency.get("requests", 1))
+        notes: tuple[str, ...] = ()
+        if count > 1 and concurrency.get("sessions", count) != count:
+            notes = (f"measured as {count} threads sharing one ONNX Runtime session; Triton gives each of "
+                     f"its {count} instances a session of its own (more memory)",)  # fmt: skip
+        level = TRITON_GRAPH_LEVEL.get(knobs.get("graph_optimization_level", "ORT_ENABLE_ALL"))
+        return TritonParameters(values, level, notes)
 
 
 class OnnxRuntimeEngine(Engine):
     name = "onnxruntime"
     extra = None  # a core dependency: it also computes the FP32 reference
-    triton = TritonBackend("onnxruntime", platform="onnxruntime_onnx")
+    triton = OrtTritonBackend()
     runtime = rt.__name__
     packages = rt.PACKAGES
     build_knobs = frozenset({"quant_method", "quant_head", "float_layers"})
@@ -66,6 +99,7 @@ class OnnxRuntimeEngine(Engine):
     search_knobs = frozenset({"execution_mode", "intra_op_thread_affinities", "float_layers"})
     precision_knobs = {"float_layers": frozenset({"int8"})}
     throughput_knobs = frozenset({"inter_op_num_threads", "num_requests", "sessions"})
+    peak_kernels = True
 
     def _probe(self, target: DeviceInfo) -> Availability:
         import onnxruntime as ort
@@ -168,6 +202,10 @@ class OnnxRuntimeEngine(Engine):
 
     def _runtime_settings(self, artifact: Artifact, config: TrialConfig, model: ModelInfo) -> dict[str, Any]:
         return session_settings(config)
+
+    def peak_call(self, graph: bytes, precision: str, shapes: Mapping[str, tuple[int, ...]]) -> Callable[[Any], Any]:
+        session = rt.session(graph, {"intra_op_num_threads": 0})  # 0: ORT's default threads
+        return lambda feeds: session.run(None, feeds)
 
 
 def session_settings(config: TrialConfig) -> dict[str, Any]:

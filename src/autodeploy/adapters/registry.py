@@ -114,6 +114,13 @@ def load_target(name: str, target: str) -> Engine:
     return engine
 
 
+def runs_on_gpu(name: str) -> bool:
+    """Whether the engine called ``name`` declares it runs on a GPU (:attr:`Engine.gpu`: the CPU's peaks say
+    nothing about it); ``False`` for a name no longer known (a plug-in uninstalled since it was measured)."""
+    target = targets().get(name)
+    return target is not None and load_target(name, target).gpu
+
+
 def all_engines() -> list[Engine]:
     return [load_target(name, target) for name, target in targets().items()]
 

@@ -68,6 +68,7 @@ class TensorRTEngine(Engine):
     runtime = rt.__name__
     packages = rt.PACKAGES
     build_packages = ("cuda-python",)
+    gpu = True
 
     def _probe(self, target: DeviceInfo) -> Availability:
         if not target.gpus:

@@ -2,20 +2,12 @@
 
 Layout: ``<repo>/<model>/config.pbtxt`` plus ``<repo>/<model>/1/model.<ext>`` (the artifact's
 files, unchanged) and ``<repo>/<model>/manifest.json`` (the bundle manifest, which Triton
-ignores). ``config.pbtxt`` carries the winner's settings in each backend's own words:
-
-* onnxruntime (platform ``onnxruntime_onnx``): ``intra_op_thread_count``,
-  ``inter_op_thread_count``, ``execution_mode`` and ``optimization.graph.level``
-  (-1 basic, 1 extended, 2 disabled; unset means all, as in the Triton ORT backend).
-* openvino (backend ``openvino``): ``INFERENCE_NUM_THREADS``, ``NUM_STREAMS`` and
-  ``PERFORMANCE_HINT`` *as compiled* (read back from the compiled model when it was measured),
-  ``HINT_BF16`` for a bf16 winner, and for a batch above one ``SKIP_OV_DYNAMIC_BATCHSIZE``
-  (compiled at the batch, as measured) with ``ENABLE_BATCH_PADDING`` (partial batches padded, as
-  the harness's batcher does; the backend rejects them otherwise).
-* tensorrt (platform ``tensorrt_plan``): the plan on GPU instances.
+ignores). ``config.pbtxt`` carries the winner's settings in each backend's own words.
 
 Which backend serves an engine's artifacts is the engine's declaration (``Engine.triton``, a
-:class:`~autodeploy.adapters.base.TritonBackend`); the parameters are written per Triton backend.
+:class:`~autodeploy.adapters.base.TritonBackend`), and that backend writes its parameters
+(:meth:`~autodeploy.adapters.base.TritonBackend.parameters`: ONNX Runtime's in ``adapters/ort.py``, OpenVINO's
+in ``adapters/openvino.py``; a TensorRT plan carries its own settings).
 An in-house winner is served by the backend of the runtime it was measured on (``runtime`` knob).
 
 ``instance_group`` is the number of requests that were in flight when it was measured (one per
@@ -38,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from autodeploy.adapters import registry
-from autodeploy.adapters.base import NATIVE_ISA, Engine, TritonBackend
+from autodeploy.adapters.base import Engine, TritonBackend
 from autodeploy.bundle.export import (
     Source,
     artifact_of,
@@ -50,7 +42,6 @@ from autodeploy.bundle.export import (
 )
 from autodeploy.bundle.loader import BundleError, sha256_file
 
-ORT_GRAPH_LEVEL = {"ORT_ENABLE_BASIC": -1, "ORT_ENABLE_EXTENDED": 1, "ORT_DISABLE_ALL": 2}
 TRITON_DTYPES = {"float16": "TYPE_FP16", "float32": "TYPE_FP32", "float64": "TYPE_FP64", "bool": "TYPE_BOOL",
                  "int8": "TYPE_INT8", "int16": "TYPE_INT16", "int32": "TYPE_INT32", "int64": "TYPE_INT64",
                  "uint8": "TYPE_UINT8", "uint16": "TYPE_UINT16", "uint32": "TYPE_UINT32", "uint64": "TYPE_UINT64",
@@ -117,14 +108,11 @@ def config_pbtxt(manifest: dict[str, Any], name: str) -> tuple[str, list[str]]:
     elif max_batch > 1:
         notes.append(f"dynamic batching was not measured (a {manifest['measurements']['scenario']} winner, "
                      f"timed on whole batches of {settings['batch']}); none is configured, so send whole batches")  # fmt: skip
-    if triton.backend == "onnxruntime" and count > 1 and concurrency.get("sessions", count) != count:
-        notes.append(f"measured as {count} threads sharing one ONNX Runtime session; Triton gives each of "
-                     f"its {count} instances a session of its own (more memory)")  # fmt: skip
-    params, level = _parameters(triton.backend, settings, serving.get("compiled") or concurrency, max_batch, notes,
-                                manifest.get("device") or {})  # fmt: skip
-    if level is not None:
-        lines.append(f"optimization {{\n  graph {{\n    level: {level}\n  }}\n}}")
-    for key, value in params.items():
+    written = triton.parameters(settings, serving, max_batch, manifest.get("device") or {})
+    notes += written.notes
+    if written.graph_level is not None:
+        lines.append(f"optimization {{\n  graph {{\n    level: {written.graph_level}\n  }}\n}}")
+    for key, value in written.values.items():
         lines.append(f'parameters {{\n  key: "{key}"\n  value: {{\n    string_value: "{value}"\n  }}\n}}')
     return "\n".join(lines) + "\n", notes
 
@@ -187,49 +175,3 @@ def _tensors(
             f'  {{\n    name: "{spec["name"]}"\n    data_type: {dtype}\n    dims: [ {dims_text} ]\n  }}'
         )
     return [f"{kind} [\n" + ",\n".join(blocks) + "\n]"]
-
-
-def _parameters(backend: str, settings: dict[str, Any], compiled: dict[str, Any], max_batch: int, notes: list[str],
-                device: dict[str, Any]) -> tuple[dict[str, str], int | None]:  # fmt: skip
-    """Backend parameters (in the words of Triton's ``backend``) and the ORT graph optimization level,
-    from the winner's settings and (OpenVINO) what its compiled model said it set up."""
-    threads, knobs = settings["threads"], settings["knobs"]
-    params: dict[str, str] = {}
-    if backend == "onnxruntime":
-        if threads:
-            params["intra_op_thread_count"] = str(threads)
-        if knobs.get("inter_op_num_threads"):
-            params["inter_op_thread_count"] = str(knobs["inter_op_num_threads"])
-        if knobs.get("execution_mode") == "ORT_PARALLEL":
-            params["execution_mode"] = "1"
-        return params, ORT_GRAPH_LEVEL.get(knobs.get("graph_optimization_level", "ORT_ENABLE_ALL"))
-    if backend == "openvino":
-        _openvino_parameters(params, settings, compiled, max_batch, notes, device)
-    return params, None
-
-
-def _openvino_parameters(params: dict[str, str], settings: dict[str, Any], compiled: dict[str, Any], max_batch: int,
-                         notes: list[str], device: dict[str, Any]) -> None:  # fmt: skip
-    threads, knobs = settings["threads"], settings["knobs"]
-    if "NUM_STREAMS" in compiled:  # as compiled: OpenVINO may have set up fewer streams than asked
-        params["INFERENCE_NUM_THREADS"] = str(compiled["INFERENCE_NUM_THREADS"])
-        params["NUM_STREAMS"] = str(compiled["NUM_STREAMS"])
-        params["PERFORMANCE_HINT"] = str(compiled["PERFORMANCE_HINT"])
-    else:
-        notes.append("streams and threads were not read back from the compiled model (measured before autodeploy "
-                     "recorded them); the requested values are written, which OpenVINO may have reduced")  # fmt: skip
-        if threads:
-            params["INFERENCE_NUM_THREADS"] = str(threads)
-        params["PERFORMANCE_HINT"] = str(knobs.get("PERFORMANCE_HINT", "LATENCY"))
-        if "NUM_STREAMS" in knobs:
-            params["NUM_STREAMS"] = str(knobs["NUM_STREAMS"])
-    if settings["precision"] == "bf16":
-        params["HINT_BF16"] = "YES"
-    elif any(flag in (device.get("isa") or ()) for flag in NATIVE_ISA["bf16"]) or not device.get("isa"):
-        precision = compiled.get("INFERENCE_PRECISION_HINT", "f32")
-        notes.append(f"measured at INFERENCE_PRECISION_HINT={precision}; Triton's OpenVINO backend has no setting "
-                     "for it (only HINT_BF16), and on a CPU with AVX512-BF16 or AMX its CPU plugin then runs bf16: "
-                     f"serve this {settings['precision']} winner on a CPU without them, or with the onnxruntime backend")  # fmt: skip
-    if max_batch > 1:
-        params["SKIP_OV_DYNAMIC_BATCHSIZE"] = "YES"  # compiled at the batch, as measured (no auto-batching)
-        params["ENABLE_BATCH_PADDING"] = "YES"  # a partial batch is padded, as the batcher did; else rejected

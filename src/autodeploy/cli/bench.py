@@ -224,7 +224,7 @@ def _roofline_rows(table: Table, result: TrialResult) -> None:
             table.add_row("operations", shown(result.extra["roofline"]))
         return
     table.add_row("operations", shown(ops_text(line)))
-    table.add_row("achieved", shown(share_text(line, result.config.engine)))
+    table.add_row("achieved", shown(share_text(line, registry.runs_on_gpu(result.config.engine))))
 
 
 def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: str = "", *, note: bool = True,

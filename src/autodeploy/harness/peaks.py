@@ -6,8 +6,9 @@ the two ops that carry a network's arithmetic, built as ONNX graphs here: a squa
 (``size x size x size``) and a 3x3 Conv (``size/4`` channels in and out on 28x28, ResNet's middle
 stages), each as float (fp32, and bf16 or fp16 through OpenVINO's ``INFERENCE_PRECISION_HINT``) and as
 a QDQ graph for int8 (ONNX Runtime fuses it into ``QLinearMatMul``/``QLinearConv``, OpenVINO runs its
-int8 kernels). Each engine measures the precisions its own ``space`` offers on this CPU, on its default
-threads (every core), through ``runtime/`` as every measured artifact is, timed by
+int8 kernels). Each engine with kernels of its own (``Engine.peak_kernels``) measures the precisions its own
+``space`` offers on this CPU, on its default threads (every core), opened by its ``peak_call`` through ``runtime/``
+as every measured artifact is, timed by
 :func:`~autodeploy.harness.timing.time_calls`.
 
 The result is a file per device, ``<peaks folder>/<fingerprint>.json`` (:func:`peaks_folder`), not a
@@ -44,8 +45,6 @@ if TYPE_CHECKING:
 
     from autodeploy.runtime.device import DeviceInfo
 
-#: The engines with kernels of their own; the others run on these (the in-house engine) or on a GPU.
-ENGINES = ("onnxruntime", "openvino")
 #: The Conv's spatial size: ResNet-50's third stage.
 CONV_HW = 28
 #: Seconds the whole microbenchmark may take before its child is stopped.
@@ -160,7 +159,15 @@ def measure_peaks(device: DeviceInfo, settings: PeakSettings, progress: Progress
 
 def _versions(device: DeviceInfo) -> dict[str, str]:
     """The versions of the engines the microbenchmark runs (a new one is measured again)."""
-    return {name: device.engines[name] for name in ENGINES if name in device.engines}
+    return {name: device.engines[name] for name in _measured() if name in device.engines}
+
+
+def _measured() -> list[str]:
+    """The engines with kernels of their own (``Engine.peak_kernels``), in the registry's order; the others run
+    on these (the in-house engine) or on a GPU."""
+    from autodeploy.adapters import registry
+
+    return [engine.name for engine in registry.all_engines() if engine.peak_kernels]
 
 
 def _now() -> str:
@@ -237,22 +244,6 @@ def _offered(engine: Any, device: DeviceInfo, graph: onnx.ModelProto) -> tuple[s
     return tuple(p for p in PRECISIONS if p in offered)
 
 
-def _runner(engine: str, precision: str, graph: onnx.ModelProto, x_shape: tuple[int, ...]) -> Callable[[dict], Any]:
-    """A call of ``graph`` on ``engine`` at ``precision``, opened through ``runtime/`` on the engine's default threads."""
-    if engine == "onnxruntime":
-        from autodeploy.runtime import onnxruntime as ort_rt
-
-        session = ort_rt.session(graph.SerializeToString(), {"intra_op_num_threads": 0})
-        return lambda feeds: session.run(None, feeds)
-    from autodeploy.adapters.openvino import INFERENCE_PRECISION
-    from autodeploy.runtime import openvino as ov_rt
-
-    properties = {"INFERENCE_PRECISION_HINT": INFERENCE_PRECISION[precision], "PERFORMANCE_HINT": "LATENCY"}
-    compiled = ov_rt.compile_at(ov_rt.read(graph.SerializeToString()), {"x": x_shape}, properties)
-    request = compiled.create_infer_request()
-    return lambda feeds: request.infer(feeds)
-
-
 def measure_here(settings: PeakSettings, phase: Progress | None = None) -> Peaks:
     """The microbenchmark in this process (the child's side; tests and ``benchmarks/roofline.py`` call it too)."""
     import numpy as np
@@ -267,7 +258,7 @@ def measure_here(settings: PeakSettings, phase: Progress | None = None) -> Peaks
     graphs = _graphs(settings.size)
     kernels: list[Kernel] = []
     failures: dict[str, str] = {}
-    for name in ENGINES:
+    for name in _measured():
         engine = registry.get(name)
         availability = engine.probe(device)
         if not availability.available:
@@ -280,7 +271,7 @@ def measure_here(settings: PeakSettings, phase: Progress | None = None) -> Peaks
                     phase(f"peaks: {name} {precision} {kernel}")
                 graph = models["int8" if precision == "int8" else "float"]
                 try:
-                    run = _runner(name, precision, graph, feeds["x"].shape)
+                    run = engine.peak_call(graph.SerializeToString(), precision, {"x": feeds["x"].shape})
                     timed = time_calls(lambda run=run, feeds=feeds: run(feeds), policy)
                 except Exception as exc:  # one kernel an engine cannot run: said, the others still measured
                     failures[f"{name}/{precision} {kernel.split()[0]}"] = f"{type(exc).__name__}: {exc}".splitlines()[0]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from autodeploy import verdict
 from autodeploy.accuracy.records import Accuracy
 from autodeploy.adapters.base import Artifact, TrialConfig, discard
-from autodeploy.adapters.registry import BASELINE_ENGINE, baseline_config, target_of
+from autodeploy.adapters.registry import BASELINE_ENGINE, baseline_config, runs_on_gpu, target_of
 from autodeploy.data import Dataset, split, synthetic
 from autodeploy.errors import AutodeployError, BuildError, TrialFailed
 from autodeploy.harness.result import Measurement, TrialResult, headline
@@ -416,7 +416,7 @@ def _roofline(model: ModelInfo | None, config: TrialConfig, measurement: Measure
         count = _op_count(str(model.path), model.sha256, json.dumps(shapes, sort_keys=True))
     except Exception as exc:  # onnx's shape inference refused the graph: the measurement stands, without its GOP/s
         return None, {"roofline": f"operations not counted: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
-    return roofline(count, engine=config.engine, precision=config.precision, batch=measurement.batch,
+    return roofline(count, precision=config.precision, batch=measurement.batch, gpu=runs_on_gpu(config.engine),
                     scenario=measurement.scenario, median_ms=measurement.latency.median,
                     throughput=measurement.throughput, peaks=peaks), {}  # fmt: skip
 

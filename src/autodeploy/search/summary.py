@@ -154,10 +154,13 @@ class StudySummary:
 def limit_text(summary: Mapping[str, Any]) -> str:
     """The winner's distance to the limit in words (:func:`autodeploy.roofline.distance_text`), a rate for an
     objective where higher is better; "" without one."""
+    from autodeploy.adapters.registry import runs_on_gpu
     from autodeploy.roofline import distance_text
 
     known = OBJECTIVES.get(summary.get("objective") or "")
-    return distance_text(summary.get("roofline") or {}, items_per_s=known is not None and known.higher_is_better)
+    limit = summary.get("roofline") or {}
+    return distance_text(limit, items_per_s=known is not None and known.higher_is_better,
+                         gpu=runs_on_gpu(str(limit.get("engine", ""))))  # fmt: skip
 
 
 def baseline_name(summary: Mapping[str, Any]) -> str:

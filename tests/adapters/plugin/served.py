@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig, TritonBackend
-from autodeploy.adapters.ort import MODEL_FILE, session_settings
+from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig
+from autodeploy.adapters.ort import MODEL_FILE, OrtTritonBackend, session_settings
 from autodeploy.model import copy_unchanged
 from autodeploy.runtime import onnxruntime as rt
 
@@ -38,7 +38,7 @@ class ServedEngine(Engine):
     runtime = rt.__name__
     packages = rt.PACKAGES
     runner_extras = (RUNNER_EXTRA,)
-    triton = TritonBackend("onnxruntime", platform="onnxruntime_onnx", max_batch_floor=MAX_BATCH_FLOOR)
+    triton = OrtTritonBackend(max_batch_floor=MAX_BATCH_FLOOR)  # ORT's backend and its parameters, with a floor
 
     def _probe(self, target: Any) -> Availability:
         import onnxruntime  # noqa: F401 - the runtime must import
