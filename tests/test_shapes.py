@@ -356,12 +356,12 @@ def test_an_image_folder_is_resized_to_each_shape(env):
     tmp_path, db = env
     model = paddle_like(tmp_path / "p.onnx")
     folder = _pngs(tmp_path / "imgs")
-    from autodeploy.api._common import _with_data
+    from autodeploy.api._common import with_data
     from autodeploy.intake import resolve_model
 
     shapes = parse_flags(["x=1x3x16x24", "x=1x3x16x48"])
     resolved = resolve_model(str(model), None)
-    loaded = [_with_data(resolved, None, str(folder), case, shapes) for case in shapes.cases]
+    loaded = [with_data(resolved, None, str(folder), case, shapes) for case in shapes.cases]
     assert [d.inputs["x"].shape for _, d in loaded] == [(6, 3, 16, 24), (6, 3, 16, 48)]
     assert all(d.inputs["x"].max() > 1 for _, d in loaded)  # pixels 0..255, not noise
     stored = autodeploy.bench_shapes(model, threads=1, shapes=shapes, data=folder, timing=FAST, db=db)

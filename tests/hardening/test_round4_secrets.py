@@ -38,9 +38,9 @@ def test_the_recorded_command_line_masks_the_password(monkeypatch, args):
 
 
 def test_the_library_records_no_password_either():
-    from autodeploy.api._common import _python_call
+    from autodeploy.api._common import python_call
 
-    text = _python_call("tune", "m.onnx", storage=URL)
+    text = python_call("tune", "m.onnx", storage=URL)
     assert SECRET not in text and "ad:***@db.example" in text
 
 

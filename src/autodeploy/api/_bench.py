@@ -15,15 +15,15 @@ from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.api._common import (
     Progress,
-    _check_metric,
-    _peaks,
-    _prepare_data,
-    _python_call,
-    _pytorch_model,
-    _silent,
-    _store,
-    _with_data,
     cache_dir,
+    check_metric,
+    open_store,
+    peaks_of,
+    prepare_inputs,
+    python_call,
+    pytorch_model,
+    silent,
+    with_data,
 )
 from autodeploy.data import Dataset, shapes_from_data
 from autodeploy.device import probe_device
@@ -200,7 +200,7 @@ def bench(
     if shape_set.several:
         raise UsageError(f"bench measures one shape; {len(shape_set.cases)} were given",
                          fix="call autodeploy.bench_shapes to measure each of several shapes")  # fmt: skip
-    command = request.command or _python_call("bench", model, **request.given())
+    command = request.command or python_call("bench", model, **request.given())
     return bench_shapes(model, request=replace(request, shapes=shape_set, command=command),
                         example_inputs=example_inputs, dynamic_shapes=dynamic_shapes, batch_dim=batch_dim)[0]
 
@@ -226,14 +226,14 @@ def bench_shapes(
         One stored trial per case, in the set's order.
     """
     request = BenchRequest.of(request, config, keywords)
-    report = request.progress or _silent
+    report = request.progress or silent
     shape_set = ShapeSet.of(request.shapes)
-    command = request.command or _python_call("bench_shapes", model,
-                                              **{**request.given(), "shapes": shape_set.to_config()})  # fmt: skip
+    command = request.command or python_call("bench_shapes", model,
+                                             **{**request.given(), "shapes": shape_set.to_config()})  # fmt: skip
     cache = request.cache or cache_dir()
-    _check_metric(request.metric, request.max_metric_drop)  # a bad --metric fails now, in one line
+    check_metric(request.metric, request.max_metric_drop)  # a bad --metric fails now, in one line
     # 1. resolve the model (a zoo model is built on first use), then fix it at each shape
-    model, module = _pytorch_model(model, example_inputs, dynamic_shapes, batch_dim, cache)  # an nn.Module: a .pt2
+    model, module = pytorch_model(model, example_inputs, dynamic_shapes, batch_dim, cache)  # an nn.Module: a .pt2
     resolved = resolve_model(model, None, cache_dir=cache, progress=report, module=module)
     # the baseline engine by default: ONNX Runtime, or the one engine that reads a .tflite or an IR
     trial_config = request.trial_config(registry.baseline_config(resolved.info.format).engine)
@@ -241,21 +241,21 @@ def bench_shapes(
     sources = loaded = _data_per_case(request.data, shape_set)
     if len(sources) > len(shape_set.cases):  # several sources, no --shape: each one's arrays fix a shape
         shape_set, loaded = _shapes_of_data(resolved, request.batch_axes, sources, request.preprocess)
-    cases = [_with_data(resolved, request.batch_axes, source, case, shape_set, request.preprocess)
+    cases = [with_data(resolved, request.batch_axes, source, case, shape_set, request.preprocess)
              for source, case in zip(loaded, shape_set.cases, strict=True)]  # fmt: skip
     # 2. probe the device and check the config runs here, at every shape, before any work
     device = probe_device()
     for info, _ in cases:
         _check_runs_here(device, info, trial_config, request.accuracy)
-    settings = replace(_bench_settings(request, cache), peaks=_peaks(device, cache, report))  # share of peak
+    settings = replace(_bench_settings(request, cache), peaks=peaks_of(device, cache, report))  # share of peak
     # 3. open the store before measuring: a bad database fails in a second, not after a run
     stored = []
-    with _store(request.db) as store:
+    with open_store(request.db) as store:
         for case, source, (info, dataset) in zip(shape_set.cases, sources, cases, strict=True):
             at = f" at {case.key()}" if case.shapes and shape_set.several else ""
             # 4. prepare the data (each shape has its own inputs and reference)
             report(f"preparing data{at}")
-            prepared = _prepare_data(resolved, info, settings, dataset, request.pins)
+            prepared = prepare_inputs(resolved, info, settings, dataset, request.pins)
             # 5. run the trial in a fresh worker
             report(f"{label}{at}: starting worker")
             result = run_trial(info, trial_config, prepared, settings,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autodeploy.api._common import Progress, _silent
+from autodeploy.api._common import Progress, silent
 from autodeploy.data import Dataset
 from autodeploy.device import probe_device
 from autodeploy.harness.timing import TimingPolicy
@@ -102,7 +102,7 @@ def run_bundle(
     from autodeploy.harness.stats import summarize
     from autodeploy.harness.timing import time_calls
 
-    report = progress or _silent
+    report = progress or silent
     with opened(path) as root:
         # 1. verify and open it
         with quiet():

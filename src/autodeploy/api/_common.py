@@ -35,7 +35,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("AUTODEPLOY_CACHE") or user_cache_dir("autodeploy"))
 
 
-def _peaks(device: DeviceInfo, cache: Path, progress: Progress | None = None) -> Peaks:
+def peaks_of(device: DeviceInfo, cache: Path, progress: Progress | None = None) -> Peaks:
     """This device's peak GOP/s per precision, measured on first use (a few seconds, in a child) and cached
     (:func:`autodeploy.harness.peaks.device_peaks`): what every measurement's share of peak is read against."""
     from autodeploy.harness.peaks import device_peaks, peaks_folder
@@ -44,7 +44,7 @@ def _peaks(device: DeviceInfo, cache: Path, progress: Progress | None = None) ->
 
 
 @contextmanager
-def _store(db: str | Store | None, *, readonly: bool = False) -> Iterator[Store]:
+def open_store(db: str | Store | None, *, readonly: bool = False) -> Iterator[Store]:
     """The caller's open store (left open), or the one at URL ``db`` (closed afterwards)."""
     from autodeploy.results_db.store import Store
 
@@ -55,10 +55,10 @@ def _store(db: str | Store | None, *, readonly: bool = False) -> Iterator[Store]
         yield store
 
 
-def _with_data(resolved: ResolvedModel, batch_axes: Mapping[str, int | None] | None,
-               data: str | Path | Dataset | None, case: ShapeCase | None = None,
-               shape_set: ShapeSet | None = None, preprocess: Preprocess | None = None,
-               ) -> tuple[ModelInfo, Dataset | None]:  # fmt: skip
+def with_data(resolved: ResolvedModel, batch_axes: Mapping[str, int | None] | None,
+              data: str | Path | Dataset | None, case: ShapeCase | None = None,
+              shape_set: ShapeSet | None = None, preprocess: Preprocess | None = None,
+              ) -> tuple[ModelInfo, Dataset | None]:  # fmt: skip
     """The model with the user's batch axes, fixed at ``case``'s shapes (its set's ranges kept
     when it has several) and the dims the user's data fixes, and that data (loaded, images
     preprocessed as ``preprocess`` says)."""
@@ -78,7 +78,7 @@ def _with_data(resolved: ResolvedModel, batch_axes: Mapping[str, int | None] | N
     return info.with_shapes(shapes_from_data(info, dataset)), dataset  # arrays of a concrete shape fix open dims
 
 
-def _check_metric(metric: str | None, max_metric_drop: float | None) -> None:
+def check_metric(metric: str | None, max_metric_drop: float | None) -> None:
     """Import the user's metric now, so a wrong path is one line before any work (the worker imports it again)."""
     if metric is None:
         if max_metric_drop is not None:
@@ -89,8 +89,8 @@ def _check_metric(metric: str | None, max_metric_drop: float | None) -> None:
     load_metric(metric)
 
 
-def _prepare_data(resolved: ResolvedModel, info: ModelInfo, settings: HarnessSettings, data: Dataset | None,
-                  pins: Mapping[str, float] | None = None) -> PreparedData:  # fmt: skip
+def prepare_inputs(resolved: ResolvedModel, info: ModelInfo, settings: HarnessSettings, data: Dataset | None,
+                   pins: Mapping[str, float] | None = None) -> PreparedData:  # fmt: skip
     """Save the inputs for the workers: the user's data, else the zoo model's own, else synthetic."""
     items = settings.calibration_items + settings.evaluation_items
     inputs = choose_inputs(info, data, resolved, items=items, seed=settings.seed, pins=pins)
@@ -103,8 +103,8 @@ def _prepare_data(resolved: ResolvedModel, info: ModelInfo, settings: HarnessSet
     return prepared
 
 
-def _pytorch_model(model: Any, example_inputs: Any, dynamic_shapes: Any, batch_dim: int | None,
-                   cache: Path) -> tuple[Any, Any]:  # fmt: skip
+def pytorch_model(model: Any, example_inputs: Any, dynamic_shapes: Any, batch_dim: int | None,
+                  cache: Path) -> tuple[Any, Any]:  # fmt: skip
     """``(ref, module)``: an ``nn.Module`` exported to a ``.pt2`` in ``cache`` (:func:`autodeploy.pytorch.from_module`),
     with the module (the reference); any other model as given, with ``None``.
 
@@ -122,11 +122,11 @@ def _pytorch_model(model: Any, example_inputs: Any, dynamic_shapes: Any, batch_d
     return model, None
 
 
-def _silent(_: str) -> None:
+def silent(_: str) -> None:
     pass
 
 
-def _python_call(function: str, *args: Any, **kwargs: Any) -> str:
+def python_call(function: str, *args: Any, **kwargs: Any) -> str:
     """How a call reads in Python, recorded as the command that reproduces it (the CLI records its argv)."""
 
     def show(value: Any) -> str:

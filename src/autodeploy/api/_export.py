@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autodeploy.api._common import _python_call, _store
+from autodeploy.api._common import open_store, python_call
 from autodeploy.errors import UsageError
 
 if TYPE_CHECKING:
@@ -66,8 +66,8 @@ def export(
         raise UsageError(f"unknown format {format!r}", fix=f"choose one of {', '.join(FORMATS)}")
     if sign_key is not None and format != "bundle":
         raise UsageError("only bundles are signed", fix="drop sign_key, or export format='bundle'")
-    command = command or _python_call("export", study, output=output, trial=trial, tar=tar,
-                                      format=None if format == "bundle" else format, model_name=model_name)  # fmt: skip
+    command = command or python_call("export", study, output=output, trial=trial, tar=tar,
+                                     format=None if format == "bundle" else format, model_name=model_name)  # fmt: skip
     # 1. what to ship: the study's winner or one stored trial, as stored
     source = source or find_source(study, trial=trial, db=db)
     # 2. where: a tar.gz keeps its suffix
@@ -80,7 +80,7 @@ def export(
     else:
         path = exporter.write_bundle(source, output, tar=tar, command=command, sign_key=sign_key)
     # 4. remember it: `autodeploy bundle verify --db` can then name the trial a bundle came from
-    with _store(db) as store:
+    with open_store(db) as store:
         store.add_export(source.trial.id, manifest_sha256=exporter.manifest_digest(path), format=format,
                          destination=str(path.resolve()), signed=sign_key is not None, command=command)  # fmt: skip
     return path
@@ -101,7 +101,7 @@ def find_source(
         raise UsageError(
             "give a study or a trial id (one of them)", fix="find_source('STUDY') or find_source(trial=ID)"
         )
-    with _store(db, readonly=True) as store:
+    with open_store(db, readonly=True) as store:
         if trial is not None:
             return exporter.stored_trial(store, trial)
         return exporter.study_winner(store, study if isinstance(study, str) else study.name)

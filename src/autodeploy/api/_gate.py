@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.api._common import Progress, Shapes, _python_call, _silent, _store, cache_dir
+from autodeploy.api._common import Progress, Shapes, cache_dir, open_store, python_call, silent
 from autodeploy.data import Dataset
 from autodeploy.device import probe_device
 from autodeploy.errors import UsageError
@@ -102,15 +102,15 @@ def gate(
     from autodeploy.gate.stats import Criteria
     from autodeploy.results_db.store import DeviceRecord
 
-    report = progress or _silent
+    report = progress or silent
     metrics = tuple(metrics) or DEFAULT_METRICS
     unknown = [m for m in metrics if m not in LATENCY_METRICS]
     if unknown:
         raise UsageError(f"unknown --metric {', '.join(unknown)}", fix=f"choose from {', '.join(LATENCY_METRICS)}")  # fmt: skip
     if min_samples < 2:
         raise UsageError("--min-samples must be >= 2: a rank test needs two runs per side", fix="--min-samples 2")  # fmt: skip
-    command = command or _python_call("gate", str(baseline), str(candidate), engine=engine, precision=precision,
-                                      batch=batch, threads=threads, against_db=against_db)  # fmt: skip
+    command = command or python_call("gate", str(baseline), str(candidate), engine=engine, precision=precision,
+                                     batch=batch, threads=threads, against_db=against_db)  # fmt: skip
     # 1. what is judged and how: the criteria, the rounds, the timing of each worker run
     criteria = Criteria(max_regression=max_regression, max_accuracy_drop=max_accuracy_drop, alpha=alpha,
                         min_rounds=min_samples, seed=seed)  # fmt: skip
@@ -123,7 +123,7 @@ def gate(
     device = probe_device()
     with ExitStack() as stack:
         # 2. the store first: a bad database fails in a second, not after the rounds
-        opened = stack.enter_context(_store(db)) if store or against_db else None
+        opened = stack.enter_context(open_store(db)) if store or against_db else None
         # 3. both arms, each checked to run here before any worker starts
         arms = _gate_arms((str(baseline), str(candidate)), config, harness, shapes=shapes, data=data,
                           preprocess=preprocess, reference_model=reference_model, cache=cache, progress=report,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autodeploy.api._common import Progress, _silent, cache_dir
+from autodeploy.api._common import Progress, cache_dir, silent
 from autodeploy.data import Dataset
 from autodeploy.images import Preprocess
 from autodeploy.intake import choose_inputs, load_source, resolve_model
@@ -67,7 +67,7 @@ def quantize(
     from autodeploy.harness.run import quantize_in_worker
     from autodeploy.inhouse.quantize import QuantConfig
 
-    report = progress or _silent
+    report = progress or silent
     # 1. the model and what calibrates it: the user's data, else the zoo model's own, else synthetic
     resolved = resolve_model(model, None, cache_dir=cache or cache_dir(), progress=report)
     given = load_source(data, resolved.info, preprocess)

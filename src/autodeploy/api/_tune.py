@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 from autodeploy import verdict
 from autodeploy.api._common import (
     Shapes,
-    _check_metric,
-    _peaks,
-    _prepare_data,
-    _python_call,
-    _pytorch_model,
-    _store,
-    _with_data,
     cache_dir,
+    check_metric,
+    open_store,
+    peaks_of,
+    prepare_inputs,
+    python_call,
+    pytorch_model,
+    with_data,
 )
 from autodeploy.device import probe_device
 from autodeploy.errors import UsageError
@@ -140,7 +140,7 @@ def tune(
             "no model given", fix="pass a model (an .onnx path or zoo:NAME), or `model` in the config"
         )
     reporter = reporter or Reporter()
-    model, module = _pytorch_model(model, example_inputs, dynamic_shapes, batch_dim, cache or cache_dir())
+    model, module = pytorch_model(model, example_inputs, dynamic_shapes, batch_dim, cache or cache_dir())
     if time_budget is not None:
         from autodeploy.search.budget import parse_duration
 
@@ -155,13 +155,13 @@ def tune(
                  "preprocess": preprocess.to_dict() if preprocess is not None else None, "metric": metric,
                  "max_metric_drop": max_metric_drop}  # fmt: skip
     given = {k: v for k, v in arguments.items() if k != "model"}
-    command = command or _python_call("tune", model, config=config, **given)
+    command = command or python_call("tune", model, config=config, **given)
     overrides = _study_overrides(arguments)
     # 1. the config as asked: the YAML read once, the arguments over it
     keys = dict(config) if isinstance(config, Mapping) else study_config.read(config)
     cfg = study_config.validate(keys, overrides)
-    _check_metric(cfg.metric, cfg.constraints.max_metric_drop)
-    with _store(db) as store:
+    check_metric(cfg.metric, cfg.constraints.max_metric_drop)
+    with open_store(db) as store:
         # 2. probe the device; name the study
         device = probe_device()
         study_name = study_config.check_study_name(
@@ -181,14 +181,14 @@ def tune(
         resolved = resolve_model(cfg.model, None, cache_dir=cache, progress=reporter.phase, module=module)
         # 5. screening settings; the harness labels a trial "inaccurate" by the study's own budget
         settings = _screening_settings(cfg, cache / "work")
-        settings = replace(settings, peaks=_peaks(device, cache, reporter.phase))  # every share of peak reads these
+        settings = replace(settings, peaks=peaks_of(device, cache, reporter.phase))  # every share of peak reads these
         # 6. prepare the data per shape (arrays of a concrete shape fix the dims `shapes` left open)
         reporter.phase("preparing data")
         shape_set = cfg.shape_set()
         cases, synthetic, note = [], False, None
         for case in shape_set.cases:
-            info, dataset = _with_data(resolved, None, cfg.data, case, shape_set, _preprocess_of(cfg))
-            prepared = _prepare_data(resolved, info, settings, dataset)
+            info, dataset = with_data(resolved, None, cfg.data, case, shape_set, _preprocess_of(cfg))
+            prepared = prepare_inputs(resolved, info, settings, dataset)
             synthetic = synthetic or prepared.synthetic
             note = note or prepared.note
             cases.append(StudyCase(case.key(), case.weight, info, prepared))
@@ -216,8 +216,8 @@ def tune_per_shape(model: str | Path | None = None, *, config: str | Path | Mapp
     keys = dict(config) if isinstance(config, Mapping) else study_config.read(config)
     keys.pop("per_shape", None)
     shape_set = ShapeSet.of(shapes if shapes is not None else keys.get("shapes"))
-    command = command or _python_call("tune_per_shape", model, config=config, shapes=shape_set.to_config(),
-                                      name=name, **kwargs)  # fmt: skip
+    command = command or python_call("tune_per_shape", model, config=config, shapes=shape_set.to_config(),
+                                     name=name, **kwargs)  # fmt: skip
     base = name or keys.get("name")
     summaries = []
     for case in shape_set.cases:
