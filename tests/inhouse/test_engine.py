@@ -7,10 +7,10 @@ import pytest
 
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
+from autodeploy.adapters.inhouse import REPORT_FILE
 from autodeploy.data import synthetic
 from autodeploy.device import probe_device
 from autodeploy.errors import UnsupportedConfigError
-from autodeploy.inhouse.engine import REPORT_FILE
 from autodeploy.model import load_model
 from tests.models import mlp
 
@@ -84,7 +84,7 @@ def test_int8_calibrates_a_recurrent_model_on_its_own_batch_axis(tmp_path):
 
 def test_float_precision_is_built_in_and_sets_openvinos_hint_for_the_float_remainder(model, tmp_path):
     pytest.importorskip("openvino")
-    from autodeploy.inhouse.engine import float_precision
+    from autodeploy.adapters.inhouse import float_precision
 
     engine = registry.get("inhouse")
     data = synthetic(model, 64, seed=1).inputs

@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.inhouse.engine import float_precision
+from autodeploy.adapters.inhouse import float_precision
 from autodeploy.inhouse.passes import TARGETS
 from autodeploy.inhouse.placement import PLACEMENTS
 from autodeploy.inhouse.quantize import QuantConfig, qdq

@@ -63,7 +63,7 @@ ENGINES: dict[str, str] = {
     "openvino": "autodeploy.adapters.openvino:OpenVinoEngine",
     "tflite": "autodeploy.adapters.tflite:TfliteEngine",
     "tensorrt": "autodeploy.adapters.tensorrt:TensorRTEngine",
-    "inhouse": "autodeploy.inhouse.engine:InhouseEngine",
+    "inhouse": "autodeploy.adapters.inhouse:InhouseEngine",
 }
 ENTRY_POINT_GROUP = "autodeploy.engines"
 

@@ -5,7 +5,9 @@
 * :mod:`autodeploy.inhouse.quantize`: post-training INT8 in QDQ form with our own calibration
   and an accuracy-aware fallback.
 * :mod:`autodeploy.inhouse.memory`: tensor lifetimes and a buffer-reuse plan.
-* :mod:`autodeploy.inhouse.engine`: the ``inhouse`` engine (these, executed by ONNX Runtime).
+
+The ``inhouse`` engine that builds with these and runs on ONNX Runtime or OpenVINO is
+:mod:`autodeploy.adapters.inhouse`, beside the other engines; nothing here imports ``adapters/``.
 
 Nothing here is imported by ``import autodeploy``; the submodules import onnx, onnxscript and
 onnxruntime at their top, so import them only where they are used.

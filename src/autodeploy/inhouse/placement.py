@@ -3,7 +3,7 @@
 One row per runtime, by its engine name: where int8's QDQ goes so that the runtime's fusions make integer
 kernels of it (:func:`autodeploy.inhouse.quantize.qdq.plan`, read as the quantizer's ``placement``), what
 the layers left float may run in, who judges the fallback's candidates, and which graph passes fp32 may use.
-The engine (:mod:`autodeploy.inhouse.engine`), the planner and the judge read this table rather than name a
+The engine (:mod:`autodeploy.adapters.inhouse`), the planner and the judge read this table rather than name a
 runtime. Standard library only: the engine reads it without onnx.
 """
 
