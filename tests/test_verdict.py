@@ -10,14 +10,15 @@ import pytest
 
 from autodeploy import verdict
 from autodeploy.accuracy.measure import compare as _compare
-from autodeploy.accuracy.records import Accuracy, OutputAccuracy
 from autodeploy.search.config import Constraints
 from autodeploy.search.objective import Metrics, values, violations
 from autodeploy.verdict import (
     DEFAULT_MAX_ACCURACY_DROP,
     DEFAULT_MIN_COSINE,
+    Accuracy,
     Limits,
     Measured,
+    OutputAccuracy,
     accuracy_drop,
     accuracy_verdict,
     constraint_verdicts,

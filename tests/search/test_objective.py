@@ -1,8 +1,8 @@
 import pytest
 
-from autodeploy.accuracy.records import Accuracy, OutputAccuracy
 from autodeploy.search.config import Constraints
 from autodeploy.search.objective import Metrics, accuracy_drop, values, violations
+from autodeploy.verdict import Accuracy, OutputAccuracy
 
 
 def _acc(**kw):

@@ -43,13 +43,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autodeploy.accuracy.records import Accuracy, OutputAccuracy
 from autodeploy.verdict import (
     DECLARED_KEY,
     DEFAULT_DECISION_THRESHOLD,
     DEFAULT_MAX_ACCURACY_DROP,
     DEFAULT_MIN_COSINE,
     DISTRIBUTIONS,
+    Accuracy,
+    OutputAccuracy,
     OutputFacts,
     Override,
     accuracy_verdict,

@@ -294,7 +294,7 @@ def _accuracy(acc: dict[str, Any] | None) -> str:
     """The verdict and the worst output by the verdict's own rule (``verdict.worst``: furthest below its
     limit, judged by what it is), not by cosine, which ranks a classifier's flipped top-1 as fine."""
     from autodeploy import verdict
-    from autodeploy.accuracy.records import Accuracy
+    from autodeploy.verdict import Accuracy
 
     if not acc:
         return "-"

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from autodeploy import verdict
-from autodeploy.accuracy.records import Accuracy
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.adapters.registry import BASELINE_CONFIG, BASELINE_NAME
 from autodeploy.harness.result import JUDGED, Measurement, headline
@@ -29,7 +28,7 @@ from autodeploy.results_db.records import Catalog, TrialFilter, TrialRow
 from autodeploy.results_db.store import Store
 from autodeploy.search.summary import speedup_text
 from autodeploy.units import fmt_ms_ci
-from autodeploy.verdict import accuracy_drop
+from autodeploy.verdict import Accuracy, accuracy_drop
 
 if TYPE_CHECKING:
     import optuna

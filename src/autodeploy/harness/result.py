@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from autodeploy.accuracy.records import Accuracy
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.harness.load import Load
 from autodeploy.harness.stats import LatencyStats, insufficient
 from autodeploy.roofline import Roofline
+from autodeploy.verdict import Accuracy
 
 #: Why a trial produced no usable measurement (docs/architecture.md, "Measurement rules").
 #: An engine's failure reason is kept whole up to this many lines, each up to REASON_LINE_CHARS: its first

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autodeploy import verdict
-from autodeploy.accuracy.records import Accuracy
 from autodeploy.adapters.base import Artifact, TrialConfig, discard
 from autodeploy.adapters.registry import BASELINE_ENGINE, baseline_config, runs_on_gpu, target_of
 from autodeploy.data import Dataset, split, synthetic
@@ -34,7 +33,7 @@ from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import ModelInfo
 from autodeploy.objectives import SCENARIOS
 from autodeploy.roofline import OpCount, Peaks, Roofline, count_ops, roofline
-from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
+from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE, Accuracy
 
 if TYPE_CHECKING:
     from autodeploy.inhouse.passes import PipelineReport

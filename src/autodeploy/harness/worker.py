@@ -33,7 +33,6 @@ from autodeploy.accuracy.measure import (
     producers,
     readers,
 )
-from autodeploy.accuracy.records import Accuracy
 from autodeploy.adapters.base import Artifact, Engine, Runner, TrialConfig
 from autodeploy.adapters.registry import load_target
 from autodeploy.data import Dataset
@@ -49,6 +48,7 @@ from autodeploy.harness.supervisor import die_with_parent
 from autodeploy.harness.timing import TimingPolicy, time_calls
 from autodeploy.model import ModelInfo, copy_unchanged
 from autodeploy.objectives import SCENARIOS
+from autodeploy.verdict import Accuracy
 
 
 class _Failed(Exception):

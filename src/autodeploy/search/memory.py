@@ -9,10 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autodeploy.accuracy.records import Accuracy
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.harness.run import KnownAccuracy
-from autodeploy.verdict import feasible
+from autodeploy.verdict import Accuracy, feasible
 
 if TYPE_CHECKING:
     import optuna

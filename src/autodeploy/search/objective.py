@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING
 from autodeploy import verdict
 from autodeploy.harness.stats import claimed
 from autodeploy.objectives import OBJECTIVES
-from autodeploy.verdict import Limits, Measured, accuracy_drop, sla_bounds_latency
+from autodeploy.verdict import Accuracy, Limits, Measured, accuracy_drop, sla_bounds_latency
 
 if TYPE_CHECKING:
-    from autodeploy.accuracy.records import Accuracy
     from autodeploy.harness.result import TrialResult
     from autodeploy.results_db.records import TrialRow
     from autodeploy.search.config import Constraints

@@ -6,7 +6,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autodeploy.accuracy.records import Accuracy
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import ConversionError, TrialFailed
@@ -27,6 +26,7 @@ from autodeploy.search.space import SearchSpace, suggest, unsupported_reason
 from autodeploy.search.storage import trial_state
 from autodeploy.verdict import (
     CONVERSION_FACTOR,
+    Accuracy,
     Rejection,
     conversion_fault,
     feasible,

@@ -37,7 +37,7 @@ from autodeploy.inhouse.quantize import evidence, qdq
 from autodeploy.inhouse.quantize.evidence import Target
 
 if TYPE_CHECKING:
-    from autodeploy.accuracy.records import OutputAccuracy
+    from autodeploy.verdict import OutputAccuracy
 
 #: The most candidate builds one search judges (the all-int8 build included): a count, not a clock, so the
 #: float set is the same on every machine. Enough for the head, the cap and a doubling and bisection over
