@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 __all__ = ["CALLS", "NAMES", "OBJECTIVES", "RATE", "SCENARIOS", "Objective", "Scenario", "of", "scenario_of"]
 
@@ -45,16 +46,24 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
 )}  # fmt: skip
 
 
+_Row = TypeVar("_Row")
+
+
+def _row(table: dict[str, _Row], kind: str, name: str) -> _Row:
+    """The row called ``name`` of ``table``; a ``ValueError`` naming the known ones when there is none."""
+    try:
+        return table[name]
+    except KeyError:
+        raise ValueError(f"unknown {kind} {name!r}: expected one of {', '.join(table)}") from None
+
+
 def scenario_of(name: str) -> Scenario:
     """The scenario called ``name``.
 
     Raises:
         ValueError: no such scenario, naming the known ones.
     """
-    try:
-        return SCENARIOS[name]
-    except KeyError:
-        raise ValueError(f"unknown scenario {name!r}: expected one of {', '.join(SCENARIOS)}") from None
+    return _row(SCENARIOS, "scenario", name)
 
 
 #: How a finalist round reduces to one value (:attr:`Objective.rounds`): a latency statistic of the round's
@@ -205,7 +214,4 @@ def of(name: str) -> Objective:
     Raises:
         ValueError: no such objective, naming the known ones.
     """
-    try:
-        return OBJECTIVES[name]
-    except KeyError:
-        raise ValueError(f"unknown objective {name!r}: expected one of {', '.join(NAMES)}") from None
+    return _row(OBJECTIVES, "objective", name)
