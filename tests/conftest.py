@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -155,3 +156,13 @@ def _restore_main_module():
             main.__file__ = file
         elif hasattr(main, "__file__"):
             del main.__file__
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ctrl_c_reaches_children() -> None:
+    """A runner that starts pytest with SIGINT ignored (a background job of a shell without job control, as
+    ``nohup ... &`` is) passes that on to every process a test starts, and the tests that press Ctrl-C on a CLI
+    (tests/hardening/test_quantize_timeout.py, test_round4_study.py) would see it ignored: the CLI then runs on.
+    Python's own handler in the test process gives its children the default disposition again."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
