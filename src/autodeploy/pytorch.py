@@ -12,11 +12,11 @@ changes the model's outputs fails its fp32 verdict as a broken conversion:
   (it cannot reach a worker without pickle), before any trial
   (:func:`autodeploy.harness.torch_reference.write_module_reference`).
 
-Trust: ``torch.export.load`` unpickles whatever the archive marks as pickled (weights and constants with
-``use_pickle``, opaque objects, sample inputs that ``weights_only`` refuses), so a ``.pt2`` is code, as
-PyTorch's documentation warns. :func:`check_archive` refuses every such entry before torch reads the file,
-and the file is only ever read in a child process (the export child, the reference worker). What is left
-is torch's own deserializer of the graph (JSON naming registered operators) and of raw tensor bytes.
+Trust: ``torch.export.load`` is code on untrusted bytes (pickles, AOTInductor libraries, ``eval`` of the
+graph's symbolic sizes, guards compiled from source), as PyTorch's documentation warns. It is never called:
+:mod:`autodeploy.pt2` reads the archive by allowlist and builds the program from its raw payloads. The file is
+only ever read in a child process (the export child, the reference worker), each under a memory cap and a time
+limit, with an environment that holds no results-database URL or secret (:func:`autodeploy.child.child_env`).
 
 torch is imported inside the functions that need it: ``import autodeploy`` never imports it.
 """
@@ -30,7 +30,6 @@ import re
 import signal
 import subprocess
 import sys
-import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -111,6 +110,9 @@ def to_onnx(pt2: Path, cache: Path) -> tuple[Path, dict[str, Any]]:
         raise ModelError(
             f"model file not found: {pt2}", fix="save the model with torch.export.save(program, PATH)"
         )
+    from autodeploy import pt2 as archive
+
+    archive.check(pt2)  # refused here, before any child starts, by its entries alone (no torch)
     sha = _sha256(pt2)
     folder = _folder(cache, sha)
     onnx_path, record_path = folder / "model.onnx", folder / "export.json"
@@ -122,12 +124,13 @@ def to_onnx(pt2: Path, cache: Path) -> tuple[Path, dict[str, Any]]:
 
 
 def _export_in_child(pt2: Path, folder: Path) -> None:
-    from autodeploy.child import child_env, module_argv
+    from autodeploy.child import capped, child_env, default_memory_cap_mb, module_argv
 
     argv = module_argv(__name__, str(pt2), str(folder))
+    cap_mb = default_memory_cap_mb()
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL, env=child_env(), check=False)  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                              env=child_env(), preexec_fn=capped(cap_mb), check=False)  # fmt: skip
     except subprocess.TimeoutExpired:
         raise ModelError(f"exporting {pt2} to ONNX took over {EXPORT_TIMEOUT_S:g} s; it was stopped",
                          fix="export it yourself with torch.onnx.export(program, dynamo=True) and pass the .onnx") from None  # fmt: skip
@@ -137,71 +140,21 @@ def _export_in_child(pt2: Path, folder: Path) -> None:
     if done.returncode == 3 and lines:  # our own one line
         raise ModelError(lines[-1])
     said = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+    if any("MemoryError" in line or "bad_alloc" in line for line in said[-5:]):
+        raise ModelError(f"exporting {pt2} to ONNX needed more than the memory cap ({cap_mb:,} MB); it was stopped",
+                         fix="export it yourself with torch.onnx.export(program, dynamo=True) on a larger machine")  # fmt: skip
     why = (f"it crashed ({signal.Signals(-done.returncode).name})" if done.returncode < 0
            else said[-1] if said else f"exit code {done.returncode}")  # fmt: skip
     raise ModelError(f"exporting {pt2} to ONNX failed: {why[:300]}",
                      fix="check the file loads with torch.export.load, or export the ONNX yourself")  # fmt: skip
 
 
-def check_archive(pt2: Path) -> None:
-    """Refuse a ``.pt2`` from which ``torch.export.load`` would unpickle anything (module docstring: Trust).
-
-    Raises:
-        ModelError: not a zip archive, an archive of the old format, or an entry stored as a pickle.
-    """
-    fix = "re-save it with torch.export.save from a program of plain tensors, and load only files you trust"
-    try:
-        archive = zipfile.ZipFile(pt2)
-    except (zipfile.BadZipFile, OSError):
-        raise ModelError(f"{pt2} is not a .pt2 archive (not a zip file)",
-                         fix="save the model with torch.export.save(program, PATH)") from None  # fmt: skip
-    with archive:
-        names = archive.namelist()
-        if not any(n.endswith("/archive_format") or n == "archive_format" for n in names):
-            raise ModelError(f"{pt2} is a .pt2 of the old format, which torch loads with pickle", fix=fix)
-        for name in names:
-            if re.search(r"(^|/)(custom_obj|opaque_obj)", name):
-                raise ModelError(f"{pt2} holds a pickled object ({name}); it is not loaded", fix=fix)
-            if name.endswith("_config.json"):
-                config = json.loads(archive.read(name)).get("config", {})
-                pickled = [
-                    k for k, meta in config.items() if isinstance(meta, dict) and meta.get("use_pickle")
-                ]
-                if pickled:
-                    raise ModelError(
-                        f"{pt2} stores {pickled[0]!r} as a pickle ({name}); it is not loaded", fix=fix
-                    )
-
-
-def _safe_sample_inputs(pt2: Path) -> None:
-    """The sample inputs must load with ``weights_only=True`` (torch's restricted unpickler), or torch's
-    loader would retry them with full pickle."""
-    import io
-
-    import torch
-
-    with zipfile.ZipFile(pt2) as archive:
-        for name in archive.namelist():
-            if "/sample_inputs/" in name or name.startswith("sample_inputs/"):
-                try:
-                    torch.load(io.BytesIO(archive.read(name)), weights_only=True)
-                except Exception:
-                    raise ModelError(f"{pt2}'s sample inputs ({name}) need a full pickle to load; "
-                                     "the file is not loaded", fix="re-save it with torch.export.save") from None  # fmt: skip
-
-
 def load_program(pt2: Path) -> Any:
-    """``torch.export.load`` of a checked archive (only in a child process: the export child, the reference worker)."""
-    import torch
+    """The ``ExportedProgram`` of a ``.pt2``, read by allowlist (:func:`autodeploy.pt2.load`; only in a child
+    process: the export child, the reference worker)."""
+    from autodeploy import pt2 as archive
 
-    check_archive(pt2)
-    _safe_sample_inputs(pt2)
-    try:
-        return torch.export.load(str(pt2))
-    except Exception as exc:
-        raise ModelError(f"torch.export.load cannot read {pt2}: {one_line(exc)}",
-                         fix="save it again with torch.export.save under this torch version "
-                             f"({torch.__version__}), with its custom ops importable") from None  # fmt: skip
+    return archive.load(pt2)
 
 
 def export_program(program: Any, folder: Path) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 Found with the ``ast`` module, through import aliases: pickle and its relatives (imported
 or called), ``yaml.load`` without a safe loader, ``yaml.unsafe_load``/``full_load``,
 ``torch.load`` without ``weights_only=True``, ``np.load(allow_pickle=True)``,
-``pandas.read_pickle``, ``marshal.loads`` and the builtins ``eval``/``exec``. The
+``pandas.read_pickle``, ``marshal.loads``, ``torch.export.load`` and the builtins ``eval``/``exec``. The
 failure lists every offending ``file:line``.
 """
 
@@ -26,6 +26,9 @@ ALWAYS_UNSAFE_CALLS = {
     "pandas.read_pickle": "pandas.read_pickle",
     "joblib.load": "joblib.load (pickle)",
     "numpy.lib.format.read_array": "numpy read_array (may unpickle)",
+    # Unpickles with weights_only=False after a failed try, dlopens AOTInductor libraries, evals the
+    # graph's sizes: autodeploy.pt2 reads a .pt2 by allowlist instead.
+    "torch.export.load": "torch.export.load (pickles, native libraries, eval of the graph)",
 }
 
 

@@ -147,7 +147,8 @@ def _age_s(peaks: Peaks) -> float:
 def measure_peaks(device: DeviceInfo, settings: PeakSettings, progress: Progress | None = None,
                   timeout_s: float = TIMEOUT_S) -> Peaks:  # fmt: skip
     """Run the microbenchmark in a supervised child (its own process group, timeout, memory cap)."""
-    from autodeploy.harness.supervisor import default_memory_cap_mb, run_worker
+    from autodeploy.child import default_memory_cap_mb
+    from autodeploy.harness.supervisor import run_worker
 
     outcome = run_worker(settings, timeout_s, default_memory_cap_mb(), progress, module=__name__)
     if outcome.status != "ok":

@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 from autodeploy import verdict
 from autodeploy.adapters.base import Artifact, TrialConfig, discard
 from autodeploy.adapters.registry import BASELINE_ENGINE, baseline_config, runs_on_gpu, target_of
+from autodeploy.child import default_memory_cap_mb
 from autodeploy.data import Dataset, split, synthetic
 from autodeploy.errors import AutodeployError, BuildError, TrialFailed
 from autodeploy.harness.result import Measurement, TrialResult, headline
 from autodeploy.harness.spec import WorkerSpec
-from autodeploy.harness.supervisor import Progress, default_memory_cap_mb, run_worker
+from autodeploy.harness.supervisor import Progress, run_worker
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import ModelInfo
 from autodeploy.objectives import SCENARIOS

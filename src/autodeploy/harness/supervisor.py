@@ -34,11 +34,6 @@ TERM_GRACE_S = 3.0
 Progress = Callable[[str], None]
 
 
-def default_memory_cap_mb() -> int:
-    """A worker's memory cap when none is given: 75% of this machine's RAM."""
-    return int(psutil.virtual_memory().total / 2**20 * 0.75)
-
-
 @dataclass(frozen=True)
 class WorkerOutcome:
     status: str
