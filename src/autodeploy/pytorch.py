@@ -146,7 +146,7 @@ def _export_in_child(pt2: Path, folder: Path) -> None:
     why = (f"it crashed ({signal.Signals(-done.returncode).name})" if done.returncode < 0
            else said[-1] if said else f"exit code {done.returncode}")  # fmt: skip
     raise ModelError(f"exporting {pt2} to ONNX failed: {why[:300]}",
-                     fix="check the file loads with torch.export.load, or export the ONNX yourself")  # fmt: skip
+                     fix="check the file was written by torch.export.save, or export the ONNX yourself")  # fmt: skip
 
 
 def load_program(pt2: Path) -> Any:

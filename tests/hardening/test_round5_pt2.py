@@ -242,3 +242,16 @@ def test_an_uncapped_child_is_capped():
     done = subprocess.run(code_argv(grab), env=child_env(), preexec_fn=capped(400), capture_output=True, text=True,
                           check=False)  # fmt: skip
     assert done.returncode != 0 and "MemoryError" in done.stderr and "got it" not in done.stdout
+
+
+def test_bench_of_a_hostile_pt2_is_one_line_and_runs_nothing(good, tmp_path, monkeypatch, capsys):
+    """Through the CLI, as the red team ran it: refused before any child starts, the store left empty."""
+    from tests.cli_runner import run_cli
+
+    marker = tmp_path / "ran"
+    bad = _rewrite(good, tmp_path / "hostile.pt2", add={"data/weights/model.pt": _pickle_running(f"touch {marker}")})
+    monkeypatch.setenv("AUTODEPLOY_CACHE", str(tmp_path / "cache"))
+    code, out, err = run_cli(capsys, "bench", str(bad), "--db", f"sqlite:///{tmp_path / 'r.db'}")
+    assert code == 2 and "Traceback" not in err and "which torch.export.save does not write" in err
+    assert len([line for line in err.splitlines() if line.strip()]) <= 2  # the line and its fix
+    assert not marker.exists() and not (tmp_path / "cache" / "pytorch").exists()
