@@ -49,7 +49,9 @@ def test_without_tf2onnx_the_engines_that_read_onnx_say_so_in_one_line(tmp_path,
 def test_a_converter_failure_is_kept_and_said_again_without_converting(tmp_path, monkeypatch):
     folder = tmp_path / f"{'ab' * 12}-tf2onnx{tflite_onnx.version()}"
     folder.mkdir()
-    (folder / "failed.txt").write_text("tf2onnx has no ONNX conversion for TFLite op TFL_CUMSUM of m.tflite\n")
+    body = {**tflite_onnx._bound("ab" * 32), "reason": "tf2onnx has no ONNX conversion for TFLite op TFL_CUMSUM "
+            "of m.tflite", "timeout_s": None}  # fmt: skip
+    tflite_onnx._seal(folder / "refused.json", body)  # as the conversion keeps a refusal
     monkeypatch.setattr(tflite_onnx, "_convert_in_child", lambda *a: pytest.fail("converted again"))
     with pytest.raises(ConversionError, match="^tf2onnx has no ONNX conversion for TFLite op TFL_CUMSUM"):
         tflite_onnx.to_onnx(tmp_path / "m.tflite", "ab" * 32, tmp_path)

@@ -13,6 +13,7 @@ own (0 pass, 1 fail, 2 inconclusive, 64 bad input, 70 could not run).
 from __future__ import annotations
 
 import errno
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -25,6 +26,19 @@ def excerpt(text: object, limit: int = 200, *, quote: bool = False) -> str:
     kept = text[:limit]
     shown = repr(kept) if quote else kept
     return shown if len(text) <= limit else f"{shown}... [{len(text):,} characters]"
+
+
+#: C0 and C1 control characters and the bidirectional marks, embeddings, overrides and isolates: what would
+#: drive a terminal (an ANSI escape) or reorder the text it shows (U+202E).
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def one_line(text: object, limit: int = 300) -> str:
+    """``text`` from a child process, a file or a cache (a converter's reason) as one line safe to show: each
+    run of whitespace (line breaks included) one space, control characters written as escapes (``\\x1b``),
+    cut to ``limit`` characters as :func:`excerpt` does."""
+    line = CONTROL.sub(lambda m: repr(m.group())[1:-1], " ".join(str(text).split()))
+    return excerpt(line, limit)
 
 
 class AutodeployError(Exception):

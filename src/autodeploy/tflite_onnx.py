@@ -8,7 +8,21 @@ as a broken conversion. The ONNX is a step of those engines' build (:meth:`Engin
 process (TensorFlow's import is heavy, and a hostile file may crash the converter), once per file
 content and tf2onnx version (cached beside the artifacts), and recorded as a conversion, the converter
 and its version, in the ONNX model's :attr:`ModelInfo.source <autodeploy.model.ModelInfo.source>`
-and so in each artifact's ``meta["source"]``, which a bundle ships.
+and so in each artifact's ``meta["source"]``, which a bundle ships. A refusal is cached too: the
+converter's own reason, or a timeout with the time it ran under (a larger :data:`CONVERT_TIMEOUT_S` tries
+again); the same file then fails at once with the same one line.
+
+The cache's records: ``convert.json`` beside ``model.onnx`` holds the ONNX's SHA-256, ``refused.json``
+the one-line reason; each is bound to the ``.tflite``'s SHA-256 and the installed tf2onnx, TensorFlow and
+opset, and carries the SHA-256 of its own content (:func:`_sealed`). A record that does not match (damaged,
+half-written, from another converter, an ONNX swapped beside it, a refusal planted in an earlier layout) is
+discarded and the file converted again. The limit: the cache folder is the user's own, and whoever can
+write it can also write a record whose digest matches; the digest guards against damage and against
+stale or planted records that do not match their content, not against a writer who recomputes it. What
+this module trusts less than that it never reads from a record: the versions shipped in ``source`` are
+always the installed packages', and a reason is printed only as one line, control characters escaped
+and its length bounded (:func:`autodeploy.errors.one_line`), whether the converter said it in this run or
+a record kept it.
 
 tf2onnx comes with the ``[tflite]`` extra; without it the route says so in one line
 (:func:`missing`). tf2onnx and TensorFlow are imported only in the child.
@@ -16,6 +30,7 @@ tf2onnx comes with the ``[tflite]`` extra; without it the route says so in one l
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -25,9 +40,9 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from autodeploy.errors import ConversionError
+from autodeploy.errors import ConversionError, one_line
 
 if TYPE_CHECKING:
     from autodeploy.model import ModelInfo
@@ -41,7 +56,11 @@ CONVERT_TIMEOUT_S = 600.0
 #: ONNX domains the engines that take the converted model run; an op outside them (or unknown to
 #: ONNX's schemas) is one tf2onnx left unconverted.
 _KNOWN_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft")
-_FAILED = "failed.txt"  # the converter's own reason, kept: the same file fails the same way
+_RECORD = "convert.json"  # the ONNX's SHA-256, bound to the file and the converter
+_REFUSED = "refused.json"  # the converter's reason or its timeout, kept: the same file fails the same way
+_UNSEALED = ("failed.txt",)  # an earlier layout's refusal, with no digest: never read, removed
+#: A reason is shown as one line of at most this many characters.
+REASON_CHARS = 500
 
 
 def missing() -> str | None:
@@ -89,51 +108,140 @@ def as_onnx(model: ModelInfo, cache: Path) -> ModelInfo:
 def to_onnx(tflite: Path, sha256: str, cache: Path) -> tuple[Path, dict[str, Any]]:
     """The ONNX of ``tflite`` (whose SHA-256 is ``sha256``), converted in a child process on first use and
     cached under ``cache`` per file content and tf2onnx version, and its record:
-    ``{"framework", "converter", "tf2onnx", "tensorflow", "opset", "file", "sha256"}``.
+    ``{"framework", "converter", "tf2onnx", "tensorflow", "opset", "file", "sha256"}``, the versions read
+    from the installed packages. A cache entry whose record does not match is converted again (module
+    docstring).
 
     Raises:
-        ConversionError: the conversion failed (the converter's reason, kept for the next call too).
+        ConversionError: the conversion failed or timed out (the converter's reason, kept for the next call
+            too), or the converter crashed.
     """
     folder = Path(cache) / f"{sha256[:24]}-{CONVERTER}{re.sub(r'[^0-9A-Za-z.]+', '_', version())}"
-    onnx_path, record_path, failed = folder / "model.onnx", folder / "convert.json", folder / _FAILED
-    if failed.is_file():
-        raise ConversionError(failed.read_text().strip())
-    if not (onnx_path.is_file() and record_path.is_file()):
+    bound = _bound(sha256)
+    refused = _sealed(folder / _REFUSED, bound)
+    if refused is not None and _still_refused(refused):
+        raise ConversionError(one_line(refused.get("reason"), REASON_CHARS))
+    onnx_path, converted = folder / "model.onnx", _sealed(folder / _RECORD, bound)
+    if refused is not None or converted is None or not _holds(onnx_path, converted.get("model_sha256")):
+        _discard(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        _convert_in_child(tflite, folder)
-    record = json.loads(record_path.read_text())
-    return onnx_path, {**record, "file": tflite.name, "sha256": sha256}
+        _convert_in_child(tflite, folder, bound)
+    source = {"framework": "tflite", "converter": f"{CONVERTER}.convert.from_tflite", CONVERTER: bound[CONVERTER],
+              "tensorflow": bound["tensorflow"], "opset": OPSET}  # fmt: skip
+    return onnx_path, {**source, "file": tflite.name, "sha256": sha256}
 
 
-def _convert_in_child(tflite: Path, folder: Path) -> None:
+def _convert_in_child(tflite: Path, folder: Path, bound: dict[str, Any]) -> None:
+    """Convert into ``folder`` and seal its record (``bound`` and the ONNX's SHA-256), or seal the refusal."""
     from autodeploy.child import child_env, module_argv
 
     argv = module_argv(__name__, str(tflite), str(folder))
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=CONVERT_TIMEOUT_S,
                               stdin=subprocess.DEVNULL, env=child_env(TF_CPP_MIN_LOG_LEVEL="3"), check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise ConversionError(f"{CONVERTER} did not convert {tflite.name} within {CONVERT_TIMEOUT_S:g} s; "
-                              "it was stopped; fix: run it on tflite or openvino") from None  # fmt: skip
+    except subprocess.TimeoutExpired:  # kept with its timeout: a hostile file hangs again, every run
+        _refuse(folder, bound, f"{CONVERTER} did not convert {tflite.name} within {CONVERT_TIMEOUT_S:g} s; it was "
+                "stopped; fix: run it on tflite or openvino", timeout_s=CONVERT_TIMEOUT_S)  # fmt: skip
     lines = done.stdout.strip().splitlines()
     if done.returncode == 0:
+        _seal(folder / _RECORD, {**bound, "model_sha256": _sha256(folder / "model.onnx")})
         return
     if done.returncode == 3 and lines:  # the converter's own reason: this file fails so with this tf2onnx
-        (folder / _FAILED).write_text(lines[-1] + "\n")
-        raise ConversionError(lines[-1])
+        _refuse(folder, bound, lines[-1])
     said = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
     why = (f"it crashed ({signal.Signals(-done.returncode).name})" if done.returncode < 0
            else said[-1] if said else f"exit code {done.returncode}")  # fmt: skip
-    raise ConversionError(f"{CONVERTER} could not convert {tflite.name}: {why[:300]}; "
+    raise ConversionError(f"{CONVERTER} could not convert {tflite.name}: {one_line(why)}; "
                           "fix: run it on tflite or openvino, which read the file itself")  # fmt: skip
+
+
+def _still_refused(refused: dict[str, Any]) -> bool:
+    """A kept refusal holds, but a timeout shorter than :data:`CONVERT_TIMEOUT_S` is tried again."""
+    timeout = refused.get("timeout_s")
+    return timeout is None or (isinstance(timeout, (int, float)) and timeout >= CONVERT_TIMEOUT_S)
+
+
+def _refuse(folder: Path, bound: dict[str, Any], reason: str, *, timeout_s: float | None = None) -> NoReturn:
+    """Keep the refusal, one line, sealed, and raise it."""
+    reason = one_line(reason, REASON_CHARS)
+    _seal(folder / _REFUSED, {**bound, "reason": reason, "timeout_s": timeout_s})
+    raise ConversionError(reason)
+
+
+# -- the cache's records: bound to what they describe, with the digest of their own content ------------
+
+
+def _bound(sha256: str) -> dict[str, Any]:
+    """What every record of the conversion of the file with this SHA-256 must name: the file, and the installed
+    tf2onnx and TensorFlow (read from the packages, never from a record) and the opset."""
+    return {"source_sha256": sha256, CONVERTER: version(), "tensorflow": _tensorflow_version(),
+            "opset": OPSET}  # fmt: skip
+
+
+def _digest(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _seal(path: Path, body: dict[str, Any]) -> None:
+    """Write ``body`` and the digest of its content to ``path``, whole (renamed into place)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps({**body, "digest": _digest(body)}))
+    os.replace(tmp, path)
+
+
+def _sealed(path: Path, bound: dict[str, Any]) -> dict[str, Any] | None:
+    """The record at ``path`` if it is whole (its digest matches its content) and bound to ``bound`` (this
+    file, the installed converter); ``None`` for none, or one that does not match (module docstring)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):  # none yet, unreadable or not JSON: converted again
+        return None
+    if not isinstance(record, dict) or record.pop("digest", None) != _digest(record):
+        return None
+    return record if all(record.get(k) == v for k, v in bound.items()) else None
+
+
+def _discard(folder: Path) -> None:
+    """Remove a cache entry's files: the conversion starts from nothing, and no record outlives what it describes."""
+    for name in ("model.onnx", _RECORD, _REFUSED, *_UNSEALED):
+        (folder / name).unlink(missing_ok=True)
+
+
+def _sha256(path: Path) -> str | None:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:  # none: nothing to match
+        return None
+    return digest.hexdigest()
+
+
+def _holds(path: Path, sha256: object) -> bool:
+    """``path`` is a file whose SHA-256 is ``sha256``."""
+    digest = _sha256(path)
+    return digest is not None and digest == sha256
+
+
+def _tensorflow_version() -> str | None:
+    """The installed TensorFlow's version (the distribution that provides ``tensorflow``), read without importing it."""
+    from importlib.metadata import PackageNotFoundError, packages_distributions
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("tensorflow")
+    except PackageNotFoundError:  # tensorflow-cpu, tf-nightly, ...: whichever provides the module
+        dists = packages_distributions().get("tensorflow")
+        return installed(dists[0]) if dists else None
 
 
 # -- the child ---------------------------------------------------------------------------------
 
 
 def convert(tflite: Path, folder: Path) -> dict[str, Any]:
-    """``tf2onnx.convert.from_tflite`` into ``folder/model.onnx`` (+ ``convert.json``, the record), each
-    written whole and renamed into place.
+    """``tf2onnx.convert.from_tflite`` into ``folder/model.onnx``, written whole and renamed into place, and
+    its record (the parent seals its own, from the installed versions: :func:`to_onnx`).
 
     Raises:
         ConversionError: tf2onnx raised, or left ops unconverted (named).
@@ -158,9 +266,6 @@ def convert(tflite: Path, folder: Path) -> dict[str, Any]:
     tmp = folder / f".model.{os.getpid()}.onnx"
     onnx.save(proto, str(tmp))
     os.replace(tmp, folder / "model.onnx")
-    tmp = folder / f".convert.{os.getpid()}.json"
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, folder / "convert.json")
     return record
 
 

@@ -137,6 +137,8 @@ def test_tflite_is_benched_on_onnx_runtime_through_tf2onnx_against_litert(pitch,
     assert tuple(sorted(outputs)) == tuple(sorted(OUTPUTS)) and outputs[OUTPUTS[2]].shape == (1, 172, 264)
 
     # A conversion that changes an output (the cached ONNX doubled at one output): LiteRT's reference catches it.
+    import hashlib
+
     import onnx
     from onnx import helper
 
@@ -148,6 +150,9 @@ def test_tflite_is_benched_on_onnx_runtime_through_tf2onnx_against_litert(pitch,
     proto.graph.initializer.append(helper.make_tensor("two", onnx.TensorProto.FLOAT, [], [2.0]))
     proto.graph.node.append(helper.make_node("Mul", [f"{out}_raw", "two"], [out]))
     onnx.save(proto, str(cached))
+    # Its record resealed, as anyone who writes the cache can (else it is discarded and converted again).
+    record = {**tflite_onnx._bound(source["sha256"]), "model_sha256": hashlib.sha256(cached.read_bytes()).hexdigest()}  # fmt: skip
+    tflite_onnx._seal(cached.parent / "convert.json", record)
     broken = _bench(pitch["tflite"], tmp_path, data=pitch["data"], engine="onnxruntime").result
     assert broken.failure_kind == "conversion", broken.failure_message
     assert out in broken.failure_message
