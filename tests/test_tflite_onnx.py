@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from onnx import TensorProto, helper
 
-from autodeploy import tflite_onnx
+from autodeploy import sealed, tflite_onnx
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.device import probe_device
@@ -51,7 +51,7 @@ def test_a_converter_failure_is_kept_and_said_again_without_converting(tmp_path,
     folder.mkdir()
     body = {**tflite_onnx._bound("ab" * 32), "reason": "tf2onnx has no ONNX conversion for TFLite op TFL_CUMSUM "
             "of m.tflite", "timeout_s": None}  # fmt: skip
-    tflite_onnx._seal(folder / "refused.json", body)  # as the conversion keeps a refusal
+    sealed.seal(folder / "refused.json", body)  # as the conversion keeps a refusal
     monkeypatch.setattr(tflite_onnx, "_convert_in_child", lambda *a: pytest.fail("converted again"))
     with pytest.raises(ConversionError, match="^tf2onnx has no ONNX conversion for TFLite op TFL_CUMSUM"):
         tflite_onnx.to_onnx(tmp_path / "m.tflite", "ab" * 32, tmp_path)

@@ -23,8 +23,6 @@ torch is imported inside the functions that need it: ``import autodeploy`` never
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import signal
@@ -34,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autodeploy import sealed
 from autodeploy.errors import ModelError, UsageError
 
 if TYPE_CHECKING:
@@ -82,11 +81,11 @@ def torch_version() -> str:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """Raises: ModelError: the file cannot be read."""
+    digest = sealed.file_sha256(path)
+    if digest is None:
+        raise ModelError(f"cannot read {path}", fix="check the file exists and is readable")
+    return digest
 
 
 def _folder(cache: Path, sha256: str) -> Path:
@@ -115,12 +114,34 @@ def to_onnx(pt2: Path, cache: Path) -> tuple[Path, dict[str, Any]]:
     archive.check(pt2)  # refused here, before any child starts, by its entries alone (no torch)
     sha = _sha256(pt2)
     folder = _folder(cache, sha)
-    onnx_path, record_path = folder / "model.onnx", folder / "export.json"
-    if not (onnx_path.is_file() and record_path.is_file()):
+    if not _cached(folder, sha):
         folder.mkdir(parents=True, exist_ok=True)
         _export_in_child(pt2, folder)
-    record = json.loads(record_path.read_text())
-    return onnx_path, {**record, "file": str(pt2), "sha256": sha, "reference": "program"}
+        _seal(folder, sha)
+    return folder / "model.onnx", {**_source(sha), "file": str(pt2), "sha256": sha, "reference": "program"}
+
+
+def _bound(sha256: str) -> dict[str, Any]:
+    """What the cache record of the export of the ``.pt2`` with this SHA-256 must name: the file, and the installed
+    torch and onnxscript (read from the packages, never from a record: :mod:`autodeploy.sealed`)."""
+    return {"source_sha256": sha256, "torch": torch_version(), "onnxscript": _version("onnxscript")}
+
+
+def _source(sha256: str) -> dict[str, Any]:
+    """The exporter and its versions, as ``ModelInfo.source`` records them (and a bundle ships)."""
+    bound = _bound(sha256)
+    return {"framework": "pytorch", "exporter": EXPORTER, "torch": bound["torch"], "onnxscript": bound["onnxscript"]}
+
+
+def _cached(folder: Path, sha256: str) -> bool:
+    """Whether ``folder`` holds this ``.pt2``'s ONNX as exported here: its record sealed, bound to the file and the
+    installed exporter, and naming the ONNX's SHA-256 (a planted or damaged entry is exported again)."""
+    record = sealed.read(folder / "export.json", _bound(sha256))
+    return record is not None and sealed.holds(folder / "model.onnx", record.get("model_sha256"))
+
+
+def _seal(folder: Path, sha256: str) -> None:
+    sealed.seal(folder / "export.json", {**_bound(sha256), "model_sha256": sealed.file_sha256(folder / "model.onnx")})
 
 
 def _export_in_child(pt2: Path, folder: Path) -> None:
@@ -157,8 +178,8 @@ def load_program(pt2: Path) -> Any:
     return archive.load(pt2)
 
 
-def export_program(program: Any, folder: Path) -> dict[str, Any]:
-    """``torch.onnx.export(program, dynamo=True)`` into ``folder/model.onnx`` (+ ``export.json``, the record).
+def export_program(program: Any, folder: Path) -> None:
+    """``torch.onnx.export(program, dynamo=True)`` into ``folder/model.onnx`` (the caller seals its record).
 
     Raises:
         ModelError: an op has no ONNX translation or the export failed otherwise: one line naming the op.
@@ -175,10 +196,6 @@ def export_program(program: Any, folder: Path) -> dict[str, Any]:
         raise ModelError(f"{EXPORTER} {what}: {one_line(exc)}",
                          fix="rewrite that part with ops ONNX has, or register a translation "
                              "(torch.onnx.export(custom_translation_table=...)) and pass the .onnx") from None  # fmt: skip
-    record = {"framework": "pytorch", "exporter": EXPORTER, "torch": torch.__version__,
-              "onnxscript": _version("onnxscript")}  # fmt: skip
-    (folder / "export.json").write_text(json.dumps(record))
-    return record
 
 
 def failing_op(text: str) -> str | None:
@@ -249,8 +266,9 @@ def from_module(module: Any, example_inputs: Sequence[Any] | None, cache: Path, 
     pt2 = staging.with_name(f"module-{sha[:24]}.pt2")
     os.replace(staging, pt2)
     folder = _folder(cache, sha)
-    if not (folder / "model.onnx").is_file() or not (folder / "export.json").is_file():
+    if not _cached(folder, sha):
         export_program(program, folder)
+        _seal(folder, sha)
     return pt2
 
 

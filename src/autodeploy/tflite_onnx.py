@@ -14,7 +14,7 @@ again); the same file then fails at once with the same one line.
 
 The cache's records: ``convert.json`` beside ``model.onnx`` holds the ONNX's SHA-256, ``refused.json``
 the one-line reason; each is bound to the ``.tflite``'s SHA-256 and the installed tf2onnx, TensorFlow and
-opset, and carries the SHA-256 of its own content (:func:`_sealed`). A record that does not match (damaged,
+opset, and carries the SHA-256 of its own content (:mod:`autodeploy.sealed`). A record that does not match (damaged,
 half-written, from another converter, an ONNX swapped beside it, a refusal planted in an earlier layout) is
 discarded and the file converted again. The limit: the cache folder is the user's own, and whoever can
 write it can also write a record whose digest matches; the digest guards against damage and against
@@ -30,7 +30,6 @@ tf2onnx comes with the ``[tflite]`` extra; without it the route says so in one l
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -42,6 +41,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from autodeploy import sealed
 from autodeploy.errors import ConversionError, one_line
 
 if TYPE_CHECKING:
@@ -118,11 +118,11 @@ def to_onnx(tflite: Path, sha256: str, cache: Path) -> tuple[Path, dict[str, Any
     """
     folder = Path(cache) / f"{sha256[:24]}-{CONVERTER}{re.sub(r'[^0-9A-Za-z.]+', '_', version())}"
     bound = _bound(sha256)
-    refused = _sealed(folder / _REFUSED, bound)
+    refused = sealed.read(folder / _REFUSED, bound)
     if refused is not None and _still_refused(refused):
         raise ConversionError(one_line(refused.get("reason"), REASON_CHARS))
-    onnx_path, converted = folder / "model.onnx", _sealed(folder / _RECORD, bound)
-    if refused is not None or converted is None or not _holds(onnx_path, converted.get("model_sha256")):
+    onnx_path, converted = folder / "model.onnx", sealed.read(folder / _RECORD, bound)
+    if refused is not None or converted is None or not sealed.holds(onnx_path, converted.get("model_sha256")):
         _discard(folder)
         folder.mkdir(parents=True, exist_ok=True)
         _convert_in_child(tflite, folder, bound)
@@ -144,7 +144,7 @@ def _convert_in_child(tflite: Path, folder: Path, bound: dict[str, Any]) -> None
                 "stopped; fix: run it on tflite or openvino", timeout_s=CONVERT_TIMEOUT_S)  # fmt: skip
     lines = done.stdout.strip().splitlines()
     if done.returncode == 0:
-        _seal(folder / _RECORD, {**bound, "model_sha256": _sha256(folder / "model.onnx")})
+        sealed.seal(folder / _RECORD, {**bound, "model_sha256": sealed.file_sha256(folder / "model.onnx")})
         return
     if done.returncode == 3 and lines:  # the converter's own reason: this file fails so with this tf2onnx
         _refuse(folder, bound, lines[-1])
@@ -164,7 +164,7 @@ def _still_refused(refused: dict[str, Any]) -> bool:
 def _refuse(folder: Path, bound: dict[str, Any], reason: str, *, timeout_s: float | None = None) -> NoReturn:
     """Keep the refusal, one line, sealed, and raise it."""
     reason = one_line(reason, REASON_CHARS)
-    _seal(folder / _REFUSED, {**bound, "reason": reason, "timeout_s": timeout_s})
+    sealed.seal(folder / _REFUSED, {**bound, "reason": reason, "timeout_s": timeout_s})
     raise ConversionError(reason)
 
 
@@ -178,50 +178,10 @@ def _bound(sha256: str) -> dict[str, Any]:
             "opset": OPSET}  # fmt: skip
 
 
-def _digest(body: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def _seal(path: Path, body: dict[str, Any]) -> None:
-    """Write ``body`` and the digest of its content to ``path``, whole (renamed into place)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps({**body, "digest": _digest(body)}))
-    os.replace(tmp, path)
-
-
-def _sealed(path: Path, bound: dict[str, Any]) -> dict[str, Any] | None:
-    """The record at ``path`` if it is whole (its digest matches its content) and bound to ``bound`` (this
-    file, the installed converter); ``None`` for none, or one that does not match (module docstring)."""
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):  # none yet, unreadable or not JSON: converted again
-        return None
-    if not isinstance(record, dict) or record.pop("digest", None) != _digest(record):
-        return None
-    return record if all(record.get(k) == v for k, v in bound.items()) else None
-
-
 def _discard(folder: Path) -> None:
     """Remove a cache entry's files: the conversion starts from nothing, and no record outlives what it describes."""
     for name in ("model.onnx", _RECORD, _REFUSED, *_UNSEALED):
         (folder / name).unlink(missing_ok=True)
-
-
-def _sha256(path: Path) -> str | None:
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    except OSError:  # none: nothing to match
-        return None
-    return digest.hexdigest()
-
-
-def _holds(path: Path, sha256: object) -> bool:
-    """``path`` is a file whose SHA-256 is ``sha256``."""
-    digest = _sha256(path)
-    return digest is not None and digest == sha256
 
 
 def _tensorflow_version() -> str | None:

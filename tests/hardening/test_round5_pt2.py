@@ -255,3 +255,21 @@ def test_bench_of_a_hostile_pt2_is_one_line_and_runs_nothing(good, tmp_path, mon
     assert code == 2 and "Traceback" not in err and "which torch.export.save does not write" in err
     assert len([line for line in err.splitlines() if line.strip()]) <= 2  # the line and its fix
     assert not marker.exists() and not (tmp_path / "cache" / "pytorch").exists()
+
+
+def test_a_planted_onnx_in_the_export_cache_is_exported_again(good, tmp_path):
+    """The .pt2's ONNX is cached with a sealed record naming its SHA-256: an ONNX swapped in the cache (or a record
+    naming another exporter) is not used, the file is exported again."""
+    import onnx
+
+    from autodeploy import pytorch
+
+    onnx_path, source = pytorch.to_onnx(good, tmp_path / "cache")
+    assert source["torch"] == torch.__version__ and source["exporter"] == pytorch.EXPORTER
+    real = onnx_path.read_bytes()
+    planted = onnx.helper.make_model(onnx.helper.make_graph([], "planted", [], []))
+    onnx_path.write_bytes(planted.SerializeToString())
+    record = onnx_path.with_name("export.json")
+    record.write_text(record.read_text().replace(torch.__version__, "9.9.9-audited"))
+    again, source = pytorch.to_onnx(good, tmp_path / "cache")
+    assert again == onnx_path and again.read_bytes() == real and "audited" not in json.dumps(source)
