@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autodeploy.errors import ModelError
+from autodeploy.errors import ModelError, one_line
 
 ONNX = "onnx"
 
@@ -146,7 +146,7 @@ def describe(path: Path, kind: str) -> dict[str, Any]:
         why = f"it crashed reading it ({signal.Signals(-done.returncode).name})"
     else:
         why = said[-1] if said else f"exit code {done.returncode}"
-    raise ModelError(f"{path} looks like {fmt.what}, but {fmt.reader} cannot read it: {why[:300]}",
+    raise ModelError(f"{path} looks like {fmt.what}, but {fmt.reader} cannot read it: {one_line(why)}",
                      fix=f"the file may be truncated or corrupt; {fmt.export}")  # fmt: skip
 
 

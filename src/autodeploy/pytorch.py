@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from autodeploy import sealed
 from autodeploy.errors import ModelError, UsageError
+from autodeploy.errors import one_line as errors_one_line
 
 if TYPE_CHECKING:
     from autodeploy.model import ModelInfo
@@ -166,7 +167,7 @@ def _export_in_child(pt2: Path, folder: Path) -> None:
                          fix="export it yourself with torch.onnx.export(program, dynamo=True) on a larger machine")  # fmt: skip
     why = (f"it crashed ({signal.Signals(-done.returncode).name})" if done.returncode < 0
            else said[-1] if said else f"exit code {done.returncode}")  # fmt: skip
-    raise ModelError(f"exporting {pt2} to ONNX failed: {why[:300]}",
+    raise ModelError(f"exporting {pt2} to ONNX failed: {errors_one_line(why)}",
                      fix="check the file was written by torch.export.save, or export the ONNX yourself")  # fmt: skip
 
 
