@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,6 +163,24 @@ class ModelInfo:
                     fix=f"fix it with --shape {name}={example}, or give --data with arrays of that shape",
                 )
         return tuple(dims)  # type: ignore[arg-type]
+
+    def check_batch(self, batch: int) -> None:
+        """Refuse a ``--shape`` that fixes an input's dynamic batch axis at a size other than 1 or ``batch``: the
+        trial would be stored under that shape but fed ``batch`` items (the batch axis is always the trial's).
+
+        Raises:
+            ShapeError: naming the input, the shape given, the batch, and the shape to give instead.
+        """
+        for name, dims in self.shapes.items():
+            axis = self.batch_axis(name)
+            if axis is None or axis >= len(dims) or isinstance(self.input(name).shape[axis], int):
+                continue  # never batched, or a static batch dim (input_shape refuses another batch)
+            if dims[axis] in (1, batch):
+                continue
+            given, fixed = ("x".join(map(str, d)) for d in (dims, (*dims[:axis], 1, *dims[axis + 1 :])))
+            raise ShapeError(f"--shape {name}={given} sets the batch dim (axis {axis}) to {dims[axis]}, but the batch "
+                             f"is {batch}: it would be stored under {given} and fed {batch} item(s)",
+                             fix=f"give --shape {name}={fixed} and the batch with --batch {dims[axis]}")  # fmt: skip
 
     def with_batch_axes(self, axes: Mapping[str, int | None]) -> ModelInfo:
         """This model with the user's batch axes (``--batch-axis``), checked to fit, over the model's own."""
@@ -738,6 +757,8 @@ def _check_room(folder: Path, need: int, what: str) -> None:
     weights file is copied dense): nothing is written, rather than a disk filled halfway."""
     free = shutil.disk_usage(next(p for p in (folder, *folder.parents) if p.exists())).free
     if need > free:
+        # the worker's private copies go to TMPDIR; everything else to the cache
+        setting = "TMPDIR" if folder.is_relative_to(tempfile.gettempdir()) else "AUTODEPLOY_CACHE"
         raise WriteError(f"cannot copy {what} and its weights ({_size(need)}) into {folder}: "
                          f"{_size(free)} free; nothing was written", fix=f"free space on the disk of {folder}, "
-                         "or set AUTODEPLOY_CACHE to a folder on a disk with room")  # fmt: skip
+                         f"or set {setting} to a folder on a disk with room")  # fmt: skip

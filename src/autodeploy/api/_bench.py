@@ -276,6 +276,7 @@ def _check_runs_here(
     registry.get(config.engine).check(device, info, config)  # unknown engine/precision/knob
     for name in info.input_names:  # dynamic dims left unfixed: fail with the --shape fix now
         info.input_shape(name, config.batch)
+    info.check_batch(config.batch)  # a --shape's batch dim is the batch fed, or 1
     unknown = sorted({verdict.parse_override(t)[0] for t in accuracy} - set(info.output_names))
     if unknown:
         raise UsageError(f"--accuracy names output(s) {unknown} the model does not have",

@@ -188,6 +188,8 @@ def tune(
         cases, synthetic, note = [], False, None
         for case in shape_set.cases:
             info, dataset = with_data(resolved, None, cfg.data, case, shape_set, _preprocess_of(cfg))
+            for batch in cfg.default_batches():  # a shape's batch dim is the batch fed, or 1: refused now
+                info.check_batch(batch)
             prepared = prepare_inputs(resolved, info, settings, dataset)
             synthetic = synthetic or prepared.synthetic
             note = note or prepared.note

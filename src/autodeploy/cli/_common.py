@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -24,6 +24,9 @@ from autodeploy.errors import UsageError
 from autodeploy.intake import ResolvedModel
 from autodeploy.redact import mask_secrets
 from autodeploy.units import fmt_ms, fmt_ms_ci, fmt_pct
+
+if TYPE_CHECKING:
+    from autodeploy.harness.timing import TimingPolicy
 
 __all__ = ["DataOption", "Format", "FormatOption", "ResolvedModel", "cache_dir", "command_line", "emit", "err", "fmt_ms",
            "fmt_ms_ci", "fmt_pct", "data_of", "engine_noise", "out", "plain", "quiet_engines", "resolve_model", "shown", "spinner"]  # fmt: skip
@@ -218,6 +221,24 @@ def at_least(low: float) -> Callable[[Any, Any, float | None], float | None]:
         return value
 
     return check
+
+
+def timing_flags(min_samples: int, min_duration: float, max_duration: float) -> TimingPolicy:
+    """``--min-samples``, ``--min-duration`` and ``--max-duration`` as a timing policy, each checked against its
+    bounds first, so a bad one is one line naming the flag (bench, bundle run). Raises: UsageError."""
+    from autodeploy.harness.timing import MAX_TIMED_S, TimingPolicy
+
+    cap = TimingPolicy.max_samples
+    if not 2 <= min_samples <= cap:
+        raise UsageError(f"--min-samples {min_samples} is outside 2..{cap:,} (the harness times at most {cap:,} calls)",
+                         fix=f"give --min-samples between 2 and {cap}; for a longer run raise --min-duration")  # fmt: skip
+    if not 0 < max_duration <= MAX_TIMED_S:
+        raise UsageError(f"--max-duration {max_duration:g} is outside 0..{MAX_TIMED_S:g} seconds",
+                         fix="give a positive number of seconds, at most a day, e.g. --max-duration 60")  # fmt: skip
+    if not 0 <= min_duration <= max_duration:
+        raise UsageError(f"--min-duration {min_duration:g} is outside 0..{max_duration:g} seconds (--max-duration)",
+                         fix="give --min-duration at most --max-duration, e.g. --min-duration 2")  # fmt: skip
+    return TimingPolicy(min_samples=min_samples, min_duration_s=min_duration, max_duration_s=max_duration)
 
 
 MetricDropOption = Annotated[float | None, typer.Option(help="Largest drop of --metric from the FP32 reference's allowed (default: only reported).")]

@@ -35,12 +35,12 @@ from autodeploy.cli._common import (
     print_converter_logs,
     shown,
     spinner,
+    timing_flags,
 )
 from autodeploy.data import parse_input_pins
 from autodeploy.errors import TrialFailed, UsageError
 from autodeploy.harness.load import UNDER_LOAD_CORES
 from autodeploy.harness.result import TrialResult, headline
-from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import ModelInfo, parse_batch_axis_flags
 from autodeploy.roofline import ops_text, share_text
 from autodeploy.shapes import ShapeCase, ShapeSet, parse_flags, parse_key
@@ -109,7 +109,7 @@ def bench(
     format: FormatOption = Format.table,
 ) -> None:
     """Measure one engine/precision/batch/threads config in an isolated worker and store the result."""
-    timing = TimingPolicy(min_samples=min_samples, min_duration_s=min_duration, max_duration_s=max_duration)
+    timing = timing_flags(min_samples, min_duration, max_duration)
     shape_set = parse_flags(shape or [])
     request = api.BenchRequest(
         engine=engine, precision=precision, batch=batch, threads=threads, knobs=_parse_knobs(knob or []),

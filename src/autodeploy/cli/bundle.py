@@ -24,6 +24,7 @@ from autodeploy.cli._common import (
     preprocess_of,
     shown,
     spinner,
+    timing_flags,
 )
 from autodeploy.errors import UsageError
 from autodeploy.harness.load import UNDER_LOAD_CORES, Load
@@ -184,10 +185,9 @@ def run(
     study measured it.
     """
     from autodeploy import api
-    from autodeploy.harness.timing import TimingPolicy
     from autodeploy.shapes import parse_flags
 
-    policy = TimingPolicy(min_samples=min_samples, min_duration_s=min_duration, max_duration_s=max_duration)
+    policy = timing_flags(min_samples, min_duration, max_duration)
     cases = parse_flags(shape or []).cases
     if len(cases) > 1:
         raise UsageError(f"bundle run measures one shape at a time; --shape gave {len(cases)}",

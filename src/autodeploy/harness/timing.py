@@ -19,6 +19,9 @@ from autodeploy.harness.load import Load, LoadMeter
 
 Clock = Callable[[], int]
 StopReason = Literal["min_reached", "max_samples", "max_duration"]
+#: The most seconds a flag or a study config may ask a timed phase (or the finalists' spread) to last: a day.
+#: More is a typo, and past the clocks' range (int nanoseconds here, time_t in a sleep) it overflows.
+MAX_TIMED_S = 86_400.0
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autodeploy.errors import ShapeError, UsageError
+from autodeploy.harness.timing import MAX_TIMED_S
 from autodeploy.objectives import NAMES, OBJECTIVES
 from autodeploy.shapes import ShapeSet
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, sla_bounds_latency
@@ -43,8 +44,8 @@ class Screening(_Strict):
     """Timing of each search trial: short, the top few are re-measured anyway."""
 
     min_samples: int = Field(64, ge=2)
-    min_duration_s: float = Field(1.0, ge=0)
-    max_duration_s: float = Field(30.0, gt=0)
+    min_duration_s: float = Field(1.0, ge=0, le=MAX_TIMED_S)
+    max_duration_s: float = Field(30.0, gt=0, le=MAX_TIMED_S)
     timeout_s: float = Field(600.0, gt=0, description="seconds before a worker running the model is killed")
     build_timeout_s: float = Field(1800.0, gt=0, description="seconds before a worker building an artifact is killed")
 
@@ -57,12 +58,12 @@ class Finalists(_Strict):
     #: room for rounds that share the host's state (``harness/stats.py`` ``CLAIMED_COVERAGE``, issue 42).
     rounds: int = Field(5, ge=1)
     min_samples: int = Field(200, ge=2)
-    min_duration_s: float = Field(2.0, ge=0)
+    min_duration_s: float = Field(2.0, ge=0, le=MAX_TIMED_S)
     #: The least seconds from the first finalist round to the last, waiting between rounds at random (seeded by the
     #: study's seed) so the rounds sample the host over time, not one moment of it (``search/rounds.py``
     #: ``_spread``); ``None``: as long as the study ran before the finalists, at most ``SPREAD_MAX_S``; 0: back to back.
     #: A time budget pays for the rounds first: a wait the time left cannot pay for is cut.
-    spread_s: float | None = Field(None, ge=0, description="seconds the finalist rounds span at least (None: automatic)")
+    spread_s: float | None = Field(None, ge=0, le=MAX_TIMED_S, description="seconds the finalist rounds span at least (None: automatic; at most a day)")  # fmt: skip
 
 
 class ImagePreprocess(_Strict):
