@@ -466,7 +466,7 @@ _FLEET = {
             "required": ["device", "state", "winner", "reason"],
             "properties": {
                 "device": {"type": "string"},
-                "state": {"enum": ["queued", "running", "done", "failed", "cancelled", "skipped"]},
+                "state": {"enum": ["queued", "running", "done", "failed", "cancelled", "skipped", "unreadable"]},
                 "winner": {"type": ["object", "null"], "required": ["config", "statistic", "value", "speedup"],
                            "description": "the winner's config label, its statistic (p90, median, items/s) and value, "
                            "and its speed-up over the baseline; null until done (or when no config met the constraints)"},

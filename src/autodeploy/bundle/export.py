@@ -57,6 +57,10 @@ class Source:
     #: A study over several shapes: the shipped config's trial at each of its shapes, in the study's order,
     #: each from the round the shipped trial ran in (:func:`at_each_shape`); empty otherwise.
     by_shape: tuple[TrialRow, ...] = ()
+    #: This machine's artifact store (``<cache>/work/artifacts``): set, the artifact is taken only from a folder of
+    #: it built from the trial's model, never from wherever the trial row says (a fleet agent's export: anyone
+    #: with the database URL can write that row). ``None``: the row's path, as a local export takes it.
+    artifacts: Path | None = None
 
     @property
     def config(self) -> TrialConfig:
@@ -161,15 +165,22 @@ def _records(store: Store, model_sha256: str, fingerprint: str) -> tuple[dict[st
 
 
 def artifact_of(source: Source) -> Artifact:
-    """The benchmarked artifact folder, checked to be complete and to match the trial."""
+    """The benchmarked artifact folder, checked to be complete and to match the trial (and, with
+    ``source.artifacts``, to be a folder of this machine's artifact store built from the trial's model)."""
     trial = source.trial
     path = Path(trial.artifact_path or "")
     fix = f"re-run the trial ({trial.command or 'autodeploy bench ...'}) to rebuild it, then export the new trial"
+    if source.artifacts is not None:
+        _check_in_store(trial, path, source.artifacts)
     if not trial.artifact_path or not (path / ARTIFACT_FILE).is_file():
         raise BundleError(
             f"the artifact of trial {trial.id} is gone from {path} (the cache was cleared?)", fix=fix
         )
     artifact = Artifact.read(path)
+    built_from = (artifact.model_sha256, _converted_from(artifact))
+    if source.artifacts is not None and trial.model_sha256 not in built_from:
+        raise BundleError(f"the artifact at {path} was built from model sha256 {artifact.model_sha256[:12] or '?'}, "
+                          f"trial {trial.id} measured {trial.model_sha256[:12]}: not shipped", fix=fix)  # fmt: skip
     if artifact.engine != trial.engine or artifact.engine_version != trial.engine_version:
         raise BundleError(f"the artifact at {path} is {artifact.engine} {artifact.engine_version}, "
                           f"trial {trial.id} ran {trial.engine} {trial.engine_version}", fix=fix)  # fmt: skip
@@ -177,6 +188,22 @@ def artifact_of(source: Source) -> Artifact:
     if missing:
         raise BundleError(f"the artifact at {path} lacks {', '.join(missing)}", fix=fix)
     return artifact
+
+
+def _check_in_store(trial: TrialRow, path: Path, store: Path) -> None:
+    """Refuse an artifact path that is not a folder directly in ``store`` (symbolic links resolved): a trial row
+    naming ``/root/private-model`` would otherwise ship that folder."""
+    inside = bool(trial.artifact_path) and path.is_absolute() and not path.is_symlink()
+    if not (inside and path.resolve().parent == store.resolve()):
+        raise BundleError(f"trial {trial.id} names artifact {trial.artifact_path!r}, which is not in this machine's "
+                          f"artifact store {store}: refused, nothing shipped (a stored row names a path, it never "
+                          "chooses what ships)", fix="re-run the study on this device, so its own build is shipped")  # fmt: skip
+
+
+def _converted_from(artifact: Artifact) -> str:
+    """The SHA-256 of the model a converted artifact came from (a ``.tflite`` through tf2onnx), or ``""``."""
+    source = artifact.meta.get("source")
+    return str(source.get("sha256") or "") if isinstance(source, Mapping) else ""
 
 
 # -- 2. describe it ------------------------------------------------------------------------

@@ -27,7 +27,11 @@ app = typer.Typer(help="Fleet jobs: submit a model once, and every device's agen
 DbOption = Annotated[str | None, typer.Option(help="The PostgreSQL results database every agent reaches (default: $AUTODEPLOY_DB).")]
 Many = list[str] | None
 #: Device states, coloured as tables show them.
-COLOURS = {"queued": "dim", "running": "cyan", "done": "green", "failed": "red", "cancelled": "yellow", "skipped": "yellow"}
+#: What an export without --trust proved, in one line.
+EXPORT_UNTRUSTED = ("integrity only, not authenticity: pass --trust KEY (the device's public key: autodeploy agent "
+                    "prints where it is)")  # fmt: skip
+COLOURS = {"queued": "dim", "running": "cyan", "done": "green", "failed": "red", "cancelled": "yellow", "skipped": "yellow",
+           "unreadable": "red"}  # fmt: skip
 
 
 @app.command()
@@ -107,19 +111,26 @@ def status(
 
 
 def _print_job(record: dict[str, Any]) -> None:
-    table = Table(title=f"job {record['job']}: {shown(record['model'])} on {shown(record['selects'])} ({record['state']})")
+    title = f"job {record['job']}: {shown(record['model'])} on {shown(record['selects'])} ({shown(record['state'])})"
+    table = Table(title=title)
     for column in ("device", "state", "heartbeat", "trials", "winner", "speed-up", "reason"):
         table.add_column(column)
+    unreadable: list[str] = []
     for d in record["devices"]:
         w = d["winner"] or {}
-        speedup = f"{w['speedup']:.2f}x ({w['statistic']})" if w.get("speedup") else "-"
-        winner = f"{shown(w['config'])}, {w['statistic']} {shown(w['value_text'])}" if w else "-"
+        speedup = f"{w['speedup']:.2f}x ({shown(w['statistic'])})" if w.get("speedup") else "-"
+        winner = f"{shown(w['config'])}, {shown(w['statistic'])} {shown(w['value_text'])}" if w else "-"
         reason = d["reason"] or ""
+        if d["state"] == "unreadable":  # its line below the table, whole (a cell would wrap it)
+            unreadable.append(reason)
+            reason = "see below"
         if d["skipped"]:
             reason = "; ".join([reason] * bool(reason) + [f"skipped {s['engine']}: {s['reason']}" for s in d["skipped"]])
         table.add_row(shown(d["device"]), f"[{COLOURS[d['state']]}]{d['state']}[/]", f"{d['heartbeat_age_s']:.0f} s ago",
                       str(d["trials"]), winner, speedup, shown(reason))  # fmt: skip
     out.print(table)
+    for reason in unreadable:
+        err.print(f"[red]unreadable[/]: {shown(reason)}", soft_wrap=True)
     if not record["devices"]:
         out.print("no device has taken it yet")
 
@@ -129,17 +140,27 @@ def export(
     job: Annotated[int, typer.Argument(help="The job.")],
     device: Annotated[str, typer.Option(help="The device whose winner to write.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Destination folder; must not exist.")],
+    trust: Annotated[Path | None, typer.Option(metavar="KEY", help="The device's public key (its agent prints where it is): the result and the bundle must be signed by it.")] = None,
+    trusted_devices: Annotated[Path | None, typer.Option(metavar="FILE", help="'NAME PUBLIC-KEY-FILE' lines: --trust with the key named for --device.")] = None,
     db: DbOption = None,
-) -> None:
-    """Write a device's winner bundle from the store, verified (every file against its manifest)."""
-    from autodeploy.fleet import jobs
+) -> None:  # fmt: skip
+    """Write a device's winner bundle from the store, verified (every file against its manifest; with --trust, the
+    device key's signatures over its result and its bundle)."""
+    from autodeploy.fleet import jobs, keys
     from autodeploy.results_db.store import Store
 
+    if trust is not None and trusted_devices is not None:
+        raise UsageError("give --trust or --trusted-devices, not both", fix="drop one of them")
+    if trusted_devices is not None:
+        trust = keys.trusted_key(trusted_devices, device)
     with Store.open(jobs.require_postgres(db), readonly=True) as store:
-        path, manifest = jobs.export(store, job, device, output)
+        path, manifest = jobs.export(store, job, device, output, trust=trust)
     engine = manifest.get("engine") or {}
+    signed = f", signed by {shown(str(trust))}" if trust is not None else ""
     out.print(f"exported {shown(device)}'s winner of job {job} to [bold]{shown(str(path))}[/] "
-              f"({len(manifest['files'])} files verified against the manifest; {shown(engine.get('name', '?'))})")  # fmt: skip
+              f"({len(manifest['files'])} files verified against the manifest{signed}; {shown(engine.get('name', '?'))})")  # fmt: skip
+    if trust is None:
+        err.print(f"[yellow]{EXPORT_UNTRUSTED}[/]", soft_wrap=True)
     out.print(f"check it with: autodeploy bundle verify {shown(str(path))}")
 
 

@@ -6,14 +6,19 @@ study ``fleet.JOB.DEVICE`` → export and verify the winner's bundle → store i
 Every step is written to the store before the next (:mod:`autodeploy.fleet.ledger`), so nothing is lost when
 the agent dies: its queue lease lapses (PgQueuer stops seeing its heartbeat), this device takes the run back
 and resumes the study by name, which keeps every measured trial (``tune --resume``) and asks only for the
-trials still missing. A device is its name and its fingerprint: two names on one machine are two devices
-with one fingerprint; a name that comes back with another fingerprint is refused.
+trials still missing. A device is its name and its key pair (:mod:`autodeploy.fleet.keys`), made here the first
+time the name registers: two names on one machine are two devices with one fingerprint; a name that comes back
+with another public key (or fingerprint) is refused. What it stores is signed with its key, and what it tunes
+trusts only what it measured itself (:mod:`autodeploy.fleet.provenance`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import re
+import shutil
 import signal
 import socket
 import tempfile
@@ -25,8 +30,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autodeploy.errors import AutodeployError, StoreError
-from autodeploy.fleet import jobs, ledger, queue
+from autodeploy.errors import AutodeployError, DataError, StoreError, WriteError, excerpt
+from autodeploy.fleet import jobs, keys, ledger, provenance, queue
 from autodeploy.search.context import Reporter
 
 if TYPE_CHECKING:
@@ -44,6 +49,10 @@ CANCEL_CHECK_S = 2.0
 
 Log = Callable[[str], None]
 LOST_FIX = "check the database server and start the agent again; its run goes back to the queue after its lease"
+#: The folder under the agent's cache folder where bundles are exported before they are stored.
+SCRATCH = "scratch"
+#: What a job's ``data`` may name instead of a stored blob (built in, not a file on the device).
+DATA_REFS = ("sample:images",)
 
 
 class JobCancelled(Exception):
@@ -62,6 +71,8 @@ class AgentSettings:
     once: bool = False  # exit when nothing is left for this device
     lease_s: float = DEFAULT_LEASE_S
     cache: Path | None = None  # where blobs are written (default: the cache folder's fleet/)
+    #: Run ``.pt2`` jobs (``--allow-pytorch``): loading a PyTorch program comes close to running its code.
+    allow_pytorch: bool = False
     #: Set on SIGTERM or Ctrl-C: the study in progress stops at its next step.
     stop: threading.Event = field(default_factory=threading.Event, compare=False)
 
@@ -70,6 +81,13 @@ def default_name() -> str:
     """This machine's host name as a device name (dots and other characters made ``-``)."""
     name = re.sub(r"[^A-Za-z0-9_-]+", "-", socket.gethostname()).strip("-_")[:63]
     return name or "device"
+
+
+def fleet_dir(settings: AgentSettings) -> Path:
+    """The agent's own folder: blobs by digest, and the scratch where bundles are exported."""
+    from autodeploy import api
+
+    return settings.cache or api.cache_dir() / "fleet"
 
 
 def engines_here(device: DeviceInfo) -> dict[str, str]:
@@ -99,11 +117,18 @@ def serve(db: str | None, settings: AgentSettings, log: Log = lambda _: None) ->
     jobs.check_name(settings.name, "--name")
     for tag in settings.tags:
         jobs.check_name(tag, "--tag")
+    swept = sweep_scratch(fleet_dir(settings))
+    if swept:
+        log(f"removed {len(swept)} scratch folder(s) that killed agents left in {swept[0].parent}")
+    key = keys.device_key(fleet_dir(settings), settings.name)  # made the first time this name registers here
     with Store.open(url) as store:
         device = probe_device()
-        ledger.check_binding(store, settings.name, device)  # a name taken by another device is refused before probing
-        agent = ledger.register(store, settings.name, device, engines_here(device), settings.tags, __version__)
-        log(f"device {agent.name}: fingerprint {agent.fingerprint} ({agent.cpu}), tags {', '.join(agent.tags) or '-'}")
+        ledger.check_binding(store, settings.name, device, key.pem)  # another device's name: refused before probing
+        agent = ledger.register(store, settings.name, device, engines_here(device), settings.tags, __version__,
+                                key.pem)  # fmt: skip
+        log(f"device {agent.name}: fingerprint {agent.fingerprint} ({agent.cpu}), tags {', '.join(agent.tags) or '-'}")  # fmt: skip
+        log(f"device {agent.name}: public key {key.public} ({key.id}): check its results with "
+            f"autodeploy fleet export --trust {key.public}")  # fmt: skip
         try:
             return asyncio.run(_serve(store, agent, settings, log))
         except psycopg.OperationalError as error:  # the queue's connection (the store's own say so themselves)
@@ -125,9 +150,14 @@ async def _serve(store: Store, agent: ledger.Agent, settings: AgentSettings, log
 
         @manager.entrypoint(queue.entrypoint(agent.name), concurrency_limit=1)
         async def take(job: Any) -> None:
+            run_id = _run_id(job.payload)
+            if run_id is None:  # a forged entry: said, and nothing run
+                shown = excerpt((job.payload or b"").decode("ascii", "replace"), 40, quote=True)
+                log(f"queue entry {job.id}: payload {shown} is not a run id: refused, nothing run")
+                return
             taken["busy"] += 1
             try:
-                if await asyncio.to_thread(run_one, store, agent, int(job.payload), settings, log):
+                if await asyncio.to_thread(run_one, store, agent, run_id, settings, log):
                     taken["runs"] += 1
             finally:
                 taken["busy"] -= 1
@@ -161,79 +191,145 @@ async def _serve(store: Store, agent: ledger.Agent, settings: AgentSettings, log
     return taken["runs"]
 
 
+def _run_id(payload: bytes | None) -> int | None:
+    """The run id a queue entry carries (:func:`queue.enqueue` writes it as digits), ``None`` when it is not one."""
+    text = (payload or b"").decode("ascii", "replace")
+    return int(text) if text.isdigit() and len(text) < 19 else None
+
+
 def run_one(store: Store, agent: ledger.Agent, run_id: int, settings: AgentSettings, log: Log) -> bool:
     """Run ``run_id`` on this device to its end, writing every state to the store; False when there was nothing
-    to do (the run is over, or its job cancelled). A failure is the run's (recorded); a bug is recorded and raised."""
-    taken = ledger.take(store, run_id)
+    to do (the run is over, its job cancelled, or it is another device's). A failure is the run's (recorded); a
+    bug is recorded and raised. Once another agent took the run (this one was stopped past its lease), every
+    write is refused: the study stops at its next step and the agent says so in one line."""
+    try:
+        taken = ledger.take(store, run_id, agent)
+    except ledger.ForeignRun as error:  # a forged queue entry: never run another device's job here
+        log(str(error))
+        return False
     if taken is None:
         return False
     run, job = taken
     again = f", attempt {run.attempts}: taken back" if run.attempts > 1 else ""
     log(f"job {job.id} ({job.model_name}): study {run.study}{again}")
     try:
+        _run_taken(store, agent, run, job, settings, log)
+    except ledger.StaleRun as error:  # nothing of this attempt is written (a bug it met included)
+        log(f"job {job.id}: {error}")
+    return True
+
+
+def _run_taken(store: Store, agent: ledger.Agent, run: ledger.Run, job: ledger.Job, settings: AgentSettings,
+               log: Log) -> None:  # fmt: skip
+    """The run, taken, to its end; every write fenced by the attempt it was taken with (:class:`ledger.StaleRun`)."""
+    try:
         state, fields = _tune_and_ship(store, agent, run, job, settings, log)
     except AgentStopped:
-        ledger.requeue(store, run.id, "its agent stopped; it resumes when this device's agent runs again")
+        ledger.requeue(store, run, "its agent stopped; it resumes when this device's agent runs again")
         log(f"job {job.id}: back in the queue")
-        return True
+        return
     except JobCancelled:
         state, fields = "cancelled", {"reason": "the job was cancelled while it ran"}
+    except ledger.StaleRun:
+        raise
     except AutodeployError as error:
         state, fields = "failed", {"reason": str(error)}
-    except Exception as error:  # a bug: the record says so, and the traceback goes to the agent's log
-        ledger.finish(store, run.id, "failed", reason=f"internal error: {type(error).__name__}: {error}")
+    except Exception as error:  # a bug: the record says so (unless the run is another agent's now), and the
+        # traceback goes to the agent's log
+        ledger.finish(store, run, "failed", reason=f"internal error: {type(error).__name__}: {error}")
         raise
-    ledger.finish(store, run.id, state, **fields)
+    ledger.finish(store, run, state, **fields)
     log(f"job {job.id}: {state}" + (f": {fields['reason']}" if fields.get("reason") else ""))
-    return True
 
 
 def _tune_and_ship(store: Store, agent: ledger.Agent, run: ledger.Run, job: ledger.Job, settings: AgentSettings,
                    log: Log) -> tuple[str, dict[str, Any]]:  # fmt: skip
-    from autodeploy import api
+    from autodeploy import api, pytorch
     from autodeploy.device import probe_device
 
-    model, data = _materialize(store, job, settings.cache or api.cache_dir() / "fleet")
+    if pytorch.is_pt2(job.model_file) and not settings.allow_pytorch:  # before a byte of it is written here
+        return "skipped", {"reason": f"{excerpt(job.model_file, 80)} is a PyTorch .pt2, refused on this device "
+                           "(loading one comes close to running its code); fix: start the agent with --allow-pytorch "
+                           "to run .pt2 jobs"}  # fmt: skip
+    model, data = _materialize(store, job, fleet_dir(settings))
     asked = job.options.get("engines")
     engines, skipped = _engines(asked, probe_device())
     if skipped:
-        ledger.note_skipped(store, run.id, skipped)
+        ledger.note_skipped(store, run, skipped)
         log("skipped here: " + "; ".join(f"{s['engine']}: {s['reason']}" for s in skipped))
     if asked and not engines:
         return "skipped", {"reason": "none of the engines the job asks for runs here", "skipped": skipped}
-    before = measured_trials(store, run.study)
+    # the study trusts only what this agent measured: its search state here, its reuse only of its own rows
+    studies = provenance.study_file(fleet_dir(settings), store, job, agent.name)
+    own = provenance.OwnTrials(store, fleet_dir(settings) / provenance.STUDIES / f"{agent.name}.trials")
+    before = measured_trials(studies, run.study)
     wanted = job.options.get("trials")
     summary = api.tune(config={**job.options, "model": str(model)}, name=run.study, resume=True, data=data,
-                       engines=engines or None, trials=None if wanted is None else max(0, wanted - before), db=store,
-                       reporter=_Progress(store, run, job, before, settings.stop),
+                       engines=engines or None, trials=None if wanted is None else max(0, wanted - before), db=own,
+                       storage=f"sqlite:///{studies}", reporter=_Progress(store, run, job, before, settings.stop),
                        command=f"autodeploy agent --name {agent.name}  # fleet job {job.id}")  # fmt: skip
-    if summary.winner is None:
-        return "done", {"reason": summary.note or "no config meets the constraints"}
-    digest = _ship(store, summary)
-    return "done", {"winner": winner_record(summary), "bundle_sha256": digest, "reason": None}
+    key = keys.device_key(fleet_dir(settings), agent.name)
+    if summary.winner is None:  # the first failure said too: a full disk is not "no trial produced a measurement"
+        why = [f"{s['count']} {kind}, e.g. {s['reason']}" for kind, s in summary.failures.items()]
+        why += [f"{f.label}: {f.failure}" for f in summary.finalists if f.failure]
+        reason = (summary.note or "no config meets the constraints") + (f"; {excerpt(why[0], 1000)}" if why else "")
+        if why and all(f.statistic is None for f in summary.finalists):  # nothing was measured here: the run failed
+            return "failed", {"reason": reason}
+        return "done", _signed(key, run, job, {"reason": reason})
+    digest = _ship(own, summary, fleet_dir(settings), key)
+    fields = {"winner": winner_record(summary), "bundle_sha256": digest, "reason": None}
+    return "done", _signed(key, run, job, fields)
+
+
+def _signed(key: keys.DeviceKey, run: ledger.Run, job: ledger.Job, fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` of a done run, with the device key's signature over its result (:func:`keys.result_record`)."""
+    record = keys.result_record(job=job.id, run=run.id, device=run.device, model_sha256=job.model_sha256,
+                                winner=fields.get("winner"), bundle_sha256=fields.get("bundle_sha256"))  # fmt: skip
+    return {**fields, "signature": keys.sign_result(key, record)}
 
 
 def _materialize(store: Store, job: ledger.Job, folder: Path) -> tuple[Path, str | None]:
-    """The job's model (and data) as files here, each checked against its SHA-256 before use."""
+    """The job's model (and data) as files here, each checked against its SHA-256 before use.
+
+    Raises:
+        DataError: the job's data names something else than a stored blob or a built-in set (a path here).
+    """
     model = _blob_file(store, job.model_sha256, job.model_file, folder, "model")
     if job.data is None:
         return model, None
-    if "ref" in job.data:  # sample:images: built in, not a file
+    if job.data in ({"ref": ref} for ref in DATA_REFS):  # sample:images: built in, not a file
         return model, str(job.data["ref"])
-    return model, str(_blob_file(store, job.data["sha256"], job.data["file"], folder, "data"))
+    blob = isinstance(job.data, dict) and set(job.data) == {"sha256", "file"}
+    if not (blob and _DIGEST.fullmatch(str(job.data["sha256"]))):
+        raise DataError(f"fleet job {job.id}'s data {excerpt(json.dumps(job.data), 120)} is refused: a job's data is a "
+                        f"stored blob or {' or '.join(DATA_REFS)}, never a path on the device",
+                        fix="submit the job again with --data FILE.npz (or sample:images)")  # fmt: skip
+    return model, str(_blob_file(store, job.data["sha256"], str(job.data["file"]), folder, "data"))
+
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def _blob_file(store: Store, digest: str, name: str, folder: Path, what: str) -> Path:
     """``folder/DIGEST/name`` holding the blob: taken again when its bytes still hash to ``digest``, else written
     from the store's copy (itself checked first: :func:`ledger.checked_blob`)."""
-    path = folder / digest / Path(name).name
+    path = folder / digest / jobs.safe_file_name(name)  # a row may name "..", "." or "": never a folder
     if path.is_file() and ledger.sha256(path.read_bytes()) == digest:
         return path
     data = ledger.checked_blob(store, digest, f"{what} blob")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
-        tmp.write(data)
-    Path(tmp.name).replace(path)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
+            tmp.write(data)
+        Path(tmp.name).replace(path)
+    except OSError as error:  # no half-written file stays; a full or read-only disk is one line, not a bug
+        if tmp is not None:
+            Path(tmp.name).unlink(missing_ok=True)
+        full = WriteError.of(error, f"the {what} blob {path.name}", folder, instead="set AUTODEPLOY_CACHE to a disk with room")  # fmt: skip
+        if full is None:
+            raise
+        raise full from error
     return path
 
 
@@ -253,33 +349,86 @@ def _engines(asked: list[str] | None, device: DeviceInfo) -> tuple[list[str], li
     return runs, skipped
 
 
-def measured_trials(store: Store, study: str) -> int:
-    """How many configs the study ``study`` has measured so far: its finished Optuna trials that ran or reused
-    a measurement (a ``uid``), less the repeats of an earlier one and those a killed run left unfinished."""
+def measured_trials(studies: Path, study: str) -> int:
+    """How many configs the study ``study`` (in the SQLite file ``studies``: :func:`provenance.study_file`) has
+    measured so far: its finished Optuna trials that ran or reused a measurement (a ``uid``), less the repeats of
+    an earlier one and those a killed run left unfinished."""
     import optuna
 
-    # A study measures nothing before it is saved in the store (run_study saves it before its first trial): none
-    # saved, none measured, and Optuna's tables are not touched (agents starting together would race to create them).
-    if store.get_study(study) is None:
+    if not studies.is_file():  # nothing measured yet; Optuna's tables are made by the study itself
         return 0
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = store.engine.url.render_as_string(hide_password=False)
+    url = f"sqlite:///{studies}"
+    if study not in optuna.study.get_all_study_names(storage=url):
+        return 0
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)
     trials = optuna.load_study(study_name=study, storage=url).get_trials(deepcopy=False, states=finished)
     return sum(1 for t in trials if "uid" in t.user_attrs and not {"repeat_of", "interrupted"} & set(t.user_attrs))
 
 
-def _ship(store: Store, summary: StudySummary) -> str:
-    """Export the winner as a ``.tar.gz``, verify it, store its bytes; returns their SHA-256."""
+def _ship(store: Store, summary: StudySummary, folder: Path, key: keys.DeviceKey) -> str:
+    """Export the winner as a ``.tar.gz`` (in the agent's scratch under ``folder``), signed with the device key,
+    verify it with its public key, store its bytes; returns their SHA-256.
+
+    What ships is the trial this study chose (not whatever the shared database names since), read through
+    ``store`` (a :class:`provenance.OwnTrials`: a row this agent did not store, as stored, is not found), and its
+    artifact only from this machine's artifact store, built from the trial's model, never from the path a row names.
+    """
+    from dataclasses import replace
+
     from autodeploy import api
     from autodeploy.bundle import opened, verify
 
-    with tempfile.TemporaryDirectory(prefix="autodeploy-fleet-") as scratch:
-        path = api.export(summary, Path(scratch) / summary.name, tar=True, db=store,
+    source = replace(api.find_source(summary.name, db=store), artifacts=provenance.artifact_store())
+    chosen = summary.winner.uids[-1] if summary.winner is not None and summary.winner.uids else None
+    if source.trial.uid != chosen:
+        raise StoreError(f"study {summary.name!r} names winner trial {source.trial.uid} in results database {store.url}, "
+                         f"but it chose {chosen}: the row was changed since; nothing shipped",
+                         fix="find who writes this database outside autodeploy; then submit the job again")  # fmt: skip
+    with scratch_folder(folder) as scratch:
+        path = api.export(source=source, output=Path(scratch) / summary.name, tar=True, db=store, sign_key=key.private,
                           command=f"autodeploy export {summary.name}  # by the fleet agent")  # fmt: skip
         with opened(path) as root:
-            verify(root)
+            verify(root, trust=key.public)
         return ledger.put_blob(store, path.read_bytes())
+
+
+def scratch_folder(folder: Path) -> tempfile.TemporaryDirectory[str]:
+    """A new folder of this process under ``folder/scratch``, removed when done; named ``PID-START-...`` so that
+    an agent starting later tells a killed one's leftover (kill -9 mid-store) from a live agent's."""
+    import psutil
+
+    root = folder / SCRATCH
+    root.mkdir(parents=True, exist_ok=True)
+    started = int(psutil.Process().create_time())
+    return tempfile.TemporaryDirectory(prefix=f"{os.getpid()}-{started}-", dir=root)
+
+
+def sweep_scratch(folder: Path) -> list[Path]:
+    """Remove the scratch folders under ``folder/scratch`` whose process is gone; returns those removed. A name
+    not ``PID-START-...`` is not the agent's and is left as it is, as is a live process's."""
+    root = folder / SCRATCH
+    removed = []
+    for path in sorted(root.iterdir()) if root.is_dir() else ():
+        pid, started, *_ = path.name.split("-") + ["", ""]
+        if not (pid.isdigit() and started.isdigit()) or _alive(int(pid), int(started)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():  # one that cannot be removed stays for the next start (and for the operator)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int, started: int) -> bool:
+    """Whether process ``pid`` runs and is the one started at ``started`` (a reused pid is another process)."""
+    import psutil
+
+    try:
+        return abs(psutil.Process(pid).create_time() - started) < 2.0
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:  # another user's process: not ours to judge
+        return True
 
 
 def winner_record(summary: StudySummary) -> dict[str, Any]:
@@ -307,7 +456,7 @@ class _Progress(Reporter):
         self._check_cancel()
 
     def trial_done(self, done: int, best: str | None) -> None:
-        ledger.progress(self.store, self.run.id, self.before + done)
+        ledger.progress(self.store, self.run, self.before + done)  # StaleRun: another agent took the run
         self._check_cancel()
 
     def _check_cancel(self) -> None:
@@ -316,5 +465,6 @@ class _Progress(Reporter):
         if time.monotonic() - self.checked < CANCEL_CHECK_S:
             return
         self.checked = time.monotonic()
+        ledger.check_held(self.store, self.run)  # taken over while this agent was stopped: it stops here
         if ledger.cancelled(self.store, self.job.id):
             raise JobCancelled(f"fleet job {self.job.id} was cancelled")

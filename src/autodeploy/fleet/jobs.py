@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autodeploy.errors import UsageError
-from autodeploy.fleet import ledger, queue
+from autodeploy.fleet import keys, ledger, queue, readback
 from autodeploy.report import SCHEMA_VERSION
+from autodeploy.results_db.schema import RUN_STATES
 
 if TYPE_CHECKING:
     from autodeploy.intake import ResolvedModel
@@ -37,8 +38,8 @@ REFUSED_KEYS = {"name": "a fleet job names its studies fleet.JOB.DEVICE", "per_s
                 "metric": "a metric is code, and a fleet job carries no code"}  # fmt: skip
 #: The JSON form of one job's status (``autodeploy fleet status --format json``; ``report.SCHEMA``'s ``fleet``).
 SCHEMA_NAME = "autodeploy.fleet"
-#: Every device state :func:`status` reports.
-STATES = ("queued", "running", "done", "failed", "cancelled", "skipped")
+#: Every device state :func:`status` reports: a run's own, or ``unreadable`` (a row that does not fit: :mod:`.readback`).
+STATES = (*RUN_STATES, readback.UNREADABLE)
 SQLITE_REFUSED = "autodeploy fleet and agent need PostgreSQL"
 
 
@@ -135,7 +136,7 @@ def submit(model: str | None, *, db: str | None, devices: str = "all", config: s
     options = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in ("model", "name", "data", "metric", "per_shape")}
     with Store.open(url) as store:
         model_sha = ledger.put_blob(store, model_path.read_bytes(), f"model {model_path.name}")
-        job, runs = ledger.add_job(store, model_name=cfg.model, model_file=_safe_file_name(model_path.name), model_sha256=model_sha,
+        job, runs = ledger.add_job(store, model_name=cfg.model, model_file=safe_file_name(model_path.name), model_sha256=model_sha,
                                    data=_data_blob(store, data_ref, resolved), options=options, devices=devices,
                                    lost_after_s=lost_after_s, command=command)  # fmt: skip
         asyncio.run(_enqueue(store, [(r.id, r.device) for r in runs]))
@@ -179,7 +180,7 @@ def _data_blob(store: Store, ref: str | None, resolved: ResolvedModel) -> dict[s
         return {"ref": ref}
     if ref is not None:
         path = _data_file(ref)
-        return {"sha256": ledger.put_blob(store, path.read_bytes(), f"--data {path.name}"), "file": _safe_file_name(path.name)}
+        return {"sha256": ledger.put_blob(store, path.read_bytes(), f"--data {path.name}"), "file": safe_file_name(path.name)}
     if resolved.data is None:
         return None
     buffer = io.BytesIO()
@@ -190,11 +191,13 @@ def _data_blob(store: Store, ref: str | None, resolved: ResolvedModel) -> dict[s
     return {"sha256": ledger.put_blob(store, buffer.getvalue()), "file": "data.npz"}
 
 
-def _safe_file_name(name: str) -> str:
-    """A file name an agent may write: no path, no control characters (the suffix kept: it tells the format)."""
-    stem, dot, suffix = Path(name).name.partition(".")
+def safe_file_name(name: str) -> str:
+    """A plain file name an agent may write, whatever ``name`` a job row holds: no path, no control characters,
+    never ``..``, ``.`` or empty (those name a folder); the suffix is kept, it tells the format (``m.onnx``)."""
+    stem, _, suffix = Path(name).name.partition(".")
     stem = re.sub(r"[^A-Za-z0-9_-]+", "-", stem).strip("-") or "model"
-    return f"{stem[:80]}{dot}{re.sub(r'[^A-Za-z0-9.]+', '', suffix)}"
+    suffix = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9.]+", "", suffix)).strip(".")
+    return f"{stem[:80]}.{suffix[:20]}" if suffix else stem[:80]
 
 
 # -- status -----------------------------------------------------------------------------------------------
@@ -236,8 +239,14 @@ def status(store: Store, job_id: int | None = None) -> list[dict[str, Any]]:
 # -- export and cancel ------------------------------------------------------------------------------------
 
 
-def export(store: Store, job_id: int, device: str, output: str | Path) -> tuple[Path, dict[str, Any]]:
+def export(store: Store, job_id: int, device: str, output: str | Path, *,
+           trust: str | Path | None = None) -> tuple[Path, dict[str, Any]]:  # fmt: skip
     """Write ``device``'s winner bundle of job ``job_id`` from the store to the new folder ``output``, verified.
+
+    Without ``trust`` that is integrity only: the bundle is the one the run row names, and its files are the
+    ones its manifest lists, but anyone who can write the database can write both. With ``trust`` (the device's
+    PEM public key, :mod:`autodeploy.fleet.keys`) the run's result (winner, bundle SHA-256, job, run, device,
+    model) must carry the device key's signature, and the bundle its model-signing signature by that key.
 
     Returns:
         The bundle folder and its manifest.
@@ -245,11 +254,13 @@ def export(store: Store, job_id: int, device: str, output: str | Path) -> tuple[
     Raises:
         UsageError: no such job, device or winner; ``output`` exists.
         StoreError: the stored bundle does not match its SHA-256.
-        BundleError: the bundle fails its checks.
+        BundleError: the bundle fails its checks; with ``trust``, the result or the bundle is not signed by it.
+        KeyFileError: ``trust`` is not a PEM elliptic-curve public key.
     """
     from autodeploy.bundle import safe_extract, verify
+    from autodeploy.bundle.loader import check_key
 
-    ledger.job(store, job_id)
+    job = ledger.job(store, job_id)
     run = next((r for r in ledger.runs(store, [job_id]) if r.device == device), None)
     if run is None:
         raise UsageError(f"device {device!r} has no run of fleet job {job_id}", fix=f"see autodeploy fleet status {job_id}")
@@ -259,18 +270,35 @@ def export(store: Store, job_id: int, device: str, output: str | Path) -> tuple[
     output = Path(output)
     if output.exists():
         raise UsageError(f"{output} already exists", fix="choose a new folder for -o")
+    if trust is not None:
+        check_result(job, run, check_key(trust, private=False))  # before a byte of the bundle is read
     data = ledger.checked_blob(store, run.bundle_sha256, "winner bundle")
     scratch = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent if output.parent.is_dir() else None))
     try:
         archive = scratch / "bundle.tar.gz"
         archive.write_bytes(data)
         root = safe_extract(archive, scratch / "extracted")
-        manifest = verify(root)
+        manifest = verify(root, trust=trust)
         output.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(root), str(output))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return output, manifest
+
+
+def check_result(job: ledger.Job, run: ledger.Run, public_key: Path) -> None:
+    """Raises: BundleError: the run's result is not signed by the device key ``public_key`` (a winner or bundle
+    changed in the database, a result planted there, or one another key made)."""
+    from autodeploy.bundle.loader import BundleError
+
+    record = keys.result_record(job=job.id, run=run.id, device=run.device, model_sha256=job.model_sha256,
+                                winner=run.winner, bundle_sha256=run.bundle_sha256)  # fmt: skip
+    fault = keys.result_fault(public_key, record, run.signature)
+    if fault is not None:
+        raise BundleError(f"the result of device {run.device!r} for fleet job {job.id} is not signed by {public_key}: {fault}; "
+                          "its winner or bundle was changed in the results database, or another key made it",
+                          fix="do not use it; check that --trust is this device's key (its agent prints where it is), "
+                          "and find who writes the database outside the agents")  # fmt: skip
 
 
 def cancel(store: Store, job_id: int) -> list[ledger.Run]:

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from autodeploy.errors import StoreError, UsageError
+from autodeploy.errors import AutodeployError, StoreError, UsageError
+from autodeploy.fleet import readback
 from autodeploy.results_db import connection, rows
 from autodeploy.results_db.records import DeviceRecord
 from autodeploy.results_db.schema import FleetAgent, FleetBlob, FleetJob, FleetRun
@@ -30,6 +31,21 @@ T = TypeVar("T")
 FINAL = ("done", "failed", "cancelled", "skipped")
 
 
+class StaleRun(AutodeployError):
+    """A run write from an agent whose attempt is over: another agent took the run since (this one's lease
+    lapsed while it was stopped or cut off), so the write is refused and the agent stops."""
+
+    def __init__(self, run_id: int, attempt: int, current: tuple[int, str] | None) -> None:
+        self.run_id, self.attempt, self.current = run_id, attempt, current
+        held = f"attempt {current[0]}, now {current[1]}" if current else "the run is gone"
+        super().__init__(f"run {run_id} was taken over by another agent ({held}); this agent's attempt {attempt} "
+                         "stopped and wrote nothing to it")  # fmt: skip
+
+
+class ForeignRun(AutodeployError):
+    """A queue entry names a run of another device: this agent refuses it and runs nothing."""
+
+
 @dataclass(frozen=True)
 class Agent:
     id: int
@@ -40,6 +56,8 @@ class Agent:
     engines: dict[str, str]
     version: str
     heartbeat_at: datetime
+    #: PEM: the device's identity (fleet/keys.py); None for a row made before keys.
+    public_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,7 @@ class Run:
     skipped: list[dict[str, str]]
     heartbeat_at: datetime
     queue_job: int | None = None
+    signature: str | None = None  # the device key's, over its result (fleet/keys.py)
 
 
 def now() -> datetime:
@@ -101,20 +120,21 @@ def selects(devices: str, agent: Agent) -> bool:
 
 
 def _tx(store: Store, what: str, fn: Callable[[Session], T]) -> T:
-    """``fn`` in one transaction; a database that failed becomes a :class:`StoreError` (data that breaks the
-    schema is a bug and keeps its exception, as in :meth:`Store._run`)."""
+    """``fn`` in one transaction; a database that failed, or refused this role, becomes a :class:`StoreError`
+    (data that breaks the schema is a bug and keeps its exception, as in :meth:`Store._run`)."""
     try:
         with Session(store.engine) as s, s.begin():
             return fn(s)
     except sa.exc.DatabaseError as err:
-        if isinstance(err, (sa.exc.IntegrityError, sa.exc.DataError, sa.exc.ProgrammingError)):
+        if connection.is_bug(err):
             raise
         reason, fix = connection.diagnose(err)
         raise StoreError(f"{what} results database {store.url}: {reason}", fix=fix) from err
 
 
 def _agent(a: FleetAgent) -> Agent:
-    return Agent(a.id, a.name, a.fingerprint, a.cpu, tuple(a.tags), dict(a.engines), a.version, rows.utc(a.heartbeat_at))
+    return Agent(a.id, a.name, a.fingerprint, a.cpu, tuple(a.tags), dict(a.engines), a.version, rows.utc(a.heartbeat_at),
+                 a.public_key)  # fmt: skip
 
 
 def _job(j: FleetJob) -> Job:
@@ -123,8 +143,11 @@ def _job(j: FleetJob) -> Job:
 
 
 def _run(r: FleetRun, a: FleetAgent) -> Run:
-    return Run(r.id, r.job_id, a.name, r.study, r.state, r.attempts, r.trials, r.winner, r.bundle_sha256, r.reason,
-               list(r.skipped or []), rows.utc(a.heartbeat_at), r.queue_job)  # fmt: skip
+    # every value any database writer could have planted, checked: a row that does not fit reads unreadable, alone
+    v = readback.run_values(r.id, r.job_id, device=a.name, study=r.study, state=r.state, reason=r.reason,
+                            winner=r.winner, skipped=r.skipped)  # fmt: skip
+    return Run(r.id, r.job_id, v.device, v.study, v.state, r.attempts, r.trials, v.winner, r.bundle_sha256, v.reason,
+               v.skipped, rows.utc(a.heartbeat_at), r.queue_job, r.signature)  # fmt: skip
 
 
 # -- blobs ------------------------------------------------------------------------------------------------
@@ -135,7 +158,8 @@ MAX_BLOB_BYTES = 2**30 - 2**20
 
 
 def put_blob(store: Store, data: bytes, what: str = "a file") -> str:
-    """Store ``data`` once, under its SHA-256 (a second copy is not written); returns the digest.
+    """Store ``data`` once, under its SHA-256 (a second copy is not written); returns the digest. A row under
+    that digest whose bytes no longer hash to it (damaged, tampered with) is healed: its bytes are replaced.
 
     Raises:
         UsageError: ``data`` is larger than :data:`MAX_BLOB_BYTES`.
@@ -146,14 +170,28 @@ def put_blob(store: Store, data: bytes, what: str = "a file") -> str:
     digest = sha256(data)
 
     def insert(s: Session) -> None:
-        if s.get(FleetBlob, digest) is None:
+        stored = _stored_digest(s, digest)
+        if stored is None:
             s.add(FleetBlob(sha256=digest, size=len(data), data=data))
+        elif stored != digest:  # else "submit the job again" would find the damaged row and keep it
+            heal = sa.update(FleetBlob).where(FleetBlob.sha256 == digest)
+            s.execute(heal.values(data=data, size=len(data)))
 
     try:
         _tx(store, "cannot store a blob in", insert)
     except sa.exc.IntegrityError:  # another process stored the same bytes at once
         pass
     return digest
+
+
+def _stored_digest(s: Session, digest: str) -> str | None:
+    """The SHA-256 the bytes stored under ``digest`` hash to now (``None``: no such row), the row locked.
+    PostgreSQL hashes them where they are; SQLite, which cannot, sends them."""
+    row = sa.select(FleetBlob.sha256).where(FleetBlob.sha256 == digest).with_for_update()
+    if s.get_bind().dialect.name == "postgresql":
+        return s.scalar(row.with_only_columns(sa.func.encode(sa.func.sha256(FleetBlob.data), "hex")))
+    data = s.scalar(row.with_only_columns(FleetBlob.data))
+    return None if data is None else sha256(data)
 
 
 def blob(store: Store, digest: str) -> bytes | None:
@@ -186,34 +224,48 @@ def _refuse(name: str, bound: tuple[str, str], device: DeviceRecord) -> UsageErr
                       f"{device.fingerprint} ({device.cpu}): results never mix devices", fix="give this machine its own --name")  # fmt: skip
 
 
-def check_binding(store: Store, name: str, device: DeviceInfo) -> None:
-    """Raises: UsageError: ``name`` is registered with another device fingerprint."""
+def _check_bound(name: str, row: FleetAgent | None, record: DeviceRecord, public_key: str | None) -> None:
+    """The device key is the identity: a name registered with another public key is refused; then, as a second
+    check, one registered with another fingerprint. A row made before keys (none) takes the key it is given."""
+    if row is None:
+        return
+    if public_key is not None and row.public_key is not None and row.public_key.strip() != public_key.strip():
+        from autodeploy.fleet.keys import NEW_NAME, key_id
+
+        raise UsageError(f"device name {name!r} is registered with another device key ({key_id(row.public_key)}); this "
+                         f"machine's key is {key_id(public_key)}: a name is one device, and only its key speaks for it",
+                         fix=NEW_NAME)  # fmt: skip
+    if row.fingerprint != record.fingerprint:
+        raise _refuse(name, (row.fingerprint, row.cpu), record)
+
+
+def check_binding(store: Store, name: str, device: DeviceInfo, public_key: str | None = None) -> None:
+    """Raises: UsageError: ``name`` is registered with another public key, or another device fingerprint."""
     record = DeviceRecord.of(device)
-    query = sa.select(FleetAgent.fingerprint, FleetAgent.cpu).where(FleetAgent.name == name)
-    bound = _tx(store, "cannot read", lambda s: s.execute(query).first())
-    if bound is not None and bound[0] != record.fingerprint:
-        raise _refuse(name, tuple(bound), record)
+    query = sa.select(FleetAgent).where(FleetAgent.name == name)
+    _tx(store, "cannot read", lambda s: _check_bound(name, s.scalar(query), record, public_key))
 
 
 def register(store: Store, name: str, device: DeviceInfo, engines: dict[str, str], tags: tuple[str, ...],
-             version: str) -> Agent:  # fmt: skip
-    """Register (or refresh) the device ``name`` of this machine; a name bound to another fingerprint is refused.
+             version: str, public_key: str | None = None) -> Agent:  # fmt: skip
+    """Register (or refresh) the device ``name`` of this machine with its ``public_key`` (PEM, fleet/keys.py); a
+    name bound to another public key, or another fingerprint, is refused.
 
     Raises:
-        UsageError: ``name`` is registered with another device fingerprint (results never mix devices).
+        UsageError: ``name`` is registered with another device key or fingerprint (results never mix devices).
     """
     record = DeviceRecord.of(device)
 
     def upsert(s: Session) -> Agent:
         row = s.scalar(sa.select(FleetAgent).where(FleetAgent.name == name).with_for_update())
-        if row is not None and row.fingerprint != record.fingerprint:
-            raise _refuse(name, (row.fingerprint, row.cpu), record)
+        _check_bound(name, row, record, public_key)
         if row is None:
             row = FleetAgent(name=name, fingerprint=record.fingerprint, device_id=rows.device_id(s, record), cpu=record.cpu,
-                             engines=engines, tags=list(tags), version=version)  # fmt: skip
+                             engines=engines, tags=list(tags), version=version, public_key=public_key)  # fmt: skip
             s.add(row)
         else:
             row.engines, row.tags, row.version, row.heartbeat_at = engines, list(tags), version, now()
+            row.public_key = row.public_key or public_key
         s.flush()
         return _agent(row)
 
@@ -309,12 +361,22 @@ def runs(store: Store, job_ids: list[int] | None = None) -> list[Run]:
     return _tx(store, "cannot read", lambda s: [_run(r, a) for r, a in s.execute(query)])
 
 
-def take(store: Store, run_id: int) -> tuple[Run, Job] | None:
-    """Mark the run ``running`` for the agent that took it from the queue, or ``None`` when there is nothing to
-    do: it is over, or its job was cancelled (the run is then marked cancelled)."""
+def take(store: Store, run_id: int, agent: Agent) -> tuple[Run, Job] | None:
+    """Mark the run ``running`` for ``agent``, which took it from the queue, or ``None`` when there is nothing to
+    do: it is over, or its job was cancelled (the run is then marked cancelled). The run returned carries the
+    attempt it was taken with (``attempts``, one more than before): every later write of it names that attempt
+    and is refused once another agent took the run since (:class:`StaleRun`).
+
+    Raises:
+        ForeignRun: the run is another device's (a forged queue entry): nothing is changed, nothing is run.
+    """
 
     def update(s: Session) -> tuple[Run, Job] | None:
         run = s.scalar(sa.select(FleetRun).where(FleetRun.id == run_id).with_for_update())
+        if run is not None and run.agent_id != agent.id:
+            owner = s.get_one(FleetAgent, run.agent_id).name
+            raise ForeignRun(f"run {run_id} belongs to device {owner!r}, not to {agent.name!r}: refused, nothing run "
+                             "(a queue entry of this device named another device's run)")  # fmt: skip
         if run is None or run.state in FINAL:
             return None
         job = s.get_one(FleetJob, run.job_id)
@@ -329,31 +391,72 @@ def take(store: Store, run_id: int) -> tuple[Run, Job] | None:
     return _tx(store, "cannot write to", update)
 
 
-def progress(store: Store, run_id: int, trials: int) -> None:
-    _tx(store, "cannot write to", lambda s: s.execute(
-        sa.update(FleetRun).where(FleetRun.id == run_id).values(trials=trials)))  # fmt: skip
+def _fenced(store: Store, run: Run, **values: Any) -> None:
+    """Write ``values`` to the run only while it is still ``running`` under the attempt it was taken with.
+
+    Raises:
+        StaleRun: another agent took the run since (or it is over): nothing is written.
+    """
+
+    def update(s: Session) -> None:
+        held = (FleetRun.id == run.id, FleetRun.attempts == run.attempts, FleetRun.state == "running")
+        if s.execute(sa.update(FleetRun).where(*held).values(**values)).rowcount == 0:
+            raise StaleRun(run.id, run.attempts, _held(s, run.id))
+
+    _tx(store, "cannot write to", update)
 
 
-def finish(store: Store, run_id: int, state: str, *, reason: str | None = None, winner: dict[str, Any] | None = None,
-           bundle_sha256: str | None = None, skipped: list[dict[str, str]] | None = None) -> None:  # fmt: skip
-    """The run is over: ``done`` (with its winner, or none and the reason), ``failed``, ``cancelled`` or ``skipped``."""
+def _held(s: Session, run_id: int) -> tuple[int, str] | None:
+    """The run's attempt and state now (``None``: no such run)."""
+    found = s.execute(sa.select(FleetRun.attempts, FleetRun.state).where(FleetRun.id == run_id)).first()
+    return None if found is None else (found[0], found[1])
+
+
+def check_held(store: Store, run: Run) -> None:
+    """Raises: StaleRun: another agent took the run since this one did (or it is over)."""
+    current = _tx(store, "cannot read", lambda s: _held(s, run.id))
+    if current != (run.attempts, "running"):
+        raise StaleRun(run.id, run.attempts, current)
+
+
+def progress(store: Store, run: Run, trials: int) -> None:
+    """How many trials the run measured so far. Raises: StaleRun (see :func:`take`)."""
+    _fenced(store, run, trials=trials)
+
+
+def finish(store: Store, run: Run, state: str, *, reason: str | None = None, winner: dict[str, Any] | None = None,
+           bundle_sha256: str | None = None, skipped: list[dict[str, str]] | None = None,
+           signature: str | None = None) -> None:  # fmt: skip
+    """The run is over: ``done`` (with its winner, or none and the reason), ``failed``, ``cancelled`` or ``skipped``;
+    ``signature``: the device key's over the result (:func:`autodeploy.fleet.keys.result_record`).
+
+    Raises:
+        StaleRun: another agent took the run since (a ``done`` run is never turned ``failed`` by a stale agent).
+    """
     assert state in FINAL, state
-    values = {"state": state, "reason": reason, "winner": winner, "bundle_sha256": bundle_sha256, "finished_at": now()}
+    values = {"state": state, "reason": reason, "winner": winner, "bundle_sha256": bundle_sha256, "finished_at": now(),
+              "signature": signature}  # fmt: skip
     if skipped is not None:
         values["skipped"] = skipped
-    _tx(store, "cannot write to", lambda s: s.execute(sa.update(FleetRun).where(FleetRun.id == run_id).values(**values)))
+    _fenced(store, run, **values)
 
 
-def requeue(store: Store, run_id: int, reason: str) -> None:
-    """The run goes back to ``queued`` (its agent stopped mid-run): the device's next agent takes it and resumes."""
-    _tx(store, "cannot write to", lambda s: s.execute(
-        sa.update(FleetRun).where(FleetRun.id == run_id, FleetRun.state == "running").values(state="queued", reason=reason)))  # fmt: skip
+def requeue(store: Store, run: Run, reason: str) -> None:
+    """The run goes back to ``queued`` (its agent stopped mid-run): the device's next agent takes it and resumes.
+
+    Raises:
+        StaleRun: another agent took the run since.
+    """
+    _fenced(store, run, state="queued", reason=reason)
 
 
-def note_skipped(store: Store, run_id: int, skipped: list[dict[str, str]]) -> None:
-    """The engines this device leaves out of the run, and why (written before the study starts)."""
-    _tx(store, "cannot write to", lambda s: s.execute(
-        sa.update(FleetRun).where(FleetRun.id == run_id).values(skipped=skipped)))  # fmt: skip
+def note_skipped(store: Store, run: Run, skipped: list[dict[str, str]]) -> None:
+    """The engines this device leaves out of the run, and why (written before the study starts).
+
+    Raises:
+        StaleRun: another agent took the run since.
+    """
+    _fenced(store, run, skipped=skipped)
 
 
 def cancelled(store: Store, job_id: int) -> bool:

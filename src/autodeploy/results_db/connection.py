@@ -66,6 +66,12 @@ _DIAGNOSES = (
         "PostgreSQL rejected the user or password",
         "fix the user or password",
     ),
+    (  # PostgreSQL's insufficient_privilege (42501): a read-only role, or one without rights on a table
+        "permission denied",
+        "the database role lacks a privilege (a read-only role?)",
+        "grant the role write access (GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ROLE, "
+        "and USAGE ON ALL SEQUENCES) or use a URL whose role may write",
+    ),
     (
         "does not exist",
         "the PostgreSQL database or role does not exist",
@@ -281,6 +287,18 @@ def dumps(value: Any) -> str:
 def loads(text: str) -> Any:
     """A JSON column's value, non-finite numbers restored (rows written before as bare ``Infinity`` read too)."""
     return json.loads(text, object_hook=_unmarked)
+
+
+#: PostgreSQL's SQLSTATE for a privilege the role lacks: SQLAlchemy raises it as a ProgrammingError.
+INSUFFICIENT_PRIVILEGE = "42501"
+
+
+def is_bug(err: sa.exc.DatabaseError) -> bool:
+    """Whether a database error is ours: data that breaks the schema (IntegrityError, DataError, ProgrammingError)
+    keeps its traceback; a privilege the role lacks is the database's setup and becomes one line (:func:`diagnose`)."""
+    if getattr(err.orig, "sqlstate", None) == INSUFFICIENT_PRIVILEGE:
+        return False
+    return isinstance(err, (sa.exc.IntegrityError, sa.exc.DataError, sa.exc.ProgrammingError))
 
 
 def diagnose(err: Exception) -> tuple[str, str]:

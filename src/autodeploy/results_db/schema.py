@@ -227,7 +227,8 @@ RUN_STATES = ("queued", "running", "done", "failed", "cancelled", "skipped")
 
 
 class FleetAgent(Base):
-    """A device that runs fleet jobs: known by its name, bound to the fingerprint it first registered with."""
+    """A device that runs fleet jobs: known by its name, bound to the public key (and the fingerprint) it first
+    registered with."""
 
     __tablename__ = "ad_fleet_agents"
 
@@ -240,6 +241,9 @@ class FleetAgent(Base):
     engines: Mapped[dict[str, Any]]
     tags: Mapped[list[str]] = mapped_column(sa.JSON)
     version: Mapped[str]  # autodeploy's
+    #: The PEM public key of the key pair its agent made at registration (``fleet/keys.py``): the device's
+    #: identity. NULL before revision 0009, until the device's agent registers again.
+    public_key: Mapped[str | None] = mapped_column(sa.Text)
     registered_at: Mapped[datetime] = mapped_column(default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -296,6 +300,8 @@ class FleetRun(Base):
     bundle_sha256: Mapped[str | None] = mapped_column(sa.ForeignKey("ad_fleet_blobs.sha256"))
     reason: Mapped[str | None] = mapped_column(sa.Text)  # why it failed or was skipped; a note beside a winner
     skipped: Mapped[list[dict[str, str]] | None] = mapped_column(sa.JSON(none_as_null=True))  # engines left out, why
+    #: The device key's signature over the run's result (``fleet/keys.py``, ``result_record``); NULL before 0009.
+    signature: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]

@@ -435,7 +435,7 @@ class Store:
         except sa.exc.DatabaseError as err:
             # The database itself failed (locked, full, damaged, unreachable). Data that breaks the
             # schema (IntegrityError, DataError, ProgrammingError) is a bug and keeps its traceback.
-            if isinstance(err, (sa.exc.IntegrityError, sa.exc.DataError, sa.exc.ProgrammingError)):
+            if connection.is_bug(err):
                 raise
             raise self._error(what, err) from err
 

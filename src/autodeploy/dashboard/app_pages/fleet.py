@@ -1,7 +1,9 @@
 """Fleet: fleet jobs × devices, each cell the device's state and winner, linked to its study's trials.
 
 The states are ``autodeploy fleet status``'s (:func:`autodeploy.fleet.jobs.status`): a running device whose
-heartbeat is older than its job allows reads ``failed``, agent lost.
+heartbeat is older than its job allows reads ``failed``, agent lost; a run row that does not fit reads
+``unreadable``, alone. Every value from the store is Markdown-escaped in the grid (no link or image of a row's
+is live) and plain text in the table.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from autodeploy.dashboard import cache
 
 #: How each state reads in a cell (Streamlit's colour markup).
 MARKS = {"queued": ":grey[queued]", "running": ":blue[running]", "done": ":green[done]", "failed": ":red[failed]",
-         "cancelled": ":orange[cancelled]", "skipped": ":orange[skipped]"}  # fmt: skip
+         "cancelled": ":orange[cancelled]", "skipped": ":orange[skipped]", "unreadable": ":red[unreadable]"}  # fmt: skip
 
 st.title("Fleet")
 records = cache.fleet_status(cache.db_url())
@@ -30,7 +32,7 @@ def cell(device: dict) -> str:
     text = MARKS[device["state"]]
     winner = device["winner"]
     if winner:
-        speedup = f", {winner['speedup']:.2f}x {winner['statistic']}" if winner.get("speedup") else ""
+        speedup = f", {winner['speedup']:.2f}x {cache.md(winner['statistic'])}" if winner.get("speedup") else ""  # fmt: skip
         text += f" {cache.md(winner['config'])}{speedup}"
     elif device["reason"]:
         text += f": {cache.md(device['reason'][:80])}"

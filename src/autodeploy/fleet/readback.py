@@ -1,0 +1,94 @@
+"""What a fleet run row may hold, checked as it is read back from the store (issue 47, case 11).
+
+Anyone with the database URL can write a run row, so the values an agent wrote there (its winner, the
+engines it skipped, the reason) are checked for type and length on every read, before ``fleet status`` or
+the Fleet page sees them. A row that does not fit is *unreadable*, alone: its device shows that state and one
+line naming the run and the field, and every other run reads as usual. Checking is not escaping: the
+terminal and the page still escape every string they show (``cli._common.shown``, ``dashboard.cache.md``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from autodeploy.results_db.schema import RUN_STATES
+
+#: The longest name, label or statistic a row may hold; longer is not what an agent writes.
+SHORT = 200
+#: The longest reason or headline (an error's one line, with its paths).
+LONG = 10_000
+#: The most engines a run may have skipped (one entry per engine the job names).
+MAX_SKIPPED = 64
+#: The state of a run row that does not fit: only ever read, never written (the states written: RUN_STATES).
+UNREADABLE = "unreadable"
+
+Short = Annotated[str, StringConstraints(max_length=SHORT)]
+Long = Annotated[str, StringConstraints(max_length=LONG)]
+
+
+class _Row(BaseModel):
+    # strict: a string is never read as a number, a list never as an object; no NaN or infinity
+    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+
+
+class Winner(_Row):
+    """A winner as :func:`autodeploy.fleet.agent.winner_record` writes it."""
+
+    config: Short
+    uid: Short | None = None
+    statistic: Short
+    value: float | None
+    value_text: Short | None = None
+    speedup: float | None = None
+    baseline: Short | None = None
+    screening_only: bool = False
+    headline: Long | None = None
+
+
+class Skipped(_Row):
+    engine: Short
+    reason: Long
+
+
+class _RunValues(_Row):
+    device: Short
+    study: Short
+    state: Literal[RUN_STATES]  # type: ignore[valid-type]
+    reason: Long | None
+    winner: Winner | None
+    skipped: Annotated[list[Skipped], Field(max_length=MAX_SKIPPED)] | None
+
+
+class RunValues(NamedTuple):
+    device: str
+    study: str
+    state: str
+    reason: str | None
+    winner: dict[str, Any] | None
+    skipped: list[dict[str, str]]
+
+
+def run_values(run_id: int, job_id: int, **stored: Any) -> RunValues:
+    """The run row's ``device``, ``study``, ``state``, ``reason``, ``winner`` and ``skipped`` as read, checked;
+    a row where one does not fit reads as :data:`UNREADABLE`, its reason the line that names the run and field."""
+    try:
+        v = _RunValues.model_validate(stored)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        reason = (f"run {run_id} of fleet job {job_id} is unreadable: its {field} is not what an agent writes "
+                  f"({first['msg']}); it was changed outside autodeploy: cancel the job and submit it again")  # fmt: skip
+        device, study = _name(stored.get("device")), _name(stored.get("study"))
+        return RunValues(device, study, UNREADABLE, reason, None, [])
+    winner = None
+    if v.winner is not None:  # its known keys as written (an int stays an int: a signature covers them)
+        written = stored["winner"]
+        winner = {**v.winner.model_dump(), **{k: written[k] for k in Winner.model_fields if k in written}}
+    return RunValues(v.device, v.study, v.state, v.reason, winner, [s.model_dump() for s in v.skipped or ()])
+
+
+def _name(value: object) -> str:
+    """A name of an unreadable row, as far as it can be shown: text, cut to :data:`SHORT`."""
+    return value[:SHORT] if isinstance(value, str) else "?"
