@@ -460,7 +460,8 @@ _FLEET = {
         "schema_version": {"const": SCHEMA_VERSION},
         "job": {"type": "integer"},
         "model": {"type": "string"},
-        "state": {"enum": ["open", "cancelled"]},
+        "state": {"enum": ["open", "cancelled", "unreadable"]},
+        "reason": {**_STR, "description": "why the job row is unreadable (changed outside autodeploy), else null"},
         "devices": {"type": "array", "items": {
             "type": "object",
             "required": ["device", "state", "winner", "reason"],

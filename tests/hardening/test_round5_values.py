@@ -101,6 +101,26 @@ def test_one_malformed_run_row_fails_alone_in_fleet_status(postgres_url, capsys,
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("options", [[1, 2], "a string", {f"k{i}": i for i in range(300)}], ids=["list", "text", "huge"])
+def test_one_malformed_job_row_fails_alone_in_fleet_status(postgres_url, capsys, options):
+    """A job's options are JSON a database writer could plant: the job reads unreadable, with one line naming it,
+    and the other job prints as usual."""
+    ids = _plant(postgres_url, good={"winner": GOOD_WINNER})
+    engine = sa.create_engine(postgres_url, poolclass=sa.pool.NullPool)
+    update = sa.text("UPDATE ad_fleet_jobs SET options = :options WHERE id = :id").bindparams(
+        sa.bindparam("options", type_=sa.JSON))
+    with engine.begin() as conn:
+        conn.execute(update, {"options": options, "id": ids["job_a"]})
+    engine.dispose()
+    code, out, err = run_cli(capsys, "fleet", "status", "--db", postgres_url)
+    assert code == 0 and "Traceback" not in err, err
+    assert f"job {ids['job_a']}: model-job_a on all (unreadable)" in " ".join(out.split())
+    assert f"job {ids['job_b']}: model-job_b" in out and "onnxruntime/fp32/b1/t1" in out
+    lines = [line for line in err.splitlines() if f"fleet job {ids['job_a']} is unreadable: its options" in line]
+    assert len(lines) == 1, err
+
+
+@pytest.mark.postgres
 def test_a_planted_statistic_reaches_fleet_status_as_text(postgres_url, capsys):
     evil = {**GOOD_WINNER, "statistic": HOSTILE, "config": HOSTILE, "value_text": HOSTILE}
     _plant(
@@ -334,3 +354,12 @@ def test_a_finalist_spread_past_a_day_is_refused_in_the_config(here, capsys):
     assert (
         "error: invalid study config: finalists.spread_s: Input should be less than or equal to 86400" in err
     )
+
+
+def test_a_study_config_asking_more_samples_than_the_harness_times_is_refused(here, capsys):
+    model = mlp(here / "m.onnx")
+    config = here / "study.yaml"
+    config.write_text(f"model: {model}\nengines: [onnxruntime]\nscreening: {{min_samples: 200000}}\n")
+    code, out, err = run_cli(capsys, "tune", "--config", str(config))
+    assert code == 2 and "Traceback" not in err, out + err
+    assert "error: invalid study config: screening.min_samples: Input should be less than or equal to 100000" in err

@@ -129,6 +129,8 @@ def _print_job(record: dict[str, Any]) -> None:
         table.add_row(shown(d["device"]), f"[{COLOURS[d['state']]}]{d['state']}[/]", f"{d['heartbeat_age_s']:.0f} s ago",
                       str(d["trials"]), winner, speedup, shown(reason))  # fmt: skip
     out.print(table)
+    if record.get("reason"):  # the job row itself is unreadable
+        unreadable.insert(0, record["reason"])
     for reason in unreadable:
         err.print(f"[red]unreadable[/]: {shown(reason)}", soft_wrap=True)
     if not record["devices"]:

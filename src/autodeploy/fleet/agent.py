@@ -247,6 +247,8 @@ def _tune_and_ship(store: Store, agent: ledger.Agent, run: ledger.Run, job: ledg
     from autodeploy import api, pytorch
     from autodeploy.device import probe_device
 
+    if job.problem:  # its options or data were changed outside autodeploy: nothing of it is run
+        return "failed", {"reason": job.problem}
     if pytorch.is_pt2(job.model_file) and not settings.allow_pytorch:  # before a byte of it is written here
         return "skipped", {"reason": f"{excerpt(job.model_file, 80)} is a PyTorch .pt2, refused on this device "
                            "(loading one comes close to running its code); fix: start the agent with --allow-pytorch "

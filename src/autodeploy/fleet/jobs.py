@@ -224,7 +224,8 @@ def record(job: ledger.Job, runs: list[ledger.Run], at: datetime | None = None) 
                         "heartbeat_age_s": round((at - run.heartbeat_at).total_seconds(), 1), "trials": run.trials,
                         "attempts": run.attempts, "skipped": run.skipped, "study": run.study})  # fmt: skip
     return {"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "job": job.id, "model": job.model_name,
-            "model_sha256": job.model_sha256, "selects": job.devices, "state": job.state,
+            "model_sha256": job.model_sha256, "selects": job.devices,
+            "state": readback.UNREADABLE if job.problem else job.state, "reason": job.problem,
             "created_at": job.created_at.isoformat(), "devices": devices}  # fmt: skip
 
 

@@ -72,6 +72,8 @@ class Job:
     lost_after_s: float
     state: str
     created_at: datetime
+    #: Why the row is unreadable (its options or data are not what ``fleet submit`` writes), else ``None``.
+    problem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,8 +140,11 @@ def _agent(a: FleetAgent) -> Agent:
 
 
 def _job(j: FleetJob) -> Job:
-    return Job(j.id, j.model_name, j.model_file, j.model_sha256, j.data, dict(j.options), j.devices, j.lost_after_s,
-               j.state, rows.utc(j.created_at))  # fmt: skip
+    # options and data are JSON any database writer could have planted: checked, and a bad row reads unreadable, alone
+    problem = readback.job_problem(j.id, options=j.options, data=j.data)
+    options, data = (dict(j.options), j.data) if problem is None else ({}, None)
+    return Job(j.id, j.model_name, j.model_file, j.model_sha256, data, options, j.devices, j.lost_after_s,
+               j.state, rows.utc(j.created_at), problem)  # fmt: skip
 
 
 def _run(r: FleetRun, a: FleetAgent) -> Run:

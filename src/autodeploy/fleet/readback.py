@@ -1,4 +1,4 @@
-"""What a fleet run row may hold, checked as it is read back from the store (issue 47, case 11).
+"""What a fleet run or job row may hold, checked as it is read back from the store (issue 47, case 11).
 
 Anyone with the database URL can write a run row, so the values an agent wrote there (its winner, the
 engines it skipped, the reason) are checked for type and length on every read, before ``fleet status`` or
@@ -21,6 +21,8 @@ SHORT = 200
 LONG = 10_000
 #: The most engines a run may have skipped (one entry per engine the job names).
 MAX_SKIPPED = 64
+#: The most study config keys a job's options may hold (the config has a few dozen).
+MAX_OPTIONS = 256
 #: The state of a run row that does not fit: only ever read, never written (the states written: RUN_STATES).
 UNREADABLE = "unreadable"
 
@@ -92,3 +94,21 @@ def run_values(run_id: int, job_id: int, **stored: Any) -> RunValues:
 def _name(value: object) -> str:
     """A name of an unreadable row, as far as it can be shown: text, cut to :data:`SHORT`."""
     return value[:SHORT] if isinstance(value, str) else "?"
+
+
+class _JobValues(_Row):
+    options: Annotated[dict[str, Any], Field(max_length=MAX_OPTIONS)]
+    data: dict[str, Any] | None
+
+
+def job_problem(job_id: int, **stored: Any) -> str | None:
+    """Why the job row's ``options`` and ``data`` (JSON: what a database writer could plant beyond the columns'
+    own types) are not what ``fleet submit`` writes, in one line naming the job and field; ``None`` when they are."""
+    try:
+        _JobValues.model_validate(stored)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        return (f"fleet job {job_id} is unreadable: its {field} is not what fleet submit writes ({first['msg']}); it "
+                "was changed outside autodeploy: cancel the job and submit it again")  # fmt: skip
+    return None

@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autodeploy.errors import ShapeError, UsageError
-from autodeploy.harness.timing import MAX_TIMED_S
+from autodeploy.harness.timing import MAX_TIMED_S, TimingPolicy
 from autodeploy.objectives import NAMES, OBJECTIVES
 from autodeploy.shapes import ShapeSet
 from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, sla_bounds_latency
@@ -43,7 +43,7 @@ class Constraints(_Strict):
 class Screening(_Strict):
     """Timing of each search trial: short, the top few are re-measured anyway."""
 
-    min_samples: int = Field(64, ge=2)
+    min_samples: int = Field(64, ge=2, le=TimingPolicy.max_samples)
     min_duration_s: float = Field(1.0, ge=0, le=MAX_TIMED_S)
     max_duration_s: float = Field(30.0, gt=0, le=MAX_TIMED_S)
     timeout_s: float = Field(600.0, gt=0, description="seconds before a worker running the model is killed")
@@ -57,7 +57,7 @@ class Finalists(_Strict):
     #: 5: a winner claim needs 3; with 5 the interval over rounds is min..max (93.75% for independent rounds),
     #: room for rounds that share the host's state (``harness/stats.py`` ``CLAIMED_COVERAGE``, issue 42).
     rounds: int = Field(5, ge=1)
-    min_samples: int = Field(200, ge=2)
+    min_samples: int = Field(200, ge=2, le=TimingPolicy.max_samples)
     min_duration_s: float = Field(2.0, ge=0, le=MAX_TIMED_S)
     #: The least seconds from the first finalist round to the last, waiting between rounds at random (seeded by the
     #: study's seed) so the rounds sample the host over time, not one moment of it (``search/rounds.py``

@@ -45,9 +45,12 @@ lines = [header, "|" + " --- |" * (len(devices) + 1)]
 for record in records:
     by_device = {d["device"]: d for d in record["devices"]}
     cells = [cell(by_device[d]) if d in by_device else "-" for d in devices]
-    job = f"{record['job']}: {cache.md(record['model'])}" + (" (cancelled)" if record["state"] == "cancelled" else "")
+    job = f"{record['job']}: {cache.md(record['model'])}" + {"cancelled": " (cancelled)", "unreadable": " :red[(unreadable)]"}.get(record["state"], "")  # fmt: skip
     lines.append(f"| {job} | " + " | ".join(cells) + " |")
 st.markdown("\n".join(lines))
+for record in records:
+    if record.get("reason"):  # a job row changed outside autodeploy: its one line, as text
+        st.error(record["reason"], icon=None)
 st.caption("Each device runs its own study (fleet.JOB.DEVICE); a cell's link opens it on the Trials page. "
            "A running device silent for longer than its job allows reads failed: agent lost.")  # fmt: skip
 
