@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import autodeploy
+from autodeploy import sealed
 from autodeploy.adapters import registry
 from autodeploy.bundle import load as load_bundle
 from autodeploy.cli import tune as tune_cli
@@ -152,7 +153,7 @@ def test_tflite_is_benched_on_onnx_runtime_through_tf2onnx_against_litert(pitch,
     onnx.save(proto, str(cached))
     # Its record resealed, as anyone who writes the cache can (else it is discarded and converted again).
     record = {**tflite_onnx._bound(source["sha256"]), "model_sha256": hashlib.sha256(cached.read_bytes()).hexdigest()}  # fmt: skip
-    tflite_onnx._seal(cached.parent / "convert.json", record)
+    sealed.seal(cached.parent / "convert.json", record)
     broken = _bench(pitch["tflite"], tmp_path, data=pitch["data"], engine="onnxruntime").result
     assert broken.failure_kind == "conversion", broken.failure_message
     assert out in broken.failure_message
