@@ -50,7 +50,7 @@ for record in records:
 st.markdown("\n".join(lines))
 for record in records:
     if record.get("reason"):  # a job row changed outside autodeploy: its one line, as text
-        st.error(record["reason"], icon=None)
+        st.error(cache.md(record["reason"]), icon=None)
 st.caption("Each device runs its own study (fleet.JOB.DEVICE); a cell's link opens it on the Trials page. "
            "A running device silent for longer than its job allows reads failed: agent lost.")  # fmt: skip
 
