@@ -26,7 +26,7 @@ import re
 import sys
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,21 +77,37 @@ _MATH_TARGET = re.compile(r"math\.[a-z][a-z0-9]*")
 
 @dataclass(frozen=True)
 class Archive:
-    """The checked entries of one ``.pt2``: its root folder and ``{name below the root: zip entry}``."""
+    """The checked entries of one ``.pt2``: its root folder and ``{name below the root: zip entry}``, read from
+    the zip opened once (:meth:`close` it, or use it as a context manager)."""
 
     path: Path
     root: str
     entries: dict[str, zipfile.ZipInfo]
+    zip: zipfile.ZipFile = field(repr=False, compare=False)
 
-    def read(self, name: str, limit: int | None = None) -> bytes:
-        """The bytes of entry ``name`` (below the root), at most ``limit`` (its declared size, checked in :func:`check`)."""
+    def read(self, name: str, limit: int | None = None) -> bytearray:
+        """The bytes of entry ``name`` (below the root), at most ``limit``, read into one buffer of its declared
+        size (checked in :func:`check`; a tensor is built on this buffer, not on a copy)."""
         info = self.entries[name]
         if limit is not None and info.file_size > limit:
             raise ModelError(
                 f"{self.path}: {name} claims {info.file_size:,} bytes, more than {limit:,}", fix=FIX
             )
-        with zipfile.ZipFile(self.path) as archive, archive.open(info) as f:
-            return f.read(info.file_size)
+        data = bytearray(info.file_size)
+        with self.zip.open(info) as f:
+            got = f.readinto(data)
+        if got != info.file_size:
+            raise ModelError(f"{self.path}: {name} is cut short ({got:,} of {info.file_size:,} bytes)", fix=SAVE_FIX)
+        return data
+
+    def close(self) -> None:
+        self.zip.close()
+
+    def __enter__(self) -> Archive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def check(pt2: Path) -> Archive:
@@ -106,8 +122,17 @@ def check(pt2: Path) -> Archive:
         archive = zipfile.ZipFile(pt2)
     except (zipfile.BadZipFile, OSError):
         raise ModelError(f"{pt2} is not a .pt2 archive (not a zip file)", fix=SAVE_FIX) from None
-    with archive:
-        infos = archive.infolist()
+    try:
+        found = _checked(pt2, archive)
+        _check_header(found)
+    except BaseException:
+        archive.close()
+        raise
+    return found
+
+
+def _checked(pt2: Path, archive: zipfile.ZipFile) -> Archive:
+    infos = archive.infolist()
     roots = {info.filename.partition("/")[0] for info in infos}
     if len(roots) != 1 or not ROOT.fullmatch(root := next(iter(roots))):
         shown = ", ".join(sorted(roots)[:3])
@@ -130,9 +155,7 @@ def check(pt2: Path) -> Archive:
         raise ModelError(
             f"{pt2}: its entries claim more bytes than the file holds; the file is not loaded", fix=FIX
         )
-    found = Archive(pt2, root, entries)
-    _check_header(found)
-    return found
+    return Archive(pt2, root, entries, archive)
 
 
 def _what(name: str) -> str:
@@ -284,9 +307,7 @@ def _payloads(archive: Archive, folder: str, config_name: str, prefix: str) -> d
                 raise ModelError(
                     f"{archive.path}: {name} has {len(raw)} bytes, no whole number of {dtype}", fix=SAVE_FIX
                 )
-            flat[meta.path_name] = (
-                torch.frombuffer(bytearray(raw), dtype=dtype) if raw else torch.empty(0, dtype=dtype)
-            )
+            flat[meta.path_name] = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
         base = flat[meta.path_name]
         try:
             if base.numel() == 0:
@@ -326,10 +347,10 @@ def load(pt2: Path) -> Any:
     from torch._export.serde import schema
     from torch._export.serde.serialize import ExportedProgramDeserializer, _dict_to_dataclass
 
-    archive = check(Path(pt2))
-    program = check_graph(_json(archive, "models/model.json"), allowed_names())
-    state_dict = _payloads(archive, "data/weights", "model_weights_config.json", "weight_")
-    constants = _payloads(archive, "data/constants", "model_constants_config.json", "tensor_")
+    with check(Path(pt2)) as archive:
+        program = check_graph(_json(archive, "models/model.json"), allowed_names())
+        state_dict = _payloads(archive, "data/weights", "model_weights_config.json", "weight_")
+        constants = _payloads(archive, "data/constants", "model_constants_config.json", "tensor_")
     try:
         serialized = _dict_to_dataclass(schema.ExportedProgram, program)
         return ExportedProgramDeserializer().deserialize(serialized, state_dict, constants, None)

@@ -112,7 +112,7 @@ def to_onnx(pt2: Path, cache: Path) -> tuple[Path, dict[str, Any]]:
         )
     from autodeploy import pt2 as archive
 
-    archive.check(pt2)  # refused here, before any child starts, by its entries alone (no torch)
+    archive.check(pt2).close()  # refused here, before any child starts, by its entries alone (no torch)
     sha = _sha256(pt2)
     folder = _folder(cache, sha)
     if not _cached(folder, sha):

@@ -41,6 +41,7 @@ from autodeploy.harness.result import Measurement
 from autodeploy.harness.stats import MIN_SAMPLES_P90, MIN_SAMPLES_P99
 from autodeploy.objectives import NAMES, OBJECTIVES
 from autodeploy.results_db.records import StudyRow, TrialRow
+from autodeploy.results_db.schema import JOB_STATES, RUN_STATES, UNREADABLE
 from autodeploy.search.summary import StudySummary, baseline_name, headline, limit_text, runner_up
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "flatten", "strict", "strict_json", "study_record", "to_csv_rows",
@@ -460,14 +461,14 @@ _FLEET = {
         "schema_version": {"const": SCHEMA_VERSION},
         "job": {"type": "integer"},
         "model": {"type": "string"},
-        "state": {"enum": ["open", "cancelled", "unreadable"]},
+        "state": {"enum": [*JOB_STATES, UNREADABLE]},
         "reason": {**_STR, "description": "why the job row is unreadable (changed outside autodeploy), else null"},
         "devices": {"type": "array", "items": {
             "type": "object",
             "required": ["device", "state", "winner", "reason"],
             "properties": {
                 "device": {"type": "string"},
-                "state": {"enum": ["queued", "running", "done", "failed", "cancelled", "skipped", "unreadable"]},
+                "state": {"enum": [*RUN_STATES, UNREADABLE]},
                 "winner": {"type": ["object", "null"], "required": ["config", "statistic", "value", "speedup"],
                            "description": "the winner's config label, its statistic (p90, median, items/s) and value, "
                            "and its speed-up over the baseline; null until done (or when no config met the constraints)"},

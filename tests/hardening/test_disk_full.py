@@ -10,13 +10,9 @@ The disk is filled without touching the real one: ``RLIMIT_FSIZE`` (writes past 
 from __future__ import annotations
 
 import os
-import resource
-import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,9 +21,8 @@ import autodeploy.api
 from autodeploy.bundle import export
 from autodeploy.results_db import Store
 from tests.bundle.conftest import FAST
+from tests.hardening.disk import LIMIT, small_disk
 from tests.models import mlp
-
-LIMIT = 1 << 20  # the artifact is about 2 MB of random weights: it cannot fit
 
 
 @pytest.fixture(scope="module")
@@ -42,29 +37,6 @@ def big(tmp_path_factory) -> tuple[str, int, Path]:
         archive = export.write_bundle(export.stored_trial(store, stored.id), root / "b.tar.gz", tar=True)
     assert archive.stat().st_size > LIMIT + (1 << 19)
     return db, stored.id, archive
-
-
-def _limited() -> None:  # in the child, before exec: SIGXFSZ ignored, so a write past the limit fails with EFBIG
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
-
-
-@contextmanager
-def _full(kind: str, tmp_path: Path) -> Iterator[tuple[Path, object]]:
-    """A folder that cannot take 2 MB, and the preexec function that makes it so."""
-    folder = tmp_path / "full"
-    folder.mkdir()
-    if kind == "fsize":
-        yield folder, _limited
-        return
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={LIMIT}", "tmpfs", str(folder)],
-                             capture_output=True, text=True)  # fmt: skip
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip() or 'not root'}); the fsize case covers it")
-    try:
-        yield folder, None
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 def _cli(*args: str, preexec: object, tmpdir: Path) -> subprocess.CompletedProcess[str]:
@@ -85,7 +57,8 @@ def _one_line(proc: subprocess.CompletedProcess[str], *expected: str) -> None:
 @pytest.mark.parametrize("tar", [False, True], ids=["folder", "tar"])
 def test_export_to_a_full_disk_is_one_line_and_leaves_nothing(big, tmp_path, kind, tar):
     db, trial, _ = big
-    with _full(kind, tmp_path) as (folder, preexec):
+    folder = tmp_path / "full"
+    with small_disk(kind, folder) as preexec:
         dest = folder / ("b.tar.gz" if tar else "b")
         proc = _cli("export", "--trial", str(trial), "--db", db, "-o", str(dest), *(["--tar"] if tar else []),
                     preexec=preexec, tmpdir=tempfile.gettempdir())  # fmt: skip
@@ -96,7 +69,8 @@ def test_export_to_a_full_disk_is_one_line_and_leaves_nothing(big, tmp_path, kin
 @pytest.mark.parametrize("kind", ["fsize", "tmpfs"])
 def test_extracting_to_a_full_disk_blames_the_disk_not_the_archive(big, tmp_path, kind):
     _, _, archive = big
-    with _full(kind, tmp_path) as (folder, preexec):
+    folder = tmp_path / "full"
+    with small_disk(kind, folder) as preexec:
         proc = _cli("bundle", "verify", str(archive), preexec=preexec, tmpdir=folder)
         _one_line(proc, "cannot write the files of b.tar.gz: ", "free space on the disk of ", "TMPDIR")
         assert "damaged" not in proc.stderr

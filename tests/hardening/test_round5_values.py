@@ -9,12 +9,9 @@ parameters, into a real PostgreSQL. Case 12 and the partials follow, each throug
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,6 +19,7 @@ import sqlalchemy as sa
 
 from tests.cli_runner import run_cli
 from tests.fleet.conftest import JOB_CONFIG
+from tests.hardening.disk import small_disk
 from tests.models import mlp
 
 #: A statistic that clears the screen, styles text (Rich markup), links out and loads a beacon (Markdown).
@@ -180,34 +178,6 @@ def test_the_fleet_page_renders_good_jobs_and_no_live_link_from_a_planted_row(po
 
 # -- partial: a full disk under a fleet agent -------------------------------------------------------------
 
-LIMIT = 1 << 20  # the model is about 2 MB of weights: it cannot fit
-
-
-@contextmanager
-def _small_disk(kind: str, folder: Path) -> Iterator[object]:
-    """``folder`` made unable to take 2 MB: a 1 MiB tmpfs (a real ENOSPC; root only), or ``RLIMIT_FSIZE`` in the
-    agent alone (EFBIG, as tests/hardening/test_disk_full.py does); yields the agent's preexec function."""
-    folder.mkdir(parents=True)
-    if kind == "fsize":
-        yield _limited
-        return
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={LIMIT}", "tmpfs", str(folder)],
-                             capture_output=True, text=True)  # fmt: skip
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip() or 'not root'})")
-    try:
-        yield None
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
-def _limited() -> (
-    None
-):  # in the agent, before exec: SIGXFSZ ignored, so a write past the limit fails with EFBIG
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
-
-
 def _agent(url: str, name: str, env: dict[str, str], preexec: object = None) -> tuple[int, str]:
     """One ``autodeploy agent --once`` run to its end: (exit code, stderr)."""
     proc = subprocess.Popen([sys.executable, "-m", "autodeploy", "agent", "--db", url, "--name", name, "--once",
@@ -245,7 +215,7 @@ def test_a_full_cache_disk_fails_the_run_in_one_line_not_as_an_internal_error(po
     _register(postgres_url, "edge")
     job = _submit(postgres_url, model)
     cache = tmp_path / "cache"
-    with _small_disk(kind, cache) as preexec:
+    with small_disk(kind, cache) as preexec:
         code, err = _agent(postgres_url, "edge", {"AUTODEPLOY_CACHE": str(cache)}, preexec)
         left = sorted(p.name for p in cache.rglob("*") if p.is_file() and p.name.startswith("."))
     assert code == 0, err[-3000:]
@@ -265,7 +235,7 @@ def test_a_full_temp_disk_fails_the_run_naming_the_disk_not_done(postgres_url, t
     code, err = _agent(postgres_url, "edge", env)
     assert code == 0 and _state(postgres_url, first)[0] == "done", err[-3000:]
     second = _submit(postgres_url, model)
-    with _small_disk("tmpfs", tmp_path / "tmp"):
+    with small_disk("tmpfs", tmp_path / "tmp"):
         code, err = _agent(postgres_url, "edge", {**env, "TMPDIR": str(tmp_path / "tmp")})
     assert code == 0, err[-3000:]
     state, reason = _state(postgres_url, second)

@@ -111,6 +111,8 @@ def status(
 
 
 def _print_job(record: dict[str, Any]) -> None:
+    from autodeploy.results_db.schema import UNREADABLE
+
     title = f"job {record['job']}: {shown(record['model'])} on {shown(record['selects'])} ({shown(record['state'])})"
     table = Table(title=title)
     for column in ("device", "state", "heartbeat", "trials", "winner", "speed-up", "reason"):
@@ -121,7 +123,7 @@ def _print_job(record: dict[str, Any]) -> None:
         speedup = f"{w['speedup']:.2f}x ({shown(w['statistic'])})" if w.get("speedup") else "-"
         winner = f"{shown(w['config'])}, {shown(w['statistic'])} {shown(w['value_text'])}" if w else "-"
         reason = d["reason"] or ""
-        if d["state"] == "unreadable":  # its line below the table, whole (a cell would wrap it)
+        if d["state"] == UNREADABLE:  # its line below the table, whole (a cell would wrap it)
             unreadable.append(reason)
             reason = "see below"
         if d["skipped"]:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from autodeploy.results_db.schema import RUN_STATES
+from autodeploy.results_db.schema import RUN_STATES, UNREADABLE
 
 #: The longest name, label or statistic a row may hold; longer is not what an agent writes.
 SHORT = 200
@@ -23,8 +23,7 @@ LONG = 10_000
 MAX_SKIPPED = 64
 #: The most study config keys a job's options may hold (the config has a few dozen).
 MAX_OPTIONS = 256
-#: The state of a run row that does not fit: only ever read, never written (the states written: RUN_STATES).
-UNREADABLE = "unreadable"
+__all__ = ["UNREADABLE", "job_problem", "run_values"]
 
 Short = Annotated[str, StringConstraints(max_length=SHORT)]
 Long = Annotated[str, StringConstraints(max_length=LONG)]
@@ -78,10 +77,9 @@ def run_values(run_id: int, job_id: int, **stored: Any) -> RunValues:
     try:
         v = _RunValues.model_validate(stored)
     except ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
+        field, why = _first(error)
         reason = (f"run {run_id} of fleet job {job_id} is unreadable: its {field} is not what an agent writes "
-                  f"({first['msg']}); it was changed outside autodeploy: cancel the job and submit it again")  # fmt: skip
+                  f"({why}); it was changed outside autodeploy: cancel the job and submit it again")  # fmt: skip
         device, study = _name(stored.get("device")), _name(stored.get("study"))
         return RunValues(device, study, UNREADABLE, reason, None, [])
     winner = None
@@ -107,8 +105,13 @@ def job_problem(job_id: int, **stored: Any) -> str | None:
     try:
         _JobValues.model_validate(stored)
     except ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        return (f"fleet job {job_id} is unreadable: its {field} is not what fleet submit writes ({first['msg']}); it "
+        field, why = _first(error)
+        return (f"fleet job {job_id} is unreadable: its {field} is not what fleet submit writes ({why}); it "
                 "was changed outside autodeploy: cancel the job and submit it again")  # fmt: skip
     return None
+
+
+def _first(error: ValidationError) -> tuple[str, str]:
+    """The first field that does not fit (``winner.value``, ``skipped.0.engine``) and what pydantic says of it."""
+    first = error.errors()[0]
+    return ".".join(str(part) for part in first["loc"]), first["msg"]

@@ -224,6 +224,11 @@ class Export(Base):
 
 #: A run's states: queued (no agent holds it yet), running, and the final ones.
 RUN_STATES = ("queued", "running", "done", "failed", "cancelled", "skipped")
+#: A job's states (the table's check constraint names the same).
+JOB_STATES = ("open", "cancelled")
+#: The state a run or job row reads as when what it holds is not what autodeploy writes (``fleet/readback.py``):
+#: only ever read, never written.
+UNREADABLE = "unreadable"
 
 
 class FleetAgent(Base):
