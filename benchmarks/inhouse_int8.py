@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT))  # tests.realmodels.corpus: the models and their r
 
 from tests.realmodels.corpus import MODELS  # noqa: E402
 
+from autodeploy.accuracy.rules import output_metric, worst  # noqa: E402
 from autodeploy.adapters.base import TrialConfig  # noqa: E402
 from autodeploy.data import Dataset  # noqa: E402
 from autodeploy.device import probe_device  # noqa: E402
@@ -61,7 +62,6 @@ from autodeploy.harness.result import TrialResult  # noqa: E402
 from autodeploy.harness.run import HarnessSettings, prepare_data, run_trial  # noqa: E402
 from autodeploy.harness.timing import TimingPolicy  # noqa: E402
 from autodeploy.model import load_model  # noqa: E402
-from autodeploy.verdict import output_metric, worst  # noqa: E402
 
 #: (label, engine, precision, knobs, runtime whose fp32 it is compared with)
 CONFIGS = (

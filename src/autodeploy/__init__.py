@@ -12,17 +12,16 @@ and ``export`` (:mod:`autodeploy.api`) and ``bundle`` load on first use.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 from typing import TYPE_CHECKING, Any
+
+from autodeploy.runtime import machine
 
 if TYPE_CHECKING:
     from autodeploy import bundle
     from autodeploy.api import bench, bench_shapes, export, tune, tune_per_shape
 
-try:  # one source of truth: pyproject.toml's version, as installed
-    __version__ = importlib.metadata.version("autodeploy")
-except importlib.metadata.PackageNotFoundError:  # a source tree on PYTHONPATH, never installed
-    __version__ = "0+unknown"
+#: One source of truth: pyproject.toml's version, as installed; "0+unknown" in a source tree never installed.
+__version__ = machine.version("autodeploy") or "0+unknown"
 __all__ = ["__version__", "bench", "bench_shapes", "bundle", "export", "tune", "tune_per_shape"]
 
 _API = ("bench", "bench_shapes", "tune", "tune_per_shape", "export")

@@ -63,7 +63,7 @@ def engine_versions() -> dict[str, str]:
     versions = {}
     for engine in registry.all_engines():
         for dist in (*engine.packages, *engine.build_packages):
-            found = machine.installed_version([dist])
+            found = machine.version(dist)
             if found is not None:
                 versions[dist] = found
     return versions

@@ -21,8 +21,6 @@ from __future__ import annotations
 import importlib
 import json
 import re
-import signal
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,56 +124,44 @@ def describe(path: Path, kind: str) -> dict[str, Any]:
         ModelError: the engine cannot read the file (corrupt, truncated), or hangs on it.
     """
     fmt = FORMATS[kind]
-    from autodeploy.child import child_env, module_argv
+    from autodeploy.child import ChildFailed, run_module
 
-    argv = module_argv(__name__, kind, str(path))
-    env = child_env(TF_CPP_MIN_LOG_LEVEL="3")
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL, env=env, check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise ModelError(f"{fmt.reader} did not read {path} within {DESCRIBE_TIMEOUT_S:g} s ({fmt.what})",
-                         fix=fmt.export) from None  # fmt: skip
-    lines = done.stdout.strip().splitlines()
-    if done.returncode == 0 and lines:
-        return json.loads(lines[-1])
-    said = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
-    if done.returncode == 3 and lines:  # the reader raised: its own words
-        why = lines[-1]
-    elif done.returncode < 0:
-        why = f"it crashed reading it ({signal.Signals(-done.returncode).name})"
+        line = run_module(__name__, kind, str(path), timeout_s=DESCRIBE_TIMEOUT_S,
+                          env_extra={"TF_CPP_MIN_LOG_LEVEL": "3"})  # fmt: skip
+    except ChildFailed as failed:
+        if failed.timed_out:
+            raise ModelError(f"{fmt.reader} did not read {path} within {DESCRIBE_TIMEOUT_S:g} s ({fmt.what})",
+                             fix=fmt.export) from None  # fmt: skip
+        why = f"it crashed reading it ({failed.signal})" if failed.signal else failed.reason
     else:
-        why = said[-1] if said else f"exit code {done.returncode}"
+        if line:
+            return json.loads(line)
+        why = "it printed nothing"
     raise ModelError(f"{path} looks like {fmt.what}, but {fmt.reader} cannot read it: {one_line(why)}",
                      fix=f"the file may be truncated or corrupt; {fmt.export}")  # fmt: skip
 
 
 # -- the child ---------------------------------------------------------------------------------
 
-
-def _reason(exc: BaseException) -> str:
-    """The line of an engine's error that says what is wrong: OpenVINO's come after lines naming its
-    own source files (``Exception from src/...cpp:84:``, ``Check '...' failed at src/...``)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    said = [
-        line
-        for line in lines
-        if not re.match(r"^(Exception from \S+:\d+:|Check '.*' failed at \S+:\d+:)$", line)
-    ]
-    return (said or lines or [type(exc).__name__])[-1]
+#: An OpenVINO error's lines that name its own source files (``Exception from src/...cpp:84:``, ``Check '...'
+#: failed at src/...``): the line that says what is wrong comes after them.
+_ENGINE_SOURCE = re.compile(r"^(Exception from \S+:\d+:|Check '.*' failed at \S+:\d+:)$")
 
 
 def main(argv: list[str]) -> int:
-    """The child of :func:`describe`: the interface of the file at ``path``, read by its format's engine."""
+    """The child of :func:`describe`: the interface of the file at ``path``, read by its format's engine, or the
+    reader's reason, one line, for describe() to quote."""
+    from autodeploy.child import child_main, last_line
+
     kind, path = argv
-    try:
-        files_beside(Path(path), kind)  # an IR's NAME.bin beside it, a plain file: what its engine reads with it
-        described = importlib.import_module(FORMATS[kind].module).describe(Path(path))
-    except Exception as exc:  # the reader's reason, one line, for describe() to quote
-        print(_reason(exc))
-        return 3
-    print(json.dumps(described))
-    return 0
+
+    def read() -> dict[str, Any]:
+        # an IR's NAME.bin beside it, a plain file: what its engine reads with it
+        files_beside(Path(path), kind)
+        return importlib.import_module(FORMATS[kind].module).describe(Path(path))
+
+    return child_main(read, reason=lambda exc: last_line(exc, noise=_ENGINE_SOURCE))
 
 
 if __name__ == "__main__":

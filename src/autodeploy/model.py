@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from autodeploy import formats
+from autodeploy.child import ChildFailed, first_line, run_code
 from autodeploy.errors import ModelError, ShapeError, WriteError
 
 Dim = int | str | None  # a static size, a named dynamic dim, or an unnamed dynamic dim
@@ -104,7 +105,7 @@ class ModelInfo:
     def batch_axis(self, name: str) -> int | None:
         """The batch axis of input or output ``name``, or ``None`` when it is never batched.
 
-        The user's ``--batch-axis`` wins; otherwise the model says it (:func:`_batch_axes`).
+        The user's ``--batch-axis`` wins; otherwise the model says it (:func:`batch_axes`).
         """
         return batch_axes(self.inputs, self.outputs, self.batch_axes).get(name)
 
@@ -368,7 +369,7 @@ def _check(path: Path) -> str | None:
         onnx.checker.check_model(str(path))
         return None
     except Exception as exc:
-        checker = _first_line(exc)
+        checker = first_line(exc)
     refused = _ort_refuses(path)
     if refused is None:
         return f"the ONNX checker objects ({checker}), but ONNX Runtime loads the model: accepted"
@@ -378,35 +379,26 @@ def _check(path: Path) -> str | None:
     )
 
 
-#: Loading a model in ONNX Runtime takes its own process: a hostile file may crash or hang it.
+#: Loading a model in ONNX Runtime takes its own process: a hostile file may crash or hang it. Its reason is the
+#: first line of ONNX Runtime's error.
 _ORT_LOAD = (
-    "import sys\nfrom autodeploy.runtime.onnxruntime import session\n"
-    "try:\n    session(sys.argv[1])\n"
-    "except Exception as exc:\n    print(str(exc).strip() or type(exc).__name__); sys.exit(3)\n"
+    "import sys\nfrom autodeploy.child import child_main, first_line\n"
+    "from autodeploy.runtime.onnxruntime import session\n"
+    "def load():\n    session(sys.argv[1])\n"
+    "sys.exit(child_main(load, reason=first_line))\n"
 )
 _ORT_LOAD_TIMEOUT_S = 120.0
 
 
 def _ort_refuses(path: Path) -> str | None:
     """ONNX Runtime's one-line reason for refusing ``path``, or ``None`` when it loads it."""
-    import subprocess
-
-    from autodeploy.child import code_argv
-
     try:
-        done = subprocess.run(code_argv(_ORT_LOAD, str(path)), capture_output=True, text=True,
-                              timeout=_ORT_LOAD_TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return f"it did not load within {_ORT_LOAD_TIMEOUT_S:g} s"
-    if done.returncode == 0:
-        return None
-    said = (done.stdout.strip() or done.stderr.strip() or f"exit code {done.returncode}").splitlines()
-    return re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", said[-1] if done.returncode != 3 else said[0])
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+        run_code(_ORT_LOAD, str(path), timeout_s=_ORT_LOAD_TIMEOUT_S)
+    except ChildFailed as failed:
+        if failed.timed_out:
+            return f"it did not load within {_ORT_LOAD_TIMEOUT_S:g} s"
+        return re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", failed.reason)
+    return None
 
 
 def _load_other(path: Path, kind: str, name: str) -> ModelInfo:

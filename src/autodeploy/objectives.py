@@ -1,5 +1,7 @@
-"""What each objective and each scenario means, as data: the tables that the search, the harness, the verdicts,
-the report, the CLI and the dashboard read (docs/architecture.md, "How to add … An objective").
+"""What each objective, each scenario and each round statistic means, as data: the tables that the search, the
+harness, the verdicts, the report, the CLI and the dashboard read (docs/architecture.md, "How to add … An
+objective"), each with its default row (:data:`DEFAULT_OBJECTIVE`, :data:`DEFAULT_SCENARIO`). The CLI and the API
+parse a name into its row once (:func:`of`, :func:`scenario_of`, :func:`statistic_of`); code inside reads rows.
 
 An objective is the scenario its trials run in, the measures Optuna optimizes (with their directions), the
 statistic its finalists are ranked by (with the unit the JSON record gives it), the batches searched by
@@ -8,7 +10,8 @@ behaviour follows from the row: how values compare (:meth:`Objective.cost`: a ra
 over a config's, is the speed-up), how the shapes of a mix combine (:meth:`Objective.mix`), whether the SLA
 bounds each trial's latency or the rate searched (its scenario's). A new objective is a new row here; a new
 measure is a field of :class:`autodeploy.search.objective.Metrics` too. Nothing outside this file compares
-an objective's or a scenario's name (``tests/test_objective_names.py``).
+an objective's, a scenario's or a statistic's name, keys a dict literal by them or spells them as a default
+(``tests/test_objective_names.py``).
 
 Stdlib only and imports nothing of autodeploy's, so that :mod:`autodeploy.verdict` and the harness can read it too.
 """
@@ -19,7 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-__all__ = ["CALLS", "NAMES", "OBJECTIVES", "RATE", "SCENARIOS", "Objective", "Scenario", "of", "scenario_of"]
+__all__ = [
+    "CALLS", "DEFAULT_OBJECTIVE", "DEFAULT_SCENARIO", "ITEMS_PER_S", "MEDIAN", "NAMES", "OBJECTIVES", "P10", "P90",
+    "RATE", "SCENARIOS", "STATISTICS", "Objective", "Scenario", "Statistic", "of", "scenario_of", "statistic_of",
+    "stored",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -35,15 +42,20 @@ class Scenario:
     rate_under_sla: bool = False
     #: The harness's own knobs a study searches in it: the dynamic batcher's delay (the batch is its max batch size).
     knobs: tuple[str, ...] = ()
+    #: How its calls came, in words: what "load" a number was measured under (a bundle's numbers line).
+    words: str = ""
 
 
 #: Every scenario, by LoadGen's name (``bench --scenario``), in LoadGen's order.
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("single-stream", in_flight=False),  # one query at a time: batch-1 latency
-    Scenario("offline", in_flight=True),  # the most items/s with N requests in flight
-    Scenario("multi-stream", in_flight=True),  # a fixed number of queries in flight; per-query latency percentiles
-    Scenario("server", in_flight=True, rate_under_sla=True, knobs=("max_queue_delay_us",)),  # through the dynamic batcher
+    Scenario("single-stream", in_flight=False, words="one call at a time"),  # batch-1 latency
+    Scenario("offline", in_flight=True, words="requests in flight"),  # the most items/s, N requests in flight
+    Scenario("multi-stream", in_flight=True, words="a fixed number of queries in flight"),  # per-query percentiles
+    Scenario("server", in_flight=True, rate_under_sla=True, knobs=("max_queue_delay_us",),
+             words="Poisson arrivals"),  # through the dynamic batcher
 )}  # fmt: skip
+#: The scenario a run is measured in when it names none (``bench --scenario``'s default).
+DEFAULT_SCENARIO = SCENARIOS["single-stream"]
 
 
 _Row = TypeVar("_Row")
@@ -64,6 +76,48 @@ def scenario_of(name: str) -> Scenario:
         ValueError: no such scenario, naming the known ones.
     """
     return _row(SCENARIOS, "scenario", name)
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """A statistic one round (a worker run) reduces to, by the name a study's summary and the gate record
+    (:func:`autodeploy.harness.stats.round_statistic` picks p90 or median; a rate's rounds give items/s)."""
+
+    name: str
+    #: The measurement's field that holds it (a stored trial's, a gate round's): ``p90_ms``.
+    field: str
+    #: The study record's field-style name for it, unit in the name (``autodeploy.study``'s ``statistic``).
+    record: str
+    unit: str
+    #: What each round gives each config, in a sentence (``each round gives each config its p90``).
+    words: str
+
+    def value(self, row: object) -> float | None:
+        """Its value in a measured record (a stored trial): ``None`` for a rate of 0 (none measured)."""
+        value = getattr(row, self.field)
+        return value if self.unit == "ms" else value or None
+
+
+#: Every round statistic, by name; the latency ones (``ms``), in this order, are the gate's choices.
+STATISTICS: dict[str, Statistic] = {s.name: s for s in (
+    Statistic("p10", field="p10_ms", record="p10_ms", unit="ms", words="its p10"),
+    Statistic("median", field="median_ms", record="median_ms", unit="ms", words="its median"),
+    Statistic("p90", field="p90_ms", record="p90_ms", unit="ms", words="its p90"),
+    Statistic("mean", field="mean_ms", record="mean_ms", unit="ms", words="its mean"),
+    Statistic("items/s", field="throughput", record="throughput_items_per_s", unit="items/s", words="items/s"),
+)}  # fmt: skip
+#: The rows the code names: a latency round's p90 (its median where a round has too few calls for a p90 claim),
+#: the gate's low and central statistics, a rate's round.
+P10, MEDIAN, P90, ITEMS_PER_S = (STATISTICS[n] for n in ("p10", "median", "p90", "items/s"))
+
+
+def statistic_of(name: str) -> Statistic:
+    """The round statistic called ``name``.
+
+    Raises:
+        ValueError: no such statistic, naming the known ones.
+    """
+    return _row(STATISTICS, "statistic", name)
 
 
 #: How a finalist round reduces to one value (:attr:`Objective.rounds`): a latency statistic of the round's
@@ -206,6 +260,8 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
 )}  # fmt: skip
 #: The objectives' names, in the table's order (the study config's choices).
 NAMES = tuple(OBJECTIVES)
+#: The objective a study optimizes when it names none (``tune --objective``'s default).
+DEFAULT_OBJECTIVE = OBJECTIVES["latency"]
 
 
 def of(name: str) -> Objective:
@@ -215,3 +271,9 @@ def of(name: str) -> Objective:
         ValueError: no such objective, naming the known ones.
     """
     return _row(OBJECTIVES, "objective", name)
+
+
+def stored(name: str | None) -> Objective | None:
+    """The objective a stored record names, ``None`` for none or one this version has no row for (a record
+    written by another version is read, not refused)."""
+    return OBJECTIVES.get(name or "")

@@ -25,16 +25,17 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autodeploy import sealed
+from autodeploy.child import ChildFailed, child_main, default_memory_cap_mb, run_module
+from autodeploy.converters import ONNX_FILE, Converter
 from autodeploy.errors import ModelError, UsageError
 from autodeploy.errors import one_line as errors_one_line
+from autodeploy.runtime import machine
 
 if TYPE_CHECKING:
     from autodeploy.model import ModelInfo
@@ -73,12 +74,10 @@ def torch_version() -> str:
     Raises:
         ModelError: torch is not installed.
     """
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("torch")
-    except PackageNotFoundError:
-        raise ModelError("a PyTorch model needs PyTorch, which is not installed", fix=INSTALL) from None
+    found = machine.version("torch")
+    if found is None:
+        raise ModelError("a PyTorch model needs PyTorch, which is not installed", fix=INSTALL)
+    return found
 
 
 def _sha256(path: Path) -> str:
@@ -89,9 +88,15 @@ def _sha256(path: Path) -> str:
     return digest
 
 
-def _folder(cache: Path, sha256: str) -> Path:
-    """Where the ONNX of one ``.pt2`` goes: per file content and torch version (another exporter, another ONNX)."""
-    return cache / "pytorch" / f"{sha256[:24]}-torch{re.sub(r'[^0-9A-Za-z.]+', '_', torch_version())}"
+def _installed() -> dict[str, Any]:
+    """What the cache record of an export is bound to besides the file: the installed torch and onnxscript (read
+    from the packages, never from a record: :mod:`autodeploy.sealed`)."""
+    return {"torch": torch_version(), "onnxscript": machine.version("onnxscript")}
+
+
+#: The route's row: the ONNX of one ``.pt2`` goes in ``pytorch/`` of the cache, per file content and torch version
+#: (another exporter, another ONNX), beside its sealed record (:mod:`autodeploy.converters`).
+TORCH = Converter("pytorch", "torch", ("exporter", EXPORTER), "export.json", _installed, under="pytorch")
 
 
 # -- intake: .pt2 -> ONNX ----------------------------------------------------------------------
@@ -113,62 +118,30 @@ def to_onnx(pt2: Path, cache: Path) -> tuple[Path, dict[str, Any]]:
     from autodeploy import pt2 as archive
 
     archive.check(pt2).close()  # refused here, before any child starts, by its entries alone (no torch)
-    sha = _sha256(pt2)
-    folder = _folder(cache, sha)
-    if not _cached(folder, sha):
+    bound = TORCH.bound(_sha256(pt2))
+    folder = TORCH.folder(cache, bound)
+    if not TORCH.cached(folder, bound):
         folder.mkdir(parents=True, exist_ok=True)
         _export_in_child(pt2, folder)
-        _seal(folder, sha)
-    return folder / "model.onnx", {**_source(sha), "file": str(pt2), "sha256": sha, "reference": "program"}
-
-
-def _bound(sha256: str) -> dict[str, Any]:
-    """What the cache record of the export of the ``.pt2`` with this SHA-256 must name: the file, and the installed
-    torch and onnxscript (read from the packages, never from a record: :mod:`autodeploy.sealed`)."""
-    return {"source_sha256": sha256, "torch": torch_version(), "onnxscript": _version("onnxscript")}
-
-
-def _source(sha256: str) -> dict[str, Any]:
-    """The exporter and its versions, as ``ModelInfo.source`` records them (and a bundle ships)."""
-    bound = _bound(sha256)
-    return {"framework": "pytorch", "exporter": EXPORTER, "torch": bound["torch"], "onnxscript": bound["onnxscript"]}
-
-
-def _cached(folder: Path, sha256: str) -> bool:
-    """Whether ``folder`` holds this ``.pt2``'s ONNX as exported here: its record sealed, bound to the file and the
-    installed exporter, and naming the ONNX's SHA-256 (a planted or damaged entry is exported again)."""
-    record = sealed.read(folder / "export.json", _bound(sha256))
-    return record is not None and sealed.holds(folder / "model.onnx", record.get("model_sha256"))
-
-
-def _seal(folder: Path, sha256: str) -> None:
-    sealed.seal(folder / "export.json", {**_bound(sha256), "model_sha256": sealed.file_sha256(folder / "model.onnx")})
+        TORCH.seal(folder, bound)
+    return folder / ONNX_FILE, TORCH.source(bound, str(pt2), reference="program")
 
 
 def _export_in_child(pt2: Path, folder: Path) -> None:
-    from autodeploy.child import capped, child_env, default_memory_cap_mb, module_argv
-
-    argv = module_argv(__name__, str(pt2), str(folder))
     cap_mb = default_memory_cap_mb()
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, stdin=subprocess.DEVNULL,
-                              env=child_env(), preexec_fn=capped(cap_mb), check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise ModelError(f"exporting {pt2} to ONNX took over {EXPORT_TIMEOUT_S:g} s; it was stopped",
-                         fix="export it yourself with torch.onnx.export(program, dynamo=True) and pass the .onnx") from None  # fmt: skip
-    lines = done.stdout.strip().splitlines()
-    if done.returncode == 0:
-        return
-    if done.returncode == 3 and lines:  # our own one line
-        raise ModelError(lines[-1])
-    said = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
-    if any("MemoryError" in line or "bad_alloc" in line for line in said[-5:]):
-        raise ModelError(f"exporting {pt2} to ONNX needed more than the memory cap ({cap_mb:,} MB); it was stopped",
-                         fix="export it yourself with torch.onnx.export(program, dynamo=True) on a larger machine")  # fmt: skip
-    why = (f"it crashed ({signal.Signals(-done.returncode).name})" if done.returncode < 0
-           else said[-1] if said else f"exit code {done.returncode}")  # fmt: skip
-    raise ModelError(f"exporting {pt2} to ONNX failed: {errors_one_line(why)}",
-                     fix="check the file was written by torch.export.save, or export the ONNX yourself")  # fmt: skip
+        run_module(__name__, str(pt2), str(folder), timeout_s=EXPORT_TIMEOUT_S, memory_cap_mb=cap_mb)
+    except ChildFailed as failed:
+        if failed.timed_out:
+            raise ModelError(f"exporting {pt2} to ONNX took over {EXPORT_TIMEOUT_S:g} s; it was stopped",
+                             fix="export it yourself with torch.onnx.export(program, dynamo=True) and pass the .onnx") from None  # fmt: skip
+        if failed.reported:  # our own one line
+            raise ModelError(failed.reason) from None
+        if any("MemoryError" in line or "bad_alloc" in line for line in failed.said[-5:]):
+            raise ModelError(f"exporting {pt2} to ONNX needed more than the memory cap ({cap_mb:,} MB); it was stopped",
+                             fix="export it yourself with torch.onnx.export(program, dynamo=True) on a larger machine") from None  # fmt: skip
+        raise ModelError(f"exporting {pt2} to ONNX failed: {errors_one_line(failed.reason)}",
+                         fix="check the file was written by torch.export.save, or export the ONNX yourself") from None  # fmt: skip
 
 
 def load_program(pt2: Path) -> Any:
@@ -190,7 +163,7 @@ def export_program(program: Any, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     try:
         onnx_program = torch.onnx.export(program, dynamo=True, verbose=False)
-        onnx_program.save(str(folder / "model.onnx"))
+        onnx_program.save(str(folder / ONNX_FILE))
     except Exception as exc:
         op = failing_op(str(exc))
         what = f"has no ONNX translation for op {op}" if op else "failed"
@@ -217,15 +190,6 @@ def one_line(exc: BaseException) -> str:
     telling = [line for line in lines if line.startswith("<class") or "No ONNX function" in line]
     line = (telling or lines or [type(exc).__name__])[0]
     return re.sub(r"^<class '[\w.]+\.(\w+)'>:", r"\1:", line)[:300]
-
-
-def _version(dist: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return None
 
 
 # -- intake: nn.Module -> .pt2 + ONNX ------------------------------------------------------------
@@ -260,16 +224,17 @@ def from_module(module: Any, example_inputs: Sequence[Any] | None, cache: Path, 
         raise ModelError(f"torch.export.export failed{f' at op {op}' if op else ''}: {one_line(exc)}",
                          fix="pass example_inputs the model takes, and dynamic_shapes it can honour "
                              "(torch.export's own argument)") from None  # fmt: skip
-    staging = cache / "pytorch" / f".module-{os.getpid()}.pt2"
+    staging = cache / TORCH.under / f".module-{os.getpid()}.pt2"
     staging.parent.mkdir(parents=True, exist_ok=True)
     torch.export.save(program, str(staging))
     sha = _sha256(staging)
     pt2 = staging.with_name(f"module-{sha[:24]}.pt2")
     os.replace(staging, pt2)
-    folder = _folder(cache, sha)
-    if not _cached(folder, sha):
+    bound = TORCH.bound(sha)
+    folder = TORCH.folder(cache, bound)
+    if not TORCH.cached(folder, bound):
         export_program(program, folder)
-        _seal(folder, sha)
+        TORCH.seal(folder, bound)
     return pt2
 
 
@@ -311,13 +276,7 @@ def program_runner(model: ModelInfo) -> TorchRunner:
 
 def main(argv: list[str]) -> int:
     """``python -m autodeploy.pytorch PT2 FOLDER``: load the checked archive, export its ONNX into FOLDER."""
-    pt2, folder = Path(argv[0]), Path(argv[1])
-    try:
-        export_program(load_program(pt2), folder)
-    except ModelError as exc:  # one line for to_onnx to raise
-        print(str(exc).replace("\n", " "))
-        return 3
-    return 0
+    return child_main(lambda: export_program(load_program(Path(argv[0])), Path(argv[1])), reported=ModelError)
 
 
 if __name__ == "__main__":

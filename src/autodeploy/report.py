@@ -37,21 +37,21 @@ import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from autodeploy import objectives
+from autodeploy.adapters import registry
 from autodeploy.harness.result import Measurement
 from autodeploy.harness.stats import MIN_SAMPLES_P90, MIN_SAMPLES_P99
-from autodeploy.objectives import NAMES, OBJECTIVES
+from autodeploy.objectives import NAMES, STATISTICS
 from autodeploy.results_db.records import StudyRow, TrialRow
-from autodeploy.results_db.schema import JOB_STATES, RUN_STATES, UNREADABLE
+from autodeploy.results_db.states import JobState, RunState
 from autodeploy.search.summary import StudySummary, baseline_name, headline, limit_text, runner_up
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "flatten", "strict", "strict_json", "study_record", "to_csv_rows",
            "trial_record"]  # fmt: skip
 
 SCHEMA_VERSION = 1
-# What a study's finalist ``statistic`` is per objective, its unit and whether higher is better:
-# the table in autodeploy.objectives.
-#: The field-style name of a finalist's statistic by what each finalist round was reduced to.
-ROUND_STATISTIC = {"p90": "p90_ms", "median": "median_ms", "items/s": "throughput_items_per_s"}
+# What a study's finalist ``statistic`` is per objective, its unit and whether higher is better, and the
+# field-style name of what each finalist round was reduced to: the tables in autodeploy.objectives.
 
 
 def trial_record(trial: TrialRow) -> dict[str, Any]:
@@ -93,9 +93,10 @@ def study_record(summary: StudySummary | StudyRow) -> dict[str, Any]:
                  "device": {"fingerprint": summary.device_fingerprint, "cpu": summary.device_cpu},
                  "updated_at": summary.updated_at.isoformat(), "command": summary.command}  # fmt: skip
     objective = s["objective"]
-    known = OBJECTIVES.get(objective)
+    known = objectives.stored(objective)
     name, unit = (known.statistic, known.unit) if known else ("value", None)
-    name = ROUND_STATISTIC.get(s.get("statistic") or "", name)
+    reduced = STATISTICS.get(s.get("statistic") or "")  # what each finalist round was reduced to
+    name = reduced.record if reduced else name
     second = runner_up(s)
     return {
         "schema": "autodeploy.study",
@@ -225,7 +226,7 @@ _OUTPUT = {
     "properties": {"name": {"type": "string"}, "max_abs": {"type": "number"}, "mean_rel": {"type": "number"},
                    "cosine": {"type": "number"}, "top1_agreement": _NUM, "task_accuracy": _NUM,
                    "reference_task_accuracy": _NUM, "exact_agreement": _NUM,
-                   "kind": {"type": ["string", "null"], "description": "how the output was judged (autodeploy.verdict.MEASURES)"},
+                   "kind": {"type": ["string", "null"], "description": "how the output was judged (autodeploy.accuracy.kinds.MEASURES)"},
                    "sqnr_db": _NUM, "channels": {"type": ["string", "null"]}, "min_sqnr_db": _NUM, "f1": _NUM,
                    "decision_threshold": _NUM, "token_agreement": _NUM, "sequence_agreement": _NUM,
                    "row_cosine": _NUM, "cell_agreement": _NUM, "error_max_abs": _NUM, "error_p99_abs": _NUM,
@@ -384,8 +385,8 @@ _STUDY = {
                       "description": "the next finalist after the winner by the statistic"},
         "finalists": {"type": "array", "items": _FINALIST},
         "tie_with": {"type": "array", "items": {"type": "string"}},
-        "baseline": {**_STR, "description": "what every speed-up is over: the ORT fp32 default, or for a model file "
-                     "run as given its engine at fp32 (LiteRT fp32, the file as given)"},
+        "baseline": {**_STR, "description": f"what every speed-up is over: {registry.BASELINE_NAME}, or for a model "
+                     f"file run as given its engine at fp32 ({registry.baseline_name('tflite')})"},
         "speedup_vs_baseline": {**_NUM, "description": "winner over the baseline, >1 is faster: the "
                                 "optimised statistic's median per-round ratio (speedups[optimised].ratio)"},
         "optimised": {**_STR, "description": "what each finalist round was reduced to and compared by: p90 | median "
@@ -461,14 +462,14 @@ _FLEET = {
         "schema_version": {"const": SCHEMA_VERSION},
         "job": {"type": "integer"},
         "model": {"type": "string"},
-        "state": {"enum": [*JOB_STATES, UNREADABLE]},
+        "state": {"enum": [s.value for s in JobState]},
         "reason": {**_STR, "description": "why the job row is unreadable (changed outside autodeploy), else null"},
         "devices": {"type": "array", "items": {
             "type": "object",
             "required": ["device", "state", "winner", "reason"],
             "properties": {
                 "device": {"type": "string"},
-                "state": {"enum": [*RUN_STATES, UNREADABLE]},
+                "state": {"enum": [s.value for s in RunState]},
                 "winner": {"type": ["object", "null"], "required": ["config", "statistic", "value", "speedup"],
                            "description": "the winner's config label, its statistic (p90, median, items/s) and value, "
                            "and its speed-up over the baseline; null until done (or when no config met the constraints)"},

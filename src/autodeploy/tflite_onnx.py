@@ -31,18 +31,17 @@ tf2onnx comes with the ``[tflite]`` extra; without it the route says so in one l
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import re
-import signal
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from autodeploy import sealed
+from autodeploy.child import ChildFailed, child_main, last_line, run_module
+from autodeploy.converters import ONNX_FILE, Converter
 from autodeploy.errors import ConversionError, one_line
+from autodeploy.runtime import machine
 
 if TYPE_CHECKING:
     from autodeploy.model import ModelInfo
@@ -72,10 +71,28 @@ def missing() -> str | None:
 
 
 def version() -> str:
-    """The installed tf2onnx's version, read without importing it."""
-    from importlib.metadata import version as installed
+    """The installed tf2onnx's version, read without importing it.
 
-    return installed(CONVERTER)
+    Raises:
+        ConversionError: tf2onnx is not installed.
+    """
+    found = machine.version(CONVERTER)
+    if found is None:
+        raise ConversionError(f"{CONVERTER}, which turns a .tflite into ONNX, is not installed ({INSTALL})")
+    return found
+
+
+def _installed() -> dict[str, Any]:
+    """What every record of a conversion is bound to besides the file: the installed tf2onnx and TensorFlow (read
+    from the packages, never from a record) and the opset."""
+    return {CONVERTER: version(), "tensorflow": _tensorflow_version(), "opset": OPSET}
+
+
+#: The route's row: its cache folder, its sealed record and the ``source`` it writes (:mod:`autodeploy.converters`).
+TF2ONNX = Converter(
+    "tflite", CONVERTER, ("converter", f"{CONVERTER}.convert.from_tflite"), _RECORD, _installed
+)
+_bound = TF2ONNX.bound  # what every record of the conversion of one file names: its SHA-256 and _installed()
 
 
 def as_onnx(model: ModelInfo, cache: Path) -> ModelInfo:
@@ -116,43 +133,32 @@ def to_onnx(tflite: Path, sha256: str, cache: Path) -> tuple[Path, dict[str, Any
         ConversionError: the conversion failed or timed out (the converter's reason, kept for the next call
             too), or the converter crashed.
     """
-    folder = Path(cache) / f"{sha256[:24]}-{CONVERTER}{re.sub(r'[^0-9A-Za-z.]+', '_', version())}"
     bound = _bound(sha256)
+    folder = TF2ONNX.folder(cache, bound)
     refused = sealed.read(folder / _REFUSED, bound)
     if refused is not None and _still_refused(refused):
         raise ConversionError(one_line(refused.get("reason"), REASON_CHARS))
-    onnx_path, converted = folder / "model.onnx", sealed.read(folder / _RECORD, bound)
-    if refused is not None or converted is None or not sealed.holds(onnx_path, converted.get("model_sha256")):
+    if refused is not None or not TF2ONNX.cached(folder, bound):
         _discard(folder)
         folder.mkdir(parents=True, exist_ok=True)
         _convert_in_child(tflite, folder, bound)
-    source = {"framework": "tflite", "converter": f"{CONVERTER}.convert.from_tflite", CONVERTER: bound[CONVERTER],
-              "tensorflow": bound["tensorflow"], "opset": OPSET}  # fmt: skip
-    return onnx_path, {**source, "file": tflite.name, "sha256": sha256}
+    return folder / ONNX_FILE, TF2ONNX.source(bound, tflite.name)
 
 
 def _convert_in_child(tflite: Path, folder: Path, bound: dict[str, Any]) -> None:
     """Convert into ``folder`` and seal its record (``bound`` and the ONNX's SHA-256), or seal the refusal."""
-    from autodeploy.child import child_env, module_argv
-
-    argv = module_argv(__name__, str(tflite), str(folder))
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=CONVERT_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL, env=child_env(TF_CPP_MIN_LOG_LEVEL="3"), check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:  # kept with its timeout: a hostile file hangs again, every run
-        _refuse(folder, bound, f"{CONVERTER} did not convert {tflite.name} within {CONVERT_TIMEOUT_S:g} s; it was "
-                "stopped; fix: run it on tflite or openvino", timeout_s=CONVERT_TIMEOUT_S)  # fmt: skip
-    lines = done.stdout.strip().splitlines()
-    if done.returncode == 0:
-        sealed.seal(folder / _RECORD, {**bound, "model_sha256": sealed.file_sha256(folder / "model.onnx")})
-        return
-    if done.returncode == 3 and lines:  # the converter's own reason: this file fails so with this tf2onnx
-        _refuse(folder, bound, lines[-1])
-    said = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
-    why = (f"it crashed ({signal.Signals(-done.returncode).name})" if done.returncode < 0
-           else said[-1] if said else f"exit code {done.returncode}")  # fmt: skip
-    raise ConversionError(f"{CONVERTER} could not convert {tflite.name}: {one_line(why)}; "
-                          "fix: run it on tflite or openvino, which read the file itself")  # fmt: skip
+        run_module(__name__, str(tflite), str(folder), timeout_s=CONVERT_TIMEOUT_S,
+                   env_extra={"TF_CPP_MIN_LOG_LEVEL": "3"})  # fmt: skip
+    except ChildFailed as failed:
+        if failed.timed_out:  # kept with its timeout: a hostile file hangs again, every run
+            _refuse(folder, bound, f"{CONVERTER} did not convert {tflite.name} within {CONVERT_TIMEOUT_S:g} s; it "
+                    "was stopped; fix: run it on tflite or openvino", timeout_s=CONVERT_TIMEOUT_S)  # fmt: skip
+        if failed.reported:  # the converter's own reason: this file fails so with this tf2onnx
+            _refuse(folder, bound, failed.reason)
+        raise ConversionError(f"{CONVERTER} could not convert {tflite.name}: {one_line(failed.reason)}; "
+                              "fix: run it on tflite or openvino, which read the file itself") from None  # fmt: skip
+    TF2ONNX.seal(folder, bound)
 
 
 def _still_refused(refused: dict[str, Any]) -> bool:
@@ -165,35 +171,27 @@ def _refuse(folder: Path, bound: dict[str, Any], reason: str, *, timeout_s: floa
     """Keep the refusal, one line, sealed, and raise it."""
     reason = one_line(reason, REASON_CHARS)
     sealed.seal(folder / _REFUSED, {**bound, "reason": reason, "timeout_s": timeout_s})
-    raise ConversionError(reason)
+    raise ConversionError(reason) from None
 
 
 # -- the cache's records: bound to what they describe, with the digest of their own content ------------
 
 
-def _bound(sha256: str) -> dict[str, Any]:
-    """What every record of the conversion of the file with this SHA-256 must name: the file, and the installed
-    tf2onnx and TensorFlow (read from the packages, never from a record) and the opset."""
-    return {"source_sha256": sha256, CONVERTER: version(), "tensorflow": _tensorflow_version(),
-            "opset": OPSET}  # fmt: skip
-
-
 def _discard(folder: Path) -> None:
     """Remove a cache entry's files: the conversion starts from nothing, and no record outlives what it describes."""
-    for name in ("model.onnx", _RECORD, _REFUSED, *_UNSEALED):
+    for name in (ONNX_FILE, _RECORD, _REFUSED, *_UNSEALED):
         (folder / name).unlink(missing_ok=True)
 
 
 def _tensorflow_version() -> str | None:
     """The installed TensorFlow's version (the distribution that provides ``tensorflow``), read without importing it."""
-    from importlib.metadata import PackageNotFoundError, packages_distributions
-    from importlib.metadata import version as installed
+    from importlib.metadata import packages_distributions
 
-    try:
-        return installed("tensorflow")
-    except PackageNotFoundError:  # tensorflow-cpu, tf-nightly, ...: whichever provides the module
+    found = machine.version("tensorflow")
+    if found is None:  # tensorflow-cpu, tf-nightly, ...: whichever provides the module
         dists = packages_distributions().get("tensorflow")
-        return installed(dists[0]) if dists else None
+        found = machine.version(dists[0]) if dists else None
+    return found
 
 
 # -- the child ---------------------------------------------------------------------------------
@@ -214,7 +212,7 @@ def convert(tflite: Path, folder: Path) -> dict[str, Any]:
     try:
         proto, _ = tf2onnx_convert.from_tflite(str(tflite), opset=OPSET)
     except Exception as exc:
-        raise ConversionError(f"{CONVERTER} could not convert {tflite.name}: {_one_line(exc)}; "
+        raise ConversionError(f"{CONVERTER} could not convert {tflite.name}: {last_line(exc)[:300]}; "
                               "fix: run it on tflite or openvino, which read the file itself") from None  # fmt: skip
     left = unconverted(proto)
     if left:
@@ -225,7 +223,7 @@ def convert(tflite: Path, folder: Path) -> dict[str, Any]:
               "tensorflow": tf.__version__, "opset": OPSET}  # fmt: skip
     tmp = folder / f".model.{os.getpid()}.onnx"
     onnx.save(proto, str(tmp))
-    os.replace(tmp, folder / "model.onnx")
+    os.replace(tmp, folder / ONNX_FILE)
     return record
 
 
@@ -243,21 +241,10 @@ def unconverted(proto: Any) -> list[str]:
     return left
 
 
-def _one_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return (lines[-1] if lines else type(exc).__name__)[:300]
-
-
 def main(argv: list[str]) -> int:
-    """``python -m autodeploy.tflite_onnx TFLITE FOLDER``: convert, print the record or one line why not."""
-    tflite, folder = Path(argv[0]), Path(argv[1])
-    try:
-        record = convert(tflite, folder)
-    except ConversionError as exc:  # one line for to_onnx to raise
-        print(str(exc).replace("\n", " "))
-        return 3
-    print(json.dumps(record))
-    return 0
+    """``python -m autodeploy.tflite_onnx TFLITE FOLDER``: convert, print the record or one line why not (for
+    to_onnx to keep and raise)."""
+    return child_main(lambda: convert(Path(argv[0]), Path(argv[1])), reported=ConversionError)
 
 
 if __name__ == "__main__":

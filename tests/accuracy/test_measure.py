@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from autodeploy.accuracy.measure import compare as _compare
-from autodeploy.verdict import Accuracy
+from autodeploy.accuracy.records import Accuracy
 
 
 def compare(outputs, reference, **kw):

@@ -12,9 +12,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from autodeploy import verdict
+from autodeploy.accuracy import rules
+from autodeploy.accuracy.kinds import Override, parse_override
 from autodeploy.accuracy.measure import channel_axis, channel_groups, compare, kinds, producers
-from autodeploy.verdict import Override, parse_override
 
 BF16 = 2.0**-8
 
@@ -40,9 +40,9 @@ def test_a_zeroed_class_group_fails_and_is_named_though_the_flattened_cosine_pas
     assert o.cosine > 0.999  # what the old rule judged: a pass
     assert o.kind == "sqnr" and o.channels == "axis 1, channels 4-19" and o.sqnr_db == pytest.approx(0.0)
     assert not acc.passed and acc.constraint == "SQNR >= 17 dB"
-    assert verdict.worst(acc.outputs) == ("output 'output0', axis 1, channels 4-19: SQNR 0.0 dB, limit 17 dB "
+    assert rules.worst(acc.outputs) == ("output 'output0', axis 1, channels 4-19: SQNR 0.0 dB, limit 17 dB "
                                           "(max abs error 0.9958, p99 0.6673, in the output's units)")
-    assert verdict.accuracy_drop(acc) == pytest.approx(0.5)
+    assert rules.accuracy_drop(acc) == pytest.approx(0.5)
 
 
 def test_scores_on_a_coarse_shared_int8_grid_fail_like_ort_static_int8():
@@ -141,8 +141,8 @@ def test_embeddings_are_judged_row_by_row_so_one_bent_vector_fails():
     assert o.cosine > 0.99  # averaged over the 16 items, the old rule passed it
     sqnr = compare({"conv2d_19": got}, {"conv2d_19": ref}, overrides={"conv2d_19": Override("sqnr")})
     assert sqnr.passed  # so does one SQNR over the whole tensor (about 24 dB)
-    assert verdict.worst(acc.outputs) == "output 'conv2d_19': worst row cosine 0.9693"
-    assert verdict.accuracy_drop(acc) == pytest.approx(1 - o.row_cosine)
+    assert rules.worst(acc.outputs) == "output 'conv2d_19': worst row cosine 0.9693"
+    assert rules.accuracy_drop(acc) == pytest.approx(1 - o.row_cosine)
 
 
 def test_what_is_and_is_not_an_embedding():
@@ -227,7 +227,7 @@ def test_one_flipped_token_in_one_of_16_items_fails():
     assert o.kind == "sequence" and o.cosine > 0.99  # the old rule: a pass
     assert o.token_agreement == pytest.approx(1 - 1 / (16 * 46)) and o.sequence_agreement == pytest.approx(15 / 16)
     assert not acc.passed and acc.constraint == "sequence agreement >= 0.99"
-    assert verdict.worst(acc.outputs).startswith("output 'probs': sequence agreement 0.9375")
+    assert rules.worst(acc.outputs).startswith("output 'probs': sequence agreement 0.9375")
 
 
 def test_bf16_noise_on_a_sequence_and_a_reference_near_tie_pass():

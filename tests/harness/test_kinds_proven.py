@@ -13,8 +13,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from autodeploy import verdict, zoo
+from autodeploy.accuracy import rules
+from autodeploy.accuracy.kinds import DECLARED_KEY, Override
 from autodeploy.accuracy.measure import compare, declared, kinds, producers, readers
-from autodeploy.verdict import DECLARED_KEY, Override
 
 BF16 = 2.0**-8
 
@@ -50,7 +51,7 @@ def test_a_landmark_vector_from_a_linear_head_is_a_regression_judged_in_its_own_
     (o,) = acc.outputs
     assert not acc.passed and o.kind == "regression" and o.sqnr_db < 17
     assert o.error_max_abs == pytest.approx(0.05 * (ref.max() - ref.min()), rel=1e-4)
-    line = verdict.worst(acc.outputs)
+    line = rules.worst(acc.outputs)
     assert line.startswith("output 'landmarks'") and "error SNR" in line and "max abs error" in line
     assert f"{o.error_max_abs:.4g}" in line  # the error in pixels, readable
 
@@ -79,7 +80,7 @@ def test_a_failing_regression_whose_argmax_agrees_names_the_top1_override():
     got = ref + rng.normal(0, 1.5, ref.shape).astype(np.float32)  # int8-sized logit noise, classes kept
     acc = compare({"logits": got}, {"logits": ref}, producers={"logits": "Gemm"})
     assert not acc.passed and acc.outputs[0].kind == "regression"
-    (rejection,) = verdict.rejections(verdict.Measured(1.0, verdict.accuracy_drop(acc)), verdict.Limits(), "latency", acc)
+    (rejection,) = verdict.rejections(verdict.Measured(1.0, rules.accuracy_drop(acc)), verdict.Limits(), "latency", acc)
     assert "--accuracy logits=top1" in rejection.reason and "argmax agrees on 100% of items" in rejection.reason
     assert compare({"logits": got}, {"logits": ref}, overrides={"logits": Override("top1")}).passed
 
@@ -116,7 +117,7 @@ def test_a_probability_map_is_judged_cell_by_cell_not_as_a_sequence():
     region[:, 2:8, 2:8] = region[:, 2:8, 2:8, ::-1]  # a flipped 6x6 region: 6% of the cells
     bad = compare({"mask": region}, {"mask": ref}, producers={"mask": "Softmax"})
     assert not bad.passed and bad.outputs[0].cell_agreement < 0.95
-    assert verdict.worst(bad.outputs).startswith("output 'mask': cell agreement 0.93")
+    assert rules.worst(bad.outputs).startswith("output 'mask': cell agreement 0.93")
     nchw_region = np.ascontiguousarray(region.transpose(0, 3, 1, 2))
     across = compare({"mask": nchw_region}, {"mask": nchw}, producers={"mask": "Softmax(axis=1)"})
     assert across.outputs[0].cell_agreement == pytest.approx(bad.outputs[0].cell_agreement)
@@ -150,7 +151,7 @@ def test_score_logits_fail_sqnr_on_values_nobody_reads_and_the_line_names_the_lo
     acc = compare({"classificators": got}, {"classificators": ref}, producers={"classificators": "Concat"})
     (o,) = acc.outputs
     assert o.kind == "sqnr" and not acc.passed and o.logit_f1 == 1.0
-    line = verdict.rejections(verdict.Measured(1.0, verdict.accuracy_drop(acc)), verdict.Limits(), "latency", acc)[0]
+    line = verdict.rejections(verdict.Measured(1.0, rules.accuracy_drop(acc)), verdict.Limits(), "latency", acc)[0]
     assert "decisions after a sigmoid agree (F1 1.000)" in line.reason and "--accuracy classificators=logit" in line.reason
     as_logits = compare({"classificators": got}, {"classificators": ref}, overrides={"classificators": Override("logit")})
     assert as_logits.passed and as_logits.constraint == "F1 after a sigmoid at 0.5 >= 0.99"
@@ -158,7 +159,7 @@ def test_score_logits_fail_sqnr_on_values_nobody_reads_and_the_line_names_the_lo
     lost[:, :6] = -1.0  # every face gone
     broken = compare({"classificators": lost}, {"classificators": ref}, overrides={"classificators": Override("logit")})
     assert not broken.passed and broken.outputs[0].f1 == 0.0
-    assert "logit" not in verdict.worst(compare({"classificators": lost}, {"classificators": ref}).outputs)
+    assert "logit" not in rules.worst(compare({"classificators": lost}, {"classificators": ref}).outputs)
 
 
 def test_a_logit_threshold_is_a_probability():
@@ -233,7 +234,7 @@ def test_a_raw_logit_map_failing_sqnr_with_its_cells_agreeing_names_the_cells_ov
     acc = compare({"map": got}, {"map": logits}, producers={"map": "Transpose"})
     (o,) = acc.outputs
     assert o.kind == "sqnr" and not acc.passed and o.cell_agreement == 1.0
-    assert "--accuracy map=cells" in verdict.worst(acc.outputs)
+    assert "--accuracy map=cells" in rules.worst(acc.outputs)
     assert compare({"map": got}, {"map": logits}, overrides={"map": Override("cells")}).passed
 
 

@@ -6,7 +6,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from autodeploy import verdict
+from autodeploy.accuracy import records, rules
 from autodeploy.cli import _common
 from autodeploy.errors import UsageError
 from autodeploy.harness.metric import load_metric, score
@@ -70,11 +70,11 @@ def test_load_from_a_file_and_bad_specs(metrics):
 
 
 def test_metric_budget_rule():
-    base = verdict.AccuracyVerdict("top-1 agreement >= 0.99", True)
-    assert verdict.with_metric(base, "m:f", 0.5, 0.9, None) == base  # no budget: reported only
-    judged = verdict.with_metric(base, "m:f", 0.5, 0.9, 0.1)
+    base = records.AccuracyVerdict("top-1 agreement >= 0.99", True)
+    assert rules.with_metric(base, "m:f", 0.5, 0.9, None) == base  # no budget: reported only
+    judged = rules.with_metric(base, "m:f", 0.5, 0.9, 0.1)
     assert not judged.passed and judged.constraint.endswith("m:f drop <= 0.1")
-    assert verdict.with_metric(base, "m:f", 0.85, 0.9, 0.1).passed
+    assert rules.with_metric(base, "m:f", 0.85, 0.9, 0.1).passed
 
 
 def test_bench_calls_the_metric_with_outputs_and_labels(metrics, capsys):

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autodeploy.accuracy.rules import output_drop, output_metric
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.data import Dataset
@@ -24,7 +25,6 @@ from autodeploy.harness.result import JUDGED, headline
 from autodeploy.harness.run import HarnessSettings, prepare_data, run_trial
 from autodeploy.model import load_model
 from autodeploy.search.space import unsupported_reason
-from autodeploy.verdict import output_drop, output_metric
 from tests.realmodels.conftest import ROWS
 from tests.realmodels.test_corpus import ENGINES, ITEMS, QUICK, TIMEOUT_S, _precision
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autodeploy.accuracy.rules import output_drop, output_metric
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.data import Dataset
@@ -23,7 +24,6 @@ from autodeploy.harness.run import HarnessSettings, PreparedData, prepare_data, 
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import ModelInfo, load_model
 from autodeploy.search.space import unsupported_reason
-from autodeploy.verdict import output_drop, output_metric
 from tests.realmodels.conftest import ROWS
 from tests.realmodels.corpus import CHEAPEST, FALLBACK, MODELS, RealModel
 

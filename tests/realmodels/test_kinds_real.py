@@ -15,12 +15,13 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from autodeploy.accuracy.kinds import Override
 from autodeploy.accuracy.measure import compare, kinds, producers, readers
+from autodeploy.accuracy.rules import worst
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.device import probe_device
 from autodeploy.harness.run import run_trial
-from autodeploy.verdict import Override, worst
 from tests.realmodels.corpus import MODELS
 from tests.realmodels.test_corpus import ITEMS, _prepare
 

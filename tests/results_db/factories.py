@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from autodeploy.accuracy.records import Accuracy, OutputAccuracy
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.harness.result import LatencyStats, Measurement, TrialResult
 from autodeploy.results_db import DeviceRecord, ModelRecord
-from autodeploy.verdict import Accuracy, OutputAccuracy
 
 MODEL = ModelRecord(
     sha256="ab" * 32,

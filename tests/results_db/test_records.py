@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autodeploy.accuracy.records import Accuracy, OutputAccuracy
 from autodeploy.adapters.base import Artifact, TrialConfig
 from autodeploy.bundle.export import Source, build_manifest
 from autodeploy.harness import run
@@ -22,7 +23,6 @@ from autodeploy.harness.stats import summarize
 from autodeploy.harness.supervisor import WorkerOutcome
 from autodeploy.results_db import Store, TrialFilter
 from autodeploy.roofline import Roofline
-from autodeploy.verdict import Accuracy, OutputAccuracy
 from tests.results_db.factories import DEVICE, MODEL
 
 #: The keys of a bundle manifest's ``measurements`` since bundle schema 1, in order.

@@ -311,7 +311,7 @@ def test_gate_runs_filter_by_device(store: Store) -> None:
 def test_a_non_finite_number_round_trips_on_every_backend(store: Store):
     """An output bit-exact to its reference has SQNR inf: PostgreSQL's json type refused the row ("Token "Infinity"
     is invalid") and the trial was lost; each backend now keeps it as ``{"$float": "inf"}`` and reads back inf."""
-    from autodeploy.verdict import Accuracy, OutputAccuracy
+    from autodeploy.accuracy.records import Accuracy, OutputAccuracy
 
     exact = OutputAccuracy("landmarks", max_abs=0.0, mean_rel=0.0, cosine=1.0, kind="regression", sqnr_db=float("inf"))
     nan = OutputAccuracy("nan", max_abs=float("nan"), mean_rel=float("nan"), cosine=float("nan"), kind="sqnr",

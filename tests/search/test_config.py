@@ -59,7 +59,7 @@ def test_the_examples_ship_with_the_package_and_resolve_by_name():
 
 def test_timeout_means_the_workers_timeout_and_the_old_study_key_keeps_its_meaning():
     # `tune --timeout` meant "start no new trial" while `bench --timeout` kills a worker: one word, one meaning.
-    from autodeploy.api._tune import _study_overrides
+    from autodeploy.search.settings import overrides as _study_overrides
 
     arguments = dict.fromkeys(("model", "engines", "precisions", "batches", "threads", "shapes", "data"))
     arguments.update(shapes={}, timeout_s=30.0, build_timeout_s=90.0, screening_time_s=120.0)

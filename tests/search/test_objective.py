@@ -1,8 +1,9 @@
 import pytest
 
+from autodeploy.accuracy.records import Accuracy, OutputAccuracy
+from autodeploy.accuracy.rules import accuracy_drop
 from autodeploy.search.config import Constraints
-from autodeploy.search.objective import Metrics, accuracy_drop, values, violations
-from autodeploy.verdict import Accuracy, OutputAccuracy
+from autodeploy.search.objective import Metrics, values, violations
 
 
 def _acc(**kw):

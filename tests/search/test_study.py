@@ -7,6 +7,7 @@ import time
 import optuna
 import pytest
 
+from autodeploy.accuracy.records import sqnr_for_drop
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.device import probe_device
@@ -18,7 +19,7 @@ from autodeploy.model import load_model
 from autodeploy.results_db import Store, TrialFilter
 from autodeploy.search.config import StudyConfig
 from autodeploy.search.study import Reporter, StudyContext, run_study
-from autodeploy.verdict import feasible, mb_text, sqnr_for_drop
+from autodeploy.verdict import feasible, mb_text
 from tests.adapters.faulty import TARGET
 from tests.models import detector, mlp
 

@@ -1,8 +1,9 @@
 """Accuracy of an engine's outputs against the ONNX Runtime FP32 reference (docs/architecture.md).
 
-Each output's kind (:func:`autodeploy.verdict.output_kind`) is found from its producing ONNX node
+Each output's kind (:func:`autodeploy.accuracy.kinds.output_kind`) is found from its producing ONNX node
 (:func:`producers`), its shape and the reference's values, or taken from the user's override; then
-the numbers that kind is judged by are computed beside the columns every output reports.
+the numbers that kind is judged by are computed beside the columns every output reports. What the graph says
+of every output is read once by :func:`graph_facts`, for the harness's worker and the in-house quantizer alike.
 
 Reported for every output, all computed in float64:
 
@@ -30,34 +31,36 @@ By kind:
   the reference's (:func:`row_cosines`).
 
 NaN or inf in either array makes ``cosine`` NaN and fails the constraint. The pass/fail rule
-itself is :func:`autodeploy.verdict.accuracy_verdict`; this module only measures.
+itself is :func:`autodeploy.accuracy.rules.accuracy_verdict`; this module only measures.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autodeploy.verdict import (
+from autodeploy.accuracy.kinds import (
     DECLARED_KEY,
-    DEFAULT_DECISION_THRESHOLD,
-    DEFAULT_MAX_ACCURACY_DROP,
-    DEFAULT_MIN_COSINE,
     DISTRIBUTIONS,
-    Accuracy,
-    OutputAccuracy,
     OutputFacts,
     Override,
-    accuracy_verdict,
     class_axis,
     output_kind,
     parse_override,
 )
+from autodeploy.accuracy.records import (
+    DEFAULT_DECISION_THRESHOLD,
+    DEFAULT_MAX_ACCURACY_DROP,
+    DEFAULT_MIN_COSINE,
+    Accuracy,
+    OutputAccuracy,
+)
+from autodeploy.accuracy.rules import accuracy_verdict
 
 if TYPE_CHECKING:
     import onnx
@@ -91,9 +94,9 @@ def compare(
 ) -> Accuracy:
     """Compare ``outputs`` with ``reference`` and check the accuracy constraint.
 
-    The constraint is :func:`autodeploy.verdict.accuracy_verdict` (docs/architecture.md), per output by its
+    The constraint is :func:`autodeploy.accuracy.rules.accuracy_verdict` (docs/architecture.md), per output by its
     kind: exact / top-1 / sequence agreement and decision F1 ``>= 1 - max_accuracy_drop``, the worst
-    channel group's SQNR ``>= verdict.sqnr_for_drop(max_accuracy_drop)`` (or the override's limit),
+    channel group's SQNR ``>= records.sqnr_for_drop(max_accuracy_drop)`` (or the override's limit),
     cosine ``>= min_cosine`` where an override asks for it; with ``labels`` the task accuracy may
     drop by at most ``max_accuracy_drop`` from the reference's. Non-finite values always fail.
 
@@ -191,7 +194,7 @@ def as_tensor(value: object) -> np.ndarray:
 
 def facts(ref: np.ndarray, producer: str | None = None, time_major: bool = False,
           reader: str | None = None) -> OutputFacts:  # fmt: skip
-    """What :func:`autodeploy.verdict.output_kind` needs to know of a reference output (``time_major``:
+    """What :func:`autodeploy.accuracy.kinds.output_kind` needs to know of a reference output (``time_major``:
     the engine returned it with its items on axis 1, as :func:`compare` takes it)."""
     unit = rows = unit_rows = False
     if ref.dtype.kind == "f" and ref.size and np.all(np.isfinite(ref)):
@@ -557,6 +560,35 @@ def declared(model: onnx.ModelProto | str | Path) -> dict[str, Override]:
     model = onnx_graph(model)
     text = next((p.value for p in model.metadata_props if p.key == DECLARED_KEY), "")
     return dict(parse_override(entry.strip()) for entry in text.split(",") if entry.strip())
+
+
+@dataclass(frozen=True)
+class GraphFacts:
+    """What a model's graph says of its outputs (:func:`graph_facts`): the op that makes each (:func:`producers`),
+    what the graph does with it (:func:`readers`) and the measure the model declares for it (:func:`declared`).
+    Empty for a model that is no ONNX graph (a ``.tflite`` or an IR run as given): kinds then follow from shapes
+    and values alone."""
+
+    producers: Mapping[str, str] = field(default_factory=dict)
+    readers: Mapping[str, str] = field(default_factory=dict)
+    declared: Mapping[str, Override] = field(default_factory=dict)
+
+    def of(self, output: str) -> dict[str, Any]:
+        """:func:`compare`'s keyword arguments for one output compared alone (its own declaration only)."""
+        return {"producers": self.producers, "readers": self.readers,
+                "overrides": {k: v for k, v in self.declared.items() if k == output}}  # fmt: skip
+
+
+def graph_facts(model: onnx.ModelProto | str | Path) -> GraphFacts:
+    """The graph facts of every output, the graph read once without its weights (:func:`onnx_graph`): what the
+    harness's worker and the in-house quantizer's judge both read, so that the int8 the quantizer chooses is
+    judged by the kinds the harness will judge it by.
+
+    Raises:
+        ValueError: the model's declaration is not of ``OUTPUT=MEASURE[:THRESHOLD]`` form (:func:`declared`).
+    """
+    model = onnx_graph(model)
+    return GraphFacts(producers(model), readers(model), declared(model))
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:

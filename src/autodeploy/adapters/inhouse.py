@@ -47,12 +47,12 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import replace
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from autodeploy.accuracy.records import DEFAULT_MAX_ACCURACY_DROP
 from autodeploy.adapters import ort
 from autodeploy.adapters.base import (
     INT8_OPS,
@@ -70,7 +70,7 @@ from autodeploy.adapters.base import (
 from autodeploy.adapters.ort import EXECUTION_MODES, MODEL_FILE, OPT_LEVELS
 from autodeploy.errors import BuildError, UnsupportedConfigError
 from autodeploy.inhouse.placement import PLACEMENTS
-from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
+from autodeploy.runtime import machine
 
 if TYPE_CHECKING:
     from autodeploy.model import ModelInfo
@@ -104,16 +104,11 @@ class InhouseEngine(Engine):
 
     def _version(self) -> str | None:
         """Our code, onnxscript and every runtime that can run the result: all change the numbers."""
-        try:
-            parts = [f"autodeploy-{version('autodeploy')}", f"onnxscript-{version('onnxscript')}"]
-        except PackageNotFoundError:
+        ours, onnxscript = machine.version("autodeploy"), machine.version("onnxscript")
+        if ours is None or onnxscript is None:
             return None
-        for dist in RUNTIME_DISTS:
-            try:
-                parts.append(f"{dist}-{version(dist)}")
-            except PackageNotFoundError:
-                continue
-        return "+".join(parts)
+        runtimes = [f"{dist}-{found}" for dist in RUNTIME_DISTS if (found := machine.version(dist)) is not None]
+        return "+".join([f"autodeploy-{ours}", f"onnxscript-{onnxscript}", *runtimes])
 
     def runtime_version(self, engine_version: str, config: TrialConfig) -> str:
         dist = self.runtime_packages(config)[0]

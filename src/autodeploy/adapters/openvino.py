@@ -26,7 +26,6 @@ import importlib.util
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +46,7 @@ from autodeploy.adapters.base import (
 )
 from autodeploy.errors import BuildError, ConversionError, UnsupportedConfigError
 from autodeploy.model import copy_unchanged
+from autodeploy.runtime import machine
 from autodeploy.runtime import openvino as rt
 
 if TYPE_CHECKING:
@@ -216,7 +216,7 @@ class OpenVinoEngine(Engine):
                 ov_model, found = _mixed(model, calibration, mixed, outdir)
                 meta.update(found)
             require_quantized(self.name, [op.get_type_name() for op in ov_model.get_ops()], source)
-            meta["quantizer"] = f"nncf {version('nncf')}"
+            meta["quantizer"] = f"nncf {machine.version('nncf')}"
         # fp32 weights on disk: bf16/fp16 are chosen when compiling, so one IR serves all three.
         ov.save_model(ov_model, str(outdir / IR_FILE), compress_to_fp16=False)
         return meta

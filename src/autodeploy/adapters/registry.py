@@ -51,6 +51,26 @@ def baseline_name(model_format: str = "onnx") -> str:
     return FORMATS[model_format].baseline
 
 
+def engine_baseline_name(engine: str) -> str:
+    """What the baseline that ``engine`` runs is called: the baseline of the format ``engine`` runs as given
+    (``LiteRT fp32, the file as given``), else the ONNX one's (:data:`BASELINE_NAME`)."""
+    from autodeploy.formats import FORMATS
+
+    return next((f.baseline for f in FORMATS.values() if f.engine == engine), BASELINE_NAME)
+
+
+#: What the ONNX baseline's fp32 outputs are called as the reference every accuracy verdict compares against.
+REFERENCE_NAME = "ONNX Runtime FP32"
+
+
+def reference_name(model_format: str = "onnx") -> str:
+    """What the accuracy of a model in ``model_format`` is judged against: :data:`REFERENCE_NAME` where the
+    baseline engine runs it, else its baseline (``LiteRT fp32, the file as given``)."""
+    if baseline_config(model_format).engine == BASELINE_ENGINE:
+        return REFERENCE_NAME
+    return baseline_name(model_format)
+
+
 def unreadable(model: ModelInfo) -> dict[str, str]:
     """Every known engine that cannot take ``model``'s format, with its one-line reason (none for ONNX)."""
     if model.format == "onnx":

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autodeploy.adapters.base import Artifact, Availability, Engine, EngineSpace, TrialConfig, foreign_ops
-from autodeploy.child import module_argv
+from autodeploy.child import child_env, module_argv
 from autodeploy.errors import BuildError, ConversionError, UnsupportedConfigError
 from autodeploy.model import copy_unchanged
 from autodeploy.runtime import machine
@@ -207,7 +207,7 @@ class TfliteEngine(Engine):
             shutil.copyfile(chosen, outdir / MODEL_FILE)
         (outdir / LAYOUT_FILE).write_text(json.dumps(layout, indent=2))
         return {
-            "converter": {d: v for d in CONVERTER_PACKAGES if (v := machine.installed_version((d,)))},
+            "converter": {d: v for d in CONVERTER_PACKAGES if (v := machine.version(d))},
             # Which rung of the ladder made the file, with which options, after which rungs failed and why.
             "conversion": {k: record[k] for k in ("rung", "onnxslim", "options", "failed_rungs")},
         }
@@ -311,7 +311,7 @@ def converterless_ops(model: ModelInfo) -> list[str]:
 def _conversion_dir(model: ModelInfo, workdir: Path) -> Path:
     import hashlib
 
-    versions = [machine.installed_version((d,)) for d in CONVERTER_PACKAGES]
+    versions = [machine.version(d) for d in CONVERTER_PACKAGES]
     ladder = [(r.name, r.slim, dict(r.options)) for r in LADDER]
     key = json.dumps([model.sha256, model.shape_overrides_key(), versions, ladder], sort_keys=True)
     return workdir / "tflite-onnx2tf" / hashlib.sha256(key.encode()).hexdigest()[:24]
@@ -415,7 +415,7 @@ def _child(job: Mapping[str, Any], cwd: Path, log_name: str) -> str | None:
             cwd=cwd,
             stdout=sink,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **_QUIET_ENV},
+            env=child_env(**_QUIET_ENV),  # the worker's is stripped already; said again, as every child's
             check=False,
         )
     return None if done.returncode == 0 else f"exit {done.returncode}: {_log_tail(log)}"

@@ -10,7 +10,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autodeploy import verdict
+from autodeploy.accuracy.kinds import MEASURES, parse_override
+from autodeploy.accuracy.records import DEFAULT_MAX_ACCURACY_DROP, cosine_for_drop
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.api._common import (
@@ -34,10 +35,10 @@ from autodeploy.harness.timing import TimingPolicy
 from autodeploy.images import Preprocess
 from autodeploy.intake import ResolvedModel, inputs_record, load_source, resolve_model
 from autodeploy.model import ModelInfo
+from autodeploy.objectives import DEFAULT_SCENARIO, SCENARIOS, scenario_of
 from autodeploy.results_db.records import StoredTrial
 from autodeploy.runtime.device import DeviceInfo
 from autodeploy.shapes import ShapeCase, ShapeSet
-from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 if TYPE_CHECKING:
     from autodeploy.results_db.store import Store
@@ -72,7 +73,7 @@ class BenchRequest:
         max_accuracy_drop: the accuracy budget of every output, as ``tune``'s (default 1%): each output's
             measure (top-1, exact, sequence, F1 of decisions, SQNR per channel group) may lose at most this much.
         accuracy: ``OUTPUT=MEASURE[:THRESHOLD]`` per output whose measure you choose (one of
-            ``autodeploy.verdict.MEASURES``, e.g. ``scores=decision:0.3``); the others are judged by
+            ``autodeploy.accuracy.kinds.MEASURES``, e.g. ``scores=decision:0.3``); the others are judged by
             what they are (the producing node, the shape, the reference's values).
         timing: warm-up and sample counts (default: 64 samples and 2 s at least, 60 s at most).
         timeout_s: seconds before a worker that runs the model (the reference, the measurement) is killed.
@@ -112,7 +113,7 @@ class BenchRequest:
     timeout_s: float = 600.0
     build_timeout_s: float = 1800.0
     memory_cap_mb: int | None = None
-    scenario: str = "single-stream"
+    scenario: str = DEFAULT_SCENARIO.name
     sla_ms: float | None = None
     # Where it runs and reports; not part of the command that reproduces it.
     db: str | Store | None = None
@@ -277,7 +278,7 @@ def _check_runs_here(
     for name in info.input_names:  # dynamic dims left unfixed: fail with the --shape fix now
         info.input_shape(name, config.batch)
     info.check_batch(config.batch)  # a --shape's batch dim is the batch fed, or 1
-    unknown = sorted({verdict.parse_override(t)[0] for t in accuracy} - set(info.output_names))
+    unknown = sorted({parse_override(t)[0] for t in accuracy} - set(info.output_names))
     if unknown:
         raise UsageError(f"--accuracy names output(s) {unknown} the model does not have",
                          fix=f"name one of its outputs: {', '.join(info.output_names)}")  # fmt: skip
@@ -289,16 +290,16 @@ def _bench_settings(request: BenchRequest, cache: Path) -> HarnessSettings:
     return HarnessSettings(workdir=cache / "work", policy=request.timing or TimingPolicy(), timeout_s=request.timeout_s,
                            build_timeout_s=request.build_timeout_s, metric=request.metric,
                            max_metric_drop=request.max_metric_drop, max_accuracy_drop=drop,
-                           min_cosine=verdict.cosine_for_drop(drop), accuracy_overrides=tuple(request.accuracy),
+                           min_cosine=cosine_for_drop(drop), accuracy_overrides=tuple(request.accuracy),
                            **({"memory_cap_mb": request.memory_cap_mb} if request.memory_cap_mb else {}))  # fmt: skip
 
 
 def _check_scenario(scenario: str, sla_ms: float | None) -> None:
-    from autodeploy.objectives import SCENARIOS
-
-    if scenario not in SCENARIOS:
-        raise UsageError(f"unknown scenario {scenario!r}", fix=f"choose one of {', '.join(SCENARIOS)}")
-    if SCENARIOS[scenario].rate_under_sla and sla_ms is None:
+    try:
+        row = scenario_of(scenario)  # the one place a bench's scenario name is read
+    except ValueError:
+        raise UsageError(f"unknown scenario {scenario!r}", fix=f"choose one of {', '.join(SCENARIOS)}") from None
+    if row.rate_under_sla and sla_ms is None:
         raise UsageError(f"the {scenario} scenario needs a p99 bound", fix="pass --sla-ms, e.g. --sla-ms 10")
     if sla_ms is not None and not (0 < sla_ms < math.inf):  # nan too: stored as an ok trial at rate 0
         raise UsageError(f"--sla-ms must be a finite number > 0, got {sla_ms:g}", fix="pass a positive p99 bound in ms")
@@ -337,9 +338,9 @@ def _check_accuracy(accuracy: Sequence[str]) -> None:
     """Parse every ``--accuracy OUTPUT=MEASURE[:THRESHOLD]`` now, so a typo is one line before any work."""
     for text in accuracy:
         try:
-            verdict.parse_override(text)
+            parse_override(text)
         except ValueError as exc:
-            raise UsageError(str(exc), fix=f"measures: {', '.join(verdict.MEASURES)}") from None
+            raise UsageError(str(exc), fix=f"measures: {', '.join(MEASURES)}") from None
 
 
 def _add_trial(store: Store, result: TrialResult, info: ModelInfo, device: DeviceInfo, command: str,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from autodeploy.accuracy.records import DEFAULT_MAX_ACCURACY_DROP
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.api._common import Progress, Shapes, cache_dir, open_store, python_call, silent
@@ -20,7 +21,6 @@ from autodeploy.harness.run import HarnessSettings
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.images import Preprocess
 from autodeploy.intake import choose_inputs, load_source, resolve_model
-from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 if TYPE_CHECKING:
     from autodeploy.gate.core import GateResult

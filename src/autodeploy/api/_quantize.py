@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from autodeploy.accuracy.records import DEFAULT_MAX_ACCURACY_DROP
 from autodeploy.api._common import Progress, cache_dir, silent
 from autodeploy.data import Dataset
 from autodeploy.images import Preprocess
 from autodeploy.intake import choose_inputs, load_source, resolve_model
-from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 if TYPE_CHECKING:
     from autodeploy.inhouse.passes import PipelineReport

@@ -11,7 +11,6 @@ the next export to the same place.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import shutil
 import socket
@@ -32,7 +31,9 @@ from autodeploy.bundle.loader import KIND, MANIFEST, MANIFEST_DIGEST, MODEL_DIR,
 from autodeploy.errors import BuildError, StoreError, UnknownEngineError, UsageError, WriteError
 from autodeploy.harness.result import headline
 from autodeploy.model import ModelInfo, TensorSpec
+from autodeploy.objectives import DEFAULT_SCENARIO, MEDIAN, P90, SCENARIOS
 from autodeploy.redact import mask_secrets
+from autodeploy.runtime import machine
 from autodeploy.search import summary as study_words
 from autodeploy.shapes import ShapeSet, parse_key
 
@@ -314,9 +315,6 @@ def numbers_of(trial: TrialRow, weight: float | None = None) -> dict[str, Any]:
 
 #: The measurement fields a manifest's ``by_shape`` repeats per shape.
 _NUMBERS = ("scenario", "batch", "median_ms", "p90_ms", "p99_ms", "n_samples", "throughput", "load")
-#: How each scenario's calls came, in words: what "load" a number was measured under.
-SCENARIO_WORDS = {"single-stream": "one call at a time", "offline": "requests in flight",
-                  "multi-stream": "a fixed number of queries in flight", "server": "Poisson arrivals"}  # fmt: skip
 
 
 def numbers_text(numbers: Mapping[str, Any]) -> str:
@@ -328,12 +326,13 @@ def numbers_text(numbers: Mapping[str, Any]) -> str:
     from autodeploy.harness.load import Load
     from autodeploy.units import fmt_ms
 
-    p90 = numbers.get("p90_ms")
-    text = f"p90 {fmt_ms(p90)}" if p90 is not None else f"median {fmt_ms(numbers.get('median_ms'))}"
+    shown = P90 if numbers.get(P90.field) is not None else MEDIAN
+    text = f"{shown.name} {fmt_ms(numbers.get(shown.field))}"
     if numbers.get("shape"):
         text += f" at {numbers['shape']}"
-    scenario = numbers.get("scenario")
-    text += f", {SCENARIO_WORDS.get(scenario or '', scenario or 'single-stream')}"
+    scenario = numbers.get("scenario")  # how its calls came: a name the table lacks as is, none: the default's
+    known = SCENARIOS.get(scenario or "")
+    text += f", {known.words if known else scenario or DEFAULT_SCENARIO.name}"
     load = Load.from_dict(numbers["load"]) if numbers.get("load") else None
     if load is not None:
         text += (f", under load ({load.other_cores:.2f} of {load.cpus} cores busy with other processes)"
@@ -347,9 +346,8 @@ def basis_text(selection: Mapping[str, Any]) -> str:
     statistic, rounds = selection.get("statistic"), selection.get("rounds") or 0
     if not statistic:
         return ""
-    what = "items/s" if statistic == "items/s" else f"{statistic}"
-    text = (f"the median over {rounds} rounds of each round's {what}" if rounds
-            else f"one screening run's {what}")  # fmt: skip
+    text = (f"the median over {rounds} rounds of each round's {statistic}" if rounds
+            else f"one screening run's {statistic}")  # fmt: skip
     shapes = selection.get("shapes") or ()
     return text + (f", their mean over {len(shapes)} shapes" if len(shapes) > 1 else "")
 
@@ -403,11 +401,9 @@ def constraint_verdicts(source: Source) -> dict[str, Any]:
 
 def _version() -> str:
     """This autodeploy's version as installed (pyproject.toml's), read from the package metadata as
-    ``autodeploy.__version__`` is, without importing the package top from below it."""
-    try:
-        return importlib.metadata.version("autodeploy")
-    except importlib.metadata.PackageNotFoundError:  # a source tree on PYTHONPATH, never installed
-        return "0+unknown"
+    ``autodeploy.__version__`` is, without importing the package top from below it (``0+unknown``: a source tree on
+    PYTHONPATH, never installed)."""
+    return machine.version("autodeploy") or "0+unknown"
 
 
 def build_manifest(source: Source, artifact: Artifact, *, command: str | None = None) -> dict[str, Any]:
@@ -482,12 +478,10 @@ def requirements_txt(manifest: dict[str, Any]) -> str:
 
 def _pinned(dist: str) -> str:
     """``dist==VERSION`` as installed here; a comment when it is not (an unpinned name is no pin)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return f"{dist}=={version(dist)}"
-    except PackageNotFoundError:
-        return f"# {dist}: not installed where this bundle was exported; install the version that fits the engine"
+    found = machine.version(dist)
+    if found is not None:
+        return f"{dist}=={found}"
+    return f"# {dist}: not installed where this bundle was exported; install the version that fits the engine"
 
 
 def readme_md(manifest: dict[str, Any]) -> str:

@@ -274,12 +274,12 @@ def preprocess_of(layout: str | None, reverse: bool, mean: str | None, scale: st
 
 def judged_by(o: Any) -> str:
     """An output's kind and its measure's value, as a table cell: ``sqnr: 0.0 dB (axis 1, channels 4-21)``."""
-    from autodeploy import verdict
+    from autodeploy.accuracy import rules
 
     if o.kind is None:
         return "-"
-    metric, value = verdict.output_metric(o)
-    shown = f"{value:.1f} dB" if metric in verdict.DB_METRICS else f"{value:.4g}"
+    metric, value = rules.output_metric(o)
+    shown = f"{value:.1f} dB" if metric in rules.DB_METRICS else f"{value:.4g}"
     where = f" ({o.channels})" if o.channels else ""
     if o.kind in ("decision", "logit"):
         where = f" at {o.decision_threshold:g}"
@@ -288,7 +288,7 @@ def judged_by(o: Any) -> str:
     every = o.top1_agreement if o.kind == "top1" else o.cell_agreement if o.kind == "cells" else None
     if every is not None and every != value:
         where = f" (every flip: {every:.4g})"
-    if metric in verdict.DB_METRICS and o.error_max_abs is not None:  # the error in the output's own units
+    if metric in rules.DB_METRICS and o.error_max_abs is not None:  # the error in the output's own units
         where += f", max abs error {o.error_max_abs:.4g}"
     return f"{o.kind}: {metric} {shown}{where}"
 

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from autodeploy import api
+from autodeploy.accuracy.records import DEFAULT_MAX_ACCURACY_DROP
 from autodeploy.adapters import registry
 from autodeploy.adapters.registry import BASELINE_ENGINE
 from autodeploy.cli._common import (
@@ -42,9 +43,12 @@ from autodeploy.errors import TrialFailed, UsageError
 from autodeploy.harness.load import UNDER_LOAD_CORES
 from autodeploy.harness.result import TrialResult, headline
 from autodeploy.model import ModelInfo, parse_batch_axis_flags
+from autodeploy.objectives import DEFAULT_SCENARIO, SCENARIOS
 from autodeploy.roofline import ops_text, share_text
 from autodeploy.shapes import ShapeCase, ShapeSet, parse_flags, parse_key
-from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
+
+#: ``--scenario``'s help: the scenarios it takes (the table's), in LoadGen's order.
+SCENARIO_HELP = f"MLPerf LoadGen scenario: {', '.join(list(SCENARIOS)[:-1])} or {list(SCENARIOS)[-1]}."
 
 
 def bench(
@@ -102,9 +106,7 @@ def bench(
             help="Results database URL (default: $AUTODEPLOY_DB or a SQLite file in the user data folder)."
         ),
     ] = None,
-    scenario: Annotated[
-        str, typer.Option(help="MLPerf LoadGen scenario: single-stream, offline, multi-stream or server.")
-    ] = "single-stream",
+    scenario: Annotated[str, typer.Option(help=SCENARIO_HELP)] = DEFAULT_SCENARIO.name,
     sla_ms: Annotated[float | None, typer.Option(help="p99 bound in ms of the server scenario (required there).")] = None,
     format: FormatOption = Format.table,
 ) -> None:
@@ -189,8 +191,7 @@ def _reference_name(model: ModelInfo) -> str:
         from autodeploy.pytorch import reference_name
 
         return reference_name(model.source)
-    engine = registry.baseline_config(model.format).engine
-    return "ONNX Runtime FP32" if engine == BASELINE_ENGINE else registry.baseline_name(model.format)
+    return registry.reference_name(model.format)
 
 
 def _parse_knobs(flags: list[str]) -> dict[str, object]:
@@ -228,7 +229,7 @@ def _roofline_rows(table: Table, result: TrialResult) -> None:
 
 
 def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: str = "", *, note: bool = True,
-                  reference: str = "ONNX Runtime FP32") -> None:
+                  reference: str = registry.REFERENCE_NAME) -> None:
     config = result.config
     title = shown(f"{model_name}  {config.label()}{f'  at {shape}' if shape else ''}  (trial {trial_id})")
     if result.latency is None:

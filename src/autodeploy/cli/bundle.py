@@ -291,15 +291,15 @@ def _spec(s: dict[str, Any]) -> str:
 
 
 def _accuracy(acc: dict[str, Any] | None) -> str:
-    """The verdict and the worst output by the verdict's own rule (``verdict.worst``: furthest below its
+    """The verdict and the worst output by the verdict's own rule (``accuracy.rules.worst``: furthest below its
     limit, judged by what it is), not by cosine, which ranks a classifier's flipped top-1 as fine."""
-    from autodeploy import verdict
-    from autodeploy.verdict import Accuracy
+    from autodeploy.accuracy.records import Accuracy
+    from autodeploy.accuracy.rules import worst
 
     if not acc:
         return "-"
     accuracy = Accuracy.from_dict(acc)
-    return (f"{acc['constraint']}: {'pass' if acc['passed'] else 'FAIL'} (worst {verdict.worst(accuracy.outputs)}, "
+    return (f"{acc['constraint']}: {'pass' if acc['passed'] else 'FAIL'} (worst {worst(accuracy.outputs)}, "
             f"{acc['n_samples']} items)")  # fmt: skip
 
 
@@ -314,10 +314,11 @@ def _selection(selection: dict[str, Any] | None, source: dict[str, Any]) -> str:
 
         basis = basis_text(selection)  # what the winner line's number is (a bundle exported since issue 39)
         return f"study {source['study']!r} ({selection['objective']}): {selection['headline']}" + (f" ({basis})" if basis else "")
-    from autodeploy.objectives import OBJECTIVES
+    from autodeploy import objectives
+    from autodeploy.objectives import ITEMS_PER_S
 
-    known = OBJECTIVES.get(selection["objective"])  # a time's statistic (p90), else a rate: pooled calls, as stored then
-    word = (known and known.latency_statistic) or "items/s"
+    known = objectives.stored(selection["objective"])  # a time's statistic (p90), else a rate: pooled calls, as stored then
+    word = (known and known.latency_statistic) or ITEMS_PER_S.name
     return (f"study {source['study']!r} ({selection['objective']}): {w['statistic']:.4g}{ci} over {w['n_samples']} samples"
             + (f", {speedup:.2f}x vs {_baseline_name(selection)} by {word} (pooled calls)" if speedup else ""))  # fmt: skip
 

@@ -26,12 +26,9 @@ app = typer.Typer(help="Fleet jobs: submit a model once, and every device's agen
                   no_args_is_help=True)  # fmt: skip
 DbOption = Annotated[str | None, typer.Option(help="The PostgreSQL results database every agent reaches (default: $AUTODEPLOY_DB).")]
 Many = list[str] | None
-#: Device states, coloured as tables show them.
 #: What an export without --trust proved, in one line.
 EXPORT_UNTRUSTED = ("integrity only, not authenticity: pass --trust KEY (the device's public key: autodeploy agent "
                     "prints where it is)")  # fmt: skip
-COLOURS = {"queued": "dim", "running": "cyan", "done": "green", "failed": "red", "cancelled": "yellow", "skipped": "yellow",
-           "unreadable": "red"}  # fmt: skip
 
 
 @app.command()
@@ -111,7 +108,7 @@ def status(
 
 
 def _print_job(record: dict[str, Any]) -> None:
-    from autodeploy.results_db.schema import UNREADABLE
+    from autodeploy.results_db.states import RunState
 
     title = f"job {record['job']}: {shown(record['model'])} on {shown(record['selects'])} ({shown(record['state'])})"
     table = Table(title=title)
@@ -122,13 +119,13 @@ def _print_job(record: dict[str, Any]) -> None:
         w = d["winner"] or {}
         speedup = f"{w['speedup']:.2f}x ({shown(w['statistic'])})" if w.get("speedup") else "-"
         winner = f"{shown(w['config'])}, {shown(w['statistic'])} {shown(w['value_text'])}" if w else "-"
-        reason = d["reason"] or ""
-        if d["state"] == UNREADABLE:  # its line below the table, whole (a cell would wrap it)
+        reason, state = d["reason"] or "", RunState(d["state"])
+        if state == RunState.UNREADABLE:  # its line below the table, whole (a cell would wrap it)
             unreadable.append(reason)
             reason = "see below"
         if d["skipped"]:
             reason = "; ".join([reason] * bool(reason) + [f"skipped {s['engine']}: {s['reason']}" for s in d["skipped"]])
-        table.add_row(shown(d["device"]), f"[{COLOURS[d['state']]}]{d['state']}[/]", f"{d['heartbeat_age_s']:.0f} s ago",
+        table.add_row(shown(d["device"]), f"[{state.colour}]{state}[/]", f"{d['heartbeat_age_s']:.0f} s ago",
                       str(d["trials"]), winner, speedup, shown(reason))  # fmt: skip
     out.print(table)
     if record.get("reason"):  # the job row itself is unreadable
@@ -172,9 +169,10 @@ def export(
 def cancel(job: Annotated[int, typer.Argument(help="The job.")], db: DbOption = None) -> None:
     """Cancel a job: queued devices at once, running ones at their agent's next step."""
     from autodeploy.fleet import jobs
+    from autodeploy.results_db.states import RunState
     from autodeploy.results_db.store import Store
 
     with Store.open(jobs.require_postgres(db)) as store:
         runs = jobs.cancel(store, job)
-    running = [r.device for r in runs if r.state == "running"]
+    running = [r.device for r in runs if r.state == RunState.RUNNING]
     out.print(f"job {job} cancelled" + (f"; stopping on {shown(', '.join(running))}" if running else ""))

@@ -15,6 +15,7 @@ import typer
 from typer.core import TyperCommand
 
 from autodeploy import api
+from autodeploy.accuracy.records import DEFAULT_MAX_ACCURACY_DROP
 from autodeploy.adapters.registry import BASELINE_ENGINE
 from autodeploy.bundle.loader import BundleError
 from autodeploy.cli._common import (
@@ -39,7 +40,6 @@ from autodeploy.errors import AutodeployError, DataError, ModelError, Unsupporte
 from autodeploy.gate.core import EXIT_ERROR, EXIT_USAGE, LATENCY_METRICS
 from autodeploy.gate.stats import ALPHA, MIN_ROUNDS
 from autodeploy.model import parse_shape_flags
-from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 #: Library errors that mean the user's input is wrong (exit 64); any other stops the gate (exit 70).
 BAD_INPUT = (UsageError, ModelError, DataError, UnsupportedConfigError, BundleError)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from autodeploy.accuracy.records import DEFAULT_MAX_ACCURACY_DROP
 from autodeploy.cli._common import (
     DataOption,
     LayoutOption,
@@ -22,7 +23,6 @@ from autodeploy.cli._common import (
     spinner,
 )
 from autodeploy.errors import UsageError
-from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP
 
 if TYPE_CHECKING:
     from autodeploy.inhouse.memory import MemoryPlan

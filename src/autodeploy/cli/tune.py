@@ -1,10 +1,16 @@
-"""``autodeploy tune``: an Optuna study over engine × precision × batch × threads on this device."""
+"""``autodeploy tune``: an Optuna study over engine × precision × batch × threads on this device.
+
+Its flags are the study's settings (:data:`autodeploy.search.settings.SETTINGS`), one option per row, built into
+:func:`tune`'s signature below; the command's own (the model, ``--config``, ``--db``, ``--storage``, ``--format``)
+are written out.
+"""
 
 from __future__ import annotations
 
+import inspect
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import (
@@ -42,16 +48,16 @@ from autodeploy.cli._common import (
     shown,
 )
 from autodeploy.errors import AutodeployError, UsageError
-from autodeploy.objectives import OBJECTIVES
+from autodeploy.objectives import DEFAULT_OBJECTIVE, of
 from autodeploy.redact import mask_secrets
 from autodeploy.search import config as study_config
 from autodeploy.search.config import EXAMPLES
+from autodeploy.search.reporter import Reporter
+from autodeploy.search.settings import SETTINGS, Setting
 from autodeploy.shapes import ShapeSet, parse_flags
 
 if TYPE_CHECKING:
     from autodeploy.search.study import Finalist, StudySummary
-
-Many = list[str] | None
 
 
 def tune(
@@ -62,69 +68,6 @@ def tune(
         Path | None, typer.Option(metavar="YAML", help=f"Study config; flags override it. Examples, usable by name "
                                   f"(e.g. latency-mobilenetv2.yaml): {EXAMPLES}")
     ] = None,
-    name: Annotated[str | None, typer.Option(help="Study name (default: MODEL-OBJECTIVE-DEVICE).")] = None,
-    objective: Annotated[str | None, typer.Option(help="latency | throughput | server | pareto.")] = None,
-    engine: Annotated[
-        Many, typer.Option(help="Engines to search (default: all available); repeatable.")
-    ] = None,
-    precision: Annotated[
-        Many, typer.Option(help="Precisions to search (default: each engine's); repeatable.")
-    ] = None,
-    batch: Annotated[list[int] | None, typer.Option(help="Batch sizes to search; repeatable.")] = None,
-    threads: Annotated[list[int] | None, typer.Option(help="Thread counts to search; repeatable.")] = None,
-    trials: Annotated[
-        int | None, typer.Option(help="Trials this run adds (default 30; the whole grid for --sampler grid).")
-    ] = None,
-    timeout: Annotated[float | None, typer.Option(callback=at_least(0.001), help="Seconds before a worker running the model (reference, measurement) is killed, as for bench (default 600).")] = None,
-    build_timeout: Annotated[float | None, typer.Option(callback=at_least(0.001), help="Seconds before a worker building an artifact is killed (default 1800).")] = None,
-    screening_time: Annotated[float | None, typer.Option(callback=at_least(0.001), metavar="SECONDS", help="Start no new screening trial after this many seconds (the finalists still run; --time-budget bounds the whole run).")] = None,
-    time_budget: Annotated[
-        str | None, typer.Option(metavar="DURATION", help="Wall time of this run, finalists included (600, 90s, 10m, "
-                                 "1h30m): the best found in it, with the confidence reached; --resume goes on.")
-    ] = None,
-    sampler: Annotated[
-        str | None, typer.Option(help="tpe (default, seeded) | grid | random | nsga2.")
-    ] = None,
-    seed: Annotated[int | None, typer.Option()] = None,
-    fresh: Annotated[bool, typer.Option("--fresh", help="Re-measure configs already in the store.")] = False,
-    resume: Annotated[
-        bool,
-        typer.Option("--resume", help="Add trials to an existing study (or join it from another worker)."),
-    ] = False,
-    max_accuracy_drop: Annotated[
-        float | None, typer.Option(callback=at_least(0.0), help=ACCURACY_DROP_HELP)
-    ] = None,
-    max_memory_mb: Annotated[float | None, typer.Option(help="Peak worker memory allowed, MB.")] = None,
-    sla_ms: Annotated[
-        float | None, typer.Option(help="p99 latency bound (needed by --objective server).")
-    ] = None,
-    finalists: Annotated[
-        int | None, typer.Option(help="Finalists re-measured interleaved (default 3; 0: none).")
-    ] = None,
-    rounds: Annotated[
-        int | None, typer.Option(help="Interleaved rounds for the finalists, spread over time (default 5).")
-    ] = None,
-    spread: Annotated[float | None, typer.Option(callback=at_least(0.0), metavar="SECONDS", help="Least seconds the finalist rounds span, waiting between them at random times (default: as long as screening took, at most 300; 0: back to back).")] = None,
-    min_samples: Annotated[
-        int | None, typer.Option(help="Timed calls per screening trial, at least (default 64).")
-    ] = None,
-    min_duration: Annotated[
-        float | None, typer.Option(help="Timed seconds per screening trial, at least (default 1).")
-    ] = None,
-    shape: Annotated[Many, typer.Option(help="Fix an input shape, NAME=1x3x224x224[@WEIGHT]; repeat an input for several shapes.")] = None,
-    per_shape: Annotated[
-        bool, typer.Option("--per-shape", help="With several shapes: one study and winner per shape (default: one config for the weighted mix).")
-    ] = False,
-    data: Annotated[
-        str | None, typer.Option(help="Input data: .npz, a folder of NAME.npy (optional 'labels'), a folder of "
-                                 "images (subfolders: classes), or sample:images (crops of real photos).")
-    ] = None,
-    layout: LayoutOption = None,
-    reverse_input_channels: ReverseOption = False,
-    mean_values: MeanOption = None,
-    scale_values: ScaleOption = None,
-    metric: MetricOption = None,
-    max_metric_drop: MetricDropOption = None,
     db: Annotated[
         str | None,
         typer.Option(help="Results database URL (default: $AUTODEPLOY_DB or the user SQLite file)."),
@@ -133,6 +76,7 @@ def tune(
         str | None, typer.Option(help="Optuna storage URL shared by workers (default: the results database).")
     ] = None,
     format: FormatOption = Format.table,
+    **flags: Any,  # the settings' flags (tune.__signature__, below)
 ) -> None:
     """Search the fastest config for a model on this device, re-measure the finalists and report the winner."""
     if model is None and config is None:
@@ -140,53 +84,106 @@ def tune(
     if config is not None:  # a bare name may be a file here or a shipped example: say which is read
         err.print(f"config: {shown(str(study_config.resolve(config)))}", soft_wrap=True)  # one line, however long
     reporter = _ProgressReporter()
+    shape, per_shape = flags.pop("shape"), flags.pop("per_shape")
     shape_set = parse_flags(shape or [])
     per_shape = per_shape or bool(study_config.read(config).get("per_shape")) if config is not None else per_shape
-    kwargs = dict(config=config, objective=objective, engines=engine, precisions=precision,
-                  batches=batch, threads=threads, trials=trials, timeout_s=timeout, build_timeout_s=build_timeout,
-                  screening_time_s=screening_time, time_budget=time_budget,
-                  sampler=sampler, seed=seed, fresh=fresh, resume=resume, max_accuracy_drop=max_accuracy_drop, max_memory_mb=max_memory_mb,
-                  sla_ms=sla_ms, finalists=finalists, rounds=rounds, spread_s=spread, min_samples=min_samples,
-                  min_duration_s=min_duration, shapes=shape_set if shape else None, data=data, db=db,
-                  preprocess=preprocess_of(layout, reverse_input_channels, mean_values, scale_values),
-                  metric=metric, max_metric_drop=max_metric_drop,
-                  storage=storage, command=command_line())  # fmt: skip
+    kwargs = {**_settings(flags), "shapes": shape_set if shape else None, "config": config, "db": db,
+              "storage": storage, "command": command_line()}  # fmt: skip
     try:
         if per_shape:
             summaries = []
             for case in (shape_set if shape else study_config.load(config, {"model": model}).shape_set()).cases:
                 with reporter:  # one study per shape, one after the other
-                    summaries += api.tune_per_shape(model, name=name, reporter=reporter,
+                    summaries += api.tune_per_shape(model, reporter=reporter,
                                                     **{**kwargs, "shapes": ShapeSet((case,))})  # fmt: skip
                 reporter = _ProgressReporter()
         else:
             with reporter:
-                summaries = [api.tune(model, name=name, reporter=reporter, **kwargs)]  # type: ignore[arg-type]
+                summaries = [api.tune(model, reporter=reporter, **kwargs)]
     except KeyboardInterrupt:
         _interrupted(reporter.name, db)
         raise typer.Exit(130) from None
-    if format is Format.table:
-        for summary in summaries:
-            _print_summary(summary, summary.name)
-            if summary.inputs:
-                err.print(f"note: {shown(summary.inputs)}")
-            if summary.reference:
-                err.print(f"accuracy judged against {shown(summary.reference)}")
-            if summary.winner is not None:
-                _print_next_steps(summary.name, db)
-    else:
+    _print_summaries(summaries, format, db)
+    if any(s.winner is None for s in summaries):
+        raise typer.Exit(1)
+
+
+#: Flags that bench has too, declared once for both in ``cli/_common.py``.
+_SHARED: dict[str, Any] = {
+    "max_accuracy_drop": Annotated[
+        float | None, typer.Option(callback=at_least(0.0), help=ACCURACY_DROP_HELP)
+    ],
+    "metric": MetricOption,
+    "max_metric_drop": MetricDropOption,
+}
+#: The API's one ``preprocess`` is four flags, as for bench (in :func:`preprocess_of`'s order), with their defaults.
+_PREPROCESS: dict[str, tuple[Any, Any]] = {"layout": (LayoutOption, None), "reverse_input_channels": (ReverseOption, False),
+                                           "mean_values": (MeanOption, None), "scale_values": (ScaleOption, None)}  # fmt: skip
+
+
+def _settings(flags: dict[str, Any]) -> dict[str, Any]:
+    """The API's keywords of the settings' flags (``--batch`` is ``batches``; the image flags one ``preprocess``)."""
+    image = [flags.pop(name) for name in _PREPROCESS]
+    given = {s.name: flags.pop(s.option) for s in SETTINGS if s.option in flags}
+    return {**given, "preprocess": preprocess_of(*image)}
+
+
+def _parameter(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def _option(setting: Setting) -> inspect.Parameter:
+    """A setting's flag: repeatable for a list, on alone for a bool (``--fresh``, never ``--no-fresh``), refused
+    below its minimum in one line."""
+    if setting.option in _SHARED:
+        return _parameter(setting.option, _SHARED[setting.option], None)
+    switch = setting.type is bool
+    names = (f"--{setting.option.replace('_', '-')}",) if switch else ()
+    callback = None if setting.minimum is None else at_least(setting.minimum)
+    option = typer.Option(*names, metavar=setting.metavar, callback=callback, help=setting.help)
+    kind = setting.type if switch else setting.type | None
+    return _parameter(setting.option, Annotated[kind, option], False if switch else None)
+
+
+def _signature() -> inspect.Signature:
+    """:func:`tune`'s parameters for Typer: MODEL and --config, every setting's flag in the table's order (the image
+    flags in the place of ``preprocess``), then --db, --storage and --format."""
+    *own, _ = inspect.signature(tune, eval_str=True).parameters.values()  # less **flags
+    own = [p.replace(kind=p.KEYWORD_ONLY) for p in own]
+    flags = []
+    for setting in SETTINGS:
+        if setting.name == "preprocess":
+            flags += [_parameter(name, *annotated) for name, annotated in _PREPROCESS.items()]
+        elif setting.flag is not None:
+            flags.append(_option(setting))
+    return inspect.Signature([*own[:2], *flags, *own[2:]], return_annotation=None)
+
+
+tune.__signature__ = _signature()  # type: ignore[attr-defined]
+
+
+def _print_summaries(summaries: list[StudySummary], fmt: Format, db: str | None) -> None:
+    """Each study's tables and next steps, or their records as JSON or CSV."""
+    if fmt is not Format.table:
         from autodeploy.report import study_record
 
         records = [study_record(s) for s in summaries]
-        emit(format, records[0] if len(records) == 1 else records)
-    if any(s.winner is None for s in summaries):
-        raise typer.Exit(1)
+        emit(fmt, records[0] if len(records) == 1 else records)
+        return
+    for summary in summaries:
+        _print_summary(summary, summary.name)
+        if summary.inputs:
+            err.print(f"note: {shown(summary.inputs)}")
+        if summary.reference:
+            err.print(f"accuracy judged against {shown(summary.reference)}")
+        if summary.winner is not None:
+            _print_next_steps(summary.name, db)
 
 
 def value_text(value: float | None, objective: str) -> str:
     """A study statistic with its unit: ``91.85 µs`` (latency), ``1234.5 items/s``, ``412.0 q/s``
     (:meth:`autodeploy.objectives.Objective.value_text`)."""
-    return OBJECTIVES[objective].value_text(value)
+    return of(objective).value_text(value)
 
 
 def best_text(best: str | None, objective: str) -> str:
@@ -195,14 +192,14 @@ def best_text(best: str | None, objective: str) -> str:
         return "best: none meets the constraints yet"
     label, _, values = best.rpartition(" = ")
     numbers = [float(v) for v in values.split(", ")]
-    if not OBJECTIVES[objective].single and len(numbers) == 3:  # pareto: p90 ms × accuracy drop × MB
+    if not of(objective).single and len(numbers) == 3:  # pareto: p90 ms × accuracy drop × MB
         shown_values = f"{fmt_ms(numbers[0])}, drop {numbers[1]:.2%}, {numbers[2]:.0f} MB"
     else:
         shown_values = value_text(numbers[0], objective)
-    return f"best {OBJECTIVES[objective].words}: {label} at {shown_values}"
+    return f"best {of(objective).words}: {label} at {shown_values}"
 
 
-class _ProgressReporter:  # a search.study.Reporter (not imported: it loads the store and SQLAlchemy)
+class _ProgressReporter(Reporter):
     """A spinner while the study is prepared, then a Rich progress bar for the screening trials (the best so far
     with its unit, the current phase, an ETA), then a second bar for the interleaved finalist runs."""
 
@@ -215,7 +212,7 @@ class _ProgressReporter:  # a search.study.Reporter (not imported: it loads the 
         self.final: TaskID | None = None
         self.best = "best: none yet"
         self.name: str | None = None
-        self.objective = "latency"
+        self.objective = DEFAULT_OBJECTIVE.name
         self.runs = 0  # finalist runs started
 
     def __enter__(self) -> _ProgressReporter:
@@ -325,7 +322,7 @@ def resume_command(name: str) -> str:
 
 def _best_first(summary: StudySummary) -> list[Finalist]:
     """The finalists as ranked: the winner, then by their re-measured value, failures and unmeasured last."""
-    sign = -1 if OBJECTIVES[summary.objective].higher_is_better else 1
+    sign = -1 if of(summary.objective).higher_is_better else 1
     winner = summary.winner.label if summary.winner is not None else None
 
     def rank(f: Finalist) -> tuple[bool, bool, bool, float]:
@@ -344,7 +341,7 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
         if summary.finalists[0].per_shape:
             title += ", weighted by the shape mix"
         table = Table(title=title)
-        value_column = OBJECTIVES[objective].words + " [95% CI]"
+        value_column = of(objective).words + " [95% CI]"
         if summary.statistic and remeasured:  # paired by round: each round's value, their median and range
             value_column = f"{summary.statistic}: median of rounds \\[interval over rounds]"
         for column in ("config", value_column, "samples", "load", "note"):
@@ -368,7 +365,7 @@ def _print_summary(summary: StudySummary, study_name: str) -> None:
                           f"[yellow]{load}[/]" if "under load" in load else load, note)  # fmt: skip
         out.print(table)
     if summary.winner is not None and summary.winner.per_shape:
-        shapes = Table(title=f"the winner at each shape ({OBJECTIVES[objective].words})")
+        shapes = Table(title=f"the winner at each shape ({of(objective).words})")
         shapes.add_column("shape")
         shapes.add_column("value", justify="right")
         for key, value in summary.winner.per_shape.items():
@@ -455,7 +452,7 @@ def fmt_s(seconds: float) -> str:
 
 
 def _stat_ci(value: float | None, ci: tuple[float, float] | None, objective: str) -> str:
-    return OBJECTIVES[objective].value_text(value, ci)
+    return of(objective).value_text(value, ci)
 
 
 def _why_not_screening_best(summary: StudySummary) -> str:

@@ -7,12 +7,12 @@ up without a restart, and the sidebar's *Refresh* button drops them at once.
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import shlex
 import tempfile
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pandas as pd
@@ -170,14 +170,14 @@ def csv_button(df: pd.DataFrame, file_name: str, *, key: str, label: str = "Down
     st.download_button(label, df.to_csv(index=False).encode(), file_name=file_name, mime="text/csv", key=key)
 
 
-def bundle_exporter() -> Any | None:
-    """``autodeploy.bundle.export`` when the bundle exporter is installed (``study_winner`` + ``write_bundle``)."""
-    try:
-        module = importlib.import_module("autodeploy.bundle.export")
+def bundle_exporter() -> ModuleType | None:
+    """:mod:`autodeploy.bundle.export` (``study_winner`` + ``write_bundle``), or ``None`` where it cannot be imported
+    here (the page then shows the shell command instead)."""
+    try:  # imported on first use: the exporter's imports (engines' registry, summaries) wait for the button
+        from autodeploy.bundle import export
     except ImportError:
         return None
-    ok = callable(getattr(module, "study_winner", None)) and callable(getattr(module, "write_bundle", None))
-    return module if ok else None
+    return export
 
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:=^&])")

@@ -19,6 +19,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from autodeploy.adapters import registry
 from autodeploy.dashboard.queries import BASELINE_LABEL, REJECTED, Metric
 from autodeploy.units import time_unit
 from autodeploy.verdict import Limits, sla_bounds_latency
@@ -30,8 +31,8 @@ WINNER_COLOR, BASELINE_COLOR, LIMIT_COLOR = "#2ca02c", "#7f7f7f", "#d62728"
 #: A rejected config: lighter than the baseline's grey, hatched with :data:`REJECTED_PATTERN`.
 REJECTED_COLOR, REJECTED_PATTERN, REJECTED_TEXT = "#d9d9d9", "/", "✗ rejected"
 ROLE_TEXT = {"winner": "★ winner", "runner-up": "runner-up", "tie": "tie with winner", "baseline": "baseline"}
-#: What the baseline is called where a frame does not say (``baseline_name``): an ONNX model's.
-BASELINE_NAME = "ORT fp32 default"
+#: What the baseline is called where a frame does not say (``baseline_name``): an ONNX model's, as a label.
+BASELINE_NAME = registry.BASELINE_NAME.removeprefix("the ")
 
 
 def baselines(df: pd.DataFrame) -> pd.Series:

@@ -17,18 +17,19 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from autodeploy import verdict
+from autodeploy import objectives, verdict
+from autodeploy.accuracy.records import Accuracy
+from autodeploy.accuracy.rules import accuracy_drop
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.adapters.registry import BASELINE_CONFIG, BASELINE_NAME
 from autodeploy.harness.result import JUDGED, Measurement, headline
 from autodeploy.harness.stats import latency_claim
-from autodeploy.objectives import OBJECTIVES
+from autodeploy.objectives import MEDIAN, OBJECTIVES
 from autodeploy.report import study_record
 from autodeploy.results_db.records import Catalog, TrialFilter, TrialRow
 from autodeploy.results_db.store import Store
 from autodeploy.search.summary import speedup_text
 from autodeploy.units import fmt_ms_ci
-from autodeploy.verdict import Accuracy, accuracy_drop
 
 if TYPE_CHECKING:
     import optuna
@@ -68,13 +69,17 @@ class Metric:
     statistic: str | None = None
 
 
-_LATENCY, _THROUGHPUT = OBJECTIVES["latency"], OBJECTIVES["throughput"]
+#: The objectives whose statistics are per-trial metrics here (their ``trial_metric``).
+_LATENCY, _THROUGHPUT = objectives.of("latency"), objectives.of("throughput")
 METRICS = {
-    "latency": Metric(_LATENCY.statistic_label, "latency_ms", ("latency_ci_low", "latency_ci_high"), False,
-                      _LATENCY.statistic),
-    "median": Metric("median latency (ms)", "median_ms", ("median_ci_low", "median_ci_high"), False),
-    "throughput": Metric(_THROUGHPUT.statistic_label, "throughput", None, True, _THROUGHPUT.statistic),
+    _LATENCY.trial_metric: Metric(_LATENCY.statistic_label, "latency_ms", ("latency_ci_low", "latency_ci_high"),
+                                  False, _LATENCY.statistic),
+    MEDIAN.name: Metric(f"{MEDIAN.name} latency ({MEDIAN.unit})", MEDIAN.field, ("median_ci_low", "median_ci_high"),
+                        False),
+    _THROUGHPUT.trial_metric: Metric(_THROUGHPUT.statistic_label, "throughput", None, True, _THROUGHPUT.statistic),
 }  # fmt: skip
+#: The per-trial latency (p90, else the median), which the devices and Pareto pages plot.
+LATENCY_METRIC = METRICS[_LATENCY.trial_metric]
 #: The metric that matches a study's objective (server and pareto studies are judged on latency here).
 OBJECTIVE_METRIC = {name: o.trial_metric for name, o in OBJECTIVES.items()}
 
@@ -394,7 +399,7 @@ def study_finalists(finalists: pd.DataFrame, model_sha256: str, device: str, met
 
 def finalist_bars(finalists: pd.DataFrame, objective: str) -> tuple[pd.DataFrame, Metric]:
     """One study's finalists as bars for :func:`charts.ci_bars`: winner on top, then by value; and their metric."""
-    known = OBJECTIVES.get(objective)
+    known = objectives.stored(objective)
     name, label = (known.statistic, known.statistic_label) if known else ("value", "value")
     higher = known is not None and known.higher_is_better
     metric = Metric(label, "value", ("ci_low", "ci_high"), higher, name)
@@ -589,7 +594,7 @@ def verdicts(
     """``df`` (from :func:`trials`) with ``verdict`` (winner, pareto, feasible, rejected) and ``reason``.
 
     A trial is rejected when it failed (its kind and message) or breaks one of the study's
-    ``constraints`` (``max_accuracy_drop``, default :data:`~autodeploy.verdict.DEFAULT_MAX_ACCURACY_DROP`;
+    ``constraints`` (``max_accuracy_drop``, default :data:`~autodeploy.accuracy.records.DEFAULT_MAX_ACCURACY_DROP`;
     ``max_memory_mb``; ``sla_ms``, a latency bound unless ``objective`` is ``server``), judged
     by :mod:`autodeploy.verdict` as the study judges them. Among the rest, ``pareto`` marks those
     no other feasible trial beats on latency, accuracy drop and memory at once; ``winner`` (a

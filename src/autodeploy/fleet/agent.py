@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from autodeploy.errors import AutodeployError, DataError, StoreError, WriteError, excerpt
 from autodeploy.fleet import jobs, keys, ledger, provenance, queue
-from autodeploy.search.context import Reporter
+from autodeploy.results_db.states import RunState
+from autodeploy.search.reporter import Reporter
 
 if TYPE_CHECKING:
     from autodeploy.results_db.store import Store
@@ -229,28 +230,28 @@ def _run_taken(store: Store, agent: ledger.Agent, run: ledger.Run, job: ledger.J
         log(f"job {job.id}: back in the queue")
         return
     except JobCancelled:
-        state, fields = "cancelled", {"reason": "the job was cancelled while it ran"}
+        state, fields = RunState.CANCELLED, {"reason": "the job was cancelled while it ran"}
     except ledger.StaleRun:
         raise
     except AutodeployError as error:
-        state, fields = "failed", {"reason": str(error)}
+        state, fields = RunState.FAILED, {"reason": str(error)}
     except Exception as error:  # a bug: the record says so (unless the run is another agent's now), and the
         # traceback goes to the agent's log
-        ledger.finish(store, run, "failed", reason=f"internal error: {type(error).__name__}: {error}")
+        ledger.finish(store, run, RunState.FAILED, reason=f"internal error: {type(error).__name__}: {error}")
         raise
     ledger.finish(store, run, state, **fields)
     log(f"job {job.id}: {state}" + (f": {fields['reason']}" if fields.get("reason") else ""))
 
 
 def _tune_and_ship(store: Store, agent: ledger.Agent, run: ledger.Run, job: ledger.Job, settings: AgentSettings,
-                   log: Log) -> tuple[str, dict[str, Any]]:  # fmt: skip
+                   log: Log) -> tuple[RunState, dict[str, Any]]:  # fmt: skip
     from autodeploy import api, pytorch
     from autodeploy.device import probe_device
 
     if job.problem:  # its options or data were changed outside autodeploy: nothing of it is run
-        return "failed", {"reason": job.problem}
+        return RunState.FAILED, {"reason": job.problem}
     if pytorch.is_pt2(job.model_file) and not settings.allow_pytorch:  # before a byte of it is written here
-        return "skipped", {"reason": f"{excerpt(job.model_file, 80)} is a PyTorch .pt2, refused on this device "
+        return RunState.SKIPPED, {"reason": f"{excerpt(job.model_file, 80)} is a PyTorch .pt2, refused on this device "
                            "(loading one comes close to running its code); fix: start the agent with --allow-pytorch "
                            "to run .pt2 jobs"}  # fmt: skip
     model, data = _materialize(store, job, fleet_dir(settings))
@@ -260,7 +261,7 @@ def _tune_and_ship(store: Store, agent: ledger.Agent, run: ledger.Run, job: ledg
         ledger.note_skipped(store, run, skipped)
         log("skipped here: " + "; ".join(f"{s['engine']}: {s['reason']}" for s in skipped))
     if asked and not engines:
-        return "skipped", {"reason": "none of the engines the job asks for runs here", "skipped": skipped}
+        return RunState.SKIPPED, {"reason": "none of the engines the job asks for runs here", "skipped": skipped}
     # the study trusts only what this agent measured: its search state here, its reuse only of its own rows
     studies = provenance.study_file(fleet_dir(settings), store, job, agent.name)
     own = provenance.OwnTrials(store, fleet_dir(settings) / provenance.STUDIES / f"{agent.name}.trials")
@@ -276,11 +277,11 @@ def _tune_and_ship(store: Store, agent: ledger.Agent, run: ledger.Run, job: ledg
         why += [f"{f.label}: {f.failure}" for f in summary.finalists if f.failure]
         reason = (summary.note or "no config meets the constraints") + (f"; {excerpt(why[0], 1000)}" if why else "")
         if why and all(f.statistic is None for f in summary.finalists):  # nothing was measured here: the run failed
-            return "failed", {"reason": reason}
-        return "done", _signed(key, run, job, {"reason": reason})
+            return RunState.FAILED, {"reason": reason}
+        return RunState.DONE, _signed(key, run, job, {"reason": reason})
     digest = _ship(own, summary, fleet_dir(settings), key)
     fields = {"winner": winner_record(summary), "bundle_sha256": digest, "reason": None}
-    return "done", _signed(key, run, job, fields)
+    return RunState.DONE, _signed(key, run, job, fields)
 
 
 def _signed(key: keys.DeviceKey, run: ledger.Run, job: ledger.Job, fields: dict[str, Any]) -> dict[str, Any]:
@@ -435,11 +436,11 @@ def _alive(pid: int, started: int) -> bool:
 
 def winner_record(summary: StudySummary) -> dict[str, Any]:
     """The winner as ``fleet status`` shows it: config, statistic and value, speed-up over the baseline."""
-    from autodeploy.objectives import OBJECTIVES
+    from autodeploy.objectives import of
 
     w = summary.winner
     assert w is not None
-    objective = OBJECTIVES[summary.objective]  # a winner from screening values alone names no round statistic
+    objective = of(summary.objective)  # a winner from screening values alone names no round statistic
     statistic = summary.statistic or objective.latency_statistic or objective.shown_unit
     return {"config": w.label, "uid": w.uids[-1] if w.uids else None, "statistic": statistic,
             "value": w.statistic, "value_text": objective.value_text(w.statistic),

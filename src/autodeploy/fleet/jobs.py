@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autodeploy.errors import UsageError
-from autodeploy.fleet import keys, ledger, queue, readback
+from autodeploy.fleet import keys, ledger, queue
 from autodeploy.report import SCHEMA_VERSION
-from autodeploy.results_db.schema import RUN_STATES
+from autodeploy.results_db.states import JobState, RunState
 
 if TYPE_CHECKING:
     from autodeploy.intake import ResolvedModel
@@ -38,8 +38,6 @@ REFUSED_KEYS = {"name": "a fleet job names its studies fleet.JOB.DEVICE", "per_s
                 "metric": "a metric is code, and a fleet job carries no code"}  # fmt: skip
 #: The JSON form of one job's status (``autodeploy fleet status --format json``; ``report.SCHEMA``'s ``fleet``).
 SCHEMA_NAME = "autodeploy.fleet"
-#: Every device state :func:`status` reports: a run's own, or ``unreadable`` (a row that does not fit: :mod:`.readback`).
-STATES = (*RUN_STATES, readback.UNREADABLE)
 SQLITE_REFUSED = "autodeploy fleet and agent need PostgreSQL"
 
 
@@ -203,15 +201,15 @@ def safe_file_name(name: str) -> str:
 # -- status -----------------------------------------------------------------------------------------------
 
 
-def device_state(run: ledger.Run, job: ledger.Job, at: datetime) -> tuple[str, str | None]:
+def device_state(run: ledger.Run, job: ledger.Job, at: datetime) -> tuple[RunState, str | None]:
     """A run's state as shown: a running device silent for the job's ``lost_after_s`` is ``failed: agent lost``
     (it stays ``running`` in the store: if the agent comes back, it goes on)."""
     silent = (at - run.heartbeat_at).total_seconds()
-    if run.state == "running" and silent > job.lost_after_s:
-        return "failed", f"agent lost: no heartbeat for {silent:.0f} s (the job's limit is {job.lost_after_s:g} s)"
-    if run.state == "running" and job.state == "cancelled":
-        return "running", "cancel requested: the agent stops at its next step"
-    return run.state, run.reason
+    if run.state == RunState.RUNNING and silent > job.lost_after_s:
+        return RunState.FAILED, f"agent lost: no heartbeat for {silent:.0f} s (the job's limit is {job.lost_after_s:g} s)"
+    if run.state == RunState.RUNNING and job.state == JobState.CANCELLED:
+        return RunState.RUNNING, "cancel requested: the agent stops at its next step"
+    return RunState(run.state), run.reason
 
 
 def record(job: ledger.Job, runs: list[ledger.Run], at: datetime | None = None) -> dict[str, Any]:
@@ -220,12 +218,12 @@ def record(job: ledger.Job, runs: list[ledger.Run], at: datetime | None = None) 
     devices = []
     for run in runs:
         state, reason = device_state(run, job, at)
-        devices.append({"device": run.device, "state": state, "winner": run.winner, "reason": reason,
+        devices.append({"device": run.device, "state": state.value, "winner": run.winner, "reason": reason,
                         "heartbeat_age_s": round((at - run.heartbeat_at).total_seconds(), 1), "trials": run.trials,
                         "attempts": run.attempts, "skipped": run.skipped, "study": run.study})  # fmt: skip
     return {"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "job": job.id, "model": job.model_name,
             "model_sha256": job.model_sha256, "selects": job.devices,
-            "state": readback.UNREADABLE if job.problem else job.state, "reason": job.problem,
+            "state": (JobState.UNREADABLE if job.problem else JobState(job.state)).value, "reason": job.problem,
             "created_at": job.created_at.isoformat(), "devices": devices}  # fmt: skip
 
 

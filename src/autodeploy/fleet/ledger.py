@@ -8,27 +8,24 @@ SQLAlchemy Core and ORM over :mod:`autodeploy.results_db.schema`; every value a 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from autodeploy.errors import AutodeployError, StoreError, UsageError
 from autodeploy.fleet import readback
-from autodeploy.results_db import connection, rows
+from autodeploy.results_db import rows
 from autodeploy.results_db.records import DeviceRecord
 from autodeploy.results_db.schema import FleetAgent, FleetBlob, FleetJob, FleetRun
+from autodeploy.results_db.states import JobState, RunState
 
 if TYPE_CHECKING:
     from autodeploy.results_db.store import Store
     from autodeploy.runtime.device import DeviceInfo
 
-T = TypeVar("T")
-#: A run in one of these states is over: no agent takes it again.
-FINAL = ("done", "failed", "cancelled", "skipped")
 
 
 class StaleRun(AutodeployError):
@@ -70,7 +67,7 @@ class Job:
     options: dict[str, Any]
     devices: str
     lost_after_s: float
-    state: str
+    state: JobState
     created_at: datetime
     #: Why the row is unreadable (its options or data are not what ``fleet submit`` writes), else ``None``.
     problem: str | None = None
@@ -84,7 +81,7 @@ class Run:
     job_id: int
     device: str
     study: str
-    state: str
+    state: RunState
     attempts: int
     trials: int
     winner: dict[str, Any] | None
@@ -121,19 +118,6 @@ def selects(devices: str, agent: Agent) -> bool:
 # -- plumbing ---------------------------------------------------------------------------------------------
 
 
-def _tx(store: Store, what: str, fn: Callable[[Session], T]) -> T:
-    """``fn`` in one transaction; a database that failed, or refused this role, becomes a :class:`StoreError`
-    (data that breaks the schema is a bug and keeps its exception, as in :meth:`Store._run`)."""
-    try:
-        with Session(store.engine) as s, s.begin():
-            return fn(s)
-    except sa.exc.DatabaseError as err:
-        if connection.is_bug(err):
-            raise
-        reason, fix = connection.diagnose(err)
-        raise StoreError(f"{what} results database {store.url}: {reason}", fix=fix) from err
-
-
 def _agent(a: FleetAgent) -> Agent:
     return Agent(a.id, a.name, a.fingerprint, a.cpu, tuple(a.tags), dict(a.engines), a.version, rows.utc(a.heartbeat_at),
                  a.public_key)  # fmt: skip
@@ -144,7 +128,7 @@ def _job(j: FleetJob) -> Job:
     problem = readback.job_problem(j.id, options=j.options, data=j.data)
     options, data = (dict(j.options), j.data) if problem is None else ({}, None)
     return Job(j.id, j.model_name, j.model_file, j.model_sha256, data, options, j.devices, j.lost_after_s,
-               j.state, rows.utc(j.created_at), problem)  # fmt: skip
+               JobState(j.state), rows.utc(j.created_at), problem)  # fmt: skip
 
 
 def _run(r: FleetRun, a: FleetAgent) -> Run:
@@ -183,7 +167,7 @@ def put_blob(store: Store, data: bytes, what: str = "a file") -> str:
             s.execute(heal.values(data=data, size=len(data)))
 
     try:
-        _tx(store, "cannot store a blob in", insert)
+        store.transaction("cannot store a blob in", insert, write=True)
     except sa.exc.IntegrityError:  # another process stored the same bytes at once
         pass
     return digest
@@ -201,7 +185,8 @@ def _stored_digest(s: Session, digest: str) -> str | None:
 
 def blob(store: Store, digest: str) -> bytes | None:
     """The bytes stored under ``digest``, as stored (the caller checks them: :func:`checked_blob`)."""
-    return _tx(store, "cannot read", lambda s: s.scalar(sa.select(FleetBlob.data).where(FleetBlob.sha256 == digest)))
+    query = sa.select(FleetBlob.data).where(FleetBlob.sha256 == digest)
+    return store.transaction("cannot read", lambda s: s.scalar(query))
 
 
 def checked_blob(store: Store, digest: str, what: str) -> bytes:
@@ -248,7 +233,7 @@ def check_binding(store: Store, name: str, device: DeviceInfo, public_key: str |
     """Raises: UsageError: ``name`` is registered with another public key, or another device fingerprint."""
     record = DeviceRecord.of(device)
     query = sa.select(FleetAgent).where(FleetAgent.name == name)
-    _tx(store, "cannot read", lambda s: _check_bound(name, s.scalar(query), record, public_key))
+    store.transaction("cannot read", lambda s: _check_bound(name, s.scalar(query), record, public_key))
 
 
 def register(store: Store, name: str, device: DeviceInfo, engines: dict[str, str], tags: tuple[str, ...],
@@ -275,19 +260,20 @@ def register(store: Store, name: str, device: DeviceInfo, engines: dict[str, str
         return _agent(row)
 
     try:
-        return _tx(store, f"cannot register device {name!r} in", upsert)
+        return store.transaction(f"cannot register device {name!r} in", upsert, write=True)
     except sa.exc.IntegrityError:  # the same name registered at once by another process: read it now
-        return _tx(store, f"cannot register device {name!r} in", upsert)
+        return store.transaction(f"cannot register device {name!r} in", upsert, write=True)
 
 
 def beat(store: Store, agent_id: int) -> None:
     """The agent is alive now."""
-    _tx(store, "cannot write to", lambda s: s.execute(
-        sa.update(FleetAgent).where(FleetAgent.id == agent_id).values(heartbeat_at=now())))  # fmt: skip
+    beating = sa.update(FleetAgent).where(FleetAgent.id == agent_id).values(heartbeat_at=now())
+    store.transaction("cannot write to", lambda s: s.execute(beating), write=True)
 
 
 def agents(store: Store) -> list[Agent]:
-    return _tx(store, "cannot read", lambda s: [_agent(a) for a in s.scalars(sa.select(FleetAgent).order_by(FleetAgent.id))])
+    query = sa.select(FleetAgent).order_by(FleetAgent.id)
+    return store.transaction("cannot read", lambda s: [_agent(a) for a in s.scalars(query)])
 
 
 # -- jobs and runs ----------------------------------------------------------------------------------------
@@ -299,18 +285,20 @@ def add_job(store: Store, *, model_name: str, model_file: str, model_sha256: str
 
     def insert(s: Session) -> tuple[Job, list[Run]]:
         job = FleetJob(model_name=model_name, model_file=model_file, model_sha256=model_sha256, data=data,
-                       options=options, devices=devices, lost_after_s=lost_after_s, state="open", command=command)  # fmt: skip
+                       options=options, devices=devices, lost_after_s=lost_after_s, state=JobState.OPEN.value,
+                       command=command)  # fmt: skip
         s.add(job)
         s.flush()
         made = [_add_run(s, job, a) for a in s.scalars(sa.select(FleetAgent).order_by(FleetAgent.id))
                 if selects(devices, _agent(a))]  # fmt: skip
         return _job(job), made
 
-    return _tx(store, "cannot store a fleet job in", insert)
+    return store.transaction("cannot store a fleet job in", insert, write=True)
 
 
 def _add_run(s: Session, job: FleetJob, agent: FleetAgent) -> Run:
-    run = FleetRun(job_id=job.id, agent_id=agent.id, study=study_name(job.id, agent.name), state="queued")
+    run = FleetRun(job_id=job.id, agent_id=agent.id, study=study_name(job.id, agent.name),
+                   state=RunState.QUEUED.value)
     s.add(run)
     s.flush()
     return _run(run, agent)
@@ -323,16 +311,16 @@ def adopt(store: Store, agent: Agent) -> list[Run]:
     def fetch(s: Session) -> list[Run]:
         me = s.get_one(FleetAgent, agent.id)
         have = sa.select(FleetRun.job_id).where(FleetRun.agent_id == agent.id)
-        for job in s.scalars(sa.select(FleetJob).where(FleetJob.state == "open", FleetJob.id.not_in(have))):
+        for job in s.scalars(sa.select(FleetJob).where(FleetJob.state == JobState.OPEN.value, FleetJob.id.not_in(have))):
             if selects(job.devices, agent):
                 _add_run(s, job, me)
-        query = sa.select(FleetRun).where(FleetRun.agent_id == agent.id, FleetRun.state.not_in(FINAL))
+        query = sa.select(FleetRun).where(FleetRun.agent_id == agent.id, FleetRun.state.not_in(RunState.finals()))
         return [_run(r, me) for r in s.scalars(query.order_by(FleetRun.id))]
 
     try:
-        return _tx(store, "cannot read", fetch)
+        return store.transaction("cannot read", fetch, write=True)
     except sa.exc.IntegrityError:  # two processes of one name adopted at once: the other made the runs
-        return _tx(store, "cannot read", fetch)
+        return store.transaction("cannot read", fetch, write=True)
 
 
 def set_queue_jobs(store: Store, queued: dict[int, int]) -> None:
@@ -342,19 +330,20 @@ def set_queue_jobs(store: Store, queued: dict[int, int]) -> None:
         for run_id, queue_job in queued.items():
             s.execute(sa.update(FleetRun).where(FleetRun.id == run_id).values(queue_job=queue_job))
 
-    _tx(store, "cannot write to", update)
+    store.transaction("cannot write to", update, write=True)
 
 
 def job(store: Store, job_id: int) -> Job:
     """Raises: UsageError: no such job."""
-    found = _tx(store, "cannot read", lambda s: (lambda j: j and _job(j))(s.get(FleetJob, job_id)))
+    found = store.transaction("cannot read", lambda s: (lambda j: j and _job(j))(s.get(FleetJob, job_id)))
     if found is None:
         raise UsageError(f"no fleet job {job_id} in results database {store.url}", fix="see autodeploy fleet status")
     return found
 
 
 def jobs(store: Store) -> list[Job]:
-    return _tx(store, "cannot read", lambda s: [_job(j) for j in s.scalars(sa.select(FleetJob).order_by(FleetJob.id))])
+    query = sa.select(FleetJob).order_by(FleetJob.id)
+    return store.transaction("cannot read", lambda s: [_job(j) for j in s.scalars(query)])
 
 
 def runs(store: Store, job_ids: list[int] | None = None) -> list[Run]:
@@ -363,7 +352,7 @@ def runs(store: Store, job_ids: list[int] | None = None) -> list[Run]:
     if job_ids is not None:
         query = query.where(FleetRun.job_id.in_(job_ids))
     query = query.order_by(FleetRun.job_id, FleetAgent.name)
-    return _tx(store, "cannot read", lambda s: [_run(r, a) for r, a in s.execute(query)])
+    return store.transaction("cannot read", lambda s: [_run(r, a) for r, a in s.execute(query)])
 
 
 def take(store: Store, run_id: int, agent: Agent) -> tuple[Run, Job] | None:
@@ -382,18 +371,18 @@ def take(store: Store, run_id: int, agent: Agent) -> tuple[Run, Job] | None:
             owner = s.get_one(FleetAgent, run.agent_id).name
             raise ForeignRun(f"run {run_id} belongs to device {owner!r}, not to {agent.name!r}: refused, nothing run "
                              "(a queue entry of this device named another device's run)")  # fmt: skip
-        if run is None or run.state in FINAL:
+        if run is None or RunState(run.state).final:
             return None
         job = s.get_one(FleetJob, run.job_id)
-        if job.state == "cancelled":
-            run.state, run.finished_at, run.reason = "cancelled", now(), "the job was cancelled"
+        if job.state == JobState.CANCELLED:
+            run.state, run.finished_at, run.reason = RunState.CANCELLED.value, now(), "the job was cancelled"
             return None
-        run.state, run.attempts, run.queue_job = "running", run.attempts + 1, None
+        run.state, run.attempts, run.queue_job = RunState.RUNNING.value, run.attempts + 1, None
         run.started_at = run.started_at or now()
         s.flush()
         return _run(run, s.get_one(FleetAgent, run.agent_id)), _job(job)
 
-    return _tx(store, "cannot write to", update)
+    return store.transaction("cannot write to", update, write=True)
 
 
 def _fenced(store: Store, run: Run, **values: Any) -> None:
@@ -404,11 +393,11 @@ def _fenced(store: Store, run: Run, **values: Any) -> None:
     """
 
     def update(s: Session) -> None:
-        held = (FleetRun.id == run.id, FleetRun.attempts == run.attempts, FleetRun.state == "running")
+        held = (FleetRun.id == run.id, FleetRun.attempts == run.attempts, FleetRun.state == RunState.RUNNING.value)
         if s.execute(sa.update(FleetRun).where(*held).values(**values)).rowcount == 0:
             raise StaleRun(run.id, run.attempts, _held(s, run.id))
 
-    _tx(store, "cannot write to", update)
+    store.transaction("cannot write to", update, write=True)
 
 
 def _held(s: Session, run_id: int) -> tuple[int, str] | None:
@@ -419,8 +408,8 @@ def _held(s: Session, run_id: int) -> tuple[int, str] | None:
 
 def check_held(store: Store, run: Run) -> None:
     """Raises: StaleRun: another agent took the run since this one did (or it is over)."""
-    current = _tx(store, "cannot read", lambda s: _held(s, run.id))
-    if current != (run.attempts, "running"):
+    current = store.transaction("cannot read", lambda s: _held(s, run.id))
+    if current != (run.attempts, RunState.RUNNING):
         raise StaleRun(run.id, run.attempts, current)
 
 
@@ -429,7 +418,7 @@ def progress(store: Store, run: Run, trials: int) -> None:
     _fenced(store, run, trials=trials)
 
 
-def finish(store: Store, run: Run, state: str, *, reason: str | None = None, winner: dict[str, Any] | None = None,
+def finish(store: Store, run: Run, state: RunState | str, *, reason: str | None = None, winner: dict[str, Any] | None = None,
            bundle_sha256: str | None = None, skipped: list[dict[str, str]] | None = None,
            signature: str | None = None) -> None:  # fmt: skip
     """The run is over: ``done`` (with its winner, or none and the reason), ``failed``, ``cancelled`` or ``skipped``;
@@ -438,8 +427,9 @@ def finish(store: Store, run: Run, state: str, *, reason: str | None = None, win
     Raises:
         StaleRun: another agent took the run since (a ``done`` run is never turned ``failed`` by a stale agent).
     """
-    assert state in FINAL, state
-    values = {"state": state, "reason": reason, "winner": winner, "bundle_sha256": bundle_sha256, "finished_at": now(),
+    state = RunState(state)  # a member, or its word
+    assert state.final, state
+    values = {"state": state.value, "reason": reason, "winner": winner, "bundle_sha256": bundle_sha256, "finished_at": now(),
               "signature": signature}  # fmt: skip
     if skipped is not None:
         values["skipped"] = skipped
@@ -452,7 +442,7 @@ def requeue(store: Store, run: Run, reason: str) -> None:
     Raises:
         StaleRun: another agent took the run since.
     """
-    _fenced(store, run, state="queued", reason=reason)
+    _fenced(store, run, state=RunState.QUEUED.value, reason=reason)
 
 
 def note_skipped(store: Store, run: Run, skipped: list[dict[str, str]]) -> None:
@@ -465,7 +455,8 @@ def note_skipped(store: Store, run: Run, skipped: list[dict[str, str]]) -> None:
 
 
 def cancelled(store: Store, job_id: int) -> bool:
-    return _tx(store, "cannot read", lambda s: s.scalar(sa.select(FleetJob.state).where(FleetJob.id == job_id))) == "cancelled"
+    query = sa.select(FleetJob.state).where(FleetJob.id == job_id)
+    return store.transaction("cannot read", lambda s: s.scalar(query)) == JobState.CANCELLED
 
 
 def cancel(store: Store, job_id: int) -> list[int]:
@@ -474,18 +465,19 @@ def cancel(store: Store, job_id: int) -> list[int]:
     job(store, job_id)  # no such job: UsageError
 
     def update(s: Session) -> list[int]:
-        s.execute(sa.update(FleetJob).where(FleetJob.id == job_id).values(state="cancelled"))
-        queued = s.scalars(sa.select(FleetRun).where(FleetRun.job_id == job_id, FleetRun.state == "queued")).all()
+        s.execute(sa.update(FleetJob).where(FleetJob.id == job_id).values(state=JobState.CANCELLED.value))
+        queued = s.scalars(sa.select(FleetRun).where(FleetRun.job_id == job_id,
+                                                     FleetRun.state == RunState.QUEUED.value)).all()  # fmt: skip
         for run in queued:
-            run.state, run.finished_at, run.reason = "cancelled", now(), "the job was cancelled before it started"
+            run.state, run.finished_at, run.reason = RunState.CANCELLED.value, now(), "the job was cancelled before it started"
         return [r.queue_job for r in queued if r.queue_job is not None]
 
-    return _tx(store, "cannot write to", update)
+    return store.transaction("cannot write to", update, write=True)
 
 
 def unfinished(store: Store, agent_id: int) -> int:
     """How many runs of this agent are not over (queued, or running: a run its killed predecessor held counts
     until the queue hands it back)."""
     query = sa.select(sa.func.count()).select_from(FleetRun).where(FleetRun.agent_id == agent_id,
-                                                                  FleetRun.state.not_in(FINAL))  # fmt: skip
-    return _tx(store, "cannot read", lambda s: int(s.scalar(query) or 0))
+                                                                  FleetRun.state.not_in(RunState.finals()))  # fmt: skip
+    return store.transaction("cannot read", lambda s: int(s.scalar(query) or 0))

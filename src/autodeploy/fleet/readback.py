@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from autodeploy.results_db.schema import RUN_STATES, UNREADABLE
+from autodeploy.results_db.states import RunState
 
 #: The longest name, label or statistic a row may hold; longer is not what an agent writes.
 SHORT = 200
@@ -23,7 +23,7 @@ LONG = 10_000
 MAX_SKIPPED = 64
 #: The most study config keys a job's options may hold (the config has a few dozen).
 MAX_OPTIONS = 256
-__all__ = ["UNREADABLE", "job_problem", "run_values"]
+__all__ = ["job_problem", "run_values"]
 
 Short = Annotated[str, StringConstraints(max_length=SHORT)]
 Long = Annotated[str, StringConstraints(max_length=LONG)]
@@ -56,7 +56,7 @@ class Skipped(_Row):
 class _RunValues(_Row):
     device: Short
     study: Short
-    state: Literal[RUN_STATES]  # type: ignore[valid-type]
+    state: Literal[RunState.stored()]  # type: ignore[valid-type]
     reason: Long | None
     winner: Winner | None
     skipped: Annotated[list[Skipped], Field(max_length=MAX_SKIPPED)] | None
@@ -65,7 +65,7 @@ class _RunValues(_Row):
 class RunValues(NamedTuple):
     device: str
     study: str
-    state: str
+    state: RunState
     reason: str | None
     winner: dict[str, Any] | None
     skipped: list[dict[str, str]]
@@ -73,7 +73,7 @@ class RunValues(NamedTuple):
 
 def run_values(run_id: int, job_id: int, **stored: Any) -> RunValues:
     """The run row's ``device``, ``study``, ``state``, ``reason``, ``winner`` and ``skipped`` as read, checked;
-    a row where one does not fit reads as :data:`UNREADABLE`, its reason the line that names the run and field."""
+    a row where one does not fit reads as :attr:`RunState.UNREADABLE`, its reason the line that names the run and field."""
     try:
         v = _RunValues.model_validate(stored)
     except ValidationError as error:
@@ -81,12 +81,12 @@ def run_values(run_id: int, job_id: int, **stored: Any) -> RunValues:
         reason = (f"run {run_id} of fleet job {job_id} is unreadable: its {field} is not what an agent writes "
                   f"({why}); it was changed outside autodeploy: cancel the job and submit it again")  # fmt: skip
         device, study = _name(stored.get("device")), _name(stored.get("study"))
-        return RunValues(device, study, UNREADABLE, reason, None, [])
+        return RunValues(device, study, RunState.UNREADABLE, reason, None, [])
     winner = None
     if v.winner is not None:  # its known keys as written (an int stays an int: a signature covers them)
         written = stored["winner"]
         winner = {**v.winner.model_dump(), **{k: written[k] for k in Winner.model_fields if k in written}}
-    return RunValues(v.device, v.study, v.state, v.reason, winner, [s.model_dump() for s in v.skipped or ()])
+    return RunValues(v.device, v.study, RunState(v.state), v.reason, winner, [s.model_dump() for s in v.skipped or ()])
 
 
 def _name(value: object) -> str:

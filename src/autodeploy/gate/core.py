@@ -28,6 +28,7 @@ from autodeploy.gate.stats import (
     overall,
 )
 from autodeploy.harness.run import HarnessSettings, prepare_data
+from autodeploy.objectives import DEFAULT_SCENARIO, MEDIAN, P10, STATISTICS
 from autodeploy.units import fmt_ms, fmt_ms_range
 from autodeploy.verdict import BaselineHistory, against_history
 
@@ -36,12 +37,13 @@ if TYPE_CHECKING:
     from autodeploy.results_db.store import Store
     from autodeploy.runtime.device import DeviceInfo
 
-#: Latency metrics the gate can judge: the per-round statistic each one takes.
-LATENCY_METRICS = {"p10": "p10_ms", "median": "median_ms", "p90": "p90_ms", "mean": "mean_ms"}
+#: Latency metrics the gate can judge: the per-round statistic each one takes (a :class:`Round`'s field), the
+#: latency rows of the statistics table.
+LATENCY_METRICS = {s.name: s.field for s in STATISTICS.values() if s.unit == MEDIAN.unit}
 #: p10 and median by default. Measured over 150 fresh worker processes per model on a 2-core shared VM:
 #: across fresh processes of the same model, per-run p10 varies by 3-5% (CV), the median by 6-11%
 #: (a few slow processes), p90 by 11-16%; p90 needs several times the rounds to judge at 5%.
-DEFAULT_METRICS = ("p10", "median")
+DEFAULT_METRICS = (P10.name, MEDIAN.name)
 #: Process exit status per verdict; bad input and errors that stop the gate use 64 and 70 (sysexits).
 EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 2}
 EXIT_USAGE = 64
@@ -175,12 +177,12 @@ def baseline_history(store: Store, arm: Arm, rounds: Rounds, fingerprint: str, *
     if not ok["baseline"]:
         return None
     where = TrialFilter(model_sha256=arm.model.sha256, device=fingerprint, config_key=arm.config.key(),
-                        shape_key=ShapeCase(dict(arm.model.shapes)).key(), scenario="single-stream",
+                        shape_key=ShapeCase(dict(arm.model.shapes)).key(), scenario=DEFAULT_SCENARIO.name,
                         engine_version=ok["baseline"][0].engine_version)  # fmt: skip
-    studies, _ = trial_history(store, where, "median")
+    studies, _ = trial_history(store, where, MEDIAN.name)
     runs = gate_history(store, device=fingerprint, baseline_sha256=arm.model.sha256, config_key=arm.config.key(), limit=limit)
     candidate = float(median(r.median_ms for r in ok["candidate"])) if ok["candidate"] else None  # type: ignore[misc]
-    return against_history("median", float(median(r.median_ms for r in ok["baseline"])), [*studies, *runs],  # type: ignore[misc]
+    return against_history(MEDIAN.name, float(median(r.median_ms for r in ok["baseline"])), [*studies, *runs],  # type: ignore[misc]
                            kind="runs", winner=candidate)  # fmt: skip
 
 

@@ -17,14 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from autodeploy import verdict
+from autodeploy.accuracy import rules
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import Artifact, TrialConfig
 from autodeploy.data import Dataset
 from autodeploy.errors import UsageError
 from autodeploy.harness.result import headline
 from autodeploy.harness.run import HarnessSettings, Prepared, PreparedData, measure, prepare
-from autodeploy.harness.stats import round_value
+from autodeploy.harness.stats import P90, round_value
 from autodeploy.model import ModelInfo, TensorSpec
 
 Progress = Callable[[str], None]
@@ -202,15 +202,15 @@ def _round(role: str, index: int, prepared: Prepared, settings: HarnessSettings)
     score, metric = accuracy_score(asdict(result.accuracy) if result.accuracy else None)
     return Round(
         role, index, p10_ms=float(np.percentile(samples, 10)), median_ms=float(np.median(samples)),
-        p90_ms=round_value(samples, "p90"),
+        p90_ms=round_value(samples, P90),
         mean_ms=float(samples.mean()), calls=int(samples.size), accuracy=score, accuracy_metric=metric,
         eval_items=result.accuracy.n_samples if result.accuracy else None, engine_version=result.engine_version,
     )  # fmt: skip
 
 
 def accuracy_score(accuracy: dict[str, Any] | None) -> tuple[float | None, str | None]:
-    """One 0..1 score per run (:func:`autodeploy.verdict.accuracy_score`), from a stored accuracy dict."""
-    return verdict.accuracy_score((accuracy or {}).get("outputs") or ())
+    """One 0..1 score per run (:func:`autodeploy.accuracy.rules.accuracy_score`), from a stored accuracy dict."""
+    return rules.accuracy_score((accuracy or {}).get("outputs") or ())
 
 
 def history_rounds(store: Any, arm: Arm, fingerprint: str, *, limit: int) -> list[Round]:

@@ -33,8 +33,8 @@ from math import comb
 
 import numpy as np
 
+from autodeploy.accuracy.records import DEFAULT_MAX_ACCURACY_DROP, within
 from autodeploy.harness import stats
-from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, within
 
 ALPHA = 0.01
 MIN_ROUNDS = 5

@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from autodeploy.accuracy.records import Accuracy
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.harness.load import Load
 from autodeploy.harness.stats import LatencyStats, insufficient
 from autodeploy.roofline import Roofline
-from autodeploy.verdict import Accuracy
 
 #: Why a trial produced no usable measurement (docs/architecture.md, "Measurement rules").
 #: An engine's failure reason is kept whole up to this many lines, each up to REASON_LINE_CHARS: its first
@@ -73,7 +73,7 @@ FAILURE_KINDS = (
     "timeout",
     "oom",  # the worker went past its memory cap
     "inaccurate",  # measured, but breaks the accuracy constraint
-    "conversion",  # measured, but the engine's fp32 conversion itself breaks the model (verdict.conversion_fault)
+    "conversion",  # measured, but the engine's fp32 conversion itself breaks the model (accuracy.rules.conversion_fault)
 )
 #: The failure kinds of a trial that was measured (latency and accuracy filled in), then judged.
 JUDGED = ("inaccurate", "conversion")

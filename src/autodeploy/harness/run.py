@@ -21,9 +21,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autodeploy import verdict
+from autodeploy.accuracy import rules
+from autodeploy.accuracy.records import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE, Accuracy
 from autodeploy.adapters.base import Artifact, TrialConfig, discard
-from autodeploy.adapters.registry import BASELINE_ENGINE, baseline_config, runs_on_gpu, target_of
+from autodeploy.adapters.registry import (
+    BASELINE_ENGINE,
+    REFERENCE_NAME,
+    baseline_config,
+    runs_on_gpu,
+    target_of,
+)
 from autodeploy.child import default_memory_cap_mb
 from autodeploy.data import Dataset, split, synthetic
 from autodeploy.errors import AutodeployError, BuildError, TrialFailed
@@ -32,16 +39,15 @@ from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.supervisor import Progress, run_worker
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import ModelInfo
-from autodeploy.objectives import SCENARIOS
+from autodeploy.objectives import DEFAULT_SCENARIO, SCENARIOS
 from autodeploy.roofline import OpCount, Peaks, Roofline, count_ops, roofline
-from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE, Accuracy
 
 if TYPE_CHECKING:
     from autodeploy.inhouse.passes import PipelineReport
     from autodeploy.inhouse.quantize import QuantConfig, QuantReport
 
 REFERENCE_ENGINE = BASELINE_ENGINE
-REFERENCE_FAILED = "the ONNX Runtime FP32 reference could not run"
+REFERENCE_FAILED = f"the {REFERENCE_NAME} reference could not run"
 #: Said with every result measured without user data (``extra["inputs"]``), so no verdict on
 #: noise passes for a verdict on real inputs.
 SYNTHETIC_NOTE = (
@@ -93,7 +99,7 @@ class HarnessSettings:
     metric: str | None = None  # the user's task metric, module:function (harness/metric.py)
     max_metric_drop: float | None = None
     #: ``OUTPUT=MEASURE[:THRESHOLD]``: the measure an output is judged by, where the user chose it
-    #: (``autodeploy.verdict.parse_override``); every other output's follows from what it is.
+    #: (``autodeploy.accuracy.kinds.parse_override``); every other output's follows from what it is.
     accuracy_overrides: tuple[str, ...] = ()
     #: This device's peak GOP/s per precision (``harness/peaks.py``): each measurement's share of its
     #: precision's peak is read against them; ``None``: GOP/s only, no share.
@@ -289,7 +295,7 @@ def prepare(
     reference_model: ModelInfo | None = None,
     progress: Progress | None = None,
     uid: str | None = None,
-    scenario: str = "single-stream",
+    scenario: str = DEFAULT_SCENARIO.name,
     sla_ms: float | None = None,
     measured: Measured | None = None,
 ) -> Prepared:
@@ -306,7 +312,8 @@ def prepare(
     Raises:
         TrialFailed: the reference could not be computed (nothing to judge accuracy against).
     """
-    if scenario not in SCENARIOS or (SCENARIOS[scenario].rate_under_sla and not sla_ms):
+    known = SCENARIOS.get(scenario)
+    if known is None or (known.rate_under_sla and not sla_ms):
         raise ValueError(f"scenario {scenario!r} needs to be one of {', '.join(SCENARIOS)} (server with sla_ms)")
     uid = uid or uuid.uuid4().hex
     ref = reference(reference_model or model, data, settings, progress, config)
@@ -389,15 +396,15 @@ def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | 
                                   extra={**p["extra"], **note, **said})  # fmt: skip
     accuracy = measurement.accuracy
     if accuracy is not None and not accuracy.passed:
-        worst = verdict.worst(accuracy.outputs, max_accuracy_drop=settings.max_accuracy_drop, min_cosine=settings.min_cosine)
+        worst = rules.worst(accuracy.outputs, max_accuracy_drop=settings.max_accuracy_drop, min_cosine=settings.min_cosine)
         if accuracy.metric is not None and accuracy.metric_value is not None:
             worst += (f"; {accuracy.metric} {accuracy.metric_value:.4g} "
                       f"(reference {accuracy.reference_metric_value:.4g})")  # fmt: skip
         message = f"breaks the accuracy constraint ({accuracy.constraint}); worst: {worst}"
-        drop = verdict.accuracy_drop(accuracy)
-        if verdict.conversion_fault(config.precision, drop, settings.max_accuracy_drop):
+        drop = rules.accuracy_drop(accuracy)
+        if rules.conversion_fault(config.precision, drop, settings.max_accuracy_drop):
             message = (f"{config.engine}'s fp32 conversion breaks the model (accuracy drop {drop:.2%}, "
-                       f"{verdict.CONVERSION_FACTOR:g}x the budget or more; no precision loses that much): {message}; "
+                       f"{rules.CONVERSION_FACTOR:g}x the budget or more; no precision loses that much): {message}; "
                        f"every precision of {config.engine} is built from this conversion")  # fmt: skip
             return TrialResult.failed(uid, config, "conversion", message, **fields)
         return TrialResult.failed(uid, config, "inaccurate", message, **fields)
@@ -437,7 +444,7 @@ def run_trial(
     *,
     progress: Progress | None = None,
     uid: str | None = None,
-    scenario: str = "single-stream",
+    scenario: str = DEFAULT_SCENARIO.name,
     sla_ms: float | None = None,
     artifact: Path | None = None,
     known: KnownAccuracy | None = None,

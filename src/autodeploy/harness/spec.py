@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
+from autodeploy.accuracy.records import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
+from autodeploy.objectives import DEFAULT_SCENARIO
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,11 @@ class WorkerSpec:
     min_cosine: float = DEFAULT_MIN_COSINE
     output_path: str | None = None  # reference mode: where to write the outputs; quantize mode: the model
     quant: dict[str, Any] | None = None  # quantize mode: the QuantConfig (``dataclasses.asdict`` form)
-    scenario: str = "single-stream"  # LoadGen's names (objectives.SCENARIOS); server needs sla_ms
+    scenario: str = DEFAULT_SCENARIO.name  # LoadGen's names (objectives.SCENARIOS); server needs sla_ms
     sla_ms: float | None = None
     metric: str | None = None  # the user's task metric, module:function
     max_metric_drop: float | None = None
-    #: ``OUTPUT=MEASURE[:THRESHOLD]`` per output whose measure the user chose (``verdict.parse_override``).
+    #: ``OUTPUT=MEASURE[:THRESHOLD]`` per output whose measure the user chose (``accuracy.kinds.parse_override``).
     accuracy_overrides: tuple[str, ...] = ()
     #: measure mode: the accuracy (``Accuracy.to_dict`` form) already measured on this same artifact
     #: and batch by trial ``accuracy_from``; the worker reuses it instead of comparing again.

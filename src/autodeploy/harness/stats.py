@@ -30,6 +30,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from autodeploy import objectives
+
 
 @dataclass(frozen=True)
 class LatencyStats:
@@ -75,8 +77,8 @@ CLAIMS = (("p90", MIN_SAMPLES_P90), ("p99", MIN_SAMPLES_P99))
 UNSTABLE_CV = 0.10
 
 _PERCENTILE_METHOD = "linear"
-#: The round statistics' names, as :func:`round_value` returns them.
-P90, MEDIAN = "p90", "median"
+#: The round statistics' names, as :func:`round_value` returns them (:data:`autodeploy.objectives.STATISTICS`).
+P90, MEDIAN = objectives.P90.name, objectives.MEDIAN.name
 _CI_LEVEL = 0.95
 #: Most resampled values :func:`bootstrap_mean_ci` holds at once (8 MB of float64).
 _BLOCK = 2**20

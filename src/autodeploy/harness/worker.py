@@ -23,16 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from autodeploy import verdict
-from autodeploy.accuracy.measure import (
-    as_tensor,
-    compare,
-    declared,
-    is_time_major,
-    onnx_graph,
-    producers,
-    readers,
-)
+from autodeploy.accuracy.kinds import parse_override
+from autodeploy.accuracy.measure import GraphFacts, as_tensor, compare, graph_facts, is_time_major
+from autodeploy.accuracy.records import Accuracy, AccuracyVerdict
+from autodeploy.accuracy.rules import with_metric
 from autodeploy.adapters.base import Artifact, Engine, Runner, TrialConfig
 from autodeploy.adapters.registry import load_target
 from autodeploy.data import Dataset
@@ -47,8 +41,7 @@ from autodeploy.harness.stats import MIN_SAMPLES_P99, summarize
 from autodeploy.harness.supervisor import die_with_parent
 from autodeploy.harness.timing import TimingPolicy, time_calls
 from autodeploy.model import ModelInfo, copy_unchanged
-from autodeploy.objectives import SCENARIOS
-from autodeploy.verdict import Accuracy
+from autodeploy.objectives import scenario_of
 
 
 class _Failed(Exception):
@@ -163,7 +156,7 @@ class _Job:
         feeds = batches[0]
         policy = TimingPolicy(**self.spec.policy)
         self.phase("warm-up and timing")
-        if not SCENARIOS[self.spec.scenario].in_flight:  # one call at a time
+        if not scenario_of(self.spec.scenario).in_flight:  # one call at a time
             timed = _step("run_failed", lambda: time_calls(lambda: runner.run(feeds), policy))
             samples, duration, warmup, stopped_by = timed.samples_ns, timed.duration_s, timed.warmup_calls, timed.stopped_by
             load = timed.load
@@ -218,17 +211,15 @@ class _Job:
         reference = dict(np.load(self.spec.reference_path or "", allow_pickle=False))
         # What each output is, from the ONNX graph (a .tflite or an IR run as given: from shapes and values).
         # The graph read once (no weights): what makes, reads and declares each output.
-        graph = _step("run_failed", lambda: onnx_graph(self.model.path)) if self.model.format == "onnx" else None
-        made = producers(graph) if graph is not None else {}
-        read = readers(graph) if graph is not None else {}
+        graph = _step("run_failed", lambda: graph_facts(self.model.path)) if self.model.format == "onnx" else GraphFacts()
         # The model's own declaration (its metadata), then the user's --accuracy over it.
-        overrides = _step("run_failed", lambda: declared(graph)) if graph is not None else {}
-        overrides.update(verdict.parse_override(text) for text in self.spec.accuracy_overrides)
+        overrides = dict(graph.declared)
+        overrides.update(parse_override(text) for text in self.spec.accuracy_overrides)
         accuracy = _step("run_failed", lambda: compare(outputs, reference, labels=evaluation.labels,
                                                        max_accuracy_drop=self.spec.max_accuracy_drop,
-                                                       min_cosine=self.spec.min_cosine, producers=made,
+                                                       min_cosine=self.spec.min_cosine, producers=graph.producers,
                                                        overrides=overrides, time_major=time_major,
-                                                       readers=read))  # fmt: skip
+                                                       readers=graph.readers))  # fmt: skip
         if self.spec.metric:  # the user's task metric, on the outputs and on the reference
             accuracy = _step("run_failed", lambda: _with_metric(accuracy, self.spec, outputs, reference, evaluation.labels))
         return accuracy
@@ -245,7 +236,7 @@ class _Job:
         try:
             loop = closed_loop(pool, feeds, policy)
             extra: dict[str, Any] = {"concurrency": {**pool.info, "requests": pool.requests}}
-            if SCENARIOS[self.spec.scenario].rate_under_sla:
+            if scenario_of(self.spec.scenario).rate_under_sla:
                 self.phase(f"{self.spec.scenario} scenario")
                 sized = _sized_feeds(evaluation, self.config.batch, self._axes(), pool.fixed_batch)
                 batching = BatchPolicy(self.config.batch, int(knobs.get("max_queue_delay_us", 0)))
@@ -299,8 +290,8 @@ def _with_metric(accuracy: Accuracy, spec: WorkerSpec, outputs: dict[str, np.nda
     name = spec.metric or ""
     fn = load_metric(name)
     value, ref = score(fn, name, outputs, labels), score(fn, name, reference, labels)
-    judged = verdict.with_metric(verdict.AccuracyVerdict(accuracy.constraint, accuracy.passed), name, value, ref,
-                                 spec.max_metric_drop)  # fmt: skip
+    judged = with_metric(AccuracyVerdict(accuracy.constraint, accuracy.passed), name, value, ref,
+                         spec.max_metric_drop)  # fmt: skip
     return replace(accuracy, constraint=judged.constraint, passed=judged.passed, metric=name, metric_value=value,
                    reference_metric_value=ref)  # fmt: skip
 

@@ -12,6 +12,7 @@ from statistics import median
 from typing import TYPE_CHECKING
 
 from autodeploy.adapters.base import TrialConfig
+from autodeploy.objectives import statistic_of
 from autodeploy.results_db.records import TrialFilter, TrialRow
 
 if TYPE_CHECKING:
@@ -27,10 +28,12 @@ def trial_history(store: Store, where: TrialFilter, statistic: str, *,
     """One value per earlier study among the measured trials ``where`` selects, newest first, and what they come
     from: ``"studies"``, or ``"runs"`` where some trial was stored outside a study (``bench``: a run of its own).
 
-    A study's value is the median of its finalist trials' ``statistic`` (``"p90"``, ``"median"``: ms;
-    ``"items/s"``), as a study's own baseline value is the median of its rounds; the median of its screening
-    trials where it ran no finalists. The trials of ``exclude_study`` (the study asking) are left out.
+    A study's value is the median of its finalist trials' ``statistic`` (p90, median, items/s: a name in
+    :data:`autodeploy.objectives.STATISTICS`), as a study's own baseline value is the median of its rounds; the
+    median of its screening trials where it ran no finalists. The trials of ``exclude_study`` (the study asking)
+    are left out.
     """
+    reduced = statistic_of(statistic)
     rows = store.trials(replace(where, measured_only=True, newest_first=True, limit=HISTORY_TRIALS))
     groups: dict[tuple[str, str], list[TrialRow]] = {}
     for row in rows:
@@ -41,7 +44,7 @@ def trial_history(store: Store, where: TrialFilter, statistic: str, *,
     values = []
     for group in groups.values():
         chosen = [r for r in group if r.phase == "finalist"] or group
-        known = [v for r in chosen if (v := _value(r, statistic)) is not None]
+        known = [v for r in chosen if (v := reduced.value(r)) is not None]
         if known:
             values.append(float(median(known)))
     kind = "studies" if all(kind == "study" for kind, _ in groups) else "runs"
@@ -65,8 +68,3 @@ def gate_history(store: Store, *, device: str, baseline_sha256: str, config_key:
     return values
 
 
-def _value(row: TrialRow, statistic: str) -> float | None:
-    """A stored trial's value in a study's round statistic: its p90 or median (ms), or its items/s."""
-    if statistic == "items/s":
-        return row.throughput or None
-    return row.p90_ms if statistic == "p90" else row.median_ms

@@ -17,6 +17,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from autodeploy.results_db.states import JobState, RunState, check_constraint
+
 #: Alembic's bookkeeping table. Not the default ``alembic_version``, which Optuna's RDB
 #: storage also uses for its own migrations.
 VERSION_TABLE = "autodeploy_alembic_version"
@@ -221,14 +223,7 @@ class Export(Base):
 # -- fleet (autodeploy fleet / agent, docs/architecture.md "Fleet") -----------------------------------------
 # The record of fleet jobs. Claiming, leases and retries are PgQueuer's, in its own schema (autodeploy_queue),
 # outside these models and Alembic: a run's state here is what happened; the queue only says who holds it.
-
-#: A run's states: queued (no agent holds it yet), running, and the final ones.
-RUN_STATES = ("queued", "running", "done", "failed", "cancelled", "skipped")
-#: A job's states (the table's check constraint names the same).
-JOB_STATES = ("open", "cancelled")
-#: The state a run or job row reads as when what it holds is not what autodeploy writes (``fleet/readback.py``):
-#: only ever read, never written.
-UNREADABLE = "unreadable"
+# The states a run or job row holds are the rows of results_db/states.py (RunState, JobState).
 
 
 class FleetAgent(Base):
@@ -268,7 +263,7 @@ class FleetJob(Base):
     """A model submitted once, to be tuned by every device ``devices`` selects (``all``, ``NAME``, ``tag:TAG``)."""
 
     __tablename__ = "ad_fleet_jobs"
-    __table_args__ = (sa.CheckConstraint("state IN ('open', 'cancelled')", name="state"),)
+    __table_args__ = (sa.CheckConstraint(check_constraint(JobState), name="state"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     model_name: Mapped[str]  # as given: zoo:tiny-cnn, model.onnx
@@ -290,7 +285,7 @@ class FleetRun(Base):
     __tablename__ = "ad_fleet_runs"
     __table_args__ = (
         sa.UniqueConstraint("job_id", "agent_id"),
-        sa.CheckConstraint("state IN ('queued', 'running', 'done', 'failed', 'cancelled', 'skipped')", name="state"),
+        sa.CheckConstraint(check_constraint(RunState), name="state"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)

@@ -158,11 +158,11 @@ class Store:
 
         what = f"cannot store trial {result.uid} in"
         try:
-            return self._run(what, insert, write=True)
+            return self.transaction(what, insert, write=True)
         except sa.exc.IntegrityError:
             # On PostgreSQL a concurrent writer may have stored the same device, model or uid
             # first; the retry finds its rows. Failing again means bad data: raise it.
-            return self._run(what, insert, write=True)
+            return self.transaction(what, insert, write=True)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -188,7 +188,7 @@ class Store:
     def trial_counts(self, where: TrialFilter = ALL_TRIALS) -> dict[str, int]:
         """How many trials that match ``where`` have each status (``ok``, ``failed``): one query, no rows read."""
         query = rows.filtered(rows.joined(Trial.status, sa.func.count()), where).group_by(Trial.status)
-        return self._run("cannot read", lambda s: {status: int(n) for status, n in s.execute(query)})
+        return self.transaction("cannot read", lambda s: {status: int(n) for status, n in s.execute(query)})
 
     def trial_pairs(self, where: TrialFilter = ALL_TRIALS) -> list[tuple[str, str, str, str]]:
         """The (model SHA-256, model name, device fingerprint, cpu) pairs of the trials ``where`` selects,
@@ -196,14 +196,14 @@ class Store:
         columns = (Model.sha256, Model.name, Device.fingerprint, Device.cpu)
         query = rows.filtered(rows.joined(*columns), where).distinct()
         query = query.order_by(Model.name, Device.cpu, Device.fingerprint)
-        return self._run("cannot read", lambda s: [tuple(r) for r in s.execute(query)])
+        return self.transaction("cannot read", lambda s: [tuple(r) for r in s.execute(query)])
 
     def samples(self, trial_ids: tuple[int, ...]) -> dict[int, tuple[float, ...]]:
         """The raw per-call latencies (ms) of these trials' measurements, by trial id (unmeasured ones absent)."""
         query = sa.select(Measurement.trial_id, Measurement.samples_ms).where(
             Measurement.trial_id.in_(trial_ids)
         )
-        return self._run("cannot read", lambda s: {t: tuple(v) for t, v in s.execute(query)})
+        return self.transaction("cannot read", lambda s: {t: tuple(v) for t, v in s.execute(query)})
 
     def catalog(self) -> Catalog:
         """The models, devices, engines, scenarios and studies in the store."""
@@ -219,7 +219,7 @@ class Store:
             return Catalog(tuple((a, b) for a, b in models), tuple((a, b) for a, b in devices), tuple(engines),
                            tuple(scenarios), tuple(studies))  # fmt: skip
 
-        return self._run("cannot read", fetch)
+        return self.transaction("cannot read", fetch)
 
     def list_devices(self) -> list[DeviceRow]:
         """Every stored device, oldest first, with its number of trials."""
@@ -234,7 +234,7 @@ class Store:
             return [DeviceRow(d.fingerprint, d.cpu, dict(d.info), rows.utc(d.created_at), int(n or 0))
                     for d, n in s.execute(query)]  # fmt: skip
 
-        return self._run("cannot read", fetch)
+        return self.transaction("cannot read", fetch)
 
     def has_tables(self, *names: str) -> bool:
         """Whether every one of these tables exists (e.g. Optuna's, which share the database)."""
@@ -243,7 +243,7 @@ class Store:
             inspector = sa.inspect(s.connection())
             return all(inspector.has_table(name) for name in names)
 
-        return self._run("cannot read", check)
+        return self.transaction("cannot read", check)
 
     def artifact_files_measured(self, path: str | Path) -> list[dict[str, str]]:
         """The files (name -> SHA-256, ``artifact.json`` included) of the artifact at ``path``, as each
@@ -254,7 +254,7 @@ class Store:
                                                           Trial.artifact_files.is_not(None))  # fmt: skip
             return [dict(files) for files in s.execute(query).scalars()]
 
-        return self._run("cannot read", fetch)
+        return self.transaction("cannot read", fetch)
 
     def model_interface(self, sha256: str) -> dict[str, Any] | None:
         """A stored model's name, SHA-256, inputs and outputs; ``None`` when it is not stored."""
@@ -263,7 +263,7 @@ class Store:
             m = s.execute(sa.select(Model).where(Model.sha256 == sha256)).scalar_one_or_none()
             return m and {"name": m.name, "sha256": m.sha256, "inputs": m.inputs, "outputs": m.outputs}
 
-        return self._run("cannot read", fetch)
+        return self.transaction("cannot read", fetch)
 
     def device_info(self, fingerprint: str) -> dict[str, Any] | None:
         """A stored device's description (CPU, ISA, cores, memory, ...); ``None`` when it is not stored."""
@@ -273,10 +273,10 @@ class Store:
             info = s.execute(query).scalar_one_or_none()
             return None if info is None else dict(info)
 
-        return self._run("cannot read", fetch)
+        return self.transaction("cannot read", fetch)
 
     def count_trials(self) -> int:
-        return self._run("cannot read", lambda s: s.scalar(sa.select(sa.func.count()).select_from(Trial)))
+        return self.transaction("cannot read", lambda s: s.scalar(sa.select(sa.func.count()).select_from(Trial)))
 
     # -- exports ---------------------------------------------------------------------------
 
@@ -292,7 +292,7 @@ class Store:
             s.flush()
             return row.id
 
-        return self._run("cannot write to", insert, write=True)
+        return self.transaction("cannot write to", insert, write=True)
 
     def exports_of(self, manifest_sha256: str) -> list[ExportRow]:
         """Every recorded export whose manifest has this SHA-256 (oldest first)."""
@@ -303,7 +303,7 @@ class Store:
             return [ExportRow(e.id, e.trial_id, uid, study, e.manifest_sha256, e.format, e.destination, e.signed,
                               mask_secrets(e.command), rows.utc(e.created_at)) for e, uid, study in s.execute(query)]  # fmt: skip
 
-        return self._run("cannot read", fetch)
+        return self.transaction("cannot read", fetch)
 
     # -- gate runs -------------------------------------------------------------------------
 
@@ -317,7 +317,7 @@ class Store:
             s.flush()
             return row.id
 
-        return self._run("cannot store a gate run in", insert, write=True)
+        return self.transaction("cannot store a gate run in", insert, write=True)
 
     def list_gate_runs(
         self, *, limit: int = 50, verdict: str | None = None, candidate_sha256: str | None = None,
@@ -344,7 +344,7 @@ class Store:
         def fetch(s: Session) -> list[GateRunRow]:
             return [row(g, fingerprint, cpu) for g, fingerprint, cpu in s.execute(query)]
 
-        return self._run("cannot read", fetch)
+        return self.transaction("cannot read", fetch)
 
     # -- studies ---------------------------------------------------------------------------
 
@@ -371,11 +371,11 @@ class Store:
 
         what = f"cannot save study {name!r} in"
         try:
-            return self._run(what, upsert, write=True)
+            return self.transaction(what, upsert, write=True)
         except sa.exc.IntegrityError:
             # Workers that join one study (--resume) may all find it missing and create it at once,
             # or race on its device or model row; the retry finds the rows the first one stored.
-            return self._run(what, upsert, write=True)
+            return self.transaction(what, upsert, write=True)
 
     def finish_study(self, name: str, *, winner_uid: str | None, summary: dict[str, Any]) -> None:
         """Record the outcome of a study: the winning trial (or none) and the finalists' numbers."""
@@ -385,7 +385,7 @@ class Store:
             s.execute(sa.update(Study).where(Study.name == name).values(
                 winner_uid=winner_uid, summary=summary, updated_at=datetime.now(timezone.utc)))  # fmt: skip
 
-        self._run(f"cannot save study {name!r} in", update, write=True)
+        self.transaction(f"cannot save study {name!r} in", update, write=True)
 
     def get_study(self, name: str) -> StudyRow | None:
         found = self._studies(sa.select(Study, Model, Device).where(Study.name == name))
@@ -412,7 +412,7 @@ class Store:
         def fetch(s: Session) -> list[StudyRow]:
             return [row(st, m, d) for st, m, d in s.execute(query)]
 
-        return self._run("cannot read", fetch)
+        return self.transaction("cannot read", fetch)
 
     def _check_writable(self, what: str) -> None:
         if self.readonly:
@@ -425,10 +425,23 @@ class Store:
         def fetch(s: Session) -> list[TrialRow]:
             return [rows.to_row(*r, samples=samples) for r in s.execute(query)]
 
-        return self._run("cannot read", fetch)
+        return self.transaction("cannot read", fetch)
 
-    def _run(self, what: str, fn: Callable[[Session], T], *, write: bool = False) -> T:
-        """Run ``fn`` in one transaction; database failures become :class:`StoreError`."""
+    def transaction(self, what: str, fn: Callable[[Session], T], *, write: bool = False) -> T:
+        """Run ``fn`` in one transaction of this store and return what it returns: the one way in, for the
+        store's own methods and for every room that keeps its rows here (the fleet's ledger).
+
+        Args:
+            what: the start of the one-line error, e.g. ``"cannot write to"`` (``"... results database URL: reason"``).
+            write: the transaction writes. On SQLite it then begins ``IMMEDIATE``, taking the write lock up front
+                (waiting out another writer as long as the busy timeout allows) rather than failing with
+                "locked" when a read lock is upgraded half-way through.
+
+        Raises:
+            StoreError: the database failed (locked, full, damaged, unreachable) or refused this role. Data
+                that breaks the schema (IntegrityError, DataError, ProgrammingError) is a bug: it keeps its
+                exception, and a caller may catch it (two processes inserting the same row at once).
+        """
         try:
             with Session(self._write_engine if write else self.engine) as s, s.begin():
                 return fn(s)

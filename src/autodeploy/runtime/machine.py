@@ -79,14 +79,19 @@ def nvidia_gpus() -> list[tuple[str, str]] | None:
     return gpus
 
 
+def version(dist: str) -> str | None:
+    """The installed version of the distribution ``dist`` (``"onnxruntime"``, ``"autodeploy"``), read from its
+    metadata without importing it; ``None`` when it is not installed. The one reader of a version in the package:
+    every module above asks here (this one, standard library only, ships in bundles too)."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def installed_version(dists: Iterable[str]) -> str | None:
-    """The version of the first of ``dists`` that is installed, from metadata (imports nothing)."""
-    for dist in dists:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
+    """The version of the first of ``dists`` that is installed (:func:`version`)."""
+    return next((found for dist in dists if (found := version(dist)) is not None), None)
 
 
 def _sysctl(key: str) -> str:

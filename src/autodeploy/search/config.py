@@ -12,16 +12,17 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from autodeploy.accuracy.records import DEFAULT_MAX_ACCURACY_DROP
 from autodeploy.errors import ShapeError, UsageError
 from autodeploy.harness.timing import MAX_TIMED_S, TimingPolicy
-from autodeploy.objectives import NAMES, OBJECTIVES
+from autodeploy.objectives import DEFAULT_OBJECTIVE, NAMES, of
 from autodeploy.shapes import ShapeSet
-from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, sla_bounds_latency
+from autodeploy.verdict import sla_bounds_latency
 
 #: The example study configs installed with the package; ``--config NAME.yaml`` finds them by name.
 EXAMPLES = Path(__file__).resolve().parents[1] / "configs"
 
-#: The objectives' names (:data:`autodeploy.objectives.OBJECTIVES`).
+#: The objectives' names (:data:`autodeploy.objectives.NAMES`).
 ObjectiveName = Literal[NAMES]  # type: ignore[valid-type]
 Sampler = Literal["tpe", "grid", "random", "nsga2"]
 
@@ -101,7 +102,7 @@ class StudyConfig(_Strict):
 
     model: str
     name: str | None = None
-    objective: ObjectiveName = "latency"
+    objective: ObjectiveName = DEFAULT_OBJECTIVE.name
     engines: list[str] | None = None  # None: every engine available on this device
     precisions: list[str] | None = None  # None: every precision each engine offers here
     batches: list[int] | None = None  # None: the objective's (objectives.py: 1 for latency, 1..32 for throughput)
@@ -178,7 +179,7 @@ class StudyConfig(_Strict):
     def default_batches(self) -> list[int]:
         if self.batches is not None:
             return sorted(set(self.batches))
-        return list(OBJECTIVES[self.objective].batches)
+        return list(of(self.objective).batches)
 
 
 def load(

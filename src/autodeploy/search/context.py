@@ -1,5 +1,5 @@
-"""What a study run is given: its context (model, device, data, store), its shapes, the baseline it is
-measured against, and the reporter it tells its progress."""
+"""What a study run is given: its context (model, device, data, store), its shapes and the baseline it is
+measured against (the reporter it tells its progress is :mod:`autodeploy.search.reporter`'s)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from autodeploy.adapters import registry
 from autodeploy.harness.run import HarnessSettings, PreparedData
 from autodeploy.results_db.store import Store
 from autodeploy.search.config import StudyConfig
-from autodeploy.search.space import SearchSpace
 
 if TYPE_CHECKING:
     from autodeploy.adapters.base import TrialConfig
@@ -73,14 +72,3 @@ def shape_key(model: ModelInfo) -> str:
 
     return ShapeCase(dict(model.shapes)).key()
 
-
-class Reporter:
-    """Progress hooks; the CLI draws a progress bar, tests pass this silent one."""
-
-    def study(self, name: str, objective: str) -> None: ...  # the study being run, before start
-    def start(self, total: int, space: SearchSpace) -> None: ...
-    def finalists(self, runs: int) -> None: ...  # the interleaved re-measurement begins: runs to come
-    def phase(self, text: str) -> None: ...
-    def note(self, text: str) -> None: ...  # something the user should read, e.g. a slow conversion skipped
-    def rerun(self, runs: int) -> None: ...  # a finalist round runs again (it ran under load): runs added
-    def trial_done(self, done: int, best: str | None) -> None: ...

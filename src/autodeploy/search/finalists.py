@@ -14,15 +14,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from autodeploy import objectives
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.objectives import OBJECTIVES
 from autodeploy.results_db.history import trial_history
 from autodeploy.results_db.records import TrialFilter
 from autodeploy.search.budget import Budget, duration_text
-from autodeploy.search.context import Reporter, StudyContext
+from autodeploy.search.context import StudyContext
 from autodeploy.search.memory import Memory
 from autodeploy.search.pairing import pair_rounds, unsteady
+from autodeploy.search.reporter import Reporter
 from autodeploy.search.rounds import interleaved, rounds_load
 from autodeploy.search.storage import ranked, trial_state
 from autodeploy.search.summary import Finalist, StudySummary
@@ -41,7 +42,7 @@ def decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: M
     top = _contenders(trials, max(cfg.finalists.count, 1))
     if not top:
         return _best_so_far(study, cfg.objective, counts, ctx.name)
-    remeasure = cfg.finalists.count > 0 and OBJECTIVES[cfg.objective].remeasured
+    remeasure = cfg.finalists.count > 0 and objectives.of(cfg.objective).remeasured
     if not remeasure or budget.left() <= 0:
         finalists = [_from_screening(t) for t in top]
         why = "not re-measured" if not remeasure else "the time budget ran out before the finalists"
@@ -69,7 +70,7 @@ def decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: M
         confidence += " (every other finalist fell wholly behind)" if settled else " (the time budget ran out)"
     if summary.winner is not None:
         confidence += f", {summary.winner.n_samples} samples of the winner"
-        what = "items/s" if statistic == "items/s" else f"its {statistic}"
+        what = objectives.statistic_of(statistic).words  # its p90, items/s
         confidence += f"; each round gives each config {what}, compared paired by round"
     if summary.screening_only:
         confidence += f"; screening only: a winner claim needs {MIN_WINNER_ROUNDS} rounds"
@@ -98,7 +99,7 @@ def _with_history(ctx: StudyContext, summary: StudySummary) -> StudySummary:
     earlier, kind = trial_history(ctx.store, where, summary.statistic, exclude_study=ctx.name)
     won = summary.winner
     found = against_history(summary.statistic, base.statistic, earlier, kind=kind,
-                            higher_is_better=OBJECTIVES[summary.objective].higher_is_better,
+                            higher_is_better=objectives.of(summary.objective).higher_is_better,
                             winner=won.statistic if won is not None and not won.baseline else None)  # fmt: skip
     return summary if found is None else replace(summary, baseline_history=found.to_dict())
 
@@ -137,6 +138,6 @@ def _best_so_far(study: optuna.Study, objective: str, counts: dict[str, int], na
     done = study.get_trials(deepcopy=False, states=(trial_state().COMPLETE,))
     if not done:
         return StudySummary(name, objective, counts, [], None, note="no trial produced a measurement")
-    best = sorted(done, key=lambda t: t.values[0], reverse=OBJECTIVES[objective].higher_is_better)[0]
+    best = sorted(done, key=lambda t: t.values[0], reverse=objectives.of(objective).higher_is_better)[0]
     return StudySummary(name, objective, counts, [_from_screening(best)], None,
                         note="no trial meets the constraints; the best-so-far is shown and is not a winner")  # fmt: skip

@@ -9,9 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autodeploy.accuracy.records import Accuracy
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.harness.run import KnownAccuracy
-from autodeploy.verdict import Accuracy, feasible
+from autodeploy.verdict import feasible
 
 if TYPE_CHECKING:
     import optuna
@@ -44,7 +45,7 @@ class Memory:
     * ``behind``: ``engine/precision`` -> why it is not refined once every branch has had its look
       (:func:`outsiders`: far behind the best branch at the same batch and threads).
     * ``broken``: ``(engine, build knobs of its fp32 trial, why)``: that fp32 conversion broke the model
-      (:func:`autodeploy.verdict.conversion_fault`), and every precision of the engine with those build
+      (:func:`autodeploy.accuracy.rules.conversion_fault`), and every precision of the engine with those build
       knobs is built from it (:meth:`broken_by`).
     """
 

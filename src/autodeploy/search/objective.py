@@ -2,8 +2,8 @@
 
 What each objective means (scenario, measures, statistic, directions, words) is the table in
 :mod:`autodeploy.objectives`; :func:`values` reads the measures its row names off :class:`Metrics`. The rules
-(accuracy drop, constraints, feasibility) live in :mod:`autodeploy.verdict`; ``accuracy_drop`` is re-exported
-here for the callers that import it from the search.
+(constraints, feasibility) live in :mod:`autodeploy.verdict`, the accuracy drop in
+:func:`autodeploy.accuracy.rules.accuracy_drop`.
 """
 
 from __future__ import annotations
@@ -11,17 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from autodeploy import verdict
+from autodeploy import objectives, verdict
+from autodeploy.accuracy.records import Accuracy
+from autodeploy.accuracy.rules import accuracy_drop
 from autodeploy.harness.stats import claimed
-from autodeploy.objectives import OBJECTIVES
-from autodeploy.verdict import Accuracy, Limits, Measured, accuracy_drop, sla_bounds_latency
+from autodeploy.verdict import Limits, Measured, sla_bounds_latency
 
 if TYPE_CHECKING:
     from autodeploy.harness.result import TrialResult
     from autodeploy.results_db.records import TrialRow
     from autodeploy.search.config import Constraints
 
-__all__ = ["Metrics", "accuracy_drop", "rejections", "values", "violations"]
+__all__ = ["Metrics", "rejections", "values", "violations"]
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class Metrics:
 def values(m: Metrics, objective: str) -> list[float]:
     """The values Optuna optimizes, one per direction of the objective: the fields of ``m`` its row names
     (:attr:`autodeploy.objectives.Objective.measures`), one not measured as 0."""
-    return [getattr(m, name) or 0.0 for name in OBJECTIVES[objective].measures]
+    return [getattr(m, name) or 0.0 for name in objectives.of(objective).measures]
 
 
 def violations(m: Metrics, constraints: Constraints, objective: str) -> dict[str, float]:

@@ -18,8 +18,9 @@ import numpy as np
 from autodeploy.harness import load as machine_load
 from autodeploy.harness import stats as rstats
 from autodeploy.search.budget import Budget
-from autodeploy.search.context import Reporter, StudyCase, StudyContext
+from autodeploy.search.context import StudyCase, StudyContext
 from autodeploy.search.memory import Memory
+from autodeploy.search.reporter import Reporter
 from autodeploy.search.rounds import entry, finalist_ctx, one_round, round_values
 from autodeploy.search.screening import Measured
 from autodeploy.search.summary import Finalist, StudySummary

@@ -17,16 +17,18 @@ from typing import Any
 
 import numpy as np
 
+from autodeploy import objectives
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.harness import load as machine_load
 from autodeploy.harness import stats as rstats
 from autodeploy.harness.stats import latency_claim, summarize
 from autodeploy.harness.timing import TimingPolicy
-from autodeploy.objectives import OBJECTIVES, RATE
+from autodeploy.objectives import ITEMS_PER_S, RATE
 from autodeploy.search.budget import Budget
 from autodeploy.search.config import Finalists as FinalistsConfig
-from autodeploy.search.context import Reporter, StudyCase, StudyContext
+from autodeploy.search.context import StudyCase, StudyContext
 from autodeploy.search.memory import Memory
+from autodeploy.search.reporter import Reporter
 from autodeploy.search.screening import Measured, measure
 from autodeploy.search.summary import Finalist
 from autodeploy.search.winner import MIN_WINNER_ROUNDS, one_pair_margin, still_in
@@ -194,7 +196,7 @@ class _Runs:
         """Each config as a finalist of its rounds: the median of its per-round values with their interval, its
         per-round values (and, of calls, medians) and loads, and the statistic the rounds were reduced to."""
         values, statistic = self.values(objective)
-        of_calls = OBJECTIVES[objective].from_calls
+        of_calls = objectives.of(objective).from_calls
         medians, _ = self.values(objective, rstats.MEDIAN) if of_calls else ([], "")
         cases, out = self.cases, []
         for i, config in enumerate(configs):
@@ -265,9 +267,9 @@ def round_values(calls: list[list[dict[str, list[float]] | None]], rates: list[l
     or the median when some round has too few calls for a p90 claim: one statistic for every round and
     config, so each per-round ratio compares like with like.
     """
-    rule = OBJECTIVES[objective]
+    rule = objectives.of(objective)
     if rule.rounds == RATE:
-        return [list(r) for r in rates], "items/s"
+        return [list(r) for r in rates], ITEMS_PER_S.name
     if statistic is None:
         counts = [len(one[c.key]) for per in calls for one in per if one for c in cases]
         statistic = rstats.round_statistic(counts)
@@ -309,7 +311,7 @@ def _mix(weighted: list[tuple[float, float | None, tuple[float, float] | None]],
         return weighted[0][1], weighted[0][2]
     if any(stat is None or ci is None for _, stat, ci in weighted):
         return None, None
-    weights, rule = [w for w, _, _ in weighted], OBJECTIVES[objective]
+    weights, rule = [w for w, _, _ in weighted], objectives.of(objective)
     stat = rule.mix(weights, [s for _, s, _ in weighted])  # type: ignore[misc]
     low = rule.mix(weights, [ci[0] for _, _, ci in weighted])  # type: ignore[index]
     high = rule.mix(weights, [ci[1] for _, _, ci in weighted])  # type: ignore[index]

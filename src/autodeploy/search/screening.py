@@ -6,6 +6,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autodeploy import objectives
+from autodeploy.accuracy.records import Accuracy
+from autodeploy.accuracy.rules import CONVERSION_FACTOR, conversion_fault
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import ConversionError, TrialFailed
@@ -13,26 +16,18 @@ from autodeploy.harness import load as machine_load
 from autodeploy.harness.result import headline
 from autodeploy.harness.run import run_trial
 from autodeploy.harness.stats import latency_claim
-from autodeploy.objectives import OBJECTIVES
 from autodeploy.results_db.records import TrialFilter
 from autodeploy.results_db.store import DeviceRecord, ModelRecord
 from autodeploy.search.budget import SLOW_BUILD_GUESS_S, Budget, duration_text
 from autodeploy.search.config import StudyConfig
-from autodeploy.search.context import Reporter, StudyCase, StudyContext
+from autodeploy.search.context import StudyCase, StudyContext
 from autodeploy.search.memory import Memory, accuracy_key
 from autodeploy.search.objective import Metrics, rejections, values, violations
 from autodeploy.search.portfolio import unseen_branches
+from autodeploy.search.reporter import Reporter
 from autodeploy.search.space import SearchSpace, suggest, unsupported_reason
 from autodeploy.search.storage import trial_state
-from autodeploy.verdict import (
-    CONVERSION_FACTOR,
-    Accuracy,
-    Rejection,
-    conversion_fault,
-    feasible,
-    mb_text,
-    sla_bounds_latency,
-)
+from autodeploy.verdict import Rejection, feasible, mb_text, sla_bounds_latency
 
 if TYPE_CHECKING:
     import optuna
@@ -42,7 +37,7 @@ def finalist_reserve(cfg: StudyConfig, memory: Memory, budget: Budget) -> float:
     """Seconds screening leaves for the finalists: their runs at the screening's cost per run, each
     longer by the extra timed seconds; at least one round, else at most 30% of the budget (fewer
     rounds fit then)."""
-    if budget.seconds is None or cfg.finalists.count == 0 or not OBJECTIVES[cfg.objective].remeasured:
+    if budget.seconds is None or cfg.finalists.count == 0 or not objectives.of(cfg.objective).remeasured:
         return 0.0
     if not memory.timing_s:
         return 0.0
@@ -302,7 +297,7 @@ def _measure_case(
     if not cfg.fresh and sla_bounds_latency(cfg.objective) and phase == "screening" and cfg.metric is None:
         version = registry.get(config.engine).probe_version()
         repeat = TrialFilter(model_sha256=case.model.sha256, device=ctx.device.fingerprint, config_key=config.key(),
-                             engine_version=version, shape_key=case.key, scenario=OBJECTIVES[cfg.objective].scenario,
+                             engine_version=version, shape_key=case.key, scenario=objectives.of(cfg.objective).scenario,
                              measured_only=True, newest_first=True)  # fmt: skip
         row = ctx.store.trial(repeat, samples=False)
         if row is not None and row.accuracy is not None:
@@ -315,7 +310,7 @@ def _measure_case(
     reporter.phase(f"{config.label()}{at}: starting")
     result = run_trial(case.model, config, case.data, ctx.settings,
                        progress=lambda p: reporter.phase(f"{config.label()}{at}: {p}"),
-                       scenario=OBJECTIVES[cfg.objective].scenario,
+                       scenario=objectives.of(cfg.objective).scenario,
                        sla_ms=None if sla_bounds_latency(cfg.objective) else cfg.constraints.sla_ms,
                        artifact=None if built is None else Path(built), known=known,
                        measured=ctx.store.artifact_files_measured)  # fmt: skip
@@ -335,7 +330,7 @@ def _measure_case(
     latency = result.latency
     ci = latency_claim(latency)[1]
     return Measured(Metrics.of_result(result), result.uid, samples_ms=result.samples_ms, accuracy=result.accuracy,
-                     accuracy_uid=used, ci=ci if OBJECTIVES[cfg.objective].from_calls else None,
+                     accuracy_uid=used, ci=ci if objectives.of(cfg.objective).from_calls else None,
                      load=result.measurement.load if result.measurement is not None else None, **common)  # fmt: skip
 
 

@@ -13,19 +13,20 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
+from autodeploy import objectives
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import TrialFailed, UsageError
 from autodeploy.harness import load as machine_load
 from autodeploy.harness.result import TrialResult
 from autodeploy.harness.run import prepare, reference
-from autodeploy.objectives import OBJECTIVES
 from autodeploy.results_db.store import DeviceRecord, ModelRecord
 from autodeploy.search.budget import Budget, duration_text
 from autodeploy.search.config import check_study_name
-from autodeploy.search.context import BASELINE, Reporter, StudyCase, StudyContext
+from autodeploy.search.context import BASELINE, StudyCase, StudyContext
 from autodeploy.search.finalists import decide
 from autodeploy.search.memory import Memory
 from autodeploy.search.portfolio import enqueue_grid, enqueue_neighbours, enqueue_portfolio
+from autodeploy.search.reporter import Reporter
 from autodeploy.search.screening import failure_kind, finalist_reserve, refining, screen
 from autodeploy.search.space import SearchSpace, build_space
 from autodeploy.search.storage import (
@@ -101,7 +102,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     measured, asked, stopped_by = 0, 0, "trials"
     memory = Memory.of(study)
     # without --trials or a time budget, the search ends when refining stops paying off
-    patient = cfg.trials is None and budget.seconds is None and cfg.sampler != "grid" and OBJECTIVES[cfg.objective].single
+    patient = cfg.trials is None and budget.seconds is None and cfg.sampler != "grid" and objectives.of(cfg.objective).single
     best, stale = _best_value(study, cfg.objective), 0  # measurements since the best last improved
     while measured < trials:
         if patient and stale >= PATIENCE:
@@ -119,7 +120,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
         fail_stale_trials(study)
         release_orphans(storage, study)
         memory = Memory.of(study)  # read afresh: workers sharing the study learn from each other
-        if cfg.sampler != "grid" and not enqueue_portfolio(study, space, ctx.device.isa) and OBJECTIVES[cfg.objective].single:
+        if cfg.sampler != "grid" and not enqueue_portfolio(study, space, ctx.device.isa) and objectives.of(cfg.objective).single:
             enqueue_neighbours(study, space, memory, ranked(study, cfg.objective))
         with warnings.catch_warnings():
             # "Heartbeat ... is supposed to be used with Study.optimize": heartbeat beats for us.
@@ -208,7 +209,7 @@ def _check_budget(ctx: StudyContext, budget: Budget, reporter: Reporter) -> floa
 
 def _best_value(study: optuna.Study, objective: str) -> float | None:
     """The best feasible screening value so far (single objective), or ``None``."""
-    if not OBJECTIVES[objective].single:
+    if not objectives.of(objective).single:
         return None
     top = ranked(study, objective)
     return top[0].values[0] if top else None

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from autodeploy import objectives
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.objectives import OBJECTIVES
+from autodeploy.objectives import ITEMS_PER_S, P90
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class Ratio:
 
     ``ci`` is the order-statistic interval of that median (:func:`autodeploy.harness.stats.median_interval`)
     and ``level`` its exact coverage; both ``None`` for a screening-only result (too few rounds).
-    It rests on the ``rounds`` in which neither run of the pair ran under load (:func:`_quiet_pairs`);
+    It rests on the ``rounds`` in which neither run of the pair ran under load (:func:`.winner.quiet_pairs`);
     ``left_out`` counts the paired rounds set aside for load. When every paired round ran under load,
     it rests on those and ``under_load`` says so. ``span_s``: seconds from the first of those rounds to the
     last (``None``: one round, or not recorded): how much of the host's time the interval sampled.
@@ -121,7 +122,7 @@ class StudySummary:
     #: Fewer than MIN_WINNER_ROUNDS rounds (or none): the winner is a screening result, its speed-up has no interval.
     screening_only: bool = False
     #: Every config a constraint rejected (measured, or pruned by the memory plan), once, closest to meeting
-    #: the constraints first (:func:`_rejected`).
+    #: the constraints first (:func:`autodeploy.search.study._rejected`).
     rejected: list[Rejected] = field(default_factory=list)
     #: When no trial meets the constraints: the rejected config that came closest (``rejected[0]``).
     closest: Rejected | None = None
@@ -157,7 +158,7 @@ def limit_text(summary: Mapping[str, Any]) -> str:
     from autodeploy.adapters.registry import runs_on_gpu
     from autodeploy.roofline import distance_text
 
-    known = OBJECTIVES.get(summary.get("objective") or "")
+    known = objectives.stored(summary.get("objective"))
     limit = summary.get("roofline") or {}
     return distance_text(limit, items_per_s=known is not None and known.higher_is_better,
                          gpu=runs_on_gpu(str(limit.get("engine", ""))))  # fmt: skip
@@ -169,12 +170,11 @@ def baseline_name(summary: Mapping[str, Any]) -> str:
     engine of its baseline finalist (the engine that runs a file as given is its format's baseline)."""
     if summary.get("baseline_name"):
         return str(summary["baseline_name"])
-    from autodeploy.adapters.registry import BASELINE_NAME
-    from autodeploy.formats import FORMATS
+    from autodeploy.adapters.registry import engine_baseline_name
 
     base = next((f for f in summary.get("finalists") or () if f.get("baseline")), None) or {}
     engine = str(base.get("label") or "").split("/")[0]  # no label: no format's engine, so the ONNX baseline
-    return next((f.baseline for f in FORMATS.values() if f.engine == engine), BASELINE_NAME)
+    return engine_baseline_name(engine)
 
 
 def ratio_text(r: Mapping[str, Any]) -> str:
@@ -220,7 +220,7 @@ def _value(value: float | None, statistic: str, objective: str) -> str:
 
     if value is None:
         return "-"
-    known = OBJECTIVES.get(objective)
+    known = objectives.stored(objective)
     if known is not None and known.higher_is_better:
         return known.value_text(value)
     return f"{statistic} {fmt_ms(value)}"
@@ -238,7 +238,7 @@ def headline(summary: Mapping[str, Any]) -> str:
     if winner is None:
         return ""
     objective = summary["objective"]
-    known = OBJECTIVES.get(objective)  # a summary stored before the statistic was: its objective's, for times
+    known = objectives.stored(objective)  # a summary stored before the statistic was: its objective's, for times
     statistic = summary.get("statistic") or ((known and known.latency_statistic) or "")
     baseline = next((f for f in summary.get("finalists") or () if f.get("baseline")), None)
     speedups = summary.get("speedups") or {}
@@ -282,7 +282,7 @@ def history_text(history: Mapping[str, Any], name: str, objective: str) -> str:
     1.12-1.99x over that range``."""
     from autodeploy.units import fmt_ms_range
 
-    known = OBJECTIVES.get(objective)
+    known = objectives.stored(objective)
     if known is not None and known.higher_is_better:
         today = known.value_text(history["today"])
         low, high = known.value_text(history["low"]), known.value_text(history["high"])
@@ -344,8 +344,8 @@ def _unsteady_text(u: Mapping[str, Any], objective: str, baseline: str) -> str:
     from autodeploy.harness.load import UNSTEADY_SPREAD
 
     who = baseline if u.get("baseline") else f"the winner ({u['config']})"
-    known = OBJECTIVES.get(objective)  # a summary without one: its values are times
-    unit = "items/s" if known is not None and known.higher_is_better else "ms"
+    known = objectives.stored(objective)  # a summary without one: its values are times
+    unit = (ITEMS_PER_S if known is not None and known.higher_is_better else P90).unit
     return (f"{who} read {u['low']:.2f}-{u['high']:.2f} {unit} ({u['high'] / u['low']:.2f}x apart, more than "
             f"{UNSTEADY_SPREAD}x) in rounds with no load the meter sees (a host sharing this VM's cores can do that "
             "without reporting steal): the speed-up moves with it; confirm it on dedicated cores")
@@ -379,6 +379,6 @@ def runner_up(summary: Mapping[str, Any]) -> Mapping[str, Any] | None:
               and f.get("statistic") is not None and not f.get("failure")]  # fmt: skip
     if not others:
         return None
-    known = OBJECTIVES.get(summary["objective"])
+    known = objectives.stored(summary["objective"])
     pick = max if known is not None and known.higher_is_better else min
     return pick(others, key=lambda f: f["statistic"])

@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from autodeploy import objectives
 from autodeploy.harness import load as machine_load
 from autodeploy.harness import stats as rstats
-from autodeploy.objectives import OBJECTIVES
 from autodeploy.search.summary import Finalist, Ratio, StudySummary
 from autodeploy.verdict import FIRST_ROUND_MARGIN, TIE_TOLERANCE
 
@@ -28,7 +28,7 @@ MIN_WINNER_ROUNDS = 3
 
 
 def choose(name: str, objective: str, counts: dict[str, int], finalists: list[Finalist],
-            statistic: str = "p90") -> StudySummary:  # fmt: skip
+            statistic: str = rstats.P90) -> StudySummary:  # fmt: skip
     """The winner, paired by round: the leader (:func:`_leader`) on the finalists' per-round values;
     a finalist whose median per-round ratio to it is within TIE_TOLERANCE of 1, with a paired interval
     holding 1 (or too few rounds for one), ties with it, and the cheapest of the tie wins. Two configs
@@ -92,7 +92,7 @@ def speedups(baseline: Finalist, winner: Finalist, objective: str, statistic: st
     quiet, loaded = quiet_pairs(baseline, winner)
     kept = quiet or loaded if baseline.rounds and winner.rounds else [0]
     series = [(statistic, _costs(baseline, objective), _costs(winner, objective))]
-    if OBJECTIVES[objective].from_calls and statistic != rstats.MEDIAN and baseline.medians and winner.medians:
+    if objectives.of(objective).from_calls and statistic != rstats.MEDIAN and baseline.medians and winner.medians:
         series.append((rstats.MEDIAN, list(baseline.medians), list(winner.medians)))
     out = {}
     for which, base, won in series:
@@ -101,7 +101,7 @@ def speedups(baseline: Finalist, winner: Finalist, objective: str, statistic: st
             interval = rstats.median_interval(ratios) if claim else None
             paired = [r for r, b, w in picked if b is not None and w is not None and w > 0]
             values = tuple(float(np.median([v[r] for r in paired])) for v in (base, won)) if paired else None
-            if values and which == statistic and OBJECTIVES[objective].higher_is_better:  # costs back to rates
+            if values and which == statistic and objectives.of(objective).higher_is_better:  # costs back to rates
                 values = tuple(1.0 / v for v in values)
             out[which] = Ratio(float(np.median(ratios)), None if interval is None else interval[:2],
                                None if interval is None else rstats.claimed_coverage(interval[2]), int(ratios.size),
@@ -176,7 +176,7 @@ def _costs(f: Finalist | Sequence[float | None], objective: str) -> list[float |
     """Per-round values as costs, lower is better (:meth:`~autodeploy.objectives.Objective.cost`): ms, or seconds
     per item for a rate."""
     values = f if not isinstance(f, Finalist) else (f.rounds or (f.statistic,))
-    return [OBJECTIVES[objective].cost(v) for v in values]
+    return [objectives.of(objective).cost(v) for v in values]
 
 
 def _loaded(loads: Sequence[float | None], r: int) -> bool:

@@ -49,7 +49,7 @@ class ZooEntry:
         preprocess: How the dataset's images were made into inputs
             (:meth:`autodeploy.images.Preprocess.to_dict`): what its bundles feed images with.
         accuracy: How its outputs are judged, in ``--accuracy``'s words, written into the model's
-            metadata (:data:`autodeploy.verdict.DECLARED_KEY`): the classifiers' ``logits`` are class
+            metadata (:data:`autodeploy.accuracy.kinds.DECLARED_KEY`): the classifiers' ``logits`` are class
             logits, which a Gemm alone does not prove (it would be judged as a regression).
     """
 
@@ -150,7 +150,7 @@ def get(name: str, cache_dir: Path | None = None) -> Path:
     if not path.exists():
         model = _resolve(item.builder)()
         if item.accuracy:
-            from autodeploy.verdict import DECLARED_KEY
+            from autodeploy.accuracy.kinds import DECLARED_KEY
 
             model.metadata_props.add(key=DECLARED_KEY, value=item.accuracy)
         _write_atomic(path, lambda f: f.write(model.SerializeToString()))

@@ -13,6 +13,7 @@ from dataclasses import replace
 import streamlit as st
 
 from autodeploy.dashboard import cache, charts, queries
+from autodeploy.objectives import DEFAULT_OBJECTIVE
 
 TOP_BARS = 15
 TOP_DISTRIBUTIONS = 6
@@ -28,7 +29,8 @@ if study != cache.ALL:
     filters = replace(filters, study=study)
     objective = studies.loc[studies["name"] == study, "objective"].iloc[0]
 metric_keys = list(queries.METRICS)
-default = metric_keys.index(queries.OBJECTIVE_METRIC.get(objective or "latency", "latency"))
+default = metric_keys.index(queries.OBJECTIVE_METRIC.get(objective or DEFAULT_OBJECTIVE.name,
+                                                         DEFAULT_OBJECTIVE.trial_metric))  # fmt: skip
 key = right.selectbox(
     "Metric",
     metric_keys,

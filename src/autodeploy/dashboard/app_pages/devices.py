@@ -24,7 +24,7 @@ if not models:
 keys = list(models)
 model = st.selectbox("Model", keys, index=keys.index(filters.model) if filters.model in models else 0,
                      key="devices_model", format_func=lambda k: f"{models[k]} ({k[:8]})")  # fmt: skip
-metric = queries.METRICS["latency"]
+metric = queries.LATENCY_METRIC
 df = cache.trials(url, queries.Filters(model=model, engines=filters.engines, scenario=filters.scenario),
                   measured_only=True)  # fmt: skip
 ok = df[queries.measured(df)]

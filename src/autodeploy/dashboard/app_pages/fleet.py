@@ -14,10 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from autodeploy.dashboard import cache
-
-#: How each state reads in a cell (Streamlit's colour markup).
-MARKS = {"queued": ":grey[queued]", "running": ":blue[running]", "done": ":green[done]", "failed": ":red[failed]",
-         "cancelled": ":orange[cancelled]", "skipped": ":orange[skipped]", "unreadable": ":red[unreadable]"}  # fmt: skip
+from autodeploy.results_db.states import JobState, RunState
 
 st.title("Fleet")
 records = cache.fleet_status(cache.db_url())
@@ -29,7 +26,7 @@ if not records:
 
 def cell(device: dict) -> str:
     """The device's state and winner (speed-up over the baseline, its statistic), linked to its study."""
-    text = MARKS[device["state"]]
+    text = RunState(device["state"]).marked()  # in Streamlit's colour markup
     winner = device["winner"]
     if winner:
         speedup = f", {winner['speedup']:.2f}x {cache.md(winner['statistic'])}" if winner.get("speedup") else ""  # fmt: skip
@@ -45,7 +42,10 @@ lines = [header, "|" + " --- |" * (len(devices) + 1)]
 for record in records:
     by_device = {d["device"]: d for d in record["devices"]}
     cells = [cell(by_device[d]) if d in by_device else "-" for d in devices]
-    job = f"{record['job']}: {cache.md(record['model'])}" + {"cancelled": " (cancelled)", "unreadable": " :red[(unreadable)]"}.get(record["state"], "")  # fmt: skip
+    state = JobState(record["state"])
+    # beside the job: (cancelled), or (unreadable) in red
+    note = "" if state == JobState.OPEN else f" {state.marked(f'({state})')}"
+    job = f"{record['job']}: {cache.md(record['model'])}{note}"
     lines.append(f"| {job} | " + " | ".join(cells) + " |")
 st.markdown("\n".join(lines))
 for record in records:

@@ -24,7 +24,7 @@ objective = info.get("objective")
 trials = cache.trials(url, replace(filters, study=name))
 # One point per config, finalists at their re-measured p90 (as tune printed it): the winner is plotted once.
 per_config = queries.rank_by_finalists(queries.one_per_config(trials), cache.finalists(url, queries.Filters(study=name)),
-                                       queries.METRICS["latency"])  # fmt: skip
+                                       queries.LATENCY_METRIC)  # fmt: skip
 df = queries.verdicts(per_config, constraints, winner, objective)
 
 budget = Limits.of(constraints)

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import streamlit as st
 
+from autodeploy import objectives
 from autodeploy.dashboard import cache, charts, queries
 from autodeploy.harness.load import UNDER_LOAD_CORES
-from autodeploy.objectives import OBJECTIVES
 
 st.title("Trials")
 url, filters = cache.db_url(), cache.filters()
@@ -24,7 +24,8 @@ if history is None:
 else:
     states = history["state"].value_counts().to_dict()
     st.caption(", ".join(f"{v} {k}" for k, v in sorted(states.items())))
-    value_label = OBJECTIVES[objective].label.split(",")[0] if objective in OBJECTIVES else "value"
+    known = objectives.stored(objective)  # a study stored by another version may name one this one lacks
+    value_label = known.label.split(",")[0] if known else "value"
     finalists = cache.finalists(url, queries.Filters(study=name))
     winner = finalists.loc[finalists["role"] == "winner", "label"]
     baseline = finalists.loc[finalists["baseline"] & (finalists["n_samples"] > 0), "value"]

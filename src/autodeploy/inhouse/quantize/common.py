@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from autodeploy.accuracy.records import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
 from autodeploy.errors import BuildError
 from autodeploy.inhouse.placement import PLACEMENTS
 from autodeploy.inhouse.quantize import calibrate, mixed
-from autodeploy.verdict import DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_COSINE
 
 FLOAT_PRECISIONS = ("f32", "bf16")
 

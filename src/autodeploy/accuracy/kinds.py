@@ -1,0 +1,204 @@
+"""What an output means, and so what it is judged by: the accuracy kinds (docs/architecture.md, "Accuracy verdicts").
+
+Each output is judged by what it *means*: its kind (:func:`output_kind`), found from what the ONNX graph says of
+it (:class:`OutputFacts`: the op that makes it, what reads it), its shape and the reference's values, gathered by
+:mod:`autodeploy.accuracy.measure`; the model may declare it (:data:`DECLARED_KEY`) and the user override it per
+output (:func:`parse_override`). Never one number over a whole tensor:
+
+- ``exact``: integer and boolean outputs (ids), exact agreement ``>= 1 - max_accuracy_drop``.
+- Classes only where proven (:func:`class_axis`): a Softmax or LogSoftmax makes the output, the graph reads its
+  argmax (``OutputFacts.reader``), its reference rows are distributions, or the model declares the measure
+  (:data:`DECLARED_KEY`). A flip counts only where the reference decided (its own class led the new one by
+  ``accuracy.measure.SEQUENCE_TIE``, 0.2 probability), while it decides at least half its items; every flip is
+  reported beside. ``top1``: one class vector per item; ``cells``: a map (``[N, H, W, C]``, ``[N, C, H, W]`` by
+  ``Softmax(axis=1)``), the share of cells whose class is unchanged; both ``>= 1 - max_accuracy_drop``.
+- ``sequence``: classes over the last axis of ``[N, T, V]`` (or ``[N, T, 1, V]``), proven as above: the share of
+  items whose whole argmax sequence is unchanged
+  ``>= 1 - max_accuracy_drop``, so below 100 items one changed token in one item fails; a token where
+  the reference itself nearly tied (its own token's probability leads the candidate's by less
+  than ``accuracy.measure.SEQUENCE_TIE``, 0.2) is no change. The per-position token agreement
+  (every flip) is reported beside it. Also time-major logits, raw or not: an output the engine returned
+  ``[T, B, V]`` (``T, V > 1``), the call's items on axis 1 where the model declares its batch on axis 0,
+  split per item into ``[N, T, V]`` (``OutputFacts.time_major``, found by the worker from the call's item
+  count): CTC heads emit that layout (ddddocr's CRNN returns ``[T, 1, 8210]`` Gemm logits, declared
+  ``[1, seqlen]``, and decodes the argmax per step), the tie read on their softmax. Not a recurrent
+  cell's state (``[layers, B, H]``, produced by ``LSTM``/``GRU``/``RNN``), whose last axis is no vocabulary.
+  Batch-major raw ``[N, T, V]`` stays ``sqnr``: no fact the comparison has tells logits over a vocabulary
+  from hidden states ``[N, T, D]`` (a MatMul makes both, and D runs 256 to 4096 as V does); such
+  logits take ``--accuracy NAME=sequence``.
+- ``logit``: score logits a Sigmoid reads in the graph (or by override): the F1 of the decisions after a
+  sigmoid at a probability threshold.
+- ``regression``: any other float vector per item (``[N, K]``, ``[N, 1, K]``: coordinates, offsets, raw scores
+  from a linear head): the error SNR per range group about the group's mean (``accuracy.measure.range_groups``),
+  ``>= min SQNR``; its failure line gives max and p99 abs error in the output's units.
+- ``decision``: probabilities (produced by a Sigmoid; or, made by no linear op and not a vector per item, a
+  reference wholly inside [0, 1]),
+  thresholded at :data:`autodeploy.accuracy.records.DEFAULT_DECISION_THRESHOLD`: the F1 of the candidate's
+  positives against the reference's ``>= 1 - max_accuracy_drop`` (no positives on either side: 1.0), so rare
+  events count.
+- ``embedding``: one vector per item, ``[N, 1, ..., 1, D]`` of rank 4 and up (a 1x1 feature map, as a
+  TF conv head exports it: openwakeword's ``[N, 1, 1, 96]``); at any rank, ``[N, D]`` too, a vector made
+  by ``LpNormalization`` or whose reference rows all have length 1 with signed values (sentence and face
+  embeddings end in ``F.normalize``, exported as ``Div`` by a ``ReduceL2``; class scores are not unit
+  length, probabilities are not signed); or any float output by override (an unnormalized sentence
+  embedding ``[N, D]``, otherwise a regression): the cosine of each item's vector
+  with the reference's, the worst row ``>= 1 - max_accuracy_drop``; a vector's direction is what a
+  nearest-neighbour search or a classifier on top reads, and one averaged number would hide one item's.
+- ``sqnr``: every other float output, per channel group: the channel axis and the groups of
+  adjacent channels of similar range are found by :mod:`autodeploy.accuracy.measure`; each
+  group's SQNR ``10 log10(sum ref^2 / sum (out - ref)^2)`` (the reference's mean kept, as cosine
+  keeps it) must be ``>= min SQNR``, the worst group deciding and named. The default limit is
+  :func:`autodeploy.accuracy.records.sqnr_for_drop` of the budget: the SQNR at which a group's cosine
+  would be ``1 - max_accuracy_drop`` (``1 - cos ~= 10^(-SQNR/10) / 2``): 17.0 dB at the 1% budget. The old rule
+  asked that cosine of the whole flattened tensor; it now holds for every group.
+- ``cosine``: only by override (or records stored before kinds): cosine ``>= min_cosine``.
+
+Every output must pass, and with labels the task accuracy may drop by at most ``max_accuracy_drop``.
+Non-finite outputs (NaN cosine) always fail. The pass/fail rule is :mod:`autodeploy.accuracy.rules`':
+:func:`~autodeploy.accuracy.rules.accuracy_verdict` judges, :func:`~autodeploy.accuracy.rules.worst` names the
+output (and channels) furthest from its limit, :func:`~autodeploy.accuracy.rules.accuracy_drop` is the same rule
+as one number, each output's :func:`~autodeploy.accuracy.rules.output_drop` (``1 - agreement``, ``1 - F1``,
+``10^(-SQNR/10) / 2``), so it is within the budget exactly when every output passes.
+
+Pure functions and frozen dataclasses, stdlib only: importing this module imports no numpy or ONNX.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: What an output can be judged by (:func:`output_kind`, ``--accuracy OUTPUT=MEASURE[:THRESHOLD]``).
+MEASURES = ("exact", "top1", "sequence", "cells", "decision", "logit", "embedding", "regression", "sqnr", "cosine")
+#: The ONNX ``metadata_props`` key in which a model declares how its outputs are judged, in ``--accuracy``'s
+#: words (``logits=top1``; entries separated by commas): ``accuracy.measure.declared`` reads it.
+DECLARED_KEY = "autodeploy.accuracy"
+#: Ops whose output is a distribution over one axis: its argmax is what is read (top-1, tokens, cells).
+DISTRIBUTIONS = ("Softmax", "LogSoftmax")
+#: Ops of a linear head: an output they make, with no normalising op after them, is a quantity (a
+#: regression, raw scores), whatever range its values happen to fall in.
+LINEAR = ("Gemm", "MatMul", "Add", "Sub", "Mul", "Conv", "ConvTranspose", "Einsum", "BatchNormalization",
+          "MatMulInteger", "QLinearMatMul", "QLinearConv")  # fmt: skip
+#: Ops whose time-major output is a state (``[layers, B, hidden]``), not logits over a vocabulary.
+RECURRENT = ("LSTM", "GRU", "RNN")
+#: The measures whose THRESHOLD an override may set: the decision's probability cut, the SQNR
+#: limit in dB, the cosine limit. Agreements take the study's budget.
+THRESHOLDED = ("decision", "logit", "sqnr", "regression", "cosine")
+
+
+@dataclass(frozen=True)
+class OutputFacts:
+    """What the comparison found out about one reference output, for :func:`output_kind` to judge.
+
+    ``producer`` is the ONNX op that makes the output (``"Softmax"`` only when over the last axis,
+    else e.g. ``"Softmax(axis=1)"``), ``None`` when unknown. ``reader``: what the graph itself does
+    with the output's values beside returning them (``"ArgMax"``, ``"ArgMax(axis=1)"`` for an ArgMax,
+    Softmax or TopK reading its classes; ``"Sigmoid"``), ``None`` when nothing. ``unit_range``: every
+    reference value lies in [0, 1]. ``rows_sum_to_one``: non-negative and every last-axis row sums to 1.
+    ``time_major``: the engine returned it ``[T, B, ...]``, the call's items on axis 1 where the model
+    declares axis 0; ``shape`` is then already item-leading, ``[N, T, ...]``. ``unit_rows``: one
+    vector per item (``[N, 1, ..., D]``), every one of length 1 (L2), some value negative: L2-normalized.
+    """
+
+    dtype_kind: str  # numpy's dtype.kind: "f", "i", "u", "b", ...
+    shape: tuple[int, ...]
+    producer: str | None = None
+    unit_range: bool = False
+    rows_sum_to_one: bool = False
+    time_major: bool = False
+    unit_rows: bool = False
+    reader: str | None = None
+
+
+def _op_axis(op: str | None, names: Sequence[str]) -> int | None:
+    """The axis of ``"Softmax"`` (-1) or ``"Softmax(axis=1)"`` (1) when ``op`` is one of ``names``, else ``None``."""
+    if op is None:
+        return None
+    name, _, rest = op.partition("(axis=")
+    if name not in names:
+        return None
+    return int(rest.rstrip(")")) if rest else -1
+
+
+def class_axis(facts: OutputFacts) -> int | None:
+    """The axis the graph proves classes on (non-negative): a Softmax or LogSoftmax makes a distribution
+    over it, or the graph reads its argmax; the last axis where the reference's rows sum to 1. ``None``: none proven."""
+    rank = len(facts.shape)
+    axis = _op_axis(facts.producer, DISTRIBUTIONS)
+    if axis is None:
+        axis = _op_axis(facts.reader, ("ArgMax",))
+    if axis is None and facts.rows_sum_to_one:
+        axis = -1
+    if axis is None or rank < 2:
+        return None
+    axis = axis % rank
+    return axis if axis > 0 and facts.shape[axis] > 1 else None
+
+
+def output_kind(facts: OutputFacts) -> str:
+    """The measure an output is judged by (one of :data:`MEASURES`; the rule in the module docstring)."""
+    shape = facts.shape
+    if facts.dtype_kind in "iub":
+        return "exact"
+    one_vector = len(shape) >= 2 and shape[-1] > 1 and all(d == 1 for d in shape[1:-1])
+    if one_vector and (facts.producer == "LpNormalization" or facts.unit_rows):
+        return "embedding"  # normalized: a direction is all it carries
+    axis = class_axis(facts)
+    if axis is not None:  # classes, proven by the graph or by rows that are distributions
+        places = [d for i, d in enumerate(shape[1:], 1) if i != axis and d > 1]
+        if not places:
+            return "top1"  # one class vector per item
+        if len(places) == 1 and axis == len(shape) - 1:
+            return "sequence"  # [N, T, V] (or [N, T, 1, V]): tokens, the whole string is what is read
+        return "cells"  # a map [N, H, W, C] or [N, C, H, W]: each cell by its own class
+    ctc = facts.time_major and len(shape) == 3 and facts.producer not in RECURRENT
+    positions = math.prod(shape[1:-1]) if len(shape) >= 3 else 0
+    if ctc and positions > 1 and shape[-1] > 1:
+        return "sequence"  # CTC logits [T, B, V], as the model returned them: decoded by argmax per step
+    if facts.reader == "Sigmoid":
+        return "logit"  # the graph itself turns them into probabilities
+    linear = facts.producer in LINEAR
+    vector = (len(shape) == 2 and shape[1] > 1) or (len(shape) == 3 and one_vector)
+    if facts.producer == "Sigmoid" or (facts.unit_range and not linear and not vector):
+        return "decision"
+    if one_vector and len(shape) >= 4:
+        return "embedding"  # a 1x1 feature map: one vector per item
+    if vector:
+        return "regression"  # a vector per item from a linear head: coordinates, offsets, raw scores
+    return "sqnr"
+
+
+@dataclass(frozen=True)
+class Override:
+    """A user's choice of measure for one output (``--accuracy OUTPUT=MEASURE[:THRESHOLD]``)."""
+
+    measure: str
+    threshold: float | None = None
+
+
+def parse_override(text: str) -> tuple[str, Override]:
+    """``"OUTPUT=MEASURE[:THRESHOLD]"`` -> ``(OUTPUT, Override)``.
+
+    Raises:
+        ValueError: not of that form, an unknown measure, or a threshold on a measure without one.
+    """
+    name, sep, rule = text.rpartition("=")
+    measure, _, threshold = rule.partition(":")
+    if not sep or not name or measure not in MEASURES:
+        raise ValueError(f"--accuracy {text!r}: expected OUTPUT=MEASURE[:THRESHOLD] with MEASURE one of "
+                         f"{', '.join(MEASURES)} (e.g. scores=decision:0.3, output0=sqnr:20)")  # fmt: skip
+    if threshold and measure not in THRESHOLDED:
+        raise ValueError(f"--accuracy {text!r}: {measure} takes no threshold (the budget sets it); "
+                         f"thresholds apply to {', '.join(THRESHOLDED)}")  # fmt: skip
+    try:
+        value = float(threshold) if threshold else None
+    except ValueError:
+        raise ValueError(f"--accuracy {text!r}: threshold {threshold!r} is not a number") from None
+    if value is not None and not math.isfinite(value):
+        raise ValueError(f"--accuracy {text!r}: threshold {threshold!r} is not a finite number")
+    if value is not None and measure in ("decision", "logit") and not 0 < value < 1:
+        raise ValueError(f"--accuracy {text!r}: a {measure} threshold is a probability, between 0 and 1 (e.g. 0.5)")
+    if value is not None and measure == "cosine" and not -1 <= value <= 1:
+        raise ValueError(f"--accuracy {text!r}: a cosine limit lies between -1 and 1 (e.g. 0.99)")
+    return name, Override(measure, value)

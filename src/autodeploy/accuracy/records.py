@@ -1,0 +1,132 @@
+"""The accuracy records and their thresholds: what a comparison with the fp32 reference found, and the budget.
+
+One :class:`OutputAccuracy` per output and their :class:`Accuracy`, made by
+:func:`autodeploy.accuracy.measure.compare`, carried by the harness's measurement, read by the in-house
+quantizer's judge, the store, the study and the dashboard: frozen dataclasses that round-trip through JSON,
+below everything that makes or reads them. Beside them the budget (:data:`DEFAULT_MAX_ACCURACY_DROP`, 1%) and
+the limits it sets: the cosine (:func:`cosine_for_drop`), the SQNR of a channel group (:func:`sqnr_for_drop`),
+an SQNR as a drop (:func:`sqnr_drop`), and the float slack every limit is compared with (:func:`within`).
+The kinds are :mod:`autodeploy.accuracy.kinds`', the pass/fail rule :mod:`autodeploy.accuracy.rules`'.
+
+Stdlib only: importing this module imports no numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+#: The default accuracy budget (docs/architecture.md, "Accuracy verdicts"): each output may lose at most 1% of its measure.
+DEFAULT_MAX_ACCURACY_DROP = 0.01
+#: The default where top-1 does not apply: cosine similarity >= 0.99 (the same 1% budget).
+DEFAULT_MIN_COSINE = 1.0 - DEFAULT_MAX_ACCURACY_DROP
+#: Probabilities become decisions above this (``decision`` outputs; overridable per output).
+DEFAULT_DECISION_THRESHOLD = 0.5
+#: Slack for comparing fractions such as 99/100 with limits such as 1 - 0.01 (float rounding).
+TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class OutputAccuracy:
+    """One output compared with the ONNX Runtime FP32 reference on the evaluation inputs."""
+
+    name: str
+    max_abs: float
+    mean_rel: float
+    cosine: float
+    top1_agreement: float | None = None  # for classifier-shaped outputs [N, classes]
+    task_accuracy: float | None = None  # when the user gave labels
+    reference_task_accuracy: float | None = None
+    exact_agreement: float | None = None  # for integer outputs (ids): the fraction of equal elements
+    #: How it was judged (:data:`autodeploy.accuracy.kinds.MEASURES`); ``None`` in records stored before kinds.
+    kind: str | None = None
+    #: ``sqnr``: the worst channel group's SQNR in dB, which group (``"axis 1, channels 4-21"``), and
+    #: the output's own SQNR limit where the user set one (else the budget's, :func:`sqnr_for_drop`).
+    sqnr_db: float | None = None
+    channels: str | None = None
+    min_sqnr_db: float | None = None
+    #: ``decision``: the F1 of the thresholded positives against the reference's, at this threshold.
+    f1: float | None = None
+    decision_threshold: float | None = None
+    #: ``sequence``: per-position argmax agreement, and the share of items with the whole sequence unchanged.
+    token_agreement: float | None = None
+    sequence_agreement: float | None = None
+    #: ``embedding``: the lowest cosine of one item's vector with the reference's (every row of ``[..., D]``).
+    row_cosine: float | None = None
+    #: ``top1``/``cells``: the share of items (cells) whose class is unchanged where the reference decided it:
+    #: a flip where the reference's own class led the new one by under ``accuracy.measure.SEQUENCE_TIE`` (0.2
+    #: probability) is no change, as for tokens. What they are judged by; the plain agreements report every flip.
+    decided_agreement: float | None = None
+    #: ``cells``: the share of a map's cells (positions) whose class (argmax over the class axis) is unchanged;
+    #: on an ``sqnr`` map whose last axis is a few channels, the same over that axis (a failure line's evidence).
+    cell_agreement: float | None = None
+    #: ``sqnr``/``regression``: the judged (worst) group's largest and 99th-percentile absolute error, in
+    #: the output's own units (pixels, metres), and the F1 of the whole output's decisions after a sigmoid
+    #: (``value > 0`` against ``reference > 0``) where the reference has both signs: a failure line's evidence.
+    error_max_abs: float | None = None
+    error_p99_abs: float | None = None
+    logit_f1: float | None = None
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """Every output's :class:`OutputAccuracy` and whether the accuracy constraint held."""
+
+    outputs: tuple[OutputAccuracy, ...]
+    n_samples: int
+    #: The constraint checked, per output by its kind (:func:`autodeploy.accuracy.rules.accuracy_verdict`), e.g.
+    #: ``top-1 agreement >= 0.99 and SQNR >= 17 dB``.
+    constraint: str
+    passed: bool
+    #: The user's task metric (``--metric module:function``), on these outputs and on the reference's.
+    metric: str | None = None
+    metric_value: float | None = None
+    reference_metric_value: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Accuracy:
+        return cls(
+            outputs=tuple(OutputAccuracy(**o) for o in d["outputs"]),
+            n_samples=d["n_samples"],
+            constraint=d["constraint"],
+            passed=d["passed"],
+            metric=d.get("metric"),
+            metric_value=d.get("metric_value"),
+            reference_metric_value=d.get("reference_metric_value"),
+        )
+
+
+@dataclass(frozen=True)
+class AccuracyVerdict:
+    """The accuracy constraint checked (human text, stored with the trial) and whether it held."""
+
+    constraint: str
+    passed: bool
+
+
+def cosine_for_drop(max_accuracy_drop: float) -> float:
+    """The cosine a drop budget asks of outputs where top-1 does not apply (their drop is ``1 - cosine``)."""
+    return 1.0 - max_accuracy_drop
+
+
+def within(value: float, limit: float) -> bool:
+    """``value <= limit`` up to :data:`TOLERANCE`; NaN is never within."""
+    return value <= limit + TOLERANCE
+
+
+def sqnr_for_drop(max_accuracy_drop: float) -> float:
+    """The SQNR (dB) a budget asks of every channel group: where its cosine would be ``1 - max_accuracy_drop``
+    (``1 - cos ~= noise / (2 signal)`` for small noise): 17.0 dB at 1%."""
+    return math.inf if max_accuracy_drop <= 0 else 10.0 * math.log10(1.0 / (2.0 * max_accuracy_drop))
+
+
+def sqnr_drop(sqnr_db: float, min_db: float | None = None,
+              max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP) -> float:  # fmt: skip
+    """An SQNR as a drop, ``10^(-SQNR/10) / 2`` (the ``1 - cosine`` it implies), shifted so that a
+    per-output limit ``min_db`` maps to ``max_accuracy_drop``: within the budget exactly when ``SQNR >= limit``."""
+    if math.isnan(sqnr_db):
+        return math.inf
+    if min_db is None:
+        return 0.5 * 10.0 ** (-sqnr_db / 10.0) if sqnr_db > -300 else math.inf
+    return max_accuracy_drop * 10.0 ** ((min_db - sqnr_db) / 10.0) if sqnr_db - min_db > -300 else math.inf

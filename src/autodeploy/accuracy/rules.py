@@ -1,0 +1,262 @@
+"""Whether an output is accurate enough: the pass/fail rule of the accuracy kinds, and the worst output named.
+
+Each output is judged by its kind's metric (:func:`output_metric`; the kinds and their measures are
+:mod:`autodeploy.accuracy.kinds`') against its limit, all outputs together by :func:`accuracy_verdict` (the
+constraint stored with the trial), the user's task metric beside by :func:`with_metric`. :func:`output_drop` and
+:func:`accuracy_drop` are the same rule as one number in drop units, within the budget exactly when every output
+passes; :func:`worst_output` and :func:`worst` name the output furthest from its limit, with its evidence;
+:func:`conversion_fault` tells an engine's broken conversion from its precision's loss; :func:`accuracy_score` is
+one 0..1 number for comparing two stored runs (the gate). The records and the limits the budget sets are
+:mod:`autodeploy.accuracy.records`'.
+
+Pure functions and frozen dataclasses, stdlib only: importing this module imports no numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autodeploy.accuracy.records import (
+    DEFAULT_DECISION_THRESHOLD,
+    DEFAULT_MAX_ACCURACY_DROP,
+    DEFAULT_MIN_COSINE,
+    Accuracy,
+    AccuracyVerdict,
+    OutputAccuracy,
+    sqnr_drop,
+    sqnr_for_drop,
+    within,
+)
+
+#: The SQNR-like measures (in dB): per channel group, about zero (``sqnr``) or about the reference's mean (``regression``).
+DB_METRICS = ("SQNR", "error SNR")
+
+_METRICS = {"exact": ("exact agreement", "exact_agreement"), "top1": ("top-1 agreement", "decided_agreement"),
+            "sequence": ("sequence agreement", "sequence_agreement"), "cells": ("cell agreement", "decided_agreement"),
+            "decision": ("F1", "f1"), "logit": ("F1 after a sigmoid", "f1"),
+            "embedding": ("worst row cosine", "row_cosine"), "regression": ("error SNR", "sqnr_db"),
+            "sqnr": ("SQNR", "sqnr_db"), "cosine": ("cosine", "cosine")}  # fmt: skip
+
+
+def output_metric(o: OutputAccuracy) -> tuple[str, float]:
+    """The metric an output is judged by, and its value: by its ``kind``
+    (:data:`autodeploy.accuracy.kinds.MEASURES`), or for a record stored before kinds, ``exact agreement`` /
+    ``top-1 agreement`` / ``cosine`` as then."""
+    if o.kind is not None:
+        label, attr = _METRICS[o.kind]
+        value = getattr(o, attr)
+        if value is None and attr == "decided_agreement":  # stored before near-ties were told apart: every flip
+            value = o.top1_agreement if o.kind == "top1" else o.cell_agreement
+        return label, math.nan if value is None else value
+    if o.exact_agreement is not None:
+        return "exact agreement", o.exact_agreement
+    if o.top1_agreement is not None:
+        return "top-1 agreement", o.top1_agreement
+    return "cosine", o.cosine
+
+
+def output_drop(o: OutputAccuracy, *, max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+                min_cosine: float | None = None) -> float:  # fmt: skip
+    """The accuracy one output lost, comparable with the budget (``<= max_accuracy_drop``: it passes).
+
+    ``1 - agreement`` or ``1 - F1``; an SQNR through :func:`autodeploy.accuracy.records.sqnr_drop` (its own
+    limit ``min_sqnr_db`` where one was set); ``1 - cosine`` (shifted to ``min_cosine`` when given). Non-finite: inf.
+    """
+    if not math.isfinite(o.cosine):
+        return math.inf
+    metric, value = output_metric(o)
+    if math.isnan(value):
+        return math.inf
+    if metric in DB_METRICS:
+        return sqnr_drop(value, o.min_sqnr_db, max_accuracy_drop)
+    if metric == "cosine" and min_cosine is not None:
+        return 1.0 - value - (1.0 - min_cosine) + max_accuracy_drop
+    return 1.0 - value
+
+
+def _shortfall(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> float:
+    """How far an output is below its limit, in drop units (<= 0: it passes; inf: non-finite)."""
+    return output_drop(o, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine) - max_accuracy_drop
+
+
+def _limit(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> float:
+    """The value an output's metric must reach: its own SQNR limit or the budget's, else ``1 - max_accuracy_drop``."""
+    metric = output_metric(o)[0]
+    if metric in DB_METRICS:
+        return o.min_sqnr_db if o.min_sqnr_db is not None else sqnr_for_drop(max_accuracy_drop)
+    return min_cosine if metric == "cosine" else 1 - max_accuracy_drop
+
+
+def _rule(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> str:
+    metric, limit = output_metric(o)[0], _limit(o, max_accuracy_drop, min_cosine)
+    if metric in DB_METRICS:
+        return f"{metric} >= {limit:.3g} dB"
+    if metric.startswith("F1"):
+        threshold = o.decision_threshold if o.decision_threshold is not None else DEFAULT_DECISION_THRESHOLD
+        return f"{metric} at {threshold:g} >= {limit:g}"
+    return f"{metric} >= {limit:g}"
+
+
+def accuracy_verdict(
+    outputs: Sequence[OutputAccuracy],
+    *,
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+    min_cosine: float = DEFAULT_MIN_COSINE,
+) -> AccuracyVerdict:
+    """Judge per-output accuracy metrics against the FP32 reference (the rule in :mod:`autodeploy.accuracy.kinds`).
+
+    Args:
+        outputs: One entry per output; ``cosine`` is NaN where either array was non-finite.
+        max_accuracy_drop: Allowed agreement, F1 and task-accuracy drop, as a fraction; sets the SQNR limit
+            (:func:`autodeploy.accuracy.records.sqnr_for_drop`) of outputs without their own.
+        min_cosine: Required cosine similarity of the outputs judged by cosine.
+    """
+    rules = list(dict.fromkeys(_rule(o, max_accuracy_drop, min_cosine) for o in outputs))
+    constraint = " and ".join(rules)
+    passed = all(within(_shortfall(o, max_accuracy_drop, min_cosine), 0.0) for o in outputs)
+    task = task_drops(outputs)
+    if task:
+        constraint += f" and task accuracy drop <= {max_accuracy_drop:g}"
+        passed = passed and within(task[0], max_accuracy_drop)
+    return AccuracyVerdict(constraint, bool(passed))
+
+
+def with_metric(verdict: AccuracyVerdict, name: str, value: float, reference: float,
+                max_metric_drop: float | None) -> AccuracyVerdict:  # fmt: skip
+    """``verdict`` with the user's task metric (higher is better) judged too: with ``max_metric_drop`` its
+    drop from the reference's value must be ``<= max_metric_drop``; without, it is only reported."""
+    if max_metric_drop is None:
+        return verdict
+    constraint = f"{verdict.constraint} and {name} drop <= {max_metric_drop:g}"
+    return AccuracyVerdict(constraint, verdict.passed and within(reference - value, max_metric_drop))
+
+
+#: An engine's fp32 that loses at least this many times the accuracy budget (and at least 10%) is a broken
+#: conversion, not a precision's effect: fp32 differs from the reference by rounding alone (60 dB and up),
+#: and bf16 rounding stays inside the budget. A TFLite conversion at top-1 0.07 is a conversion fault.
+CONVERSION_FACTOR = 10.0
+
+
+def conversion_fault(precision: str, drop: float | None, max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP) -> bool:
+    """Whether a config's accuracy loss is its engine's conversion's fault, not its precision's: it is the
+    engine's own fp32 (what every reduced precision of that engine is built from) and it lost at least
+    :data:`CONVERSION_FACTOR` times the budget (:func:`accuracy_drop`)."""
+    return precision == "fp32" and drop is not None and drop >= max(CONVERSION_FACTOR * max_accuracy_drop, 0.1)
+
+
+@dataclass(frozen=True)
+class WorstOutput:
+    """The output furthest below (or nearest to) its limit (:func:`worst_output`), in its metric's own terms.
+
+    ``where`` names it and, when judged per channel group, the group (``output 'output0', axis 1,
+    channels 4-21``); ``value`` is NaN where the output was not finite. ``failed``: it breaks its limit.
+    """
+
+    output: OutputAccuracy
+    where: str
+    metric: str
+    value: float
+    limit: float
+    failed: bool
+    budget: float = DEFAULT_MAX_ACCURACY_DROP
+
+    @property
+    def unit(self) -> str:
+        return "dB" if self.metric in DB_METRICS else ""
+
+    def evidence(self) -> str:
+        """What a failure line adds after the value: the error in the output's own units (an SQNR
+        kind), and the measure that would read the output as it is read, where only that agrees."""
+        o, parts = self.output, []
+        if self.metric in DB_METRICS and o.error_max_abs is not None:
+            parts.append(f"max abs error {o.error_max_abs:.4g}, p99 {o.error_p99_abs:.4g}, in the output's units")
+        if not self.failed or self.metric not in DB_METRICS:
+            return "; ".join(parts)
+        if o.kind == "regression" and o.top1_agreement is not None and within(1 - o.top1_agreement, self.budget):
+            parts.append(f"its argmax agrees on {o.top1_agreement:.0%} of items: if these are class logits, "
+                         f"judge them with --accuracy {o.name}=top1")  # fmt: skip
+        elif o.cell_agreement is not None and within(1 - o.cell_agreement, self.budget):
+            parts.append(f"its argmax over the last axis agrees on {o.cell_agreement:.2%} of cells: if these are "
+                         f"class logits per cell, judge them with --accuracy {o.name}=cells")  # fmt: skip
+        elif o.logit_f1 is not None and within(1 - o.logit_f1, self.budget):
+            parts.append(f"decisions after a sigmoid agree (F1 {o.logit_f1:.3f}): if these are score logits, "
+                         f"judge them with --accuracy {o.name}=logit")  # fmt: skip
+        return "; ".join(parts)
+
+
+def worst_output(
+    outputs: Sequence[OutputAccuracy],
+    *,
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+    min_cosine: float = DEFAULT_MIN_COSINE,
+) -> WorstOutput | None:
+    """The output furthest below (or nearest to) its limit; ``None`` without outputs."""
+    if not outputs:
+        return None
+    o = max(outputs, key=lambda x: _shortfall(x, max_accuracy_drop, min_cosine))
+    metric, value = output_metric(o)
+    if not math.isfinite(o.cosine):
+        value = math.nan
+    where = f"output {o.name!r}" + (f", {o.channels}" if o.channels else "")
+    failed = not within(_shortfall(o, max_accuracy_drop, min_cosine), 0.0)
+    return WorstOutput(o, where, metric, value, _limit(o, max_accuracy_drop, min_cosine), failed, max_accuracy_drop)
+
+
+def worst(
+    outputs: Sequence[OutputAccuracy],
+    *,
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+    min_cosine: float = DEFAULT_MIN_COSINE,
+) -> str:
+    """The output furthest below (or nearest to) its limit, with its channels where it was judged per
+    channel group: ``output 'y': cosine 0.95``, ``output 'output0', channels 4-21: SQNR 0.0 dB, limit 17 dB``."""
+    w = worst_output(outputs, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine)
+    if w is None:
+        return "no outputs"
+    if math.isnan(w.value):
+        return f"output {w.output.name!r}: NaN or inf"
+    if w.metric in DB_METRICS:
+        evidence = w.evidence()
+        return f"{w.where}: {w.metric} {w.value:.1f} dB, limit {w.limit:.3g} dB" + (f" ({evidence})" if evidence else "")
+    if w.metric == "sequence agreement" and w.output.token_agreement is not None:
+        return f"{w.where}: sequence agreement {w.value:.4g} (token agreement {w.output.token_agreement:.4g})"
+    every = w.output.top1_agreement if w.metric == "top-1 agreement" else w.output.cell_agreement
+    if w.metric in ("top-1 agreement", "cell agreement") and every is not None and every != w.value:
+        return f"{w.where}: {w.metric} {w.value:.4g} where the reference decided (every flip: {every:.4g})"
+    return f"{w.where}: {w.metric} {w.value:.4g}"
+
+
+def accuracy_drop(accuracy: Accuracy) -> float:
+    """The accuracy lost, as one number in the rule's own terms (0 = identical, 1 = total loss).
+
+    The worst output's :func:`output_drop` (``1 - agreement``, ``1 - F1``, ``10^(-SQNR/10) / 2``,
+    ``1 - cosine``) and the task accuracy lost, with labels. Non-finite outputs are a total loss.
+    """
+    outputs = accuracy.outputs
+    if not all(math.isfinite(o.cosine) for o in outputs):
+        return 1.0
+    drops = [min(output_drop(o), 1.0) if output_metric(o)[0] in DB_METRICS else output_drop(o) for o in outputs]
+    return max([*drops, *task_drops(outputs)], default=0.0)
+
+
+def task_drops(outputs: Sequence[OutputAccuracy]) -> list[float]:
+    """Each output's task accuracy lost against the reference's, where labels scored it (empty without labels)."""
+    return [o.reference_task_accuracy - o.task_accuracy for o in outputs
+            if o.task_accuracy is not None and o.reference_task_accuracy is not None]  # fmt: skip
+
+
+def accuracy_score(outputs: Sequence[Mapping[str, Any]]) -> tuple[float | None, str | None]:
+    """One 0..1 score (higher is better) for comparing two runs, and what it is: the worst output's
+    task accuracy where there are labels, else its top-1 agreement with FP32 for classifiers,
+    else its cosine similarity with FP32. A non-finite value scores 0 (a total loss, as in
+    :func:`accuracy_drop`). ``(None, None)`` without outputs."""
+    for key, label in (("task_accuracy", "task accuracy"), ("top1_agreement", "top-1 agreement vs FP32"),
+                       ("exact_agreement", "exact agreement vs FP32"), ("cosine", "cosine vs FP32")):  # fmt: skip
+        values = [o[key] if math.isfinite(o[key]) else 0.0 for o in outputs if o.get(key) is not None]
+        if values:
+            return float(min(values)), label
+    return None, None
+
