@@ -106,7 +106,7 @@ def _named(cfg: StudyConfig, keys: Mapping[str, Any], overrides: Mapping[str, An
            resume: bool) -> tuple[StudyConfig, str]:  # fmt: skip
     """The study's name, and its config over a resumed study's stored settings (its search space stays)."""
     study_name = study_config.check_study_name(
-        cfg.name or default_study_name(display_name(cfg.model), cfg.objective, fingerprint)
+        cfg.name or default_study_name(display_name(cfg.model), cfg.objective.name, fingerprint)
     )
     stored = store.get_study(study_name) if resume else None
     if stored is not None:

@@ -7,23 +7,44 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from autodeploy.accuracy.records import DEFAULT_MAX_ACCURACY_DROP
 from autodeploy.errors import ShapeError, UsageError
 from autodeploy.harness.timing import MAX_TIMED_S, TimingPolicy
-from autodeploy.objectives import DEFAULT_OBJECTIVE, NAMES, of
+from autodeploy.objectives import DEFAULT_OBJECTIVE, NAMES, Objective, of
 from autodeploy.shapes import ShapeSet
-from autodeploy.verdict import sla_bounds_latency
 
 #: The example study configs installed with the package; ``--config NAME.yaml`` finds them by name.
 EXAMPLES = Path(__file__).resolve().parents[1] / "configs"
 
 #: The objectives' names (:data:`autodeploy.objectives.NAMES`).
 ObjectiveName = Literal[NAMES]  # type: ignore[valid-type]
+
+
+def _name_of(value: Any) -> Any:
+    """A row given where a name is read (a config built from another's fields) as its name."""
+    return value.name if isinstance(value, Objective) else value
+
+
+#: The study's objective: read as its name (an unknown one refused by the names' ``Literal``, in pydantic's
+#: words), held as its row (:func:`autodeploy.objectives.of`: parsed once, here), written back as its name, so the
+#: stored settings, the recorded call and a YAML round trip say what they said.
+ObjectiveRow = Annotated[ObjectiveName, BeforeValidator(_name_of), AfterValidator(of),
+                         PlainSerializer(lambda row: row.name, return_type=str)]  # fmt: skip
 Sampler = Literal["tpe", "grid", "random", "nsga2"]
 
 
@@ -102,7 +123,8 @@ class StudyConfig(_Strict):
 
     model: str
     name: str | None = None
-    objective: ObjectiveName = DEFAULT_OBJECTIVE.name
+    #: The default is a name, parsed like any other, so the settings' help and the schema say ``latency``.
+    objective: ObjectiveRow = Field(DEFAULT_OBJECTIVE.name, validate_default=True)
     engines: list[str] | None = None  # None: every engine available on this device
     precisions: list[str] | None = None  # None: every precision each engine offers here
     batches: list[int] | None = None  # None: the objective's (objectives.py: 1 for latency, 1..32 for throughput)
@@ -169,8 +191,8 @@ class StudyConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> StudyConfig:
-        if not sla_bounds_latency(self.objective) and self.constraints.sla_ms is None:
-            raise ValueError(f"the {self.objective} objective needs constraints.sla_ms (--sla-ms)")
+        if not self.objective.sla_bounds_latency and self.constraints.sla_ms is None:
+            raise ValueError(f"the {self.objective.name} objective needs constraints.sla_ms (--sla-ms)")
         for name, values in (("batches", self.batches), ("threads", self.threads)):
             if values is not None and (not values or min(values) < 1):
                 raise ValueError(f"{name} must be a non-empty list of positive integers")
@@ -179,7 +201,7 @@ class StudyConfig(_Strict):
     def default_batches(self) -> list[int]:
         if self.batches is not None:
             return sorted(set(self.batches))
-        return list(of(self.objective).batches)
+        return list(self.objective.batches)
 
 
 def load(

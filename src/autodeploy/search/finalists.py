@@ -38,15 +38,15 @@ def decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: M
             counts: dict[str, int], runs: list[tuple[str, dict[str, float]]]) -> StudySummary:  # fmt: skip
     """The finalists and the winner: re-measured interleaved when the objective and the time allow."""
     cfg = ctx.config
-    trials = ranked(study, cfg.objective)
+    trials = ranked(study, cfg.objective.name)
     top = _contenders(trials, max(cfg.finalists.count, 1))
     if not top:
         return _best_so_far(study, cfg.objective, counts, ctx.name)
-    remeasure = cfg.finalists.count > 0 and objectives.of(cfg.objective).remeasured
+    remeasure = cfg.finalists.count > 0 and cfg.objective.remeasured
     if not remeasure or budget.left() <= 0:
         finalists = [_from_screening(t) for t in top]
         why = "not re-measured" if not remeasure else "the time budget ran out before the finalists"
-        return StudySummary(ctx.name, cfg.objective, counts, finalists, finalists[0],
+        return StudySummary(ctx.name, cfg.objective.name, counts, finalists, finalists[0],
                             note=f"winner from screening values ({why})", screening_only=True,
                             confidence=f"screening only: one short run per config ({why})")  # fmt: skip
     configs = [TrialConfig.from_dict(t.user_attrs["config"]) for t in top]
@@ -57,7 +57,7 @@ def decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: M
     screened = {TrialConfig.from_dict(t.user_attrs["config"]).key(): t.values[0] for t in trials}
     finalists, rounds, settled, statistic, reran = interleaved(ctx, configs, [screened.get(c.key()) for c in configs],
                                                                reporter, memory, budget, runs)  # fmt: skip
-    summary = replace(choose(ctx.name, cfg.objective, counts, finalists, statistic),
+    summary = replace(choose(ctx.name, cfg.objective.name, counts, finalists, statistic),
                       load=rounds_load(finalists, rounds, reran))
     summary = pair_rounds(ctx, summary, reporter, memory, budget, runs)
     if moved := unsteady(summary):
@@ -99,7 +99,7 @@ def _with_history(ctx: StudyContext, summary: StudySummary) -> StudySummary:
     earlier, kind = trial_history(ctx.store, where, summary.statistic, exclude_study=ctx.name)
     won = summary.winner
     found = against_history(summary.statistic, base.statistic, earlier, kind=kind,
-                            higher_is_better=objectives.of(summary.objective).higher_is_better,
+                            higher_is_better=ctx.config.objective.higher_is_better,
                             winner=won.statistic if won is not None and not won.baseline else None)  # fmt: skip
     return summary if found is None else replace(summary, baseline_history=found.to_dict())
 
@@ -133,11 +133,12 @@ def _from_screening(t: optuna.trial.FrozenTrial) -> Finalist:
                     [t.user_attrs.get("uid", "")], per_shape=dict(t.user_attrs.get("shape_values") or {}))  # fmt: skip
 
 
-def _best_so_far(study: optuna.Study, objective: str, counts: dict[str, int], name: str) -> StudySummary:
+def _best_so_far(study: optuna.Study, objective: objectives.Objective, counts: dict[str, int],
+                 name: str) -> StudySummary:  # fmt: skip
     """No trial meets the constraints: show the best measured one anyway, labelled."""
     done = study.get_trials(deepcopy=False, states=(trial_state().COMPLETE,))
     if not done:
-        return StudySummary(name, objective, counts, [], None, note="no trial produced a measurement")
-    best = sorted(done, key=lambda t: t.values[0], reverse=objectives.of(objective).higher_is_better)[0]
-    return StudySummary(name, objective, counts, [_from_screening(best)], None,
+        return StudySummary(name, objective.name, counts, [], None, note="no trial produced a measurement")
+    best = sorted(done, key=lambda t: t.values[0], reverse=objective.higher_is_better)[0]
+    return StudySummary(name, objective.name, counts, [_from_screening(best)], None,
                         note="no trial meets the constraints; the best-so-far is shown and is not a winner")  # fmt: skip

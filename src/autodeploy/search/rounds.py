@@ -23,7 +23,7 @@ from autodeploy.harness import load as machine_load
 from autodeploy.harness import stats as rstats
 from autodeploy.harness.stats import latency_claim, summarize
 from autodeploy.harness.timing import TimingPolicy
-from autodeploy.objectives import ITEMS_PER_S, RATE
+from autodeploy.objectives import ITEMS_PER_S, RATE, Objective
 from autodeploy.search.budget import Budget
 from autodeploy.search.config import Finalists as FinalistsConfig
 from autodeploy.search.context import StudyCase, StudyContext
@@ -131,7 +131,7 @@ def interleaved(ctx: StudyContext, configs: list[TrialConfig], screened: Sequenc
             # ended the rounds with a screening-only winner whose interval rested on nothing; beside the
             # baseline, round 1's gap put out a faster config on a host that moved configs 2x)
             margin = one_pair_margin([[s, *v] for s, v in zip(screened, values, strict=True)])
-            active = still_in([(i, values[i]) for i in active], objective, keep=baseline,
+            active = still_in([(i, values[i]) for i in active], objective.name, keep=baseline,
                               rival=r < MIN_WINNER_ROUNDS, loads=dict(enumerate(record.loads)), margin=margin)  # fmt: skip
             if len(active) == 1:
                 settled = True
@@ -188,15 +188,17 @@ class _Runs:
             for row in per_config:
                 row += [None] * (r + 1 - len(row))
 
-    def values(self, objective: str, statistic: str | None = None) -> tuple[list[list[float | None]], str]:
+    def values(self, objective: Objective,
+               statistic: str | None = None) -> tuple[list[list[float | None]], str]:  # fmt: skip
         """One value per config per round so far (:func:`round_values`)."""
-        return round_values(self.calls, self.rates, self.cases, objective, statistic)
+        return round_values(self.calls, self.rates, self.cases, objective.name, statistic)
 
-    def finalists(self, configs: list[TrialConfig], baseline: int | None, objective: str) -> tuple[list[Finalist], str]:
+    def finalists(self, configs: list[TrialConfig], baseline: int | None,
+                  objective: Objective) -> tuple[list[Finalist], str]:  # fmt: skip
         """Each config as a finalist of its rounds: the median of its per-round values with their interval, its
         per-round values (and, of calls, medians) and loads, and the statistic the rounds were reduced to."""
         values, statistic = self.values(objective)
-        of_calls = objectives.of(objective).from_calls
+        of_calls = objective.from_calls
         medians, _ = self.values(objective, rstats.MEDIAN) if of_calls else ([], "")
         cases, out = self.cases, []
         for i, config in enumerate(configs):
@@ -303,7 +305,7 @@ def _per_shape_over_rounds(calls: list[dict[str, list[float]] | None], cases: tu
 
 
 def _mix(weighted: list[tuple[float, float | None, tuple[float, float] | None]],
-         objective: str) -> tuple[float | None, tuple[float, float] | None]:  # fmt: skip
+         objective: Objective) -> tuple[float | None, tuple[float, float] | None]:  # fmt: skip
     """One statistic and interval for a mix of shapes, each bound combined like the statistic
     (:meth:`~autodeploy.objectives.Objective.mix`: the weighted mean of times, the weighted harmonic mean of
     rates): wider than a joint interval, never narrower."""
@@ -311,10 +313,10 @@ def _mix(weighted: list[tuple[float, float | None, tuple[float, float] | None]],
         return weighted[0][1], weighted[0][2]
     if any(stat is None or ci is None for _, stat, ci in weighted):
         return None, None
-    weights, rule = [w for w, _, _ in weighted], objectives.of(objective)
-    stat = rule.mix(weights, [s for _, s, _ in weighted])  # type: ignore[misc]
-    low = rule.mix(weights, [ci[0] for _, _, ci in weighted])  # type: ignore[index]
-    high = rule.mix(weights, [ci[1] for _, _, ci in weighted])  # type: ignore[index]
+    weights = [w for w, _, _ in weighted]
+    stat = objective.mix(weights, [s for _, s, _ in weighted])  # type: ignore[misc]
+    low = objective.mix(weights, [ci[0] for _, _, ci in weighted])  # type: ignore[index]
+    high = objective.mix(weights, [ci[1] for _, _, ci in weighted])  # type: ignore[index]
     return stat, (min(low, high), max(low, high))
 
 

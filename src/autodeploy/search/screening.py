@@ -6,7 +6,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autodeploy import objectives
 from autodeploy.accuracy.records import Accuracy
 from autodeploy.accuracy.rules import CONVERSION_FACTOR, conversion_fault
 from autodeploy.adapters import registry
@@ -27,7 +26,7 @@ from autodeploy.search.portfolio import unseen_branches
 from autodeploy.search.reporter import Reporter
 from autodeploy.search.space import SearchSpace, suggest, unsupported_reason
 from autodeploy.search.storage import trial_state
-from autodeploy.verdict import Rejection, feasible, mb_text, sla_bounds_latency
+from autodeploy.verdict import Rejection, feasible, mb_text
 
 if TYPE_CHECKING:
     import optuna
@@ -37,7 +36,7 @@ def finalist_reserve(cfg: StudyConfig, memory: Memory, budget: Budget) -> float:
     """Seconds screening leaves for the finalists: their runs at the screening's cost per run, each
     longer by the extra timed seconds; at least one round, else at most 30% of the budget (fewer
     rounds fit then)."""
-    if budget.seconds is None or cfg.finalists.count == 0 or not objectives.of(cfg.objective).remeasured:
+    if budget.seconds is None or cfg.finalists.count == 0 or not cfg.objective.remeasured:
         return 0.0
     if not memory.timing_s:
         return 0.0
@@ -95,7 +94,7 @@ def screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: S
         trial.set_user_attr(key, value)
     if measured.per_shape:
         trial.set_user_attr("shape_uids", {k: m.uid for k, m in measured.per_shape.items()})
-        trial.set_user_attr("shape_values", {k: values(m.metrics, ctx.config.objective)[0] if m.metrics else None
+        trial.set_user_attr("shape_values", {k: values(m.metrics, ctx.config.objective.name)[0] if m.metrics else None
                                              for k, m in measured.per_shape.items()})  # fmt: skip
     memory.learn({**measured.attrs(artifact), "config": config.to_dict()})
     if measured.metrics is None:
@@ -118,7 +117,7 @@ def screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: S
                 memory.break_conversion(config, reason)
         study.tell(trial, state=state.FAIL)
         return True
-    found = violations(measured.metrics, ctx.config.constraints, ctx.config.objective)
+    found = violations(measured.metrics, ctx.config.constraints, ctx.config.objective.name)
     if not feasible(found):  # what the summary lists: each broken constraint with its value and limit
         trial.set_user_attr("rejected", [asdict(r) for r in _rejections(ctx, measured)])
     if found.get("accuracy_drop", 0.0) > 0:
@@ -133,7 +132,7 @@ def screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: S
             memory.break_conversion(config, reason)
     for key, value in found.items():
         trial.set_constraint(key, value)  # the samplers read these (Optuna >= 5)
-    study.tell(trial, values(measured.metrics, ctx.config.objective))
+    study.tell(trial, values(measured.metrics, ctx.config.objective.name))
     memory.seen.setdefault(config.key(), study.get_trials(deepcopy=False)[trial.number])  # as told, constraints too
     return True
 
@@ -159,7 +158,7 @@ def _rejections(ctx: StudyContext, measured: Measured) -> list[Rejection]:
     if measured.per_shape:
         key, worst = max(measured.per_shape.items(), key=lambda kv: kv[1].metrics.accuracy_drop if kv[1].metrics else 0.0)
         accuracy, at = worst.accuracy, f"at {key}: "
-    found = rejections(measured.metrics, ctx.config.constraints, ctx.config.objective, accuracy)
+    found = rejections(measured.metrics, ctx.config.constraints, ctx.config.objective.name, accuracy)
     return [replace(r, reason=at + r.reason) if r.constraint == "max_accuracy_drop" else r for r in found]
 
 
@@ -294,10 +293,10 @@ def _measure_case(
     at = f" at {case.key}" if len(ctx.shape_cases()) > 1 else ""
     # A stored measurement was judged without this study's --metric: reused, the metric would never run. A rate
     # under the SLA (server) was searched under its own study's SLA: measured again, under this one.
-    if not cfg.fresh and sla_bounds_latency(cfg.objective) and phase == "screening" and cfg.metric is None:
+    if not cfg.fresh and cfg.objective.sla_bounds_latency and phase == "screening" and cfg.metric is None:
         version = registry.get(config.engine).probe_version()
         repeat = TrialFilter(model_sha256=case.model.sha256, device=ctx.device.fingerprint, config_key=config.key(),
-                             engine_version=version, shape_key=case.key, scenario=objectives.of(cfg.objective).scenario,
+                             engine_version=version, shape_key=case.key, scenario=cfg.objective.scenario,
                              measured_only=True, newest_first=True)  # fmt: skip
         row = ctx.store.trial(repeat, samples=False)
         if row is not None and row.accuracy is not None:
@@ -310,8 +309,8 @@ def _measure_case(
     reporter.phase(f"{config.label()}{at}: starting")
     result = run_trial(case.model, config, case.data, ctx.settings,
                        progress=lambda p: reporter.phase(f"{config.label()}{at}: {p}"),
-                       scenario=objectives.of(cfg.objective).scenario,
-                       sla_ms=None if sla_bounds_latency(cfg.objective) else cfg.constraints.sla_ms,
+                       scenario=cfg.objective.scenario,
+                       sla_ms=None if cfg.objective.sla_bounds_latency else cfg.constraints.sla_ms,
                        artifact=None if built is None else Path(built), known=known,
                        measured=ctx.store.artifact_files_measured)  # fmt: skip
     ctx.store.add_trial(result, model=ModelRecord.of(case.model), device=DeviceRecord.of(ctx.device),
@@ -330,7 +329,7 @@ def _measure_case(
     latency = result.latency
     ci = latency_claim(latency)[1]
     return Measured(Metrics.of_result(result), result.uid, samples_ms=result.samples_ms, accuracy=result.accuracy,
-                     accuracy_uid=used, ci=ci if objectives.of(cfg.objective).from_calls else None,
+                     accuracy_uid=used, ci=ci if cfg.objective.from_calls else None,
                      load=result.measurement.load if result.measurement is not None else None, **common)  # fmt: skip
 
 

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autodeploy import objectives
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import ShapeError, UnsupportedConfigError, UsageError
@@ -106,7 +105,7 @@ def build_space(config: StudyConfig, device: DeviceInfo, model: ModelInfo) -> Se
         if config.knobs and name in config.knobs:
             knobs = {k: tuple(v) for k, v in config.knobs[name].items()}
         else:
-            objective = objectives.of(config.objective)  # its scenario's knobs: the dynamic batcher's delay (server)
+            objective = config.objective  # its scenario's knobs: the dynamic batcher's delay (server)
             wanted = set(engine.search_knobs) | (set(engine.throughput_knobs) if objective.in_flight else set())
             wanted |= set(objective.knobs)
             knobs = {k: tuple(offered.knobs[k]) for k in sorted(wanted) if k in offered.knobs}

@@ -50,8 +50,8 @@ def open_study(ctx: StudyContext) -> tuple[optuna.Study, optuna.storages.RDBStor
     # A resumed or joined study must not replay the same seeded suggestions as the first run.
     seed = ctx.config.seed if ctx.name not in existing else ctx.config.seed + os.getpid()
     study = optuna.create_study(study_name=ctx.name, storage=storage, load_if_exists=True,
-                                directions=list(objectives.of(ctx.config.objective).directions), sampler=_sampler(ctx.config, seed))  # fmt: skip
-    want = [d.upper() for d in objectives.of(ctx.config.objective).directions]
+                                directions=list(ctx.config.objective.directions), sampler=_sampler(ctx.config, seed))  # fmt: skip
+    want = [d.upper() for d in ctx.config.objective.directions]
     if [d.name for d in study.directions] != want:
         raise UsageError(f"study {ctx.name!r} was created for another objective",
                          fix="resume it with its own --objective, or choose another --name")  # fmt: skip
@@ -179,10 +179,10 @@ def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 def ranked(study: optuna.Study, objective: str) -> list[optuna.trial.FrozenTrial]:
     """Feasible trials best first by their first value, one per config; of several values (``pareto``), the
     Pareto front alone."""
-    trials = feasible_trials(study)
-    if not objectives.of(objective).single:
+    trials, row = feasible_trials(study), objectives.of(objective)
+    if not row.single:
         trials = [trials[i] for i in pareto_front([t.values for t in trials])]
-    trials.sort(key=lambda t: t.values[0], reverse=objectives.of(objective).higher_is_better)
+    trials.sort(key=lambda t: t.values[0], reverse=row.higher_is_better)
     unique, seen = [], set()
     for t in trials:
         key = TrialConfig.from_dict(t.user_attrs["config"]).key()

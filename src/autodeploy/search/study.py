@@ -13,12 +13,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
-from autodeploy import objectives
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import TrialFailed, UsageError
 from autodeploy.harness import load as machine_load
 from autodeploy.harness.result import TrialResult
 from autodeploy.harness.run import prepare, reference
+from autodeploy.objectives import Objective
 from autodeploy.results_db.store import DeviceRecord, ModelRecord
 from autodeploy.search.budget import Budget, duration_text
 from autodeploy.search.config import check_study_name
@@ -84,7 +84,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
                 "batches": list(space.batches), "judge": _judge(ctx),
                 "knobs": {e: {k: list(v) for k, v in c.knobs.items()} for e, c in space.engines.items()}}  # fmt: skip
     ctx.store.save_study(ctx.name, model=ModelRecord.of(ctx.model), device=DeviceRecord.of(ctx.device),
-                         objective=cfg.objective, settings=settings, command=ctx.command)  # fmt: skip
+                         objective=cfg.objective.name, settings=settings, command=ctx.command)  # fmt: skip
     reference_s = _check_budget(ctx, budget, reporter) if budget.seconds is not None else None
     if cfg.trials is not None:
         trials = cfg.trials
@@ -97,12 +97,12 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     # --trials counts measurements: pruned configs and repeats cost nothing, so more may be asked
     # (the grid asks each of its points once).
     max_asks = trials if cfg.sampler == "grid" else trials + space.size()
-    reporter.study(ctx.name, cfg.objective)
+    reporter.study(ctx.name, cfg.objective.name)
     reporter.start(trials, space)
     measured, asked, stopped_by = 0, 0, "trials"
     memory = Memory.of(study)
     # without --trials or a time budget, the search ends when refining stops paying off
-    patient = cfg.trials is None and budget.seconds is None and cfg.sampler != "grid" and objectives.of(cfg.objective).single
+    patient = cfg.trials is None and budget.seconds is None and cfg.sampler != "grid" and cfg.objective.single
     best, stale = _best_value(study, cfg.objective), 0  # measurements since the best last improved
     while measured < trials:
         if patient and stale >= PATIENCE:
@@ -120,8 +120,8 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
         fail_stale_trials(study)
         release_orphans(storage, study)
         memory = Memory.of(study)  # read afresh: workers sharing the study learn from each other
-        if cfg.sampler != "grid" and not enqueue_portfolio(study, space, ctx.device.isa) and objectives.of(cfg.objective).single:
-            enqueue_neighbours(study, space, memory, ranked(study, cfg.objective))
+        if cfg.sampler != "grid" and not enqueue_portfolio(study, space, ctx.device.isa) and cfg.objective.single:
+            enqueue_neighbours(study, space, memory, ranked(study, cfg.objective.name))
         with warnings.catch_warnings():
             # "Heartbeat ... is supposed to be used with Study.optimize": heartbeat beats for us.
             warnings.filterwarnings("ignore", "Heartbeat of storage")
@@ -145,7 +145,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
             raise
         if counted:
             measured += 1
-            reporter.trial_done(measured, best_label(study, cfg.objective))
+            reporter.trial_done(measured, best_label(study, cfg.objective.name))
             now = _best_value(study, cfg.objective)
             if _improved(best, now, memory.minimize):
                 best, stale = now, 0
@@ -207,11 +207,11 @@ def _check_budget(ctx: StudyContext, budget: Budget, reporter: Reporter) -> floa
     return referenced - started
 
 
-def _best_value(study: optuna.Study, objective: str) -> float | None:
+def _best_value(study: optuna.Study, objective: Objective) -> float | None:
     """The best feasible screening value so far (single objective), or ``None``."""
-    if not objectives.of(objective).single:
+    if not objective.single:
         return None
-    top = ranked(study, objective)
+    top = ranked(study, objective.name)
     return top[0].values[0] if top else None
 
 
