@@ -9,7 +9,6 @@ import typer
 from rich.table import Table
 
 from autodeploy.cli._common import (
-    ACCURACY_DROP_HELP,
     Format,
     FormatOption,
     MetricOption,
@@ -20,7 +19,10 @@ from autodeploy.cli._common import (
     out,
     shown,
 )
+from autodeploy.cli._settings import add_flags, settings_of
 from autodeploy.errors import UsageError
+from autodeploy.search import settings as study_settings
+from autodeploy.search.config import DEFAULT_TRIALS
 
 app = typer.Typer(help="Fleet jobs: submit a model once, and every device's agent tunes it (PostgreSQL).",
                   no_args_is_help=True)  # fmt: skip
@@ -36,28 +38,12 @@ def submit(
     model: Annotated[str | None, typer.Argument(help="An .onnx, .tflite or .pt2 file, or zoo:NAME (or `model:` in --config).")] = None,
     devices: Annotated[str, typer.Option(help="all (every device registered now or while the job is open), NAME, or tag:TAG.")] = "all",
     config: Annotated[Path | None, typer.Option(metavar="YAML", help="Study config, as for tune; flags override it.")] = None,
-    objective: Annotated[str | None, typer.Option(help="latency | throughput | server | pareto.")] = None,
-    engine: Annotated[Many, typer.Option(help="Engines to search; a device that lacks one runs the rest. Repeatable.")] = None,
-    precision: Annotated[Many, typer.Option(help="Precisions to search; repeatable.")] = None,
-    batch: Annotated[list[int] | None, typer.Option(help="Batch sizes to search; repeatable.")] = None,
-    threads: Annotated[list[int] | None, typer.Option(help="Thread counts to search; repeatable.")] = None,
-    trials: Annotated[int | None, typer.Option(help="Measured trials per device (default 30, or fewer when the search stops improving).")] = None,
-    time_budget: Annotated[str | None, typer.Option(metavar="DURATION", help="Wall time of each device's study (600, 90s, 10m).")] = None,
-    sampler: Annotated[str | None, typer.Option(help="tpe (default) | grid | random | nsga2.")] = None,
-    seed: Annotated[int | None, typer.Option()] = None,
-    fresh: Annotated[bool, typer.Option("--fresh", help="Re-measure configs already in the store for the same fingerprint.")] = False,
-    max_accuracy_drop: Annotated[float | None, typer.Option(callback=at_least(0.0), help=ACCURACY_DROP_HELP)] = None,
-    max_memory_mb: Annotated[float | None, typer.Option(help="Peak worker memory allowed, MB.")] = None,
-    sla_ms: Annotated[float | None, typer.Option(help="p99 latency bound (needed by --objective server).")] = None,
-    finalists: Annotated[int | None, typer.Option(help="Finalists re-measured interleaved (default 3; 0: none).")] = None,
-    rounds: Annotated[int | None, typer.Option(help="Interleaved rounds for the finalists (default 5).")] = None,
-    min_samples: Annotated[int | None, typer.Option(help="Timed calls per screening trial, at least (default 64).")] = None,
-    min_duration: Annotated[float | None, typer.Option(help="Timed seconds per screening trial, at least (default 1).")] = None,
     data: Annotated[str | None, typer.Option(help="Input data: one .npz or .npy file (stored with the job), or sample:images.")] = None,
     metric: MetricOption = None,
     lost_after: Annotated[float, typer.Option(callback=at_least(1.0), metavar="SECONDS", help="A running device silent this long reads as failed: agent lost.")] = 1800.0,
     db: DbOption = None,
     format: FormatOption = Format.table,
+    **flags: Any,  # the study's settings (add_flags, below)
 ) -> None:  # fmt: skip
     """Store the model (and its data) once, content-addressed, and queue a study of it on every device selected."""
     from autodeploy.fleet import jobs
@@ -67,11 +53,7 @@ def submit(
                          fix="drop --metric; judge accuracy by the outputs (--max-accuracy-drop)")  # fmt: skip
     if model is None and config is None:
         raise UsageError("no model given", fix="autodeploy fleet submit MODEL --db URL")
-    overrides = {"objective": objective, "engines": engine, "precisions": precision, "batches": batch, "threads": threads,
-                 "trials": trials, "time_budget_s": time_budget, "sampler": sampler, "seed": seed, "fresh": fresh or None,
-                 "constraints.max_accuracy_drop": max_accuracy_drop, "constraints.max_memory_mb": max_memory_mb,
-                 "constraints.sla_ms": sla_ms, "finalists.count": finalists, "finalists.rounds": rounds,
-                 "screening.min_samples": min_samples, "screening.min_duration_s": min_duration}  # fmt: skip
+    overrides = study_settings.overrides(study_settings.given("fleet submit", settings_of(flags)))
     done = jobs.submit(model, db=db, devices=devices, config=config, overrides=overrides, data=data,
                        lost_after_s=lost_after, command=command_line())  # fmt: skip
     if format is not Format.table:
@@ -84,6 +66,17 @@ def submit(
         err.print(f"[yellow]no registered device is selected by {shown(devices)} yet[/]: it runs when one registers "
                   "(autodeploy agent --db URL --name NAME)")  # fmt: skip
     out.print(f"follow it with: autodeploy fleet status {done.job} --db URL")
+
+
+#: The study's settings a fleet job carries (not the run's own: --resume, --name, the worker timeouts; nor code: --metric).
+SUBMITTED = ("objective", "engines", "precisions", "batches", "threads", "trials", "time_budget", "sampler", "seed", "fresh",
+             "max_accuracy_drop", "max_memory_mb", "sla_ms", "finalists", "rounds", "min_samples", "min_duration_s")  # fmt: skip
+add_flags(submit, SUBMITTED, after="config", helps={
+    "engines": "Engines to search; a device that lacks one runs the rest. Repeatable.",
+    "trials": f"Measured trials per device (default {DEFAULT_TRIALS}, or fewer when the search stops improving).",
+    "time_budget": "Wall time of each device's study (600, 90s, 10m).",
+    "fresh": "Re-measure configs already in the store for the same fingerprint.",
+})
 
 
 @app.command()

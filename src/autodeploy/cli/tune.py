@@ -7,7 +7,6 @@ are written out.
 
 from __future__ import annotations
 
-import inspect
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -28,32 +27,24 @@ from rich.table import Table
 
 from autodeploy import api
 from autodeploy.cli._common import (
-    ACCURACY_DROP_HELP,
     Format,
     FormatOption,
-    LayoutOption,
-    MeanOption,
-    MetricDropOption,
-    MetricOption,
-    ReverseOption,
-    ScaleOption,
-    at_least,
     command_line,
     emit,
     err,
     fmt_ms,
     out,
-    preprocess_of,
     print_converter_logs,
     shown,
 )
+from autodeploy.cli._settings import add_flags, settings_of
 from autodeploy.errors import AutodeployError, UsageError
 from autodeploy.objectives import DEFAULT_OBJECTIVE, of
 from autodeploy.redact import mask_secrets
 from autodeploy.search import config as study_config
 from autodeploy.search.config import EXAMPLES
 from autodeploy.search.reporter import Reporter
-from autodeploy.search.settings import SETTINGS, Setting
+from autodeploy.search.settings import SETTINGS
 from autodeploy.shapes import ShapeSet, parse_flags
 
 if TYPE_CHECKING:
@@ -76,7 +67,7 @@ def tune(
         str | None, typer.Option(help="Optuna storage URL shared by workers (default: the results database).")
     ] = None,
     format: FormatOption = Format.table,
-    **flags: Any,  # the settings' flags (tune.__signature__, below)
+    **flags: Any,  # the settings' flags (add_flags, below)
 ) -> None:
     """Search the fastest config for a model on this device, re-measure the finalists and report the winner."""
     if model is None and config is None:
@@ -87,7 +78,7 @@ def tune(
     shape, per_shape = flags.pop("shape"), flags.pop("per_shape")
     shape_set = parse_flags(shape or [])
     per_shape = per_shape or bool(study_config.read(config).get("per_shape")) if config is not None else per_shape
-    kwargs = {**_settings(flags), "shapes": shape_set if shape else None, "config": config, "db": db,
+    kwargs = {**settings_of(flags), "shapes": shape_set if shape else None, "config": config, "db": db,
               "storage": storage, "command": command_line()}  # fmt: skip
     try:
         if per_shape:
@@ -108,58 +99,7 @@ def tune(
         raise typer.Exit(1)
 
 
-#: Flags that bench has too, declared once for both in ``cli/_common.py``.
-_SHARED: dict[str, Any] = {
-    "max_accuracy_drop": Annotated[
-        float | None, typer.Option(callback=at_least(0.0), help=ACCURACY_DROP_HELP)
-    ],
-    "metric": MetricOption,
-    "max_metric_drop": MetricDropOption,
-}
-#: The API's one ``preprocess`` is four flags, as for bench (in :func:`preprocess_of`'s order), with their defaults.
-_PREPROCESS: dict[str, tuple[Any, Any]] = {"layout": (LayoutOption, None), "reverse_input_channels": (ReverseOption, False),
-                                           "mean_values": (MeanOption, None), "scale_values": (ScaleOption, None)}  # fmt: skip
-
-
-def _settings(flags: dict[str, Any]) -> dict[str, Any]:
-    """The API's keywords of the settings' flags (``--batch`` is ``batches``; the image flags one ``preprocess``)."""
-    image = [flags.pop(name) for name in _PREPROCESS]
-    given = {s.name: flags.pop(s.option) for s in SETTINGS if s.option in flags}
-    return {**given, "preprocess": preprocess_of(*image)}
-
-
-def _parameter(name: str, annotation: Any, default: Any) -> inspect.Parameter:
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
-
-
-def _option(setting: Setting) -> inspect.Parameter:
-    """A setting's flag: repeatable for a list, on alone for a bool (``--fresh``, never ``--no-fresh``), refused
-    below its minimum in one line."""
-    if setting.option in _SHARED:
-        return _parameter(setting.option, _SHARED[setting.option], None)
-    switch = setting.type is bool
-    names = (f"--{setting.option.replace('_', '-')}",) if switch else ()
-    callback = None if setting.minimum is None else at_least(setting.minimum)
-    option = typer.Option(*names, metavar=setting.metavar, callback=callback, help=setting.help)
-    kind = setting.type if switch else setting.type | None
-    return _parameter(setting.option, Annotated[kind, option], False if switch else None)
-
-
-def _signature() -> inspect.Signature:
-    """:func:`tune`'s parameters for Typer: MODEL and --config, every setting's flag in the table's order (the image
-    flags in the place of ``preprocess``), then --db, --storage and --format."""
-    *own, _ = inspect.signature(tune, eval_str=True).parameters.values()  # less **flags
-    own = [p.replace(kind=p.KEYWORD_ONLY) for p in own]
-    flags = []
-    for setting in SETTINGS:
-        if setting.name == "preprocess":
-            flags += [_parameter(name, *annotated) for name, annotated in _PREPROCESS.items()]
-        elif setting.flag is not None:
-            flags.append(_option(setting))
-    return inspect.Signature([*own[:2], *flags, *own[2:]], return_annotation=None)
-
-
-tune.__signature__ = _signature()  # type: ignore[attr-defined]
+add_flags(tune, (s.name for s in SETTINGS), after="config")
 
 
 def _print_summaries(summaries: list[StudySummary], fmt: Format, db: str | None) -> None:

@@ -48,6 +48,13 @@ ObjectiveRow = Annotated[ObjectiveName, BeforeValidator(_name_of), AfterValidato
 Sampler = Literal["tpe", "grid", "random", "nsga2"]
 
 
+#: Trials a run adds when it names none and has no time budget (``--trials``' default).
+DEFAULT_TRIALS = 30
+#: The finalist rounds span at most this many seconds when ``finalists.spread_s`` is not given (``search/rounds.py``
+#: ``_spread``): waiting longer buys little more of the host's states and costs the user.
+SPREAD_MAX_S = 300.0
+
+
 class _Strict(BaseModel):
     #: ``.nan`` and ``.inf`` in YAML are floats to pydantic; no number of a study may be either.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

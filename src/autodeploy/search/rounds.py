@@ -25,6 +25,7 @@ from autodeploy.harness.stats import latency_claim, summarize
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.objectives import ITEMS_PER_S, RATE, Objective
 from autodeploy.search.budget import Budget
+from autodeploy.search.config import SPREAD_MAX_S
 from autodeploy.search.config import Finalists as FinalistsConfig
 from autodeploy.search.context import StudyCase, StudyContext
 from autodeploy.search.memory import Memory
@@ -41,9 +42,7 @@ LOAD_RERUNS = 1
 #: study did, not one moment of it: on a shared VM the host takes a vCPU for seconds to minutes without reporting
 #: steal, and rounds a few seconds apart all read the same state (issue 42: 8 runs, 3 rounds each, agreed inside
 #: each run and spread 1.6-2.8x between runs). The rounds' own time counts; only the rest is waited.
-SPREAD_SHARE = 1.0
-#: ... and at most this many seconds: waiting longer buys little more of the host's states and costs the user.
-SPREAD_MAX_S = 300.0
+SPREAD_SHARE = 1.0  # ... and at most config.SPREAD_MAX_S seconds
 
 class _Schedule:
     """When each finalist round is due (seconds after the first one started) and the order its runs go in, both

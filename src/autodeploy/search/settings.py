@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autodeploy.objectives import NAMES
-from autodeploy.search.config import StudyConfig
+from autodeploy.search.config import DEFAULT_TRIALS, SPREAD_MAX_S, StudyConfig
 from autodeploy.shapes import ShapeSet
 
 
@@ -106,8 +106,8 @@ SETTINGS: tuple[Setting, ...] = (
     S("batches", "batches", list[int], "Batch sizes to search; repeatable.", flag="batch", to_config=_list),
     S("threads", "threads", list[int], "Thread counts to search; repeatable.", to_config=_list),
     S("knobs", "knobs", dict, None, flag=None, doc="per engine, the choices of its knobs searched (``{{engine: {{knob: [choices]}}}}``; default: the engine's own)"),
-    S("trials", "trials", int, "Trials this run adds (default 30; the whole grid for --sampler grid).",
-      doc="trials this run adds (default 30; the whole grid for ``sampler='grid'``; with ``time_budget`` alone, as many as the space has configs)"),
+    S("trials", "trials", int, f"Trials this run adds (default {DEFAULT_TRIALS}; the whole grid for --sampler grid).",
+      doc=f"trials this run adds (default {DEFAULT_TRIALS}; the whole grid for ``sampler='grid'``; with ``time_budget`` alone, as many as the space has configs)"),
     S("timeout_s", "screening.timeout_s", float, "Seconds before a worker running the model (reference, measurement) is killed, as for bench (default {default:g}).", flag="timeout", minimum=0.001),
     S("build_timeout_s", "screening.build_timeout_s", float, "Seconds before a worker building an artifact is killed (default {default:g}).", flag="build_timeout", minimum=0.001),
     S("screening_time_s", "screening_time_s", float, "Start no new screening trial after this many seconds (the finalists still run; --time-budget bounds the whole run).",
@@ -125,7 +125,7 @@ SETTINGS: tuple[Setting, ...] = (
     S("sla_ms", "constraints.sla_ms", float, "p99 latency bound (needed by --objective server)."),
     S("finalists", "finalists.count", int, "Finalists re-measured interleaved (default {default}; 0: none)."),
     S("rounds", "finalists.rounds", int, "Interleaved rounds for the finalists, spread over time (default {default})."),
-    S("spread_s", "finalists.spread_s", float, "Least seconds the finalist rounds span, waiting between them at random times (default: as long as screening took, at most 300; 0: back to back).",
+    S("spread_s", "finalists.spread_s", float, f"Least seconds the finalist rounds span, waiting between them at random times (default: as long as screening took, at most {SPREAD_MAX_S:g}; 0: back to back).",
       flag="spread", metavar="SECONDS", minimum=0.0),
     S("min_samples", "screening.min_samples", int, "Timed calls per screening trial, at least (default {default})."),
     S("min_duration_s", "screening.min_duration_s", float, "Timed seconds per screening trial, at least (default {default:g}).", flag="min_duration"),

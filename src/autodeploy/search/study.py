@@ -21,7 +21,7 @@ from autodeploy.harness.run import prepare, reference
 from autodeploy.objectives import Objective
 from autodeploy.results_db.store import DeviceRecord, ModelRecord
 from autodeploy.search.budget import Budget, duration_text
-from autodeploy.search.config import check_study_name
+from autodeploy.search.config import DEFAULT_TRIALS, check_study_name
 from autodeploy.search.context import BASELINE, StudyCase, StudyContext
 from autodeploy.search.finalists import decide
 from autodeploy.search.memory import Memory
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 __all__ = ["BASELINE", "Finalist", "Ratio", "Rejected", "Reporter", "StudyCase", "StudyContext", "StudySummary",
            "ranked", "run_study"]  # fmt: skip
 
-DEFAULT_TRIALS = 30
 #: Without --trials (or a time budget), screening stops once every engine × precision has had its look and this many
 #: measurements (or repeats the sampler asked for) in a row have not improved the best by IMPROVEMENT (the
 #: number of trials is then a cap, not a target).
