@@ -15,6 +15,7 @@ import autodeploy
 from autodeploy.errors import ShapeError, UsageError
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import load_model
+from autodeploy.objectives import of as objective_of
 from autodeploy.results_db import Store, TrialFilter
 from autodeploy.search import config as study_config
 from autodeploy.search.objective import Metrics
@@ -97,7 +98,7 @@ def test_the_mix_is_the_expected_latency_the_harmonic_throughput_and_the_worst_a
 
     assert p90(fast_narrow, (3, 1)) == pytest.approx(2.75) and p90(even, (3, 1)) == pytest.approx(3.0)
     assert p90(fast_narrow, (1, 3)) == pytest.approx(6.25) and p90(even, (1, 3)) == pytest.approx(3.0)
-    stat, ci = _mix([(3.0, 2.0, (1.5, 2.5)), (1.0, 8.0, (7.0, 9.0))], "latency")
+    stat, ci = _mix([(3.0, 2.0, (1.5, 2.5)), (1.0, 8.0, (7.0, 9.0))], objective_of("latency"))
     assert stat == pytest.approx(3.5) and ci == pytest.approx((2.875, 4.125))
 
 
@@ -240,7 +241,7 @@ def test_a_study_over_two_shapes_picks_one_config_by_the_mix_and_reports_each_sh
     assert summary.winner is not None and set(summary.winner.per_shape) == {"x=1x3x16x24", "x=1x3x16x48"}
     per = summary.winner.per_shape
     assert summary.winner.statistic == pytest.approx(_mix([(3.0, per["x=1x3x16x24"], (0, 0)),
-                                                           (1.0, per["x=1x3x16x48"], (0, 0))], "latency")[0])  # fmt: skip
+                                                           (1.0, per["x=1x3x16x48"], (0, 0))], objective_of("latency"))[0])  # fmt: skip
     with Store.open(db, readonly=True) as store:
         rows = store.trials(TrialFilter(study="mix"))
         assert {r.shape_key for r in rows} == {"x=1x3x16x24", "x=1x3x16x48"}
