@@ -46,7 +46,7 @@ from autodeploy.accuracy.records import (
     cosine_for_drop,
     within,
 )
-from autodeploy.accuracy.rules import DB_METRICS, task_drops, worst_output
+from autodeploy.accuracy.rules import task_drops, worst_output
 
 #: A finalist whose median per-round ratio to the best is within this fraction of 1, and whose paired
 #: interval of that ratio holds 1, ties with it (and the cheaper one wins). An interval holding 1 alone
@@ -223,9 +223,9 @@ def _accuracy_rejection(m: Measured, limits: Limits, accuracy: Accuracy | None, 
         if math.isnan(w.value):
             reason = f"{w.where}: NaN or inf ({budget})"
         else:
-            value = f"{w.value:.1f}" if w.metric in DB_METRICS else f"{w.value:.4g}"
+            value = f"{w.value:.1f}" if w.measure.db else f"{w.value:.4g}"
             unit = f" {w.unit}" if w.unit else ""
-            own = w.metric in DB_METRICS and w.output.min_sqnr_db is not None  # the user's --accuracy limit
+            own = w.measure.db and w.output.min_sqnr_db is not None  # the user's --accuracy limit
             evidence = w.evidence()
             reason = (f"{w.where}: {w.metric} {value}{unit} < {w.limit:.3g}{unit}" + ("" if own else f" ({budget})")
                       + (f"; {evidence}" if evidence else ""))  # fmt: skip

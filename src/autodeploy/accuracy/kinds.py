@@ -60,6 +60,12 @@ output (and channels) furthest from its limit, :func:`~autodeploy.accuracy.rules
 as one number, each output's :func:`~autodeploy.accuracy.rules.output_drop` (``1 - agreement``, ``1 - F1``,
 ``10^(-SQNR/10) / 2``), so it is within the budget exactly when every output passes.
 
+Each measure is a row of :data:`MEASURES` (:class:`Measure`: its words, the record's field holding its value,
+what its threshold is, its unit) that the rules, the comparison, the quantizer and the CLI read; a name is parsed
+into its row once (:func:`measure_of`, :func:`parse_override`, ``OutputAccuracy.measure`` for a stored record's).
+Records keep the name. Nothing outside this file compares a measure's name or keys a dict literal by them
+(``tests/test_measure_names.py``).
+
 Pure functions and frozen dataclasses, stdlib only: importing this module imports no numpy or ONNX.
 """
 
@@ -69,8 +75,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-#: What an output can be judged by (:func:`output_kind`, ``--accuracy OUTPUT=MEASURE[:THRESHOLD]``).
-MEASURES = ("exact", "top1", "sequence", "cells", "decision", "logit", "embedding", "regression", "sqnr", "cosine")
 #: The ONNX ``metadata_props`` key in which a model declares how its outputs are judged, in ``--accuracy``'s
 #: words (``logits=top1``; entries separated by commas): ``accuracy.measure.declared`` reads it.
 DECLARED_KEY = "autodeploy.accuracy"
@@ -82,9 +86,88 @@ LINEAR = ("Gemm", "MatMul", "Add", "Sub", "Mul", "Conv", "ConvTranspose", "Einsu
           "MatMulInteger", "QLinearMatMul", "QLinearConv")  # fmt: skip
 #: Ops whose time-major output is a state (``[layers, B, hidden]``), not logits over a vocabulary.
 RECURRENT = ("LSTM", "GRU", "RNN")
-#: The measures whose THRESHOLD an override may set: the decision's probability cut, the SQNR
-#: limit in dB, the cosine limit. Agreements take the study's budget.
-THRESHOLDED = ("decision", "logit", "sqnr", "regression", "cosine")
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One accuracy measure: what an output can be judged by, and how (the rules in the module docstring).
+
+    ``name`` is what records store (``OutputAccuracy.kind``) and ``--accuracy`` takes; ``metric`` the words
+    the constraint, the tables and the failure lines print; ``field`` the
+    :class:`~autodeploy.accuracy.records.OutputAccuracy` field holding its value.
+    """
+
+    name: str
+    metric: str
+    field: str
+    #: Where the judged value counts only the flips where the reference decided: the field counting every flip
+    #: (reported beside; the value itself in records stored before near-ties were told apart).
+    every: str | None = None
+    #: Its value is in dB, judged against an SQNR limit (the override's, else the budget's ``sqnr_for_drop``).
+    db: bool = False
+    #: An SQNR about each channel group's mean (the ``regression`` kind: groups by range), not about zero.
+    centred: bool = False
+    #: Judged by the F1 of decisions at a probability cut (``decision_threshold``; the override's THRESHOLD).
+    probability: bool = False
+    #: ... decisions after a sigmoid: its values are logits, above ``logit(cut)`` where their sigmoid is above it.
+    sigmoid: bool = False
+    #: Judged against the study's ``min_cosine`` (the override's THRESHOLD) rather than the budget.
+    cosine_limit: bool = False
+    #: One class vector per item: its plain top-1 agreement (every flip) is the one the tables show.
+    per_item: bool = False
+    #: A sequence: its per-position token agreement is reported beside the whole sequences'.
+    tokens: bool = False
+
+    @property
+    def thresholded(self) -> bool:
+        """Whether an override may set its THRESHOLD: the probability cut, the SQNR limit in dB, the cosine limit.
+        Agreements take the study's budget."""
+        return self.db or self.probability or self.cosine_limit
+
+    @property
+    def unit(self) -> str:
+        """Its value's unit as printed after it (``dB``), empty for a fraction."""
+        return "dB" if self.db else ""
+
+    def value(self, record: object) -> float:
+        """Its value in an :class:`~autodeploy.accuracy.records.OutputAccuracy` (NaN where none was measured)."""
+        value = getattr(record, self.field)
+        if value is None and self.every is not None:  # stored before near-ties were told apart: every flip
+            value = getattr(record, self.every)
+        return math.nan if value is None else value
+
+    def every_flip(self, record: object) -> float | None:
+        """The agreement counting every flip, where the judged value counts only decided ones (else ``None``)."""
+        return None if self.every is None else getattr(record, self.every)
+
+
+#: What an output can be judged by (:func:`output_kind`, ``--accuracy OUTPUT=MEASURE[:THRESHOLD]``), by name.
+MEASURES: dict[str, Measure] = {m.name: m for m in (
+    Measure("exact", "exact agreement", "exact_agreement"),
+    Measure("top1", "top-1 agreement", "decided_agreement", every="top1_agreement", per_item=True),
+    Measure("sequence", "sequence agreement", "sequence_agreement", tokens=True),
+    Measure("cells", "cell agreement", "decided_agreement", every="cell_agreement"),
+    Measure("decision", "F1", "f1", probability=True),
+    Measure("logit", "F1 after a sigmoid", "f1", probability=True, sigmoid=True),
+    Measure("embedding", "worst row cosine", "row_cosine"),
+    Measure("regression", "error SNR", "sqnr_db", db=True, centred=True),
+    Measure("sqnr", "SQNR", "sqnr_db", db=True),
+    Measure("cosine", "cosine", "cosine", cosine_limit=True),
+)}  # fmt: skip
+#: The rows the code names (:func:`output_kind`'s answers, the computations of ``accuracy.measure.compare``).
+EXACT, TOP1, SEQUENCE, CELLS, DECISION, LOGIT, EMBEDDING, REGRESSION, SQNR, COSINE = MEASURES.values()
+
+
+def measure_of(name: str) -> Measure:
+    """The measure called ``name``.
+
+    Raises:
+        ValueError: no such measure, naming the known ones.
+    """
+    try:
+        return MEASURES[name]
+    except KeyError:
+        raise ValueError(f"unknown accuracy measure {name!r}: expected one of {', '.join(MEASURES)}") from None  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -136,45 +219,50 @@ def class_axis(facts: OutputFacts) -> int | None:
     return axis if axis > 0 and facts.shape[axis] > 1 else None
 
 
-def output_kind(facts: OutputFacts) -> str:
-    """The measure an output is judged by (one of :data:`MEASURES`; the rule in the module docstring)."""
+def output_kind(facts: OutputFacts) -> Measure:
+    """The measure an output is judged by (a row of :data:`MEASURES`; the rule in the module docstring)."""
     shape = facts.shape
     if facts.dtype_kind in "iub":
-        return "exact"
+        return EXACT
     one_vector = len(shape) >= 2 and shape[-1] > 1 and all(d == 1 for d in shape[1:-1])
     if one_vector and (facts.producer == "LpNormalization" or facts.unit_rows):
-        return "embedding"  # normalized: a direction is all it carries
+        return EMBEDDING  # normalized: a direction is all it carries
     axis = class_axis(facts)
     if axis is not None:  # classes, proven by the graph or by rows that are distributions
         places = [d for i, d in enumerate(shape[1:], 1) if i != axis and d > 1]
         if not places:
-            return "top1"  # one class vector per item
+            return TOP1  # one class vector per item
         if len(places) == 1 and axis == len(shape) - 1:
-            return "sequence"  # [N, T, V] (or [N, T, 1, V]): tokens, the whole string is what is read
-        return "cells"  # a map [N, H, W, C] or [N, C, H, W]: each cell by its own class
+            return SEQUENCE  # [N, T, V] (or [N, T, 1, V]): tokens, the whole string is what is read
+        return CELLS  # a map [N, H, W, C] or [N, C, H, W]: each cell by its own class
     ctc = facts.time_major and len(shape) == 3 and facts.producer not in RECURRENT
     positions = math.prod(shape[1:-1]) if len(shape) >= 3 else 0
     if ctc and positions > 1 and shape[-1] > 1:
-        return "sequence"  # CTC logits [T, B, V], as the model returned them: decoded by argmax per step
+        return SEQUENCE  # CTC logits [T, B, V], as the model returned them: decoded by argmax per step
     if facts.reader == "Sigmoid":
-        return "logit"  # the graph itself turns them into probabilities
+        return LOGIT  # the graph itself turns them into probabilities
     linear = facts.producer in LINEAR
     vector = (len(shape) == 2 and shape[1] > 1) or (len(shape) == 3 and one_vector)
     if facts.producer == "Sigmoid" or (facts.unit_range and not linear and not vector):
-        return "decision"
+        return DECISION
     if one_vector and len(shape) >= 4:
-        return "embedding"  # a 1x1 feature map: one vector per item
+        return EMBEDDING  # a 1x1 feature map: one vector per item
     if vector:
-        return "regression"  # a vector per item from a linear head: coordinates, offsets, raw scores
-    return "sqnr"
+        return REGRESSION  # a vector per item from a linear head: coordinates, offsets, raw scores
+    return SQNR
 
 
 @dataclass(frozen=True)
 class Override:
-    """A user's choice of measure for one output (``--accuracy OUTPUT=MEASURE[:THRESHOLD]``)."""
+    """A user's choice of measure for one output (``--accuracy OUTPUT=MEASURE[:THRESHOLD]``). A measure given by
+    name is parsed into its row (``Override("sqnr")``; an unknown name raises :func:`measure_of`'s ``ValueError``)."""
 
-    measure: str
+    measure: Measure
     threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.measure, str):
+            object.__setattr__(self, "measure", measure_of(self.measure))
 
 
 def parse_override(text: str) -> tuple[str, Override]:
@@ -184,21 +272,22 @@ def parse_override(text: str) -> tuple[str, Override]:
         ValueError: not of that form, an unknown measure, or a threshold on a measure without one.
     """
     name, sep, rule = text.rpartition("=")
-    measure, _, threshold = rule.partition(":")
-    if not sep or not name or measure not in MEASURES:
+    word, _, threshold = rule.partition(":")
+    measure = MEASURES.get(word)
+    if not sep or not name or measure is None:
         raise ValueError(f"--accuracy {text!r}: expected OUTPUT=MEASURE[:THRESHOLD] with MEASURE one of "
                          f"{', '.join(MEASURES)} (e.g. scores=decision:0.3, output0=sqnr:20)")  # fmt: skip
-    if threshold and measure not in THRESHOLDED:
-        raise ValueError(f"--accuracy {text!r}: {measure} takes no threshold (the budget sets it); "
-                         f"thresholds apply to {', '.join(THRESHOLDED)}")  # fmt: skip
+    if threshold and not measure.thresholded:
+        raise ValueError(f"--accuracy {text!r}: {word} takes no threshold (the budget sets it); "
+                         f"thresholds apply to {', '.join(m.name for m in MEASURES.values() if m.thresholded)}")  # fmt: skip
     try:
         value = float(threshold) if threshold else None
     except ValueError:
         raise ValueError(f"--accuracy {text!r}: threshold {threshold!r} is not a number") from None
     if value is not None and not math.isfinite(value):
         raise ValueError(f"--accuracy {text!r}: threshold {threshold!r} is not a finite number")
-    if value is not None and measure in ("decision", "logit") and not 0 < value < 1:
-        raise ValueError(f"--accuracy {text!r}: a {measure} threshold is a probability, between 0 and 1 (e.g. 0.5)")
-    if value is not None and measure == "cosine" and not -1 <= value <= 1:
+    if value is not None and measure.probability and not 0 < value < 1:
+        raise ValueError(f"--accuracy {text!r}: a {word} threshold is a probability, between 0 and 1 (e.g. 0.5)")  # fmt: skip
+    if value is not None and measure.cosine_limit and not -1 <= value <= 1:
         raise ValueError(f"--accuracy {text!r}: a cosine limit lies between -1 and 1 (e.g. 0.99)")
     return name, Override(measure, value)

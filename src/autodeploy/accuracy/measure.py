@@ -45,8 +45,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autodeploy.accuracy.kinds import (
+    CELLS,
     DECLARED_KEY,
     DISTRIBUTIONS,
+    EMBEDDING,
+    EXACT,
+    SEQUENCE,
+    TOP1,
     OutputFacts,
     Override,
     class_axis,
@@ -210,11 +215,12 @@ def facts(ref: np.ndarray, producer: str | None = None, time_major: bool = False
 def kinds(reference: Mapping[str, np.ndarray], producers: Mapping[str, str] | None = None,
           overrides: Mapping[str, Override] | None = None, time_major: Collection[str] = (),
           readers: Mapping[str, str] | None = None) -> dict[str, str]:  # fmt: skip
-    """Output name -> the measure it is judged by (the override's where given)."""
+    """Output name -> the name of the measure it is judged by (the override's where given), as records store it."""
     overrides, producers, readers = overrides or {}, producers or {}, readers or {}
-    return {name: overrides[name].measure if name in overrides
-            else output_kind(facts(np.asarray(ref), producers.get(name), name in time_major, readers.get(name)))
-            for name, ref in reference.items()}  # fmt: skip
+    judged = {name: overrides[name].measure if name in overrides
+              else output_kind(facts(np.asarray(ref), producers.get(name), name in time_major, readers.get(name)))
+              for name, ref in reference.items()}  # fmt: skip
+    return {name: measure.name for name, measure in judged.items()}
 
 
 def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts,
@@ -232,37 +238,38 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts
         exact = float(np.mean(a == b)) if a.size else 1.0
     base = OutputAccuracy(name=name, max_abs=max_abs, mean_rel=mean_rel, cosine=_cosine(a, b),
                           top1_agreement=top1, exact_agreement=exact)  # fmt: skip
-    kind = override.measure if override is not None else output_kind(found)
+    measure = override.measure if override is not None else output_kind(found)
     threshold = None if override is None else override.threshold
-    if kind == "exact":
+    kind = measure.name  # what the record stores
+    if measure == EXACT:
         return replace(base, kind=kind, exact_agreement=exact if exact is not None else float(np.mean(a == b)))
-    if kind == "top1":
+    if measure == TOP1:
         if ref.ndim < 2:
             raise ValueError(f"--accuracy {name}=top1: output {name!r} of shape {ref.shape} has no class axis")
         same, changed = _class_changes(*_classes_last(got, ref, class_axis(found)))
         return replace(base, kind=kind, top1_agreement=float(same.mean()), decided_agreement=1 - float(changed.mean()))
-    if kind == "sequence":
+    if measure == SEQUENCE:
         if ref.ndim < 3:
             raise ValueError(f"--accuracy {name}=sequence: output {name!r} of shape {ref.shape} is not [N, T, V]")
         same, changed = _token_changes(got, ref)
         per_item = ~changed.reshape(len(changed), -1).any(axis=1)
         return replace(base, kind=kind, token_agreement=float(same.mean()), sequence_agreement=float(per_item.mean()))
-    if kind == "cells":
+    if measure == CELLS:
         if ref.ndim < 3:
             raise ValueError(f"--accuracy {name}=cells: output {name!r} of shape {ref.shape} is not a map [N, ..., C]")
         same, changed = _class_changes(*_classes_last(got, ref, class_axis(found)))
         return replace(base, kind=kind, cell_agreement=float(same.mean()), decided_agreement=1 - float(changed.mean()))
-    if kind in ("decision", "logit"):
+    if measure.probability:
         cut = DEFAULT_DECISION_THRESHOLD if threshold is None else threshold
-        at = cut if kind == "decision" else math.log(cut / (1 - cut))  # a logit is above logit(p) where sigmoid > p
+        at = math.log(cut / (1 - cut)) if measure.sigmoid else cut  # a logit is above logit(p) where sigmoid > p
         return replace(base, kind=kind, f1=_f1(a > at, b > at), decision_threshold=cut)
-    if kind == "embedding":
+    if measure == EMBEDDING:
         if ref.ndim < 2:
             raise ValueError(f"--accuracy {name}=embedding: output {name!r} of shape {ref.shape} has no vector axis")
         return replace(base, kind=kind, row_cosine=float(row_cosines(got, ref).min()))
-    if kind == "cosine":
+    if measure.cosine_limit:
         return replace(base, kind=kind)
-    db, where, part = _worst_group(got, ref, centred=kind == "regression")
+    db, where, part = _worst_group(got, ref, centred=measure.centred)  # an SQNR: about zero, or each group's mean
     errors = np.abs(got[part].astype(np.float64) - ref[part].astype(np.float64)).ravel()
     # The whole output's decisions after a sigmoid: what --accuracy NAME=logit would judge (the failure line's hint).
     logit_f1 = _f1(a > 0, b > 0) if (b > 0).any() and (b < 0).any() else None

@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from autodeploy.accuracy.kinds import Measure, measure_of
+
 #: The default accuracy budget (docs/architecture.md, "Accuracy verdicts"): each output may lose at most 1% of its measure.
 DEFAULT_MAX_ACCURACY_DROP = 0.01
 #: The default where top-1 does not apply: cosine similarity >= 0.99 (the same 1% budget).
@@ -39,7 +41,8 @@ class OutputAccuracy:
     task_accuracy: float | None = None  # when the user gave labels
     reference_task_accuracy: float | None = None
     exact_agreement: float | None = None  # for integer outputs (ids): the fraction of equal elements
-    #: How it was judged (:data:`autodeploy.accuracy.kinds.MEASURES`); ``None`` in records stored before kinds.
+    #: How it was judged, the name of a row of :data:`autodeploy.accuracy.kinds.MEASURES` (its row: :attr:`measure`);
+    #: ``None`` in records stored before kinds.
     kind: str | None = None
     #: ``sqnr``: the worst channel group's SQNR in dB, which group (``"axis 1, channels 4-21"``), and
     #: the output's own SQNR limit where the user set one (else the budget's, :func:`sqnr_for_drop`).
@@ -67,6 +70,15 @@ class OutputAccuracy:
     error_max_abs: float | None = None
     error_p99_abs: float | None = None
     logit_f1: float | None = None
+
+    @property
+    def measure(self) -> Measure | None:
+        """The row of its ``kind`` (:func:`autodeploy.accuracy.kinds.measure_of`); ``None`` stored before kinds.
+
+        Raises:
+            ValueError: a ``kind`` that names no measure.
+        """
+        return None if self.kind is None else measure_of(self.kind)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Whether an output is accurate enough: the pass/fail rule of the accuracy kinds, and the worst output named.
 
-Each output is judged by its kind's metric (:func:`output_metric`; the kinds and their measures are
-:mod:`autodeploy.accuracy.kinds`') against its limit, all outputs together by :func:`accuracy_verdict` (the
+Each output is judged by its measure (:func:`output_measure`, a row of :data:`autodeploy.accuracy.kinds.MEASURES`;
+its words and value: :func:`output_metric`) against its limit, all outputs together by :func:`accuracy_verdict` (the
 constraint stored with the trial), the user's task metric beside by :func:`with_metric`. :func:`output_drop` and
 :func:`accuracy_drop` are the same rule as one number in drop units, within the budget exactly when every output
 passes; :func:`worst_output` and :func:`worst` name the output furthest from its limit, with its evidence;
@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autodeploy.accuracy.kinds import COSINE, EXACT, TOP1, Measure
 from autodeploy.accuracy.records import (
     DEFAULT_DECISION_THRESHOLD,
     DEFAULT_MAX_ACCURACY_DROP,
@@ -31,31 +32,22 @@ from autodeploy.accuracy.records import (
     within,
 )
 
-#: The SQNR-like measures (in dB): per channel group, about zero (``sqnr``) or about the reference's mean (``regression``).
-DB_METRICS = ("SQNR", "error SNR")
 
-_METRICS = {"exact": ("exact agreement", "exact_agreement"), "top1": ("top-1 agreement", "decided_agreement"),
-            "sequence": ("sequence agreement", "sequence_agreement"), "cells": ("cell agreement", "decided_agreement"),
-            "decision": ("F1", "f1"), "logit": ("F1 after a sigmoid", "f1"),
-            "embedding": ("worst row cosine", "row_cosine"), "regression": ("error SNR", "sqnr_db"),
-            "sqnr": ("SQNR", "sqnr_db"), "cosine": ("cosine", "cosine")}  # fmt: skip
+def output_measure(o: OutputAccuracy) -> Measure:
+    """The measure an output is judged by: its ``kind``'s row (:data:`autodeploy.accuracy.kinds.MEASURES`), or for
+    a record stored before kinds, the exact agreement, the top-1 agreement or the cosine, as then."""
+    if o.measure is not None:
+        return o.measure
+    return EXACT if o.exact_agreement is not None else TOP1 if o.top1_agreement is not None else COSINE
 
 
 def output_metric(o: OutputAccuracy) -> tuple[str, float]:
-    """The metric an output is judged by, and its value: by its ``kind``
-    (:data:`autodeploy.accuracy.kinds.MEASURES`), or for a record stored before kinds, ``exact agreement`` /
-    ``top-1 agreement`` / ``cosine`` as then."""
-    if o.kind is not None:
-        label, attr = _METRICS[o.kind]
-        value = getattr(o, attr)
-        if value is None and attr == "decided_agreement":  # stored before near-ties were told apart: every flip
-            value = o.top1_agreement if o.kind == "top1" else o.cell_agreement
-        return label, math.nan if value is None else value
-    if o.exact_agreement is not None:
-        return "exact agreement", o.exact_agreement
-    if o.top1_agreement is not None:
-        return "top-1 agreement", o.top1_agreement
-    return "cosine", o.cosine
+    """The metric an output is judged by, in words, and its value (NaN where none was measured): those of
+    :func:`output_measure`'s row."""
+    measure = output_measure(o)
+    if o.kind is None:  # stored before kinds, so before near-ties were told apart: the agreement of every flip
+        return measure.metric, getattr(o, measure.every or measure.field)
+    return measure.metric, measure.value(o)
 
 
 def output_drop(o: OutputAccuracy, *, max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
@@ -67,12 +59,12 @@ def output_drop(o: OutputAccuracy, *, max_accuracy_drop: float = DEFAULT_MAX_ACC
     """
     if not math.isfinite(o.cosine):
         return math.inf
-    metric, value = output_metric(o)
+    measure, value = output_measure(o), output_metric(o)[1]
     if math.isnan(value):
         return math.inf
-    if metric in DB_METRICS:
+    if measure.db:
         return sqnr_drop(value, o.min_sqnr_db, max_accuracy_drop)
-    if metric == "cosine" and min_cosine is not None:
+    if measure.cosine_limit and min_cosine is not None:
         return 1.0 - value - (1.0 - min_cosine) + max_accuracy_drop
     return 1.0 - value
 
@@ -84,20 +76,20 @@ def _shortfall(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -
 
 def _limit(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> float:
     """The value an output's metric must reach: its own SQNR limit or the budget's, else ``1 - max_accuracy_drop``."""
-    metric = output_metric(o)[0]
-    if metric in DB_METRICS:
+    measure = output_measure(o)
+    if measure.db:
         return o.min_sqnr_db if o.min_sqnr_db is not None else sqnr_for_drop(max_accuracy_drop)
-    return min_cosine if metric == "cosine" else 1 - max_accuracy_drop
+    return min_cosine if measure.cosine_limit else 1 - max_accuracy_drop
 
 
 def _rule(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> str:
-    metric, limit = output_metric(o)[0], _limit(o, max_accuracy_drop, min_cosine)
-    if metric in DB_METRICS:
-        return f"{metric} >= {limit:.3g} dB"
-    if metric.startswith("F1"):
+    measure, limit = output_measure(o), _limit(o, max_accuracy_drop, min_cosine)
+    if measure.db:
+        return f"{measure.metric} >= {limit:.3g} {measure.unit}"
+    if measure.probability:
         threshold = o.decision_threshold if o.decision_threshold is not None else DEFAULT_DECISION_THRESHOLD
-        return f"{metric} at {threshold:g} >= {limit:g}"
-    return f"{metric} >= {limit:g}"
+        return f"{measure.metric} at {threshold:g} >= {limit:g}"
+    return f"{measure.metric} >= {limit:g}"
 
 
 def accuracy_verdict(
@@ -157,25 +149,30 @@ class WorstOutput:
 
     output: OutputAccuracy
     where: str
-    metric: str
+    measure: Measure
     value: float
     limit: float
     failed: bool
     budget: float = DEFAULT_MAX_ACCURACY_DROP
 
     @property
+    def metric(self) -> str:
+        """Its measure's words (``SQNR``, ``top-1 agreement``)."""
+        return self.measure.metric
+
+    @property
     def unit(self) -> str:
-        return "dB" if self.metric in DB_METRICS else ""
+        return self.measure.unit
 
     def evidence(self) -> str:
         """What a failure line adds after the value: the error in the output's own units (an SQNR
         kind), and the measure that would read the output as it is read, where only that agrees."""
         o, parts = self.output, []
-        if self.metric in DB_METRICS and o.error_max_abs is not None:
+        if self.measure.db and o.error_max_abs is not None:
             parts.append(f"max abs error {o.error_max_abs:.4g}, p99 {o.error_p99_abs:.4g}, in the output's units")
-        if not self.failed or self.metric not in DB_METRICS:
+        if not self.failed or not self.measure.db:
             return "; ".join(parts)
-        if o.kind == "regression" and o.top1_agreement is not None and within(1 - o.top1_agreement, self.budget):
+        if self.measure.centred and o.top1_agreement is not None and within(1 - o.top1_agreement, self.budget):
             parts.append(f"its argmax agrees on {o.top1_agreement:.0%} of items: if these are class logits, "
                          f"judge them with --accuracy {o.name}=top1")  # fmt: skip
         elif o.cell_agreement is not None and within(1 - o.cell_agreement, self.budget):
@@ -197,12 +194,11 @@ def worst_output(
     if not outputs:
         return None
     o = max(outputs, key=lambda x: _shortfall(x, max_accuracy_drop, min_cosine))
-    metric, value = output_metric(o)
-    if not math.isfinite(o.cosine):
-        value = math.nan
+    measure = output_measure(o)
+    value = output_metric(o)[1] if math.isfinite(o.cosine) else math.nan
     where = f"output {o.name!r}" + (f", {o.channels}" if o.channels else "")
     failed = not within(_shortfall(o, max_accuracy_drop, min_cosine), 0.0)
-    return WorstOutput(o, where, metric, value, _limit(o, max_accuracy_drop, min_cosine), failed, max_accuracy_drop)
+    return WorstOutput(o, where, measure, value, _limit(o, max_accuracy_drop, min_cosine), failed, max_accuracy_drop)
 
 
 def worst(
@@ -218,13 +214,13 @@ def worst(
         return "no outputs"
     if math.isnan(w.value):
         return f"output {w.output.name!r}: NaN or inf"
-    if w.metric in DB_METRICS:
+    if w.measure.db:
         evidence = w.evidence()
         return f"{w.where}: {w.metric} {w.value:.1f} dB, limit {w.limit:.3g} dB" + (f" ({evidence})" if evidence else "")
-    if w.metric == "sequence agreement" and w.output.token_agreement is not None:
-        return f"{w.where}: sequence agreement {w.value:.4g} (token agreement {w.output.token_agreement:.4g})"
-    every = w.output.top1_agreement if w.metric == "top-1 agreement" else w.output.cell_agreement
-    if w.metric in ("top-1 agreement", "cell agreement") and every is not None and every != w.value:
+    if w.measure.tokens and w.output.token_agreement is not None:
+        return f"{w.where}: {w.metric} {w.value:.4g} (token agreement {w.output.token_agreement:.4g})"
+    every = w.measure.every_flip(w.output)
+    if every is not None and every != w.value:
         return f"{w.where}: {w.metric} {w.value:.4g} where the reference decided (every flip: {every:.4g})"
     return f"{w.where}: {w.metric} {w.value:.4g}"
 
@@ -238,7 +234,7 @@ def accuracy_drop(accuracy: Accuracy) -> float:
     outputs = accuracy.outputs
     if not all(math.isfinite(o.cosine) for o in outputs):
         return 1.0
-    drops = [min(output_drop(o), 1.0) if output_metric(o)[0] in DB_METRICS else output_drop(o) for o in outputs]
+    drops = [min(output_drop(o), 1.0) if output_measure(o).db else output_drop(o) for o in outputs]
     return max([*drops, *task_drops(outputs)], default=0.0)
 
 

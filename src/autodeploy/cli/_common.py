@@ -278,19 +278,20 @@ def judged_by(o: Any) -> str:
 
     if o.kind is None:
         return "-"
-    metric, value = rules.output_metric(o)
-    shown = f"{value:.1f} dB" if metric in rules.DB_METRICS else f"{value:.4g}"
+    measure = rules.output_measure(o)
+    value = measure.value(o)
+    shown = f"{value:.1f} {measure.unit}" if measure.db else f"{value:.4g}"
     where = f" ({o.channels})" if o.channels else ""
-    if o.kind in ("decision", "logit"):
+    if measure.probability:
         where = f" at {o.decision_threshold:g}"
-    if o.kind == "sequence" and o.token_agreement is not None:
+    if measure.tokens and o.token_agreement is not None:
         where = f" (tokens {o.token_agreement:.4g})"
-    every = o.top1_agreement if o.kind == "top1" else o.cell_agreement if o.kind == "cells" else None
+    every = measure.every_flip(o)
     if every is not None and every != value:
         where = f" (every flip: {every:.4g})"
-    if metric in rules.DB_METRICS and o.error_max_abs is not None:  # the error in the output's own units
+    if measure.db and o.error_max_abs is not None:  # the error in the output's own units
         where += f", max abs error {o.error_max_abs:.4g}"
-    return f"{o.kind}: {metric} {shown}{where}"
+    return f"{measure.name}: {measure.metric} {shown}{where}"
 
 
 def load_text(load: Any) -> str:

@@ -287,7 +287,8 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: st
             acc.add_column(column, justify="right" if column != "output" else "left")
         for o in result.accuracy.outputs:
             task = "-" if o.task_accuracy is None else f"{fmt_pct(o.task_accuracy)} ({fmt_pct(o.reference_task_accuracy)})"
-            top1 = fmt_pct(o.top1_agreement) if o.kind in (None, "top1") else "-"  # an argmax of coordinates is no class
+            # An argmax of coordinates is no class: the column shows it for one class vector per item only.
+            top1 = fmt_pct(o.top1_agreement) if o.measure is None or o.measure.per_item else "-"
             exact = fmt_pct(o.exact_agreement)
             acc.add_row(shown(o.name), shown(judged_by(o)), f"{o.max_abs:.3g}", f"{o.mean_rel:.3g}", f"{o.cosine:.6f}",
                         top1, exact, task)  # fmt: skip

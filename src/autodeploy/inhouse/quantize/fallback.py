@@ -99,7 +99,7 @@ class Judge:
         score: dict[str, float] = {}
         for o in results:
             if o.sqnr_db is not None and np.isfinite(o.sqnr_db):  # the measure the float layers' reasons name
-                score[f"{o.name} {'error SNR' if o.kind == 'regression' else 'SQNR'}"] = round(o.sqnr_db, 2)
+                score[f"{o.name} {o.measure.metric}"] = round(o.sqnr_db, 2)
             if o.f1 is not None:
                 score[f"{o.name} F1"] = round(o.f1, 6)
             if o.top1_agreement is not None:

@@ -81,18 +81,19 @@ def failing(
     else the whole failing output."""
     from autodeploy.accuracy import measure
     from autodeploy.accuracy.records import sqnr_for_drop, within
-    from autodeploy.accuracy.rules import output_drop
+    from autodeploy.accuracy.rules import output_drop, output_measure
 
     found: list[Target] = []
     for o in results:
         if within(output_drop(o, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine), max_accuracy_drop):
             continue
         got, ref = np.asarray(outputs[o.name]), np.asarray(reference[o.name])
-        axis = measure.channel_axis(ref) if o.kind in ("sqnr", "regression") and o.channels else None
+        judged = output_measure(o)
+        axis = measure.channel_axis(ref) if judged.db and o.channels else None
         if axis is None:
             found.append(Target(o.name))
             continue
-        centred = o.kind == "regression"
+        centred = judged.centred
         groups = measure.range_groups(ref, axis) if centred else \
             [list(range(a, b + 1)) for a, b in measure.channel_groups(ref, axis)]  # fmt: skip
         limit = o.min_sqnr_db if o.min_sqnr_db is not None else sqnr_for_drop(max_accuracy_drop)
