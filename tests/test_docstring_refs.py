@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from tests.test_import_graph import imported_from
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "autodeploy"
 #: ``:role:`target` `` or ``:role:`title <target>` ``.
@@ -95,10 +97,7 @@ class Index:
                 for alias in node.names:
                     scope.names[alias.asname or alias.name.partition(".")[0]] = alias.asname and alias.name or alias.name.partition(".")[0]  # fmt: skip
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parent = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(parent + ([node.module] if node.module else []))
+                base = imported_from(node, package)
                 for alias in node.names:
                     scope.names[alias.asname or alias.name] = f"{base}.{alias.name}"
             elif isinstance(node, ast.If | ast.Try | ast.With):  # TYPE_CHECKING imports, guarded imports

@@ -32,15 +32,16 @@ def engine_names(registry: Path = SRC / "adapters" / "registry.py") -> frozenset
     raise AssertionError(f"no ENGINES table in {registry}")
 
 
-def _names_in(node: ast.AST | None, names: frozenset[str], bound: frozenset[str] = frozenset()) -> bool:
-    """Whether ``node`` is an engine name, a literal collection (or ``frozenset(...)``/``set(...)``/``tuple(...)``
-    of one) holding one, or a name in ``bound`` (a module-level collection of them)."""
+def holds(node: ast.AST | None, names: frozenset[str], bound: frozenset[str] = frozenset()) -> bool:
+    """Whether ``node`` is one of ``names`` (engines here; ``tests/test_state_names.py``'s state words), a literal
+    collection (or ``frozenset(...)``/``set(...)``/``tuple(...)`` of one) holding one, or a name in ``bound`` (a
+    module-level collection of them)."""
     if isinstance(node, ast.Constant):
         return node.value in names
     if isinstance(node, COLLECTIONS):
-        return any(_names_in(e, names) for e in node.elts)
+        return any(holds(e, names) for e in node.elts)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("frozenset", "set", "tuple"):
-        return any(_names_in(a, names) for a in node.args)
+        return any(holds(a, names) for a in node.args)
     if isinstance(node, ast.Name | ast.Attribute):
         return (node.id if isinstance(node, ast.Name) else node.attr) in bound
     return False
@@ -52,7 +53,7 @@ def engine_comparisons(source: str, names: frozenset[str]) -> list[str]:
     bound = frozenset(
         t.id
         for node in tree.body
-        if isinstance(node, ast.Assign | ast.AnnAssign) and _names_in(node.value, names)
+        if isinstance(node, ast.Assign | ast.AnnAssign) and holds(node.value, names)
         for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
         if isinstance(t, ast.Name)
     )
@@ -61,13 +62,13 @@ def engine_comparisons(source: str, names: frozenset[str]) -> list[str]:
         hit = False
         if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
-            hit = any(isinstance(op, COMPARISONS) and (_names_in(sides[i], names, bound) or
-                                                       _names_in(sides[i + 1], names, bound))
+            hit = any(isinstance(op, COMPARISONS) and (holds(sides[i], names, bound) or
+                                                       holds(sides[i + 1], names, bound))
                       for i, op in enumerate(node.ops))  # fmt: skip
         elif isinstance(node, ast.match_case):
-            hit = any(isinstance(p, ast.MatchValue) and _names_in(p.value, names) for p in ast.walk(node.pattern))
+            hit = any(isinstance(p, ast.MatchValue) and holds(p.value, names) for p in ast.walk(node.pattern))
         elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict):
-            hit = any(_names_in(k, names) for k in node.value.keys)
+            hit = any(holds(k, names) for k in node.value.keys)
         if hit:
             where = node.pattern if isinstance(node, ast.match_case) else node
             found.append((where.lineno, f"{where.lineno}: {ast.unparse(where)[:120]}"))

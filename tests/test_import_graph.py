@@ -42,6 +42,15 @@ def _imported(name: str, known: dict[str, Path]) -> str | None:
     return name or None
 
 
+def imported_from(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a ``from ... import`` in ``package`` reads (``from .kinds import x`` in
+    ``autodeploy.accuracy`` is ``autodeploy.accuracy.kinds``)."""
+    if not node.level:
+        return node.module or ""
+    parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(parent + ([node.module] if node.module else []))
+
+
 def _statements(module: str, path: Path) -> Iterator[tuple[int, str, str | None]]:
     """Every import of ``module`` as ``(line, dotted base, name)``: ``import a.b`` is ``("a.b", None)``,
     ``from a import b`` is ``("a", "b")``; relative imports are made absolute."""
@@ -51,12 +60,8 @@ def _statements(module: str, path: Path) -> Iterator[tuple[int, str, str | None]
             for alias in node.names:
                 yield node.lineno, alias.name, None
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(parent + ([node.module] if node.module else []))
             for alias in node.names:
-                yield node.lineno, base, alias.name
+                yield node.lineno, imported_from(node, package), alias.name
 
 
 def imports_of(module: str, path: Path, known: dict[str, Path]) -> set[str]:

@@ -16,19 +16,14 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.test_objective_names import PACKAGE, compared
+from tests.test_objective_names import PACKAGE, compared, row_names
 
 TABLE = PACKAGE / "accuracy" / "kinds.py"
 
 
 def measure_names(table: Path = TABLE) -> set[str]:
     """The measures' names, as the ``Measure`` rows of ``table`` give them (first argument or ``name=``)."""
-    names = set()
-    for node in ast.walk(ast.parse(table.read_text())):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Measure":
-            given = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "name")]
-            names |= {v.value for v in given if isinstance(v, ast.Constant) and isinstance(v.value, str)}
-    return names
+    return row_names(table, ("Measure",))
 
 
 def tables(source: str, names: set[str]) -> list[tuple[int, str]]:

@@ -19,16 +19,21 @@ TABLE = PACKAGE / "objectives.py"
 _COMPARING = (ast.Eq, ast.NotEq, ast.In, ast.NotIn)
 
 
-def table_names(table: Path = TABLE) -> set[str]:
-    """The objectives' and the scenarios' names, as the rows of ``table`` give them."""
+def row_names(table: Path, rows: tuple[str, ...], fields: tuple[str, ...] = ("name",)) -> set[str]:
+    """The names the ``rows`` constructor calls of ``table`` give (``Objective("latency", ...)``): each call's first
+    argument and its ``fields`` keywords that are strings. The vocabulary guards read their words with it."""
     names = set()
     for node in ast.walk(ast.parse(table.read_text())):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id in ("Objective", "Scenario")):  # fmt: skip
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in rows):
             continue
-        given = [*node.args[:1], *(k.value for k in node.keywords if k.arg in ("name", "scenario"))]
+        given = [*node.args[:1], *(k.value for k in node.keywords if k.arg in fields)]
         names |= {v.value for v in given if isinstance(v, ast.Constant) and isinstance(v.value, str)}
     return names
+
+
+def table_names(table: Path = TABLE) -> set[str]:
+    """The objectives' and the scenarios' names, as the rows of ``table`` give them."""
+    return row_names(table, ("Objective", "Scenario"), ("name", "scenario"))
 
 
 def _constants(node: ast.AST) -> list[str]:

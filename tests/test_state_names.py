@@ -15,12 +15,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.test_engine_names import COMPARISONS, holds
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "autodeploy"
 HOME = SRC / "results_db" / "states.py"
 #: Besides the home: the migrations hold the stored strings as they were when written.
 EXEMPT = (HOME, SRC / "results_db" / "migrations")
-COMPARISONS = (ast.Eq, ast.NotEq, ast.In, ast.NotIn, ast.Is, ast.IsNot)
-COLLECTIONS = (ast.Tuple, ast.List, ast.Set)
 
 
 def state_words(home: Path = HOME) -> frozenset[str]:
@@ -36,17 +36,6 @@ def state_words(home: Path = HOME) -> frozenset[str]:
                 words.add(first.value)
     assert words, f"no state member in {home}"
     return frozenset(words)
-
-
-def _is_word(node: ast.AST | None, words: frozenset[str]) -> bool:
-    """Whether ``node`` is a state word, or a literal collection (or ``frozenset(...)``, ...) holding one."""
-    if isinstance(node, ast.Constant):
-        return node.value in words
-    if isinstance(node, COLLECTIONS):
-        return any(_is_word(e, words) for e in node.elts)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("frozenset", "set", "tuple"):
-        return any(_is_word(a, words) for a in node.args)
-    return False
 
 
 def _names_a_state(node: ast.AST | None) -> bool:
@@ -78,19 +67,19 @@ def _targets(node: ast.Assign) -> list[tuple[ast.AST, ast.AST]]:
 def _hit(node: ast.AST, words: frozenset[str]) -> bool:
     if isinstance(node, ast.Compare):
         sides = [node.left, *node.comparators]
-        return any(isinstance(op, COMPARISONS) and ((_is_word(a, words) and _names_a_state(b)) or
-                                                    (_is_word(b, words) and _names_a_state(a)))
+        return any(isinstance(op, COMPARISONS) and ((holds(a, words) and _names_a_state(b)) or
+                                                    (holds(b, words) and _names_a_state(a)))
                    for op, a, b in zip(node.ops, sides, sides[1:], strict=False))  # fmt: skip
     if isinstance(node, ast.Match):
         return _names_a_state(node.subject) and any(
-            isinstance(p, ast.MatchValue) and _is_word(p.value, words) for case in node.cases for p in ast.walk(case.pattern)
+            isinstance(p, ast.MatchValue) and holds(p.value, words) for case in node.cases for p in ast.walk(case.pattern)
         )
     if isinstance(node, ast.keyword):
-        return node.arg is not None and "state" in node.arg.lower() and _is_word(node.value, words)
+        return node.arg is not None and "state" in node.arg.lower() and holds(node.value, words)
     if isinstance(node, ast.Assign):
-        return any(_names_a_state(t) and _is_word(v, words) for t, v in _targets(node))
+        return any(_names_a_state(t) and holds(v, words) for t, v in _targets(node))
     if isinstance(node, ast.Dict):
-        return sum(_is_word(k, words) for k in node.keys) >= 2
+        return sum(holds(k, words) for k in node.keys) >= 2
     return False
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.test_objective_names import PACKAGE, TABLE, compared, table_names
+from tests.test_objective_names import PACKAGE, TABLE, compared, row_names, table_names
 
 REGISTRY = PACKAGE / "adapters" / "registry.py"
 FORMATS = PACKAGE / "formats.py"
@@ -28,9 +28,7 @@ FORMATS = PACKAGE / "formats.py"
 
 def statistic_names(table: Path = TABLE) -> set[str]:
     """The round statistics' names, as the ``Statistic`` rows of ``table`` give them."""
-    return {node.args[0].value for node in ast.walk(ast.parse(table.read_text()))
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Statistic"
-            and node.args and isinstance(node.args[0], ast.Constant)}  # fmt: skip
+    return row_names(table, ("Statistic",))
 
 
 def baseline_names(registry: Path = REGISTRY, formats: Path = FORMATS) -> set[str]:
