@@ -25,6 +25,7 @@ from autodeploy.device import probe_device
 from autodeploy.harness.run import HarnessSettings, prepare_data
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.model import load_model
+from autodeploy.objectives import of as objective_of
 from autodeploy.results_db import Store
 from autodeploy.search.config import StudyConfig
 from autodeploy.search.study import StudyContext, ranked, run_study
@@ -77,7 +78,7 @@ def main() -> None:
             grid_s, grid = study(
                 ref, info, data, settings, store, db, f"{ref}-grid", engines=engines, sampler="grid"
             )
-            best = ranked(grid, "latency")
+            best = ranked(grid, objective_of("latency"))
             if not best:
                 table.add_row(ref, str(len(grid.trials)), f"{grid_s:.0f}", "no feasible point", "-", "-", "-")
                 continue

@@ -49,6 +49,7 @@ from autodeploy.adapters.base import TrialConfig
 from autodeploy.device import probe_device
 from autodeploy.harness.stats import summarize
 from autodeploy.harness.timing import TimingPolicy
+from autodeploy.objectives import of as objective_of
 from autodeploy.search.study import ranked
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,7 +144,7 @@ def breakdown(summary, study: optuna.Study, started: datetime, wall: float) -> s
 
 def best_per_branch(study: optuna.Study) -> dict[str, tuple[float, TrialConfig]]:
     out: dict[str, tuple[float, TrialConfig]] = {}
-    for t in ranked(study, "latency"):
+    for t in ranked(study, objective_of("latency")):
         config = TrialConfig.from_dict(t.user_attrs["config"])
         out.setdefault(f"{config.engine}/{config.precision}", (t.values[0], config))
     return out
@@ -221,7 +222,7 @@ def main() -> None:
         grid_summary, grid_study, grid_started, grid_wall = run(case, folder / "grid", engine_list, timing,
                                                                 sampler="grid", finalists=0)  # fmt: skip
         console.print(f"{case.label} grid: {breakdown(grid_summary, grid_study, grid_started, grid_wall)}")
-        top = ranked(grid_study, "latency")
+        top = ranked(grid_study, objective_of("latency"))
         if not top:
             table.add_row(case.label, str(len(grid_study.trials)), f"{grid_wall:.0f} s", "no feasible point", *["-"] * 7)
             continue
@@ -248,7 +249,7 @@ def main() -> None:
             # the grid's best, and each grid branch that screened faster than the winner (as the grid measured
             # it, else as tune screened it) by about MISS: judged against the winner interleaved
             same = [t.values[0] for t in top if TrialConfig.from_dict(t.user_attrs["config"]) == winner]
-            mine_screened = same[0] if same else next((t.values[0] for t in ranked(study, "latency")
+            mine_screened = same[0] if same else next((t.values[0] for t in ranked(study, objective_of("latency"))
                                                        if TrialConfig.from_dict(t.user_attrs["config"]) == winner), 0.0)  # fmt: skip
             rivals = [grid_best] if grid_best != winner else []
             rivals += [c for v, c in branches.values()

@@ -13,7 +13,7 @@ def test_every_objective_has_one_measure_per_direction_and_a_known_scenario(name
     o = OBJECTIVES[name]
     m = Metrics("u", median_ms=1.0, p90_ms=1.5, throughput=800.0, peak_rss_mb=12.0, accuracy_drop=0.002,
                 server_rate=300.0)  # fmt: skip
-    assert len(values(m, name)) == len(o.directions) == len(o.measures)
+    assert len(values(m, o)) == len(o.directions) == len(o.measures)
     assert all(hasattr(m, measure) for measure in o.measures)  # a field (or property) of Metrics
     assert set(o.directions) <= {"minimize", "maximize"} and o.scenario in SCENARIOS
     assert o.words and o.label and o.statistic_label and o.batches and min(o.batches) >= 1
@@ -22,9 +22,9 @@ def test_every_objective_has_one_measure_per_direction_and_a_known_scenario(name
 def test_each_objective_s_values_are_the_measures_its_row_names():
     m = Metrics("u", median_ms=1.0, p90_ms=1.5, throughput=800.0, peak_rss_mb=None, accuracy_drop=0.002,
                 server_rate=None)  # fmt: skip
-    assert values(m, "latency") == [1.5] and values(m, "throughput") == [800.0]
-    assert values(m, "server") == [0.0]  # no rate met the SLA
-    assert values(m, "pareto") == [1.5, 0.002, 0.0]  # memory not measured
+    assert values(m, of("latency")) == [1.5] and values(m, of("throughput")) == [800.0]
+    assert values(m, of("server")) == [0.0]  # no rate met the SLA
+    assert values(m, of("pareto")) == [1.5, 0.002, 0.0]  # memory not measured
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -70,7 +70,7 @@ def test_rates_are_higher_is_better_and_printed_with_their_unit():
 
 
 def test_the_sla_bounds_latency_except_where_it_is_the_objective():
-    assert [n for n in NAMES if not verdict.sla_bounds_latency(n)] == ["server"]
+    assert [n for n in NAMES if not verdict.sla_bounds_latency(of(n))] == ["server"]
     assert verdict.sla_bounds_latency(None)  # a trial outside any study
     assert verdict.meets_sla(10.0, 10.0) and not verdict.meets_sla(10.001, 10.0)
 

@@ -17,6 +17,7 @@ from autodeploy.accuracy.records import (
     sqnr_for_drop,
 )
 from autodeploy.accuracy.rules import accuracy_drop, accuracy_verdict
+from autodeploy.objectives import of as objective_of
 from autodeploy.search.config import Constraints
 from autodeploy.search.objective import Metrics, values, violations
 from autodeploy.verdict import (
@@ -53,8 +54,8 @@ def test_exactly_at_the_budget_passes_everywhere():
     assert accuracy_verdict(at.outputs).passed
     drop = accuracy_drop(at)
     assert drop > 0.01  # 0.010000000000000009: the rounding the tolerance absorbs
-    assert violations(_metrics(drop=drop), Constraints(), "latency")["accuracy_drop"] == 0.0
-    assert reasons(Measured(1.0, drop), Limits(), "latency") == []
+    assert violations(_metrics(drop=drop), Constraints(), objective_of("latency"))["accuracy_drop"] == 0.0
+    assert reasons(Measured(1.0, drop), Limits(), objective_of("latency")) == []
     assert not accuracy_verdict([out(top1=0.989)]).passed
 
 
@@ -65,7 +66,7 @@ def test_non_finite_outputs_always_fail():
     acc = compare({"logits": bad}, {"logits": ref})
     assert acc.outputs[0].top1_agreement >= 0.99 and not acc.passed
     assert accuracy_drop(acc) == 1.0
-    found = violations(_metrics(drop=accuracy_drop(acc)), Constraints(max_accuracy_drop=0.5), "latency")
+    found = violations(_metrics(drop=accuracy_drop(acc)), Constraints(max_accuracy_drop=0.5), objective_of("latency"))
     assert found["accuracy_drop"] > 0  # even a loose budget: the study never picks it
     assert not accuracy_verdict([out(cosine=float("nan"))], min_cosine=-1.0).passed
 
@@ -82,14 +83,14 @@ def test_the_sla_bounds_latency_except_for_the_server_objective():
     limits = Constraints(sla_ms=1.0)
     slow = _metrics(latency=2.0, rate=100.0)
     for objective in ("latency", "throughput", "pareto"):
-        assert violations(slow, limits, objective)["latency_ms"] == 1.0
-    server = violations(slow, limits, "server")
+        assert violations(slow, limits, objective_of(objective))["latency_ms"] == 1.0
+    server = violations(slow, limits, objective_of("server"))
     assert "latency_ms" not in server and server["server_rate"] == 0.0 and feasible(server)
-    assert violations(_metrics(rate=0.0), limits, "server")["server_rate"] == 1.0
+    assert violations(_metrics(rate=0.0), limits, objective_of("server"))["server_rate"] == 1.0
     # Outside the study the server rate is not recorded: its constraint is not judged, not failed.
-    assert "server_rate" not in verdict.violations(Measured(2.0, 0.0), Limits(sla_ms=1.0), "server")
-    assert reasons(Measured(2.0, 0.0), Limits(sla_ms=1.0), "latency") == ["latency 2.000 ms > SLA 1 ms"]
-    assert reasons(Measured(2.0, 0.0, server_rate=0.0), Limits(sla_ms=1.0), "server") == [
+    assert "server_rate" not in verdict.violations(Measured(2.0, 0.0), Limits(sla_ms=1.0), objective_of("server"))
+    assert reasons(Measured(2.0, 0.0), Limits(sla_ms=1.0), objective_of("latency")) == ["latency 2.000 ms > SLA 1 ms"]
+    assert reasons(Measured(2.0, 0.0, server_rate=0.0), Limits(sla_ms=1.0), objective_of("server")) == [
         "no rate meets the SLA of 1 ms"
     ]
 
@@ -102,13 +103,13 @@ def test_limits_from_stored_settings_and_from_the_config():
 
 
 def test_constraint_verdicts_state_limit_measured_and_passed():
-    found = constraint_verdicts(Measured(2.0, 0.02, 80.0), Limits(0.01, 100.0, 1.0), "latency")
+    found = constraint_verdicts(Measured(2.0, 0.02, 80.0), Limits(0.01, 100.0, 1.0), objective_of("latency"))
     assert found == {
         "accuracy_drop": {"limit": 0.01, "measured": 0.02, "passed": False},
         "memory_mb": {"limit": 100.0, "measured": 80.0, "passed": True},
         "latency_ms": {"limit": 1.0, "measured": 2.0, "passed": False},
     }
-    assert set(constraint_verdicts(Measured(2.0, 0.0), Limits(sla_ms=1.0), "server")) == {"accuracy_drop"}
+    assert set(constraint_verdicts(Measured(2.0, 0.0), Limits(sla_ms=1.0), objective_of("server"))) == {"accuracy_drop"}
     assert feasible({}) and not feasible({"a": 0.0, "b": 1e-6})
 
 
@@ -154,9 +155,9 @@ def test_dashboard_and_study_agree_on_the_same_rows(objective, constraints):
 
     metrics = [_metrics(latency, drop, mb, rate, uid) for uid, latency, drop, mb, rate in ROWS]
     study = Constraints(**constraints)
-    feasible_uids = {m.uid for m in metrics if feasible(violations(m, study, objective))}
+    feasible_uids = {m.uid for m in metrics if feasible(violations(m, study, objective_of(objective)))}
     ok = [m for m in metrics if m.uid in feasible_uids]
-    front_uids = {ok[i].uid for i in pareto_front([values(m, "pareto") for m in ok])}
+    front_uids = {ok[i].uid for i in pareto_front([values(m, objective_of("pareto")) for m in ok])}
 
     df = pd.DataFrame([{"config_label": uid, "uid": uid, "status": "ok", "failure_kind": None, "failure_message": None,
                         "latency_ms": latency, "accuracy_drop": drop, "peak_rss_mb": mb}
@@ -175,24 +176,24 @@ def test_a_rejection_names_the_constraint_the_value_and_the_limit():
     seq = OutputAccuracy("probs", 0.0, 0.0, 0.999, kind="sequence", sequence_agreement=0.98, token_agreement=0.999)
     ok = OutputAccuracy("ids", 0.0, 0.0, 1.0, kind="exact", exact_agreement=1.0)
     acc = accuracy(ok, seq)
-    (r,) = verdict.rejections(Measured(1.0, accuracy_drop(acc)), Limits(), "latency", acc)
+    (r,) = verdict.rejections(Measured(1.0, accuracy_drop(acc)), Limits(), objective_of("latency"), acc)
     assert (r.constraint, r.value, r.limit, r.unit) == ("max_accuracy_drop", 0.98, pytest.approx(0.99), "")
     assert r.reason == "output 'probs': sequence agreement 0.98 < 0.99 (max accuracy drop 1%)"
     assert r.miss == pytest.approx(1.0)  # a 2% drop against a 1% budget: 100% past it
     # the SQNR of the worst channel group, with the limit the budget sets
     group = OutputAccuracy("output0", 0.0, 0.0, 0.9999, kind="sqnr", sqnr_db=7.5, channels="axis 1, channels 4-21")
-    (r,) = verdict.rejections(Measured(1.0, accuracy_drop(accuracy(group))), Limits(), "latency", accuracy(group))
+    (r,) = verdict.rejections(Measured(1.0, accuracy_drop(accuracy(group))), Limits(), objective_of("latency"), accuracy(group))
     assert r.reason == "output 'output0', axis 1, channels 4-21: SQNR 7.5 dB < 17 dB (max accuracy drop 1%)"
     assert (r.value, r.unit) == (7.5, "dB") and r.limit == pytest.approx(sqnr_for_drop(0.01))
     # memory and the SLA at once, each with its numbers; nothing broken: nothing
-    both = verdict.rejections(Measured(3.0, 0.0, peak_rss_mb=812.0), Limits(max_memory_mb=500, sla_ms=2), "latency")
+    both = verdict.rejections(Measured(3.0, 0.0, peak_rss_mb=812.0), Limits(max_memory_mb=500, sla_ms=2), objective_of("latency"))
     assert [(r.constraint, r.value, r.limit, r.unit) for r in both] == [("max_memory_mb", 812.0, 500, "MB"),
                                                                         ("sla_ms", 3.0, 2, "ms")]  # fmt: skip
     assert [r.reason for r in both] == ["peak memory 812.0 MB > 500 MB", "latency 3.000 ms > SLA 2 ms"]
-    assert verdict.rejections(Measured(1.0, 0.0, peak_rss_mb=400.0), Limits(max_memory_mb=500), "latency") == []
+    assert verdict.rejections(Measured(1.0, 0.0, peak_rss_mb=400.0), Limits(max_memory_mb=500), objective_of("latency")) == []
     # without the outputs (a summary stored before), the drop as one number; a NaN output is named, no value
-    (r,) = verdict.rejections(Measured(1.0, 0.05), Limits(), "latency")
+    (r,) = verdict.rejections(Measured(1.0, 0.05), Limits(), objective_of("latency"))
     assert r.reason == "accuracy drop 5.00% > 1.00%" and (r.value, r.limit) == (0.05, 0.01)
     broken = accuracy(out("y", cosine=float("nan")))
-    (r,) = verdict.rejections(Measured(1.0, accuracy_drop(broken)), Limits(), "latency", broken)
+    (r,) = verdict.rejections(Measured(1.0, accuracy_drop(broken)), Limits(), objective_of("latency"), broken)
     assert r.reason.startswith("output 'y': NaN or inf") and r.value is None

@@ -38,7 +38,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from autodeploy import objectives
 from autodeploy.accuracy.records import (
     DEFAULT_MAX_ACCURACY_DROP,
     TOLERANCE,
@@ -47,6 +46,7 @@ from autodeploy.accuracy.records import (
     within,
 )
 from autodeploy.accuracy.rules import task_drops, worst_output
+from autodeploy.objectives import Objective
 
 #: A finalist whose median per-round ratio to the best is within this fraction of 1, and whose paired
 #: interval of that ratio holds 1, ties with it (and the cheaper one wins). An interval holding 1 alone
@@ -103,11 +103,11 @@ class Measured:
     server_rate: float | None = None
 
 
-def sla_bounds_latency(objective: str | None) -> bool:
+def sla_bounds_latency(objective: Objective | None) -> bool:
     """Whether the SLA bounds each trial's latency: for every objective but those whose value is the
-    highest rate under the SLA (``server``: :attr:`autodeploy.objectives.Objective.sla_bounds_latency`)."""
-    known = objectives.stored(objective)
-    return known is None or known.sla_bounds_latency
+    highest rate under the SLA (``server``: :attr:`autodeploy.objectives.Objective.sla_bounds_latency`), and where
+    the objective is not known (``None``: a bench, a record this version has no row for)."""
+    return objective is None or objective.sla_bounds_latency
 
 
 def meets_sla(p99_ms: float, sla_ms: float) -> bool:
@@ -115,7 +115,7 @@ def meets_sla(p99_ms: float, sla_ms: float) -> bool:
     return p99_ms <= sla_ms
 
 
-def violations(m: Measured, limits: Limits, objective: str) -> dict[str, float]:
+def violations(m: Measured, limits: Limits, objective: Objective | None) -> dict[str, float]:
     """One number per constraint that applies, ``<= 0`` when it holds (``Trial.set_constraint``).
 
     Keys: ``accuracy_drop`` (when measured), ``memory_mb`` (with a memory limit; unmeasured
@@ -147,7 +147,7 @@ def feasible(found: Mapping[str, float]) -> bool:
     return all(v <= 0 for v in found.values())
 
 
-def constraint_verdicts(m: Measured, limits: Limits, objective: str) -> dict[str, dict[str, Any]]:
+def constraint_verdicts(m: Measured, limits: Limits, objective: Objective | None) -> dict[str, dict[str, Any]]:
     """Per constraint of :func:`violations`: ``{"limit", "measured", "passed"}`` (the bundle manifest's form)."""
     value = {"accuracy_drop": (limits.max_accuracy_drop, m.accuracy_drop),
              "memory_mb": (limits.max_memory_mb, m.peak_rss_mb),
@@ -176,7 +176,7 @@ class Rejection:
     miss: float
 
 
-def rejections(m: Measured, limits: Limits, objective: str,
+def rejections(m: Measured, limits: Limits, objective: Objective | None,
                accuracy: Accuracy | None = None) -> list[Rejection]:  # fmt: skip
     """Why a trial is rejected, one :class:`Rejection` per broken constraint of :func:`violations`
     (empty when it meets them all). With ``accuracy`` the accuracy reason names the worst output
@@ -238,7 +238,7 @@ def _accuracy_rejection(m: Measured, limits: Limits, accuracy: Accuracy | None, 
                      f"accuracy drop {m.accuracy_drop:.2%} > {max_accuracy_drop:.2%}", miss)  # fmt: skip
 
 
-def reasons(m: Measured, limits: Limits, objective: str) -> list[str]:
+def reasons(m: Measured, limits: Limits, objective: Objective | None) -> list[str]:
     """Why a trial is rejected, one phrase per broken constraint (empty when it meets them all)."""
     return [r.reason for r in rejections(m, limits, objective)]
 

@@ -16,6 +16,7 @@ from autodeploy import verdict, zoo
 from autodeploy.accuracy import rules
 from autodeploy.accuracy.kinds import DECLARED_KEY, Override
 from autodeploy.accuracy.measure import compare, declared, kinds, producers, readers
+from autodeploy.objectives import of as objective_of
 
 BF16 = 2.0**-8
 
@@ -80,7 +81,7 @@ def test_a_failing_regression_whose_argmax_agrees_names_the_top1_override():
     got = ref + rng.normal(0, 1.5, ref.shape).astype(np.float32)  # int8-sized logit noise, classes kept
     acc = compare({"logits": got}, {"logits": ref}, producers={"logits": "Gemm"})
     assert not acc.passed and acc.outputs[0].kind == "regression"
-    (rejection,) = verdict.rejections(verdict.Measured(1.0, rules.accuracy_drop(acc)), verdict.Limits(), "latency", acc)
+    (rejection,) = verdict.rejections(verdict.Measured(1.0, rules.accuracy_drop(acc)), verdict.Limits(), objective_of("latency"), acc)
     assert "--accuracy logits=top1" in rejection.reason and "argmax agrees on 100% of items" in rejection.reason
     assert compare({"logits": got}, {"logits": ref}, overrides={"logits": Override("top1")}).passed
 
@@ -151,7 +152,7 @@ def test_score_logits_fail_sqnr_on_values_nobody_reads_and_the_line_names_the_lo
     acc = compare({"classificators": got}, {"classificators": ref}, producers={"classificators": "Concat"})
     (o,) = acc.outputs
     assert o.kind == "sqnr" and not acc.passed and o.logit_f1 == 1.0
-    line = verdict.rejections(verdict.Measured(1.0, rules.accuracy_drop(acc)), verdict.Limits(), "latency", acc)[0]
+    line = verdict.rejections(verdict.Measured(1.0, rules.accuracy_drop(acc)), verdict.Limits(), objective_of("latency"), acc)[0]
     assert "decisions after a sigmoid agree (F1 1.000)" in line.reason and "--accuracy classificators=logit" in line.reason
     as_logits = compare({"classificators": got}, {"classificators": ref}, overrides={"classificators": Override("logit")})
     assert as_logits.passed and as_logits.constraint == "F1 after a sigmoid at 0.5 >= 0.99"

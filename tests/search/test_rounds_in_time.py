@@ -17,6 +17,7 @@ import pytest
 
 from autodeploy.harness.result import LatencyStats, Measurement, TrialResult
 from autodeploy.harness.stats import CLAIMED_COVERAGE
+from autodeploy.objectives import of as objective_of
 from autodeploy.report import SCHEMA, study_record
 from autodeploy.results_db import DeviceRecord, ModelRecord, TrialFilter
 from autodeploy.search.config import Finalists
@@ -49,9 +50,9 @@ def test_the_speedup_states_the_span_of_its_rounds_and_no_more_coverage_than_cla
     times = (1000.0, 1040.0, 1095.0, 1130.0, 1180.0)
     win = replace(finalist("openvino", "bf16", 1, [1.0, 1.03, 0.98, 1.01, 0.99]), times=times)
     base = replace(finalist("", "", None, [4.0, 4.3, 3.9, 4.1, 4.05], baseline=True), times=tuple(t + 3 for t in times))
-    main = _choose("s", "latency", {}, [win, base]).speedups["p90"]
+    main = _choose("s", objective_of("latency"), {}, [win, base]).speedups["p90"]
     assert main.span_s == pytest.approx(183.0) and main.level == CLAIMED_COVERAGE < 0.9375  # 5 rounds: min..max
-    record = study_record(_choose("s", "latency", {}, [win, base]))
+    record = study_record(_choose("s", objective_of("latency"), {}, [win, base]))
     jsonschema.validate(record, SCHEMA, cls=jsonschema.Draft202012Validator)
     assert record["speedups"]["p90"]["span_s"] == pytest.approx(183.0) and record["winner"]["round_times"] == list(times)
     assert f"intervals over 5 rounds across 3.0 min, {CLAIMED_COVERAGE:.0%} coverage" in record["headline"]

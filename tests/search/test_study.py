@@ -16,6 +16,7 @@ from autodeploy.harness.run import HarnessSettings, prepare_data
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.inhouse.memory import floor_mb
 from autodeploy.model import load_model
+from autodeploy.objectives import of as objective_of
 from autodeploy.results_db import Store, TrialFilter
 from autodeploy.search.config import StudyConfig
 from autodeploy.search.study import Reporter, StudyContext, run_study
@@ -633,31 +634,31 @@ def test_a_finalist_wholly_behind_the_leader_runs_no_more_rounds():
     from autodeploy.verdict import FIRST_ROUND_MARGIN
 
     lead, close, behind = [1.0, 2.0, 1.0], [1.04, 1.9, 1.05], [1.5, 3.0, 1.6]  # round 2: the machine was slow
-    assert still_in([(0, lead), (1, close), (2, behind), (3, [None, None, None])], "latency") == [0, 1]
-    assert still_in([(0, [1.0]), (1, [1.08])], "latency") == [0, 1]  # one round: not clear yet
-    assert still_in([(0, [1.0]), (1, [1.5])], "latency") == [0]
-    assert still_in([(0, [1.0, 1.0]), (1, [1.08, 1.05])], "latency") == [0]  # two rounds, slower in both
+    assert still_in([(0, lead), (1, close), (2, behind), (3, [None, None, None])], objective_of("latency")) == [0, 1]
+    assert still_in([(0, [1.0]), (1, [1.08])], objective_of("latency")) == [0, 1]  # one round: not clear yet
+    assert still_in([(0, [1.0]), (1, [1.5])], objective_of("latency")) == [0]
+    assert still_in([(0, [1.0, 1.0]), (1, [1.08, 1.05])], objective_of("latency")) == [0]  # two rounds, slower in both
     # one round's gap must beat the machine's own swing: a shared VM read the ORT default 4.9 ms in screening
     # and 10.4 ms in round 1 (the host took a vCPU, no steal reported); there 1.5x is no gap, 2.2x is
     assert one_pair_margin([[5.0, 5.2], [3.0, None], [None], []]) == FIRST_ROUND_MARGIN  # steady: the floor
     wide = one_pair_margin([[4.9, 10.4], [3.0, 3.1]])
     assert wide == pytest.approx(10.4 / 4.9 - 1)
-    assert still_in([(0, [1.0]), (1, [1.5])], "latency", margin=wide) == [0, 1]
-    assert still_in([(0, [1.0]), (1, [2.2])], "latency", margin=wide) == [0]
-    assert still_in([(0, [100.0, 90.0]), (1, [50.0, 45.0])], "throughput") == [0]
-    assert still_in([(0, [1.0, 1.0]), (1, [1.5, 1.5])], "latency", keep=1) == [0, 1]  # the baseline stays
+    assert still_in([(0, [1.0]), (1, [1.5])], objective_of("latency"), margin=wide) == [0, 1]
+    assert still_in([(0, [1.0]), (1, [2.2])], objective_of("latency"), margin=wide) == [0]
+    assert still_in([(0, [100.0, 90.0]), (1, [50.0, 45.0])], objective_of("throughput")) == [0]
+    assert still_in([(0, [1.0, 1.0]), (1, [1.5, 1.5])], objective_of("latency"), keep=1) == [0, 1]  # the baseline stays
     # before a winner claim's rounds: the closest rival stays beside the leader (2.6x, not 4x) ...
     three = [(0, [1.0]), (1, [4.0]), (2, [2.6])]
-    assert still_in(three, "latency") == [0]
-    assert still_in(three, "latency", rival=True) == [0, 2]
+    assert still_in(three, objective_of("latency")) == [0]
+    assert still_in(three, objective_of("latency"), rival=True) == [0, 2]
     # ... and the baseline, which runs every round for the speed-up, is no rival: the leader keeps a contender
     # that one swing of the machine could have put behind (within the margin), not one far behind
     near = [(0, [1.0, 1.0]), (1, [4.0, 4.0]), (2, [1.3, 1.2]), (3, [3.0, 3.0])]
-    assert still_in(near, "latency", keep=3, margin=wide) == [0, 3]
-    assert still_in(near, "latency", keep=3, rival=True, margin=wide) == [0, 2, 3]
-    assert still_in(near, "latency", keep=3, rival=True) == [0, 3]  # 1.25x behind twice, on a steady machine
+    assert still_in(near, objective_of("latency"), keep=3, margin=wide) == [0, 3]
+    assert still_in(near, objective_of("latency"), keep=3, rival=True, margin=wide) == [0, 2, 3]
+    assert still_in(near, objective_of("latency"), keep=3, rival=True) == [0, 3]  # 1.25x behind twice, on a steady machine
     far = [(0, [1.0, 1.0]), (1, [4.0, 4.0]), (2, [2.7, 2.8]), (3, [3.0, 3.0])]
-    assert still_in(far, "latency", keep=3, rival=True, margin=wide) == [0, 3]
+    assert still_in(far, objective_of("latency"), keep=3, rival=True, margin=wide) == [0, 3]
 
 
 def test_a_tie_needs_close_statistics_not_only_overlapping_intervals():
@@ -670,9 +671,9 @@ def test_a_tie_needs_close_statistics_not_only_overlapping_intervals():
         return Finalist(config, config.label(), p90, ci, 600, ["u"])
 
     fast_noisy, slow = finalist(2, 1.00, (0.90, 1.40)), finalist(1, 1.29, (1.25, 1.33))
-    assert _choose("s", "latency", {}, [slow, fast_noisy]).winner is fast_noisy
+    assert _choose("s", objective_of("latency"), {}, [slow, fast_noisy]).winner is fast_noisy
     close = finalist(1, 1.02, (0.98, 1.06))
-    summary = _choose("s", "latency", {}, [close, fast_noisy])
+    summary = _choose("s", objective_of("latency"), {}, [close, fast_noisy])
     assert summary.winner is close and summary.tie_with == [fast_noisy.label]  # a real tie: the cheaper one
 
 
@@ -737,14 +738,14 @@ def test_after_the_portfolio_each_contender_is_measured_at_every_thread_count():
         return sorted((p["engine"], p[f"{p['engine']}.precision"], p["threads"])
                       for p in (t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))))  # fmt: skip
 
-    enqueue_neighbours(study, space, Memory.of(study), ranked(study, "latency"))
+    enqueue_neighbours(study, space, Memory.of(study), ranked(study, objective_of("latency")))
     # int8 is slower than fp32 on openvino, onnxruntime 3x behind: neither is refined
     assert waiting() == [("openvino", "fp32", 1), ("openvino", "fp32", 2)]
-    enqueue_neighbours(study, space, Memory.of(study), ranked(study, "latency"))
+    enqueue_neighbours(study, space, Memory.of(study), ranked(study, objective_of("latency")))
     assert len(waiting()) == 2  # nothing twice while they wait
     for _ in range(2):  # asked and pruned (no config: nothing looked at)
         study.tell(study.ask().number, state=optuna.trial.TrialState.PRUNED)
     study.add_trial(_trial("openvino", "fp32", 1, 0.9))  # a new best: its own neighbours are looked at already
     study.add_trial(_trial("openvino", "fp32", 2, 0.95))
-    enqueue_neighbours(study, space, Memory.of(study), ranked(study, "latency"))
+    enqueue_neighbours(study, space, Memory.of(study), ranked(study, objective_of("latency")))
     assert waiting() == []

@@ -13,6 +13,7 @@ import jsonschema
 import numpy as np
 
 from autodeploy.adapters.base import TrialConfig
+from autodeploy.objectives import of as objective_of
 from autodeploy.report import SCHEMA, study_record
 from autodeploy.search.pairing import _enough_pairs, _quiet_target, unsteady
 from autodeploy.search.rounds import round_values
@@ -34,7 +35,7 @@ QUIET = {"bf16": [1.00, 1.03, 0.98, 1.01, 0.99], "int8": [1.20, 1.22, 1.17, 1.21
 
 def test_one_round_three_times_slower_for_every_config_changes_neither_winner_nor_speedup():
     def study(values):
-        return _choose("s", "latency", {}, [finalist("openvino", "int8", 1, values["int8"]),
+        return _choose("s", objective_of("latency"), {}, [finalist("openvino", "int8", 1, values["int8"]),
                                            finalist("openvino", "bf16", 2, values["bf16"]),
                                            finalist("", "", None, values["base"], baseline=True)])  # fmt: skip
 
@@ -49,9 +50,9 @@ def test_one_round_three_times_slower_for_every_config_changes_neither_winner_no
 def test_a_config_faster_in_most_rounds_wins_whatever_its_one_bad_round():
     good_mostly = finalist("openvino", "fp32", 1, [1.0, 1.0, 1.0, 1.0, 5.0])  # mean 1.8
     steady = finalist("onnxruntime", "fp32", 1, [1.1, 1.1, 1.1, 1.1, 1.2])  # mean 1.12
-    assert _choose("s", "latency", {}, [steady, good_mostly]).winner is good_mostly
+    assert _choose("s", objective_of("latency"), {}, [steady, good_mostly]).winner is good_mostly
     rates = [finalist("openvino", "fp32", 1, [900.0, 910.0, 300.0]), finalist("onnxruntime", "fp32", 1, [800.0, 810.0, 805.0])]
-    assert _choose("s", "throughput", {}, rates).winner is rates[0]  # items/s: higher is better, paired the same way
+    assert _choose("s", objective_of("throughput"), {}, rates).winner is rates[0]  # items/s: higher is better, paired the same way
 
 
 def _calls(low: float, high: float, n: int = 200) -> list[float]:
@@ -68,17 +69,17 @@ def test_the_measured_case_picks_bf16_which_the_pooled_tail_got_wrong():
     assert pooled["int8"] < pooled["bf16"]  # the old rule's winner: int8
     order = ["int8", "bf16", "base"]
     per_round = [[{"x": c} for c in calls[k]] for k in order]
-    values, statistic = round_values(per_round, [], (_Case(),), "latency")
-    medians, _ = round_values(per_round, [], (_Case(),), "latency", "median")
+    values, statistic = round_values(per_round, [], (_Case(),), objective_of("latency"))
+    medians, _ = round_values(per_round, [], (_Case(),), objective_of("latency"), "median")
     assert statistic == "p90"
     int8, bf16, base = (finalist(e, p, t, v, m, baseline=b) for (e, p, t, b), v, m in
                         zip([("openvino", "int8", 1, False), ("openvino", "bf16", 2, False), ("", "", None, True)],
                             values, medians, strict=True))  # fmt: skip
-    summary = _choose("s", "latency", {}, [int8, bf16, base], statistic)
+    summary = _choose("s", objective_of("latency"), {}, [int8, bf16, base], statistic)
     assert summary.winner is bf16 and not summary.tie_with and not summary.screening_only
     assert 4.5 < summary.speedup_vs_baseline < 6  # quiet rounds: ~19.8 / 3.7 ms, not the noisy round's
     assert set(summary.speedups) == {"p90", "median"} and summary.speedups["p90"].level == 0.6
-    assert still_in([(0, values[0]), (1, values[1]), (2, values[2])], "latency", keep=2) == [0, 1, 2]  # int8 won a round
+    assert still_in([(0, values[0]), (1, values[1]), (2, values[2])], objective_of("latency"), keep=2) == [0, 1, 2]  # int8 won a round
     text = summary.headline()
     assert text.startswith("winner: openvino/bf16/b1/t2, p90 3.") and "for the ORT fp32 default: " in text
     assert "(median " in text and "intervals over 3 rounds, 60% coverage" in text
@@ -95,7 +96,7 @@ class _Case:
 def test_a_one_round_study_is_screening_only_and_its_speedup_has_no_interval():
     fast = finalist("openvino", "fp32", 1, [1.0], [0.9])
     base = finalist("", "", None, [3.0], [2.7], baseline=True)
-    summary = _choose("s", "latency", {}, [fast, base])
+    summary = _choose("s", objective_of("latency"), {}, [fast, base])
     assert summary.winner is fast and summary.screening_only and summary.rounds == 1
     assert summary.speedups["p90"].ci is None and summary.speedups["p90"].level is None
     assert summary.speedup_vs_baseline == 3.0
@@ -107,10 +108,10 @@ def test_a_one_round_study_is_screening_only_and_its_speedup_has_no_interval():
 def test_a_tie_is_close_in_most_rounds_and_the_cheaper_config_wins_it():
     quick = finalist("openvino", "fp32", 4, [1.00, 1.00, 1.00])
     cheap = finalist("openvino", "fp32", 1, [1.02, 0.99, 1.01])  # within 3%, faster in one round
-    summary = _choose("s", "latency", {}, [quick, cheap])
+    summary = _choose("s", objective_of("latency"), {}, [quick, cheap])
     assert summary.winner is cheap and summary.tie_with == [quick.label]
     behind = finalist("openvino", "fp32", 1, [1.02, 1.02, 1.025])  # within 3% but slower in every round
-    assert _choose("s", "latency", {}, [quick, behind]).winner is quick
+    assert _choose("s", objective_of("latency"), {}, [quick, behind]).winner is quick
 
 
 # Measured beside a CPU hog (benchmarks/noisy_neighbour.py, zoo:mobilenetv2): the one-thread winner held
@@ -123,7 +124,7 @@ HOG = {"win": [5.04, 4.49, 4.85, 4.28, 4.48], "win_load": [0.90, 0.01, 0.53, 0.0
 def test_the_speedup_rests_on_the_rounds_in_which_neither_run_was_under_load():
     win = finalist("openvino", "bf16", 1, HOG["win"], loads=HOG["win_load"])
     base = finalist("", "", None, HOG["base"], baseline=True, loads=HOG["base_load"])
-    summary = _choose("s", "latency", {}, [win, base])
+    summary = _choose("s", objective_of("latency"), {}, [win, base])
     main = summary.speedups["p90"]
     assert summary.winner is win and main.rounds == 1 and main.left_out == 4 and not main.under_load
     assert summary.speedup_vs_baseline == 8.49 / 4.49  # round 2 only: both quiet
@@ -138,7 +139,7 @@ def test_the_speedup_rests_on_the_rounds_in_which_neither_run_was_under_load():
 def test_with_no_quiet_round_the_loaded_ones_count_and_say_so():
     win = finalist("openvino", "bf16", 1, HOG["win"], loads=[0.9] * 5)
     base = finalist("", "", None, HOG["base"], baseline=True, loads=HOG["base_load"])
-    summary = _choose("s", "latency", {}, [win, base])
+    summary = _choose("s", objective_of("latency"), {}, [win, base])
     main = summary.speedups["p90"]
     assert main.under_load and main.rounds == 5 and main.left_out == 0
     record = study_record(summary)
@@ -150,7 +151,7 @@ def test_with_no_quiet_round_the_loaded_ones_count_and_say_so():
 def test_a_load_that_was_not_read_counts_as_quiet():
     win = finalist("openvino", "bf16", 1, QUIET["bf16"])
     base = finalist("", "", None, QUIET["base"], baseline=True, loads=[None, 0.05, None, 0.1, None])
-    main = _choose("s", "latency", {}, [win, base]).speedups["p90"]
+    main = _choose("s", objective_of("latency"), {}, [win, base]).speedups["p90"]
     assert main.rounds == 5 and main.left_out == 0 and not main.under_load
 
 
@@ -175,17 +176,17 @@ UNSTEADY = {"win": [5.88, 6.07, 5.73, 5.94, 6.64], "base": [10.63, 10.25, 10.12,
 def test_a_baseline_whose_quiet_rounds_disagree_is_named_with_its_range():
     win = finalist("openvino", "fp32", 1, UNSTEADY["win"], loads=[0.05] * 5)
     base = finalist("", "", None, UNSTEADY["base"], baseline=True, loads=[0.06] * 5)
-    summary = _choose("s", "latency", {}, [win, base])
+    summary = _choose("s", objective_of("latency"), {}, [win, base])
     (entry,) = unsteady(summary)
     assert entry == {"config": base.label, "baseline": True, "low": 5.33, "high": 10.63}
     record = study_record(replace(summary, load={"rounds": [0.06] * 5, "unsteady": [entry]}))
     jsonschema.validate(record, SCHEMA, cls=jsonschema.Draft202012Validator)
     assert "the ORT fp32 default read 5.33-10.63 ms (1.99x apart" in load_text(record)
     assert speedup_text(record).endswith(", unsteady machine")
-    steady = _choose("s", "latency", {}, [win, finalist("", "", None, [5.0, 5.3, 5.2, 5.6, 5.1], baseline=True)])
+    steady = _choose("s", objective_of("latency"), {}, [win, finalist("", "", None, [5.0, 5.3, 5.2, 5.6, 5.1], baseline=True)])
     assert unsteady(steady) == []  # within 1.5x: nothing to say
     loaded = finalist("", "", None, UNSTEADY["base"], baseline=True, loads=[0.06, 0.06, 0.06, 0.9, 0.06])
-    assert unsteady(_choose("s", "latency", {}, [win, loaded])) == []  # the 5.33 ms round ran under load
+    assert unsteady(_choose("s", objective_of("latency"), {}, [win, loaded])) == []  # the 5.33 ms round ran under load
 
 
 def test_configs_are_compared_on_the_rounds_in_which_neither_ran_under_load():
@@ -195,11 +196,11 @@ def test_configs_are_compared_on_the_rounds_in_which_neither_ran_under_load():
     suffers the neighbour least. With no round quiet for a pair, every round counts."""
     one = finalist("openvino", "bf16", 1, [4.61, 4.65, 4.50, 5.10, 4.92], loads=[1.00, 0.79, 0.08, 0.83, 0.07])
     both = finalist("openvino", "bf16", 2, [9.0, 8.5, 3.1, 9.2, 3.0], loads=[0.90, 0.85, 0.06, 0.95, 0.05])
-    assert _choose("s", "latency", {}, [one, both]).winner is both
+    assert _choose("s", objective_of("latency"), {}, [one, both]).winner is both
     busy = [replace(f, loads=(0.9,) * 5) for f in (one, both)]
-    assert _choose("s", "latency", {}, busy).winner is busy[0]
+    assert _choose("s", objective_of("latency"), {}, busy).winner is busy[0]
     # nor does a config leave the rounds on the rounds it ran under load: two loaded rounds put both cores
     # 1.9x behind; in the quiet one it was 5% behind, inside the margin one pair needs
     values = [[4.61, 4.65, 4.50], [9.0, 8.5, 4.72]]
-    assert still_in(list(enumerate(values)), "latency") == [0]  # every round: both cores wholly behind
-    assert still_in(list(enumerate(values)), "latency", loads={0: one.loads, 1: both.loads}) == [0, 1]
+    assert still_in(list(enumerate(values)), objective_of("latency")) == [0]  # every round: both cores wholly behind
+    assert still_in(list(enumerate(values)), objective_of("latency"), loads={0: one.loads, 1: both.loads}) == [0, 1]

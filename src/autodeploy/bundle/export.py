@@ -31,7 +31,7 @@ from autodeploy.bundle.loader import KIND, MANIFEST, MANIFEST_DIGEST, MODEL_DIR,
 from autodeploy.errors import BuildError, StoreError, UnknownEngineError, UsageError, WriteError
 from autodeploy.harness.result import headline
 from autodeploy.model import ModelInfo, TensorSpec
-from autodeploy.objectives import DEFAULT_SCENARIO, MEDIAN, P90, SCENARIOS
+from autodeploy.objectives import DEFAULT_SCENARIO, MEDIAN, P90, SCENARIOS, stored
 from autodeploy.redact import mask_secrets
 from autodeploy.runtime import machine
 from autodeploy.search import summary as study_words
@@ -396,7 +396,7 @@ def constraint_verdicts(source: Source) -> dict[str, Any]:
     limits = verdict.Limits.of(Constraints(**(source.study.settings.get("constraints") or {})))
     # The store keeps no server rate: a server study's rate constraint is the study's to judge.
     measured = Metrics.of_row(source.trial).measured(server_rate=None)
-    return {**verdicts, **verdict.constraint_verdicts(measured, limits, source.study.objective)}
+    return {**verdicts, **verdict.constraint_verdicts(measured, limits, stored(source.study.objective))}
 
 
 def _version() -> str:

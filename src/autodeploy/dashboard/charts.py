@@ -19,6 +19,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from autodeploy import objectives
 from autodeploy.adapters import registry
 from autodeploy.dashboard.queries import BASELINE_LABEL, REJECTED, Metric
 from autodeploy.units import time_unit
@@ -245,7 +246,7 @@ def pareto(df: pd.DataFrame, limits: Limits, objective: str | None = None) -> go
                                  legendgroup="baseline", showlegend=col == 1 and not base.empty, hoverinfo="skip",
                                  marker={"symbol": "diamond-open", "size": 20, "color": BASELINE_COLOR,
                                          "line": {"width": 2}}), row=1, col=col)  # fmt: skip
-    sla = limits.sla_ms if sla_bounds_latency(objective) else None
+    sla = limits.sla_ms if sla_bounds_latency(objectives.stored(objective)) else None
     xs = [m["latency_ms"], pd.Series([sla] if sla is not None else [], dtype=float)]
     log = _axis(fig, "x", xs, ms=True, col=1)
     _axis(fig, "x", xs, ms=True, col=2)

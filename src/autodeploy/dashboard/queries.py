@@ -568,7 +568,7 @@ def limits_text(constraints: Mapping[str, Any] | None, objective: str | None) ->
     if limits.max_memory_mb is not None:
         out.append(f"memory ≤ {limits.max_memory_mb:g} MB")
     if limits.sla_ms is not None:
-        out.append(f"{'latency' if verdict.sla_bounds_latency(objective) else 'p99'} ≤ {limits.sla_ms:g} ms")
+        out.append(f"{'latency' if verdict.sla_bounds_latency(objectives.stored(objective)) else 'p99'} ≤ {limits.sla_ms:g} ms")
     return ", ".join(out)
 
 
@@ -581,9 +581,9 @@ def judged(df: pd.DataFrame, studies: pd.DataFrame) -> pd.DataFrame:
     The rule is :func:`verdicts`' (:mod:`autodeploy.verdict`'s), so Compare, Devices and Trials
     reject what the Pareto page and the study reject.
     """
-    rules = {name: (verdict.Limits.of(c), objective or "")
+    rules = {name: (verdict.Limits.of(c), objectives.stored(objective))
              for name, c, objective in zip(studies["name"], studies["constraints"], studies["objective"], strict=True)}  # fmt: skip
-    default = (verdict.Limits(), "")
+    default = (verdict.Limits(), None)
     reasons = [_reason(r, *rules.get(r.study, default)) for r in df.itertuples()]
     return df.assign(verdict=[REJECTED if reason else FEASIBLE for reason in reasons], reason=reasons)
 
@@ -602,7 +602,7 @@ def verdicts(
     """
     limits = verdict.Limits.of(constraints)
     out = df.copy()
-    reasons = [_reason(r, limits, objective or "") for r in out.itertuples()]
+    reasons = [_reason(r, limits, objectives.stored(objective)) for r in out.itertuples()]
     out["reason"] = reasons
     out["verdict"] = [REJECTED if reason else FEASIBLE for reason in reasons]
     feasible = out[out["verdict"] == FEASIBLE]
@@ -613,7 +613,7 @@ def verdicts(
     return out
 
 
-def _reason(r: Any, limits: verdict.Limits, objective: str) -> str:
+def _reason(r: Any, limits: verdict.Limits, objective: objectives.Objective | None) -> str:
     if r.status != "ok" and r.failure_kind not in JUDGED:  # measured, then judged: the study's budget decides below
         return f"{r.failure_kind}: {headline(r.failure_message)}".strip()
     if pd.isna(r.latency_ms):

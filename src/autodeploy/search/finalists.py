@@ -38,7 +38,7 @@ def decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: M
             counts: dict[str, int], runs: list[tuple[str, dict[str, float]]]) -> StudySummary:  # fmt: skip
     """The finalists and the winner: re-measured interleaved when the objective and the time allow."""
     cfg = ctx.config
-    trials = ranked(study, cfg.objective.name)
+    trials = ranked(study, cfg.objective)
     top = _contenders(trials, max(cfg.finalists.count, 1))
     if not top:
         return _best_so_far(study, cfg.objective, counts, ctx.name)
@@ -57,7 +57,7 @@ def decide(ctx: StudyContext, study: optuna.Study, reporter: Reporter, memory: M
     screened = {TrialConfig.from_dict(t.user_attrs["config"]).key(): t.values[0] for t in trials}
     finalists, rounds, settled, statistic, reran = interleaved(ctx, configs, [screened.get(c.key()) for c in configs],
                                                                reporter, memory, budget, runs)  # fmt: skip
-    summary = replace(choose(ctx.name, cfg.objective.name, counts, finalists, statistic),
+    summary = replace(choose(ctx.name, cfg.objective, counts, finalists, statistic),
                       load=rounds_load(finalists, rounds, reran))
     summary = pair_rounds(ctx, summary, reporter, memory, budget, runs)
     if moved := unsteady(summary):

@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from autodeploy import objectives, verdict
+from autodeploy import verdict
 from autodeploy.accuracy.records import Accuracy
 from autodeploy.accuracy.rules import accuracy_drop
 from autodeploy.harness.stats import claimed
+from autodeploy.objectives import Objective
 from autodeploy.verdict import Limits, Measured, sla_bounds_latency
 
 if TYPE_CHECKING:
@@ -61,13 +62,13 @@ class Metrics:
         return Measured(self.latency_ms, self.accuracy_drop, self.peak_rss_mb, server_rate)
 
 
-def values(m: Metrics, objective: str) -> list[float]:
+def values(m: Metrics, objective: Objective) -> list[float]:
     """The values Optuna optimizes, one per direction of the objective: the fields of ``m`` its row names
     (:attr:`autodeploy.objectives.Objective.measures`), one not measured as 0."""
-    return [getattr(m, name) or 0.0 for name in objectives.of(objective).measures]
+    return [getattr(m, name) or 0.0 for name in objective.measures]
 
 
-def violations(m: Metrics, constraints: Constraints, objective: str) -> dict[str, float]:
+def violations(m: Metrics, constraints: Constraints, objective: Objective) -> dict[str, float]:
     """One number per constraint, <= 0 when it holds (Optuna's ``Trial.set_constraint`` convention).
 
     The rule is :func:`autodeploy.verdict.violations`. Every trial of a ``server`` study ran the
@@ -77,7 +78,7 @@ def violations(m: Metrics, constraints: Constraints, objective: str) -> dict[str
     return verdict.violations(m.measured(rate), Limits.of(constraints), objective)
 
 
-def rejections(m: Metrics, constraints: Constraints, objective: str,
+def rejections(m: Metrics, constraints: Constraints, objective: Objective,
                accuracy: Accuracy | None = None) -> list[verdict.Rejection]:  # fmt: skip
     """Why the trial is rejected, one per broken constraint of :func:`violations`
     (:func:`autodeploy.verdict.rejections`); ``accuracy`` names the worst output."""

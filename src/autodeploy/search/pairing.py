@@ -17,6 +17,7 @@ import numpy as np
 
 from autodeploy.harness import load as machine_load
 from autodeploy.harness import stats as rstats
+from autodeploy.objectives import Objective
 from autodeploy.search.budget import Budget
 from autodeploy.search.context import StudyCase, StudyContext
 from autodeploy.search.memory import Memory
@@ -47,7 +48,7 @@ def pair_rounds(ctx: StudyContext, summary: StudySummary, reporter: Reporter, me
     if winner is None or winner.baseline or at is None:
         return summary
     base, won = finalists[at], finalists.index(winner)
-    cases, objective, statistic = ctx.shape_cases(), summary.objective, summary.statistic
+    cases, objective, statistic = ctx.shape_cases(), ctx.config.objective, summary.statistic
     long_ctx, added, loaded_in_a_row, started = finalist_ctx(ctx), 0, 0, time.monotonic()
     rounds = ctx.config.finalists.rounds
     # which runs first, per pair: a strict alternation has a period of its own (two pairs) that a periodic
@@ -102,7 +103,7 @@ def _quiet_target(rounds: int) -> int:
     return max(MIN_WINNER_ROUNDS, rounds)
 
 
-def _with_round(f: Finalist, measured: Measured, cases: tuple[StudyCase, ...], objective: str,
+def _with_round(f: Finalist, measured: Measured, cases: tuple[StudyCase, ...], objective: Objective,
                 statistic: str) -> Finalist:  # fmt: skip
     """``f`` with one more pair round: ``measured`` reduced to the statistic its other rounds were reduced to.
     Its statistic, interval, samples and per-shape values stay those of the finalist rounds (what it was

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from autodeploy import objectives
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.harness import load as machine_load
 from autodeploy.harness import stats as rstats
@@ -130,7 +129,7 @@ def interleaved(ctx: StudyContext, configs: list[TrialConfig], screened: Sequenc
             # ended the rounds with a screening-only winner whose interval rested on nothing; beside the
             # baseline, round 1's gap put out a faster config on a host that moved configs 2x)
             margin = one_pair_margin([[s, *v] for s, v in zip(screened, values, strict=True)])
-            active = still_in([(i, values[i]) for i in active], objective.name, keep=baseline,
+            active = still_in([(i, values[i]) for i in active], objective, keep=baseline,
                               rival=r < MIN_WINNER_ROUNDS, loads=dict(enumerate(record.loads)), margin=margin)  # fmt: skip
             if len(active) == 1:
                 settled = True
@@ -190,7 +189,7 @@ class _Runs:
     def values(self, objective: Objective,
                statistic: str | None = None) -> tuple[list[list[float | None]], str]:  # fmt: skip
         """One value per config per round so far (:func:`round_values`)."""
-        return round_values(self.calls, self.rates, self.cases, objective.name, statistic)
+        return round_values(self.calls, self.rates, self.cases, objective, statistic)
 
     def finalists(self, configs: list[TrialConfig], baseline: int | None,
                   objective: Objective) -> tuple[list[Finalist], str]:  # fmt: skip
@@ -258,7 +257,7 @@ def rounds_load(finalists: list[Finalist], rounds: int, reran: list[dict[str, An
 
 
 def round_values(calls: list[list[dict[str, list[float]] | None]], rates: list[list[float | None]],
-                 cases: tuple[StudyCase, ...], objective: str,
+                 cases: tuple[StudyCase, ...], objective: Objective,
                  statistic: str | None = None) -> tuple[list[list[float | None]], str]:  # fmt: skip
     """One value per config per round, and its statistic's name, as the objective's row says
     (:attr:`~autodeploy.objectives.Objective.rounds`).
@@ -268,8 +267,7 @@ def round_values(calls: list[list[dict[str, list[float]] | None]], rates: list[l
     or the median when some round has too few calls for a p90 claim: one statistic for every round and
     config, so each per-round ratio compares like with like.
     """
-    rule = objectives.of(objective)
-    if rule.rounds == RATE:
+    if objective.rounds == RATE:
         return [list(r) for r in rates], ITEMS_PER_S.name
     if statistic is None:
         counts = [len(one[c.key]) for per in calls for one in per if one for c in cases]
@@ -280,7 +278,7 @@ def round_values(calls: list[list[dict[str, list[float]] | None]], rates: list[l
         row: list[float | None] = []
         for one in per:
             values = [rstats.round_value(one[c.key], statistic) for c in cases] if one else [None]
-            row.append(None if any(v is None for v in values) else rule.mix(weights, values))  # type: ignore[arg-type]
+            row.append(None if any(v is None for v in values) else objective.mix(weights, values))  # type: ignore[arg-type]
         out.append(row)
     return out, statistic
 

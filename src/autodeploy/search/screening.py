@@ -94,7 +94,7 @@ def screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: S
         trial.set_user_attr(key, value)
     if measured.per_shape:
         trial.set_user_attr("shape_uids", {k: m.uid for k, m in measured.per_shape.items()})
-        trial.set_user_attr("shape_values", {k: values(m.metrics, ctx.config.objective.name)[0] if m.metrics else None
+        trial.set_user_attr("shape_values", {k: values(m.metrics, ctx.config.objective)[0] if m.metrics else None
                                              for k, m in measured.per_shape.items()})  # fmt: skip
     memory.learn({**measured.attrs(artifact), "config": config.to_dict()})
     if measured.metrics is None:
@@ -117,7 +117,7 @@ def screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: S
                 memory.break_conversion(config, reason)
         study.tell(trial, state=state.FAIL)
         return True
-    found = violations(measured.metrics, ctx.config.constraints, ctx.config.objective.name)
+    found = violations(measured.metrics, ctx.config.constraints, ctx.config.objective)
     if not feasible(found):  # what the summary lists: each broken constraint with its value and limit
         trial.set_user_attr("rejected", [asdict(r) for r in _rejections(ctx, measured)])
     if found.get("accuracy_drop", 0.0) > 0:
@@ -132,7 +132,7 @@ def screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: S
             memory.break_conversion(config, reason)
     for key, value in found.items():
         trial.set_constraint(key, value)  # the samplers read these (Optuna >= 5)
-    study.tell(trial, values(measured.metrics, ctx.config.objective.name))
+    study.tell(trial, values(measured.metrics, ctx.config.objective))
     memory.seen.setdefault(config.key(), study.get_trials(deepcopy=False)[trial.number])  # as told, constraints too
     return True
 
@@ -158,7 +158,7 @@ def _rejections(ctx: StudyContext, measured: Measured) -> list[Rejection]:
     if measured.per_shape:
         key, worst = max(measured.per_shape.items(), key=lambda kv: kv[1].metrics.accuracy_drop if kv[1].metrics else 0.0)
         accuracy, at = worst.accuracy, f"at {key}: "
-    found = rejections(measured.metrics, ctx.config.constraints, ctx.config.objective.name, accuracy)
+    found = rejections(measured.metrics, ctx.config.constraints, ctx.config.objective, accuracy)
     return [replace(r, reason=at + r.reason) if r.constraint == "max_accuracy_drop" else r for r in found]
 
 

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from autodeploy import objectives
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import StoreError, UsageError
+from autodeploy.objectives import Objective
 from autodeploy.redact import mask_secrets
 from autodeploy.search.config import StudyConfig
 from autodeploy.search.context import StudyContext
@@ -176,10 +176,10 @@ def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return [t for t in done if t.constraints and feasible(t.constraints)]
 
 
-def ranked(study: optuna.Study, objective: str) -> list[optuna.trial.FrozenTrial]:
+def ranked(study: optuna.Study, objective: Objective) -> list[optuna.trial.FrozenTrial]:
     """Feasible trials best first by their first value, one per config; of several values (``pareto``), the
     Pareto front alone."""
-    trials, row = feasible_trials(study), objectives.of(objective)
+    trials, row = feasible_trials(study), objective
     if not row.single:
         trials = [trials[i] for i in pareto_front([t.values for t in trials])]
     trials.sort(key=lambda t: t.values[0], reverse=row.higher_is_better)
@@ -192,7 +192,7 @@ def ranked(study: optuna.Study, objective: str) -> list[optuna.trial.FrozenTrial
     return unique
 
 
-def best_label(study: optuna.Study, objective: str) -> str | None:
+def best_label(study: optuna.Study, objective: Objective) -> str | None:
     top = ranked(study, objective)
     if not top:
         return None

@@ -120,7 +120,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
         release_orphans(storage, study)
         memory = Memory.of(study)  # read afresh: workers sharing the study learn from each other
         if cfg.sampler != "grid" and not enqueue_portfolio(study, space, ctx.device.isa) and cfg.objective.single:
-            enqueue_neighbours(study, space, memory, ranked(study, cfg.objective.name))
+            enqueue_neighbours(study, space, memory, ranked(study, cfg.objective))
         with warnings.catch_warnings():
             # "Heartbeat ... is supposed to be used with Study.optimize": heartbeat beats for us.
             warnings.filterwarnings("ignore", "Heartbeat of storage")
@@ -144,7 +144,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
             raise
         if counted:
             measured += 1
-            reporter.trial_done(measured, best_label(study, cfg.objective.name))
+            reporter.trial_done(measured, best_label(study, cfg.objective))
             now = _best_value(study, cfg.objective)
             if _improved(best, now, memory.minimize):
                 best, stale = now, 0
@@ -210,7 +210,7 @@ def _best_value(study: optuna.Study, objective: Objective) -> float | None:
     """The best feasible screening value so far (single objective), or ``None``."""
     if not objective.single:
         return None
-    top = ranked(study, objective.name)
+    top = ranked(study, objective)
     return top[0].values[0] if top else None
 
 

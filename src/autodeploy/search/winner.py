@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from autodeploy import objectives
 from autodeploy.harness import load as machine_load
 from autodeploy.harness import stats as rstats
+from autodeploy.objectives import Objective
 from autodeploy.search.summary import Finalist, Ratio, StudySummary
 from autodeploy.verdict import FIRST_ROUND_MARGIN, TIE_TOLERANCE
 
@@ -27,7 +27,7 @@ from autodeploy.verdict import FIRST_ROUND_MARGIN, TIE_TOLERANCE
 MIN_WINNER_ROUNDS = 3
 
 
-def choose(name: str, objective: str, counts: dict[str, int], finalists: list[Finalist],
+def choose(name: str, objective: Objective, counts: dict[str, int], finalists: list[Finalist],
             statistic: str = rstats.P90) -> StudySummary:  # fmt: skip
     """The winner, paired by round: the leader (:func:`_leader`) on the finalists' per-round values;
     a finalist whose median per-round ratio to it is within TIE_TOLERANCE of 1, with a paired interval
@@ -42,7 +42,7 @@ def choose(name: str, objective: str, counts: dict[str, int], finalists: list[Fi
     candidates = [f for f in finalists if f.statistic is not None and any(v is not None for v in _costs(f, objective))]
     baseline = next((f for f in finalists if f.baseline), None)
     if not candidates:
-        return StudySummary(name, objective, counts, finalists, None, note="every finalist failed its re-measurement",
+        return StudySummary(name, objective.name, counts, finalists, None, note="every finalist failed its re-measurement",
                             statistic=statistic)  # fmt: skip
     costs = {i: _costs(f, objective) for i, f in enumerate(candidates)}
     pairs = _pairing(costs, {i: f.loads for i, f in enumerate(candidates)})
@@ -67,7 +67,7 @@ def choose(name: str, objective: str, counts: dict[str, int], finalists: list[Fi
     claim = n_rounds >= MIN_WINNER_ROUNDS
     ratios = speedups(baseline, winner, objective, statistic, claim) if baseline is not None else {}
     main = ratios.get(statistic)
-    return StudySummary(name, objective, counts, finalists, winner, [f.label for f in group if f is not winner],
+    return StudySummary(name, objective.name, counts, finalists, winner, [f.label for f in group if f is not winner],
                         main.value if main else None, statistic=statistic, speedups=ratios, rounds=n_rounds,
                         screening_only=not claim)  # fmt: skip
 
@@ -80,7 +80,7 @@ def quiet_pairs(a: Finalist, b: Finalist) -> tuple[list[int], list[int]]:
     return quiet, [r for r in both if r not in quiet]
 
 
-def speedups(baseline: Finalist, winner: Finalist, objective: str, statistic: str, claim: bool) -> dict[str, Ratio]:
+def speedups(baseline: Finalist, winner: Finalist, objective: Objective, statistic: str, claim: bool) -> dict[str, Ratio]:
     """The winner's speed-up over the baseline per statistic: the median of the per-round ratios over the rounds
     in which neither ran under load, with its order-statistic interval when ``claim`` (the winner ran the rounds
     a winner claim needs), stating the coverage it claims from run to run (:func:`~autodeploy.harness.stats.
@@ -92,7 +92,7 @@ def speedups(baseline: Finalist, winner: Finalist, objective: str, statistic: st
     quiet, loaded = quiet_pairs(baseline, winner)
     kept = quiet or loaded if baseline.rounds and winner.rounds else [0]
     series = [(statistic, _costs(baseline, objective), _costs(winner, objective))]
-    if objectives.of(objective).from_calls and statistic != rstats.MEDIAN and baseline.medians and winner.medians:
+    if objective.from_calls and statistic != rstats.MEDIAN and baseline.medians and winner.medians:
         series.append((rstats.MEDIAN, list(baseline.medians), list(winner.medians)))
     out = {}
     for which, base, won in series:
@@ -101,7 +101,7 @@ def speedups(baseline: Finalist, winner: Finalist, objective: str, statistic: st
             interval = rstats.median_interval(ratios) if claim else None
             paired = [r for r, b, w in picked if b is not None and w is not None and w > 0]
             values = tuple(float(np.median([v[r] for r in paired])) for v in (base, won)) if paired else None
-            if values and which == statistic and objectives.of(objective).higher_is_better:  # costs back to rates
+            if values and which == statistic and objective.higher_is_better:  # costs back to rates
                 values = tuple(1.0 / v for v in values)
             out[which] = Ratio(float(np.median(ratios)), None if interval is None else interval[:2],
                                None if interval is None else rstats.claimed_coverage(interval[2]), int(ratios.size),
@@ -117,7 +117,7 @@ def _span(a: Finalist, b: Finalist, rounds: Sequence[int]) -> float | None:
     return float(max(at) - min(at)) if len(rounds) > 1 and at else None
 
 
-def still_in(stats: list[tuple[int, Sequence[float | None]]], objective: str, keep: int | None = None,
+def still_in(stats: list[tuple[int, Sequence[float | None]]], objective: Objective, keep: int | None = None,
              rival: bool = False, loads: dict[int, Sequence[float | None]] | None = None,
              margin: float = FIRST_ROUND_MARGIN) -> list[int]:  # fmt: skip
     """The configs (by index) that can still win or tie, given each one's per-round values.
@@ -172,11 +172,11 @@ def one_pair_margin(runs: Sequence[Sequence[float | None]]) -> float:
     return max(FIRST_ROUND_MARGIN, moved - 1.0)
 
 
-def _costs(f: Finalist | Sequence[float | None], objective: str) -> list[float | None]:
+def _costs(f: Finalist | Sequence[float | None], objective: Objective) -> list[float | None]:
     """Per-round values as costs, lower is better (:meth:`~autodeploy.objectives.Objective.cost`): ms, or seconds
     per item for a rate."""
     values = f if not isinstance(f, Finalist) else (f.rounds or (f.statistic,))
-    return [objectives.of(objective).cost(v) for v in values]
+    return [objective.cost(v) for v in values]
 
 
 def _loaded(loads: Sequence[float | None], r: int) -> bool:
