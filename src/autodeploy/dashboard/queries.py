@@ -600,9 +600,9 @@ def verdicts(
     no other feasible trial beats on latency, accuracy drop and memory at once; ``winner`` (a
     config label) marks the winning config's rows (one, given :func:`one_per_config`).
     """
-    limits = verdict.Limits.of(constraints)
+    limits, known = verdict.Limits.of(constraints), objectives.stored(objective)
     out = df.copy()
-    reasons = [_reason(r, limits, objectives.stored(objective)) for r in out.itertuples()]
+    reasons = [_reason(r, limits, known) for r in out.itertuples()]
     out["reason"] = reasons
     out["verdict"] = [REJECTED if reason else FEASIBLE for reason in reasons]
     feasible = out[out["verdict"] == FEASIBLE]

@@ -179,10 +179,10 @@ def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 def ranked(study: optuna.Study, objective: Objective) -> list[optuna.trial.FrozenTrial]:
     """Feasible trials best first by their first value, one per config; of several values (``pareto``), the
     Pareto front alone."""
-    trials, row = feasible_trials(study), objective
-    if not row.single:
+    trials = feasible_trials(study)
+    if not objective.single:
         trials = [trials[i] for i in pareto_front([t.values for t in trials])]
-    trials.sort(key=lambda t: t.values[0], reverse=row.higher_is_better)
+    trials.sort(key=lambda t: t.values[0], reverse=objective.higher_is_better)
     unique, seen = [], set()
     for t in trials:
         key = TrialConfig.from_dict(t.user_attrs["config"]).key()
