@@ -313,6 +313,29 @@ def test_the_portfolio_looks_at_int8_of_the_fastest_engine_first():
     assert asked[3:] == [("openvino", "int8"), ("onnxruntime", "int8"), ("inhouse", "int8")]
 
 
+def test_a_branch_whose_only_look_was_interrupted_is_asked_again_first():
+    """A killed run's trial (failed as ``interrupted`` on resume) was no look: the resume's first ask is
+    that branch's portfolio config again, not whatever the sampler draws (it may draw only configs that prune)."""
+    from autodeploy.search.portfolio import enqueue_portfolio, unseen_branches
+    from autodeploy.search.space import EngineChoices, SearchSpace, suggest
+
+    space = SearchSpace({"onnxruntime": EngineChoices(("fp32",), {"execution_mode": ("ORT_SEQUENTIAL", "ORT_PARALLEL")})},
+                        batches=(1,), threads=(1,))  # fmt: skip
+    study = optuna.create_study()
+    assert enqueue_portfolio(study, space)
+    killed = study.ask()
+    suggest(killed, space)
+    killed.set_user_attr("interrupted", "its run (pid 1) ended without finishing it")
+    study.tell(killed, state=optuna.trial.TrialState.FAIL)
+    assert unseen_branches(study, space) == [("onnxruntime", "fp32")]
+    assert enqueue_portfolio(study, space)
+    again = study.ask()
+    suggest(again, space)
+    assert again.params == killed.params  # the portfolio's point, enqueued again
+    study.tell(again, 1.0)
+    assert unseen_branches(study, space) == [] and not enqueue_portfolio(study, space)
+
+
 @pytest.mark.slow
 def test_every_engine_and_precision_gets_a_look_before_any_is_refined(tmp_path):
     engines = ["onnxruntime", "openvino"] if registry.get("openvino").probe(probe_device()).available else ["onnxruntime"]

@@ -107,10 +107,11 @@ def _stage(branch: tuple[str, str]) -> int:
 
 
 def unseen_branches(study: optuna.Study, space: SearchSpace) -> list[tuple[str, str]]:
-    """The engine × precision branches no trial has looked at (one stopped by a time budget: a resume tries again)."""
+    """The engine × precision branches no trial has looked at: a look stopped by a time budget, or
+    interrupted (Ctrl-C, a killed run), is not one, so a resume asks the branch's first config again."""
     seen = {(t.params.get("engine"), t.params.get(f"{t.params.get('engine')}.precision"))
             for t in study.get_trials(deepcopy=False)
-            if not t.user_attrs.get("budget_timeout")}  # fmt: skip
+            if not t.user_attrs.get("budget_timeout") and "interrupted" not in t.user_attrs}  # fmt: skip
     return [(e, p) for e in space.engines for p in space.engines[e].precisions if (e, p) not in seen]
 
 
