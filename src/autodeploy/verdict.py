@@ -227,7 +227,8 @@ def _accuracy_rejection(m: Measured, limits: Limits, accuracy: Accuracy | None, 
             unit = f" {w.unit}" if w.unit else ""
             own = w.measure.db and w.output.min_sqnr_db is not None  # the user's --accuracy limit
             evidence = w.evidence()
-            reason = (f"{w.where}: {w.metric} {value}{unit} < {w.limit:.3g}{unit}" + ("" if own else f" ({budget})")
+            compared = "within" if w.by_guard else "<"  # by_guard: the bound beside the measure failed (evidence)
+            reason = (f"{w.where}: {w.metric} {value}{unit} {compared} {w.limit:.3g}{unit}" + ("" if own else f" ({budget})")
                       + (f"; {evidence}" if evidence else ""))  # fmt: skip
         return Rejection("max_accuracy_drop", _finite(w.value), _finite(w.limit), w.unit, reason, miss)
     task = task_drops(accuracy.outputs) if accuracy else []

@@ -41,7 +41,9 @@ def test_a_zeroed_class_group_fails_and_is_named_though_the_flattened_cosine_pas
     assert o.kind == "sqnr" and o.channels == "axis 1, channels 4-19" and o.sqnr_db == pytest.approx(0.0)
     assert not acc.passed and acc.constraint == "SQNR >= 17 dB"
     assert rules.worst(acc.outputs) == ("output 'output0', axis 1, channels 4-19: SQNR 0.0 dB, limit 17 dB "
-                                          "(max abs error 0.9958, p99 0.6673, in the output's units)")
+                                          "(max abs error 0.9958, p99 0.6673, in the output's units; kind sqnr taken from its shape "
+                                         "[N, 20, 400], no other kind proven: declare another with --accuracy output0=KIND "
+                                         "(docs/accuracy.md))")
     assert rules.accuracy_drop(acc) == pytest.approx(0.5)
 
 
@@ -141,7 +143,9 @@ def test_embeddings_are_judged_row_by_row_so_one_bent_vector_fails():
     assert o.cosine > 0.99  # averaged over the 16 items, the old rule passed it
     sqnr = compare({"conv2d_19": got}, {"conv2d_19": ref}, overrides={"conv2d_19": Override("sqnr")})
     assert sqnr.passed  # so does one SQNR over the whole tensor (about 24 dB)
-    assert rules.worst(acc.outputs) == "output 'conv2d_19': worst row cosine 0.9693"
+    assert rules.worst(acc.outputs) == ("output 'conv2d_19': worst row cosine 0.9693 (kind embedding taken from its "
+                                        "shape [N, 1, 1, 96]: one vector per item: declare another with "
+                                        "--accuracy conv2d_19=KIND (docs/accuracy.md))")
     assert rules.accuracy_drop(acc) == pytest.approx(1 - o.row_cosine)
 
 

@@ -117,6 +117,8 @@ class Measure:
     per_item: bool = False
     #: A sequence: its per-position token agreement is reported beside the whole sequences'.
     tokens: bool = False
+    #: Judged by its worst class's F1 (the class named), the cells unchanged reported beside.
+    per_class: bool = False
 
     @property
     def thresholded(self) -> bool:
@@ -146,7 +148,7 @@ MEASURES: dict[str, Measure] = {m.name: m for m in (
     Measure("exact", "exact agreement", "exact_agreement"),
     Measure("top1", "top-1 agreement", "decided_agreement", every="top1_agreement", per_item=True),
     Measure("sequence", "sequence agreement", "sequence_agreement", tokens=True),
-    Measure("cells", "cell agreement", "decided_agreement", every="cell_agreement"),
+    Measure("cells", "worst class F1 of cells", "class_f1", every="cell_agreement", per_class=True),
     Measure("decision", "F1", "f1", probability=True),
     Measure("logit", "F1 after a sigmoid", "f1", probability=True, sigmoid=True),
     Measure("embedding", "worst row cosine", "row_cosine"),
@@ -221,35 +223,73 @@ def class_axis(facts: OutputFacts) -> int | None:
 
 def output_kind(facts: OutputFacts) -> Measure:
     """The measure an output is judged by (a row of :data:`MEASURES`; the rule in the module docstring)."""
+    return judged(facts)[0]
+
+
+def judged(facts: OutputFacts) -> tuple[Measure, Basis]:
+    """:func:`output_kind` and why: what proved the kind (:class:`Basis`: the graph, the dtype, the values, or only
+    the shape), for the verdict line to say and, where unproven, to tell how to declare another."""
     shape = facts.shape
     if facts.dtype_kind in "iub":
-        return EXACT
+        return EXACT, Basis(f"{_dtype_words(facts.dtype_kind)} values", True)
     one_vector = len(shape) >= 2 and shape[-1] > 1 and all(d == 1 for d in shape[1:-1])
-    if one_vector and (facts.producer == "LpNormalization" or facts.unit_rows):
-        return EMBEDDING  # normalized: a direction is all it carries
+    if one_vector and facts.producer == "LpNormalization":
+        return EMBEDDING, Basis("the graph: an L2 normalization makes it", True)
+    if one_vector and facts.unit_rows:
+        return EMBEDDING, Basis("its values: every item's vector has length 1", False)
     axis = class_axis(facts)
     if axis is not None:  # classes, proven by the graph or by rows that are distributions
+        basis = _class_basis(facts)
         places = [d for i, d in enumerate(shape[1:], 1) if i != axis and d > 1]
         if not places:
-            return TOP1  # one class vector per item
+            return TOP1, basis  # one class vector per item
         if len(places) == 1 and axis == len(shape) - 1:
-            return SEQUENCE  # [N, T, V] (or [N, T, 1, V]): tokens, the whole string is what is read
-        return CELLS  # a map [N, H, W, C] or [N, C, H, W]: each cell by its own class
+            return SEQUENCE, basis  # [N, T, V] (or [N, T, 1, V]): tokens, the whole string is what is read
+        return CELLS, basis  # a map [N, H, W, C] or [N, C, H, W]: each cell by its own class
     ctc = facts.time_major and len(shape) == 3 and facts.producer not in RECURRENT
     positions = math.prod(shape[1:-1]) if len(shape) >= 3 else 0
     if ctc and positions > 1 and shape[-1] > 1:
-        return SEQUENCE  # CTC logits [T, B, V], as the model returned them: decoded by argmax per step
+        return SEQUENCE, Basis("the call's layout: time-major [T, B, V] logits, as CTC heads return them", True)
     if facts.reader == "Sigmoid":
-        return LOGIT  # the graph itself turns them into probabilities
+        return LOGIT, Basis("the graph: a Sigmoid reads it", True)  # the graph itself turns them into probabilities
     linear = facts.producer in LINEAR
     vector = (len(shape) == 2 and shape[1] > 1) or (len(shape) == 3 and one_vector)
-    if facts.producer == "Sigmoid" or (facts.unit_range and not linear and not vector):
-        return DECISION
+    if facts.producer == "Sigmoid":
+        return DECISION, Basis("the graph: a Sigmoid makes it", True)
+    if facts.unit_range and not linear and not vector:
+        return DECISION, Basis("its values: all within [0, 1]", False)
     if one_vector and len(shape) >= 4:
-        return EMBEDDING  # a 1x1 feature map: one vector per item
-    if vector:
-        return REGRESSION  # a vector per item from a linear head: coordinates, offsets, raw scores
-    return SQNR
+        return EMBEDDING, Basis(f"its shape {_shape_text(shape)}: one vector per item", False)  # a 1x1 feature map
+    made = f" and a linear head ({facts.producer})" if linear else ""
+    if vector:  # a vector per item from a linear head: coordinates, offsets, raw scores
+        return REGRESSION, Basis(f"its shape {_shape_text(shape)}{made}: a vector of quantities per item", False)
+    return SQNR, Basis(f"its shape {_shape_text(shape)}{made}, no other kind proven", False)
+
+
+@dataclass(frozen=True)
+class Basis:
+    """Why an output got its kind (:func:`judged`): ``text`` for the verdict line ("the graph: a Softmax makes it",
+    "its shape [N, 63]: ..."); ``proven`` where the graph, the dtype, the model's declaration or the user said it.
+    An unproven kind's line tells how to declare another (``--accuracy NAME=KIND``)."""
+
+    text: str
+    proven: bool
+
+
+def _class_basis(facts: OutputFacts) -> Basis:
+    if _op_axis(facts.producer, DISTRIBUTIONS) is not None:
+        return Basis(f"the graph: a {facts.producer.partition('(')[0]} makes it", True)  # type: ignore[union-attr]
+    if _op_axis(facts.reader, ("ArgMax",)) is not None:
+        return Basis("the graph: its argmax is read", True)
+    return Basis("its values: every row sums to 1", False)
+
+
+def _dtype_words(kind: str) -> str:
+    return {"b": "boolean", "u": "integer", "i": "integer"}.get(kind, kind)
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "[" + ", ".join(["N", *(str(d) for d in shape[1:])]) + "]"
 
 
 @dataclass(frozen=True)

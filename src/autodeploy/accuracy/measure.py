@@ -50,11 +50,16 @@ from autodeploy.accuracy.kinds import (
     DISTRIBUTIONS,
     EMBEDDING,
     EXACT,
+    LINEAR,
+    REGRESSION,
     SEQUENCE,
+    SQNR,
     TOP1,
+    Basis,
     OutputFacts,
     Override,
     class_axis,
+    judged,
     output_kind,
     parse_override,
 )
@@ -81,6 +86,12 @@ SEQUENCE_TIE = 0.2
 #: Classes (top-1, cells) forgive a near-tie flip only while the reference decided (led by SEQUENCE_TIE) at least
 #: this share of its items: below it the inputs cannot tell a near-tie from a broken output.
 MIN_DECIDED = 0.5
+#: A class of a map is judged by its own F1 where it holds at least this many cells on either side (fewer: one flip
+#: would be over 10% of it, finer than the inputs can tell).
+MIN_CLASS_CELLS = 10
+#: An unproven ``sqnr`` output a linear head makes ``[N, T, V]`` with at most this many channels per position is
+#: also bound by its argmax per position where the reference decides (a tagger's logits; hidden states are wider).
+MAX_GUARD_CLASSES = 64
 #: Ops a Sigmoid's values pass through unchanged on their way to an output.
 _SHAPE_OPS = ("Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose")
 
@@ -238,9 +249,13 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts
         exact = float(np.mean(a == b)) if a.size else 1.0
     base = OutputAccuracy(name=name, max_abs=max_abs, mean_rel=mean_rel, cosine=_cosine(a, b),
                           top1_agreement=top1, exact_agreement=exact)  # fmt: skip
-    measure = override.measure if override is not None else output_kind(found)
+    if override is not None:
+        measure, basis = override.measure, Basis("declared (the model's metadata or --accuracy)", True)
+    else:
+        measure, basis = judged(found)
     threshold = None if override is None else override.threshold
     kind = measure.name  # what the record stores
+    base = replace(base, basis=basis.text, proven=basis.proven)
     if measure == EXACT:
         return replace(base, kind=kind, exact_agreement=exact if exact is not None else float(np.mean(a == b)))
     if measure == TOP1:
@@ -257,8 +272,11 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts
     if measure == CELLS:
         if ref.ndim < 3:
             raise ValueError(f"--accuracy {name}=cells: output {name!r} of shape {ref.shape} is not a map [N, ..., C]")
-        same, changed = _class_changes(*_classes_last(got, ref, class_axis(found)))
-        return replace(base, kind=kind, cell_agreement=float(same.mean()), decided_agreement=1 - float(changed.mean()))
+        got_last, ref_last = _classes_last(got, ref, class_axis(found))
+        same, changed = _class_changes(got_last, ref_last)
+        f1, worst_class = class_f1(np.argmax(got_last, axis=-1), np.argmax(ref_last, axis=-1), changed, ref_last.shape[-1])
+        return replace(base, kind=kind, cell_agreement=float(same.mean()), decided_agreement=1 - float(changed.mean()),
+                       class_f1=f1, worst_class=worst_class)  # fmt: skip
     if measure.probability:
         cut = DEFAULT_DECISION_THRESHOLD if threshold is None else threshold
         at = math.log(cut / (1 - cut)) if measure.sigmoid else cut  # a logit is above logit(p) where sigmoid > p
@@ -266,11 +284,25 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts
     if measure == EMBEDDING:
         if ref.ndim < 2:
             raise ValueError(f"--accuracy {name}=embedding: output {name!r} of shape {ref.shape} has no vector axis")
-        return replace(base, kind=kind, row_cosine=float(row_cosines(got, ref).min()))
+        base = replace(base, kind=kind, row_cosine=float(row_cosines(got, ref).min()))
+        if basis.proven or not offset(ref):
+            return base
+        # Known by its shape only, and its values sit far from zero (coordinates in pixels): a direction would hide
+        # a shift of them all, so their error against their scale is bound too.
+        mean_share, max_share = error_shares(got, ref, [list(range(ref.shape[-1]))], ref.ndim - 1)
+        return replace(base, error_mean_share=mean_share, error_max_share=max_share)
     if measure.cosine_limit:
         return replace(base, kind=kind)
     db, where, part = _worst_group(got, ref, centred=measure.centred)  # an SQNR: about zero, or each group's mean
     errors = np.abs(got[part].astype(np.float64) - ref[part].astype(np.float64)).ravel()
+    if measure == REGRESSION:  # each item's error against the scale of its quantity (the crop its points are in)
+        axis = channel_axis(ref)
+        groups = range_groups(ref, axis) if axis is not None else [list(range(ref.shape[-1]))]
+        mean_share, max_share = error_shares(got, ref, groups, axis if axis is not None else ref.ndim - 1)
+        base = replace(base, error_mean_share=mean_share, error_max_share=max_share)
+    if measure == SQNR and found.producer in LINEAR and _guarded(ref):  # a tagger's logits, unproven: argmax too
+        same, changed = _changes(got, ref, _probabilities(ref))
+        base = replace(base, decided_agreement=1 - float(changed.mean()))
     # The whole output's decisions after a sigmoid: what --accuracy NAME=logit would judge (the failure line's hint).
     logit_f1 = _f1(a > 0, b > 0) if (b > 0).any() and (b < 0).any() else None
     # ... and, on a map whose last axis is a few channels, their argmax per cell: what NAME=cells would judge.
@@ -327,6 +359,59 @@ def _class_changes(got: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.nda
         if float(np.mean(ranked[..., -1] - ranked[..., -2] >= SEQUENCE_TIE)) < MIN_DECIDED:
             changed = ~same
     return same, changed
+
+
+def class_f1(picked: np.ndarray, top: np.ndarray, changed: np.ndarray, classes: int) -> tuple[float, int | None]:
+    """The lowest F1 of one class's cells against the reference's, and that class (``(1.0, None)`` where no class holds
+    :data:`MIN_CLASS_CELLS` cells on either side). ``picked``/``top``: the candidate's and the reference's class per
+    cell; a cell that flipped where the reference nearly tied (not ``changed``) keeps the reference's class."""
+    got = np.where(changed, picked, top)
+    worst, which = 1.0, None
+    for c in range(classes):
+        mine, theirs = got == c, top == c
+        if max(int(mine.sum()), int(theirs.sum())) < MIN_CLASS_CELLS:
+            continue
+        f1 = _f1(mine, theirs)
+        if f1 < worst or which is None:
+            worst, which = f1, c
+    return worst, which
+
+
+def error_shares(got: np.ndarray, ref: np.ndarray, groups: list[list[int]], axis: int) -> tuple[float, float]:
+    """The worst group's mean and largest absolute error as a share of its scale: the larger of its largest magnitude
+    and its range over every item (coordinates in pixels of a 64 px crop: about 64; offsets of -0.2 to 0.2 in units
+    of a box: 0.4). Both NaN where an array is not finite."""
+    worst_mean = worst_max = 0.0
+    for channels in groups:
+        part = (slice(None),) * axis + (np.array(channels),)
+        a, b = got[part].astype(np.float64), ref[part].astype(np.float64)
+        if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+            return math.nan, math.nan
+        scale = max(float(np.abs(b).max(initial=0.0)), float(b.max(initial=0.0) - b.min(initial=0.0)))
+        if scale == 0.0 or not b.size:
+            continue
+        error = np.abs(a - b) / scale
+        worst_mean, worst_max = max(worst_mean, float(error.mean())), max(worst_max, float(error.max()))
+    return worst_mean, worst_max
+
+
+def offset(ref: np.ndarray) -> bool:
+    """Whether an output's values sit far from zero against their spread (their mean beyond one standard
+    deviation from 0): coordinates in pixels, not an embedding's signed directions."""
+    values = ref.astype(np.float64)
+    return bool(values.size and np.all(np.isfinite(values)) and abs(values.mean()) > values.std())
+
+
+def _guarded(ref: np.ndarray) -> bool:
+    """An ``[N, T, V]`` (or ``[N, T, 1, V]``) output of a few channels per position where the reference decides
+    (:data:`MIN_DECIDED` of positions led by :data:`SEQUENCE_TIE` in its softmax): per-position classes, maybe."""
+    shape = ref.shape
+    if not (len(shape) == 3 or (len(shape) == 4 and shape[2] == 1)) or shape[1] < 2:
+        return False
+    if not 2 <= shape[-1] <= MAX_GUARD_CLASSES or not np.all(np.isfinite(ref)):
+        return False
+    ranked = np.sort(_probabilities(ref), axis=-1)
+    return float(np.mean(ranked[..., -1] - ranked[..., -2] >= SEQUENCE_TIE)) >= MIN_DECIDED
 
 
 def row_cosines(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
@@ -518,10 +603,37 @@ def producers(model: onnx.ModelProto | str | Path) -> dict[str, str]:
             node = source
         if node is None:
             continue
-        found[output.name] = node.op_type
+        found[output.name] = "LpNormalization" if _l2_normalized(node, made) else node.op_type
         if node.op_type in DISTRIBUTIONS:
             found[output.name] += _axis_text(node, rank, -1 if _opset(model) >= 13 else 1)
     return found
+
+
+#: Ops an L2 norm passes through on its way to a Div's denominator (an epsilon kept out, a broadcast).
+_NORM_WRAPS = ("Max", "Clip", "Add", "Expand", "Unsqueeze", "Reshape", "Identity", "Cast")
+
+
+def _l2_normalized(div: onnx.NodeProto, made: Mapping[str, onnx.NodeProto]) -> bool:
+    """Whether ``div`` is ``x / norm(x)`` (``F.normalize`` and friends as they export): its denominator is the L2
+    norm of its numerator, ``ReduceL2(x)`` or ``Sqrt(ReduceSum(x * x))`` (``ReduceSumSquare``, ``Pow(x, 2)``), through
+    an epsilon's Max, Clip or Add and a broadcast. An embedding the graph proves, whatever its values' signs."""
+    if div.op_type != "Div" or len(div.input) < 2:
+        return False
+    node = made.get(div.input[1])
+    while node is not None and node.op_type in _NORM_WRAPS and node.input:
+        node = made.get(node.input[0])
+    if node is not None and node.op_type == "Sqrt" and node.input:
+        inner = made.get(node.input[0])
+        if inner is None or inner.op_type not in ("ReduceSum", "ReduceSumSquare"):
+            return False
+        if inner.op_type == "ReduceSum":
+            square = made.get(inner.input[0])
+            if square is None or not (square.op_type == "Mul" and square.input[0] == square.input[1]
+                                      or square.op_type == "Pow"):  # fmt: skip
+                return False
+            return square.input[0] == div.input[0]
+        return inner.input[0] == div.input[0]
+    return node is not None and node.op_type == "ReduceL2" and node.input[0] == div.input[0]
 
 
 #: Ops that read an output's classes inside the graph (its argmax: ArgMax itself, or a Softmax or TopK over it).

@@ -60,6 +60,8 @@ class OutputAccuracy:
     #: ``top1``/``cells``: the share of items (cells) whose class is unchanged where the reference decided it:
     #: a flip where the reference's own class led the new one by under ``accuracy.measure.SEQUENCE_TIE`` (0.2
     #: probability) is no change, as for tokens. What they are judged by; the plain agreements report every flip.
+    #: On an ``sqnr`` output a linear head makes ``[N, T, V]`` (V <= ``accuracy.measure.MAX_GUARD_CLASSES``) where
+    #: the reference decides: the same per position, a second bound beside the SQNR (``accuracy.rules.output_drop``).
     decided_agreement: float | None = None
     #: ``cells``: the share of a map's cells (positions) whose class (argmax over the class axis) is unchanged;
     #: on an ``sqnr`` map whose last axis is a few channels, the same over that axis (a failure line's evidence).
@@ -70,6 +72,21 @@ class OutputAccuracy:
     error_max_abs: float | None = None
     error_p99_abs: float | None = None
     logit_f1: float | None = None
+    #: ``cells``: the lowest F1 of one class's cells (flips where the reference decided) against the reference's, over
+    #: the classes holding ``accuracy.measure.MIN_CLASS_CELLS`` cells on either side, and that class: a class under 1%
+    #: of the cells cannot vanish inside a 1% budget.
+    class_f1: float | None = None
+    worst_class: int | None = None
+    #: ``regression`` (and an embedding known only by its shape whose values sit far from zero): the worst group's
+    #: mean and largest absolute error as a share of its scale (the larger of its largest magnitude and its range:
+    #: the size of the crop its coordinates are in), each item's error counted; bound by half the budget (mean) and
+    #: twice it (largest), as a user bounds landmark error against the crop (``accuracy.rules.output_drop``).
+    error_mean_share: float | None = None
+    error_max_share: float | None = None
+    #: Why it got its kind (``accuracy.kinds.Basis``): the words, and whether the graph, the dtype, the model's
+    #: declaration or the user proved it (else the line tells how to declare another kind).
+    basis: str | None = None
+    proven: bool | None = None
 
     @property
     def measure(self) -> Measure | None:

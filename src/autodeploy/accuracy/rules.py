@@ -57,6 +57,12 @@ def output_drop(o: OutputAccuracy, *, max_accuracy_drop: float = DEFAULT_MAX_ACC
     ``1 - agreement`` or ``1 - F1``; an SQNR through :func:`autodeploy.accuracy.records.sqnr_drop` (its own
     limit ``min_sqnr_db`` where one was set); ``1 - cosine`` (shifted to ``min_cosine`` when given). Non-finite: inf.
     """
+    return max(measure_drop(o, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine), guard_drop(o))
+
+
+def measure_drop(o: OutputAccuracy, *, max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+                 min_cosine: float | None = None) -> float:  # fmt: skip
+    """:func:`output_drop` of the output's measure alone, without the bounds beside it (:func:`guard_drop`)."""
     if not math.isfinite(o.cosine):
         return math.inf
     measure, value = output_measure(o), output_metric(o)[1]
@@ -67,6 +73,19 @@ def output_drop(o: OutputAccuracy, *, max_accuracy_drop: float = DEFAULT_MAX_ACC
     if measure.cosine_limit and min_cosine is not None:
         return 1.0 - value - (1.0 - min_cosine) + max_accuracy_drop
     return 1.0 - value
+
+
+def guard_drop(o: OutputAccuracy) -> float:
+    """The drop of the bounds beside an output's measure (0 where it has none), in budget units: each item's error
+    against its scale (a ``regression``, an embedding known by its shape whose values sit far from zero), mean
+    ``<=`` half the budget and largest ``<=`` twice it; the argmax per position where the reference decides (an
+    unproven ``sqnr`` that may be a tagger's logits), ``1 - agreement``. NaN: inf."""
+    drops = [0.0]
+    if o.error_mean_share is not None and o.error_max_share is not None:
+        drops += [2.0 * o.error_mean_share, 0.5 * o.error_max_share]
+    if o.kind is not None and output_measure(o).db and not output_measure(o).centred and o.decided_agreement is not None:
+        drops.append(1.0 - o.decided_agreement)
+    return math.inf if any(math.isnan(d) for d in drops) else max(drops)
 
 
 def _shortfall(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> float:
@@ -85,11 +104,24 @@ def _limit(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> fl
 def _rule(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> str:
     measure, limit = output_measure(o), _limit(o, max_accuracy_drop, min_cosine)
     if measure.db:
-        return f"{measure.metric} >= {limit:.3g} {measure.unit}"
-    if measure.probability:
+        text = f"{measure.metric} >= {limit:.3g} {measure.unit}"
+    elif measure.probability:
         threshold = o.decision_threshold if o.decision_threshold is not None else DEFAULT_DECISION_THRESHOLD
-        return f"{measure.metric} at {threshold:g} >= {limit:g}"
-    return f"{measure.metric} >= {limit:g}"
+        text = f"{measure.metric} at {threshold:g} >= {limit:g}"
+    else:
+        text = f"{measure.metric} >= {limit:g}"
+    return text + _guard_rule(o, max_accuracy_drop)
+
+
+def _guard_rule(o: OutputAccuracy, max_accuracy_drop: float) -> str:
+    """The bounds :func:`guard_drop` adds, in the constraint's words (empty where none)."""
+    text = ""
+    if o.error_mean_share is not None:
+        text += (f" and error <= {max_accuracy_drop / 2:.2%} of its scale on average, "
+                 f"{2 * max_accuracy_drop:.2%} at most")  # fmt: skip
+    if o.kind is not None and output_measure(o).db and not output_measure(o).centred and o.decided_agreement is not None:
+        text += f" and argmax per position agreement where decided >= {1 - max_accuracy_drop:g}"
+    return text
 
 
 def accuracy_verdict(
@@ -154,6 +186,8 @@ class WorstOutput:
     limit: float
     failed: bool
     budget: float = DEFAULT_MAX_ACCURACY_DROP
+    #: It failed by a bound beside its measure (:func:`guard_drop`), its measure's own value within its limit.
+    by_guard: bool = False
 
     @property
     def metric(self) -> str:
@@ -165,22 +199,23 @@ class WorstOutput:
         return self.measure.unit
 
     def evidence(self) -> str:
-        """What a failure line adds after the value: the error in the output's own units (an SQNR
-        kind), and the measure that would read the output as it is read, where only that agrees."""
+        """What a failure line adds after the value: the error in the output's own units (an SQNR kind), the bound
+        beside the measure that failed (:func:`guard_drop`), and where the kind was not proven, what it was taken
+        from and how to declare another. Never a weaker judge that would pass it: a regression whose argmax agrees
+        is not told to try top-1 (a box regressor 2.35 px off on a 48 px crop would ship)."""
         o, parts = self.output, []
         if self.measure.db and o.error_max_abs is not None:
             parts.append(f"max abs error {o.error_max_abs:.4g}, p99 {o.error_p99_abs:.4g}, in the output's units")
-        if not self.failed or not self.measure.db:
-            return "; ".join(parts)
-        if self.measure.centred and o.top1_agreement is not None and within(1 - o.top1_agreement, self.budget):
-            parts.append(f"its argmax agrees on {o.top1_agreement:.0%} of items: if these are class logits, "
-                         f"judge them with --accuracy {o.name}=top1")  # fmt: skip
-        elif o.cell_agreement is not None and within(1 - o.cell_agreement, self.budget):
-            parts.append(f"its argmax over the last axis agrees on {o.cell_agreement:.2%} of cells: if these are "
-                         f"class logits per cell, judge them with --accuracy {o.name}=cells")  # fmt: skip
-        elif o.logit_f1 is not None and within(1 - o.logit_f1, self.budget):
-            parts.append(f"decisions after a sigmoid agree (F1 {o.logit_f1:.3f}): if these are score logits, "
-                         f"judge them with --accuracy {o.name}=logit")  # fmt: skip
+        if o.error_mean_share is not None and o.error_max_share is not None:
+            parts.append(f"error {o.error_mean_share:.2%} of its scale on average, {o.error_max_share:.2%} at most "
+                         f"(limits {self.budget / 2:.2%}, {2 * self.budget:.2%})")  # fmt: skip
+        if self.measure.db and not self.measure.centred and o.decided_agreement is not None:
+            parts.append(f"its argmax over the last axis is unchanged at {o.decided_agreement:.2%} of positions where "
+                         f"the reference decided; if these are classes per position, --accuracy {o.name}=sequence "
+                         "judges each item's whole sequence")  # fmt: skip
+        if self.failed and o.proven is False:
+            parts.append(f"kind {self.measure.name} taken from {o.basis}: declare another with "
+                         f"--accuracy {o.name}=KIND (docs/accuracy.md)")  # fmt: skip
         return "; ".join(parts)
 
 
@@ -198,7 +233,9 @@ def worst_output(
     value = output_metric(o)[1] if math.isfinite(o.cosine) else math.nan
     where = f"output {o.name!r}" + (f", {o.channels}" if o.channels else "")
     failed = not within(_shortfall(o, max_accuracy_drop, min_cosine), 0.0)
-    return WorstOutput(o, where, measure, value, _limit(o, max_accuracy_drop, min_cosine), failed, max_accuracy_drop)
+    own = within(measure_drop(o, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine), max_accuracy_drop)
+    return WorstOutput(o, where, measure, value, _limit(o, max_accuracy_drop, min_cosine), failed, max_accuracy_drop,
+                       failed and own)  # fmt: skip
 
 
 def worst(
@@ -217,12 +254,17 @@ def worst(
     if w.measure.db:
         evidence = w.evidence()
         return f"{w.where}: {w.metric} {w.value:.1f} dB, limit {w.limit:.3g} dB" + (f" ({evidence})" if evidence else "")
+    evidence = w.evidence()
+    tail = f" ({evidence})" if evidence else ""
     if w.measure.tokens and w.output.token_agreement is not None:
-        return f"{w.where}: {w.metric} {w.value:.4g} (token agreement {w.output.token_agreement:.4g})"
+        return f"{w.where}: {w.metric} {w.value:.4g} (token agreement {w.output.token_agreement:.4g})" + tail
     every = w.measure.every_flip(w.output)
+    if w.measure.per_class and w.output.worst_class is not None:
+        return (f"{w.where}: {w.metric} {w.value:.4g} (class {w.output.worst_class}; cells unchanged "
+                f"{every:.4g})" + tail)  # fmt: skip
     if every is not None and every != w.value:
-        return f"{w.where}: {w.metric} {w.value:.4g} where the reference decided (every flip: {every:.4g})"
-    return f"{w.where}: {w.metric} {w.value:.4g}"
+        return f"{w.where}: {w.metric} {w.value:.4g} where the reference decided (every flip: {every:.4g})" + tail
+    return f"{w.where}: {w.metric} {w.value:.4g}" + tail
 
 
 def accuracy_drop(accuracy: Accuracy) -> float:

@@ -209,9 +209,8 @@ class _Job:
     def _compare(self, outputs: dict[str, np.ndarray], evaluation: Dataset, time_major: frozenset[str]
                  ) -> Accuracy:  # fmt: skip
         reference = dict(np.load(self.spec.reference_path or "", allow_pickle=False))
-        # What each output is, from the ONNX graph (a .tflite or an IR run as given: from shapes and values).
-        # The graph read once (no weights): what makes, reads and declares each output.
-        graph = _step("run_failed", lambda: graph_facts(self.model.path)) if self.model.format == "onnx" else GraphFacts()
+        # What each output is, from the ONNX graph read once (no weights): what makes, reads and declares each output.
+        graph = _step("run_failed", lambda: self._graph())
         # The model's own declaration (its metadata), then the user's --accuracy over it.
         overrides = dict(graph.declared)
         overrides.update(parse_override(text) for text in self.spec.accuracy_overrides)
@@ -223,6 +222,24 @@ class _Job:
         if self.spec.metric:  # the user's task metric, on the outputs and on the reference
             accuracy = _step("run_failed", lambda: _with_metric(accuracy, self.spec, outputs, reference, evaluation.labels))
         return accuracy
+
+    def _graph(self) -> GraphFacts:
+        """The graph facts of the model's outputs: of its ONNX; of a ``.tflite``, of the ONNX tf2onnx makes of it (the
+        same file every engine's run is judged by, cached beside the artifacts as ONNX Runtime's build caches it), so
+        a face mesh ``[N, 1, 1, 1404]`` is no embedding by its shape; an IR, or a ``.tflite`` tf2onnx refuses or is
+        not installed for: none (kinds from shapes and values, and each verdict line says so)."""
+        if self.model.format == "onnx":
+            return graph_facts(self.model.path)
+        from autodeploy import tflite_onnx
+        from autodeploy.errors import ConversionError
+
+        if self.model.format != tflite_onnx.TF2ONNX.framework or tflite_onnx.missing() is not None:
+            return GraphFacts()
+        try:
+            converted = tflite_onnx.as_onnx(self.model, Path(self.spec.workdir) / tflite_onnx.CONVERTER)
+        except ConversionError:
+            return GraphFacts()
+        return graph_facts(converted.path)
 
     def _concurrent(self, runner: Runner, evaluation: Dataset, feeds: dict[str, np.ndarray],
                     policy: TimingPolicy) -> tuple[LoopRun, dict[str, Any]]:  # fmt: skip
