@@ -581,16 +581,18 @@ def prepare(
 # -- cases ------------------------------------------------------------------------------------------------
 
 
-def verdict(family: Family, output: str, got: np.ndarray) -> tuple[bool, str, str, float]:
-    """compare() on one output alone, with the family's graph facts: (passed, kind, measure, value)."""
+def verdict(family: Family, output: str, outputs: dict[str, np.ndarray]) -> tuple[bool, str, str, float, str]:
+    """compare() on every output, with the family's graph facts, as the harness judges a run: (passed, kind, measure,
+    value, the verdict's line) of ``output`` (a perturbation changes that output alone; the others are the reference's)."""
     from autodeploy.accuracy.measure import compare
-    from autodeploy.accuracy.rules import output_metric
+    from autodeploy.accuracy.rules import accuracy_verdict, output_metric, worst
 
-    acc = compare({output: got}, {output: family.reference[output]}, time_major=family.time_major & {output},
-                  **family.facts.of(output))  # fmt: skip
-    (o,) = acc.outputs
+    facts = family.facts
+    acc = compare(outputs, family.reference, time_major=family.time_major, producers=facts.producers,
+                  readers=facts.readers, overrides=dict(facts.declared))  # fmt: skip
+    (o,) = [x for x in acc.outputs if x.name == output]
     label, value = output_metric(o)
-    return acc.passed, o.kind or "?", label, value
+    return accuracy_verdict([o]).passed, o.kind or "?", label, value, worst([o])
 
 
 def cases_of(family: Family, seed: int) -> list[dict]:
@@ -600,18 +602,16 @@ def cases_of(family: Family, seed: int) -> list[dict]:
         if isinstance(check, str) or output not in family.reference:
             continue
         ref = family.reference[output]
-        made = [
-            (name, "config", got[output]) for name, got in family.configs.items() if isinstance(got, dict)
-        ]
-        made += [(name, "perturbation", a) for name, a in
+        made = [(name, "config", got) for name, got in family.configs.items() if isinstance(got, dict)]
+        made += [(name, "perturbation", {**family.reference, output: a}) for name, a in
                  perturbations(ref, check, family.reference, seed + len(rows))]  # fmt: skip
-        for case, source, got in made:
-            passed, kind, measure, value = verdict(family, output, got)
-            accept, number, text = check(got, ref, family.reference)
+        for case, source, outputs in made:
+            passed, kind, measure, value, line = verdict(family, output, outputs)
+            accept, number, text = check(outputs[output], ref, family.reference)
             rows.append({"block": family.block, "family": family.name, "output": output,
                          "case": case, "source": source, "kind": kind, "verdict": bool(passed), "measure": measure,
                          "value": float(value), "check": bool(accept), "check_value": float(number),
-                         "check_text": text})  # fmt: skip
+                         "check_text": text, "line": line})  # fmt: skip
     return rows
 
 
@@ -674,6 +674,7 @@ def report(console: Console, rows: list[dict]) -> None:
         said = "FALSE PASS" if r["verdict"] else "FALSE REJECT"
         console.print(f"  {said:12s} {r['family']}, {r['output']}, {r['case']}: {r['kind']}, {r['measure']} "
                       f"{r['value']:.4g}; check {r['check_value']:.4g} ({r['check_text']})", highlight=False)  # fmt: skip
+        console.print(f"               verdict: {r['line'][:300]}", highlight=False)
 
 
 def main() -> None:

@@ -288,3 +288,26 @@ def test_per_position_logits_of_a_linear_head_are_also_bound_by_their_argmax():
     assert "--accuracy tags=sequence" in rules.worst(bad.outputs)
     hidden = compare({"h": swapped}, {"h": ref}, producers={"h": "Transpose"})  # not a linear head: SQNR alone
     assert hidden.outputs[0].decided_agreement is None
+
+
+def test_a_regressor_beside_scores_on_the_same_anchors_is_judged_where_they_pass():
+    from autodeploy.accuracy.measure import anchor_pairs, facts
+
+    rng = np.random.default_rng(0)
+    boxes = rng.normal(0, 40, (4, 300, 8)).astype(np.float32)
+    scores = score_logits(4, 300)
+    ref = {"boxes": boxes, "scores": scores}
+    found = {k: facts(v) for k, v in ref.items()}
+    assert anchor_pairs(found) == {"boxes": "scores"}
+    assert kinds(ref) == {"boxes": "regression", "scores": "logit"}
+    assert anchor_pairs(found, {"boxes"}) == {}  # the user's declaration keeps its kind
+    two = {**found, "more": facts(score_logits(4, 300, seed=1))}
+    assert anchor_pairs(two) == {}  # two score heads on those anchors: which reads which boxes is not known
+    assert anchor_pairs({"x": facts(boxes[:, :50])}) == {}  # 50 positions are no anchors
+    background = boxes.copy()
+    background[scores[..., 0] <= 0] *= 3  # every box no score passes moved: never read
+    acc = compare({"boxes": background, "scores": scores}, ref)
+    assert acc.passed and "anchors where 'scores' passes" in acc.outputs[0].channels
+    nothing = {"boxes": boxes, "scores": np.full_like(scores, -5.0)}
+    quiet = compare({"boxes": background, "scores": nothing["scores"]}, nothing)
+    assert quiet.outputs[0].sqnr_db == np.inf and quiet.passed  # no anchor passes: nothing of the boxes is read

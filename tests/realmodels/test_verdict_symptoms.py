@@ -169,3 +169,26 @@ def test_an_embedding_normalized_after_a_relu_is_proven_by_the_graph(photos, cor
     bent = fine.copy()
     bent[2] = np.roll(bent[2], 7)  # one speaker's vector scrambled
     assert not compare({"speaker": bent}, ref, **facts.of("speaker")).passed
+
+
+def test_a_detectors_boxes_are_judged_where_its_scores_pass(photos, corpus_dir):
+    """BlazeFace's ``regressors [N, 896, 16]`` beside ``classificators [N, 896, 1]``: judged over all 896 anchors, an
+    error at the few anchors a face passes hid among the background's. Paired on the anchor axis, the boxes are judged
+    where the reference's score passes and the scores by the F1 of their decisions."""
+    path, ref = _held_out("mediapipe-face-detection", photos, corpus_dir)
+    facts = _facts_of_tflite(path, corpus_dir)
+    kw = {"producers": facts.producers, "readers": facts.readers}
+    boxes, scores = ref["regressors"], ref["classificators"]
+    faces = scores[..., 0] > 0
+    assert 0 < faces.sum() < 0.05 * faces.size
+    moved = boxes.copy()
+    moved[faces] += 4.0  # every face's box and keypoints 4 px off (3% of the 128 px input)
+    acc = compare({**ref, "regressors": moved}, ref, **kw)
+    (o,) = [x for x in acc.outputs if x.name == "regressors"]
+    assert o.kind == "regression" and f"at the {int(faces.sum())} anchors" in o.channels and not acc.passed
+    (s,) = [x for x in acc.outputs if x.name == "classificators"]
+    assert s.kind == "logit" and s.f1 == 1.0
+    assert compare({k: _bf16(v) for k, v in ref.items()}, ref, **kw).passed
+    lost = scores.copy()
+    lost[faces] = -1.0  # every face's score below the cut
+    assert not compare({**ref, "classificators": lost}, ref, **kw).passed

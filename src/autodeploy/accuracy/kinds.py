@@ -259,11 +259,11 @@ def judged(facts: OutputFacts) -> tuple[Measure, Basis]:
     if facts.unit_range and not linear and not vector:
         return DECISION, Basis("its values: all within [0, 1]", False)
     if one_vector and len(shape) >= 4:
-        return EMBEDDING, Basis(f"its shape {_shape_text(shape)}: one vector per item", False)  # a 1x1 feature map
+        return EMBEDDING, Basis(f"its shape {shape_text(shape)}: one vector per item", False)  # a 1x1 feature map
     made = f" and a linear head ({facts.producer})" if linear else ""
     if vector:  # a vector per item from a linear head: coordinates, offsets, raw scores
-        return REGRESSION, Basis(f"its shape {_shape_text(shape)}{made}: a vector of quantities per item", False)
-    return SQNR, Basis(f"its shape {_shape_text(shape)}{made}, no other kind proven", False)
+        return REGRESSION, Basis(f"its shape {shape_text(shape)}{made}: a vector of quantities per item", False)
+    return SQNR, Basis(f"its shape {shape_text(shape)}{made}, no other kind proven", False)
 
 
 @dataclass(frozen=True)
@@ -288,7 +288,8 @@ def _dtype_words(kind: str) -> str:
     return {"b": "boolean", "u": "integer", "i": "integer"}.get(kind, kind)
 
 
-def _shape_text(shape: tuple[int, ...]) -> str:
+def shape_text(shape: tuple[int, ...]) -> str:
+    """``[N, 1, 1, 1404]``: a shape as a verdict line names it, the items' axis as ``N``."""
     return "[" + ", ".join(["N", *(str(d) for d in shape[1:])]) + "]"
 
 

@@ -46,22 +46,26 @@ import numpy as np
 
 from autodeploy.accuracy.kinds import (
     CELLS,
+    DECISION,
     DECLARED_KEY,
     DISTRIBUTIONS,
     EMBEDDING,
     EXACT,
     LINEAR,
+    LOGIT,
     REGRESSION,
     SEQUENCE,
     SQNR,
     TOP1,
     Basis,
+    Measure,
     OutputFacts,
     Override,
     class_axis,
     judged,
     output_kind,
     parse_override,
+    shape_text,
 )
 from autodeploy.accuracy.records import (
     DEFAULT_DECISION_THRESHOLD,
@@ -107,6 +111,7 @@ def compare(
     overrides: Mapping[str, Override] | None = None,
     time_major: Collection[str] = (),
     readers: Mapping[str, str] | None = None,
+    beside: Mapping[str, np.ndarray] | None = None,
 ) -> Accuracy:
     """Compare ``outputs`` with ``reference`` and check the accuracy constraint.
 
@@ -130,6 +135,8 @@ def compare(
         time_major: Outputs the engine returned ``[T, B, V]``, its items on axis 1, here ``[N, T, V]``
             (the worker's ``run_all``): CTC logits, judged by their tokens.
         readers: Output name -> what the graph does with it beside returning it (:func:`readers`).
+        beside: The reference's other outputs, read but not judged: an output compared alone (the in-house
+            quantizer's judge) still finds the scores its boxes are read at (:func:`anchor_pairs`).
 
     Raises:
         ValueError: names, shapes or sample counts differ, an output has no sample axis,
@@ -140,12 +147,20 @@ def compare(
     unknown = sorted(set(overrides) - set(reference))
     if unknown:
         raise ValueError(f"--accuracy names output(s) {unknown} the model does not have; its outputs: {sorted(reference)}")
-    results = [
-        _compare_one(name, np.asarray(outputs[name]), np.asarray(reference[name]),
-                     facts(np.asarray(reference[name]), (producers or {}).get(name), name in time_major,
-                           (readers or {}).get(name)), overrides.get(name))
-        for name in reference
-    ]  # fmt: skip
+    every = {**(beside or {}), **reference}
+    found = {name: facts(np.asarray(ref), (producers or {}).get(name), name in time_major, (readers or {}).get(name))
+             for name, ref in every.items()}  # fmt: skip
+    pairs = anchor_pairs(found, overrides)
+    scores = set(pairs.values())
+    results = []
+    for name in reference:
+        got, ref = np.asarray(outputs[name]), np.asarray(reference[name])
+        if name in pairs:  # a detector's regressor: judged where its scores pass, as the detector reads it
+            results.append(_anchored(name, got, ref, pairs[name], np.asarray(every[pairs[name]]), found))
+        elif name in scores and name not in overrides:
+            results.append(_compare_one(name, got, ref, found[name], chosen=_scores_kind(name, found, pairs)))
+        else:
+            results.append(_compare_one(name, got, ref, found[name], overrides.get(name)))
     if labels is not None:
         results = _with_task_accuracy(results, outputs, reference, labels, n)
     verdict = accuracy_verdict(results, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine)
@@ -228,14 +243,91 @@ def kinds(reference: Mapping[str, np.ndarray], producers: Mapping[str, str] | No
           readers: Mapping[str, str] | None = None) -> dict[str, str]:  # fmt: skip
     """Output name -> the name of the measure it is judged by (the override's where given), as records store it."""
     overrides, producers, readers = overrides or {}, producers or {}, readers or {}
-    judged = {name: overrides[name].measure if name in overrides
-              else output_kind(facts(np.asarray(ref), producers.get(name), name in time_major, readers.get(name)))
-              for name, ref in reference.items()}  # fmt: skip
-    return {name: measure.name for name, measure in judged.items()}
+    found = {name: facts(np.asarray(ref), producers.get(name), name in time_major, readers.get(name))
+             for name, ref in reference.items()}  # fmt: skip
+    pairs = anchor_pairs(found, overrides)
+    scores = set(pairs.values())
+
+    def measure(name: str) -> Measure:
+        if name in overrides:
+            return overrides[name].measure
+        if name in pairs:
+            return REGRESSION
+        return _scores_kind(name, found, pairs)[0] if name in scores else output_kind(found[name])
+
+    return {name: measure(name).name for name in reference}
 
 
-def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts,
-                 override: Override | None = None) -> OutputAccuracy:  # fmt: skip
+#: A detector's anchor axis holds at least this many priors (BlazeFace 896, PicoDet's coarsest level 100 and up), so
+#: a few positions or channels are never taken for anchors.
+MIN_ANCHORS = 100
+
+
+def anchor_pairs(found: Mapping[str, OutputFacts], overrides: Collection[str] = ()) -> dict[str, str]:
+    """Regressor -> the score output beside it: a detector's two heads over the same anchors, ``[N, A, k >= 4]`` boxes
+    (and keypoints) and ``[N, A, c]`` scores, ``A >= MIN_ANCHORS``, the scores told by a Sigmoid that makes or reads
+    them, values in [0, 1], or a single channel; the regressor of no kind proven (what a shape gave it). An anchor
+    count shared by more than one score output pairs nothing (which scores read which boxes is then not known).
+    MediaPipe's detectors (``regressors`` beside ``classificators``), PicoDet's per-level distances beside class
+    scores. What the user declared keeps their kind."""
+    heads: dict[tuple[int, int], list[str]] = {}
+    for name, f in found.items():
+        if f.dtype_kind == "f" and len(f.shape) == 3 and f.shape[1] >= MIN_ANCHORS and name not in overrides:
+            heads.setdefault(f.shape[:2], []).append(name)
+    pairs = {}
+    for names in heads.values():
+        score = [n for n in names if _scores(found[n])]
+        if len(score) != 1:
+            continue
+        for name in names:
+            f = found[name]
+            if name != score[0] and f.shape[-1] >= 4 and not judged(f)[1].proven and not _scores(f):
+                pairs[name] = score[0]
+    return pairs
+
+
+def _scores(f: OutputFacts) -> bool:
+    return f.producer == "Sigmoid" or f.reader == "Sigmoid" or f.unit_range or f.shape[-1] == 1
+
+
+def _scores_kind(name: str, found: Mapping[str, OutputFacts], pairs: Mapping[str, str]) -> tuple[Measure, Basis]:
+    """A score output beside a regressor: its own proven kind, else probabilities (values in [0, 1]) or logits."""
+    measure, basis = judged(found[name])
+    if basis.proven:
+        return measure, basis
+    boxes = next(r for r, s in pairs.items() if s == name)
+    beside = f"its shape {shape_text(found[name].shape)} beside regressor {boxes!r} on the same anchors: detection scores"
+    if found[name].unit_range:
+        return DECISION, Basis(beside, False)
+    return LOGIT, Basis(beside + ", logits (signed)", False)
+
+
+def positive_anchors(scores: np.ndarray) -> np.ndarray:
+    """``[N, A]``: the anchors whose best score passes the default cut (probabilities above 0.5; logits above 0)."""
+    best = scores.astype(np.float64).max(axis=-1)
+    unit = scores.size and float(scores.min()) >= 0.0 and float(scores.max()) <= 1.0
+    return best > (DEFAULT_DECISION_THRESHOLD if unit else 0.0)
+
+
+def _anchored(name: str, got: np.ndarray, ref: np.ndarray, scores_name: str, scores: np.ndarray,
+              found: Mapping[str, OutputFacts]) -> OutputAccuracy:  # fmt: skip
+    """A detector's regressor as a ``regression`` at the anchors its reference scores pass (:func:`positive_anchors`):
+    boxes elsewhere are never read. Where no anchor passes, nothing of it is read (it passes; the scores decide)."""
+    mask = positive_anchors(scores)
+    where = f"at the {int(mask.sum())} anchors where {scores_name!r} passes"
+    basis = Basis(f"its shape {shape_text(ref.shape)} beside scores {scores_name!r} on the same anchors: "
+                  "boxes, read where a score passes", False)  # fmt: skip
+    if not mask.any():
+        return OutputAccuracy(name=name, max_abs=0.0, mean_rel=0.0, cosine=1.0, kind=REGRESSION.name, sqnr_db=math.inf,
+                              channels=where, error_mean_share=0.0, error_max_share=0.0, basis=basis.text,
+                              proven=False)  # fmt: skip
+    part = facts(ref[mask], found[name].producer)
+    o = _compare_one(name, got[mask], ref[mask], part, chosen=(REGRESSION, basis))
+    return replace(o, channels=f"{where}, {o.channels}" if o.channels else where)
+
+
+def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts, override: Override | None = None,
+                 chosen: tuple[Measure, Basis] | None = None) -> OutputAccuracy:  # fmt: skip
     a = got.astype(np.float64).ravel()
     b = ref.astype(np.float64).ravel()
     with np.errstate(invalid="ignore", over="ignore"):
@@ -252,7 +344,7 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts
     if override is not None:
         measure, basis = override.measure, Basis("declared (the model's metadata or --accuracy)", True)
     else:
-        measure, basis = judged(found)
+        measure, basis = chosen or judged(found)
     threshold = None if override is None else override.threshold
     kind = measure.name  # what the record stores
     base = replace(base, basis=basis.text, proven=basis.proven)
@@ -378,19 +470,20 @@ def class_f1(picked: np.ndarray, top: np.ndarray, changed: np.ndarray, classes: 
 
 
 def error_shares(got: np.ndarray, ref: np.ndarray, groups: list[list[int]], axis: int) -> tuple[float, float]:
-    """The worst group's mean and largest absolute error as a share of its scale: the larger of its largest magnitude
-    and its range over every item (coordinates in pixels of a 64 px crop: about 64; offsets of -0.2 to 0.2 in units
-    of a box: 0.4). Both NaN where an array is not finite."""
+    """The worst group's mean and largest absolute error as a share of the output's scale: the larger of its largest
+    magnitude and its range over every item and channel (coordinates in pixels of a 64 px crop: about 64; offsets of
+    -0.2 to 0.2 in units of a box: 0.4). One scale for the whole output: a box's centre offsets (a few pixels) and its
+    size (tens) are pixels alike, and an error means as much on either. Both NaN where an array is not finite."""
+    a, b = got.astype(np.float64), ref.astype(np.float64)
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        return math.nan, math.nan
+    scale = max(float(np.abs(b).max(initial=0.0)), float(b.max(initial=0.0) - b.min(initial=0.0)))
+    if scale == 0.0 or not b.size:
+        return 0.0, 0.0
     worst_mean = worst_max = 0.0
     for channels in groups:
         part = (slice(None),) * axis + (np.array(channels),)
-        a, b = got[part].astype(np.float64), ref[part].astype(np.float64)
-        if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
-            return math.nan, math.nan
-        scale = max(float(np.abs(b).max(initial=0.0)), float(b.max(initial=0.0) - b.min(initial=0.0)))
-        if scale == 0.0 or not b.size:
-            continue
-        error = np.abs(a - b) / scale
+        error = np.abs(a[part] - b[part]) / scale
         worst_mean, worst_max = max(worst_mean, float(error.mean())), max(worst_max, float(error.max()))
     return worst_mean, worst_max
 

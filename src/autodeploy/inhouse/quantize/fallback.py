@@ -90,7 +90,7 @@ class Judge:
         # have their own leading sizes; the verdict then judges them together.
         results = [
             compare({k: outputs[k]}, {k: v}, max_accuracy_drop=budget, time_major=self.time_major,
-                    **self.graph.of(k)).outputs[0]
+                    beside=reference, **self.graph.of(k)).outputs[0]
             for k, v in reference.items()
         ]  # fmt: skip
         passed = accuracy_verdict(results, max_accuracy_drop=budget, min_cosine=min_cosine).passed
@@ -125,7 +125,7 @@ class Judge:
 
         def whole(name: str) -> float:
             o = compare({name: outputs[name]}, {name: reference[name]}, time_major=self.time_major,
-                        **self.graph.of(name)).outputs[0]  # fmt: skip
+                        beside=reference, **self.graph.of(name)).outputs[0]  # fmt: skip
             return output_drop(o)
 
         return loss(targets, outputs, reference, whole)
