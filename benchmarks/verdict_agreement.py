@@ -327,6 +327,78 @@ def anchors(scores: str, logit: float = 0.0) -> Callable[[np.ndarray, dict], np.
     return lambda a, refs: a.astype(np.float64)[refs[scores][..., 0] > logit]
 
 
+@dataclass(frozen=True)
+class Gated:
+    """``check`` on the items whose reference ``flag`` output passes ``cut`` alone: mediapipe's GateCalculator
+    drops every other output of an item whose presence flag fails."""
+
+    check: object
+    flag: str
+    cut: float
+
+    def __call__(self, got: np.ndarray, ref: np.ndarray, refs: dict) -> Judged:
+        keep = refs[self.flag].reshape(len(ref), -1)[:, 0] > self.cut
+        if not keep.any():
+            return True, 0.0, f"no item with {self.flag} over {self.cut:g}"
+        kept = {k: v[keep] if len(v) == len(keep) else v for k, v in refs.items()}
+        return self.check(got[keep], ref[keep], kept)
+
+    def flip(self, ref: np.ndarray, share: float, rng: np.random.Generator) -> np.ndarray | None:
+        flip = getattr(self.check, "flip", None)
+        return flip(ref, share, rng) if flip else None
+
+
+def heatmap_refined(points: np.ndarray, heatmap: np.ndarray, size: int = 256, kernel: int = 7) -> np.ndarray:
+    """mediapipe's RefineLandmarksFromHeatmapCalculator: each point's x, y (``points`` [N, K, >= 2], pixels of
+    ``size``) replaced by the sigmoid-weighted mean cell of the ``kernel`` window of its heatmap channel
+    (``heatmap`` [N, H, W, K] logits) around it, where that window's peak reaches 0.5; in pixels of ``size``."""
+    out = points[..., :2].astype(np.float64).copy()
+    n, h, w, k = heatmap.shape
+    half = (kernel - 1) // 2
+    col = np.trunc(points[..., 0] / size * w).astype(int)  # C++'s int(): toward zero
+    row = np.trunc(points[..., 1] / size * h).astype(int)
+    conf = 1 / (1 + np.exp(-heatmap.astype(np.float64)))
+    for i, j in np.ndindex(n, k):
+        c, r = col[i, j], row[i, j]
+        # mediapipe's own test: it compares the column with the height, not the row
+        if c < 0 or c >= w or r < 0:
+            continue
+        top, bottom = max(0, r - half), min(h, r + half + 1)
+        if top >= bottom:  # a row below the map: an empty window, the point kept
+            continue
+        rows, cols = np.mgrid[top:bottom, max(0, c - half) : min(w, c + half + 1)]
+        win = conf[i, rows, cols, j]
+        if win.max() >= 0.5:
+            out[i, j] = np.sum(cols * win) / win.sum() / w * size, np.sum(rows * win) / win.sum() / h * size
+    return out
+
+
+POSE_POINTS = 35  # BlazePose: 33 pose points and 2 that place the next frame's ROI; 35-38 unused
+
+
+def pose_points(output: str) -> Callable[[np.ndarray, dict], np.ndarray]:
+    """BlazePose's final x, y per point in pixels of its 256 input: the regressed points (``Identity``) refined
+    by the heatmap (``Identity_3``), ``output`` taken from ``a``, the other from the reference."""
+
+    def decode(a: np.ndarray, refs: dict) -> np.ndarray:
+        points = (a if output == "Identity" else refs["Identity"]).reshape(len(a), -1, 5)[:, :POSE_POINTS]
+        heatmap = (a if output == "Identity_3" else refs["Identity_3"])[..., :POSE_POINTS]
+        return heatmap_refined(points, heatmap)
+
+    return decode
+
+
+def pose_shown(a: np.ndarray) -> np.ndarray:
+    """Whether mediapipe's drawing_utils draws each pose point: visibility and presence (logits) both >= 0.5."""
+    points = a.reshape(len(a), -1, 5)[:, :33]
+    return np.minimum(points[..., 3], points[..., 4])
+
+
+def world_points(a: np.ndarray, refs: dict) -> np.ndarray:
+    """BlazePose's 33 world points, x, y and z in metres (the last 6 of the 39 are dropped)."""
+    return a.reshape(len(a), -1, 3)[:, :33].astype(np.float64)
+
+
 #: Family -> output -> its domain check, or a string saying why the output has none a user applies. Written
 #: from each package's own code (the thresholds named are its defaults) before any verdict was read.
 FAMILIES: dict[str, dict[str, object]] = {
@@ -366,6 +438,17 @@ FAMILIES: dict[str, dict[str, object]] = {
                                 "Identity_1": Positives(0.5, per_item=True),  # hand presence
                                 "Identity_2": Positives(0.5, per_item=True),  # right hand or left
                                 "Identity_3": Pixels(None, decode=points(3))},  # metres: against the hand's extent
+    # Fresh (written from mediapipe's graphs before their first run: pose_landmark_by_roi, tensors_to_pose_landmarks_
+    # and_segmentation, face_detection_full_range). Every pose output is gated by the pose flag (0.5) in the graph.
+    "mediapipe-pose-landmark-full": {
+        "Identity": Gated(All((Pixels(256, decode=pose_points("Identity")),  # refined by the heatmap, 0-34
+                               Positives(0.0, pose_shown))), "Identity_1", 0.5),  # drawn: sigmoid >= 0.5
+        "Identity_1": Positives(0.5, per_item=True),  # ThresholdingCalculator 0.5 on the flag
+        "Identity_2": Gated(Iou(math.log(0.1 / 0.9)), "Identity_1", 0.5),  # sigmoid mask; the docs' example cut 0.1
+        "Identity_3": Gated(Pixels(256, decode=pose_points("Identity_3")), "Identity_1", 0.5),
+        "Identity_4": Gated(Pixels(None, decode=world_points), "Identity_1", 0.5)},  # metres: the body's extent
+    "mediapipe-face-detection-full": {"Identity": Pixels(192, decode=anchors("Identity_1", math.log(0.6 / 0.4))),
+                                      "Identity_1": Positives(math.log(0.6 / 0.4))},  # min_score_thresh 0.6
 }  # fmt: skip
 
 
@@ -647,7 +730,7 @@ def matrix(console: Console, title: str, rows: list[dict], key: str) -> None:
 
 
 def report(console: Console, rows: list[dict]) -> None:
-    for block in ("training", "held-out"):
+    for block in ("training", "held-out", "fresh"):
         part = [r for r in rows if r["block"] == block]
         if not part:
             console.print(f"{block}: no cases")
@@ -698,9 +781,11 @@ def main() -> None:
     console = Console(width=200)
     device = probe_device()
     console.print(device.cpu_line(), highlight=False)
-    blocks = [(m, "training") for m in corpus.MODELS] + [
-        (m, "held-out") for m in getattr(corpus, "HELD_OUT", ())
-    ]
+    blocks = (
+        [(m, "training") for m in corpus.MODELS]
+        + [(m, "held-out") for m in getattr(corpus, "HELD_OUT", ())]
+        + [(m, "fresh") for m in getattr(corpus, "FRESH", ())]
+    )
     wanted = set(args.families.split(",")) if args.families else None
     photos = load_sample_images().images
     rows: list[dict] = []

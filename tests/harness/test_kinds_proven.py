@@ -166,7 +166,8 @@ def test_score_logits_fail_sqnr_on_values_nobody_reads_and_the_line_says_how_to_
     lost[:, :6] = -1.0  # every face gone
     broken = compare({"classificators": lost}, {"classificators": ref}, overrides={"classificators": Override("logit")})
     assert not broken.passed and broken.outputs[0].f1 == 0.0
-    assert "logit" not in rules.worst(compare({"classificators": lost}, {"classificators": ref}).outputs)
+    line = rules.worst(compare({"classificators": lost}, {"classificators": ref}).outputs)
+    assert "=logit" not in line and "F1 of its positives (> 0: a sigmoid's 0.5) 0.0000" in line
 
 
 def test_a_logit_threshold_is_a_probability():
@@ -311,3 +312,22 @@ def test_a_regressor_beside_scores_on_the_same_anchors_is_judged_where_they_pass
     nothing = {"boxes": boxes, "scores": np.full_like(scores, -5.0)}
     quiet = compare({"boxes": background, "scores": nothing["scores"]}, nothing)
     assert quiet.outputs[0].sqnr_db == np.inf and quiet.passed  # no anchor passes: nothing of the boxes is read
+
+
+def test_a_map_of_rare_positive_logits_is_also_bound_by_its_positives():
+    """A heatmap's or a mask's logits (no Sigmoid in the graph; far negative background, a few cells above 0): the
+    background sets the SQNR, so a lost blob hides in it. Where the values look so, the F1 of the positives (> 0) is
+    a bound beside the SQNR; a map of other values (signed offsets about 0) has none."""
+    from autodeploy.accuracy.measure import rare_logits
+
+    rng = np.random.default_rng(0)
+    heat = rng.uniform(-60, -5, (8, 32, 32, 3)).astype(np.float32)
+    heat[:, 10:14, 10:14, 1] = rng.uniform(1, 6, (8, 4, 4))  # one blob per item
+    assert rare_logits(heat) and not rare_logits(rng.normal(0, 1, heat.shape))
+    gone = heat.copy()
+    gone[:2, 10:14, 10:14, 1] = -1.0  # two items lose their blob: the SQNR barely moves
+    acc = compare({"heat": gone}, {"heat": heat})
+    (o,) = acc.outputs
+    assert o.kind == "sqnr" and o.sqnr_db > 17 and not acc.passed and o.positives_f1 < 0.9
+    assert "F1 of its positives (> 0) >= 0.99" in acc.constraint
+    assert compare({"heat": bf16_like(heat)}, {"heat": heat}).passed

@@ -392,6 +392,8 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts
         groups = range_groups(ref, axis) if axis is not None else [list(range(ref.shape[-1]))]
         mean_share, max_share = error_shares(got, ref, groups, axis if axis is not None else ref.ndim - 1)
         base = replace(base, error_mean_share=mean_share, error_max_share=max_share)
+    if measure == SQNR and rare_logits(ref):  # a heatmap's or a mask's logits: what a sigmoid at 0.5 decides too
+        base = replace(base, positives_f1=_f1(a > 0, b > 0))
     if measure == SQNR and found.producer in LINEAR and _guarded(ref):  # a tagger's logits, unproven: argmax too
         same, changed = _changes(got, ref, _probabilities(ref))
         base = replace(base, decided_agreement=1 - float(changed.mean()))
@@ -493,6 +495,22 @@ def offset(ref: np.ndarray) -> bool:
     deviation from 0): coordinates in pixels, not an embedding's signed directions."""
     values = ref.astype(np.float64)
     return bool(values.size and np.all(np.isfinite(values)) and abs(values.mean()) > values.std())
+
+
+#: A map looks like logits of rare positives where at most this share of its values is above 0 ...
+RARE_POSITIVES = 0.2
+#: ... and its typical value lies this far below 0 (a sigmoid of it under 0.12: background, confidently).
+FAR_BELOW = -2.0
+
+
+def rare_logits(ref: np.ndarray) -> bool:
+    """Whether a map (``[N, ...]`` of rank 3 and up) looks like logits of rare positives: some value above 0, at most
+    :data:`RARE_POSITIVES` of them, the median at :data:`FAR_BELOW` or lower (a heatmap's or a mask's logits, where
+    the far background sets an SQNR and the few positives are what is read)."""
+    if ref.ndim < 3 or ref.dtype.kind != "f" or not ref.size or not np.all(np.isfinite(ref)):
+        return False
+    above = float(np.mean(ref > 0))
+    return 0 < above <= RARE_POSITIVES and float(np.median(ref)) <= FAR_BELOW
 
 
 def _guarded(ref: np.ndarray) -> bool:

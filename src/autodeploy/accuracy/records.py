@@ -83,6 +83,10 @@ class OutputAccuracy:
     #: twice it (largest), as a user bounds landmark error against the crop (``accuracy.rules.output_drop``).
     error_mean_share: float | None = None
     error_max_share: float | None = None
+    #: ``sqnr`` of a map whose reference looks like logits of rare positives (``accuracy.measure.rare_logits``: a
+    #: heatmap's, a mask's): the F1 of its positives (value > 0, a sigmoid's 0.5) against the reference's, a bound
+    #: beside the SQNR (far negative background dominates it: a mask's logits reach -1800).
+    positives_f1: float | None = None
     #: Why it got its kind (``accuracy.kinds.Basis``): the words, and whether the graph, the dtype, the model's
     #: declaration or the user proved it (else the line tells how to declare another kind).
     basis: str | None = None

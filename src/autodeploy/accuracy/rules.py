@@ -79,12 +79,15 @@ def guard_drop(o: OutputAccuracy) -> float:
     """The drop of the bounds beside an output's measure (0 where it has none), in budget units: each item's error
     against its scale (a ``regression``, an embedding known by its shape whose values sit far from zero), mean
     ``<=`` half the budget and largest ``<=`` twice it; the argmax per position where the reference decides (an
-    unproven ``sqnr`` that may be a tagger's logits), ``1 - agreement``. NaN: inf."""
+    unproven ``sqnr`` that may be a tagger's logits), ``1 - agreement``; the F1 of a map's positives where its values
+    look like logits of rare positives, ``1 - F1``. NaN: inf."""
     drops = [0.0]
     if o.error_mean_share is not None and o.error_max_share is not None:
         drops += [2.0 * o.error_mean_share, 0.5 * o.error_max_share]
     if o.kind is not None and output_measure(o).db and not output_measure(o).centred and o.decided_agreement is not None:
         drops.append(1.0 - o.decided_agreement)
+    if o.positives_f1 is not None:
+        drops.append(1.0 - o.positives_f1)
     return math.inf if any(math.isnan(d) for d in drops) else max(drops)
 
 
@@ -121,6 +124,8 @@ def _guard_rule(o: OutputAccuracy, max_accuracy_drop: float) -> str:
                  f"{2 * max_accuracy_drop:.2%} at most")  # fmt: skip
     if o.kind is not None and output_measure(o).db and not output_measure(o).centred and o.decided_agreement is not None:
         text += f" and argmax per position agreement where decided >= {1 - max_accuracy_drop:g}"
+    if o.positives_f1 is not None:
+        text += f" and F1 of its positives (> 0) >= {1 - max_accuracy_drop:g}"
     return text
 
 
@@ -213,6 +218,9 @@ class WorstOutput:
             parts.append(f"its argmax over the last axis is unchanged at {o.decided_agreement:.2%} of positions where "
                          f"the reference decided; if these are classes per position, --accuracy {o.name}=sequence "
                          "judges each item's whole sequence")  # fmt: skip
+        if o.positives_f1 is not None:
+            parts.append(f"F1 of its positives (> 0: a sigmoid's 0.5) {o.positives_f1:.4f}, read as logits of rare "
+                         "positives by its values")  # fmt: skip
         if self.failed and o.proven is False:
             parts.append(f"kind {self.measure.name} taken from {o.basis}: declare another with "
                          f"--accuracy {o.name}=KIND (docs/accuracy.md)")  # fmt: skip
