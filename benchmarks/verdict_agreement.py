@@ -142,35 +142,42 @@ class All:
 
 
 @dataclass(frozen=True)
-class Top1:
-    """The argmax over the last axis unchanged on every item (a classifier's answer)."""
+class PerItem:
+    """An answer per item (``same``: whether each is unchanged) unchanged on every item; perturbed by swapping the
+    top class of a share of the items."""
+
+    words = "answer"
+
+    def same(self, got: np.ndarray, ref: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
 
     def __call__(self, got: np.ndarray, ref: np.ndarray, refs: dict) -> Judged:
-        same = float(
-            np.mean(np.argmax(got, -1).reshape(len(ref), -1) == np.argmax(ref, -1).reshape(len(ref), -1))
-        )
-        return same >= 1.0, same, f"top-1 unchanged on {same:.0%} of items"
+        same = float(np.mean(self.same(got, ref)))
+        return same >= 1.0, same, f"{self.words} unchanged on {same:.0%} of items"
 
     def flip(self, ref: np.ndarray, share: float, rng: np.random.Generator) -> np.ndarray:
         return swap_top(ref, share, rng)
 
 
 @dataclass(frozen=True)
-class Ctc:
+class Top1(PerItem):
+    """The argmax over the last axis unchanged on every item (a classifier's answer)."""
+
+    words = "top-1"
+
+    def same(self, got: np.ndarray, ref: np.ndarray) -> np.ndarray:
+        return np.argmax(got, -1).reshape(len(ref), -1) == np.argmax(ref, -1).reshape(len(ref), -1)
+
+
+@dataclass(frozen=True)
+class Ctc(PerItem):
     """The greedy CTC string per item (argmax per step, repeats merged, ``blank`` dropped) unchanged on every item."""
 
     blank: int = 0
+    words = "decoded string"
 
-    def __call__(self, got: np.ndarray, ref: np.ndarray, refs: dict) -> Judged:
-        same = float(
-            np.mean(
-                [ctc_text(g, self.blank) == ctc_text(r, self.blank) for g, r in zip(got, ref, strict=True)]
-            )
-        )
-        return same >= 1.0, same, f"decoded string unchanged on {same:.0%} of items"
-
-    def flip(self, ref: np.ndarray, share: float, rng: np.random.Generator) -> np.ndarray:
-        return swap_top(ref, share, rng)
+    def same(self, got: np.ndarray, ref: np.ndarray) -> np.ndarray:
+        return np.array([ctc_text(g, self.blank) == ctc_text(r, self.blank) for g, r in zip(got, ref, strict=True)])
 
 
 @dataclass(frozen=True)
