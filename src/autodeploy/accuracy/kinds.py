@@ -10,8 +10,10 @@ output (:func:`parse_override`). Never one number over a whole tensor:
   argmax (``OutputFacts.reader``), its reference rows are distributions, or the model declares the measure
   (:data:`DECLARED_KEY`). A flip counts only where the reference decided (its own class led the new one by
   ``accuracy.measure.SEQUENCE_TIE``, 0.2 probability), while it decides at least half its items; every flip is
-  reported beside. ``top1``: one class vector per item; ``cells``: a map (``[N, H, W, C]``, ``[N, C, H, W]`` by
-  ``Softmax(axis=1)``), the share of cells whose class is unchanged; both ``>= 1 - max_accuracy_drop``.
+  reported beside. ``top1``: one class vector per item, the share of items whose class is unchanged; ``cells``: a
+  map (``[N, H, W, C]``, ``[N, C, H, W]`` by ``Softmax(axis=1)``), the worst class's F1 of the cells (classes
+  holding ``accuracy.measure.MIN_CLASS_CELLS`` cells on either side: a class under 1% of the cells cannot vanish
+  inside a 1% budget); both ``>= 1 - max_accuracy_drop``.
 - ``sequence``: classes over the last axis of ``[N, T, V]`` (or ``[N, T, 1, V]``), proven as above: the share of
   items whose whole argmax sequence is unchanged
   ``>= 1 - max_accuracy_drop``, so below 100 items one changed token in one item fails; a token where
@@ -30,13 +32,16 @@ output (:func:`parse_override`). Never one number over a whole tensor:
   sigmoid at a probability threshold.
 - ``regression``: any other float vector per item (``[N, K]``, ``[N, 1, K]``: coordinates, offsets, raw scores
   from a linear head): the error SNR per range group about the group's mean (``accuracy.measure.range_groups``),
-  ``>= min SQNR``; its failure line gives max and p99 abs error in the output's units.
+  ``>= min SQNR``, and each item's error against the output's scale (``accuracy.measure.error_shares``), mean
+  ``<=`` half the budget, largest ``<=`` twice it; its failure line gives max and p99 abs error in the output's
+  units. A detector's regressor ``[N, A, k]`` beside one score output on the same anchors is judged so at the
+  anchors where the reference's score passes, its scores as ``logit`` or ``decision`` (``accuracy.measure.anchor_pairs``).
 - ``decision``: probabilities (produced by a Sigmoid; or, made by no linear op and not a vector per item, a
   reference wholly inside [0, 1]),
   thresholded at :data:`autodeploy.accuracy.records.DEFAULT_DECISION_THRESHOLD`: the F1 of the candidate's
   positives against the reference's ``>= 1 - max_accuracy_drop`` (no positives on either side: 1.0), so rare
   events count.
-- ``embedding``: one vector per item, ``[N, 1, ..., 1, D]`` of rank 4 and up (a 1x1 feature map, as a
+- ``embedding`` (known by its shape alone and its values far from zero: also the ``regression`` error bound): one vector per item, ``[N, 1, ..., 1, D]`` of rank 4 and up (a 1x1 feature map, as a
   TF conv head exports it: openwakeword's ``[N, 1, 1, 96]``); at any rank, ``[N, D]`` too, a vector made
   by ``LpNormalization`` or whose reference rows all have length 1 with signed values (sentence and face
   embeddings end in ``F.normalize``, exported as ``Div`` by a ``ReduceL2``; class scores are not unit
@@ -50,7 +55,9 @@ output (:func:`parse_override`). Never one number over a whole tensor:
   keeps it) must be ``>= min SQNR``, the worst group deciding and named. The default limit is
   :func:`autodeploy.accuracy.records.sqnr_for_drop` of the budget: the SQNR at which a group's cosine
   would be ``1 - max_accuracy_drop`` (``1 - cos ~= 10^(-SQNR/10) / 2``): 17.0 dB at the 1% budget. The old rule
-  asked that cosine of the whole flattened tensor; it now holds for every group.
+  asked that cosine of the whole flattened tensor; it now holds for every group. Bounds beside it where the values
+  suggest a reading the shape cannot prove: a linear head's ``[N, T, V <= 64]`` whose reference decides, its argmax
+  per position; a map that looks like logits of rare positives, the F1 of its positives (``accuracy.rules.guard_drop``).
 - ``cosine``: only by override (or records stored before kinds): cosine ``>= min_cosine``.
 
 Every output must pass, and with labels the task accuracy may drop by at most ``max_accuracy_drop``.

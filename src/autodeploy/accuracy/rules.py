@@ -259,11 +259,10 @@ def worst(
         return "no outputs"
     if math.isnan(w.value):
         return f"output {w.output.name!r}: NaN or inf"
-    if w.measure.db:
-        evidence = w.evidence()
-        return f"{w.where}: {w.metric} {w.value:.1f} dB, limit {w.limit:.3g} dB" + (f" ({evidence})" if evidence else "")
     evidence = w.evidence()
     tail = f" ({evidence})" if evidence else ""
+    if w.measure.db:
+        return f"{w.where}: {w.metric} {w.value:.1f} dB, limit {w.limit:.3g} dB" + tail
     if w.measure.tokens and w.output.token_agreement is not None:
         return f"{w.where}: {w.metric} {w.value:.4g} (token agreement {w.output.token_agreement:.4g})" + tail
     every = w.measure.every_flip(w.output)
