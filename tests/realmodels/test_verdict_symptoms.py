@@ -192,3 +192,28 @@ def test_a_detectors_boxes_are_judged_where_its_scores_pass(photos, corpus_dir):
     lost = scores.copy()
     lost[faces] = -1.0  # every face's score below the cut
     assert not compare({**ref, "classificators": lost}, ref, **kw).passed
+
+
+def test_a_failing_box_regressor_is_never_told_to_try_a_weaker_judge(photos, corpus_dir):
+    """Symptom 6: MTCNN O-Net's box offsets ``[N, 4]`` (shares of the 48 px crop) 2.35 px off in every item failed, and
+    the line said "its argmax agrees on 100% of items: ... judge them with --accuracy NAME=top1", which would ship
+    it. The line now names the error against the crop and how to declare a kind, never a judge that passes it."""
+    import onnxruntime
+
+    path = _real(MODELS, "mtcnn-onet", corpus_dir)
+    real = next(m for m in MODELS if m.name == "mtcnn-onet")
+    feeds = real.make(photos, ITEMS)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (name,) = feeds
+    outs = [session.run(None, {name: x[None]}) for x in feeds[name]]
+    ref = {o.name: np.concatenate([r[i] for r in outs]) for i, o in enumerate(session.get_outputs())}
+    facts = graph_facts(path)
+    boxes = "dense_5"
+    assert ref[boxes].shape == (ITEMS, 4)
+    off = {**ref, boxes: ref[boxes] + 2.35 / 48}
+    acc = compare(off, ref, producers=facts.producers, readers=facts.readers)
+    (o,) = [x for x in acc.outputs if x.name == boxes]
+    assert o.kind == "regression" and not acc.passed and o.top1_agreement == 1.0  # its argmax still agrees
+    line = rules.worst([o])
+    assert "=top1" not in line and "argmax agrees" not in line
+    assert f"declare another with --accuracy {boxes}=KIND" in line and "of its scale on average" in line
