@@ -61,12 +61,20 @@ class Judge:
         self, model: onnx.ModelProto, batches: list[dict[str, np.ndarray]], config: QuantConfig,
         runner: Callable[[Any, list[dict[str, np.ndarray]]], Outputs] | None = None,
     ) -> None:  # fmt: skip
-        from autodeploy.accuracy.measure import graph_facts
+        from autodeploy.accuracy.measure import anchor_pairs, facts, graph_facts
 
         self.batches, self.config, self.calls = batches, config, 0
         self.reference, self.time_major = run(model, batches)
         # The FP32 graph's facts of each output, read as the harness's worker reads them.
         self.graph = graph_facts(model)
+        # Outputs are judged one at a time; a detector's boxes and scores each read the other's reference (beside),
+        # found once here: every judge call then reads one more output, not all of them.
+        found = {k: facts(np.asarray(v), self.graph.producers.get(k), k in self.time_major, self.graph.readers.get(k))
+                 for k, v in self.reference.items()}  # fmt: skip
+        self.beside: dict[str, dict[str, np.ndarray]] = {k: {} for k in self.reference}
+        for boxes, scores in anchor_pairs(found, self.graph.declared).items():
+            self.beside[boxes][scores] = self.reference[scores]
+            self.beside[scores][boxes] = self.reference[boxes]
         #: The channels the last candidate failed (:func:`.mixed.failing`): the evidence the float set is found from.
         self.failing: tuple[Target, ...] = ()
         self.outputs: dict[str, np.ndarray] = {}  # the last candidate's, over the calibration batches
@@ -90,7 +98,7 @@ class Judge:
         # have their own leading sizes; the verdict then judges them together.
         results = [
             compare({k: outputs[k]}, {k: v}, max_accuracy_drop=budget, time_major=self.time_major,
-                    beside=reference, **self.graph.of(k)).outputs[0]
+                    beside=self.beside[k], **self.graph.of(k)).outputs[0]
             for k, v in reference.items()
         ]  # fmt: skip
         passed = accuracy_verdict(results, max_accuracy_drop=budget, min_cosine=min_cosine).passed
@@ -125,7 +133,7 @@ class Judge:
 
         def whole(name: str) -> float:
             o = compare({name: outputs[name]}, {name: reference[name]}, time_major=self.time_major,
-                        beside=reference, **self.graph.of(name)).outputs[0]  # fmt: skip
+                        beside={k: reference[k] for k in self.beside[name]}, **self.graph.of(name)).outputs[0]  # fmt: skip
             return output_drop(o)
 
         return loss(targets, outputs, reference, whole)
