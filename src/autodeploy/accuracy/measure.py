@@ -397,7 +397,7 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts
     if measure == SQNR and found.producer in LINEAR and _guarded(ref):  # a tagger's logits, unproven: argmax too
         same, changed = _changes(got, ref, _probabilities(ref))
         base = replace(base, decided_agreement=1 - float(changed.mean()))
-    # The whole output's decisions after a sigmoid: what --accuracy NAME=logit would judge (the failure line's hint).
+    # Reported beside (never suggested as a judge): the whole output's decisions after a sigmoid, as NAME=logit reads them.
     logit_f1 = _f1(a > 0, b > 0) if (b > 0).any() and (b < 0).any() else None
     # ... and, on a map whose last axis is a few channels, their argmax per cell: what NAME=cells would judge.
     cells = None

@@ -64,11 +64,11 @@ class OutputAccuracy:
     #: the reference decides: the same per position, a second bound beside the SQNR (``accuracy.rules.output_drop``).
     decided_agreement: float | None = None
     #: ``cells``: the share of a map's cells (positions) whose class (argmax over the class axis) is unchanged;
-    #: on an ``sqnr`` map whose last axis is a few channels, the same over that axis (a failure line's evidence).
+    #: on an ``sqnr`` map whose last axis is a few channels, the same over that axis (reported, never a judge suggested).
     cell_agreement: float | None = None
     #: ``sqnr``/``regression``: the judged (worst) group's largest and 99th-percentile absolute error, in
     #: the output's own units (pixels, metres), and the F1 of the whole output's decisions after a sigmoid
-    #: (``value > 0`` against ``reference > 0``) where the reference has both signs: a failure line's evidence.
+    #: (``value > 0`` against ``reference > 0``) where the reference has both signs (reported beside).
     error_max_abs: float | None = None
     error_p99_abs: float | None = None
     logit_f1: float | None = None
