@@ -48,6 +48,18 @@ def _litert(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: np.stack(v) for k, v in rows.items()}
 
 
+def _corpus(name: str, photos, corpus_dir) -> tuple[Path, dict[str, np.ndarray]]:
+    """A corpus model and its ONNX Runtime fp32 outputs (the reference), one item per call, stacked item-leading."""
+    import onnxruntime
+
+    path = _real(MODELS, name, corpus_dir)
+    feeds = next(m for m in MODELS if m.name == name).make(photos, ITEMS)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (feed,) = feeds
+    outs = [session.run(None, {feed: x[None]}) for x in feeds[feed]]
+    return path, {o.name: np.concatenate([r[i] for r in outs]) for i, o in enumerate(session.get_outputs())}
+
+
 def _facts_of_tflite(path: Path, folder: Path):
     """The graph facts of a ``.tflite``, read from the ONNX tf2onnx makes of it (as the harness's worker does)."""
     from autodeploy import tflite_onnx
@@ -105,15 +117,7 @@ def test_iris_landmarks_are_judged_against_the_crop_not_the_items_spread(photos,
 def test_a_sparse_face_class_cannot_vanish_inside_the_budget(photos, corpus_dir):
     """Symptom 3: MTCNN P-Net's face map (a Softmax over 2 classes) where faces are a small share of the cells; flipping
     a fifth of the face cells back to background keeps 99% of all cells, and fails by the face class's F1."""
-    import onnxruntime
-
-    path = _real(MODELS, "mtcnn-pnet", corpus_dir)
-    real = next(m for m in MODELS if m.name == "mtcnn-pnet")
-    feeds = real.make(photos, ITEMS)
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (name,) = feeds
-    outs = [session.run(None, {name: x[None]}) for x in feeds[name]]
-    ref = {o.name: np.concatenate([r[i] for r in outs]) for i, o in enumerate(session.get_outputs())}
+    path, ref = _corpus("mtcnn-pnet", photos, corpus_dir)
     facts = graph_facts(path)
     prob = "softmax"
     faces = np.argwhere(ref[prob][..., 1] > 0.8)
@@ -198,15 +202,7 @@ def test_a_failing_box_regressor_is_never_told_to_try_a_weaker_judge(photos, cor
     """Symptom 6: MTCNN O-Net's box offsets ``[N, 4]`` (shares of the 48 px crop) 2.35 px off in every item failed, and
     the line said "its argmax agrees on 100% of items: ... judge them with --accuracy NAME=top1", which would ship
     it. The line now names the error against the crop and how to declare a kind, never a judge that passes it."""
-    import onnxruntime
-
-    path = _real(MODELS, "mtcnn-onet", corpus_dir)
-    real = next(m for m in MODELS if m.name == "mtcnn-onet")
-    feeds = real.make(photos, ITEMS)
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (name,) = feeds
-    outs = [session.run(None, {name: x[None]}) for x in feeds[name]]
-    ref = {o.name: np.concatenate([r[i] for r in outs]) for i, o in enumerate(session.get_outputs())}
+    path, ref = _corpus("mtcnn-onet", photos, corpus_dir)
     facts = graph_facts(path)
     boxes = "dense_5"
     assert ref[boxes].shape == (ITEMS, 4)
