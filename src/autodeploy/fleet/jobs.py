@@ -301,12 +301,13 @@ def check_result(job: ledger.Job, run: ledger.Run, public_key: Path) -> None:
 
 
 def cancel(store: Store, job_id: int) -> list[ledger.Run]:
-    """Cancel job ``job_id``: queued runs at once (withdrawn from the queue), running ones by their agents."""
-    withdrawn = ledger.cancel(store, job_id)
+    """Cancel job ``job_id``: queued runs at once (withdrawn from the queue), running ones by their agents.
+    Returns its runs as the cancel left them (those ``running`` stop at their agent's next step)."""
+    runs, withdrawn = ledger.cancel(store, job_id)
 
     async def take_out() -> None:
         async with queue.connected(_url(store)) as queries:
             await queue.withdraw(queries, withdrawn)
 
     asyncio.run(take_out())
-    return ledger.runs(store, [job_id])
+    return runs

@@ -348,11 +348,14 @@ def jobs(store: Store) -> list[Job]:
 
 def runs(store: Store, job_ids: list[int] | None = None) -> list[Run]:
     """The runs of these jobs (every job's with ``None``), by job then device name."""
+    return store.transaction("cannot read", lambda s: _runs(s, job_ids))
+
+
+def _runs(s: Session, job_ids: list[int] | None) -> list[Run]:
     query = sa.select(FleetRun, FleetAgent).join(FleetAgent, FleetRun.agent_id == FleetAgent.id)
     if job_ids is not None:
         query = query.where(FleetRun.job_id.in_(job_ids))
-    query = query.order_by(FleetRun.job_id, FleetAgent.name)
-    return store.transaction("cannot read", lambda s: [_run(r, a) for r, a in s.execute(query)])
+    return [_run(r, a) for r, a in s.execute(query.order_by(FleetRun.job_id, FleetAgent.name))]
 
 
 def take(store: Store, run_id: int, agent: Agent) -> tuple[Run, Job] | None:
@@ -459,18 +462,21 @@ def cancelled(store: Store, job_id: int) -> bool:
     return store.transaction("cannot read", lambda s: s.scalar(query)) == JobState.CANCELLED
 
 
-def cancel(store: Store, job_id: int) -> list[int]:
+def cancel(store: Store, job_id: int) -> tuple[list[Run], list[int]]:
     """Cancel the job: its queued runs are cancelled now, a running one by its agent (which checks between
-    steps). Returns the queue's job ids of the runs withdrawn."""
+    steps). Returns the job's runs as the cancel left them (read in its transaction: a run read ``running`` here
+    was running when the job was cancelled, however soon its agent ends it) and the queue's job ids of the runs
+    withdrawn."""
     job(store, job_id)  # no such job: UsageError
 
-    def update(s: Session) -> list[int]:
+    def update(s: Session) -> tuple[list[Run], list[int]]:
         s.execute(sa.update(FleetJob).where(FleetJob.id == job_id).values(state=JobState.CANCELLED.value))
         queued = s.scalars(sa.select(FleetRun).where(FleetRun.job_id == job_id,
                                                      FleetRun.state == RunState.QUEUED.value)).all()  # fmt: skip
         for run in queued:
             run.state, run.finished_at, run.reason = RunState.CANCELLED.value, now(), "the job was cancelled before it started"
-        return [r.queue_job for r in queued if r.queue_job is not None]
+        s.flush()
+        return _runs(s, [job_id]), [r.queue_job for r in queued if r.queue_job is not None]
 
     return store.transaction("cannot write to", update, write=True)
 
