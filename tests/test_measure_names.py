@@ -45,7 +45,7 @@ def _outside(check) -> list[str]:
 
 def test_the_names_come_from_the_table():
     assert measure_names() == {"exact", "top1", "sequence", "cells", "decision", "logit", "embedding",
-                               "regression", "sqnr", "cosine"}  # fmt: skip
+                               "regression", "sqnr", "cosine", "bins"}  # fmt: skip
 
 
 def test_no_module_but_the_table_compares_a_measure_name():

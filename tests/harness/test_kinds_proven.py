@@ -331,3 +331,42 @@ def test_a_map_of_rare_positive_logits_is_also_bound_by_its_positives():
     assert o.kind == "sqnr" and o.sqnr_db > 17 and not acc.passed and o.positives_f1 < 0.9
     assert "F1 of its positives (> 0) >= 0.99" in acc.constraint
     assert compare({"heat": bf16_like(heat)}, {"heat": heat}).passed
+
+
+def _peaks(frames: int, bins: int, centres: np.ndarray, width: float = 1.5) -> np.ndarray:
+    """[1, frames, bins]: a Gaussian bump per frame at ``centres`` (in bins, fractional), peak 0.9: a pitch salience."""
+    at = np.arange(bins)[None, :]
+    return (0.9 * np.exp(-0.5 * ((at - centres[:, None]) / width) ** 2))[None].astype(np.float32)
+
+
+def test_ordered_bins_are_judged_by_the_value_they_decode_to():
+    from autodeploy.accuracy.kinds import parse_override
+
+    centres = np.linspace(40.0, 200.0, 300)
+    ref = _peaks(300, 264, centres)
+    bins = {"overrides": {"pitch": parse_override("pitch=bins:0.3")[1]}}
+    assert compare({"pitch": bf16_like(ref)}, {"pitch": ref}, **bins).passed
+    bent = centres.copy()
+    bent[::20] += 0.8  # 5% of the frames 0.8 bin off (27 cents at 3 bins a semitone), every peak above 0.5
+    acc = compare({"pitch": _peaks(300, 264, bent)}, {"pitch": ref}, **bins)
+    (o,) = acc.outputs
+    assert not acc.passed and o.bins_agreement == pytest.approx(0.95) and o.bin_tolerance == 0.3
+    assert "decoded bin agreement within 0.3 bins >= 0.99" in acc.constraint
+    unvoiced = ref.copy()
+    unvoiced[0, ::20] *= 0.5  # the same frames' confidence lost (peak 0.45), their pitch kept
+    assert compare({"pitch": unvoiced}, {"pitch": ref}, **bins).outputs[0].bins_agreement == pytest.approx(0.95)
+    # Logits (a classifier over ordered bins) are softmaxed first; nothing confident on either side agrees.
+    logits = np.log(ref + 1e-3) * 4
+    assert compare({"pitch": logits}, {"pitch": logits}, **bins).outputs[0].bins_agreement == 1.0
+    quiet = np.full_like(ref, 0.1)
+    assert compare({"pitch": quiet * 1.2}, {"pitch": quiet}, **bins).outputs[0].bins_agreement == 1.0
+
+
+def test_a_bins_tolerance_is_a_positive_number_of_bins():
+    from autodeploy.accuracy.kinds import parse_override
+
+    assert parse_override("pitch=bins")[1].threshold is None  # the default, half a bin
+    with pytest.raises(ValueError, match="a bins tolerance is a number of bins above 0"):
+        parse_override("pitch=bins:0")
+    with pytest.raises(ValueError, match="has no axis of bins"):
+        compare({"y": np.ones(4, np.float32)}, {"y": np.ones(4, np.float32)}, overrides={"y": Override("bins")})

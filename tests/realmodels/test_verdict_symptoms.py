@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autodeploy.accuracy import rules
+from autodeploy.accuracy import kinds, rules
 from autodeploy.accuracy.measure import compare, graph_facts
 from tests.realmodels.corpus import HELD_OUT, MODELS, RealModel
 
@@ -213,3 +213,29 @@ def test_a_failing_box_regressor_is_never_told_to_try_a_weaker_judge(photos, cor
     line = rules.worst([o])
     assert "=top1" not in line and "argmax agrees" not in line
     assert f"declare another with --accuracy {boxes}=KIND" in line and "of its scale on average" in line
+
+
+def test_a_pitch_salience_declared_bins_is_judged_by_the_pitch_it_decodes_to(photos, corpus_dir):
+    """Symptom 5: basic-pitch's contour (a Sigmoid over 264 bins a third of a semitone apart, per frame) judged as
+    ``decision`` passes a salience whose decoded pitch moved more than 10 cents on 2% of the voiced frames, because
+    its peaks stay above 0.5; and its failure line offered nothing better. Declared ``bins:0.3`` (10 cents), the
+    decoded pitch is judged, as the package decodes it (a weighted mean about each frame's peak)."""
+    path, ref = _corpus("basic-pitch", photos, corpus_dir)
+    facts = graph_facts(path)
+    contour = "StatefulPartitionedCall:0"
+    salience = ref[contour]
+    assert salience.shape[-1] == 264 and (salience.max(-1) > 0.5).sum() > 100  # enough confident (voiced) frames
+    noisy = np.clip(salience + np.random.default_rng(0).standard_normal(salience.shape) * 0.01, 0, 1)  # seeded
+    moved = {**ref, contour: noisy.astype(np.float32)}
+    default = compare(moved, ref, **facts.of(contour))
+    (o,) = [x for x in default.outputs if x.name == contour]
+    assert o.kind == "decision" and o.f1 >= 0.99  # the decisions at 0.5 hold: it passes as decisions
+    assert o.bins_agreement < 0.99  # ... while the decoded pitch moved (reported beside, at half a bin)
+    bins = {**facts.of(contour), "overrides": {contour: kinds.Override("bins", 0.3)}}  # --accuracy NAME=bins:0.3
+    declared = compare(moved, ref, **bins)
+    assert not declared.passed and "decoded bin agreement" in rules.worst(declared.outputs)
+    assert compare({k: _bf16(v) for k, v in ref.items()}, ref, **bins).passed  # bf16 rounding: within the budget
+    # A failed decision line tells how to judge the decoded value, and gives it.
+    whole_bin = {**ref, contour: np.roll(salience, 1, axis=-1)}
+    line = rules.worst(compare(whole_bin, ref, **facts.of(contour)).outputs)
+    assert f"--accuracy {contour}=bins[:TOLERANCE]" in line and "decoded value agrees at" in line

@@ -58,6 +58,14 @@ output (:func:`parse_override`). Never one number over a whole tensor:
   asked that cosine of the whole flattened tensor; it now holds for every group. Bounds beside it where the values
   suggest a reading the shape cannot prove: a linear head's ``[N, T, V <= 64]`` whose reference decides, its argmax
   per position; a map that looks like logits of rare positives, the F1 of its positives (``accuracy.rules.guard_drop``).
+- ``bins``: only by override (``--accuracy NAME=bins[:TOLERANCE]``): a distribution over ordered bins on the last
+  axis per position (a pitch salience, an angle or depth classifier), judged by the value it decodes to, as its
+  users read it: the weighted mean bin within two bins of each row's own peak, where the peak is confident (a
+  probability above :data:`autodeploy.accuracy.records.DEFAULT_DECISION_THRESHOLD`; logits softmaxed first). Over
+  the positions either side finds confident, the share where both do and the decoded values lie within TOLERANCE
+  bins (:data:`autodeploy.accuracy.records.DEFAULT_BIN_TOLERANCE`, half a bin) ``>= 1 - max_accuracy_drop``:
+  a voicing lost or a pitch moved counts, a near-tie between two neighbouring bins does not. No graph proves bins
+  are ordered, so a failed Sigmoid map of as many bins is told how to declare it (``accuracy.rules``).
 - ``cosine``: only by override (or records stored before kinds): cosine ``>= min_cosine``.
 
 Every output must pass, and with labels the task accuracy may drop by at most ``max_accuracy_drop``.
@@ -126,12 +134,14 @@ class Measure:
     tokens: bool = False
     #: Judged by its worst class's F1 (the class named), the cells unchanged reported beside.
     per_class: bool = False
+    #: Judged by the value its ordered bins decode to, within a tolerance in bins (the override's THRESHOLD).
+    bins: bool = False
 
     @property
     def thresholded(self) -> bool:
         """Whether an override may set its THRESHOLD: the probability cut, the SQNR limit in dB, the cosine limit.
-        Agreements take the study's budget."""
-        return self.db or self.probability or self.cosine_limit
+        Agreements take the study's budget; decoded bins a tolerance in bins."""
+        return self.db or self.probability or self.cosine_limit or self.bins
 
     @property
     def unit(self) -> str:
@@ -162,9 +172,10 @@ MEASURES: dict[str, Measure] = {m.name: m for m in (
     Measure("regression", "error SNR", "sqnr_db", db=True, centred=True),
     Measure("sqnr", "SQNR", "sqnr_db", db=True),
     Measure("cosine", "cosine", "cosine", cosine_limit=True),
+    Measure("bins", "decoded bin agreement", "bins_agreement", bins=True),
 )}  # fmt: skip
 #: The rows the code names (:func:`output_kind`'s answers, the computations of ``accuracy.measure.compare``).
-EXACT, TOP1, SEQUENCE, CELLS, DECISION, LOGIT, EMBEDDING, REGRESSION, SQNR, COSINE = MEASURES.values()
+EXACT, TOP1, SEQUENCE, CELLS, DECISION, LOGIT, EMBEDDING, REGRESSION, SQNR, COSINE, BINS = MEASURES.values()
 
 
 def measure_of(name: str) -> Measure:
@@ -324,7 +335,7 @@ def parse_override(text: str) -> tuple[str, Override]:
     measure = MEASURES.get(word)
     if not sep or not name or measure is None:
         raise ValueError(f"--accuracy {text!r}: expected OUTPUT=MEASURE[:THRESHOLD] with MEASURE one of "
-                         f"{', '.join(MEASURES)} (e.g. scores=decision:0.3, output0=sqnr:20)")  # fmt: skip
+                         f"{', '.join(MEASURES)} (e.g. scores=decision:0.3, output0=sqnr:20, pitch=bins:0.3)")  # fmt: skip
     if threshold and not measure.thresholded:
         raise ValueError(f"--accuracy {text!r}: {word} takes no threshold (the budget sets it); "
                          f"thresholds apply to {', '.join(m.name for m in MEASURES.values() if m.thresholded)}")  # fmt: skip
@@ -336,6 +347,8 @@ def parse_override(text: str) -> tuple[str, Override]:
         raise ValueError(f"--accuracy {text!r}: threshold {threshold!r} is not a finite number")
     if value is not None and measure.probability and not 0 < value < 1:
         raise ValueError(f"--accuracy {text!r}: a {word} threshold is a probability, between 0 and 1 (e.g. 0.5)")  # fmt: skip
+    if value is not None and measure.bins and not value > 0:
+        raise ValueError(f"--accuracy {text!r}: a bins tolerance is a number of bins above 0 (e.g. 0.3)")
     if value is not None and measure.cosine_limit and not -1 <= value <= 1:
         raise ValueError(f"--accuracy {text!r}: a cosine limit lies between -1 and 1 (e.g. 0.99)")
     return name, Override(measure, value)

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autodeploy.accuracy.kinds import (
+    BINS,
     CELLS,
     DECISION,
     DECLARED_KEY,
@@ -68,6 +69,7 @@ from autodeploy.accuracy.kinds import (
     shape_text,
 )
 from autodeploy.accuracy.records import (
+    DEFAULT_BIN_TOLERANCE,
     DEFAULT_DECISION_THRESHOLD,
     DEFAULT_MAX_ACCURACY_DROP,
     DEFAULT_MIN_COSINE,
@@ -96,6 +98,11 @@ MIN_CLASS_CELLS = 10
 #: An unproven ``sqnr`` output a linear head makes ``[N, T, V]`` with at most this many channels per position is
 #: also bound by its argmax per position where the reference decides (a tagger's logits; hidden states are wider).
 MAX_GUARD_CLASSES = 64
+#: A Sigmoid map with at least this many channels on its last axis may be ordered bins (a pitch salience has 264 to
+#: 360): its decoded-bin agreement is reported beside its F1, and a failed one's line tells how to declare it.
+MIN_BINS = 32
+#: Decoded bins are the weighted mean of the bins within this many of each row's own peak (as pitch trackers decode).
+BIN_WINDOW = 2
 #: Ops a Sigmoid's values pass through unchanged on their way to an output.
 _SHAPE_OPS = ("Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose")
 
@@ -369,10 +376,19 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts
         f1, worst_class = class_f1(np.argmax(got_last, axis=-1), np.argmax(ref_last, axis=-1), changed, ref_last.shape[-1])
         return replace(base, kind=kind, cell_agreement=float(same.mean()), decided_agreement=1 - float(changed.mean()),
                        class_f1=f1, worst_class=worst_class)  # fmt: skip
+    if measure == BINS:
+        if ref.ndim < 2 or ref.shape[-1] < 2:
+            raise ValueError(f"--accuracy {name}=bins: output {name!r} of shape {ref.shape} has no axis of bins")
+        tolerance = DEFAULT_BIN_TOLERANCE if threshold is None else threshold
+        return replace(base, kind=kind, bins_agreement=bins_agreement(got, ref, tolerance), bin_tolerance=tolerance)
     if measure.probability:
         cut = DEFAULT_DECISION_THRESHOLD if threshold is None else threshold
         at = math.log(cut / (1 - cut)) if measure.sigmoid else cut  # a logit is above logit(p) where sigmoid > p
-        return replace(base, kind=kind, f1=_f1(a > at, b > at), decision_threshold=cut)
+        base = replace(base, kind=kind, f1=_f1(a > at, b > at), decision_threshold=cut)
+        if ref.ndim >= 2 and ref.shape[-1] >= MIN_BINS:  # maybe ordered bins (a pitch salience): reported beside
+            agreement = bins_agreement(got, ref, DEFAULT_BIN_TOLERANCE, sigmoid=measure.sigmoid)
+            base = replace(base, bins_agreement=agreement, bin_tolerance=DEFAULT_BIN_TOLERANCE)
+        return base
     if measure == EMBEDDING:
         if ref.ndim < 2:
             raise ValueError(f"--accuracy {name}=embedding: output {name!r} of shape {ref.shape} has no vector axis")
@@ -408,6 +424,43 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts
                    cell_agreement=cells,
                    error_max_abs=float(errors.max()) if finite else None,
                    error_p99_abs=float(np.percentile(errors, 99)) if finite else None)  # fmt: skip
+
+
+def decoded_bins(probs: np.ndarray) -> np.ndarray:
+    """Each row's value in bins (rows over the last axis): the weighted mean of the bins within :data:`BIN_WINDOW`
+    of its own peak (a second peak elsewhere, a harmonic, does not pull it)."""
+    rows = probs.reshape(-1, probs.shape[-1])
+    peak = np.argmax(rows, axis=-1)
+    at = np.clip(peak[:, None] + np.arange(-BIN_WINDOW, BIN_WINDOW + 1)[None], 0, rows.shape[-1] - 1)
+    weights = np.maximum(np.take_along_axis(rows, at, axis=-1), 0.0)
+    return np.sum(weights * at, axis=-1) / np.maximum(weights.sum(axis=-1), _EPS)
+
+
+def bins_agreement(got: np.ndarray, ref: np.ndarray, tolerance: float, sigmoid: bool = False) -> float:
+    """The ``bins`` measure: over the positions where either side's peak probability passes
+    :data:`~autodeploy.accuracy.records.DEFAULT_DECISION_THRESHOLD` (voiced), the share where both do and their
+    decoded values (:func:`decoded_bins`) lie within ``tolerance`` bins; 1.0 where neither side is confident
+    anywhere. Values outside [0, 1] are logits: each side is softmaxed over the bins first (with ``sigmoid``, a
+    sigmoid's, as a ``logit`` output is read)."""
+
+    def probabilities(x: np.ndarray) -> np.ndarray:
+        x = x.astype(np.float64)
+        if sigmoid:
+            return 0.5 * (1.0 + np.tanh(0.5 * x))  # the logistic function, without overflow
+        if x.min(initial=0.0) >= 0 and x.max(initial=0.0) <= 1:
+            return x
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    p, q = probabilities(got), probabilities(ref)
+    voiced_p = p.reshape(-1, p.shape[-1]).max(axis=-1) > DEFAULT_DECISION_THRESHOLD
+    voiced_q = q.reshape(-1, q.shape[-1]).max(axis=-1) > DEFAULT_DECISION_THRESHOLD
+    either = voiced_p | voiced_q
+    if not either.any():
+        return 1.0
+    with np.errstate(invalid="ignore"):
+        close = np.abs(decoded_bins(p) - decoded_bins(q)) <= tolerance
+    return float(np.mean((voiced_p & voiced_q & close)[either]))
 
 
 def _classes_last(got: np.ndarray, ref: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:

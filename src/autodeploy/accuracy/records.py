@@ -25,6 +25,8 @@ DEFAULT_MAX_ACCURACY_DROP = 0.01
 DEFAULT_MIN_COSINE = 1.0 - DEFAULT_MAX_ACCURACY_DROP
 #: Probabilities become decisions above this (``decision`` outputs; overridable per output).
 DEFAULT_DECISION_THRESHOLD = 0.5
+#: Decoded bins (``bins`` outputs; overridable per output) may move this many bins: half of one.
+DEFAULT_BIN_TOLERANCE = 0.5
 #: Slack for comparing fractions such as 99/100 with limits such as 1 - 0.01 (float rounding).
 TOLERANCE = 1e-9
 
@@ -87,6 +89,12 @@ class OutputAccuracy:
     #: heatmap's, a mask's): the F1 of its positives (value > 0, a sigmoid's 0.5) against the reference's, a bound
     #: beside the SQNR (far negative background dominates it: a mask's logits reach -1800).
     positives_f1: float | None = None
+    #: ``bins``: over the positions either side's peak is confident at, the share where both are and the decoded
+    #: values (weighted mean bin about the peak) lie within ``bin_tolerance`` bins of each other. On a ``decision``
+    #: or ``logit`` map of ``accuracy.measure.MIN_BINS`` bins and more, the same at the default tolerance, reported
+    #: beside (a failed one's line tells how to declare it ``bins``).
+    bins_agreement: float | None = None
+    bin_tolerance: float | None = None
     #: Why it got its kind (``accuracy.kinds.Basis``): the words, and whether the graph, the dtype, the model's
     #: declaration or the user proved it (else the line tells how to declare another kind).
     basis: str | None = None

@@ -21,6 +21,7 @@ from typing import Any
 
 from autodeploy.accuracy.kinds import COSINE, EXACT, TOP1, Measure
 from autodeploy.accuracy.records import (
+    DEFAULT_BIN_TOLERANCE,
     DEFAULT_DECISION_THRESHOLD,
     DEFAULT_MAX_ACCURACY_DROP,
     DEFAULT_MIN_COSINE,
@@ -111,6 +112,9 @@ def _rule(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> str
     elif measure.probability:
         threshold = o.decision_threshold if o.decision_threshold is not None else DEFAULT_DECISION_THRESHOLD
         text = f"{measure.metric} at {threshold:g} >= {limit:g}"
+    elif measure.bins:
+        tolerance = o.bin_tolerance if o.bin_tolerance is not None else DEFAULT_BIN_TOLERANCE
+        text = f"{measure.metric} within {tolerance:g} bins >= {limit:g}"
     else:
         text = f"{measure.metric} >= {limit:g}"
     return text + _guard_rule(o, max_accuracy_drop)
@@ -207,7 +211,9 @@ class WorstOutput:
         """What a failure line adds after the value: the error in the output's own units (an SQNR kind), the bound
         beside the measure that failed (:func:`guard_drop`), and where the kind was not proven, what it was taken
         from and how to declare another. Never a weaker judge that would pass it: a regression whose argmax agrees
-        is not told to try top-1 (a box regressor 2.35 px off on a 48 px crop would ship)."""
+        is not told to try top-1 (a box regressor 2.35 px off on a 48 px crop would ship). The one other reading
+        offered is one no graph can prove and its users decode by: a Sigmoid map of many bins may be ordered (a
+        pitch salience), and then its decoded value is what matters; the line gives that value beside."""
         o, parts = self.output, []
         if self.measure.db and o.error_max_abs is not None:
             parts.append(f"max abs error {o.error_max_abs:.4g}, p99 {o.error_p99_abs:.4g}, in the output's units")
@@ -221,6 +227,10 @@ class WorstOutput:
         if o.positives_f1 is not None:
             parts.append(f"F1 of its positives (> 0: a sigmoid's 0.5) {o.positives_f1:.4f}, read as logits of rare "
                          "positives by its values")  # fmt: skip
+        if self.failed and self.measure.probability and o.bins_agreement is not None:
+            parts.append(f"if its last axis holds ordered bins (a pitch, an angle), their decoded value agrees at "
+                         f"{o.bins_agreement:.2%} of confident positions within {o.bin_tolerance:g} bins: declare "
+                         f"--accuracy {o.name}=bins[:TOLERANCE] to judge that instead")  # fmt: skip
         if self.failed and o.proven is False:
             parts.append(f"kind {self.measure.name} taken from {o.basis}: declare another with "
                          f"--accuracy {o.name}=KIND (docs/accuracy.md)")  # fmt: skip
