@@ -494,16 +494,16 @@ def test_a_budget_ending_mid_build_stops_that_build_only_and_a_resume_goes_on(tm
         space = dict(engines=["onnxruntime", "faulty"], precisions=["fp32"], sampler="random",
                      knobs={"onnxruntime": {"execution_mode": ["ORT_SEQUENTIAL"]}, "faulty": {"fault": ["hang_in_build"]}},
                      finalists={"count": 0})  # fmt: skip
-        summary = run_study(make_ctx(tmp_path, db, time_budget_s=30, **space))
+        summary = run_study(make_ctx(tmp_path, db, time_budget_s=20, **space))
         first = optuna.load_study(study_name="s", storage=db).trials
-        resumed = run_study(make_ctx(tmp_path, db, resume=True, time_budget_s=20, **space))
+        resumed = run_study(make_ctx(tmp_path, db, resume=True, time_budget_s=12, **space))
     finally:
         registry.unregister("faulty")
     hung = [t for t in first if t.user_attrs["config"]["engine"] == "faulty"]
     assert [t.state.name for t in hung] == ["FAIL"] and hung[0].user_attrs["failure"].startswith("timeout")
     assert hung[0].user_attrs["budget_timeout"] is True
     assert summary.winner is not None and summary.winner.config.engine == "onnxruntime"
-    assert summary.stopped_by == "time budget" and summary.wall_s < 30 + 10  # the stop is prompt
+    assert summary.stopped_by == "time budget" and summary.wall_s < 20 + 10  # the stop is prompt
     assert "screening only" in summary.confidence
     after = optuna.load_study(study_name="s", storage=db).trials
     assert [(t.number, t.state, t.values) for t in after[: len(first)]] == [(t.number, t.state, t.values) for t in first]
