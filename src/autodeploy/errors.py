@@ -85,6 +85,13 @@ class UnknownEngineError(EngineError, UsageError):
     exit_code = 2
 
 
+class EngineUnavailableError(EngineError):
+    """The engine asked for cannot run on this machine (no GPU, its runtime missing): a setup problem, nothing was
+    run or stored. A study skips such an engine in one line instead."""
+
+    exit_code = 2
+
+
 class UnsupportedConfigError(EngineError):
     """The engine cannot run this combination here (precision, batch, knob). The search prunes it."""
 

@@ -117,3 +117,23 @@ def test_engine_noise_is_hidden_unless_verbose(capfd):
         assert "INFO: Created" in capfd.readouterr().err
     finally:
         _common.quiet_engines(True)
+
+
+def test_bench_on_an_engine_that_cannot_run_here_is_a_setup_error_and_stores_nothing(env, capsys):  # noqa: F811
+    """Issue 52 item 9: it stored a failed trial and exited 1; a setup problem is 2, in one line, as tune skips it."""
+    from autodeploy.adapters import registry
+    from autodeploy.device import probe_device
+
+    device = probe_device()
+    absent = [e for e in registry.all_engines() if not e.probe(device).available]
+    if not absent:
+        pytest.skip("every engine runs on this machine")
+    tmp_path, _ = env
+    mlp(tmp_path / "m.onnx")
+    code, out, err = run(capsys, "bench", str(tmp_path / "m.onnx"), "--engine", absent[0].name, *FAST)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in out + err, err
+    assert f"{absent[0].name} cannot run on this machine: {absent[0].probe(device).reason}" in lines[0]
+    assert "fix: " in lines[0]
+    code, out, err = run(capsys, "results", "list", "--format", "json")
+    assert code == 2 and "the file does not exist" in err, err  # nothing stored: not even the store was made

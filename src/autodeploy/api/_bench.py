@@ -28,7 +28,7 @@ from autodeploy.api._common import (
 )
 from autodeploy.data import Dataset, shapes_from_data
 from autodeploy.device import probe_device
-from autodeploy.errors import UsageError
+from autodeploy.errors import EngineUnavailableError, UsageError
 from autodeploy.harness.result import TrialResult
 from autodeploy.harness.run import HarnessSettings, run_trial
 from autodeploy.harness.timing import TimingPolicy
@@ -273,8 +273,18 @@ def bench_shapes(
 def _check_runs_here(
     device: DeviceInfo, info: ModelInfo, config: TrialConfig, accuracy: Sequence[str]
 ) -> None:
-    """The engine, precision and knobs exist here, every dynamic dim is fixed, and ``--accuracy`` names real outputs."""
-    registry.get(config.engine).check(device, info, config)  # unknown engine/precision/knob
+    """The engine runs here, its precision and knobs exist, every dynamic dim is fixed, and ``--accuracy`` names real
+    outputs.
+
+    Raises:
+        EngineUnavailableError: the engine cannot run on this machine (nothing is run or stored).
+    """
+    engine = registry.get(config.engine)  # unknown engine: UnknownEngineError listing the known ones
+    availability = engine.probe(device)
+    if not availability.available:  # a setup problem, as tune's skip line says it: no failed trial stored
+        raise EngineUnavailableError(f"{config.engine} cannot run on this machine: {availability.reason}",
+                                     fix=availability.fix or "bench it with another --engine (autodeploy engines lists them)")  # fmt: skip
+    engine.check(device, info, config)  # unknown precision/knob
     for name in info.input_names:  # dynamic dims left unfixed: fail with the --shape fix now
         info.input_shape(name, config.batch)
     info.check_batch(config.batch)  # a --shape's batch dim is the batch fed, or 1
