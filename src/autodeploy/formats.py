@@ -73,6 +73,13 @@ def detect(path: Path) -> str:
     """
     with open(path, "rb") as f:
         head = f.read(4096)
+    torch_file = _torch_file(path, head)
+    if torch_file == "torchscript":
+        raise ModelError(f"{path} is a TorchScript archive (torch.jit.save): its program is TorchScript, with pickles, "
+                         "which autodeploy never loads", fix=TORCHSCRIPT_FIX)  # fmt: skip
+    if torch_file == "checkpoint":
+        raise ModelError(f"{path} is a PyTorch checkpoint (torch.save): weights without the code that runs them, "
+                         "in a pickle, which autodeploy never loads", fix=CHECKPOINT_FIX)  # fmt: skip
     if head[4:8] == b"TFL3":
         return "tflite"
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
@@ -87,6 +94,40 @@ def detect(path: Path) -> str:
             f"{path} is not an OpenVINO IR (no <net> root element)", fix=FORMATS["openvino"].export
         )
     return ONNX
+
+
+#: What a user with a ``torch.save`` checkpoint does instead: the two PyTorch routes autodeploy takes.
+CHECKPOINT_FIX = ("load it into its nn.Module in your code, then either give autodeploy that module "
+                  "(autodeploy.tune(module, example_inputs=(x,)), README: Python API) or save it as a .pt2 "
+                  "(torch.export.save(torch.export.export(module, (x,)), 'model.pt2')) and give the .pt2")
+
+
+#: ... and with a TorchScript archive: ONNX from its own exporter, which reads TorchScript.
+TORCHSCRIPT_FIX = ("export it to ONNX in your code: torch.onnx.export(torch.jit.load(PATH), (x,), 'model.onnx', "
+                   "dynamo=False), and give the .onnx")
+
+
+def _torch_file(path: Path, head: bytes) -> str | None:
+    """``"checkpoint"`` for ``torch.save``'s file (a zip archive holding ``data.pkl``, its format since torch 1.6,
+    or a bare pickle, protocol 2+, under a ``.pt``/``.pth``/``.ckpt`` name), ``"torchscript"`` for
+    ``torch.jit.save``'s (the same archive with ``code/`` and ``constants.pkl``), else ``None``. Only the zip's
+    directory is read, nothing in it. A ``.pt2`` (also a zip) is PyTorch's program format: never either."""
+    suffix = path.suffix.lower()
+    if suffix == ".pt2":
+        return None
+    if head.startswith(b"PK\x03\x04"):
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+        except (zipfile.BadZipFile, OSError, ValueError):
+            return None
+        if not any(n.endswith("/data.pkl") or n == "data.pkl" for n in names):
+            return None
+        script = any("/code/" in n or n.endswith("/constants.pkl") for n in names)
+        return "torchscript" if script else "checkpoint"
+    return "checkpoint" if suffix in (".pt", ".pth", ".ckpt") and head[:1] == b"\x80" else None
 
 
 def weights_of(xml: Path) -> str:

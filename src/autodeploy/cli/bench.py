@@ -55,7 +55,9 @@ def bench(
     model: Annotated[
         str,
         typer.Argument(help="An .onnx file, or zoo:NAME for a built-in model (see `autodeploy zoo list`); "
-                       "a .tflite or an OpenVINO IR .xml (its .bin beside it) runs as given on its engine."),
+                       "a .tflite or an OpenVINO IR .xml (its .bin beside it) runs as given on its engine; a "
+                       "PyTorch .pt2 (torch.export.save) is exported to ONNX. A torch.save checkpoint (.pt, .pth) "
+                       "holds no program: save a .pt2, or pass the nn.Module in Python."),
     ],
     engine: Annotated[str | None, typer.Option(help=f"Engine name (see `autodeploy engines`; default {BASELINE_ENGINE}, "
                                                "or the engine that reads a .tflite or an IR).")] = None,

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 def tune(
     model: Annotated[
-        str | None, typer.Argument(help="An .onnx file or zoo:NAME (or `model:` in --config).")
+        str | None, typer.Argument(help="An .onnx, .tflite, OpenVINO IR .xml or PyTorch .pt2 file, or zoo:NAME (or `model:` in --config).")
     ] = None,
     config: Annotated[
         Path | None, typer.Option(metavar="YAML", help=f"Study config; flags override it. Examples, usable by name "
