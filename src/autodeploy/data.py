@@ -220,6 +220,28 @@ def _npz_declared_bytes(npz: Any) -> int:
     return total
 
 
+#: Every form ``--data`` takes, for the line that refuses another.
+DATA_FORMS = ("give a .npz (one array per input, named after it, plus an optional 'labels'), a .npy (a model with one "
+              "input), a folder of NAME.npy files, a folder of images (resized to the input; subfolders name classes), "
+              "or sample:images")
+#: Files a user may give as data that autodeploy does not decode, by what they are.
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+AUDIO_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".m4a", ".opus")
+
+
+def _what_it_is(path: Path, model: ModelInfo) -> str:
+    """Why a file is not data autodeploy reads, in the words of what it is."""
+    suffix = path.suffix.lower()
+    if suffix in IMAGE_SUFFIXES:
+        return "one image file; images are read from a folder of them (put it in a folder and give the folder)"
+    if suffix in AUDIO_SUFFIXES:
+        return ("an audio file, which autodeploy does not decode: make the model's inputs from it as your code does "
+                "(windows, features) and save them with numpy.savez")  # fmt: skip
+    if suffix == ".npy":
+        return f"a bare .npy feeds a model with one input, and this one has {len(model.inputs)}"
+    return "not a form autodeploy reads"
+
+
 def load_user_data(path: str | Path, model: ModelInfo) -> Dataset:
     """Read user inputs from a ``.npz`` file or a folder of ``NAME.npy`` files and check them.
 
@@ -242,10 +264,7 @@ def load_user_data(path: str | Path, model: ModelInfo) -> Dataset:
             _check_declared(path, _declared_bytes(path))
             arrays = {model.inputs[0].name: np.load(path, allow_pickle=False)}
         else:
-            raise DataError(
-                f"cannot read input data {path}",
-                fix="give a .npz file or a folder of NAME.npy files, one per input",
-            )
+            raise DataError(f"cannot read input data {path}: {_what_it_is(path, model)}", fix=DATA_FORMS)
     except (OSError, ValueError) as exc:
         raise DataError(f"cannot read input data {path}: {exc}", fix="save it with numpy.savez") from None
     labels = arrays.pop("labels", None)

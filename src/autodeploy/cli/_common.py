@@ -197,7 +197,7 @@ def csv_cell(value: Any) -> Any:
 
 #: ``--data`` and the image preprocessing flags, as every command that takes inputs reads them
 #: (bench, tune, bundle run, inhouse quantize, gate), in benchmark_app's words (autodeploy/images.py).
-DataOption = Annotated[str | None, typer.Option(help="Input data: .npz, a folder of NAME.npy (plus optional 'labels'), a folder "
+DataOption = Annotated[str | None, typer.Option(help="Input data: .npz, a .npy (a model with one input), a folder of NAME.npy (plus optional 'labels'), a folder "
                                                 "of images (subfolders: classes), or sample:images (crops of real photos).")]  # fmt: skip
 LayoutOption = Annotated[str | None, typer.Option(help="Image layout of the input, NCHW or NHWC (default: from the model).")]
 ReverseOption = Annotated[bool, typer.Option("--reverse-input-channels", help="Feed images as BGR, not RGB.")]

@@ -78,7 +78,7 @@ def bench(
         typer.Option(help="An input's batch axis, INPUT=AXIS (or INPUT=none: never batched); repeatable."),
     ] = None,
     data: Annotated[
-        list[str] | None, typer.Option(help="Input data: .npz, a folder of NAME.npy (plus optional 'labels'), a folder "
+        list[str] | None, typer.Option(help="Input data: .npz, a .npy (a model with one input), a folder of NAME.npy (plus optional 'labels'), a folder "
                                        "of images (subfolders: classes), or sample:images (crops of real photos). "
                                        "Images are resized to each --shape; for arrays of several shapes repeat "
                                        "--data, one per --shape in the same order (without --shape: one shape per --data).")

@@ -134,7 +134,7 @@ SETTINGS: tuple[Setting, ...] = (
           "or a :class:`~autodeploy.shapes.ShapeSet`: every config is measured at each shape and judged by the mix"),
     S("per_shape", "per_shape", bool, "With several shapes: one study and winner per shape (default: one config for the weighted mix).",
       doc="one study per shape: :func:`tune` refuses it with several shapes and names :func:`tune_per_shape`, which honours it"),
-    S("data", "data", str, "Input data: .npz, a folder of NAME.npy (optional 'labels'), a folder of images (subfolders: classes), or sample:images (crops of real photos).",
+    S("data", "data", str, "Input data: .npz, a .npy (one input), a folder of NAME.npy (optional 'labels'), a folder of images (subfolders: classes), or sample:images (crops of real photos).",
       to_config=_text),
     S("preprocess", "preprocess", object, None, flag=None, parse=_preprocess,
       doc="an :class:`~autodeploy.images.Preprocess` of the images, as for :func:`bench` (the CLI's four image flags)"),
