@@ -45,7 +45,7 @@ from autodeploy.accuracy.records import (
     cosine_for_drop,
     within,
 )
-from autodeploy.accuracy.rules import task_drops, worst_output
+from autodeploy.accuracy.rules import fraction, task_drops, worst_output
 from autodeploy.objectives import Objective
 
 #: A finalist whose median per-round ratio to the best is within this fraction of 1, and whose paired
@@ -223,7 +223,7 @@ def _accuracy_rejection(m: Measured, limits: Limits, accuracy: Accuracy | None, 
         if math.isnan(w.value):
             reason = f"{w.where}: NaN or inf ({budget})"
         else:
-            value = f"{w.value:.1f}" if w.measure.db else f"{w.value:.4g}"
+            value = f"{w.value:.1f}" if w.measure.db else fraction(w.value)
             unit = f" {w.unit}" if w.unit else ""
             own = w.measure.db and w.output.min_sqnr_db is not None  # the user's --accuracy limit
             evidence = w.evidence()

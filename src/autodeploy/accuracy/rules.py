@@ -273,15 +273,30 @@ def worst(
     tail = f" ({evidence})" if evidence else ""
     if w.measure.db:
         return f"{w.where}: {w.metric} {w.value:.1f} dB, limit {w.limit:.3g} dB" + tail
+    value = fraction(w.value)
     if w.measure.tokens and w.output.token_agreement is not None:
-        return f"{w.where}: {w.metric} {w.value:.4g} (token agreement {w.output.token_agreement:.4g})" + tail
+        return f"{w.where}: {w.metric} {value} (token agreement {fraction(w.output.token_agreement)})" + tail
     every = w.measure.every_flip(w.output)
     if w.measure.per_class and w.output.worst_class is not None:
-        return (f"{w.where}: {w.metric} {w.value:.4g} (class {w.output.worst_class}; cells unchanged "
-                f"{every:.4g})" + tail)  # fmt: skip
-    if every is not None and every != w.value:
-        return f"{w.where}: {w.metric} {w.value:.4g} where the reference decided (every flip: {every:.4g})" + tail
-    return f"{w.where}: {w.metric} {w.value:.4g}" + tail
+        return (f"{w.where}: {w.metric} {value} (class {w.output.worst_class}; cells unchanged "
+                f"{fraction(every)})" + tail)  # fmt: skip
+    if every is not None and every != w.value:  # both numbers under the names the JSON record gives them
+        return (f"{w.where}: {w.metric} {value} where the reference decided ({w.measure.field}; every flip: "
+                f"{fraction(every)}, {w.measure.every})" + tail)  # fmt: skip
+    return f"{w.where}: {w.metric} {value}" + tail
+
+
+def fraction(value: float | None) -> str:
+    """A fraction (an agreement, an F1, a cosine) in 4 significant digits, but never rounded up to 1 when it is
+    below: 0.999998 reads ``0.999998``, not ``1`` (which would say nothing changed)."""
+    if value is None or not math.isfinite(value):
+        return str(value)
+    text = f"{value:.4g}"
+    digits = 4
+    while value < 1 and float(text) >= 1 and digits < 15:
+        digits += 1
+        text = f"{value:.{digits}f}".rstrip("0")
+    return text
 
 
 def accuracy_drop(accuracy: Accuracy) -> float:

@@ -280,15 +280,15 @@ def judged_by(o: Any) -> str:
         return "-"
     measure = rules.output_measure(o)
     value = measure.value(o)
-    shown = f"{value:.1f} {measure.unit}" if measure.db else f"{value:.4g}"
+    shown = f"{value:.1f} {measure.unit}" if measure.db else rules.fraction(value)
     where = f" ({o.channels})" if o.channels else ""
     if measure.probability:
         where = f" at {o.decision_threshold:g}"
     if measure.tokens and o.token_agreement is not None:
-        where = f" (tokens {o.token_agreement:.4g})"
+        where = f" (tokens {rules.fraction(o.token_agreement)})"
     every = measure.every_flip(o)
-    if every is not None and every != value:
-        where = f" (every flip: {every:.4g})"
+    if every is not None and every != value:  # under the names the JSON record gives them
+        where = f" where the reference decided ({measure.field}; every flip: {rules.fraction(every)}, {measure.every})"
     if measure.db and o.error_max_abs is not None:  # the error in the output's own units
         where += f", max abs error {o.error_max_abs:.4g}"
     return f"{measure.name}: {measure.metric} {shown}{where}"
