@@ -403,16 +403,18 @@ def _why_not_screening_best(summary: StudySummary) -> str:
     objective = summary.objective
     if first.failure:
         return f"{first.label} led the screening but failed its re-measurement ({first.failure})"
+    if winner.baseline:  # one rule, both ways: the baseline stays unless beaten by more than the tie margin
+        from autodeploy.search.summary import baseline_name
+        from autodeploy.verdict import TIE_TOLERANCE
+
+        return (f"{first.label} led the screening; re-measured interleaved with {baseline_name(summary.to_dict())}, "
+                f"it reached {_stat_ci(first.statistic, first.ci, objective)} against the baseline's "
+                f"{_stat_ci(winner.statistic, winner.ci, objective)}: a config replaces the baseline only by beating it "
+                f"by more than the {TIE_TOLERANCE:.0%} tie margin (median of the per-round ratios), so the baseline stays")  # fmt: skip
     if first.label in summary.tie_with:
         return (f"{first.label} led the screening and ties with the winner when re-measured "
                 f"({_stat_ci(first.statistic, first.ci, objective)}): the cheaper config (fewer threads, then a "
                 "smaller batch) is preferred")  # fmt: skip
-    if winner.baseline:
-        from autodeploy.search.summary import baseline_name
-
-        return (f"{first.label} led the screening; {baseline_name(summary.to_dict())}, re-measured interleaved with the "
-                f"finalists as the baseline, was faster: {_stat_ci(winner.statistic, winner.ci, objective)} against "
-                f"{_stat_ci(first.statistic, first.ci, objective)}")  # fmt: skip
     return (f"{first.label} led the screening, but re-measured interleaved with the others over "
             f"{first.n_samples} samples it reached {_stat_ci(first.statistic, first.ci, objective)}, against the "
             f"winner's {_stat_ci(winner.statistic, winner.ci, objective)}: the short screening run flattered it")  # fmt: skip

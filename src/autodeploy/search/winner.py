@@ -4,7 +4,7 @@ Each finalist round gives each config one value. As costs (lower is better: :met
 Objective.cost`, so that a ratio of costs, the baseline's over a config's, is the speed-up of a time and of a
 rate alike) two configs are compared by the median of their per-round ratios, on the rounds in which neither
 ran under load. The leader beats every other config in most rounds; a config within TIE_TOLERANCE of it ties,
-and the cheapest of a tie wins; a config wholly behind it leaves the rounds (:func:`still_in`). The speed-up
+and the cheapest of a tie wins, unless the baseline is in it: then the baseline stays; a config wholly behind it leaves the rounds (:func:`still_in`). The speed-up
 over the baseline is the median of their per-round ratios with its order-statistic interval (:func:`speedups`);
 docs/architecture.md, "Measurement rules".
 """
@@ -31,8 +31,9 @@ def choose(name: str, objective: Objective, counts: dict[str, int], finalists: l
             statistic: str = rstats.P90) -> StudySummary:  # fmt: skip
     """The winner, paired by round: the leader (:func:`_leader`) on the finalists' per-round values;
     a finalist whose median per-round ratio to it is within TIE_TOLERANCE of 1, with a paired interval
-    holding 1 (or too few rounds for one), ties with it, and the cheapest of the tie wins. Two configs
-    are compared on the rounds in which neither ran under load (:func:`_pairing`).
+    holding 1 (or too few rounds for one), ties with it, and the cheapest of the tie wins; but where the baseline is
+    in the tie, it wins: a config replaces the file as given only by beating it by more than TIE_TOLERANCE. Two
+    configs are compared on the rounds in which neither ran under load (:func:`_pairing`).
 
     The baseline (ORT fp32 default) competes too: when nothing the search found beats it, it is the
     winner. The speed-up over it is the median of the per-round ratios, for ``statistic`` and, for a statistic
@@ -63,6 +64,14 @@ def choose(name: str, objective: Objective, counts: dict[str, int], finalists: l
 
     group = [candidates[best], *tied]
     winner = min(group, key=cost)
+    # The file as given stays unless the winner beats it by more than the tie margin (the median of the baseline's
+    # per-round ratios to it above 1 + TIE_TOLERANCE): a tie with the baseline never ships another config, which
+    # may be lossy (a bf16), whichever of the two led.
+    base = next((i for i, f in enumerate(candidates) if f.baseline), None)
+    if base is not None and winner is not candidates[base]:
+        r = pairs(base, next(i for i, f in enumerate(candidates) if f is winner))
+        if r.size and float(np.median(r)) <= 1 + TIE_TOLERANCE:
+            winner = candidates[base]
     n_rounds = sum(v is not None for v in winner.rounds)
     claim = n_rounds >= MIN_WINNER_ROUNDS
     ratios = speedups(baseline, winner, objective, statistic, claim) if baseline is not None else {}
