@@ -164,3 +164,19 @@ def test_rejected_configs_are_listed_closest_first_in_ten_lines_at_most(capsys, 
     assert listed == [f"  onnxruntime/fp32/b{b}/t2: peak memory {500 + b:.1f} MB > 500 MB" for b in range(1, 9)]
     assert lines[start + 1 + tune.REJECTED_SHOWN] == "  ... 4 more (see --format json)"
     assert tune.REJECTED_SHOWN + 2 <= 10
+
+
+def test_tune_says_why_the_baseline_stayed_in_the_tie_margins_words(env, capsys, monkeypatch):  # noqa: F811
+    """Issue 52 item 3: a baseline that stays over a config it ties with once read "was faster: 9.107 ms against
+    9.093 ms"; the line now states the one rule, with both numbers."""
+    best = _finalist("openvino/bf16/b1/t1", 9.093, (9.0, 9.2))
+    baseline = _finalist("onnxruntime/fp32/b1/t1", 9.107, (9.0, 9.2), baseline=True)
+    summary = StudySummary("s", "latency", {"complete": 4}, [best, baseline], baseline, speedup_vs_baseline=1.0,
+                           statistic="p90", speedups={"p90": Ratio(1.0, (0.99, 1.01), 0.75, 3)}, rounds=3)  # fmt: skip
+    monkeypatch.setattr(tune.api, "tune", _fake_tune(summary))
+    code, out, err = run(capsys, "tune", "m.onnx", "--name", "s")
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "openvino/bf16/b1/t1 led the screening; re-measured interleaved with" in text
+    assert "a config replaces the baseline only by beating it by more than the 3% tie margin" in text
+    assert "was faster" not in text
