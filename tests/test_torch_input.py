@@ -121,6 +121,26 @@ def test_an_op_without_onnx_translation_fails_in_one_line_naming_it(env):
     assert "\n" not in message and "autodeploy_test.twice" in message and "fix:" in message
 
 
+def test_a_program_torch_exports_but_cannot_save_fails_in_one_line_and_leaves_no_staging_file(env):
+    """Issue 52 items 1 and 15: a forward that rolls by ``round(self.shift.item() * bins)`` exports, and then
+    ``torch.export.save`` raised a multi-line error out of autodeploy, leaving ``.module-PID.pt2`` in the cache."""
+
+    class Roll(Net):
+        def __init__(self) -> None:
+            super().__init__()
+            self.shift = torch.nn.Parameter(torch.tensor(0.25))
+
+        def forward(self, x):
+            return torch.roll(super().forward(x), round(self.shift.item() * 5), dims=-1)
+
+    with pytest.raises(ModelError) as caught:
+        autodeploy.bench(Roll(), example_inputs=(torch.randn(2, 3, 8, 8),), timing=FAST, db=env[1])
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("torch.export.save cannot serialize the exported program")
+    assert "fix: compute Python numbers taken from tensors in forward" in message
+    assert not list((env[0] / "cache").rglob(".module-*"))  # nothing staged is left behind
+
+
 def test_a_pt2_with_a_pickled_entry_is_refused_before_torch_reads_it(tmp_path):
     good = _pt2(tmp_path / "net.pt2")
     check_archive(good)  # a plain program passes

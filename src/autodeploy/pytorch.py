@@ -206,7 +206,7 @@ def from_module(module: Any, example_inputs: Sequence[Any] | None, cache: Path, 
 
     Raises:
         UsageError: no example inputs.
-        ModelError: the export failed (one line naming the op).
+        ModelError: the export failed (one line naming the op), or torch cannot save what it exported.
     """
     import torch
 
@@ -226,7 +226,13 @@ def from_module(module: Any, example_inputs: Sequence[Any] | None, cache: Path, 
                              "(torch.export's own argument)") from None  # fmt: skip
     staging = cache / TORCH.under / f".module-{os.getpid()}.pt2"
     staging.parent.mkdir(parents=True, exist_ok=True)
-    torch.export.save(program, str(staging))
+    try:
+        torch.export.save(program, str(staging))
+    except Exception as exc:  # torch exported it but cannot write it (a SerializeError, an assertion inside it)
+        staging.unlink(missing_ok=True)  # a failed intake leaves nothing in the cache
+        raise ModelError(f"torch.export.save cannot serialize the exported program: {one_line(exc)}",
+                         fix="compute Python numbers taken from tensors in forward (.item(), round(), int()) once in "
+                             "__init__ instead, or export the ONNX yourself (torch.onnx.export) and give the .onnx") from None  # fmt: skip
     sha = _sha256(staging)
     pt2 = staging.with_name(f"module-{sha[:24]}.pt2")
     os.replace(staging, pt2)
