@@ -41,6 +41,7 @@ from autodeploy import sealed
 from autodeploy.child import ChildFailed, child_main, last_line, run_module
 from autodeploy.converters import ONNX_FILE, Converter
 from autodeploy.errors import ConversionError, one_line
+from autodeploy.formats import FORMATS
 from autodeploy.runtime import machine
 
 if TYPE_CHECKING:
@@ -50,6 +51,10 @@ CONVERTER = "tf2onnx"
 INSTALL = "pip install 'autodeploy[tflite]'"
 #: The ONNX opset written: 13 or later for ORT's per-channel int8, 17 for LayerNormalization.
 OPSET = 17
+#: Where a .tflite goes when tf2onnx cannot take it: the engine that reads the file as given. Not OpenVINO, whose
+#: own TFLite frontend stops on the same custom ops (MediaPipe's Convolution2DTransposeBias), so the two fixes
+#: would point at each other.
+GIVEN_FIX = f"run it on {FORMATS['tflite'].engine}, the engine that reads the file as given"
 #: A large model converts in tens of seconds; a hostile file may hang the converter.
 CONVERT_TIMEOUT_S = 600.0
 #: ONNX domains the engines that take the converted model run; an op outside them (or unknown to
@@ -116,7 +121,7 @@ def as_onnx(model: ModelInfo, cache: Path) -> ModelInfo:
         raise ConversionError(f"{CONVERTER} renamed the tensors of {model.path.name}: inputs "
                               f"{sorted(theirs[0])}, outputs {sorted(theirs[1])} in its ONNX, "
                               f"{list(model.input_names)} and {list(model.output_names)} in the file; "
-                              "fix: run it on tflite or openvino, which read the file itself")  # fmt: skip
+                              f"fix: {GIVEN_FIX}")  # fmt: skip
     note = f"{model.path.name} converted to ONNX by {CONVERTER} {record[CONVERTER]} (opset {record['opset']})"
     return replace(model, path=converted.path, sha256=converted.sha256, opset=converted.opset,
                    external_files=(), format="onnx", source=record, notes=(*model.notes, note))  # fmt: skip
@@ -153,11 +158,11 @@ def _convert_in_child(tflite: Path, folder: Path, bound: dict[str, Any]) -> None
     except ChildFailed as failed:
         if failed.timed_out:  # kept with its timeout: a hostile file hangs again, every run
             _refuse(folder, bound, f"{CONVERTER} did not convert {tflite.name} within {CONVERT_TIMEOUT_S:g} s; it "
-                    "was stopped; fix: run it on tflite or openvino", timeout_s=CONVERT_TIMEOUT_S)  # fmt: skip
+                    f"was stopped; fix: {GIVEN_FIX}", timeout_s=CONVERT_TIMEOUT_S)  # fmt: skip
         if failed.reported:  # the converter's own reason: this file fails so with this tf2onnx
             _refuse(folder, bound, failed.reason)
         raise ConversionError(f"{CONVERTER} could not convert {tflite.name}: {one_line(failed.reason)}; "
-                              "fix: run it on tflite or openvino, which read the file itself") from None  # fmt: skip
+                              f"fix: {GIVEN_FIX}") from None  # fmt: skip
     TF2ONNX.seal(folder, bound)
 
 
@@ -213,12 +218,11 @@ def convert(tflite: Path, folder: Path) -> dict[str, Any]:
         proto, _ = tf2onnx_convert.from_tflite(str(tflite), opset=OPSET)
     except Exception as exc:
         raise ConversionError(f"{CONVERTER} could not convert {tflite.name}: {last_line(exc)[:300]}; "
-                              "fix: run it on tflite or openvino, which read the file itself") from None  # fmt: skip
+                              f"fix: {GIVEN_FIX}") from None  # fmt: skip
     left = unconverted(proto)
     if left:
         raise ConversionError(f"{CONVERTER} has no ONNX conversion for TFLite op{'s' * (len(left) > 1)} "
-                              f"{', '.join(left)} of {tflite.name}; fix: run it on tflite or openvino, which read "
-                              "the file itself")  # fmt: skip
+                              f"{', '.join(left)} of {tflite.name}; fix: {GIVEN_FIX}")  # fmt: skip
     record = {"framework": "tflite", "converter": f"{CONVERTER}.convert.from_tflite", CONVERTER: tf2onnx.__version__,
               "tensorflow": tf.__version__, "opset": OPSET}  # fmt: skip
     tmp = folder / f".model.{os.getpid()}.onnx"

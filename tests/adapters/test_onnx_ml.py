@@ -70,7 +70,7 @@ def test_an_openvino_conversion_failure_heads_with_the_op_and_its_reason(tmp_pat
         registry.get("openvino").build(info, TrialConfig("openvino"), None, tmp_path / "work", target=probe_device())
     line = headline(reason(err.value))
     assert line.startswith("ConversionError: openvino could not convert scaler.onnx: No conversion rule found for "
-                           "operations: ai.onnx.ml.Scaler; fix: run it on another engine"), line  # fmt: skip
+                           "operations: ai.onnx.ml.Scaler; fix: run it on onnxruntime, which reads the file as given"), line  # fmt: skip
     assert "unconverted_ops_report.cpp" in reason(err.value)  # the whole reason is kept below it
 
 

@@ -45,6 +45,7 @@ from autodeploy.adapters.base import (
     require_quantized,
 )
 from autodeploy.errors import BuildError, ConversionError, UnsupportedConfigError
+from autodeploy.formats import FORMATS
 from autodeploy.model import copy_unchanged
 from autodeploy.runtime import machine
 from autodeploy.runtime import openvino as rt
@@ -264,8 +265,11 @@ def _convert(model: ModelInfo, outdir: Path) -> Any:
         lines = [line.strip().lstrip("- ") for line in str(exc).splitlines() if line.strip()]
         ops = [line for line in lines if line.startswith(("No conversion rule found for", "Conversion is failed for"))]
         why = "; ".join(ops) or (lines[-1] if lines else type(exc).__name__)
-        raise ConversionError(f"openvino could not convert {model.path.name}: {why}; fix: run it on another engine "
-                              f"(onnxruntime)\n{type(exc).__name__}: {exc}") from exc  # fmt: skip
+        # The engine that surely reads the file: the format's own (LiteRT for a .tflite, which ONNX Runtime reaches
+        # only through tf2onnx, which stops on the same custom ops), else ONNX Runtime.
+        other = FORMATS[model.format].engine if model.format in FORMATS else "onnxruntime"
+        raise ConversionError(f"openvino could not convert {model.path.name}: {why}; fix: run it on {other}, which "
+                              f"reads the file as given\n{type(exc).__name__}: {exc}") from exc  # fmt: skip
     finally:
         if source != model.path:
             source.unlink(missing_ok=True)
