@@ -98,8 +98,13 @@ def test_an_export_that_fixes_the_batch_to_1_fails_its_verdict_against_pytorch(e
     assert stored.result.failure_kind == "conversion" and not stored.result.accuracy.passed
     assert "PyTorch" in stored.result.failure_message or stored.model.source["reference"] == "module"
     # a model whose items are independent loses nothing by the same fixed axis
-    fixed = autodeploy.bench(Net(), example_inputs=(torch.randn(1, 3, 8, 8),), threads=1, timing=FAST, db=db)
+    with pytest.warns(UserWarning, match="export takes a batch of 1 only, so no batch is searched") as said:
+        fixed = autodeploy.bench(Net(), example_inputs=(torch.randn(1, 3, 8, 8),), threads=1, timing=FAST, db=db)
     assert fixed.ok and fixed.result.accuracy.passed, fixed.result.failure_message
+    # Issue 52 item 4: the fixed batch is said (a warning and the model's notes), and the model takes its class's name
+    assert any("give example_inputs with a batch of 2 or more" in str(w.message) for w in said)
+    assert fixed.model.name == "Net" and any("batch of 1 only" in n for n in fixed.model.notes)
+    assert {r.model_name for r in Store.open(db).trials(TrialFilter())} == {"Centred", "Net"}  # not module-<hash>
 
 
 def test_an_op_without_onnx_translation_fails_in_one_line_naming_it(env):

@@ -13,6 +13,7 @@ brings data and a ``--data`` that may hold images need all three.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -91,8 +92,18 @@ def _from_pytorch(pt2: Path, fixed: Mapping[str, tuple[int, ...]], cache_dir: Pa
     if progress is not None:
         progress(f"exporting {pt2.name} to ONNX ({pytorch.EXPORTER}, first use only)")
     onnx_path, source = pytorch.to_onnx(pt2, cache_dir or zoo.zoo_dir().parent)
-    info = load_model(onnx_path, fixed, name=pt2.stem)
-    source = {**source, "reference": "module"} if module is not None else source
+    # A live module is named after its class (its .pt2 in the cache is named after its hash)
+    info = load_model(onnx_path, fixed, name=pt2.stem if module is None else type(module).__name__)
+    if module is not None:
+        source = {**source, "reference": "module"}
+        if info.fixed_batch() == 1:  # torch.export fixed the batch axis of a batch-1 example to 1: say so
+            note = (f"{info.name}'s export takes a batch of 1 only, so no batch is searched: torch.export fixes an "
+                    "axis whose example size is 1 (its 0/1 specialization); give example_inputs with a batch of 2 "
+                    "or more to search batches")  # fmt: skip
+            info = replace(info, notes=(*info.notes, note))
+            warnings.warn(f"autodeploy: {note}", stacklevel=2)
+            if progress is not None:
+                progress(note)
     return ResolvedModel(replace(info, source=source), module=module)
 
 
