@@ -197,3 +197,38 @@ def test_bench_takes_the_same_accuracy_budget_as_tune(env):
     assert strict.failure_kind == "conversion" and not strict.accuracy.passed  # its fp32 breaks the model
     assert loose.ok and loose.accuracy.passed
     assert strict.accuracy.outputs[0].cosine == pytest.approx(loose.accuracy.outputs[0].cosine)  # the same outputs
+
+
+class _Terminal:
+    """A stderr that says it is a terminal, and keeps what is written to it."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.lines += [line for line in text.splitlines() if line]
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_the_api_shows_progress_on_a_terminal_and_stays_quiet_elsewhere(env, monkeypatch, capsys):
+    """Issue 52 item 5: without reporter=/progress= the API was silent for minutes."""
+    tmp_path, db = env
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    summary = autodeploy.tune("zoo:tiny-cnn", engines=["onnxruntime"], precisions=["fp32"], threads=[1], trials=1,
+                              config=SMALL_FINALISTS, min_samples=64, min_duration_s=0.1, db=db, name="shown")  # fmt: skip
+    assert summary.winner is not None
+    assert all(line.startswith("autodeploy: ") for line in terminal.lines) and len(terminal.lines) >= 3
+    assert "autodeploy: screening: 1 trials" in terminal.lines and any("trial 1/1 done" in x for x in terminal.lines)
+    stored = autodeploy.bench("zoo:tiny-cnn", threads=1, timing=FAST, db=db)
+    assert stored.ok and any("starting worker" in line for line in terminal.lines)
+    monkeypatch.undo()  # stderr back to pytest's capture, which is no terminal: nothing is printed
+    monkeypatch.setenv("AUTODEPLOY_CACHE", str(tmp_path / "cache"))
+    autodeploy.bench("zoo:tiny-cnn", threads=1, timing=FAST, db=db)
+    assert "autodeploy:" not in capsys.readouterr().err

@@ -23,7 +23,6 @@ from autodeploy.api._common import (
     prepare_inputs,
     python_call,
     pytorch_model,
-    silent,
     with_data,
 )
 from autodeploy.data import Dataset, shapes_from_data
@@ -38,6 +37,7 @@ from autodeploy.model import ModelInfo
 from autodeploy.objectives import DEFAULT_SCENARIO, SCENARIOS, scenario_of
 from autodeploy.results_db.records import StoredTrial
 from autodeploy.runtime.device import DeviceInfo
+from autodeploy.search.reporter import default as default_reporter
 from autodeploy.shapes import ShapeCase, ShapeSet
 
 if TYPE_CHECKING:
@@ -227,7 +227,7 @@ def bench_shapes(
         One stored trial per case, in the set's order.
     """
     request = BenchRequest.of(request, config, keywords)
-    report = request.progress or silent
+    report = request.progress or default_reporter().phase  # lines on stderr where it is a terminal, else silent
     shape_set = ShapeSet.of(request.shapes)
     command = request.command or python_call("bench_shapes", model,
                                              **{**request.given(), "shapes": shape_set.to_config()})  # fmt: skip

@@ -33,6 +33,7 @@ from autodeploy.search import config as study_config
 from autodeploy.search import settings as study_settings
 from autodeploy.search.config import StudyConfig
 from autodeploy.search.reporter import Reporter
+from autodeploy.search.reporter import default as default_reporter
 from autodeploy.shapes import ShapeSet
 
 if TYPE_CHECKING:
@@ -55,7 +56,8 @@ def tune(model: str | Path | None = None, *, config: str | Path | Mapping[str, A
         db: a results database URL or an open :class:`~autodeploy.results_db.store.Store` (left open).
         storage: the Optuna storage URL shared by workers (default: the results database).
         cache: the cache folder (default :func:`cache_dir`).
-        reporter: progress hooks (:class:`~autodeploy.search.reporter.Reporter`); default silent.
+        reporter: progress hooks (:class:`~autodeploy.search.reporter.Reporter`); default one line a step on stderr
+            where it is a terminal, else silent (:func:`autodeploy.search.reporter.default`).
         command: what to record as the command that reproduces the study (default: this call).
         **settings: the study's settings, listed below (:data:`autodeploy.search.settings.SETTINGS`): each
             overrides its key in ``config``, which overrides the defaults.
@@ -77,7 +79,7 @@ def tune(model: str | Path | None = None, *, config: str | Path | Mapping[str, A
         raise UsageError(
             "no model given", fix="pass a model (an .onnx path or zoo:NAME), or `model` in the config"
         )
-    reporter, cache, resume = reporter or Reporter(), cache or cache_dir(), bool(values.get("resume"))
+    reporter, cache, resume = reporter or default_reporter(), cache or cache_dir(), bool(values.get("resume"))
     model, module = pytorch_model(model, example_inputs, dynamic_shapes, batch_dim, cache)
     command = command or python_call("tune", model, config=config, **values)
     # 1. the config as asked: the YAML read once, the arguments over it
