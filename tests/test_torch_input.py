@@ -146,6 +146,20 @@ def test_a_program_torch_exports_but_cannot_save_fails_in_one_line_and_leaves_no
     assert not list((env[0] / "cache").rglob(".module-*"))  # nothing staged is left behind
 
 
+def test_torch_symbols_never_reach_a_shape_line(env, capsys):
+    """Issue 52 item 7: a dim exported as ``batch`` read ``s77`` in every shape line (``--shape ... does not fit input
+    'x' (s77x3x8x8)``): the exported ONNX names it ``batch``, and torch's other symbols ``INPUT_dimAXIS``."""
+    import onnx
+
+    tmp_path, _ = env
+    code, out, err = run_cli(capsys, "bench", str(_pt2(tmp_path / "net.pt2")), "--shape", "x=1x3x9x9")
+    assert code == 2 and "does not fit input 'x' (batchx3x8x8)" in err, err
+    (exported,) = (tmp_path / "cache").rglob("model.onnx")
+    dims = [d.dim_param for value in onnx.load(str(exported), load_external_data=False).graph.input
+            for d in value.type.tensor_type.shape.dim if d.dim_param]  # fmt: skip
+    assert dims == ["batch"]
+
+
 def test_a_pt2_with_a_pickled_entry_is_refused_before_torch_reads_it(tmp_path):
     good = _pt2(tmp_path / "net.pt2")
     check_archive(good)  # a plain program passes

@@ -170,6 +170,32 @@ def export_program(program: Any, folder: Path) -> None:
         raise ModelError(f"{EXPORTER} {what}: {one_line(exc)}",
                          fix="rewrite that part with ops ONNX has, or register a translation "
                              "(torch.onnx.export(custom_translation_table=...)) and pass the .onnx") from None  # fmt: skip
+    readable_dims(folder / ONNX_FILE)
+
+
+#: torch.export's names for its symbolic sizes (``s77``), which an exported ONNX keeps as its dims' names.
+_TORCH_SYMBOL = re.compile(r"^s\d+$")
+
+
+def readable_dims(path: Path) -> None:
+    """Rename torch's symbols (``s77``) among ``path``'s dim names, which every shape line would show (``s77x1024``):
+    a symbol on axis 0 of an input is ``batch``, any other ``INPUT_dimAXIS`` of the first input that has it. The
+    same symbol keeps one name wherever it appears (outputs, value infos). The weights are not read or rewritten."""
+    import onnx
+
+    proto = onnx.load(str(path), load_external_data=False)
+    names: dict[str, str] = {}
+    for value in proto.graph.input:
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if _TORCH_SYMBOL.match(dim.dim_param) and dim.dim_param not in names:
+                names[dim.dim_param] = "batch" if axis == 0 and "batch" not in names.values() else f"{value.name}_dim{axis}"
+    if not names:
+        return
+    for value in (*proto.graph.input, *proto.graph.output, *proto.graph.value_info):
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param in names:
+                dim.dim_param = names[dim.dim_param]
+    onnx.save(proto, str(path))
 
 
 def failing_op(text: str) -> str | None:
