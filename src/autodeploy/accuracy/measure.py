@@ -447,10 +447,7 @@ def bins_agreement(got: np.ndarray, ref: np.ndarray, tolerance: float, sigmoid: 
         x = x.astype(np.float64)
         if sigmoid:
             return 0.5 * (1.0 + np.tanh(0.5 * x))  # the logistic function, without overflow
-        if x.min(initial=0.0) >= 0 and x.max(initial=0.0) <= 1:
-            return x
-        e = np.exp(x - x.max(axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True)
+        return x if x.min(initial=0.0) >= 0 and x.max(initial=0.0) <= 1 else _softmax(x)
 
     p, q = probabilities(got), probabilities(ref)
     voiced_p = p.reshape(-1, p.shape[-1]).max(axis=-1) > DEFAULT_DECISION_THRESHOLD
@@ -490,9 +487,14 @@ def _probabilities(ref: np.ndarray) -> np.ndarray:
     """The reference's values where its last-axis rows sum to 1, else their softmax (logits)."""
     probs = ref.astype(np.float64)
     if not (probs.min(initial=0.0) >= 0 and np.allclose(probs.sum(axis=-1), 1.0, atol=1e-3)):
-        probs = np.exp(probs - probs.max(axis=-1, keepdims=True))
-        probs /= probs.sum(axis=-1, keepdims=True)
+        probs = _softmax(probs)
     return probs
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    """The softmax of float64 logits over the last axis."""
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def _class_changes(got: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
