@@ -47,3 +47,26 @@ def test_openvino_refusing_a_custom_op_points_at_litert_not_back_at_onnx_runtime
         engine.build(info, TrialConfig("openvino"), None, tmp_path / "work", target=probe_device())
     line = headline(str(caught.value))
     assert "fix: run it on tflite, which reads the file as given" in line and "onnxruntime" not in line, line
+
+
+def test_bench_learns_a_failed_conversion_and_fails_the_next_precision_at_once(selfie, tmp_path):
+    """Issue 52 item 11: ``bench`` paid for a conversion that had already failed, once per precision; a study prunes
+    the engine's other precisions at once. Now the stored failure (with the engine version that failed) is learned."""
+    import autodeploy
+    from autodeploy.results_db.store import Store
+
+    engine = registry.get("openvino")
+    if not engine.probe(probe_device()).available:
+        pytest.skip(str(engine.probe(probe_device())))
+    db, cache = f"sqlite:///{tmp_path / 'r.db'}", tmp_path / "cache"
+    first = autodeploy.bench(selfie, engine="openvino", precision="fp32", db=db, cache=cache)
+    assert first.result.failure_kind == "build_failed" and first.result.engine_version, first.result
+    with pytest.raises(ConversionError) as caught:
+        autodeploy.bench(selfie, engine="openvino", precision="fp16", db=db, cache=cache)
+    line = str(caught.value)
+    assert f"in trial {first.id} (openvino/fp32" in line and "Convolution2DTransposeBias" in line, line
+    assert "run it on tflite" in caught.value.fix and "--retry-conversion" in caught.value.fix
+    with Store.open(db) as store:
+        assert store.count_trials() == 1  # nothing run, nothing stored
+    again = autodeploy.bench(selfie, engine="openvino", precision="fp16", db=db, cache=cache, retry_conversion=True)
+    assert again.id != first.id and again.result.failure_kind == "build_failed"

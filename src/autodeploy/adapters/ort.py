@@ -307,11 +307,31 @@ def _quantize(model: ModelInfo, method: str, calibration: Mapping[str, np.ndarra
         raise
     except Exception as exc:
         raise BuildError(
-            f"onnxruntime {method} int8 quantization failed: {type(exc).__name__}: {exc}"
+            f"onnxruntime {method} int8 quantization failed{_where_quantizer_failed(exc)}: {type(exc).__name__}: {exc}",
+            fix="try another int8 (--engine inhouse or openvino: their own quantizers)"
+            + (", or --knob quant_method=dynamic" if method == "static" else ""),
         ) from exc
     finally:
         prepared.unlink(missing_ok=True)
         out.with_name("opset13.onnx").unlink(missing_ok=True)
+
+
+def _where_quantizer_failed(exc: BaseException) -> str:
+    """`` at node NAME (OP)`` or `` at tensor NAME``: what ORT's quantizer was working on when it raised, read
+    from the innermost frame of its traceback that holds one (its loops name them ``node`` and ``tensor_name``);
+    an exception from numpy deep inside names neither, and the user needs the op to act."""
+    import onnx
+
+    tb, found = exc.__traceback__, ""
+    while tb is not None:
+        scope = tb.tb_frame.f_locals
+        node, tensor = scope.get("node"), scope.get("tensor_name")
+        if isinstance(node, onnx.NodeProto):
+            found = f" at node {node.name or '(unnamed)'} ({node.op_type})"
+        elif isinstance(tensor, str) and tensor:
+            found = f" at tensor {tensor}"
+        tb = tb.tb_next
+    return found
 
 
 def _own_biases(path: Path) -> None:

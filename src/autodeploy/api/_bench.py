@@ -27,15 +27,15 @@ from autodeploy.api._common import (
 )
 from autodeploy.data import Dataset, shapes_from_data
 from autodeploy.device import probe_device
-from autodeploy.errors import EngineUnavailableError, UsageError
-from autodeploy.harness.result import TrialResult
+from autodeploy.errors import ConversionError, EngineUnavailableError, UsageError
+from autodeploy.harness.result import CONVERSION_PREFIX, TrialResult, conversion_failed, headline
 from autodeploy.harness.run import HarnessSettings, run_trial
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.images import Preprocess
 from autodeploy.intake import ResolvedModel, inputs_record, load_source, resolve_model
 from autodeploy.model import ModelInfo
 from autodeploy.objectives import DEFAULT_SCENARIO, SCENARIOS, scenario_of
-from autodeploy.results_db.records import StoredTrial
+from autodeploy.results_db.records import StoredTrial, TrialFilter
 from autodeploy.runtime.device import DeviceInfo
 from autodeploy.search.reporter import default as default_reporter
 from autodeploy.shapes import ShapeCase, ShapeSet
@@ -83,6 +83,9 @@ class BenchRequest:
             ``num_requests`` in flight, default the engine's optimum), ``multi-stream`` (latency with
             ``num_requests`` in flight) or ``server`` (highest Poisson rate whose p99 meets ``sla_ms``).
         sla_ms: the p99 bound of the ``server`` scenario (required there).
+        retry_conversion: convert again although this engine's conversion of this model failed before (same engine
+            version, device, shapes and build knobs, a stored trial): by default such a bench fails at once, in one
+            line naming that trial, as a study prunes every precision of it.
         db: a results database URL or an open :class:`~autodeploy.results_db.store.Store` (left
             open); default ``$AUTODEPLOY_DB`` or the user SQLite file.
         cache: the cache folder (default :func:`cache_dir`).
@@ -115,6 +118,7 @@ class BenchRequest:
     memory_cap_mb: int | None = None
     scenario: str = DEFAULT_SCENARIO.name
     sla_ms: float | None = None
+    retry_conversion: bool = False
     # Where it runs and reports; not part of the command that reproduces it.
     db: str | Store | None = None
     cache: Path | None = None
@@ -231,7 +235,7 @@ def bench_shapes(
     shape_set = ShapeSet.of(request.shapes)
     command = request.command or python_call("bench_shapes", model,
                                              **{**request.given(), "shapes": shape_set.to_config()})  # fmt: skip
-    cache = request.cache or cache_dir()
+    cache = Path(request.cache) if request.cache else cache_dir()  # a str from a user is a path too
     check_metric(request.metric, request.max_metric_drop)  # a bad --metric fails now, in one line
     # 1. resolve the model (a zoo model is built on first use), then fix it at each shape
     model, module = pytorch_model(model, example_inputs, dynamic_shapes, batch_dim, cache)  # an nn.Module: a .pt2
@@ -247,11 +251,14 @@ def bench_shapes(
     # 2. probe the device and check the config runs here, at every shape, before any work
     device = probe_device()
     for info, _ in cases:
-        _check_runs_here(device, info, trial_config, request.accuracy)
+        version = _check_runs_here(device, info, trial_config, request.accuracy)
     settings = replace(_bench_settings(request, cache), peaks=peaks_of(device, cache, report))  # share of peak
     # 3. open the store before measuring: a bad database fails in a second, not after a run
     stored = []
     with open_store(request.db) as store:
+        if not request.retry_conversion:  # a conversion that failed here before fails at once, as tune prunes it
+            for case, (info, _) in zip(shape_set.cases, cases, strict=True):
+                _check_not_failed_before(store, info, device, trial_config, version, case.key())
         for case, source, (info, dataset) in zip(shape_set.cases, sources, cases, strict=True):
             at = f" at {case.key()}" if case.shapes and shape_set.several else ""
             # 4. prepare the data (each shape has its own inputs and reference)
@@ -272,9 +279,9 @@ def bench_shapes(
 
 def _check_runs_here(
     device: DeviceInfo, info: ModelInfo, config: TrialConfig, accuracy: Sequence[str]
-) -> None:
+) -> str | None:
     """The engine runs here, its precision and knobs exist, every dynamic dim is fixed, and ``--accuracy`` names real
-    outputs.
+    outputs. Returns the engine's version (``None`` where it does not say).
 
     Raises:
         EngineUnavailableError: the engine cannot run on this machine (nothing is run or stored).
@@ -292,6 +299,35 @@ def _check_runs_here(
     if unknown:
         raise UsageError(f"--accuracy names output(s) {unknown} the model does not have",
                          fix=f"name one of its outputs: {', '.join(info.output_names)}")  # fmt: skip
+    return availability.version or engine.probe_version()
+
+
+def _check_not_failed_before(store: Store, info: ModelInfo, device: DeviceInfo, config: TrialConfig,
+                             version: str | None, shape_key: str) -> None:  # fmt: skip
+    """Fail at once where a stored trial shows this engine's conversion of this model failing here, with this
+    engine version, at these shapes and with these build knobs: every precision needs that conversion, so a bench
+    of another precision would pay for it again only to fail the same way (a study prunes them: ``search/screening``).
+
+    Raises:
+        ConversionError: naming the trial that failed and its reason, with ``retry_conversion`` as the fix.
+    """
+    if version is None:
+        return
+    build_knobs = registry.get(config.engine).build_knobs
+    mine = {k: v for k, v in config.knobs.items() if k in build_knobs}
+    rows = store.trials(TrialFilter(model_sha256=info.sha256, device=device.fingerprint, engines=(config.engine,),
+                                    engine_version=version, shape_key=shape_key, status="failed",
+                                    newest_first=True))  # fmt: skip
+    for row in rows:
+        theirs = {k: v for k, v in row.config.knobs.items() if k in build_knobs}
+        if row.failure_kind == "build_failed" and conversion_failed(row.failure_message) and theirs == mine:
+            why, _, fix = headline(row.failure_message).removeprefix(CONVERSION_PREFIX).partition("; fix: ")
+            raise ConversionError(
+                f"{config.engine} {version} could not convert {info.name} in trial {row.id} ({row.config.label()}), "
+                f"and every precision of it needs that conversion: {why}",
+                fix=f"{fix or 'bench another engine'}; or pass --retry-conversion (retry_conversion=True) to convert "
+                "again",
+            )
 
 
 def _bench_settings(request: BenchRequest, cache: Path) -> HarnessSettings:

@@ -117,7 +117,7 @@ def gate(
     settings = GateSettings(rounds=rounds, metrics=metrics, criteria=criteria, against_db=against_db)
     policy = TimingPolicy(warmup_min_calls=10, warmup_max_s=2.0, min_samples=calls, min_duration_s=duration_s,
                           max_duration_s=max(30.0, 4 * duration_s))  # fmt: skip
-    cache = cache or cache_dir()
+    cache = Path(cache) if cache else cache_dir()
     harness = HarnessSettings(workdir=cache / "work", policy=policy, timeout_s=timeout_s, seed=seed)
     config = TrialConfig(engine=engine, precision=precision, batch=batch, threads=threads)
     device = probe_device()

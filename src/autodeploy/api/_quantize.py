@@ -69,7 +69,7 @@ def quantize(
 
     report = progress or silent
     # 1. the model and what calibrates it: the user's data, else the zoo model's own, else synthetic
-    resolved = resolve_model(model, None, cache_dir=cache or cache_dir(), progress=report)
+    resolved = resolve_model(model, None, cache_dir=Path(cache) if cache else cache_dir(), progress=report)
     given = load_source(data, resolved.info, preprocess)
     inputs = choose_inputs(resolved.info, given, resolved, items=items, seed=1)
     # 2. the passes, then the quantizer, in a worker; the model is written only when it succeeded

@@ -79,7 +79,7 @@ def tune(model: str | Path | None = None, *, config: str | Path | Mapping[str, A
         raise UsageError(
             "no model given", fix="pass a model (an .onnx path or zoo:NAME), or `model` in the config"
         )
-    reporter, cache, resume = reporter or default_reporter(), cache or cache_dir(), bool(values.get("resume"))
+    reporter, cache, resume = reporter or default_reporter(), Path(cache) if cache else cache_dir(), bool(values.get("resume"))
     model, module = pytorch_model(model, example_inputs, dynamic_shapes, batch_dim, cache)
     command = command or python_call("tune", model, config=config, **values)
     # 1. the config as asked: the YAML read once, the arguments over it

@@ -110,6 +110,7 @@ def bench(
     ] = None,
     scenario: Annotated[str, typer.Option(help=SCENARIO_HELP)] = DEFAULT_SCENARIO.name,
     sla_ms: Annotated[float | None, typer.Option(help="p99 bound in ms of the server scenario (required there).")] = None,
+    retry_conversion: Annotated[bool, typer.Option(help="Convert again although this engine's conversion of the model failed in a stored trial here (by default: fail at once, naming it).")] = False,
     format: FormatOption = Format.table,
 ) -> None:
     """Measure one engine/precision/batch/threads config in an isolated worker and store the result."""
@@ -121,8 +122,8 @@ def bench(
         preprocess=preprocess_of(layout, reverse_input_channels, mean_values, scale_values),
         pins=parse_input_pins(input or []), metric=metric, max_metric_drop=max_metric_drop,
         max_accuracy_drop=max_accuracy_drop, accuracy=tuple(accuracy or ()), timing=timing, timeout_s=timeout,
-        build_timeout_s=build_timeout, memory_cap_mb=memory_cap_mb, scenario=scenario, sla_ms=sla_ms, db=db,
-        command=command_line(),
+        build_timeout_s=build_timeout, memory_cap_mb=memory_cap_mb, scenario=scenario, sla_ms=sla_ms,
+        retry_conversion=retry_conversion, db=db, command=command_line(),
     )  # fmt: skip
     with spinner() as show:
         records = api.bench_shapes(model, request=request, progress=show)

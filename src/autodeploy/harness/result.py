@@ -15,6 +15,7 @@ from typing import Any
 
 from autodeploy.accuracy.records import Accuracy
 from autodeploy.adapters.base import TrialConfig
+from autodeploy.errors import ConversionError
 from autodeploy.harness.load import Load
 from autodeploy.harness.stats import LatencyStats, insufficient
 from autodeploy.roofline import Roofline
@@ -41,6 +42,17 @@ def reason(exc: BaseException) -> str:
         lines = [*lines[:REASON_LINES], f"... {len(lines) - REASON_LINES} more lines"]
     text = "\n".join(lines)
     return f"{type(exc).__name__}: {text}".rstrip(": ")
+
+
+#: How a stored failure reason (:func:`reason`) starts where the engine's conversion failed: every precision of the
+#: engine needs that conversion, so a study prunes them all and a bench of another precision fails at once.
+CONVERSION_PREFIX = f"{ConversionError.__name__}: "
+
+
+def conversion_failed(message: str | None) -> bool:
+    """A stored failure (``"ConversionError: ..."``, or a study's ``"build_failed: ConversionError: ..."``) is the
+    engine's conversion failing, not one precision's build."""
+    return CONVERSION_PREFIX in (message or "")
 
 
 def headline(message: str | None) -> str:

@@ -324,8 +324,8 @@ def prepare(
             built = run_worker(spec, settings.build_timeout_s, settings.memory_cap_mb, progress)
             if built.status != "ok":
                 failure = (built.failure_kind or "build_failed", built.failure_message or "")
-                return Prepared(uid, config, scenario, None, failure=failure, synthetic=data.synthetic,
-                                note=data.note)
+                return Prepared(uid, config, scenario, None, engine_version=built.payload.get("engine_version"),
+                                failure=failure, synthetic=data.synthetic, note=data.note)  # fmt: skip
             artifact = Path(built.payload["artifact_path"])
             distrust = _distrusted(artifact, built.payload, measured)
             if distrust is None:
@@ -379,7 +379,7 @@ def measure(prepared: Prepared, settings: HarnessSettings, progress: Progress | 
     note = {"inputs": prepared.note or SYNTHETIC_NOTE} if prepared.synthetic else {}
     if prepared.spec is None:
         kind, message = prepared.failure or ("build_failed", "not built")
-        return TrialResult.failed(uid, config, kind, message, extra=note)
+        return TrialResult.failed(uid, config, kind, message, engine_version=prepared.engine_version, extra=note)
     spec = prepared.spec
     if known is not None:
         spec = replace(spec, accuracy=asdict(known.accuracy), accuracy_from=known.uid)

@@ -48,6 +48,7 @@ class _Failed(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+        self.engine_version: str | None = None  # a failed build says which engine version failed (bench learns it)
 
 
 def _step(kind: str, fn: Callable[[], Any]) -> Any:
@@ -105,12 +106,16 @@ class _Job:
             # Every engine builds from a private copy, read without following links and checked
             # against the intake hash: what the reference judged is what gets built.
             model = _step("build_failed", lambda: _private_copy(self.model, Path(private)))
-            artifact = _step(
-                "build_failed",
-                lambda: self.engine.build(model, self.config, calibration, Path(self.spec.workdir),
-                                          calibration_hash=self.spec.calibration_sha256, version=version,
-                                          target=probe_device()),
-            )  # fmt: skip
+            try:
+                artifact = _step(
+                    "build_failed",
+                    lambda: self.engine.build(model, self.config, calibration, Path(self.spec.workdir),
+                                              calibration_hash=self.spec.calibration_sha256, version=version,
+                                              target=probe_device()),
+                )  # fmt: skip
+            except _Failed as failed:
+                failed.engine_version = version
+                raise
         return {
             "artifact_path": str(artifact.path),
             "artifact_reused": artifact.reused,
@@ -412,7 +417,8 @@ def main(argv: list[str]) -> int:
         payload = modes[spec.mode]()
         result = {"status": "ok", **{k: _serialize(v) for k, v in payload.items()}}
     except _Failed as failure:
-        result = {"status": "failed", "failure_kind": failure.kind, "failure_message": str(failure)}
+        result = {"status": "failed", "failure_kind": failure.kind, "failure_message": str(failure),
+                  "engine_version": failure.engine_version}  # fmt: skip
     tmp = result_path.with_name(result_path.name + ".tmp")
     tmp.write_text(json.dumps(result))
     os.replace(tmp, result_path)

@@ -10,9 +10,9 @@ from autodeploy.accuracy.records import Accuracy
 from autodeploy.accuracy.rules import CONVERSION_FACTOR, conversion_fault
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
-from autodeploy.errors import ConversionError, TrialFailed
+from autodeploy.errors import TrialFailed
 from autodeploy.harness import load as machine_load
-from autodeploy.harness.result import headline
+from autodeploy.harness.result import conversion_failed, headline
 from autodeploy.harness.run import run_trial
 from autodeploy.harness.stats import latency_claim
 from autodeploy.results_db.records import TrialFilter
@@ -111,7 +111,7 @@ def screen(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial, space: S
             verb = "built" if kind == "build_failed" else "loaded"
             _bury(trial, memory, artifact, f"trial {trial.number} {verb} the same artifact and failed: "
                   f"{measured.failure}")  # fmt: skip
-            if f"{kind}: {ConversionError.__name__}: " in (measured.failure or ""):  # shared by every precision
+            if conversion_failed(measured.failure):  # shared by every precision
                 reason = f"trial {trial.number}: {measured.failure}; every precision of {config.engine} needs that conversion"
                 trial.set_user_attr("broken_conversion", reason)
                 memory.break_conversion(config, reason)
