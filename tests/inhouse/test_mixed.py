@@ -9,6 +9,7 @@ here is the harness's own (:func:`autodeploy.accuracy.measure.compare` on held-o
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import onnx
@@ -17,11 +18,15 @@ import pytest
 from autodeploy.accuracy.measure import compare, producers, readers
 from autodeploy.adapters import registry
 from autodeploy.adapters.base import TrialConfig
+from autodeploy.data import Dataset
 from autodeploy.device import probe_device
 from autodeploy.errors import UnsupportedConfigError
+from autodeploy.harness.run import HarnessSettings, prepare_data, run_trial
+from autodeploy.harness.timing import TimingPolicy
 from autodeploy.inhouse.quantize import QuantConfig, mixed, quantize
 from autodeploy.inhouse.quantize.evidence import Target, feeders, head, static_shapes
 from autodeploy.inhouse.quantize.run import run
+from autodeploy.inhouse.search_time import STOPPED_KEY, stopped_note, time_limit
 from autodeploy.model import load_model
 from tests.inhouse.detector import CLASS_CHANNELS, CLASS_HEAD, TRUNK, detector, images
 
@@ -164,3 +169,46 @@ def test_nncf_ignored_scope_is_built_from_the_evidence(tmp_path):
     convolutions = {op.get_friendly_name(): op for op in ir.get_ops() if op.get_type_name() == "Convolution"}
     fed = {name: op.input_value(0).get_node().get_type_name() for name, op in convolutions.items()}
     assert fed["cls_conv/WithoutBiases"] != "FakeQuantize" and fed["trunk_conv/WithoutBiases"] == "FakeQuantize"
+
+
+def test_the_search_stops_at_its_time_limit_with_the_best_it_found():
+    """Issue 52 item 14: the build count alone let one search of a pose model run 13 minutes (a build judged a
+    minute). Inside a time limit the search asks for no build once the time is up, keeps the best passing config
+    found by then, and says which limit stopped it."""
+    model = detector()
+    shapes = static_shapes(model, CAL)
+    nodes = [n.name for n in model.graph.node if n.op_type in ("Conv", "Concat", "Reshape")]
+
+    def build(keep):
+        time.sleep(0.2)  # a slow build: the clock, not the count, ends this search
+        return tuple(keep)
+
+    def judge(keep):  # passes once cls_conv is float
+        return "cls_conv" in keep, {}, () if "cls_conv" in keep else (CLASSES,)
+
+    def effects(layers, targets):
+        return {u: (1.0 if "cls_conv" in u else 0.1) for u in layers}
+
+    unbounded = mixed.find(model, nodes, build, judge, shapes=shapes, effects=effects)
+    assert unbounded.stopped_s is None and unbounded.builds > 2
+    with time_limit(0.3):  # all-int8 (0.2 s), then the head (0.4 s): no build after that
+        cut = mixed.find(model, nodes, build, judge, shapes=shapes, effects=effects)
+    assert cut.stopped_s == 0.3 and cut.builds == 2 < unbounded.builds
+    assert cut.passed and "cls_conv" in cut.kept, "the head passed: it is what the search had found"
+    with time_limit(0.0):
+        nothing = mixed.find(model, nodes, build, judge, shapes=shapes, effects=effects)
+    assert nothing.stopped_s == 0.0 and nothing.builds == 1 and not nothing.passed and nothing.kept == ()
+
+
+def test_a_build_says_where_the_clock_stopped_its_float_search(tmp_path):
+    """The harness's limit reaches the build worker, the artifact records it, and the trial's result carries it."""
+    model = _info(tmp_path)
+    settings = HarnessSettings(workdir=tmp_path / "work", policy=TimingPolicy(min_samples=8, min_duration_s=0.05),
+                               float_search_s=0.0)  # fmt: skip
+    assert settings.search_s() == 0.0 and HarnessSettings(workdir=tmp_path, build_timeout_s=100).search_s() == 25.0
+    data = prepare_data(model, settings, data=Dataset({"x": X}))
+    result = run_trial(model, TrialConfig("inhouse", "int8", threads=1), data, settings)
+    # judged: all-int8, and the build with its clipped ranges widened (tried before the search, not a float set)
+    assert result.extra[STOPPED_KEY] == 0.0 and result.extra["float_builds"] == 2, result.extra
+    assert result.failure_kind == "inaccurate", "all-int8 breaks the class channels, and nothing was searched"
+    assert "stopped at its time limit (0 s" in stopped_note(result.extra)

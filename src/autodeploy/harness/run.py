@@ -104,6 +104,18 @@ class HarnessSettings:
     #: This device's peak GOP/s per precision (``harness/peaks.py``): each measurement's share of its
     #: precision's peak is read against them; ``None``: GOP/s only, no share.
     peaks: Peaks | None = None
+    #: Seconds an int8 build's float-layer search may spend (every engine's: ``inhouse/quantize/mixed.py``), and
+    #: at most :data:`FLOAT_SEARCH_SHARE` of ``build_timeout_s``, which a study's time budget caps.
+    float_search_s: float = 300.0
+
+    def search_s(self) -> float:
+        """What a build's float-layer search may spend: its own limit, within its share of the build's."""
+        return min(self.float_search_s, self.build_timeout_s * FLOAT_SEARCH_SHARE)
+
+
+#: The share of a build's time limit that its float-layer search may take: the build ends with the best config
+#: the search found, never killed mid-search, and a study's other configs keep the rest of its time.
+FLOAT_SEARCH_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -505,5 +517,6 @@ def _spec(
         metric=settings.metric,
         max_metric_drop=settings.max_metric_drop,
         accuracy_overrides=tuple(settings.accuracy_overrides),
+        search_s=settings.search_s() if mode == "build" else None,
         **extra,
     )

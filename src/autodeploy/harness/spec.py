@@ -48,6 +48,8 @@ class WorkerSpec:
     #: and batch by trial ``accuracy_from``; the worker reuses it instead of comparing again.
     accuracy: dict[str, Any] | None = None
     accuracy_from: str | None = None
+    #: build mode: seconds an int8 float-layer search may spend (``HarnessSettings.search_s``; ``None``: no limit).
+    search_s: float | None = None
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))

@@ -40,6 +40,7 @@ from autodeploy.harness.spec import WorkerSpec
 from autodeploy.harness.stats import MIN_SAMPLES_P99, summarize
 from autodeploy.harness.supervisor import die_with_parent
 from autodeploy.harness.timing import TimingPolicy, time_calls
+from autodeploy.inhouse.search_time import STOPPED_KEY, time_limit
 from autodeploy.model import ModelInfo, copy_unchanged
 from autodeploy.objectives import scenario_of
 
@@ -107,12 +108,13 @@ class _Job:
             # against the intake hash: what the reference judged is what gets built.
             model = _step("build_failed", lambda: _private_copy(self.model, Path(private)))
             try:
-                artifact = _step(
-                    "build_failed",
-                    lambda: self.engine.build(model, self.config, calibration, Path(self.spec.workdir),
-                                              calibration_hash=self.spec.calibration_sha256, version=version,
-                                              target=probe_device()),
-                )  # fmt: skip
+                with time_limit(self.spec.search_s):  # an int8 float-layer search stops there with its best
+                    artifact = _step(
+                        "build_failed",
+                        lambda: self.engine.build(model, self.config, calibration, Path(self.spec.workdir),
+                                                  calibration_hash=self.spec.calibration_sha256, version=version,
+                                                  target=probe_device()),
+                    )  # fmt: skip
             except _Failed as failed:
                 failed.engine_version = version
                 raise
@@ -208,6 +210,9 @@ class _Job:
                       **({"accuracy_reused_from": self.spec.accuracy_from} if self.spec.accuracy is not None else {}),
                       # converted by autodeploy (a .tflite through tf2onnx): the converter and its version
                       **({"source": artifact.meta["source"]} if artifact.meta.get("source") else {}),
+                      # its int8 float-layer search stopped at its time limit: the limit and the builds it judged
+                      **({STOPPED_KEY: artifact.meta[STOPPED_KEY], "float_builds": artifact.meta.get("float_builds")}
+                         if artifact.meta.get(STOPPED_KEY) is not None else {}),
                       **extra},
         }
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,6 +35,7 @@ import onnx
 
 from autodeploy.inhouse.quantize import evidence, qdq
 from autodeploy.inhouse.quantize.evidence import Target
+from autodeploy.inhouse.search_time import out_of_time
 
 if TYPE_CHECKING:
     from autodeploy.accuracy.records import OutputAccuracy
@@ -66,6 +67,8 @@ class Found:
     evidence: tuple[str, ...] = ()
     builds: int = 0
     ranking: dict[str, float] = field(default_factory=dict)
+    #: The time limit (:func:`autodeploy.inhouse.search_time.time_limit`) that stopped the search; ``None``: it finished.
+    stopped_s: float | None = None
 
 
 def failing(
@@ -189,7 +192,7 @@ def find(
         floatable: The nodes the head may keep float (default ``nodes``): an engine's quantizer takes any op
             (ONNX Runtime quantizes a ``Split``, which the in-house placements never do).
     """
-    calls = 0
+    calls, stopped = 0, None
 
     def judged(keep: Sequence[str]) -> tuple[Any, Judged]:
         nonlocal calls
@@ -215,19 +218,21 @@ def find(
     kept_ok = layered if floatable is None else set(floatable)
     head = units(model, [n.name for n in model.graph.node if n.name in mine and n.name in kept_ok])
     head_nodes = tuple(n for u in head for n in u)
-    found_head = None
-    if head and sum(n in layered for n in head_nodes) <= cap:  # the cap counts quantizable ops only
+    found_head, stopped = None, out_of_time()
+    if head and sum(n in layered for n in head_nodes) <= cap and stopped is None:  # the cap counts quantizable ops only
         got, (ok, got_score, _) = judged(head_nodes)
         why = f"the head of {_joined(told)}, which all-int8 failed ({_worst(score)})"
         found_head = Found(got, head_nodes, ok, got_score, dict.fromkeys(head_nodes, why), told, calls)
     if mode == "head":
-        return _counted(found_head or int8, calls)
+        return _counted(found_head or int8, calls, stopped_s=stopped)
     if found_head is not None and found_head.passed and len(head) == 1:
         return _counted(found_head, calls)
     feeding = evidence.feeders(model, targets, shapes)
     pool = head if found_head is not None and found_head.passed else [u for u in layers if any(n in feeding for n in u)]
-    if effects is None or not pool:
-        return _counted(found_head if found_head is not None and found_head.passed else int8, calls)
+    stopped = stopped or out_of_time()
+    if effects is None or not pool or stopped is not None:
+        best = found_head if found_head is not None and found_head.passed else int8
+        return _counted(best, calls, stopped_s=stopped if pool else None)
     harm = effects(pool, targets)
     ranked = sorted(pool, key=lambda u: -harm[u])
     why = {u: f"rank {i + 1} of {len(ranked)} by its effect on {_joined(told)}" + (" (its head)" if u in head else "")
@@ -237,9 +242,11 @@ def find(
         tried[len(ranked)] = found_head  # the whole head passes: its fewest layers are looked for
 
     def holds(k: int) -> bool | None:
-        """Whether the ``k`` most harmful layers float pass; None once the budget is spent."""
+        """Whether the ``k`` most harmful layers float pass; None once the budget (builds or time) is spent."""
+        nonlocal stopped
         if k not in tried:
-            if calls >= budget:
+            stopped = out_of_time()
+            if calls >= budget or stopped is not None:
                 return None
             keep = tuple(n for u in ranked[:k] for n in u)
             got, (ok, got_score, _) = judged(keep)
@@ -250,7 +257,7 @@ def find(
     while limit > 1 and sum(len(u) for u in ranked[:limit]) > cap:
         limit -= 1
     if not holds(limit):  # even the cap fails (or no build is left): floats would cost speed and not pass
-        return _counted(int8, calls, harm, ranked)
+        return _counted(int8, calls, harm, ranked, stopped)
     k = 1
     while k < limit and holds(k) is False:
         k *= 2
@@ -262,14 +269,14 @@ def find(
             break
         lo, hi = (lo, mid) if held else (mid + 1, hi)
     fewest = min(k for k, f in tried.items() if f.passed)
-    return _counted(tried[fewest], calls, harm, ranked)
+    return _counted(tried[fewest], calls, harm, ranked, stopped)
 
 
 def _counted(f: Found, calls: int, harm: Mapping[tuple[str, ...], float] | None = None,
-             ranked: Sequence[tuple[str, ...]] = ()) -> Found:  # fmt: skip
-    """``f`` with the builds judged and the ranking (node -> its layer's harm)."""
+             ranked: Sequence[tuple[str, ...]] = (), stopped_s: float | None = None) -> Found:  # fmt: skip
+    """``f`` with the builds judged, the ranking (node -> its layer's harm) and the time limit that stopped it."""
     ranking = {n: round(float(harm[u]), 6) for u in ranked for n in u} if harm else {}
-    return Found(f.candidate, f.kept, f.passed, f.score, f.reasons, f.evidence, calls, ranking)
+    return replace(f, builds=calls, ranking=ranking, stopped_s=stopped_s)
 
 
 def _joined(parts: Sequence[str]) -> str:

@@ -66,6 +66,8 @@ class QuantReport:
     evidence: tuple[str, ...] = ()
     #: Tensors whose clipped range the fallback widened to the observed min/max (they feed the failing channels).
     unclipped: int = 0
+    #: The time limit that stopped the float-layer search before it was done (:func:`autodeploy.inhouse.search_time.time_limit`).
+    search_stopped_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -97,6 +99,7 @@ class QuantReport:
             "budget_met": self.budget_met,
             "evaluations": self.evaluations,
             **({"not_quantized": dict(self.not_quantized)} if self.not_quantized else {}),
+            **({"search_stopped_s": self.search_stopped_s} if self.search_stopped_s is not None else {}),
         }
 
     @classmethod
@@ -109,7 +112,7 @@ class QuantReport:
             agreement_final=d["agreement_final"], budget_met=d["budget_met"], evaluations=d["evaluations"],
             not_quantized=d.get("not_quantized", {}), biases_corrected=d["biases_corrected"], smoothed=d["smoothed"],
             ranking=d.get("ranking", ""), reasons=d.get("kept_float_why", {}), evidence=tuple(d.get("evidence", ())),
-            unclipped=d.get("unclipped", 0),
+            unclipped=d.get("unclipped", 0), search_stopped_s=d.get("search_stopped_s"),
         )  # fmt: skip
 
 
@@ -204,6 +207,7 @@ def quantize(
         reasons=found.reasons,
         evidence=found.evidence,
         unclipped=unclipped,
+        search_stopped_s=found.stopped_s,
     )
     return final, report
 

@@ -18,6 +18,7 @@ import onnx
 
 from autodeploy.inhouse.quantize import calibrate, evidence, fallback, mixed, qdq
 from autodeploy.inhouse.quantize.common import QuantConfig, calibration_batches, opset_13
+from autodeploy.inhouse.search_time import STOPPED_KEY
 
 
 def float_scope(
@@ -89,4 +90,5 @@ def record(found: mixed.Found, widened: bool = False) -> dict[str, Any]:
         "float_evidence": list(found.evidence),
         "float_builds": found.builds + widened,
         **({"float_ranges": "min/max"} if widened else {}),
+        **({STOPPED_KEY: found.stopped_s} if found.stopped_s is not None else {}),
     }

@@ -1,0 +1,71 @@
+"""Int8 builds on real models that a user was left alone with (issue 52).
+
+Item 15, first half: ONNX Runtime's static int8 failed on a pitch model's graph with numpy's bare "the truth value
+of an array ... is ambiguous": no op named, no fix. The build's line now names the tensor or node ORT's quantizer
+was working on (read from its own traceback) and the int8 routes that do not go through it. The graph that tripped
+ORT is not in the corpus (nothing here reproduces it), so the fault is put into ORT's own scale computation on a
+real model: basic-pitch's calibration range of one tensor arrives as two values instead of one, and numpy raises its
+genuine error inside ``compute_scale_zp``, as it did for the user.
+
+Item 14: in-house int8's float-layer search ran 13 minutes in one bench of a pose model. The harness gives each
+build's search a time limit (a share of the build's, which a study's time budget caps); the trial says it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autodeploy.adapters import registry
+from autodeploy.adapters.base import TrialConfig
+from autodeploy.data import Dataset
+from autodeploy.device import probe_device
+from autodeploy.errors import BuildError
+from autodeploy.harness.run import HarnessSettings, prepare_data, run_trial
+from autodeploy.harness.timing import TimingPolicy
+from autodeploy.inhouse.search_time import STOPPED_KEY, stopped_note
+from autodeploy.model import load_model
+from tests.realmodels.corpus import MODELS, pitch_windows
+
+pytestmark = pytest.mark.slow
+
+
+def _basic_pitch(folder):
+    path = next(m for m in MODELS if m.name == "basic-pitch").extract(folder)
+    if isinstance(path, str):
+        pytest.skip(path)
+    return path
+
+
+def test_ort_static_int8_crash_names_the_tensor_and_a_route_around(monkeypatch, corpus_dir, tmp_path):
+    from onnxruntime.quantization import qdq_quantizer
+
+    path = _basic_pitch(corpus_dir)
+    original, hit = qdq_quantizer.compute_scale_zp, []
+
+    def two_valued_range(rmin, rmax, *args, **kwargs):
+        if not hit:  # the first activation's range, as a non-scalar: numpy refuses `scale >= 0` itself
+            hit.append(True)
+            rmin, rmax = np.stack([rmin, rmin]), np.stack([rmax, rmax])
+        return original(rmin, rmax, *args, **kwargs)
+
+    monkeypatch.setattr(qdq_quantizer, "compute_scale_zp", two_valued_range)
+    with pytest.raises(BuildError) as caught:
+        registry.get("onnxruntime").build(load_model(path), TrialConfig("onnxruntime", "int8"), pitch_windows(4),
+                                          tmp_path / "work", target=probe_device())  # fmt: skip
+    line = str(caught.value)
+    assert hit and "ambiguous" in line and "\n" not in line, line
+    assert "quantization failed at tensor " in line, line  # what ORT was quantizing, by name
+    assert "fix: try another int8 (--engine inhouse or openvino" in line and "quant_method=dynamic" in line, line
+
+
+def test_inhouse_int8s_float_search_stops_at_the_builds_time_limit_and_the_trial_says_so(corpus_dir, tmp_path):
+    # all-int8 fails basic-pitch's note decisions (the corpus: F1 0.57); with no time to search, nothing is searched
+    model = load_model(_basic_pitch(corpus_dir))
+    settings = HarnessSettings(workdir=tmp_path / "work", policy=TimingPolicy(min_samples=8, min_duration_s=0.05),
+                               float_search_s=0.0)  # fmt: skip
+    data = prepare_data(model, settings, data=Dataset(pitch_windows(8)))
+    result = run_trial(model, TrialConfig("inhouse", "int8", threads=1), data, settings)
+    assert result.failure_kind == "inaccurate", result.failure_message
+    assert result.extra[STOPPED_KEY] == 0.0 and result.extra["float_builds"] <= 2, result.extra
+    assert stopped_note(result.extra).startswith("the int8 float-layer search stopped at its time limit (0 s")
