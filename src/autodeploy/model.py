@@ -20,7 +20,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,19 @@ class TensorSpec:
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
 
 
+#: Ops that carry int8 arithmetic: ONNX's QDQ and QOperator forms, ORT's dynamic and contrib forms,
+#: OpenVINO's FakeQuantize/FakeConvert. An "int8" artifact with none of them is the fp32 graph; a model file with
+#: some is int8 already (:attr:`ModelInfo.int8_ops`).
+INT8_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
+            "QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul", "QGemm", "QAttention",
+            "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QLinearSigmoid", "QLinearGlobalAveragePool",
+            "QLinearConcat", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearAveragePool", "FakeQuantize",
+            "FakeConvert")  # fmt: skip
+#: The int8 ops that compute their activations' scale from the tensor they get, at every call (ONNX Runtime's
+#: ``quantize_dynamic``): over every item of a batch at once, so an item's outputs depend on the batch it runs in.
+PER_CALL_SCALE_OPS = ("DynamicQuantizeLinear", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM")
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """A validated ONNX model: where it is, its identity and its interface.
@@ -87,6 +100,24 @@ class ModelInfo:
     #: the exporter and its version, the source file and its SHA-256, and which PyTorch model is the
     #: accuracy reference (``reference``: ``program`` or ``module``). Empty for a model taken as given.
     source: Mapping[str, Any] = field(default_factory=dict)
+    #: The int8 ops (:data:`INT8_OPS`) the model file already holds, op type -> count: its fp32 config runs them as
+    #: they are, and no engine's int8 has anything left to quantize (:meth:`already_int8`). Empty for most models.
+    int8_ops: Mapping[str, int] = field(default_factory=dict)
+
+    def already_int8(self) -> str | None:
+        """Why an engine's int8 has nothing to do here: the model is int8 already (its ops named), else ``None``."""
+        if not self.int8_ops:
+            return None
+        kinds = sorted(self.int8_ops, key=lambda op: -self.int8_ops[op])
+        more = len(kinds) - 3
+        shown = ", ".join(f"{op} x{self.int8_ops[op]}" for op in kinds[:3]) + (f" and {more} more kind{'s' * (more > 1)}"
+                                                                                  if more > 0 else "")  # fmt: skip
+        how = "ONNX Runtime dynamic quantization" if self.scales_per_call() else "int8 ops"
+        return f"the model is int8 already ({how}: {shown}); its fp32 config runs them as they are"
+
+    def scales_per_call(self) -> bool:
+        """Whether the model computes its activations' int8 scales at every call (:data:`PER_CALL_SCALE_OPS`)."""
+        return any(op in self.int8_ops for op in PER_CALL_SCALE_OPS)
 
     def input(self, name: str) -> TensorSpec:
         for spec in self.inputs:
@@ -226,6 +257,7 @@ class ModelInfo:
             "shape_ranges": {k: [list(lo), list(hi)] for k, (lo, hi) in self.shape_ranges.items()},
             "format": self.format,
             **({"source": dict(self.source)} if self.source else {}),
+            **({"int8_ops": dict(self.int8_ops)} if self.int8_ops else {}),
         }
 
     @classmethod
@@ -247,6 +279,7 @@ class ModelInfo:
             shape_ranges={k: (tuple(lo), tuple(hi)) for k, (lo, hi) in d.get("shape_ranges", {}).items()},
             format=d.get("format", "onnx"),
             source=dict(d.get("source", {})),
+            int8_ops=dict(d.get("int8_ops", {})),
         )
 
 
@@ -337,6 +370,10 @@ def load_model(
     checker_note = _check(path)
     inputs, outputs, notes = _specs(proto)
     notes = (*notes, checker_note) if checker_note else notes
+    int8_ops: dict[str, int] = {}
+    for node in proto.graph.node:
+        if node.op_type in INT8_OPS:
+            int8_ops[node.op_type] = int8_ops.get(node.op_type, 0) + 1
     if not inputs or not outputs:
         what = "inputs (every graph input is an initializer)" if not inputs else "outputs"
         raise ModelError(f"{path} has no {what}; there is nothing to benchmark", fix="re-export the model")
@@ -350,7 +387,13 @@ def load_model(
         opset=opset,
         external_files=external,
         notes=notes,
+        int8_ops=int8_ops,
     )
+    if info.already_int8():  # said once: why int8 is not offered, and why batching changes its outputs
+        per_call = ("; it computes its activations' int8 scales at every call, over every item of the batch, so an "
+                    "item's outputs depend on the batch it runs in: its reference runs one item a call, and a batch "
+                    "above 1 is judged against each item alone") if info.scales_per_call() else ""  # fmt: skip
+        info = replace(info, notes=(*info.notes, f"{info.already_int8()}, and no engine's int8 is offered{per_call}"))
     return _with_shapes(_with_batch_axes(info, batch_axes or {}), shapes or {})
 
 

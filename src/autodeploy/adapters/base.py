@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from autodeploy.errors import BuildError, UnsupportedConfigError, UsageError
+from autodeploy.model import INT8_OPS
 from autodeploy.runtime import machine
 from autodeploy.runtime.base import IO, MAX_REQUESTS, Runner
 
@@ -78,13 +79,6 @@ def int8_saturates(device: DeviceInfo) -> bool:
     return device.arch.lower() in _X86 and not any(device.has(flag) for flag in INT8_DOT_ISA)
 
 
-#: Ops that carry int8 arithmetic: ONNX's QDQ and QOperator forms, ORT's dynamic and contrib forms,
-#: OpenVINO's FakeQuantize/FakeConvert. An "int8" artifact with none of them is the fp32 graph.
-INT8_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
-            "QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul", "QGemm", "QAttention",
-            "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QLinearSigmoid", "QLinearGlobalAveragePool",
-            "QLinearConcat", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearAveragePool", "FakeQuantize",
-            "FakeConvert")  # fmt: skip
 #: Ops a "no op of kinds ..." line leaves out: they move or name values, none computes.
 _PLUMBING = ("Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Cast", "Shape",
              "Gather", "Slice", "Constant", "Parameter", "Result", "Convert")  # fmt: skip
@@ -389,6 +383,10 @@ class Engine(ABC):
     #: :meth:`peak_call`. The others leave it False: the in-house engine runs on these, TensorRT on a GPU, and
     #: LiteRT would need an onnx2tf conversion of each kernel.
     peak_kernels: ClassVar[bool] = False
+    #: Its int8 quantizes the model (calibrating on the user's data), so a model that is int8 already
+    #: (:meth:`ModelInfo.already_int8 <autodeploy.model.ModelInfo.already_int8>`) is offered none. False for
+    #: TensorRT, whose int8 is the flag that runs a model quantized already (QDQ) in int8.
+    int8_quantizes: ClassVar[bool] = True
 
     # -- public API: checks, then hooks -------------------------------------------------
 
@@ -405,6 +403,10 @@ class Engine(ABC):
     def space(self, target: DeviceInfo, model: ModelInfo) -> EngineSpace:
         """Precisions and knobs this engine supports on ``target`` for ``model`` (with :data:`SERVING_KNOBS`)."""
         offered = self._space(target, model)
+        already = model.already_int8() if "int8" in offered.precisions and self.int8_quantizes else None
+        if already:  # nothing left to quantize: one reason for every engine, before any build
+            offered = replace(offered, precisions=tuple(p for p in offered.precisions if p != "int8"),
+                              unsupported={**offered.unsupported, "int8": f"{already}; int8 would quantize nothing more"})  # fmt: skip
         return replace(offered, knobs={**SERVING_KNOBS, **offered.knobs})
 
     def unreadable(self, model: ModelInfo) -> str | None:

@@ -55,7 +55,6 @@ import numpy as np
 from autodeploy.accuracy.records import DEFAULT_MAX_ACCURACY_DROP
 from autodeploy.adapters import ort
 from autodeploy.adapters.base import (
-    INT8_OPS,
     NATIVE_ISA,
     ONNX_ML,
     Artifact,
@@ -70,6 +69,7 @@ from autodeploy.adapters.base import (
 from autodeploy.adapters.ort import EXECUTION_MODES, MODEL_FILE, OPT_LEVELS
 from autodeploy.errors import BuildError, UnsupportedConfigError
 from autodeploy.inhouse.placement import PLACEMENTS
+from autodeploy.model import INT8_OPS
 from autodeploy.runtime import machine
 
 if TYPE_CHECKING:

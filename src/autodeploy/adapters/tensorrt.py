@@ -64,6 +64,7 @@ class TensorRTEngine(Engine):
     extra = "tensorrt"
     modules = ("tensorrt", "cuda")
     runner_extras = ("cuda-python",)  # the runtime drives CUDA through it
+    int8_quantizes = False  # its int8 runs a QDQ model's quantization: the one way TensorRT 10 takes int8
     triton = TritonBackend("tensorrt", platform="tensorrt_plan", kind="KIND_GPU", max_batch_floor=MIN_MAX_BATCH)
     runtime = rt.__name__
     packages = rt.PACKAGES

@@ -208,7 +208,8 @@ def reference(
         raise TrialFailed("run_failed", "the PyTorch module's own outputs (the reference) were not computed; "
                           "fix: pass the nn.Module to autodeploy.bench or autodeploy.tune again")  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
-    batch = 8 if model.batchable() else (model.fixed_batch() or 1)
+    # a model that scales its int8 activations per call is run one item a call: each item as it is alone
+    batch = 8 if model.batchable() and not model.scales_per_call() else (model.fixed_batch() or 1)
     engine = baseline_config(model.format).engine
     spec = _spec("reference", model, TrialConfig(engine, batch=batch), data, settings,
                  output_path=str(out), evaluation_path=str(path))  # fmt: skip
