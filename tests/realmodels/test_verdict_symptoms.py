@@ -239,3 +239,28 @@ def test_a_pitch_salience_declared_bins_is_judged_by_the_pitch_it_decodes_to(pho
     whole_bin = {**ref, contour: np.roll(salience, 1, axis=-1)}
     line = rules.worst(compare(whole_bin, ref, **facts.of(contour)).outputs)
     assert f"--accuracy {contour}=bins[:TOLERANCE]" in line and "decoded value agrees at" in line
+
+
+def test_the_worst_line_names_the_group_that_moved_most_and_every_other_failing_output(photos, corpus_dir):
+    """Issue 52 item 10: the ``worst:`` headline named the lowest-dB channel group even when it was nearly constant
+    (a pose model's 6 auxiliary values, max 0.41, at -2.1 dB) while x and y of the same output moved 285 px, and named
+    one failing output while another (a person mask whose IoU fell to 0.40) went unsaid. Here the iris model's eye
+    contours: their depths (the small group, 7 px at most) get noise of half their spread, and one crop's points
+    move 20 px (31% of the 64 px crop); the iris itself moves 2 px."""
+    path, ref = _held_out("mediapipe-iris-landmark", photos, corpus_dir)
+    facts = _facts_of_tflite(path, corpus_dir)
+    eyes, iris = "output_eyes_contours_and_brows", "output_iris"
+    depths = [c for c in range(ref[eyes].shape[1]) if np.abs(ref[eyes][:, c]).max() < 10]  # the z of each point
+    moved = ref[eyes].copy()
+    moved[:, depths] += np.random.default_rng(0).normal(0, 0.5 * ref[eyes][:, depths].std(), (ITEMS, len(depths)))
+    moved[0, [c for c in range(ref[eyes].shape[1]) if c % 3 != 2]] += 20.0  # one crop's x and y
+    shifted = ref[iris].copy()
+    shifted[:, 0:2] += 2.0
+    acc = compare({eyes: moved, iris: shifted}, ref, producers=facts.producers, readers=facts.readers)
+    (o,) = [x for x in acc.outputs if x.name == eyes]
+    assert o.error_max_abs < 10 and o.moved_max_abs == pytest.approx(20.0, abs=1e-3), (o.error_max_abs, o.moved_max_abs)
+    line = rules.worst(acc.outputs)
+    assert line.startswith(f"output {eyes!r}, {o.channels}: error SNR"), line  # the worst group by its SQNR ...
+    assert f"moved most: {o.moved_channels}, max abs error 20 in the output's units" in line  # ... and the 20 px
+    assert f"also failing: output {iris!r}: error " in line and "of its scale on average" in line, line
+    assert rules.worst([x for x in acc.outputs if x.name == iris]).count("also failing") == 0

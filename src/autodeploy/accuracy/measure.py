@@ -401,7 +401,7 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts
         return replace(base, error_mean_share=mean_share, error_max_share=max_share)
     if measure.cosine_limit:
         return replace(base, kind=kind)
-    db, where, part = _worst_group(got, ref, centred=measure.centred)  # an SQNR: about zero, or each group's mean
+    db, where, part, moved = _worst_group(got, ref, centred=measure.centred)  # an SQNR: about zero, or each group's mean
     errors = np.abs(got[part].astype(np.float64) - ref[part].astype(np.float64)).ravel()
     if measure == REGRESSION:  # each item's error against the scale of its quantity (the crop its points are in)
         axis = channel_axis(ref)
@@ -421,7 +421,8 @@ def _compare_one(name: str, got: np.ndarray, ref: np.ndarray, found: OutputFacts
         cells = float(np.mean(np.argmax(got, axis=-1) == np.argmax(ref, axis=-1)))
     finite = errors.size and np.all(np.isfinite(errors))
     return replace(base, kind=kind, sqnr_db=db, channels=where, min_sqnr_db=threshold, logit_f1=logit_f1,
-                   cell_agreement=cells,
+                   cell_agreement=cells, moved_channels=moved[0] if moved else None,
+                   moved_max_abs=moved[1] if moved else None,
                    error_max_abs=float(errors.max()) if finite else None,
                    error_p99_abs=float(np.percentile(errors, 99)) if finite else None)  # fmt: skip
 
@@ -718,21 +719,36 @@ def _channels_text(channels: list[int]) -> str:
     return f"{len(channels)} channels ({shown}{', ...' if len(channels) > 5 else ''})"
 
 
-def _worst_group(got: np.ndarray, ref: np.ndarray, centred: bool = False) -> tuple[float, str | None, tuple]:
-    """The worst channel group's SQNR, which group it is (``None`` for a single-group output), and the index of
-    its slice. ``centred`` (the ``regression`` kind): about each group's mean, the groups by range (:func:`range_groups`)."""
+def _worst_group(got: np.ndarray, ref: np.ndarray, centred: bool = False
+                 ) -> tuple[float, str | None, tuple, tuple[str, float] | None]:  # fmt: skip
+    """The worst channel group's SQNR, which group it is (``None`` for a single-group output), the index of
+    its slice, and the group that moved most in the output's own units where that is another group (its channels and
+    its max abs error; ``None`` where the worst moved most). ``centred`` (the ``regression`` kind): about each group's
+    mean, the groups by range (:func:`range_groups`).
+
+    The lowest SQNR can be a nearly constant group's (a pose model's auxiliary values, max 0.41, at -2.1 dB) while
+    another group of the same output moved 285 px: the line names both."""
     axis = channel_axis(ref)
     if axis is None:
-        return sqnr_db(got, ref, centred), None, ()
+        return sqnr_db(got, ref, centred), None, (), None
     groups = range_groups(ref, axis) if centred else [list(range(a, b + 1)) for a, b in channel_groups(ref, axis)]
     found = []
     for channels in groups:
         part = (slice(None),) * axis + (np.array(channels),)
-        found.append((sqnr_db(got[part], ref[part], centred), channels, part))
-    db, channels, part = min(found, key=lambda x: (not math.isnan(x[0]), x[0]))
+        found.append((sqnr_db(got[part], ref[part], centred), channels, part, _max_error(got[part], ref[part])))
+    db, channels, part, error = min(found, key=lambda x: (not math.isnan(x[0]), x[0]))
     if len(groups) == 1:
-        return db, None, part
-    return db, f"axis {axis}, {_channels_text(channels)}", part
+        return db, None, part, None
+    _, most, _, moved = max(found, key=lambda x: x[3])
+    other = (f"axis {axis}, {_channels_text(most)}", moved) if moved > error else None
+    return db, f"axis {axis}, {_channels_text(channels)}", part, other
+
+
+def _max_error(got: np.ndarray, ref: np.ndarray) -> float:
+    """The largest absolute error in the output's units (0 where nothing is finite to compare)."""
+    errors = np.abs(got.astype(np.float64) - ref.astype(np.float64))
+    errors = errors[np.isfinite(errors)]
+    return float(errors.max()) if errors.size else 0.0
 
 
 def onnx_graph(model: onnx.ModelProto | str | Path) -> onnx.ModelProto:

@@ -95,6 +95,11 @@ class OutputAccuracy:
     #: beside (a failed one's line tells how to declare it ``bins``).
     bins_agreement: float | None = None
     bin_tolerance: float | None = None
+    #: ``sqnr`` judged per channel group: the group that moved most in the output's own units (its largest absolute
+    #: error), where that is not the worst group (``channels``): a nearly constant group can hold the lowest SQNR
+    #: while another group moved hundreds of pixels. Its channels (``"axis 1, channels 0-41"``) and that error.
+    moved_channels: str | None = None
+    moved_max_abs: float | None = None
     #: Why it got its kind (``accuracy.kinds.Basis``): the words, and whether the graph, the dtype, the model's
     #: declaration or the user proved it (else the line tells how to declare another kind).
     basis: str | None = None

@@ -217,6 +217,8 @@ class WorstOutput:
         o, parts = self.output, []
         if self.measure.db and o.error_max_abs is not None:
             parts.append(f"max abs error {o.error_max_abs:.4g}, p99 {o.error_p99_abs:.4g}, in the output's units")
+        if self.measure.db and o.moved_channels is not None and o.moved_max_abs is not None:  # another group moved more
+            parts.append(f"moved most: {o.moved_channels}, max abs error {o.moved_max_abs:.4g} in the output's units")
         if o.error_mean_share is not None and o.error_max_share is not None:
             parts.append(f"error {o.error_mean_share:.2%} of its scale on average, {o.error_max_share:.2%} at most "
                          f"(limits {self.budget / 2:.2%}, {2 * self.budget:.2%})")  # fmt: skip
@@ -270,7 +272,7 @@ def worst(
     if math.isnan(w.value):
         return f"output {w.output.name!r}: NaN or inf"
     evidence = w.evidence()
-    tail = f" ({evidence})" if evidence else ""
+    tail = (f" ({evidence})" if evidence else "") + _also_failing(outputs, w.output, max_accuracy_drop, min_cosine)
     if w.measure.db:
         return f"{w.where}: {w.metric} {w.value:.1f} dB, limit {w.limit:.3g} dB" + tail
     value = fraction(w.value)
@@ -284,6 +286,42 @@ def worst(
         return (f"{w.where}: {w.metric} {value} where the reference decided ({w.measure.field}; every flip: "
                 f"{fraction(every)}, {w.measure.every})" + tail)  # fmt: skip
     return f"{w.where}: {w.metric} {value}" + tail
+
+
+#: The other failing outputs a worst line names, most failed first (then how many more).
+ALSO_SHOWN = 2
+
+
+def _also_failing(outputs: Sequence[OutputAccuracy], shown: OutputAccuracy, max_accuracy_drop: float,
+                  min_cosine: float) -> str:  # fmt: skip
+    """``; also failing: output 'mask': cell agreement 0.4, limit 0.99``: every other output that breaks its limit,
+    by how far (:func:`_shortfall`), so a mask whose IoU fell to 0.40 is not hidden behind a world-coordinate output
+    that ranks worse in its own terms. Empty where the worst is the one failure."""
+    failing = sorted((o for o in outputs if o is not shown and not within(_shortfall(o, max_accuracy_drop, min_cosine), 0.0)),
+                     key=lambda o: -_shortfall(o, max_accuracy_drop, min_cosine))  # fmt: skip
+    if not failing:
+        return ""
+    parts = [_brief(o, max_accuracy_drop, min_cosine) for o in failing[:ALSO_SHOWN]]
+    more = len(failing) - ALSO_SHOWN
+    return "; also failing: " + "; ".join(parts) + (f"; and {more} more output{'s' * (more > 1)}" if more > 0 else "")
+
+
+def _brief(o: OutputAccuracy, max_accuracy_drop: float, min_cosine: float) -> str:
+    """A failing output in a few words: what broke its limit, its measure or the bound beside it (:func:`guard_drop`)."""
+    measure, value, limit = output_measure(o), output_metric(o)[1], _limit(o, max_accuracy_drop, min_cosine)
+    where = f"output {o.name!r}" + (f", {o.channels}" if o.channels else "")
+    if math.isnan(value) or not math.isfinite(o.cosine):
+        return f"{where}: NaN or inf"
+    if within(measure_drop(o, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine), max_accuracy_drop):
+        if o.error_mean_share is not None and o.error_max_share is not None:  # failed by a bound beside its measure
+            return f"{where}: error {o.error_mean_share:.2%} of its scale on average, {o.error_max_share:.2%} at most"
+        if o.positives_f1 is not None:
+            return f"{where}: F1 of its positives {fraction(o.positives_f1)}"
+        if o.decided_agreement is not None:
+            return f"{where}: argmax agreement where the reference decided {fraction(o.decided_agreement)}"
+    if measure.db:
+        return f"{where}: {measure.metric} {value:.1f} dB, limit {limit:.3g} dB"
+    return f"{where}: {measure.metric} {fraction(value)}, limit {limit:g}"
 
 
 def fraction(value: float | None) -> str:
