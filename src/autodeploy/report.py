@@ -43,7 +43,7 @@ from autodeploy.harness.result import Measurement
 from autodeploy.harness.stats import MIN_SAMPLES_P90, MIN_SAMPLES_P99
 from autodeploy.objectives import NAMES, STATISTICS
 from autodeploy.results_db.records import StudyRow, TrialRow
-from autodeploy.results_db.states import JobState, RunState
+from autodeploy.results_db.states import JobState, JobStatus, RunState
 from autodeploy.search.summary import StudySummary, baseline_name, headline, limit_text, runner_up
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "flatten", "strict", "strict_json", "study_record", "to_csv_rows",
@@ -462,7 +462,11 @@ _FLEET = {
         "schema_version": {"const": SCHEMA_VERSION},
         "job": {"type": "integer"},
         "model": {"type": "string"},
-        "state": {"enum": [s.value for s in JobState]},
+        "state": {"enum": [s.value for s in JobState], "description": "as stored: open, or cancelled"},
+        "status": {"enum": [s.value for s in JobStatus], "description": "where it stands, from its runs: queued, "
+                   "running, done, done with failures (a device failed or was lost), cancelled, no devices"},
+        "accepts_late_until": {**_STR, "description": "until when a device registering now takes it too "
+                               "(fleet submit --accept-late), else null"},
         "reason": {**_STR, "description": "why the job row is unreadable (changed outside autodeploy), else null"},
         "devices": {"type": "array", "items": {
             "type": "object",

@@ -4,6 +4,7 @@ that need no agent (the lost-agent state, the queue's own schema)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,10 +14,10 @@ from tests.cli_runner import run_cli
 from tests.fleet.conftest import JOB_CONFIG, query, wait_for
 
 
-def submit(url: str, devices: str = "all", config: Path = JOB_CONFIG) -> int:
+def submit(url: str, devices: str = "all", config: Path = JOB_CONFIG, **options) -> int:
     from autodeploy.fleet import jobs
 
-    return jobs.submit("zoo:tiny-cnn", db=url, devices=devices, config=config).job
+    return jobs.submit("zoo:tiny-cnn", db=url, devices=devices, config=config, **options).job
 
 
 def register(url: str, name: str, device=None) -> None:
@@ -137,8 +138,9 @@ def test_a_bad_device_selector_is_refused():
             jobs.check_devices(devices)
 
 
-def test_a_silent_running_device_reads_as_lost_after_its_job_allows():
+def test_a_silent_device_reads_as_lost_after_its_job_allows_queued_or_running():
     from autodeploy.fleet import jobs, ledger
+    from autodeploy.results_db.states import JobState, JobStatus, RunState
 
     at = ledger.now()
     job = ledger.Job(1, "zoo:tiny-cnn", "m.onnx", "0" * 64, None, {}, "all", 60.0, "open", at)
@@ -146,9 +148,17 @@ def test_a_silent_running_device_reads_as_lost_after_its_job_allows():
     assert jobs.device_state(run, job, at) == ("running", None)
     silent = dataclasses.replace(run, heartbeat_at=at - timedelta(seconds=61))
     state, reason = jobs.device_state(silent, job, at)
-    assert state == "failed" and reason.startswith("agent lost: no heartbeat for 61 s")
+    assert state == "lost" and reason.startswith("agent lost: no heartbeat for 61 s") and "stays running" in reason
     assert jobs.device_state(dataclasses.replace(silent, state="done"), job, at)[0] == "done"  # over: never lost
-    assert jobs.device_state(dataclasses.replace(silent, state="queued"), job, at)[0] == "queued"
+    # issue 51: a queued run of a device that never comes back stayed queued forever, and its job never read over
+    assert jobs.device_state(dataclasses.replace(silent, state="queued"), job, at)[0] == "lost"
+    assert jobs.device_state(dataclasses.replace(run, state="queued"), job, at)[0] == "queued"
+    assert JobStatus.of(JobState.OPEN, [RunState.DONE, RunState.LOST]) == JobStatus.DONE_WITH_FAILURES
+    assert JobStatus.of(JobState.OPEN, [RunState.DONE, RunState.SKIPPED]) == JobStatus.DONE
+    assert JobStatus.of(JobState.OPEN, [RunState.DONE, RunState.QUEUED]) == JobStatus.RUNNING
+    assert JobStatus.of(JobState.OPEN, [RunState.QUEUED, RunState.QUEUED]) == JobStatus.QUEUED
+    assert JobStatus.of(JobState.CANCELLED, [RunState.DONE]) == JobStatus.CANCELLED
+    assert JobStatus.of(JobState.OPEN, []) == JobStatus.NO_DEVICES
 
 
 @pytest.mark.postgres
@@ -187,9 +197,10 @@ def test_one_queued_job_per_run_and_a_late_device_adopts_an_open_all_job(postgre
     from autodeploy.results_db.store import Store
 
     register(postgres_url, "edge-a")
-    job = submit(postgres_url)
-    tagged = submit(postgres_url, devices="tag:arm")
-    register(postgres_url, "edge-b")  # after both jobs
+    job = submit(postgres_url, accept_late_s=3600)
+    tagged = submit(postgres_url, devices="tag:arm", accept_late_s=3600)
+    closed = submit(postgres_url)  # no --accept-late: only the devices registered now
+    register(postgres_url, "edge-b")  # after every job
     with Store.open(postgres_url) as store:
         agent = next(a for a in ledger.agents(store) if a.name == "edge-b")
         mine = ledger.adopt(store, agent)
@@ -202,8 +213,9 @@ def test_one_queued_job_per_run_and_a_late_device_adopts_an_open_all_job(postgre
 
         first, second = asyncio.run(enqueue_twice())
     assert list(first) == [mine[0].id] and second == {}  # the dedupe key: one queued job per run
-    assert query(postgres_url, "SELECT entrypoint FROM autodeploy_queue.pgqueuer ORDER BY id") == [("fleet.edge-a",), ("fleet.edge-b",)]
-    assert tagged not in {r.job_id for r in mine}
+    queued = [("fleet.edge-a",)] * 2 + [("fleet.edge-b",)]  # edge-a's runs of the all jobs, edge-b's late one
+    assert query(postgres_url, "SELECT entrypoint FROM autodeploy_queue.pgqueuer ORDER BY id") == queued
+    assert tagged not in {r.job_id for r in mine} and closed not in {r.job_id for r in mine}
 
 
 def test_the_fleet_page_on_a_store_without_jobs_says_how_to_submit_one(monkeypatch, tmp_path):
@@ -223,3 +235,64 @@ def test_the_fleet_page_on_a_store_without_jobs_says_how_to_submit_one(monkeypat
     assert not at.exception and not at.error
     assert [t.value for t in at.title] == ["Fleet"]
     assert "autodeploy fleet submit MODEL --devices all --db URL" in at.info[0].value
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_job_ends_and_a_device_registering_after_takes_nothing(postgres_url, agents, capsys):
+    """Issue 51's churn story: a job's state was only open or cancelled, so ``fleet status`` said ``(open)`` for a job
+    every device had finished, and a device registering 17 minutes later took the old ``tag:`` job and queued the old
+    ``all`` one. Now a job is over when its runs are, ``--wait`` says how, and late devices take only what a job's
+    ``--accept-late`` window (``fleet close`` ends it) still allows."""
+    register(postgres_url, "edge-a")
+    register(postgres_url, "edge-gone")  # registered, and never comes back
+    done = submit(postgres_url, devices="edge-a")
+    lost = submit(postgres_url, lost_after_s=1.0)  # edge-gone's run: lost a second after it last beat
+    window = submit(postgres_url, accept_late_s=3600)
+    code, _, err = agents.run(postgres_url, "edge-a")
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "fleet", "status", str(done), "--wait", "--db", postgres_url)
+    assert code == 0 and f"job {done}: zoo:tiny-cnn on edge-a (done)" in out, out + err
+    code, out, err = run_cli(capsys, "fleet", "status", str(lost), "--wait", "--db", postgres_url, "--format", "json")
+    record = json.loads(out)
+    assert code == 1 and record["status"] == "done with failures", (code, out, err)
+    assert {d["device"]: d["state"] for d in record["devices"]} == {"edge-a": "done", "edge-gone": "lost"}
+    code, out, _ = run_cli(capsys, "fleet", "close", str(window), "--db", postgres_url)
+    assert code == 0 and f"job {window} closed" in out
+    register(postgres_url, "edge-late")  # after every job ended or closed: takes none of them
+    code, _, err = agents.run(postgres_url, "edge-late")
+    assert code == 0, err
+    assert not query(postgres_url, "SELECT r.id FROM ad_fleet_runs r JOIN ad_fleet_agents a ON a.id = r.agent_id "
+                     "WHERE a.name = 'edge-late'")  # fmt: skip
+
+
+@pytest.mark.postgres
+def test_status_on_a_new_database_says_how_to_submit_a_job(postgres_url, capsys):
+    """Issue 51: ``fleet status`` on a database nothing wrote to yet said "open it once read-write" and exited 1."""
+    code, out, err = run_cli(capsys, "fleet", "status", "--db", postgres_url)
+    assert code == 0 and "no fleet job yet: autodeploy fleet submit MODEL --db URL" in out, out + err
+    code, out, err = run_cli(capsys, "fleet", "status", "3", "--db", postgres_url)
+    assert code == 2 and "no fleet job 3" in err and "autodeploy fleet submit" in err, out + err
+
+
+@pytest.mark.postgres
+def test_a_resumed_run_and_its_cancel_say_what_happened(postgres_url):
+    """Issue 51: a run taken back after SIGTERM read "its agent stopped; it resumes when ..." until it finished, and
+    a run that had started and was requeued read "cancelled before it started" after a cancel."""
+    from autodeploy.fleet import jobs, ledger
+    from autodeploy.results_db.store import Store
+
+    register(postgres_url, "edge-a")
+    job = submit(postgres_url)
+    with Store.open(postgres_url) as store:
+        agent = next(a for a in ledger.agents(store) if a.name == "edge-a")
+        (run,) = ledger.runs(store, [job])
+        taken, _ = ledger.take(store, run.id, agent)
+        assert taken.reason is None  # a first start has nothing to explain
+        ledger.requeue(store, taken, "its agent stopped; it resumes when this device's agent runs again")
+        again, _ = ledger.take(store, run.id, agent)
+        assert again.reason == "resumed after its agent stopped (attempt 2)", again.reason
+        ledger.requeue(store, again, "its agent stopped; it resumes when this device's agent runs again")
+        (cancelled,) = jobs.cancel(store, job)
+    assert cancelled.state == "cancelled" and cancelled.reason == \
+        "the job was cancelled while it waited to resume (its agent had stopped)", cancelled.reason  # fmt: skip

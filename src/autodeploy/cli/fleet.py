@@ -36,17 +36,19 @@ EXPORT_UNTRUSTED = ("integrity only, not authenticity: pass --trust KEY (the dev
 @app.command()
 def submit(
     model: Annotated[str | None, typer.Argument(help="An .onnx, .tflite or .pt2 file, or zoo:NAME (or `model:` in --config).")] = None,
-    devices: Annotated[str, typer.Option(help="all (every device registered now or while the job is open), NAME, or tag:TAG.")] = "all",
+    devices: Annotated[str, typer.Option(help="all (every device registered now), NAME, or tag:TAG.")] = "all",
+    accept_late: Annotated[str | None, typer.Option(metavar="DURATION", help="A device the selector takes that registers within this long (7d, 12h) takes a run too; default: only the devices registered now.")] = None,
     config: Annotated[Path | None, typer.Option(metavar="YAML", help="Study config, as for tune; flags override it.")] = None,
     data: Annotated[str | None, typer.Option(help="Input data: one .npz or .npy file (stored with the job), or sample:images.")] = None,
     metric: MetricOption = None,
-    lost_after: Annotated[float, typer.Option(callback=at_least(1.0), metavar="SECONDS", help="A running device silent this long reads as failed: agent lost.")] = 1800.0,
+    lost_after: Annotated[float, typer.Option(callback=at_least(1.0), metavar="SECONDS", help="A device silent this long, its run queued or running, reads as lost.")] = 1800.0,
     db: DbOption = None,
     format: FormatOption = Format.table,
     **flags: Any,  # the study's settings (add_flags, below)
 ) -> None:  # fmt: skip
     """Store the model (and its data) once, content-addressed, and queue a study of it on every device selected."""
     from autodeploy.fleet import jobs
+    from autodeploy.search.budget import parse_duration
 
     if metric is not None:
         raise UsageError("--metric is refused for fleet jobs: a metric is code, and a fleet job carries no code",
@@ -54,17 +56,21 @@ def submit(
     if model is None and config is None:
         raise UsageError("no model given", fix="autodeploy fleet submit MODEL --db URL")
     overrides = study_settings.overrides(study_settings.given("fleet submit", settings_of(flags)))
+    late = parse_duration(accept_late, "--accept-late") if accept_late is not None else 0.0
     done = jobs.submit(model, db=db, devices=devices, config=config, overrides=overrides, data=data,
-                       lost_after_s=lost_after, command=command_line())  # fmt: skip
+                       lost_after_s=lost_after, accept_late_s=late, command=command_line())  # fmt: skip
     if format is not Format.table:
         emit(format, {"job": done.job})
         return
     out.print(f"job {done.job}: model sha256 {done.model_sha256[:12]}, devices {shown(devices)}")
     if done.devices:
         out.print(f"queued on {len(done.devices)} registered device(s): {shown(', '.join(done.devices))}")
+    elif late:
+        err.print(f"[yellow]no registered device is selected by {shown(devices)} yet[/]: it runs on one that registers "
+                  f"within --accept-late {shown(accept_late)} (autodeploy agent --db URL --name NAME)")  # fmt: skip
     else:
-        err.print(f"[yellow]no registered device is selected by {shown(devices)} yet[/]: it runs when one registers "
-                  "(autodeploy agent --db URL --name NAME)")  # fmt: skip
+        err.print(f"[yellow]no registered device is selected by {shown(devices)}[/], and without --accept-late no "
+                  "device registering later takes it", soft_wrap=True)  # fmt: skip
     out.print(f"follow it with: autodeploy fleet status {done.job} --db URL")
 
 
@@ -82,28 +88,58 @@ add_flags(submit, SUBMITTED, after="config", helps={
 @app.command()
 def status(
     job: Annotated[int | None, typer.Argument(help="The job (default: every job).")] = None,
+    wait: Annotated[bool, typer.Option(help="Wait until the job is over: exit 0 when every device is done, 1 when one failed or was lost.")] = False,
     db: DbOption = None,
     format: FormatOption = Format.table,
-) -> None:
+) -> None:  # fmt: skip
     """Per device: state, heartbeat age, trials done, the winner with its speed-up and statistic, or the reason."""
     from autodeploy.fleet import jobs
+    from autodeploy.results_db.states import JobStatus
     from autodeploy.results_db.store import Store
 
-    with Store.open(jobs.require_postgres(db), readonly=True) as store:
-        records = jobs.status(store, job)
+    if wait and job is None:
+        raise UsageError("--wait waits for one job", fix="autodeploy fleet status JOB --wait")
+    url = jobs.require_postgres(db)
+    if not jobs.schema_made(url):  # a new database: no study or job has written to it yet
+        records = []
+    else:
+        with Store.open(url, readonly=True) as store:
+            records = [jobs.wait(store, job, seen=_said_once())] if wait and job is not None else jobs.status(store, job)
+    if job is not None and not records:
+        raise UsageError(f"no fleet job {job}: the results database holds no fleet job yet", fix=SUBMIT_FIRST)
     if format is not Format.table:
         emit(format, records[0] if job is not None else records)
-        return
-    if not records:
-        out.print("no fleet job yet: autodeploy fleet submit MODEL --db URL")
-    for record in records:
+    elif not records:
+        out.print(f"no fleet job yet: {SUBMIT_FIRST}")
+    for record in records if format is Format.table else ():
         _print_job(record)
+    if wait and not JobStatus(records[0]["status"]).ok:
+        raise typer.Exit(1)
+
+
+SUBMIT_FIRST = "autodeploy fleet submit MODEL --db URL"
+
+
+def _said_once() -> Any:
+    """A ``seen`` hook for ``--wait`` that prints the job's status on stderr each time it changes."""
+    last: list[str] = []
+
+    def seen(record: dict[str, Any]) -> None:
+        now = f"{record['status']}: " + ", ".join(f"{d['device']} {d['state']}" for d in record["devices"])
+        if not last or last[-1] != now:
+            err.print(f"job {record['job']} {shown(now)}", soft_wrap=True)
+            last.append(now)
+
+    return seen
 
 
 def _print_job(record: dict[str, Any]) -> None:
-    from autodeploy.results_db.states import RunState
+    from autodeploy.results_db.states import JobStatus, RunState
 
-    title = f"job {record['job']}: {shown(record['model'])} on {shown(record['selects'])} ({shown(record['state'])})"
+    status = JobStatus(record["status"])
+    late = f"; devices registering until {record['accepts_late_until'][:16]} take it" if record.get("accepts_late_until") else ""
+    title = (f"job {record['job']}: {shown(record['model'])} on {shown(record['selects'])} "
+             f"([{status.colour}]{status}[/]{shown(late)})")  # fmt: skip
     table = Table(title=title)
     for column in ("device", "state", "heartbeat", "trials", "winner", "speed-up", "reason"):
         table.add_column(column)
@@ -156,6 +192,17 @@ def export(
     if trust is None:
         err.print(f"[yellow]{EXPORT_UNTRUSTED}[/]", soft_wrap=True)
     out.print(f"check it with: autodeploy bundle verify {shown(str(path))}")
+
+
+@app.command()
+def close(job: Annotated[int, typer.Argument(help="The job.")], db: DbOption = None) -> None:
+    """Close a job: no device registering from now on takes it (its --accept-late window ends); its runs go on."""
+    from autodeploy.fleet import jobs
+    from autodeploy.results_db.store import Store
+
+    with Store.open(jobs.require_postgres(db)) as store:
+        jobs.close(store, job)
+    out.print(f"job {job} closed: no device registering from now on takes it; its devices' runs go on")
 
 
 @app.command()

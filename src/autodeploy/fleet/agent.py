@@ -175,7 +175,7 @@ async def _serve(store: Store, agent: ledger.Agent, settings: AgentSettings, log
                 await asyncio.sleep(min(HEARTBEAT_S, settings.lease_s / 3))
 
         def stop() -> None:  # the run in progress stops at its next step and goes back to the queue
-            log("stopping: the run in progress goes back to the queue")
+            log("stopping: the run in progress goes back to the queue" if taken["busy"] else "stopping: no run in progress")
             settings.stop.set()
             manager.shutdown.set()
 

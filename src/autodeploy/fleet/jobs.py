@@ -12,23 +12,26 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autodeploy.errors import UsageError
+from autodeploy.errors import AutodeployError, UsageError
 from autodeploy.fleet import keys, ledger, queue
 from autodeploy.report import SCHEMA_VERSION
-from autodeploy.results_db.states import JobState, RunState
+from autodeploy.results_db.states import JobState, JobStatus, RunState
 
 if TYPE_CHECKING:
     from autodeploy.intake import ResolvedModel
     from autodeploy.results_db.store import Store
 
-#: A running device silent this long (no heartbeat) reads as ``failed: agent lost`` (``--lost-after``).
+#: A device silent this long (no heartbeat), its run queued or running, reads as ``lost`` (``--lost-after``).
 DEFAULT_LOST_AFTER_S = 1800.0
+#: How often ``fleet status --wait`` reads the store.
+WAIT_POLL_S = 5.0
 #: Device names and tags: letters, digits, '_' and '-' (they name studies and queue entrypoints).
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 NAME_FIX = "use 1 to 63 letters, digits, '_' or '-', starting with a letter or digit"
@@ -79,6 +82,24 @@ def require_postgres(url: str | None) -> str:
     return given
 
 
+def schema_made(url: str) -> bool:
+    """Whether the database at ``url`` has autodeploy's schema (a study or a job wrote to it); a database that
+    cannot be reached reads as made, so :meth:`Store.open <autodeploy.results_db.store.Store.open>` says why."""
+    import sqlalchemy as sa
+
+    from autodeploy.results_db import connection, migrate
+
+    try:
+        engine, _ = connection.connect(url, readonly=True)
+        try:
+            with engine.connect() as conn:
+                return migrate.current_revision(conn) is not None
+        finally:
+            engine.dispose()
+    except (sa.exc.SQLAlchemyError, AutodeployError):
+        return True
+
+
 # -- submit -----------------------------------------------------------------------------------------------
 
 
@@ -91,18 +112,21 @@ class Submitted:
 
 def submit(model: str | None, *, db: str | None, devices: str = "all", config: str | Path | None = None,
            overrides: Mapping[str, Any] | None = None, data: str | None = None,
-           lost_after_s: float = DEFAULT_LOST_AFTER_S, command: str | None = None) -> Submitted:  # fmt: skip
+           lost_after_s: float = DEFAULT_LOST_AFTER_S, accept_late_s: float = 0.0,
+           command: str | None = None) -> Submitted:  # fmt: skip
     """Store ``model`` (and its data) once and queue a run of it on every registered device ``devices`` selects.
 
     Args:
         model: an ``.onnx``, ``.tflite`` or ``.pt2`` file (one file), or ``zoo:NAME``; else ``model`` in ``config``.
         db: the PostgreSQL results database every agent reaches.
-        devices: ``all`` (every device registered now, and every one that registers while the job is open),
-            ``NAME`` or ``tag:TAG``.
+        devices: ``all`` (every device registered now), ``NAME`` or ``tag:TAG``.
+        accept_late_s: a device the selector takes that registers within this many seconds of now takes a run
+            too (``--accept-late 7d``); 0, the default: only the devices registered now (a device added next month
+            re-tunes no old job). :func:`close` ends the window early.
         config, overrides: the study config (a YAML file) and the flags over it, as ``tune`` takes them
             (``overrides`` in config keys: ``engines``, ``finalists.count``, ...).
         data: ``--data``: an ``.npz`` or ``.npy`` file, or ``sample:images``.
-        lost_after_s: a running device silent this long reads as failed (agent lost).
+        lost_after_s: a device silent this long, its run queued or running, reads as lost.
 
     Raises:
         UsageError: SQLite, a bad selector, a study config that does not validate or names a refused key
@@ -119,6 +143,8 @@ def submit(model: str | None, *, db: str | None, devices: str = "all", config: s
     check_devices(devices)
     if lost_after_s <= 0:
         raise UsageError(f"--lost-after {lost_after_s:g} is not a positive number of seconds", fix="e.g. --lost-after 1800")
+    if accept_late_s < 0:
+        raise UsageError(f"--accept-late {accept_late_s:g} is a negative number of seconds", fix="e.g. --accept-late 7d")
     keys = study_config.read(config)
     overrides = {**(overrides or {}), "model": model}
     for key, why in REFUSED_KEYS.items():
@@ -136,7 +162,7 @@ def submit(model: str | None, *, db: str | None, devices: str = "all", config: s
         model_sha = ledger.put_blob(store, model_path.read_bytes(), f"model {model_path.name}")
         job, runs = ledger.add_job(store, model_name=cfg.model, model_file=safe_file_name(model_path.name), model_sha256=model_sha,
                                    data=_data_blob(store, data_ref, resolved), options=options, devices=devices,
-                                   lost_after_s=lost_after_s, command=command)  # fmt: skip
+                                   lost_after_s=lost_after_s, command=command, accept_late_s=accept_late_s)  # fmt: skip
         asyncio.run(_enqueue(store, [(r.id, r.device) for r in runs]))
     return Submitted(job.id, tuple(r.device for r in runs), model_sha)
 
@@ -202,11 +228,12 @@ def safe_file_name(name: str) -> str:
 
 
 def device_state(run: ledger.Run, job: ledger.Job, at: datetime) -> tuple[RunState, str | None]:
-    """A run's state as shown: a running device silent for the job's ``lost_after_s`` is ``failed: agent lost``
-    (it stays ``running`` in the store: if the agent comes back, it goes on)."""
+    """A run's state as shown: a device silent for the job's ``lost_after_s``, its run queued or running, is
+    ``lost`` (the run stays as it is in the store: if the agent comes back, it goes on)."""
     silent = (at - run.heartbeat_at).total_seconds()
-    if run.state == RunState.RUNNING and silent > job.lost_after_s:
-        return RunState.FAILED, f"agent lost: no heartbeat for {silent:.0f} s (the job's limit is {job.lost_after_s:g} s)"
+    if run.state in (RunState.QUEUED, RunState.RUNNING) and silent > job.lost_after_s:
+        return RunState.LOST, (f"agent lost: no heartbeat for {silent:.0f} s (the job's limit is {job.lost_after_s:g} "
+                               f"s); its run stays {run.state} and goes on if the agent comes back")  # fmt: skip
     if run.state == RunState.RUNNING and job.state == JobState.CANCELLED:
         return RunState.RUNNING, "cancel requested: the agent stops at its next step"
     return RunState(run.state), run.reason
@@ -221,10 +248,12 @@ def record(job: ledger.Job, runs: list[ledger.Run], at: datetime | None = None) 
         devices.append({"device": run.device, "state": state.value, "winner": run.winner, "reason": reason,
                         "heartbeat_age_s": round((at - run.heartbeat_at).total_seconds(), 1), "trials": run.trials,
                         "attempts": run.attempts, "skipped": run.skipped, "study": run.study})  # fmt: skip
+    state = JobState.UNREADABLE if job.problem else JobState(job.state)
+    late = job.accept_late_until.isoformat() if job.takes_late(at) and job.accept_late_until else None
     return {"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "job": job.id, "model": job.model_name,
-            "model_sha256": job.model_sha256, "selects": job.devices,
-            "state": (JobState.UNREADABLE if job.problem else JobState(job.state)).value, "reason": job.problem,
-            "created_at": job.created_at.isoformat(), "devices": devices}  # fmt: skip
+            "model_sha256": job.model_sha256, "selects": job.devices, "state": state.value,
+            "status": JobStatus.of(state, [RunState(d["state"]) for d in devices]).value, "reason": job.problem,
+            "created_at": job.created_at.isoformat(), "accepts_late_until": late, "devices": devices}  # fmt: skip
 
 
 def status(store: Store, job_id: int | None = None) -> list[dict[str, Any]]:
@@ -235,7 +264,24 @@ def status(store: Store, job_id: int | None = None) -> list[dict[str, Any]]:
     return [record(j, [r for r in runs if r.job_id == j.id], at) for j in chosen]
 
 
-# -- export and cancel ------------------------------------------------------------------------------------
+def wait(store: Store, job_id: int, poll_s: float = WAIT_POLL_S,
+         seen: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Read job ``job_id``'s status every ``poll_s`` until it is over (:attr:`JobStatus.over`: every run done,
+    failed, skipped or cancelled, or its device lost) and return that last record; ``seen`` is told each one.
+
+    Raises:
+        UsageError: no such job.
+    """
+    while True:
+        (found,) = status(store, job_id)
+        if seen is not None:
+            seen(found)
+        if JobStatus(found["status"]).over:
+            return found
+        time.sleep(poll_s)
+
+
+# -- export, cancel and close ------------------------------------------------------------------------------
 
 
 def export(store: Store, job_id: int, device: str, output: str | Path, *,
@@ -298,6 +344,15 @@ def check_result(job: ledger.Job, run: ledger.Run, public_key: Path) -> None:
                           "its winner or bundle was changed in the results database, or another key made it",
                           fix="do not use it; check that --trust is this device's key (its agent prints where it is), "
                           "and find who writes the database outside the agents")  # fmt: skip
+
+
+def close(store: Store, job_id: int) -> ledger.Job:
+    """No device registering from now on takes job ``job_id`` (its ``--accept-late`` window ends); its runs go on.
+
+    Raises:
+        UsageError: no such job.
+    """
+    return ledger.close(store, job_id)
 
 
 def cancel(store: Store, job_id: int) -> list[ledger.Run]:

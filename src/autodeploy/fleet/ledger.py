@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -71,6 +71,12 @@ class Job:
     created_at: datetime
     #: Why the row is unreadable (its options or data are not what ``fleet submit`` writes), else ``None``.
     problem: str | None = None
+    #: Until when a device registering after the submission takes a run of it; ``None``: none does.
+    accept_late_until: datetime | None = None
+
+    def takes_late(self, at: datetime) -> bool:
+        """Whether a device registering at ``at`` takes a run of it: open, and inside its ``--accept-late`` window."""
+        return self.state == JobState.OPEN and self.accept_late_until is not None and at <= self.accept_late_until
 
 
 @dataclass(frozen=True)
@@ -127,8 +133,9 @@ def _job(j: FleetJob) -> Job:
     # options and data are JSON any database writer could have planted: checked, and a bad row reads unreadable, alone
     problem = readback.job_problem(j.id, options=j.options, data=j.data)
     options, data = (dict(j.options), j.data) if problem is None else ({}, None)
+    late = rows.utc(j.accept_late_until) if j.accept_late_until is not None else None
     return Job(j.id, j.model_name, j.model_file, j.model_sha256, data, options, j.devices, j.lost_after_s,
-               JobState(j.state), rows.utc(j.created_at), problem)  # fmt: skip
+               JobState(j.state), rows.utc(j.created_at), problem, late)  # fmt: skip
 
 
 def _run(r: FleetRun, a: FleetAgent) -> Run:
@@ -280,13 +287,16 @@ def agents(store: Store) -> list[Agent]:
 
 
 def add_job(store: Store, *, model_name: str, model_file: str, model_sha256: str, data: dict[str, Any] | None,
-            options: dict[str, Any], devices: str, lost_after_s: float, command: str | None) -> tuple[Job, list[Run]]:  # fmt: skip
-    """Store a job and a queued run for every registered agent it selects, in one transaction."""
+            options: dict[str, Any], devices: str, lost_after_s: float, command: str | None,
+            accept_late_s: float = 0.0) -> tuple[Job, list[Run]]:  # fmt: skip
+    """Store a job and a queued run for every registered agent it selects, in one transaction; a device registering
+    later takes one only within ``accept_late_s`` of now (0: none does)."""
 
     def insert(s: Session) -> tuple[Job, list[Run]]:
+        late = now() + timedelta(seconds=accept_late_s) if accept_late_s > 0 else None
         job = FleetJob(model_name=model_name, model_file=model_file, model_sha256=model_sha256, data=data,
                        options=options, devices=devices, lost_after_s=lost_after_s, state=JobState.OPEN.value,
-                       command=command)  # fmt: skip
+                       command=command, accept_late_until=late)  # fmt: skip
         s.add(job)
         s.flush()
         made = [_add_run(s, job, a) for a in s.scalars(sa.select(FleetAgent).order_by(FleetAgent.id))
@@ -305,13 +315,16 @@ def _add_run(s: Session, job: FleetJob, agent: FleetAgent) -> Run:
 
 
 def adopt(store: Store, agent: Agent) -> list[Run]:
-    """Give ``agent`` a run of every open job that selects it and has none for it yet (an ``all`` or ``tag:``
-    job submitted before it registered); returns every run of it that is not over (queued or running)."""
+    """Give ``agent`` a run of every open job that selects it, has none for it yet (an ``all`` or ``tag:`` job
+    submitted before it registered) and still takes late devices (:meth:`Job.takes_late`: its ``--accept-late``
+    window); returns every run of it that is not over (queued or running)."""
 
     def fetch(s: Session) -> list[Run]:
         me = s.get_one(FleetAgent, agent.id)
         have = sa.select(FleetRun.job_id).where(FleetRun.agent_id == agent.id)
-        for job in s.scalars(sa.select(FleetJob).where(FleetJob.state == JobState.OPEN.value, FleetJob.id.not_in(have))):
+        late = sa.select(FleetJob).where(FleetJob.state == JobState.OPEN.value, FleetJob.accept_late_until >= now(),
+                                         FleetJob.id.not_in(have))  # fmt: skip
+        for job in s.scalars(late):
             if selects(job.devices, agent):
                 _add_run(s, job, me)
         query = sa.select(FleetRun).where(FleetRun.agent_id == agent.id, FleetRun.state.not_in(RunState.finals()))
@@ -380,7 +393,9 @@ def take(store: Store, run_id: int, agent: Agent) -> tuple[Run, Job] | None:
         if job.state == JobState.CANCELLED:
             run.state, run.finished_at, run.reason = RunState.CANCELLED.value, now(), "the job was cancelled"
             return None
-        run.state, run.attempts, run.queue_job = RunState.RUNNING.value, run.attempts + 1, None
+        # a run taken back after its agent stopped says so; the requeue's reason ("it resumes when ...") is over
+        resumed = f"resumed after its agent stopped (attempt {run.attempts + 1})" if run.started_at else None
+        run.state, run.attempts, run.queue_job, run.reason = RunState.RUNNING.value, run.attempts + 1, None, resumed
         run.started_at = run.started_at or now()
         s.flush()
         return _run(run, s.get_one(FleetAgent, run.agent_id)), _job(job)
@@ -474,9 +489,30 @@ def cancel(store: Store, job_id: int) -> tuple[list[Run], list[int]]:
         queued = s.scalars(sa.select(FleetRun).where(FleetRun.job_id == job_id,
                                                      FleetRun.state == RunState.QUEUED.value)).all()  # fmt: skip
         for run in queued:
-            run.state, run.finished_at, run.reason = RunState.CANCELLED.value, now(), "the job was cancelled before it started"
+            when = "while it waited to resume (its agent had stopped)" if run.started_at else "before it started"
+            run.state, run.finished_at, run.reason = RunState.CANCELLED.value, now(), f"the job was cancelled {when}"
         s.flush()
         return _runs(s, [job_id]), [r.queue_job for r in queued if r.queue_job is not None]
+
+    return store.transaction("cannot write to", update, write=True)
+
+
+def close(store: Store, job_id: int) -> Job:
+    """No device that registers from now on takes a run of the job (its ``--accept-late`` window ends now); its
+    runs go on. Returns the job as closed.
+
+    Raises:
+        UsageError: no such job.
+    """
+    job(store, job_id)  # no such job: UsageError
+
+    def update(s: Session) -> Job:
+        row = s.get_one(FleetJob, job_id)
+        at = now()
+        if row.accept_late_until is not None and rows.utc(row.accept_late_until) > at:
+            row.accept_late_until = at
+        s.flush()
+        return _job(row)
 
     return store.transaction("cannot write to", update, write=True)
 

@@ -273,10 +273,12 @@ class FleetJob(Base):
     data: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))
     options: Mapped[dict[str, Any]]  # validated study config keys, never code (no metric)
     devices: Mapped[str]
-    lost_after_s: Mapped[float]  # a running device silent this long reads as failed: agent lost
+    lost_after_s: Mapped[float]  # a device silent this long, queued or running, reads as lost
     state: Mapped[str]
     command: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: Until when a device that registers after the submission takes a run of it (``--accept-late``); NULL: none does.
+    accept_late_until: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class FleetRun(Base):

@@ -1,10 +1,12 @@
-"""The fleet's two vocabularies, a run's state and a job's: one row per word, carrying what it means and how it shows.
+"""The fleet's vocabularies, a run's state, a job's, and where a job stands: one row per word, carrying what it
+means and how it shows.
 
 Optuna's ``TrialState`` is the model: a member is the word, and knows whether a run in it is over (``final``), its
 colour in a terminal (``colour``, Rich markup), its mark on the dashboard (``mark``, a Streamlit colour) and its
 words. Code outside this module reads the members, never the strings. A member's value is the string the database
 holds (the tables' check constraints and migration ``0007_fleet`` name the same, never changed); ``unreadable`` is
-only ever read (``fleet/readback.py``: a row that does not hold what autodeploy writes), never stored.
+only ever read (``fleet/readback.py``: a row that does not hold what autodeploy writes) and ``lost`` only shown,
+never stored. :class:`JobStatus` is derived from a job's state and its runs, never stored.
 
 Standard library only: the CLI and the dashboard read it without the schema.
 """
@@ -12,6 +14,10 @@ Standard library only: the CLI and the dashboard read it without the schema.
 from __future__ import annotations
 
 from enum import Enum
+
+#: Words only ever read or shown, never stored: a row that does not hold what autodeploy writes, a device silent past
+#: its job's limit (its run stays ``queued`` or ``running`` in the store: if its agent comes back, it goes on).
+_SHOWN_ONLY = ("unreadable", "lost")
 
 
 class _Word(str, Enum):
@@ -29,7 +35,7 @@ class _Word(str, Enum):
 
     @property
     def is_stored(self) -> bool:
-        return self.value != "unreadable"
+        return self.value not in _SHOWN_ONLY
 
     def marked(self, text: str | None = None) -> str:
         """``text`` (this word by default) in the dashboard's colour markup, ``:red[failed]``; plain without a mark."""
@@ -58,6 +64,8 @@ class RunState(_Word):
     FAILED = "failed", True, "red", "red", "the agent could not tune it, and says why"
     CANCELLED = "cancelled", True, "yellow", "orange", "its job was cancelled"
     SKIPPED = "skipped", True, "yellow", "orange", "the device runs none of the job's engines, or refuses it"
+    LOST = "lost", False, "red", "red", ("its device has been silent past the job's --lost-after, queued or running "
+                                         "(never stored: if its agent comes back, the run goes on)")
     UNREADABLE = "unreadable", False, "red", "red", "its row is not what autodeploy writes (never stored)"
 
     @classmethod
@@ -77,9 +85,45 @@ class JobState(_Word):
 
     words: str
 
-    OPEN = "open", None, "devices take its runs (and a device that registers later, one of its own)"
+    OPEN = "open", None, "devices take its runs (one registering later too, inside its --accept-late window)"
     CANCELLED = "cancelled", None, "its queued runs are cancelled, and a running one at its agent's next step"
     UNREADABLE = "unreadable", "red", "its row is not what autodeploy writes (never stored)"
+
+
+class JobStatus(_Word):
+    """Where a job stands, derived from its stored state and its runs as shown (never stored): what ``fleet status``
+    prints and ``fleet status --wait`` waits for."""
+
+    def __new__(cls, value: str, over: bool, ok: bool, colour: str, mark: str | None, words: str) -> JobStatus:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.over, member.ok, member.colour, member.mark, member.words = over, ok, colour, mark, words
+        return member
+
+    #: Every run is over (done, failed, skipped, cancelled) or lost: ``--wait`` returns.
+    over: bool
+    #: Over with nothing failed or lost: ``--wait`` exits 0.
+    ok: bool
+    colour: str
+    words: str
+
+    QUEUED = "queued", False, False, "dim", "grey", "no device has started it yet"
+    RUNNING = "running", False, False, "cyan", "blue", "a device is tuning it, or one has yet to start"
+    DONE = "done", True, True, "green", "green", "every device is over, none failed"
+    DONE_WITH_FAILURES = "done with failures", True, False, "red", "red", "every device is over; one failed or was lost"
+    CANCELLED = "cancelled", True, False, "yellow", "orange", "it was cancelled"
+    NO_DEVICES = "no devices", True, False, "yellow", "orange", "no registered device was selected, nor took it late"
+
+    @classmethod
+    def of(cls, job: JobState, runs: list[RunState]) -> JobStatus:
+        """A job's status from its stored state and its runs' states as shown (a silent device's read ``lost``)."""
+        if job == JobState.CANCELLED:
+            return cls.CANCELLED
+        if not runs:
+            return cls.NO_DEVICES
+        if all(r.final or r == RunState.LOST for r in runs):
+            return cls.DONE if all(r in (RunState.DONE, RunState.SKIPPED) for r in runs) else cls.DONE_WITH_FAILURES
+        return cls.QUEUED if all(r == RunState.QUEUED for r in runs) else cls.RUNNING
 
 
 def check_constraint(states: type[_Word]) -> str:

@@ -10,14 +10,14 @@ from dataclasses import dataclass, field, replace
 from autodeploy.errors import UsageError
 from autodeploy.harness.run import HarnessSettings
 
-_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(h|m|min|s)?", re.IGNORECASE)
-_SECONDS = {"h": 3600.0, "m": 60.0, "min": 60.0, "s": 1.0, None: 1.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(min|d|h|m|s)?", re.IGNORECASE)
+_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "min": 60.0, "s": 1.0, None: 1.0}
 #: What a slow conversion (onnx2tf) is assumed to take before the study has timed one here.
 SLOW_BUILD_GUESS_S = 120.0
 
 
-def parse_duration(text: str | float | int) -> float:
-    """Seconds in ``600``, ``90s``, ``10m``, ``1.5h`` or ``1h30m``.
+def parse_duration(text: str | float | int, flag: str = "--time-budget") -> float:
+    """Seconds in ``600``, ``90s``, ``10m``, ``1.5h``, ``1h30m`` or ``7d`` (``flag`` names it in the error).
 
     Raises:
         UsageError: not a positive duration.
@@ -28,10 +28,10 @@ def parse_duration(text: str | float | int) -> float:
         spaced = text.strip()
         parts = list(_PART.finditer(spaced))
         if not parts or "".join(p.group(0) for p in parts).replace(" ", "") != spaced.replace(" ", ""):
-            raise UsageError(f"--time-budget {text!r} is not a duration", fix="write it as 600, 90s, 10m or 1h30m")
+            raise UsageError(f"{flag} {text!r} is not a duration", fix="write it as 600, 90s, 10m, 1h30m or 7d")
         seconds = sum(float(p.group(1)) * _SECONDS[(p.group(2) or "").lower() or None] for p in parts)
     if not math.isfinite(seconds) or seconds <= 0:
-        raise UsageError(f"--time-budget must be more than 0 seconds, got {text!r}", fix="e.g. --time-budget 10m")
+        raise UsageError(f"{flag} must be more than 0 seconds, got {text!r}", fix=f"e.g. {flag} 10m")
     return seconds
 
 

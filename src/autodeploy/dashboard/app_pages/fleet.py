@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from autodeploy.dashboard import cache
-from autodeploy.results_db.states import JobState, RunState
+from autodeploy.results_db.states import JobState, JobStatus, RunState
 
 st.title("Fleet")
 records = cache.fleet_status(cache.db_url())
@@ -42,9 +42,9 @@ lines = [header, "|" + " --- |" * (len(devices) + 1)]
 for record in records:
     by_device = {d["device"]: d for d in record["devices"]}
     cells = [cell(by_device[d]) if d in by_device else "-" for d in devices]
-    state = JobState(record["state"])
-    # beside the job: (cancelled), or (unreadable) in red
-    note = "" if state == JobState.OPEN else f" {state.marked(f'({state})')}"
+    # beside the job: where it stands (running, done, done with failures, ...), or (unreadable) in red
+    shown = JobState.UNREADABLE if JobState(record["state"]) == JobState.UNREADABLE else JobStatus(record["status"])
+    note = f" {shown.marked(f'({shown})')}"
     job = f"{record['job']}: {cache.md(record['model'])}{note}"
     lines.append(f"| {job} | " + " | ".join(cells) + " |")
 st.markdown("\n".join(lines))
@@ -52,7 +52,7 @@ for record in records:
     if record.get("reason"):  # a job row changed outside autodeploy: its one line, as text
         st.error(cache.md(record["reason"]), icon=None)
 st.caption("Each device runs its own study (fleet.JOB.DEVICE); a cell's link opens it on the Trials page. "
-           "A running device silent for longer than its job allows reads failed: agent lost.")  # fmt: skip
+           "A device silent for longer than its job allows (--lost-after), queued or running, reads lost.")  # fmt: skip
 
 rows = [{"job": r["job"], "model": r["model"], "device": d["device"], "state": d["state"], "trials": d["trials"],
          "heartbeat_age_s": d["heartbeat_age_s"], "winner": (d["winner"] or {}).get("config"),
