@@ -296,3 +296,27 @@ def test_a_resumed_run_and_its_cancel_say_what_happened(postgres_url):
         (cancelled,) = jobs.cancel(store, job)
     assert cancelled.state == "cancelled" and cancelled.reason == \
         "the job was cancelled while it waited to resume (its agent had stopped)", cancelled.reason  # fmt: skip
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_sigterm_while_the_finalist_rounds_wait_ends_the_agent_in_seconds(postgres_url, agents):
+    """Issue 51: the study slept between its spread finalist rounds (up to 300 s) and looked at the stop flag only
+    after: SIGTERM took 103 s, and systemd's 90 s stop timeout would SIGKILL the agent with its run leased."""
+    import signal
+    import time
+
+    from tests.fleet.conftest import finish
+
+    register(postgres_url, "edge-a")
+    job = submit(postgres_url, config=JOB_CONFIG.with_name("job-spread.yaml"))
+    proc = agents.start(postgres_url, "edge-a")
+    study = f"fleet.{job}.edge-a"
+    wait_for("the first finalist round", lambda: query(postgres_url, "SELECT id FROM ad_trials WHERE study = :s AND "
+                                                       "phase = 'finalist'", s=study), timeout=120)  # fmt: skip
+    time.sleep(1.0)  # into the wait before round 2, due up to 300 s later
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code, _, err = finish(proc, timeout=60)
+    assert code == 0 and time.monotonic() - sent < 15, err
+    assert f"job {job}: back in the queue" in err and states(postgres_url, job)["edge-a"][0] == "queued", err

@@ -462,6 +462,15 @@ class _Progress(Reporter):
         ledger.progress(self.store, self.run, self.before + done)  # StaleRun: another agent took the run
         self._check_cancel()
 
+    def wait(self, seconds: float) -> None:
+        """The finalist rounds' spread (up to minutes): waits on the stop flag, and looks for a cancel or a takeover
+        every :data:`CANCEL_CHECK_S`, so SIGTERM ends the agent in seconds (systemd stops it after 90 s), not after."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            if self.stop.wait(min(left, CANCEL_CHECK_S)):
+                raise AgentStopped()
+            self._check_cancel()
+
     def _check_cancel(self) -> None:
         if self.stop.is_set():
             raise AgentStopped()

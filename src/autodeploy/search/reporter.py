@@ -6,6 +6,7 @@ runs."""
 from __future__ import annotations
 
 import sys
+import time
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
@@ -22,6 +23,11 @@ class Reporter:
     def note(self, text: str) -> None: ...  # something the user should read, e.g. a slow conversion skipped
     def rerun(self, runs: int) -> None: ...  # a finalist round runs again (it ran under load): runs added
     def trial_done(self, done: int, best: str | None) -> None: ...
+
+    def wait(self, seconds: float) -> None:
+        """The study has nothing to do for ``seconds`` (the finalist rounds' spread over time): it sleeps. A reporter
+        that must wake on a stop or a cancel (the fleet agent's) waits on those instead, and raises to end the study."""
+        time.sleep(seconds)
 
 
 class LineReporter(Reporter):

@@ -85,7 +85,7 @@ def _wait(schedule: _Schedule, r: int, since: float, rounds_left: int, per_round
         return 0.0
     reporter.phase(f"finalists: round {r + 1} starts in {wait:.0f} s (the rounds are spread over {schedule.span_s:.0f} s "
                    "at random times, so they sample the machine over time)")  # fmt: skip
-    time.sleep(wait)
+    reporter.wait(wait)  # a fleet agent's wakes on a stop or a cancel
     return wait
 
 
