@@ -264,6 +264,21 @@ def test_a_job_ends_and_a_device_registering_after_takes_nothing(postgres_url, a
     assert code == 0, err
     assert not query(postgres_url, "SELECT r.id FROM ad_fleet_runs r JOIN ad_fleet_agents a ON a.id = r.agent_id "
                      "WHERE a.name = 'edge-late'")  # fmt: skip
+    # the devices a fleet user can see: all three, one machine (one fingerprint) under three names
+    code, out, _ = run_cli(capsys, "fleet", "devices", "--db", postgres_url, "--format", "json")
+    seen = {d["name"]: d for d in json.loads(out)}
+    assert code == 0 and set(seen) == {"edge-a", "edge-gone", "edge-late"}
+    assert len({d["fingerprint"] for d in seen.values()}) == 1 and seen["edge-a"]["same_machine_as"] == ["edge-gone", "edge-late"]
+    assert seen["edge-a"]["online"] and seen["edge-a"]["running"] is None and seen["edge-a"]["isa"]
+    code, out, _ = run_cli(capsys, "fleet", "forget", "edge-gone", "--db", postgres_url)
+    assert code == 0 and "device edge-gone retired; 2 queued run(s) cancelled" in out, out  # its lost and window runs
+    code, out, _ = run_cli(capsys, "fleet", "devices", "--db", postgres_url, "--format", "json")
+    assert {d["name"] for d in json.loads(out)} == {"edge-a", "edge-late"}
+    code, out, _ = run_cli(capsys, "fleet", "devices", "--db", postgres_url)
+    assert code == 0 and "2 fleet device(s)" in out and "online" in out and "(= edge-a, edge-gone)" in out, out
+    code, out, _ = run_cli(capsys, "fleet", "devices", "--all", "--db", postgres_url, "--format", "json")
+    assert next(d for d in json.loads(out) if d["name"] == "edge-gone")["retired_at"]
+    assert states(postgres_url, lost)["edge-gone"] == ("cancelled", "its device was retired (fleet forget)")
 
 
 @pytest.mark.postgres

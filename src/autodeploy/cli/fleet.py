@@ -195,6 +195,60 @@ def export(
 
 
 @app.command()
+def devices(
+    every: Annotated[bool, typer.Option("--all", help="Retired devices too (fleet forget).")] = False,
+    db: DbOption = None,
+    format: FormatOption = Format.table,
+) -> None:  # fmt: skip
+    """Every device: name, tags, fingerprint (and the names that share it), CPU, engines, version, heartbeat, online,
+    and the run it is on."""
+    from autodeploy.fleet import jobs
+    from autodeploy.results_db.store import Store
+
+    url = jobs.require_postgres(db)
+    records = []
+    if jobs.schema_made(url):
+        with Store.open(url, readonly=True) as store:
+            records = jobs.devices(store, retired=every)
+    if format is not Format.table:
+        emit(format, records)
+        return
+    if not records:
+        out.print("no fleet device yet: start one with autodeploy agent --db URL --name NAME")
+        return
+    table = Table(title=f"{len(records)} fleet device(s)")
+    for column in ("device", "tags", "fingerprint", "cpu", "engines available", "version", "heartbeat", "run"):
+        table.add_column(column)
+    for d in records:
+        shared = f" (= {', '.join(d['same_machine_as'])})" if d["same_machine_as"] else ""
+        engines = ", ".join(e for e, state in d["engines"].items() if str(state).startswith("available"))
+        beat = f"[green]online[/], {d['heartbeat_age_s']:.0f} s ago" if d["online"] else f"[red]offline[/], {_age(d['heartbeat_age_s'])} ago"
+        run = f"job {d['running']['job']}, {d['running']['trials']} trials" if d["running"] else "-"
+        name = d["name"] + (" (retired)" if d["retired_at"] else "")
+        table.add_row(shown(name), shown(", ".join(d["tags"])) or "-", shown(d["fingerprint"] + shared), shown(d["cpu"]),
+                      shown(engines) or "-", shown(d["version"]), beat, run)  # fmt: skip
+    out.print(table)
+
+
+def _age(seconds: float) -> str:
+    from autodeploy.search.budget import duration_text
+
+    return duration_text(seconds)
+
+
+@app.command()
+def forget(name: Annotated[str, typer.Argument(help="The device's name.")], db: DbOption = None) -> None:
+    """Retire a device: no job selects it from now on and its queued runs are cancelled; its results stay."""
+    from autodeploy.fleet import jobs
+    from autodeploy.results_db.store import Store
+
+    with Store.open(jobs.require_postgres(db)) as store:
+        cancelled = jobs.forget(store, name)
+    out.print(f"device {shown(name)} retired" + (f"; {len(cancelled)} queued run(s) cancelled" if cancelled else "")
+              + " (an agent starting under this name again puts it back)")  # fmt: skip
+
+
+@app.command()
 def close(job: Annotated[int, typer.Argument(help="The job.")], db: DbOption = None) -> None:
     """Close a job: no device registering from now on takes it (its --accept-late window ends); its runs go on."""
     from autodeploy.fleet import jobs

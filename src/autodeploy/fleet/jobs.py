@@ -281,6 +281,53 @@ def wait(store: Store, job_id: int, poll_s: float = WAIT_POLL_S,
         time.sleep(poll_s)
 
 
+# -- devices ----------------------------------------------------------------------------------------------
+
+#: A device whose agent beat within this many seconds reads online (an agent beats every 10 s at most).
+ONLINE_S = 60.0
+
+
+def devices(store: Store, *, retired: bool = False) -> list[dict[str, Any]]:
+    """Every device of the fleet (``fleet devices``), as JSON-ready records: its name, tags, fingerprint and the other
+    names that share it (two agents on one machine), CPU and ISA flags, each engine's availability as its agent
+    probed it, autodeploy's version, its last heartbeat, online or offline, and the run it is on. Retired devices
+    (``fleet forget``) only with ``retired``."""
+    at, agents = ledger.now(), ledger.agents(store)
+    infos = ledger.device_infos(store)
+    running = {r.device: r for r in ledger.runs(store) if r.state == RunState.RUNNING}
+    shown = []
+    for agent in agents:
+        if agent.retired_at is not None and not retired:
+            continue
+        age = (at - agent.heartbeat_at).total_seconds()
+        run = running.get(agent.name)
+        shown.append({"name": agent.name, "tags": list(agent.tags), "fingerprint": agent.fingerprint,
+                      "same_machine_as": [a.name for a in agents if a.fingerprint == agent.fingerprint and a is not agent],
+                      "cpu": agent.cpu, "isa": list(infos.get(agent.name, {}).get("isa", [])), "engines": agent.engines,
+                      "version": agent.version, "heartbeat_age_s": round(age, 1), "online": age <= ONLINE_S,
+                      "running": {"job": run.job_id, "study": run.study, "trials": run.trials} if run else None,
+                      "retired_at": agent.retired_at.isoformat() if agent.retired_at else None})  # fmt: skip
+    return shown
+
+
+def forget(store: Store, name: str) -> list[int]:
+    """Retire the device ``name`` (:func:`ledger.retire`) and withdraw its queued runs from the queue; returns the
+    runs cancelled.
+
+    Raises:
+        UsageError: no such device, or it is running a run now.
+    """
+    cancelled, withdrawn = ledger.retire(store, name)
+
+    async def take_out() -> None:
+        async with queue.connected(_url(store)) as queries:
+            await queue.withdraw(queries, withdrawn)
+
+    if withdrawn:
+        asyncio.run(take_out())
+    return cancelled
+
+
 # -- export, cancel and close ------------------------------------------------------------------------------
 
 

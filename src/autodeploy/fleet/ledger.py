@@ -55,6 +55,9 @@ class Agent:
     heartbeat_at: datetime
     #: PEM: the device's identity (fleet/keys.py); None for a row made before keys.
     public_key: str | None = None
+    registered_at: datetime | None = None
+    #: When ``fleet forget`` retired it (:func:`retire`); ``None``: in service.
+    retired_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,8 @@ def selects(devices: str, agent: Agent) -> bool:
 
 def _agent(a: FleetAgent) -> Agent:
     return Agent(a.id, a.name, a.fingerprint, a.cpu, tuple(a.tags), dict(a.engines), a.version, rows.utc(a.heartbeat_at),
-                 a.public_key)  # fmt: skip
+                 a.public_key, rows.utc(a.registered_at) if a.registered_at else None,
+                 rows.utc(a.retired_at) if a.retired_at else None)  # fmt: skip
 
 
 def _job(j: FleetJob) -> Job:
@@ -262,7 +266,7 @@ def register(store: Store, name: str, device: DeviceInfo, engines: dict[str, str
             s.add(row)
         else:
             row.engines, row.tags, row.version, row.heartbeat_at = engines, list(tags), version, now()
-            row.public_key = row.public_key or public_key
+            row.public_key, row.retired_at = row.public_key or public_key, None  # a retired device that comes back serves
         s.flush()
         return _agent(row)
 
@@ -283,6 +287,40 @@ def agents(store: Store) -> list[Agent]:
     return store.transaction("cannot read", lambda s: [_agent(a) for a in s.scalars(query)])
 
 
+def device_infos(store: Store) -> dict[str, dict[str, Any]]:
+    """Each device's probe as it registered (``DeviceInfo.to_dict``: CPU, ISA flags, GPUs, ...), by device name."""
+    from autodeploy.results_db.schema import Device
+
+    query = sa.select(FleetAgent.name, Device.info).join(Device, FleetAgent.device_id == Device.id)
+    return store.transaction("cannot read", lambda s: {name: dict(info or {}) for name, info in s.execute(query)})
+
+
+def retire(store: Store, name: str) -> tuple[list[int], list[int]]:
+    """Retire the device ``name`` (``fleet forget``): no job selects it from now on, and its queued runs are
+    cancelled (their jobs read over without it). Its finished runs, their results and bundles, stay. Returns the
+    runs cancelled and the queue's job ids to withdraw. An agent registering under the name again puts it back.
+
+    Raises:
+        UsageError: no such device, or it is running a run now (stop its agent first).
+    """
+
+    def update(s: Session) -> tuple[list[int], list[int]]:
+        row = s.scalar(sa.select(FleetAgent).where(FleetAgent.name == name).with_for_update())
+        if row is None:
+            raise UsageError(f"no fleet device {name!r}", fix="see autodeploy fleet devices")
+        mine = s.scalars(sa.select(FleetRun).where(FleetRun.agent_id == row.id, FleetRun.state.not_in(RunState.finals())))
+        runs = list(mine)
+        if any(r.state == RunState.RUNNING for r in runs):
+            raise UsageError(f"device {name!r} is running a fleet run now", fix=f"stop its agent first, then forget {name}")
+        for run in runs:
+            run.state, run.finished_at, run.reason = RunState.CANCELLED.value, now(), "its device was retired (fleet forget)"
+        row.retired_at = now()
+        s.flush()
+        return [r.id for r in runs], [r.queue_job for r in runs if r.queue_job is not None]
+
+    return store.transaction("cannot write to", update, write=True)
+
+
 # -- jobs and runs ----------------------------------------------------------------------------------------
 
 
@@ -299,8 +337,8 @@ def add_job(store: Store, *, model_name: str, model_file: str, model_sha256: str
                        command=command, accept_late_until=late)  # fmt: skip
         s.add(job)
         s.flush()
-        made = [_add_run(s, job, a) for a in s.scalars(sa.select(FleetAgent).order_by(FleetAgent.id))
-                if selects(devices, _agent(a))]  # fmt: skip
+        serving = sa.select(FleetAgent).where(FleetAgent.retired_at.is_(None)).order_by(FleetAgent.id)
+        made = [_add_run(s, job, a) for a in s.scalars(serving) if selects(devices, _agent(a))]
         return _job(job), made
 
     return store.transaction("cannot store a fleet job in", insert, write=True)

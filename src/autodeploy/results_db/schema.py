@@ -246,6 +246,9 @@ class FleetAgent(Base):
     public_key: Mapped[str | None] = mapped_column(sa.Text)
     registered_at: Mapped[datetime] = mapped_column(default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: When ``fleet forget`` retired it: no new job selects it, and its queued runs were cancelled; NULL: in service
+    #: (an agent that registers under the name again puts it back).
+    retired_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class FleetBlob(Base):
