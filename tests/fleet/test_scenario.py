@@ -128,6 +128,23 @@ def test_both_devices_end_done_with_a_winner(scenario):
     assert "attempt 2: taken back" in scenario.logs["edge-a"] and "attempt 2: taken back" in scenario.logs["edge-b"]
 
 
+def test_a_screening_only_winner_says_so_in_the_table_the_csv_and_the_json(scenario):
+    """Issue 51: a screening-only winner (the job's one finalist round) showed the same confident cell as a
+    finalist-proven one; only the JSON headline said it."""
+    import csv
+    import io
+
+    assert scenario.status["status"] == "done"
+    for d in scenario.status["devices"]:
+        assert d["winner"]["screening_only"] and d["winner"]["caveats"] == ["screening only"]
+    table = cli("fleet", "status", str(scenario.job), "--db", scenario.url)
+    assert table.returncode == 0 and table.stdout.count("screening only") == 2, table.stdout
+    rows = list(csv.DictReader(io.StringIO(cli("fleet", "status", str(scenario.job), "--db", scenario.url,
+                                               "--format", "csv").stdout)))  # fmt: skip
+    assert sorted(r["device"] for r in rows) == ["edge-a", "edge-b"]  # one row per device
+    assert {r["caveats"] for r in rows} == {"screening only"} and {r["job_status"] for r in rows} == {"done"}
+
+
 def test_status_json_follows_the_schema(scenario):
     import jsonschema
 

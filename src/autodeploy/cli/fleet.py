@@ -107,7 +107,9 @@ def status(
             records = [jobs.wait(store, job, seen=_said_once())] if wait and job is not None else jobs.status(store, job)
     if job is not None and not records:
         raise UsageError(f"no fleet job {job}: the results database holds no fleet job yet", fix=SUBMIT_FIRST)
-    if format is not Format.table:
+    if format is Format.csv:  # one row per device
+        emit(format, [device_row(r, d) for r in records for d in r["devices"]])
+    elif format is not Format.table:
         emit(format, records[0] if job is not None else records)
     elif not records:
         out.print(f"no fleet job yet: {SUBMIT_FIRST}")
@@ -118,6 +120,20 @@ def status(
 
 
 SUBMIT_FIRST = "autodeploy fleet submit MODEL --db URL"
+
+
+def winner_caveats(winner: dict[str, Any]) -> list[str]:
+    """Why a run's winner is weaker than a finalist-proven one (a winner stored before caveats: screening only)."""
+    return list(winner.get("caveats") or (["screening only"] if winner.get("screening_only") else []))
+
+
+def device_row(record: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
+    """One device of one job as a CSV row: the job, where it stands, the device's state, winner and caveats."""
+    w = d["winner"] or {}
+    return {"job": record["job"], "model": record["model"], "job_status": record["status"], "device": d["device"],
+            "state": d["state"], "winner": w.get("config"), "statistic": w.get("statistic"), "value": w.get("value"),
+            "speedup": w.get("speedup"), "caveats": "; ".join(winner_caveats(w)), "reason": d["reason"],
+            "trials": d["trials"], "heartbeat_age_s": d["heartbeat_age_s"], "study": d["study"]}  # fmt: skip
 
 
 def _said_once() -> Any:
@@ -147,6 +163,8 @@ def _print_job(record: dict[str, Any]) -> None:
     for d in record["devices"]:
         w = d["winner"] or {}
         speedup = f"{w['speedup']:.2f}x ({shown(w['statistic'])})" if w.get("speedup") else "-"
+        weak = winner_caveats(w)
+        speedup += f", [yellow]{shown(', '.join(weak))}[/]" if weak else ""  # why this winner is weaker than proven
         winner = f"{shown(w['config'])}, {shown(w['statistic'])} {shown(w['value_text'])}" if w else "-"
         reason, state = d["reason"] or "", RunState(d["state"])
         if state == RunState.UNREADABLE:  # its line below the table, whole (a cell would wrap it)

@@ -435,8 +435,10 @@ def _alive(pid: int, started: int) -> bool:
 
 
 def winner_record(summary: StudySummary) -> dict[str, Any]:
-    """The winner as ``fleet status`` shows it: config, statistic and value, speed-up over the baseline."""
+    """The winner as ``fleet status`` shows it: config, statistic and value, speed-up over the baseline, and why it
+    is weaker than a finalist-proven one where it is (``caveats``: screening only, under load, unsteady machine)."""
     from autodeploy.objectives import of
+    from autodeploy.search.summary import caveats
 
     w = summary.winner
     assert w is not None
@@ -445,7 +447,8 @@ def winner_record(summary: StudySummary) -> dict[str, Any]:
     return {"config": w.label, "uid": w.uids[-1] if w.uids else None, "statistic": statistic,
             "value": w.statistic, "value_text": objective.value_text(w.statistic),
             "speedup": summary.speedup_vs_baseline, "baseline": summary.baseline_name,
-            "screening_only": summary.screening_only, "headline": summary.headline()}  # fmt: skip
+            "screening_only": summary.screening_only, "caveats": caveats(summary.to_dict()),
+            "headline": summary.headline()}  # fmt: skip
 
 
 class _Progress(Reporter):

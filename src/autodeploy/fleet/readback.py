@@ -45,6 +45,8 @@ class Winner(_Row):
     speedup: float | None = None
     baseline: Short | None = None
     screening_only: bool = False
+    #: Why it is weaker than a finalist-proven winner (``search.summary.caveats``): a few short phrases.
+    caveats: list[Short] = Field(default_factory=list, max_length=8)
     headline: Long | None = None
 
 

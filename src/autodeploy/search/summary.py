@@ -193,11 +193,18 @@ def speedup_text(record: Mapping[str, Any]) -> str:
         text = f"{record['speedup_vs_baseline']:.2f}x ({record['statistic'].removesuffix('_ms')}, pooled calls)"
     else:
         return "-"
-    if main is not None and main.get("under_load"):
-        text += ", under load"
-    if (record.get("load") or {}).get("unsteady"):
-        text += ", unsteady machine"
-    return text + (", screening only" if record.get("screening_only") else "")
+    return ", ".join([text, *caveats(record)])
+
+
+def caveats(record: Mapping[str, Any]) -> list[str]:
+    """Why a study's winner is weaker than a finalist-proven one, in a table's words: ``under load`` (every paired
+    round ran under load), ``unsteady machine`` (``load.unsteady``), ``screening only`` (no finalist interval).
+    Empty for a winner proven by quiet finalist rounds. ``record``: :meth:`StudySummary.to_dict` (as stored), or a
+    study record of the report (its statistic under ``optimised``)."""
+    main = (record.get("speedups") or {}).get(record.get("optimised") or record.get("statistic") or "") or {}
+    said = [("under load", bool(main.get("under_load"))), ("unsteady machine", bool((record.get("load") or {}).get("unsteady"))),
+            ("screening only", bool(record.get("screening_only")))]  # fmt: skip
+    return [words for words, holds in said if holds]
 
 
 def shapes_text(summary: Mapping[str, Any]) -> str:

@@ -30,7 +30,8 @@ def cell(device: dict) -> str:
     winner = device["winner"]
     if winner:
         speedup = f", {winner['speedup']:.2f}x {cache.md(winner['statistic'])}" if winner.get("speedup") else ""  # fmt: skip
-        text += f" {cache.md(winner['config'])}{speedup}"
+        weak = winner.get("caveats") or (["screening only"] if winner.get("screening_only") else [])
+        text += f" {cache.md(winner['config'])}{speedup}" + (f" :orange[({cache.md(', '.join(weak))})]" if weak else "")
     elif device["reason"]:
         text += f": {cache.md(device['reason'][:80])}"
     return f"{text} [study](trials?study={quote(device['study'])})"
