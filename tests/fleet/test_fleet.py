@@ -335,3 +335,29 @@ def test_sigterm_while_the_finalist_rounds_wait_ends_the_agent_in_seconds(postgr
     code, _, err = finish(proc, timeout=60)
     assert code == 0 and time.monotonic() - sent < 15, err
     assert f"job {job}: back in the queue" in err and states(postgres_url, job)["edge-a"][0] == "queued", err
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_an_agent_stays_within_its_connection_budget_while_it_tunes(postgres_url, agents):
+    """Issue 51: 30 agents tuning at once peaked at 165 connections (the store's pool grew during tune), past
+    PostgreSQL's default max_connections of 100. An agent's store pool is capped (``agent.STORE_CONNECTIONS``), and
+    with the queue's one that is its budget, read here from pg_stat_activity while it tunes."""
+    import time
+
+    from autodeploy.fleet.agent import STORE_CONNECTIONS
+    from tests.fleet.conftest import finish
+
+    register(postgres_url, "edge-a")
+    submit(postgres_url)
+    proc = agents.start(postgres_url, "edge-a")
+    peak: dict[str, int] = {}
+    while proc.poll() is None:
+        for name, n in query(postgres_url, "SELECT application_name, count(*) FROM pg_stat_activity WHERE "
+                             "application_name LIKE :pid GROUP BY 1", pid=f"autodeploy% pid {proc.pid}"):  # fmt: skip
+            peak[name] = max(peak.get(name, 0), n)
+        time.sleep(0.1)
+    code, _, err = finish(proc)
+    assert code == 0, err
+    assert peak.get(f"autodeploy queue pid {proc.pid}") == 1, peak
+    assert 1 <= peak.get(f"autodeploy pid {proc.pid}", 0) <= STORE_CONNECTIONS, peak

@@ -137,7 +137,8 @@ def test_a_screening_only_winner_says_so_in_the_table_the_csv_and_the_json(scena
     assert scenario.status["status"] == "done"
     for d in scenario.status["devices"]:
         assert d["winner"]["screening_only"] and d["winner"]["caveats"] == ["screening only"]
-    table = cli("fleet", "status", str(scenario.job), "--db", scenario.url)
+    table = subprocess.run([sys.executable, "-m", "autodeploy", "fleet", "status", str(scenario.job), "--db", scenario.url],
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "400"})  # no wrap
     assert table.returncode == 0 and table.stdout.count("screening only") == 2, table.stdout
     rows = list(csv.DictReader(io.StringIO(cli("fleet", "status", str(scenario.job), "--db", scenario.url,
                                                "--format", "csv").stdout)))  # fmt: skip

@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 DEFAULT_LEASE_S = 60.0
 #: Seconds between this agent's heartbeats in the store (what ``fleet status`` shows as the heartbeat's age).
 HEARTBEAT_S = 10.0
+#: The store connections an agent holds at most (its heartbeat and its run may write at once); with the queue's
+#: LISTEN connection, an agent's PostgreSQL budget is one more (README, "Connections").
+STORE_CONNECTIONS = 2
 #: Seconds between two looks at the store for a cancel, while a study runs.
 CANCEL_CHECK_S = 2.0
 
@@ -122,7 +125,7 @@ def serve(db: str | None, settings: AgentSettings, log: Log = lambda _: None) ->
     if swept:
         log(f"removed {len(swept)} scratch folder(s) that killed agents left in {swept[0].parent}")
     key = keys.device_key(fleet_dir(settings), settings.name)  # made the first time this name registers here
-    with Store.open(url) as store:
+    with Store.open(url, connections=STORE_CONNECTIONS) as store:  # its budget: these and the queue's one
         device = probe_device()
         ledger.check_binding(store, settings.name, device, key.pem)  # another device's name: refused before probing
         agent = ledger.register(store, settings.name, device, engines_here(device), settings.tags, __version__,

@@ -13,6 +13,7 @@ Alembic. pgqueuer and psycopg are imported inside the functions: ``autodeploy`` 
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -60,7 +61,8 @@ async def connected(url: str) -> AsyncIterator[Queries]:
     from pgqueuer.adapters.persistence.qb import QueryBuilderEnvironment, QueryQueueBuilder
 
     names = settings()
-    async with await psycopg.AsyncConnection.connect(dsn(url), autocommit=True) as conn:
+    name = f"autodeploy queue pid {os.getpid()}"  # pg_stat_activity names whose connection it is
+    async with await psycopg.AsyncConnection.connect(dsn(url), autocommit=True, application_name=name) as conn:
         queries = Queries(PsycopgDriver(conn), qbe=QueryBuilderEnvironment(names), qbq=QueryQueueBuilder(names))
         await _install(conn, queries)
         yield queries

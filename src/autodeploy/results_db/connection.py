@@ -80,8 +80,13 @@ _DIAGNOSES = (
 )
 
 
-def connect(url: str | None, *, readonly: bool) -> tuple[sa.Engine, str]:
-    """An engine for ``url`` (default ``$AUTODEPLOY_DB``, else the user SQLite file) and the URL to show.
+#: Seconds a thread waits for a connection of a capped pool (``connections``) before the store's error.
+POOL_WAIT_S = 120.0
+
+
+def connect(url: str | None, *, readonly: bool, connections: int | None = None) -> tuple[sa.Engine, str]:
+    """An engine for ``url`` (default ``$AUTODEPLOY_DB``, else the user SQLite file) and the URL to show; on
+    PostgreSQL, ``connections`` caps its pool (a fleet agent's budget), else SQLAlchemy's default pool grows.
 
     The URL shown hides the password. A SQLite path is checked first, so that a missing folder or
     an unwritable file says so instead of SQLite's "unable to open"; a read-only SQLite store opens
@@ -90,7 +95,7 @@ def connect(url: str | None, *, readonly: bool) -> tuple[sa.Engine, str]:
     target, shown = _resolve_url(url)
     if target.get_backend_name() == "sqlite":
         target = _check_sqlite_path(target, shown, readonly=readonly)
-    return _create_engine(target, shown, readonly=readonly), shown
+    return _create_engine(target, shown, readonly=readonly, connections=connections), shown
 
 
 def default_url() -> str:
@@ -191,7 +196,7 @@ def _readonly_uri(url: sa.URL, path: Path, shown: str) -> sa.URL:
     return url.set(database=f"file:{quote(str(path))}", query={**query, "mode": "ro", "uri": "true"})
 
 
-def _create_engine(url: sa.URL, shown: str, *, readonly: bool) -> sa.Engine:
+def _create_engine(url: sa.URL, shown: str, *, readonly: bool, connections: int | None = None) -> sa.Engine:
     kwargs: dict[str, Any] = {}
     if url.get_backend_name() == "postgresql":
         connect_args: dict[str, Any] = {}
@@ -199,7 +204,11 @@ def _create_engine(url: sa.URL, shown: str, *, readonly: bool) -> sa.Engine:
             connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
         if readonly:
             connect_args["options"] = "-c default_transaction_read_only=on"
+        if "application_name" not in url.query:  # pg_stat_activity names whose connection it is (a fleet's 30 agents)
+            connect_args["application_name"] = f"autodeploy pid {os.getpid()}"
         kwargs = {"connect_args": connect_args, "pool_pre_ping": True}
+        if connections is not None:  # a hard cap: a thread past it waits for one to come back
+            kwargs.update(pool_size=connections, max_overflow=0, pool_timeout=POOL_WAIT_S)
     elif url.database in (None, "", ":memory:"):
         kwargs = {"poolclass": sa.pool.StaticPool}  # one in-memory database, not one per connection
     try:

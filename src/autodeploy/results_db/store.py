@@ -62,18 +62,19 @@ class Store:
     # -- opening ---------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, url: str | None = None, *, readonly: bool = False) -> Store:
+    def open(cls, url: str | None = None, *, readonly: bool = False, connections: int | None = None) -> Store:
         """Open (and, unless ``readonly``, create or upgrade) the results database.
 
         Args:
             url: a SQLAlchemy URL (``sqlite:///path``, ``postgresql+psycopg://...``) or a plain
                 file path; default ``$AUTODEPLOY_DB``, else ``results.db`` in the user data folder.
             readonly: open without migrating; every write raises :class:`StoreError`.
+            connections: on PostgreSQL, the most connections it holds at once (a fleet agent's budget).
 
         Raises:
             StoreError: the database cannot be opened; the message names it and the fix.
         """
-        engine, shown = connection.connect(url, readonly=readonly)
+        engine, shown = connection.connect(url, readonly=readonly, connections=connections)
         store = cls(engine, shown, readonly=readonly)
         try:
             store._ensure_schema()
