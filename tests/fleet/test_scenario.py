@@ -123,6 +123,8 @@ def test_both_devices_end_done_with_a_winner(scenario):
         assert d["winner"]["config"].startswith("onnxruntime/fp32/") and d["winner"]["statistic"] in ("p90", "median")
         assert d["winner"]["speedup"] > 0 and d["trials"] == 3 and d["reason"] is None
         assert d["study"] == f"fleet.{scenario.job}.{d['device']}"
+        # issue 51: when each device started and ended, and how long it took (kills and restarts included)
+        assert d["created_at"] <= d["started_at"] < d["finished_at"] and d["duration_s"] > 0, d
     assert device(scenario.status, "edge-a")["attempts"] == 2  # taken back after the kill
     assert device(scenario.status, "edge-b")["attempts"] == 2  # and after the stop
     assert "attempt 2: taken back" in scenario.logs["edge-a"] and "attempt 2: taken back" in scenario.logs["edge-b"]

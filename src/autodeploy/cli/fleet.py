@@ -133,7 +133,8 @@ def device_row(record: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
     return {"job": record["job"], "model": record["model"], "job_status": record["status"], "device": d["device"],
             "state": d["state"], "winner": w.get("config"), "statistic": w.get("statistic"), "value": w.get("value"),
             "speedup": w.get("speedup"), "caveats": "; ".join(winner_caveats(w)), "reason": d["reason"],
-            "trials": d["trials"], "heartbeat_age_s": d["heartbeat_age_s"], "study": d["study"]}  # fmt: skip
+            "trials": d["trials"], "heartbeat_age_s": d["heartbeat_age_s"], "started_at": d.get("started_at"),
+            "finished_at": d.get("finished_at"), "duration_s": d.get("duration_s"), "study": d["study"]}  # fmt: skip
 
 
 def _said_once() -> Any:
@@ -157,7 +158,7 @@ def _print_job(record: dict[str, Any]) -> None:
     title = (f"job {record['job']}: {shown(record['model'])} on {shown(record['selects'])} "
              f"([{status.colour}]{status}[/]{shown(late)})")  # fmt: skip
     table = Table(title=title)
-    for column in ("device", "state", "heartbeat", "trials", "winner", "speed-up", "reason"):
+    for column in ("device", "state", "took", "heartbeat", "trials", "winner", "speed-up", "reason"):
         table.add_column(column)
     unreadable: list[str] = []
     for d in record["devices"]:
@@ -172,7 +173,8 @@ def _print_job(record: dict[str, Any]) -> None:
             reason = "see below"
         if d["skipped"]:
             reason = "; ".join([reason] * bool(reason) + [f"skipped {s['engine']}: {s['reason']}" for s in d["skipped"]])
-        table.add_row(shown(d["device"]), f"[{state.colour}]{state}[/]", f"{d['heartbeat_age_s']:.0f} s ago",
+        took = _age(d["duration_s"]) if d.get("duration_s") is not None else "-"
+        table.add_row(shown(d["device"]), f"[{state.colour}]{state}[/]", took, f"{d['heartbeat_age_s']:.0f} s ago",
                       str(d["trials"]), winner, speedup, shown(reason))  # fmt: skip
     out.print(table)
     if record.get("reason"):  # the job row itself is unreadable

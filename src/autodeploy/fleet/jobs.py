@@ -245,15 +245,23 @@ def record(job: ledger.Job, runs: list[ledger.Run], at: datetime | None = None) 
     devices = []
     for run in runs:
         state, reason = device_state(run, job, at)
+        ended = run.finished_at if RunState(run.state).final else None
+        took = ((ended or at) - run.started_at).total_seconds() if run.started_at else None
         devices.append({"device": run.device, "state": state.value, "winner": run.winner, "reason": reason,
                         "heartbeat_age_s": round((at - run.heartbeat_at).total_seconds(), 1), "trials": run.trials,
-                        "attempts": run.attempts, "skipped": run.skipped, "study": run.study})  # fmt: skip
+                        "attempts": run.attempts, "skipped": run.skipped, "study": run.study,
+                        "created_at": _iso(run.created_at), "started_at": _iso(run.started_at),
+                        "finished_at": _iso(ended), "duration_s": round(took, 1) if took is not None else None})  # fmt: skip
     state = JobState.UNREADABLE if job.problem else JobState(job.state)
     late = job.accept_late_until.isoformat() if job.takes_late(at) and job.accept_late_until else None
     return {"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "job": job.id, "model": job.model_name,
             "model_sha256": job.model_sha256, "selects": job.devices, "state": state.value,
             "status": JobStatus.of(state, [RunState(d["state"]) for d in devices]).value, "reason": job.problem,
             "created_at": job.created_at.isoformat(), "accepts_late_until": late, "devices": devices}  # fmt: skip
+
+
+def _iso(ts: datetime | None) -> str | None:
+    return ts.isoformat() if ts is not None else None
 
 
 def status(store: Store, job_id: int | None = None) -> list[dict[str, Any]]:

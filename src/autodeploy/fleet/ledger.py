@@ -100,6 +100,10 @@ class Run:
     heartbeat_at: datetime
     queue_job: int | None = None
     signature: str | None = None  # the device key's, over its result (fleet/keys.py)
+    #: When the run was made, first taken and ended (``None``: not yet).
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
 
 
 def now() -> datetime:
@@ -146,8 +150,12 @@ def _run(r: FleetRun, a: FleetAgent) -> Run:
     # every value any database writer could have planted, checked: a row that does not fit reads unreadable, alone
     v = readback.run_values(r.id, r.job_id, device=a.name, study=r.study, state=r.state, reason=r.reason,
                             winner=r.winner, skipped=r.skipped)  # fmt: skip
+    def at(ts: datetime | None) -> datetime | None:
+        return rows.utc(ts) if ts is not None else None
+
     return Run(r.id, r.job_id, v.device, v.study, v.state, r.attempts, r.trials, v.winner, r.bundle_sha256, v.reason,
-               v.skipped, rows.utc(a.heartbeat_at), r.queue_job, r.signature)  # fmt: skip
+               v.skipped, rows.utc(a.heartbeat_at), r.queue_job, r.signature, at(r.created_at), at(r.started_at),
+               at(r.finished_at))  # fmt: skip
 
 
 # -- blobs ------------------------------------------------------------------------------------------------
