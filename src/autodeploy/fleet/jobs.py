@@ -326,14 +326,19 @@ def forget(store: Store, name: str) -> list[int]:
         UsageError: no such device, or it is running a run now.
     """
     cancelled, withdrawn = ledger.retire(store, name)
+    _withdraw(store, withdrawn)
+    return cancelled
+
+
+def _withdraw(store: Store, queue_jobs: list[int]) -> None:
+    """Take these entries out of the queue (runs the store has just cancelled)."""
 
     async def take_out() -> None:
         async with queue.connected(_url(store)) as queries:
-            await queue.withdraw(queries, withdrawn)
+            await queue.withdraw(queries, queue_jobs)
 
-    if withdrawn:
+    if queue_jobs:
         asyncio.run(take_out())
-    return cancelled
 
 
 # -- export, cancel and close ------------------------------------------------------------------------------
@@ -414,10 +419,5 @@ def cancel(store: Store, job_id: int) -> list[ledger.Run]:
     """Cancel job ``job_id``: queued runs at once (withdrawn from the queue), running ones by their agents.
     Returns its runs as the cancel left them (those ``running`` stop at their agent's next step)."""
     runs, withdrawn = ledger.cancel(store, job_id)
-
-    async def take_out() -> None:
-        async with queue.connected(_url(store)) as queries:
-            await queue.withdraw(queries, withdrawn)
-
-    asyncio.run(take_out())
+    _withdraw(store, withdrawn)
     return runs
