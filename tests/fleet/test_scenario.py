@@ -137,15 +137,15 @@ def test_a_screening_only_winner_says_so_in_the_table_the_csv_and_the_json(scena
     import io
 
     assert scenario.status["status"] == "done"
-    for d in scenario.status["devices"]:
-        assert d["winner"]["screening_only"] and d["winner"]["caveats"] == ["screening only"]
+    for d in scenario.status["devices"]:  # (and "under load" where the machine was busy)
+        assert d["winner"]["screening_only"] and "screening only" in d["winner"]["caveats"]
     table = subprocess.run([sys.executable, "-m", "autodeploy", "fleet", "status", str(scenario.job), "--db", scenario.url],
                            capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "400"})  # no wrap
     assert table.returncode == 0 and table.stdout.count("screening only") == 2, table.stdout
     rows = list(csv.DictReader(io.StringIO(cli("fleet", "status", str(scenario.job), "--db", scenario.url,
                                                "--format", "csv").stdout)))  # fmt: skip
     assert sorted(r["device"] for r in rows) == ["edge-a", "edge-b"]  # one row per device
-    assert {r["caveats"] for r in rows} == {"screening only"} and {r["job_status"] for r in rows} == {"done"}
+    assert all("screening only" in r["caveats"] for r in rows) and {r["job_status"] for r in rows} == {"done"}
 
 
 def test_status_json_follows_the_schema(scenario):
@@ -237,7 +237,7 @@ def test_the_fleet_page_in_chromium_links_each_cell_to_its_study(scenario, tmp_p
                 assert "done" in cell.inner_text() and "onnxruntime/fp32" in cell.inner_text()
                 page.screenshot(path=str(Path(browser._screenshot_dir()) / "fleet.png"))
                 page.goto(f"http://127.0.0.1:{port}/{link.first.get_attribute('href')}", timeout=browser.WAIT_MS)
-                page.get_by_role("heading", name="Trials").wait_for(timeout=browser.WAIT_MS)
+                page.get_by_role("heading", name="Trials", exact=True).wait_for(timeout=browser.WAIT_MS)  # not "Stored trials"
                 study = page.get_by_role("combobox", name="Study")
                 study.wait_for(timeout=browser.WAIT_MS)
                 assert study.input_value() == f"fleet.{scenario.job}.edge-b"  # the study the cell named

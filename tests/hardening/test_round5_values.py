@@ -26,7 +26,7 @@ from tests.models import mlp
 HOSTILE = "\x1b[2J[bold red]x[/] [x](http://evil) ![b](http://evil/p.png)"
 GOOD_WINNER = {"config": "onnxruntime/fp32/b1/t1", "uid": "u1", "statistic": "p90", "value": 1.5,
                "value_text": "1.500 ms", "speedup": 1.2, "baseline": "onnxruntime/fp32/b1/tdefault",
-               "screening_only": False, "headline": "p90 1.500 ms"}  # fmt: skip
+               "screening_only": False, "caveats": [], "headline": "p90 1.500 ms"}  # fmt: skip
 #: One malformed JSON value in one run row, and the field its line must name.
 MALFORMED = [({"winner": "a string"}, "winner"), ({"winner": [1, 2]}, "winner"),
              ({"winner": {**GOOD_WINNER, "value": "fast"}}, "winner.value"), ({"skipped": {"engine": "x"}}, "skipped"),

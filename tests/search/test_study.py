@@ -387,10 +387,12 @@ def test_a_config_breaking_the_accuracy_budget_is_listed_with_its_worst_channel_
     assert row.failure_kind == "inaccurate" and o.channels == "axis 1, channels 4-11"
     assert (rejected.value, rejected.unit) == (o.sqnr_db, "dB") and rejected.limit == pytest.approx(sqnr_for_drop(0.01))
     assert rejected.value < rejected.limit
+    # the box channels (pixels) moved more in the output's units than the class scores: the line names them too
+    moved = f"; moved most: {o.moved_channels}, max abs error {o.moved_max_abs:.4g} in the output's units" if o.moved_channels else ""
     assert rejected.reason == (f"output 'output0', axis 1, channels 4-11: SQNR {o.sqnr_db:.1f} dB < 17 dB "
                                f"(max accuracy drop 1%); max abs error {o.error_max_abs:.4g}, p99 {o.error_p99_abs:.4g}, "
-                               "in the output's units; kind sqnr taken from its shape [N, 12, 64], no other kind proven: "
-                               "declare another with --accuracy output0=KIND (docs/accuracy.md)")  # fmt: skip
+                               f"in the output's units{moved}; kind sqnr taken from its shape [N, 12, 64], no other kind "
+                               "proven: declare another with --accuracy output0=KIND (docs/accuracy.md)")  # fmt: skip
     assert "output 'output0', axis 1, channels 4-11: SQNR" in row.failure_message  # the harness named the same group
 
 

@@ -65,9 +65,10 @@ def submit(
     out.print(f"job {done.job}: model sha256 {done.model_sha256[:12]}, devices {shown(devices)}")
     if done.devices:
         out.print(f"queued on {len(done.devices)} registered device(s): {shown(', '.join(done.devices))}")
-    elif late:
+    elif late or not (devices == "all" or devices.startswith("tag:")):
+        when = f"within --accept-late {shown(accept_late)}" if late else "under that name"
         err.print(f"[yellow]no registered device is selected by {shown(devices)} yet[/]: it runs on one that registers "
-                  f"within --accept-late {shown(accept_late)} (autodeploy agent --db URL --name NAME)")  # fmt: skip
+                  f"{when} (autodeploy agent --db URL --name NAME)")  # fmt: skip
     else:
         err.print(f"[yellow]no registered device is selected by {shown(devices)}[/], and without --accept-late no "
                   "device registering later takes it", soft_wrap=True)  # fmt: skip
@@ -151,12 +152,14 @@ def _said_once() -> Any:
 
 
 def _print_job(record: dict[str, Any]) -> None:
-    from autodeploy.results_db.states import JobStatus, RunState
+    from autodeploy.results_db.states import JobState, JobStatus, RunState
 
-    status = JobStatus(record["status"])
+    # where it stands, or unreadable: its row is not what autodeploy writes (the line below the table says why)
+    status = JobState.UNREADABLE if record["state"] == JobState.UNREADABLE else JobStatus(record["status"])
+    colour = "red" if status == JobState.UNREADABLE else status.colour  # type: ignore[union-attr]
     late = f"; devices registering until {record['accepts_late_until'][:16]} take it" if record.get("accepts_late_until") else ""
     title = (f"job {record['job']}: {shown(record['model'])} on {shown(record['selects'])} "
-             f"([{status.colour}]{status}[/]{shown(late)})")  # fmt: skip
+             f"([{colour}]{status}[/]{shown(late)})")  # fmt: skip
     table = Table(title=title)
     for column in ("device", "state", "took", "heartbeat", "trials", "winner", "speed-up", "reason"):
         table.add_column(column)

@@ -119,10 +119,11 @@ def submit(model: str | None, *, db: str | None, devices: str = "all", config: s
     Args:
         model: an ``.onnx``, ``.tflite`` or ``.pt2`` file (one file), or ``zoo:NAME``; else ``model`` in ``config``.
         db: the PostgreSQL results database every agent reaches.
-        devices: ``all`` (every device registered now), ``NAME`` or ``tag:TAG``.
-        accept_late_s: a device the selector takes that registers within this many seconds of now takes a run
-            too (``--accept-late 7d``); 0, the default: only the devices registered now (a device added next month
-            re-tunes no old job). :func:`close` ends the window early.
+        devices: ``all`` (every device registered now), ``NAME`` (that device, whenever it registers while the job
+            is open) or ``tag:TAG``.
+        accept_late_s: an ``all`` or ``tag:`` job: a device it selects that registers within this many seconds of
+            now takes a run too (``--accept-late 7d``); 0, the default: only the devices registered now (a device
+            added next month re-tunes no old job). :func:`close` ends the window early.
         config, overrides: the study config (a YAML file) and the flags over it, as ``tune`` takes them
             (``overrides`` in config keys: ``engines``, ``finalists.count``, ...).
         data: ``--data``: an ``.npz`` or ``.npy`` file, or ``sample:images``.

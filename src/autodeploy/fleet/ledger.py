@@ -361,15 +361,16 @@ def _add_run(s: Session, job: FleetJob, agent: FleetAgent) -> Run:
 
 
 def adopt(store: Store, agent: Agent) -> list[Run]:
-    """Give ``agent`` a run of every open job that selects it, has none for it yet (an ``all`` or ``tag:`` job
-    submitted before it registered) and still takes late devices (:meth:`Job.takes_late`: its ``--accept-late``
-    window); returns every run of it that is not over (queued or running)."""
+    """Give ``agent`` a run of every open job that selects it and has none for it yet, submitted before it
+    registered: one naming it (``--devices NAME``: the user meant this device), or an ``all`` or ``tag:`` job that
+    still takes late devices (:meth:`Job.takes_late`: its ``--accept-late`` window); returns every run of it that
+    is not over (queued or running)."""
 
     def fetch(s: Session) -> list[Run]:
         me = s.get_one(FleetAgent, agent.id)
         have = sa.select(FleetRun.job_id).where(FleetRun.agent_id == agent.id)
-        late = sa.select(FleetJob).where(FleetJob.state == JobState.OPEN.value, FleetJob.accept_late_until >= now(),
-                                         FleetJob.id.not_in(have))  # fmt: skip
+        late = sa.select(FleetJob).where(FleetJob.state == JobState.OPEN.value, FleetJob.id.not_in(have),
+                                         sa.or_(FleetJob.accept_late_until >= now(), FleetJob.devices == agent.name))  # fmt: skip
         for job in s.scalars(late):
             if selects(job.devices, agent):
                 _add_run(s, job, me)
