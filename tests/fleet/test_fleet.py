@@ -361,3 +361,12 @@ def test_an_agent_stays_within_its_connection_budget_while_it_tunes(postgres_url
     assert code == 0, err
     assert peak.get(f"autodeploy queue pid {proc.pid}") == 1, peak
     assert 1 <= peak.get(f"autodeploy pid {proc.pid}", 0) <= STORE_CONNECTIONS, peak
+
+
+def test_a_winner_stored_before_caveats_reads_its_screening_only_flag_as_one():
+    from autodeploy.fleet.readback import Winner
+
+    old = {"config": "onnxruntime/fp32/b1/t1", "statistic": "p90", "value": 1.0, "screening_only": True}
+    assert Winner.model_validate(old).caveats == ["screening only"]
+    assert Winner.model_validate({**old, "screening_only": False}).caveats == []
+    assert Winner.model_validate({**old, "caveats": ["under load", "screening only"]}).caveats == ["under load", "screening only"]

@@ -123,17 +123,12 @@ def status(
 SUBMIT_FIRST = "autodeploy fleet submit MODEL --db URL"
 
 
-def winner_caveats(winner: dict[str, Any]) -> list[str]:
-    """Why a run's winner is weaker than a finalist-proven one (a winner stored before caveats: screening only)."""
-    return list(winner.get("caveats") or (["screening only"] if winner.get("screening_only") else []))
-
-
 def device_row(record: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
     """One device of one job as a CSV row: the job, where it stands, the device's state, winner and caveats."""
     w = d["winner"] or {}
     return {"job": record["job"], "model": record["model"], "job_status": record["status"], "device": d["device"],
             "state": d["state"], "winner": w.get("config"), "statistic": w.get("statistic"), "value": w.get("value"),
-            "speedup": w.get("speedup"), "caveats": "; ".join(winner_caveats(w)), "reason": d["reason"],
+            "speedup": w.get("speedup"), "caveats": "; ".join(w.get("caveats") or []), "reason": d["reason"],
             "trials": d["trials"], "heartbeat_age_s": d["heartbeat_age_s"], "started_at": d.get("started_at"),
             "finished_at": d.get("finished_at"), "duration_s": d.get("duration_s"), "study": d["study"]}  # fmt: skip
 
@@ -167,7 +162,7 @@ def _print_job(record: dict[str, Any]) -> None:
     for d in record["devices"]:
         w = d["winner"] or {}
         speedup = f"{w['speedup']:.2f}x ({shown(w['statistic'])})" if w.get("speedup") else "-"
-        weak = winner_caveats(w)
+        weak = w.get("caveats") or []  # why this winner is weaker than a finalist-proven one (fleet/readback.py)
         speedup += f", [yellow]{shown(', '.join(weak))}[/]" if weak else ""  # why this winner is weaker than proven
         winner = f"{shown(w['config'])}, {shown(w['statistic'])} {shown(w['value_text'])}" if w else "-"
         reason, state = d["reason"] or "", RunState(d["state"])

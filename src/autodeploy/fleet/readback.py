@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from autodeploy.results_db.states import RunState
 
@@ -48,6 +48,15 @@ class Winner(_Row):
     #: Why it is weaker than a finalist-proven winner (``search.summary.caveats``): a few short phrases.
     caveats: list[Short] = Field(default_factory=list, max_length=8)
     headline: Long | None = None
+
+    @model_validator(mode="after")
+    def _stored_before_caveats(self) -> Winner:
+        """A winner stored before caveats: its screening-only flag, in the words every reader shows."""
+        if not self.caveats and self.screening_only:
+            from autodeploy.search.summary import caveats
+
+            self.caveats = caveats({"screening_only": True})
+        return self
 
 
 class Skipped(_Row):

@@ -30,7 +30,7 @@ def cell(device: dict) -> str:
     winner = device["winner"]
     if winner:
         speedup = f", {winner['speedup']:.2f}x {cache.md(winner['statistic'])}" if winner.get("speedup") else ""  # fmt: skip
-        weak = winner.get("caveats") or (["screening only"] if winner.get("screening_only") else [])
+        weak = winner.get("caveats") or []  # a winner stored before caveats gets them on read (fleet/readback.py)
         text += f" {cache.md(winner['config'])}{speedup}" + (f" :orange[({cache.md(', '.join(weak))})]" if weak else "")
     elif device["reason"]:
         text += f": {cache.md(device['reason'][:80])}"
