@@ -43,7 +43,7 @@ from autodeploy.harness.result import Measurement
 from autodeploy.harness.stats import MIN_SAMPLES_P90, MIN_SAMPLES_P99
 from autodeploy.objectives import NAMES, STATISTICS
 from autodeploy.results_db.records import StudyRow, TrialRow
-from autodeploy.results_db.states import JobState, JobStatus, RunState
+from autodeploy.results_db.states import JobKind, JobState, JobStatus, RunState
 from autodeploy.search.summary import StudySummary, baseline_name, headline, limit_text, runner_up
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "flatten", "strict", "strict_json", "study_record", "to_csv_rows",
@@ -468,6 +468,9 @@ _FLEET = {
         "accepts_late_until": {**_STR, "description": "until when a device registering now takes it too "
                                "(fleet submit --accept-late), else null"},
         "reason": {**_STR, "description": "why the job row is unreadable (changed outside autodeploy), else null"},
+        "kind": {"enum": [k.value for k in JobKind], "description": "tune (each device its own study), or profile "
+                 "(one given config measured on every device: fleet submit --profile)"},
+        "profile": {**_STR, "description": "a profile job's config label, else null"},
         "devices": {"type": "array", "items": {
             "type": "object",
             "required": ["device", "state", "winner", "reason"],
@@ -476,7 +479,19 @@ _FLEET = {
                 "state": {"enum": [s.value for s in RunState]},
                 "winner": {"type": ["object", "null"], "required": ["config", "statistic", "value", "speedup"],
                            "description": "the winner's config label, its statistic (p90, median, items/s) and value, "
-                           "and its speed-up over the baseline; null until done (or when no config met the constraints)"},
+                           "its interval (ci), speed-up over the baseline, memory_mb, accuracy and caveats; a profile "
+                           "job's: the profiled config's numbers (every statistic in values); null until done (or "
+                           "when no config met the constraints)"},
+                "phase": {**_STR, "description": "where a running run stands: screening 3/12, finalist round 2/5, "
+                          "waiting for the spread, exporting, profiling; else null"},
+                "queue_position": {"type": ["integer", "null"], "description": "a queued run's place in its "
+                                   "device's line (1: next), else null"},
+                "trials_budget": {"type": ["integer", "null"], "description": "the trials the job asks of each device"},
+                "fingerprint": {"type": "string", "description": "the device's machine (names sharing it: one machine)"},
+                "own_winner": {"type": ["object", "null"], "description": "a profile job: this device's own "
+                               "winner in the latest tune job of the model (with its job), else null"},
+                "vs_own": {"type": ["object", "null"], "description": "a profile job: the profiled config's cost beside "
+                           "the device's own winner in its statistic: ratio > 1 is that many times slower"},
                 "reason": {**_STR, "description": "why it failed (agent lost: no heartbeat for N s) or was skipped"},
                 "heartbeat_age_s": {"type": "number"},
                 "trials": {"type": "integer", "description": "measured screening trials in its study so far"},

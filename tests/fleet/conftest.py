@@ -40,9 +40,11 @@ class Agents:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, url: str, name: str, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "autodeploy", "agent", "--db", url, "--name", name, "--once", "--lease", LEASE_S,
-               *extra]  # fmt: skip
+    def start(self, url: str, name: str, *extra: str, env: dict[str, str] | None = None,
+              once: bool = True) -> subprocess.Popen:  # fmt: skip
+        """An agent; with ``once`` it exits when nothing is left for its device, else it waits for work."""
+        cmd = [sys.executable, "-m", "autodeploy", "agent", "--db", url, "--name", name, *["--once"] * once,
+               "--lease", LEASE_S, *extra]  # fmt: skip
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                                 env={**os.environ, **(env or {})})  # fmt: skip
         self.procs.append(proc)

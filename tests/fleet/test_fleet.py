@@ -69,9 +69,10 @@ def test_a_tampered_model_blob_is_refused_by_the_agent(postgres_url, agents, tmp
     import sqlalchemy as sa
 
     engine = sa.create_engine(postgres_url, poolclass=sa.pool.NullPool)
-    with engine.begin() as conn:  # one byte changed in the store's copy
-        data = conn.execute(sa.text("SELECT data FROM ad_fleet_blobs WHERE sha256 = :s"), {"s": sha}).scalar_one()
-        conn.execute(sa.text("UPDATE ad_fleet_blobs SET data = :d WHERE sha256 = :s"),
+    with engine.begin() as conn:  # one byte changed in the store's copy (its first chunk)
+        data = conn.execute(sa.text("SELECT data FROM ad_fleet_blob_chunks WHERE sha256 = :s AND seq = 0"),
+                            {"s": sha}).scalar_one()  # fmt: skip
+        conn.execute(sa.text("UPDATE ad_fleet_blob_chunks SET data = :d WHERE sha256 = :s AND seq = 0"),
                      {"d": bytes([data[0] ^ 1]) + data[1:], "s": sha})  # fmt: skip
     engine.dispose()
     # its own cache: no good copy of the model from an earlier test to take instead

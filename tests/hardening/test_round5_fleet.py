@@ -105,10 +105,10 @@ def test_a_stale_holder_cannot_write_a_run_another_agent_took_and_finished(postg
         stale, _ = ledger.take(store, queued.id, agent)  # attempt 1, then its lease lapses
         fresh, _ = ledger.take(store, queued.id, agent)  # attempt 2: the device's next agent
         assert (stale.attempts, fresh.attempts) == (1, 2)
-        ledger.progress(store, fresh, 3)
+        ledger.progress(store, fresh, trials=3)
         winner = {"config": "onnxruntime/fp32/t1", "value": 0.001}
         ledger.finish(store, fresh, "done", winner=winner, bundle_sha256=model)
-        writes = {"progress": lambda: ledger.progress(store, stale, 1),
+        writes = {"progress": lambda: ledger.progress(store, stale, trials=1),
                   "note_skipped": lambda: ledger.note_skipped(store, stale, [{"engine": "x", "reason": "y"}]),
                   "finish": lambda: ledger.finish(store, stale, "failed",
                                                   reason="internal error: ValueError: Cannot tell a FAIL trial."),
@@ -241,7 +241,7 @@ def pt2_job(url: str, tmp_path: Path) -> tuple[int, str]:
     path = tmp_path / "tiny.pt2"
     torch.export.save(torch.export.export(Tiny(), (torch.randn(1, 8),)), str(path))
     with Store.open(url) as store:
-        sha = ledger.put_blob(store, path.read_bytes(), "model tiny.pt2")
+        sha = ledger.put_blob(store, path, "model tiny.pt2")
         job, runs = ledger.add_job(store, model_name=str(path), model_file="tiny.pt2", model_sha256=sha, data=None,
                                    options=job_options(), devices="edge-a", lost_after_s=60.0, command=None)  # fmt: skip
         ledger.set_queue_jobs(store, enqueue(url, [(r.id, r.device) for r in runs]))
@@ -292,12 +292,12 @@ def test_put_blob_heals_a_row_whose_bytes_no_longer_hash_to_its_key(request, bac
     with Store.open(url) as store:
         digest = ledger.put_blob(store, data)
         with store.engine.begin() as conn:  # damaged: one byte changed, and a tail cut off
-            conn.execute(sa.text("UPDATE ad_fleet_blobs SET data = :d WHERE sha256 = :s"),
+            conn.execute(sa.text("UPDATE ad_fleet_blob_chunks SET data = :d WHERE sha256 = :s"),
                          {"d": bytes([data[0] ^ 1]) + data[1:-7], "s": digest})  # fmt: skip
         with pytest.raises(StoreError, match="does not match its SHA-256"):
-            ledger.checked_blob(store, digest, "model blob")
+            ledger.get_blob(store, digest, tmp_path / "damaged", "model blob")
         assert ledger.put_blob(store, data) == digest  # "submit the job again"
-        assert ledger.checked_blob(store, digest, "model blob") == data
+        assert ledger.get_blob(store, digest, tmp_path / "healed", "model blob").read_bytes() == data
         with store.engine.connect() as conn:
             assert conn.execute(
                 sa.text("SELECT size FROM ad_fleet_blobs WHERE sha256 = :s"), {"s": digest}

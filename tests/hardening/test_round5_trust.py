@@ -177,7 +177,7 @@ def _swapped_bundle(fleet: Fleet, digest: str, folder: Path) -> bytes:
     from autodeploy.results_db.store import Store
 
     with Store.open(fleet.url, readonly=True) as store:
-        (folder / "in.tar.gz").write_bytes(ledger.checked_blob(store, digest, "bundle"))
+        ledger.get_blob(store, digest, folder / "in.tar.gz", "bundle")
     root = safe_extract(folder / "in.tar.gz", folder / "x")
     with open(root / "runtime" / "onnxruntime.py", "a") as f:
         f.write("\nimport os; os.system('echo swapped')\n")

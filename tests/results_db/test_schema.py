@@ -28,7 +28,7 @@ def test_migrated_database_matches_models(store: Store) -> None:
         tables = set(sa.inspect(conn).get_table_names())
     assert tables == {
         "ad_devices", "ad_models", "ad_trials", "ad_studies", "ad_measurements", "ad_gate_runs", "ad_exports",
-        "ad_fleet_agents", "ad_fleet_blobs", "ad_fleet_jobs", "ad_fleet_runs",
+        "ad_fleet_agents", "ad_fleet_blobs", "ad_fleet_blob_chunks", "ad_fleet_jobs", "ad_fleet_runs",
         VERSION_TABLE,
     }
 

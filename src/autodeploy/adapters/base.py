@@ -268,6 +268,34 @@ class TrialConfig:
         threads = "default" if self.threads is None else str(self.threads)
         return f"{self.engine}/{self.precision}/b{self.batch}/t{threads}" + (f"/{knobs}" if knobs else "")
 
+    @classmethod
+    def from_label(cls, text: str) -> TrialConfig:
+        """The config a :meth:`label` names: ``openvino/int8/b1/t2`` or ``onnxruntime/fp32/b4/tdefault/NAME=VALUE,...``
+        (knob values read by :func:`knob_value`). Raises: UsageError."""
+        parts = text.split("/", 4)
+        batch, threads = (parts + ["", ""])[2:4]
+        if len(parts) < 4 or not (batch[:1] == "b" and batch[1:].isdigit()) or not (
+                threads == "tdefault" or (threads[:1] == "t" and threads[1:].isdigit())):  # fmt: skip
+            raise UsageError(f"config {text[:120]!r} is not ENGINE/PRECISION/bBATCH/tTHREADS[/KNOB=VALUE,...]",
+                             fix="e.g. openvino/int8/b1/t2 (as fleet status and tune name a config)")  # fmt: skip
+        knobs = {}
+        for pair in filter(None, (parts[4] if len(parts) == 5 else "").split(",")):
+            name, sep, value = pair.partition("=")
+            if not (sep and name):
+                raise UsageError(f"config {text[:120]!r}: knob {pair[:60]!r} is not NAME=VALUE", fix="e.g. .../t2/num_streams=2")
+            knobs[name] = knob_value(value)
+        return cls(parts[0], parts[1], int(batch[1:]), None if threads == "tdefault" else int(threads[1:]), knobs)
+
+
+def knob_value(text: str) -> object:
+    """A knob's value as the engines expect it from text (``--knob``, a config label): integers, booleans
+    (true/false), else the text."""
+    if text.lstrip("-").isdigit():
+        return int(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return text
+
 
 @dataclass(frozen=True)
 class Artifact:

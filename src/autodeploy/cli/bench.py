@@ -10,6 +10,7 @@ from rich.table import Table
 from autodeploy import api
 from autodeploy.accuracy.records import DEFAULT_MAX_ACCURACY_DROP
 from autodeploy.adapters import registry
+from autodeploy.adapters.base import knob_value
 from autodeploy.adapters.registry import BASELINE_ENGINE
 from autodeploy.cli._common import (
     ACCURACY_DROP_HELP,
@@ -207,17 +208,8 @@ def _parse_knobs(flags: list[str]) -> dict[str, object]:
                 f"cannot parse --knob {flag!r}",
                 fix="write it as NAME=VALUE, e.g. execution_mode=ORT_PARALLEL",
             )
-        knobs[name] = _knob_value(value)
+        knobs[name] = knob_value(value)
     return knobs
-
-
-def _knob_value(text: str) -> object:
-    """Knob values as the engines expect them: integers, booleans (true/false), else the text."""
-    if text.lstrip("-").isdigit():
-        return int(text)
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    return text
 
 
 def _roofline_rows(table: Table, result: TrialResult) -> None:

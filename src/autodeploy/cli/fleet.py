@@ -39,6 +39,7 @@ def submit(
     devices: Annotated[str, typer.Option(help="all (every device registered now), NAME, or tag:TAG.")] = "all",
     accept_late: Annotated[str | None, typer.Option(metavar="DURATION", help="A device the selector takes that registers within this long (7d, 12h) takes a run too; default: only the devices registered now.")] = None,
     config: Annotated[Path | None, typer.Option(metavar="YAML", help="Study config, as for tune; flags override it.")] = None,
+    profile: Annotated[str | None, typer.Option(metavar="CONFIG", help="A profile job: measure this one config on every device instead of tuning, shown beside each device's own winner: ENGINE/PRECISION/bBATCH/tTHREADS (as fleet status names winners) or JOB:DEVICE (that device's winner).")] = None,
     data: Annotated[str | None, typer.Option(help="Input data: one .npz or .npy file (stored with the job), or sample:images.")] = None,
     metric: MetricOption = None,
     lost_after: Annotated[float, typer.Option(callback=at_least(1.0), metavar="SECONDS", help="A device silent this long, its run queued or running, reads as lost.")] = 1800.0,
@@ -58,11 +59,12 @@ def submit(
     overrides = study_settings.overrides(study_settings.given("fleet submit", settings_of(flags)))
     late = parse_duration(accept_late, "--accept-late") if accept_late is not None else 0.0
     done = jobs.submit(model, db=db, devices=devices, config=config, overrides=overrides, data=data,
-                       lost_after_s=lost_after, accept_late_s=late, command=command_line())  # fmt: skip
+                       lost_after_s=lost_after, accept_late_s=late, profile=profile, command=command_line())  # fmt: skip
     if format is not Format.table:
         emit(format, {"job": done.job})
         return
-    out.print(f"job {done.job}: model sha256 {done.model_sha256[:12]}, devices {shown(devices)}")
+    what = f", profile of {shown(profile)}" if profile else ""
+    out.print(f"job {done.job}: model sha256 {done.model_sha256[:12]}, devices {shown(devices)}{what}")
     if done.devices:
         out.print(f"queued on {len(done.devices)} registered device(s): {shown(', '.join(done.devices))}")
     elif late or not (devices == "all" or devices.startswith("tag:")):
@@ -126,9 +128,12 @@ SUBMIT_FIRST = "autodeploy fleet submit MODEL --db URL"
 def device_row(record: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
     """One device of one job as a CSV row: the job, where it stands, the device's state, winner and caveats."""
     w = d["winner"] or {}
-    return {"job": record["job"], "model": record["model"], "job_status": record["status"], "device": d["device"],
-            "state": d["state"], "winner": w.get("config"), "statistic": w.get("statistic"), "value": w.get("value"),
-            "speedup": w.get("speedup"), "caveats": "; ".join(w.get("caveats") or []), "reason": d["reason"],
+    return {"job": record["job"], "kind": record.get("kind"), "model": record["model"], "job_status": record["status"], "device": d["device"],
+            "state": d["state"], "phase": d.get("phase"), "queue_position": d.get("queue_position"),
+            "winner": w.get("config"), "statistic": w.get("statistic"), "value": w.get("value"),
+            "ci_low": (w.get("ci") or [None])[0], "ci_high": (w.get("ci") or [None, None])[1], "memory_mb": w.get("memory_mb"),
+            "accuracy": w.get("accuracy"), "speedup": w.get("speedup"), "caveats": "; ".join(w.get("caveats") or []),
+            "vs_own": (d.get("vs_own") or {}).get("ratio"), "fingerprint": d.get("fingerprint"), "reason": d["reason"],
             "trials": d["trials"], "heartbeat_age_s": d["heartbeat_age_s"], "started_at": d.get("started_at"),
             "finished_at": d.get("finished_at"), "duration_s": d.get("duration_s"), "study": d["study"]}  # fmt: skip
 
@@ -153,17 +158,19 @@ def _print_job(record: dict[str, Any]) -> None:
     status = JobState.UNREADABLE if record["state"] == JobState.UNREADABLE else JobStatus(record["status"])
     colour = "red" if status == JobState.UNREADABLE else status.colour  # type: ignore[union-attr]
     late = f"; devices registering until {record['accepts_late_until'][:16]} take it" if record.get("accepts_late_until") else ""
-    title = (f"job {record['job']}: {shown(record['model'])} on {shown(record['selects'])} "
+    what = f" profile of {shown(record['profile'])}" if record.get("profile") else ""
+    title = (f"job {record['job']}:{what} {shown(record['model'])} on {shown(record['selects'])} "
              f"([{colour}]{status}[/]{shown(late)})")  # fmt: skip
+    profile = bool(record.get("profile"))
     table = Table(title=title)
-    for column in ("device", "state", "took", "heartbeat", "trials", "winner", "speed-up", "reason"):
+    columns = ("measured", "memory", "own winner", "vs own") if profile else ("trials", "winner", "speed-up", "memory")
+    for column in ("device", "state", "took", "heartbeat", *columns, "reason"):
         table.add_column(column)
     unreadable: list[str] = []
-    for d in record["devices"]:
+    shared = _same_machine(record["devices"])
+    for d in sorted(record["devices"], key=lambda d: (d.get("fingerprint") or "", d["device"])):  # one machine's together
         w = d["winner"] or {}
-        speedup = f"{w['speedup']:.2f}x ({shown(w['statistic'])})" if w.get("speedup") else "-"
         weak = w.get("caveats") or []  # why this winner is weaker than a finalist-proven one (fleet/readback.py)
-        speedup += f", [yellow]{shown(', '.join(weak))}[/]" if weak else ""  # why this winner is weaker than proven
         winner = f"{shown(w['config'])}, {shown(w['statistic'])} {shown(w['value_text'])}" if w else "-"
         reason, state = d["reason"] or "", RunState(d["state"])
         if state == RunState.UNREADABLE:  # its line below the table, whole (a cell would wrap it)
@@ -172,8 +179,15 @@ def _print_job(record: dict[str, Any]) -> None:
         if d["skipped"]:
             reason = "; ".join([reason] * bool(reason) + [f"skipped {s['engine']}: {s['reason']}" for s in d["skipped"]])
         took = _age(d["duration_s"]) if d.get("duration_s") is not None else "-"
-        table.add_row(shown(d["device"]), f"[{state.colour}]{state}[/]", took, f"{d['heartbeat_age_s']:.0f} s ago",
-                      str(d["trials"]), winner, speedup, shown(reason))  # fmt: skip
+        memory = f"{w['memory_mb']:.0f} MB" if w.get("memory_mb") is not None else "-"
+        if profile:
+            cells = (winner + (f", [yellow]{shown(', '.join(weak))}[/]" if weak else ""), memory, *_own(d))
+        else:
+            speedup = f"{w['speedup']:.2f}x ({shown(w['statistic'])})" if w.get("speedup") else "-"
+            speedup += f", [yellow]{shown(', '.join(weak))}[/]" if weak else ""
+            cells = (_trials(d), winner, speedup, memory)
+        device = shown(d["device"]) + (f" [dim](same machine as {shown(', '.join(shared[d['device']]))})[/]" if shared.get(d["device"]) else "")  # fmt: skip
+        table.add_row(device, _state(d, state), took, f"{d['heartbeat_age_s']:.0f} s ago", *cells, shown(reason))
     out.print(table)
     if record.get("reason"):  # the job row itself is unreadable
         unreadable.insert(0, record["reason"])
@@ -248,6 +262,38 @@ def devices(
     out.print(table)
 
 
+def _same_machine(devices: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Each device's other names with its fingerprint (two agents on one machine measure the same silicon)."""
+    by_print: dict[str, list[str]] = {}
+    for d in devices:
+        if d.get("fingerprint"):
+            by_print.setdefault(d["fingerprint"], []).append(d["device"])
+    return {d["device"]: [n for n in by_print.get(d.get("fingerprint") or "", []) if n != d["device"]] for d in devices}
+
+
+def _state(d: dict[str, Any], state: Any) -> str:
+    """The state, with where a running run stands (its phase) or a queued one's place in its device's line."""
+    text = f"[{state.colour}]{state}[/]"
+    if d.get("phase"):
+        return f"{text}: {shown(d['phase'])}"
+    return f"{text}, #{d['queue_position']} in line" if d.get("queue_position") else text
+
+
+def _trials(d: dict[str, Any]) -> str:
+    return f"{d['trials']}/{d['trials_budget']}" if d.get("trials_budget") else str(d["trials"])
+
+
+def _own(d: dict[str, Any]) -> tuple[str, str]:
+    """A profile job's device: its own winner (job, config, value) and what the profiled config costs beside it."""
+    own, vs = d.get("own_winner"), d.get("vs_own")
+    if not own:
+        return "- (no tune job of this model gave this device a winner)", "-"
+    text = f"job {own.get('job')}: {shown(own['config'])}, {shown(own['statistic'])} {shown(own.get('value_text') or '-')}"
+    if not vs:
+        return text, "-"
+    return text, f"{vs['ratio']:.2f}x {'slower' if vs['ratio'] >= 1 else 'faster'} ({shown(vs['statistic'])})"
+
+
 def _age(seconds: float) -> str:
     from autodeploy.search.budget import duration_text
 
@@ -288,3 +334,23 @@ def cancel(job: Annotated[int, typer.Argument(help="The job.")], db: DbOption = 
         runs = jobs.cancel(store, job)
     running = [r.device for r in runs if r.state == RunState.RUNNING]
     out.print(f"job {job} cancelled" + (f"; stopping on {shown(', '.join(running))}" if running else ""))
+
+
+@app.command()
+def prune(
+    older_than: Annotated[str, typer.Option(metavar="DURATION", help="Remove the winner bundles of runs that finished longer ago than this (30d, 12h).")],
+    dry_run: Annotated[bool, typer.Option(help="Say what would be removed; remove nothing.")] = False,
+    db: DbOption = None,
+) -> None:  # fmt: skip
+    """Remove stored winner bundles past retention; one a newer run or a job still names stays. The runs keep their
+    results; exporting one says when its bundle was pruned."""
+    from autodeploy.fleet import jobs
+    from autodeploy.results_db.store import Store
+    from autodeploy.search.budget import parse_duration
+
+    seconds = parse_duration(older_than, "--older-than")
+    with Store.open(jobs.require_postgres(db)) as store:
+        pruned, before = jobs.prune(store, seconds, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    out.print(f"{verb} {pruned.blobs} winner bundle(s), {pruned.bytes / 1e6:.1f} MB, of {pruned.runs} run(s) finished "
+              f"before {before:%Y-%m-%d %H:%M} UTC")  # fmt: skip

@@ -30,12 +30,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autodeploy import sealed
 from autodeploy.errors import AutodeployError, DataError, StoreError, WriteError, excerpt
 from autodeploy.fleet import jobs, keys, ledger, provenance, queue
-from autodeploy.results_db.states import RunState
+from autodeploy.results_db.states import RunPhase, RunState
 from autodeploy.search.reporter import Reporter
 
 if TYPE_CHECKING:
+    from autodeploy.adapters.base import TrialConfig
+    from autodeploy.results_db.records import TrialRow
     from autodeploy.results_db.store import Store
     from autodeploy.runtime.device import DeviceInfo
     from autodeploy.search.summary import StudySummary
@@ -101,6 +104,26 @@ def engines_here(device: DeviceInfo) -> dict[str, str]:
     return {e.name: str(e.probe(device)) for e in registry.all_engines()}
 
 
+#: Seconds the child that probes the engines at registration may take (importing every engine: seconds).
+PROBE_TIMEOUT_S = 300.0
+
+
+def engines_probed_apart(device: DeviceInfo) -> dict[str, str]:
+    """:func:`engines_here`, probed in a child process: probing imports every engine's library (ONNX Runtime,
+    OpenVINO, LiteRT: 130 MB here), which an idle agent should not hold until it takes a run. The child sees no
+    secret of the agent's environment (:func:`autodeploy.child.child_env`: ``AUTODEPLOY_DB`` neither). A child that
+    fails leaves the probe to this process (what registers must be true; the memory is second)."""
+    from autodeploy.child import ChildFailed, run_module
+
+    try:
+        found = json.loads(run_module(__name__, timeout_s=PROBE_TIMEOUT_S) or "null")
+    except (OSError, ChildFailed, ValueError):
+        found = None
+    if isinstance(found, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in found.items()):
+        return found
+    return engines_here(device)
+
+
 def serve(db: str | None, settings: AgentSettings, log: Log = lambda _: None) -> int:
     """Register this device and run the jobs meant for it, one at a time; returns how many runs it took.
 
@@ -128,7 +151,7 @@ def serve(db: str | None, settings: AgentSettings, log: Log = lambda _: None) ->
     with Store.open(url, connections=STORE_CONNECTIONS) as store:  # its budget: these and the queue's one
         device = probe_device()
         ledger.check_binding(store, settings.name, device, key.pem)  # another device's name: refused before probing
-        agent = ledger.register(store, settings.name, device, engines_here(device), settings.tags, __version__,
+        agent = ledger.register(store, settings.name, device, engines_probed_apart(device), settings.tags, __version__,
                                 key.pem)  # fmt: skip
         log(f"device {agent.name}: fingerprint {agent.fingerprint} ({agent.cpu}), tags {', '.join(agent.tags) or '-'}")  # fmt: skip
         log(f"device {agent.name}: public key {key.public} ({key.id}): check its results with "
@@ -145,12 +168,12 @@ async def _serve(store: Store, agent: ledger.Agent, settings: AgentSettings, log
     from pgqueuer.domain.types import QueueExecutionMode
 
     taken = {"busy": 0, "runs": 0}
-    async with queue.connected(store.engine.url.render_as_string(hide_password=False)) as queries:
+    async with queue.connected(store.engine.url.render_as_string(hide_password=False), agent.name) as queries:
         # Runs of jobs submitted before this device registered, and any whose queue entry was lost, are queued
         # again (one per run: the dedupe key skips those still queued or held).
         mine = await asyncio.to_thread(ledger.adopt, store, agent)
         ledger.set_queue_jobs(store, await queue.enqueue(queries, [(r.id, agent.name) for r in mine]))
-        manager = QueueManager(queries, channel=queue.CHANNEL)
+        manager = QueueManager(queries, channel=queue.channel_of(agent.name))  # its own: see queue.CHANNEL
 
         @manager.entrypoint(queue.entrypoint(agent.name), concurrency_limit=1)
         async def take(job: Any) -> None:
@@ -258,6 +281,14 @@ def _tune_and_ship(store: Store, agent: ledger.Agent, run: ledger.Run, job: ledg
                            "(loading one comes close to running its code); fix: start the agent with --allow-pytorch "
                            "to run .pt2 jobs"}  # fmt: skip
     model, data = _materialize(store, job, fleet_dir(settings))
+    # the study trusts only what this agent measured: its search state here, its reuse only of its own rows
+    studies = provenance.study_file(fleet_dir(settings), store, job, agent.name)
+    own = provenance.OwnTrials(store, fleet_dir(settings) / provenance.STUDIES / f"{agent.name}.trials")
+    before = measured_trials(studies, run.study)
+    progress = _Progress(store, run, job, before, settings.stop, log)
+    key = keys.device_key(fleet_dir(settings), agent.name)
+    if job.profile is not None:
+        return _profile(own, run, job, model, data, progress, key)
     asked = job.options.get("engines")
     engines, skipped = _engines(asked, probe_device())
     if skipped:
@@ -265,16 +296,12 @@ def _tune_and_ship(store: Store, agent: ledger.Agent, run: ledger.Run, job: ledg
         log("skipped here: " + "; ".join(f"{s['engine']}: {s['reason']}" for s in skipped))
     if asked and not engines:
         return RunState.SKIPPED, {"reason": "none of the engines the job asks for runs here", "skipped": skipped}
-    # the study trusts only what this agent measured: its search state here, its reuse only of its own rows
-    studies = provenance.study_file(fleet_dir(settings), store, job, agent.name)
-    own = provenance.OwnTrials(store, fleet_dir(settings) / provenance.STUDIES / f"{agent.name}.trials")
-    before = measured_trials(studies, run.study)
     wanted = job.options.get("trials")
+    progress.set(RunPhase.PREPARING.text())
     summary = api.tune(config={**job.options, "model": str(model)}, name=run.study, resume=True, data=data,
                        engines=engines or None, trials=None if wanted is None else max(0, wanted - before), db=own,
-                       storage=f"sqlite:///{studies}", reporter=_Progress(store, run, job, before, settings.stop),
+                       storage=f"sqlite:///{studies}", reporter=progress,
                        command=f"autodeploy agent --name {agent.name}  # fleet job {job.id}")  # fmt: skip
-    key = keys.device_key(fleet_dir(settings), agent.name)
     if summary.winner is None:  # the first failure said too: a full disk is not "no trial produced a measurement"
         why = [f"{s['count']} {kind}, e.g. {s['reason']}" for kind, s in summary.failures.items()]
         why += [f"{f.label}: {f.failure}" for f in summary.finalists if f.failure]
@@ -282,9 +309,67 @@ def _tune_and_ship(store: Store, agent: ledger.Agent, run: ledger.Run, job: ledg
         if why and all(f.statistic is None for f in summary.finalists):  # nothing was measured here: the run failed
             return RunState.FAILED, {"reason": reason}
         return RunState.DONE, _signed(key, run, job, {"reason": reason})
+    progress.set(RunPhase.EXPORTING.text())
     digest = _ship(own, summary, fleet_dir(settings), key)
-    fields = {"winner": winner_record(summary), "bundle_sha256": digest, "reason": None}
+    fields = {"winner": winner_record(summary, _winner_row(own, summary)), "bundle_sha256": digest, "reason": None}
     return RunState.DONE, _signed(key, run, job, fields)
+
+
+def _profile(own: Store, run: ledger.Run, job: ledger.Job, model: Path, data: str | None, progress: _Progress,
+             key: keys.DeviceKey) -> tuple[RunState, dict[str, Any]]:  # fmt: skip
+    """A profile job's run: its one config measured here (one run of the finalists' length, stored in this device's
+    trials), its numbers signed as a winner's are; an engine that does not run here skips the device, one line."""
+    from autodeploy import api
+    from autodeploy.accuracy.records import DEFAULT_MAX_ACCURACY_DROP
+    from autodeploy.adapters.base import TrialConfig
+    from autodeploy.device import probe_device
+    from autodeploy.harness.timing import TimingPolicy
+
+    config = TrialConfig.from_dict(job.profile or {})
+    _, skipped = _engines([config.engine], probe_device())
+    if skipped:
+        return RunState.SKIPPED, {"reason": f"{config.engine}: {skipped[0]['reason']}", "skipped": skipped}
+    progress.set(RunPhase.PROFILING.text())
+    finalists = job.options.get("finalists") or {}
+    timing = TimingPolicy(min_samples=finalists.get("min_samples", 200), min_duration_s=finalists.get("min_duration_s", 2.0))
+    limits = job.options.get("constraints") or {}
+    stored = api.bench(str(model), config=config, data=data, db=own, timing=timing, progress=progress.phase,
+                       max_accuracy_drop=limits.get("max_accuracy_drop", DEFAULT_MAX_ACCURACY_DROP),
+                       command=f"autodeploy bench  # fleet profile job {job.id}")  # fmt: skip
+    result = stored.result
+    if result.measurement is None:  # nothing measured: the run failed, and says why
+        return RunState.FAILED, {"reason": f"{config.label()}: {result.failure_kind}: {result.failure_message}"}
+    return RunState.DONE, _signed(key, run, job, {"winner": profile_record(config, stored.row), "reason": None})
+
+
+def profile_record(config: TrialConfig, row: TrialRow) -> dict[str, Any]:
+    """A profile run's numbers in a winner's keys (:func:`winner_record`): the median latency with its interval over
+    the calls, memory, the verdict; its caveat says it is one run, not paired rounds."""
+    from autodeploy.objectives import DEFAULT_OBJECTIVE, MEDIAN, STATISTICS
+
+    latency = row.latency
+    assert latency is not None
+    caveats = ["one run, not finalist rounds"] + (["fails the accuracy budget"] if row.accuracy and not row.accuracy.passed else [])
+    values = {s.name: s.value(row) for s in STATISTICS.values() if hasattr(row, s.field)}  # set beside any winner's
+    return {"config": config.label(), "uid": row.uid, "statistic": MEDIAN.name, "value": latency.median,
+            "value_text": DEFAULT_OBJECTIVE.value_text(latency.median, latency.median_ci), "ci": list(latency.median_ci),
+            "caveats": caveats, "memory_mb": row.peak_rss_mb, "accuracy": _accuracy_text(row), "headline": None, "speedup": None,
+            "values": {k: v for k, v in values.items() if v is not None}}  # fmt: skip
+
+
+def _winner_row(own: Store, summary: StudySummary) -> TrialRow | None:
+    """The winner's stored trial (its memory and verdict), read back from this device's own trials."""
+    from autodeploy.results_db.records import TrialFilter
+
+    uid = summary.winner.uids[-1] if summary.winner is not None and summary.winner.uids else None
+    return own.trial(TrialFilter(uid=uid), samples=False) if uid else None
+
+
+def _accuracy_text(row: TrialRow | None) -> str | None:
+    """The verdict in one short phrase: ``passed: top-1 agreement >= 0.99 ...`` (``None``: not judged)."""
+    if row is None or row.accuracy is None:
+        return None
+    return excerpt(f"{'passed' if row.accuracy.passed else 'failed'}: {row.accuracy.constraint}", 190)
 
 
 def _signed(key: keys.DeviceKey, run: ledger.Run, job: ledger.Job, fields: dict[str, Any]) -> dict[str, Any]:
@@ -318,20 +403,22 @@ _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 def _blob_file(store: Store, digest: str, name: str, folder: Path, what: str) -> Path:
     """``folder/DIGEST/name`` holding the blob: taken again when its bytes still hash to ``digest``, else written
-    from the store's copy (itself checked first: :func:`ledger.checked_blob`)."""
+    from the store's copy a chunk at a time, checked as it is written (:func:`ledger.get_blob`), and put in place
+    only then: a refused blob leaves nothing behind."""
     path = folder / digest / jobs.safe_file_name(name)  # a row may name "..", "." or "": never a folder
-    if path.is_file() and ledger.sha256(path.read_bytes()) == digest:
+    if sealed.holds(path, digest):
         return path
-    data = ledger.checked_blob(store, digest, f"{what} blob")
     tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
-            tmp.write(data)
-        Path(tmp.name).replace(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, tmp = tempfile.mkstemp(dir=folder, prefix=f".{digest[:16]}.")
+        os.close(handle)
+        ledger.get_blob(store, digest, Path(tmp), f"{what} blob")
+        path.parent.mkdir(exist_ok=True)
+        Path(tmp).replace(path)
     except OSError as error:  # no half-written file stays; a full or read-only disk is one line, not a bug
         if tmp is not None:
-            Path(tmp.name).unlink(missing_ok=True)
+            Path(tmp).unlink(missing_ok=True)
         full = WriteError.of(error, f"the {what} blob {path.name}", folder, instead="set AUTODEPLOY_CACHE to a disk with room")  # fmt: skip
         if full is None:
             raise
@@ -396,7 +483,7 @@ def _ship(store: Store, summary: StudySummary, folder: Path, key: keys.DeviceKey
                           command=f"autodeploy export {summary.name}  # by the fleet agent")  # fmt: skip
         with opened(path) as root:
             verify(root, trust=key.public)
-        return ledger.put_blob(store, path.read_bytes())
+        return ledger.put_blob(store, path)
 
 
 def scratch_folder(folder: Path) -> tempfile.TemporaryDirectory[str]:
@@ -437,9 +524,10 @@ def _alive(pid: int, started: int) -> bool:
         return True
 
 
-def winner_record(summary: StudySummary) -> dict[str, Any]:
-    """The winner as ``fleet status`` shows it: config, statistic and value, speed-up over the baseline, and why it
-    is weaker than a finalist-proven one where it is (``caveats``: screening only, under load, unsteady machine)."""
+def winner_record(summary: StudySummary, row: TrialRow | None = None) -> dict[str, Any]:
+    """The winner as ``fleet status`` shows it: config, statistic and value (with its interval over the rounds),
+    speed-up over the baseline, and why it is weaker than a finalist-proven one where it is (``caveats``: screening
+    only, under load, unsteady machine); with its stored trial ``row``, its memory and accuracy verdict too."""
     from autodeploy.objectives import of
     from autodeploy.search.summary import caveats
 
@@ -451,26 +539,48 @@ def winner_record(summary: StudySummary) -> dict[str, Any]:
             "value": w.statistic, "value_text": objective.value_text(w.statistic),
             "speedup": summary.speedup_vs_baseline, "baseline": summary.baseline_name,
             "screening_only": summary.screening_only, "caveats": caveats(summary.to_dict()),
-            "headline": summary.headline()}  # fmt: skip
+            "headline": summary.headline(), "ci": list(w.ci) if w.ci else None,
+            "memory_mb": row.peak_rss_mb if row is not None else None, "accuracy": _accuracy_text(row)}  # fmt: skip
 
 
 class _Progress(Reporter):
-    """The study's progress into the run's record (trials done), and a cancel read from the store between steps."""
+    """The study's progress into the run's record (trials done, its :class:`RunPhase`) and the agent's log (one line
+    per trial and phase), and a cancel read from the store between steps."""
 
-    def __init__(self, store: Store, run: ledger.Run, job: ledger.Job, before: int, stop: threading.Event) -> None:
-        self.store, self.run, self.job, self.before, self.stop = store, run, job, before, stop
-        self.checked = 0.0
+    def __init__(self, store: Store, run: ledger.Run, job: ledger.Job, before: int, stop: threading.Event,
+                 log: Log = lambda _: None) -> None:  # fmt: skip
+        self.store, self.run, self.job, self.before, self.stop, self.log = store, run, job, before, stop, log
+        self.checked, self.total, self.shown = 0.0, before, ""
+
+    def set(self, phase: str) -> None:
+        """The run's phase, written and logged when it changed. Raises: StaleRun (another agent took the run)."""
+        if phase != self.shown:
+            ledger.progress(self.store, self.run, phase=phase)
+            self.log(f"job {self.job.id}: {phase}")
+            self.shown = phase
+
+    def start(self, total: int, space: Any) -> None:
+        self.total = self.before + total
+        self.set(RunPhase.SCREENING.text(self.before, self.total))
+
+    def round(self, r: int, rounds: int) -> None:
+        self.set(RunPhase.FINALIST_ROUND.text(r, rounds))
+        self._check_cancel()
 
     def phase(self, text: str) -> None:
         self._check_cancel()
 
     def trial_done(self, done: int, best: str | None) -> None:
-        ledger.progress(self.store, self.run, self.before + done)  # StaleRun: another agent took the run
+        n = self.before + done
+        self.shown = RunPhase.SCREENING.text(n, max(n, self.total))
+        ledger.progress(self.store, self.run, trials=n, phase=self.shown)  # StaleRun: another agent took the run
+        self.log(f"job {self.job.id}: {self.shown}" + (f", best so far {best}" if best else ""))
         self._check_cancel()
 
     def wait(self, seconds: float) -> None:
         """The finalist rounds' spread (up to minutes): waits on the stop flag, and looks for a cancel or a takeover
         every :data:`CANCEL_CHECK_S`, so SIGTERM ends the agent in seconds (systemd stops it after 90 s), not after."""
+        self.set(f"{RunPhase.WAITING.text()} ({seconds:.0f} s)")
         end = time.monotonic() + seconds
         while (left := end - time.monotonic()) > 0:
             if self.stop.wait(min(left, CANCEL_CHECK_S)):
@@ -486,3 +596,10 @@ class _Progress(Reporter):
         ledger.check_held(self.store, self.run)  # taken over while this agent was stopped: it stops here
         if ledger.cancelled(self.store, self.job.id):
             raise JobCancelled(f"fleet job {self.job.id} was cancelled")
+
+
+if __name__ == "__main__":  # engines_probed_apart's child: the engines' availability, as the last line of stdout
+    from autodeploy.child import child_main
+    from autodeploy.device import probe_device
+
+    raise SystemExit(child_main(lambda: engines_here(probe_device())))

@@ -15,14 +15,15 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import AutodeployError, UsageError
 from autodeploy.fleet import keys, ledger, queue
 from autodeploy.report import SCHEMA_VERSION
-from autodeploy.results_db.states import JobState, JobStatus, RunState
+from autodeploy.results_db.states import JobKind, JobState, JobStatus, RunState
 
 if TYPE_CHECKING:
     from autodeploy.intake import ResolvedModel
@@ -112,7 +113,7 @@ class Submitted:
 
 def submit(model: str | None, *, db: str | None, devices: str = "all", config: str | Path | None = None,
            overrides: Mapping[str, Any] | None = None, data: str | None = None,
-           lost_after_s: float = DEFAULT_LOST_AFTER_S, accept_late_s: float = 0.0,
+           lost_after_s: float = DEFAULT_LOST_AFTER_S, accept_late_s: float = 0.0, profile: str | None = None,
            command: str | None = None) -> Submitted:  # fmt: skip
     """Store ``model`` (and its data) once and queue a run of it on every registered device ``devices`` selects.
 
@@ -128,6 +129,9 @@ def submit(model: str | None, *, db: str | None, devices: str = "all", config: s
             (``overrides`` in config keys: ``engines``, ``finalists.count``, ...).
         data: ``--data``: an ``.npz`` or ``.npy`` file, or ``sample:images``.
         lost_after_s: a device silent this long, its run queued or running, reads as lost.
+        profile: a **profile job** (``--profile``): measure this one config on every device instead of tuning,
+            shown beside each device's own winner: a config label (``openvino/int8/b1/t2``, as ``fleet status``
+            names winners) or ``JOB:DEVICE`` (that device's winner in that job).
 
     Raises:
         UsageError: SQLite, a bad selector, a study config that does not validate or names a refused key
@@ -160,12 +164,36 @@ def submit(model: str | None, *, db: str | None, devices: str = "all", config: s
     load_source(data_ref if data_ref is None or data_ref == "sample:images" else _data_file(data_ref), resolved.info)
     options = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in ("model", "name", "data", "metric", "per_shape")}
     with Store.open(url) as store:
-        model_sha = ledger.put_blob(store, model_path.read_bytes(), f"model {model_path.name}")
+        chosen = profile_config(store, profile) if profile is not None else None
+        model_sha = ledger.put_blob(store, model_path, f"model {model_path.name}")
         job, runs = ledger.add_job(store, model_name=cfg.model, model_file=safe_file_name(model_path.name), model_sha256=model_sha,
                                    data=_data_blob(store, data_ref, resolved), options=options, devices=devices,
-                                   lost_after_s=lost_after_s, command=command, accept_late_s=accept_late_s)  # fmt: skip
+                                   lost_after_s=lost_after_s, command=command, accept_late_s=accept_late_s,
+                                   profile=chosen.to_dict() if chosen else None)  # fmt: skip
         asyncio.run(_enqueue(store, [(r.id, r.device) for r in runs]))
     return Submitted(job.id, tuple(r.device for r in runs), model_sha)
+
+
+def profile_config(store: Store, given: str) -> TrialConfig:
+    """The config ``--profile`` names: a label (``openvino/int8/b1/t2``) or ``JOB:DEVICE``, that device's winner in
+    that job; its engine must be one autodeploy knows (whether a device runs it, the device says).
+
+    Raises:
+        UsageError: a label that does not parse, an unknown engine, or a ``JOB:DEVICE`` with no winner.
+    """
+    from autodeploy.adapters import registry
+
+    job, sep, device = given.partition(":")
+    if sep and job.isdigit():
+        run = next((r for r in ledger.runs(store, [int(job)]) if r.device == device), None)
+        if run is None or not run.winner:
+            why = "has no run on that device" if run is None else f"gave it no winner ({run.state})"
+            raise UsageError(f"--profile {given[:80]}: fleet job {job} {why}",
+                             fix=f"autodeploy fleet status {job} lists its devices and winners")  # fmt: skip
+        given = run.winner["config"]
+    config = TrialConfig.from_label(given)
+    registry.target_of(config.engine)  # an unknown engine: refused now, not on every device later
+    return config
 
 
 async def _enqueue(store: Store, runs: list[tuple[int, str]]) -> None:
@@ -205,7 +233,7 @@ def _data_blob(store: Store, ref: str | None, resolved: ResolvedModel) -> dict[s
         return {"ref": ref}
     if ref is not None:
         path = _data_file(ref)
-        return {"sha256": ledger.put_blob(store, path.read_bytes(), f"--data {path.name}"), "file": safe_file_name(path.name)}
+        return {"sha256": ledger.put_blob(store, path, f"--data {path.name}"), "file": safe_file_name(path.name)}
     if resolved.data is None:
         return None
     buffer = io.BytesIO()
@@ -213,7 +241,7 @@ def _data_blob(store: Store, ref: str | None, resolved: ResolvedModel) -> dict[s
     if resolved.data.labels is not None:
         arrays["labels"] = resolved.data.labels
     np.savez(buffer, **arrays)
-    return {"sha256": ledger.put_blob(store, buffer.getvalue()), "file": "data.npz"}
+    return {"sha256": ledger.put_blob(store, buffer.getvalue(), f"{resolved.info.name}'s data"), "file": "data.npz"}
 
 
 def safe_file_name(name: str) -> str:
@@ -240,9 +268,16 @@ def device_state(run: ledger.Run, job: ledger.Job, at: datetime) -> tuple[RunSta
     return RunState(run.state), run.reason
 
 
-def record(job: ledger.Job, runs: list[ledger.Run], at: datetime | None = None) -> dict[str, Any]:
-    """One job's status as the JSON record ``fleet status --format json`` prints (``report.SCHEMA``)."""
-    at = at or ledger.now()
+def record(job: ledger.Job, runs: list[ledger.Run], at: datetime | None = None, *,
+           places: Mapping[int, int] | None = None, own: Mapping[str, dict[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
+    """One job's status as the JSON record ``fleet status --format json`` prints (``report.SCHEMA``).
+
+    ``places``: each queued run's place in its device's line (:func:`ledger.queue_positions`); ``own``: a profile
+    job's devices' own winners, by device (:func:`own_winners`), shown beside the profiled config's numbers."""
+    from autodeploy.search.config import DEFAULT_TRIALS
+
+    at, places, own = at or ledger.now(), places or {}, own or {}
+    budget = None if job.profile else job.options.get("trials", DEFAULT_TRIALS)
     devices = []
     for run in runs:
         state, reason = device_state(run, job, at)
@@ -250,15 +285,46 @@ def record(job: ledger.Job, runs: list[ledger.Run], at: datetime | None = None) 
         took = ((ended or at) - run.started_at).total_seconds() if run.started_at else None
         devices.append({"device": run.device, "state": state.value, "winner": run.winner, "reason": reason,
                         "heartbeat_age_s": round((at - run.heartbeat_at).total_seconds(), 1), "trials": run.trials,
+                        "trials_budget": budget, "phase": run.phase, "queue_position": places.get(run.id),
+                        "fingerprint": run.fingerprint, "own_winner": own.get(run.device) if job.profile else None,
+                        "vs_own": vs_own(run.winner, own.get(run.device)) if job.profile else None,
                         "attempts": run.attempts, "skipped": run.skipped, "study": run.study,
                         "created_at": _iso(run.created_at), "started_at": _iso(run.started_at),
                         "finished_at": _iso(ended), "duration_s": round(took, 1) if took is not None else None})  # fmt: skip
     state = JobState.UNREADABLE if job.problem else JobState(job.state)
     late = job.accept_late_until.isoformat() if job.takes_late(at) and job.accept_late_until else None
+    profile = TrialConfig.from_dict(job.profile).label() if job.profile else None
     return {"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "job": job.id, "model": job.model_name,
             "model_sha256": job.model_sha256, "selects": job.devices, "state": state.value,
+            "kind": JobKind.PROFILE.value if job.profile else JobKind.TUNE.value, "profile": profile,
             "status": JobStatus.of(state, [RunState(d["state"]) for d in devices]).value, "reason": job.problem,
             "created_at": job.created_at.isoformat(), "accepts_late_until": late, "devices": devices}  # fmt: skip
+
+
+def vs_own(profiled: dict[str, Any] | None, own: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the profiled config costs a device beside its own winner, in the winner's statistic (a profile keeps
+    every statistic: ``values``): ``{"statistic", "ratio"}``, ratio > 1: the profiled config is that many times
+    slower here (ms: profiled / own; items/s: own / profiled); ``None`` where either number is missing."""
+    from autodeploy.objectives import STATISTICS
+
+    if not (profiled and own and own.get("value")):
+        return None
+    name = own["statistic"]
+    value = (profiled.get("values") or {}).get(name)
+    if not value or name not in STATISTICS:  # a winner of screening values alone may name no round statistic
+        return None
+    ratio = value / own["value"] if STATISTICS[name].unit == "ms" else own["value"] / value
+    return {"statistic": name, "ratio": round(ratio, 4), "own_job": own.get("job")}
+
+
+def own_winners(jobs: list[ledger.Job], runs: list[ledger.Run], model_sha256: str) -> dict[str, dict[str, Any]]:
+    """Each device's own winner for the model ``model_sha256``: its winner in the latest tune job of that model
+    (not a profile job) that gave it one, with ``job`` added; what a profile job's numbers are set beside."""
+    tuned = {j.id for j in jobs if j.model_sha256 == model_sha256 and not j.profile}
+    found: dict[str, dict[str, Any]] = {}
+    for run in sorted((r for r in runs if r.job_id in tuned and r.winner), key=lambda r: r.job_id):
+        found[run.device] = {**run.winner, "job": run.job_id}  # type: ignore[dict-item]  # the latest job wins
+    return found
 
 
 def _iso(ts: datetime | None) -> str | None:
@@ -268,9 +334,11 @@ def _iso(ts: datetime | None) -> str | None:
 def status(store: Store, job_id: int | None = None) -> list[dict[str, Any]]:
     """Every job's status record (or one job's), oldest first."""
     chosen = [ledger.job(store, job_id)] if job_id is not None else ledger.jobs(store)
-    runs = ledger.runs(store, [j.id for j in chosen])
-    at = ledger.now()
-    return [record(j, [r for r in runs if r.job_id == j.id], at) for j in chosen]
+    every = ledger.jobs(store) if any(j.profile for j in chosen) else chosen  # a profile job reads its model's tunes
+    runs = ledger.runs(store, [j.id for j in every])
+    places, at = ledger.queue_positions(store), ledger.now()
+    return [record(j, [r for r in runs if r.job_id == j.id], at, places=places,
+                   own=own_winners(every, runs, j.model_sha256) if j.profile else None) for j in chosen]  # fmt: skip
 
 
 def wait(store: Store, job_id: int, poll_s: float = WAIT_POLL_S,
@@ -359,7 +427,7 @@ def export(store: Store, job_id: int, device: str, output: str | Path, *,
 
     Raises:
         UsageError: no such job, device or winner; ``output`` exists.
-        StoreError: the stored bundle does not match its SHA-256.
+        StoreError: the stored bundle does not match its SHA-256, or was pruned (``fleet prune``: submit again).
         BundleError: the bundle fails its checks; with ``trust``, the result or the bundle is not signed by it.
         KeyFileError: ``trust`` is not a PEM elliptic-curve public key.
     """
@@ -378,11 +446,9 @@ def export(store: Store, job_id: int, device: str, output: str | Path, *,
         raise UsageError(f"{output} already exists", fix="choose a new folder for -o")
     if trust is not None:
         check_result(job, run, check_key(trust, private=False))  # before a byte of the bundle is read
-    data = ledger.checked_blob(store, run.bundle_sha256, "winner bundle")
     scratch = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent if output.parent.is_dir() else None))
     try:
-        archive = scratch / "bundle.tar.gz"
-        archive.write_bytes(data)
+        archive = ledger.get_blob(store, run.bundle_sha256, scratch / "bundle.tar.gz", "winner bundle")
         root = safe_extract(archive, scratch / "extracted")
         manifest = verify(root, trust=trust)
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -405,6 +471,14 @@ def check_result(job: ledger.Job, run: ledger.Run, public_key: Path) -> None:
                           "its winner or bundle was changed in the results database, or another key made it",
                           fix="do not use it; check that --trust is this device's key (its agent prints where it is), "
                           "and find who writes the database outside the agents")  # fmt: skip
+
+
+def prune(store: Store, older_than_s: float, *, dry_run: bool = False) -> tuple[ledger.Pruned, datetime]:
+    """Remove the stored winner bundles of runs that finished more than ``older_than_s`` ago (``fleet prune``),
+    never one a newer run or a job still names (:func:`ledger.prune`); with ``dry_run``, only count them.
+    Returns what was (or would be) removed and the cut-off."""
+    before = ledger.now() - timedelta(seconds=older_than_s)
+    return ledger.prune(store, before, dry_run=dry_run), before
 
 
 def close(store: Store, job_id: int) -> ledger.Job:

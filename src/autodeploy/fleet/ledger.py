@@ -8,8 +8,12 @@ SQLAlchemy Core and ORM over :mod:`autodeploy.results_db.schema`; every value a 
 from __future__ import annotations
 
 import hashlib
+import io
+import itertools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -19,7 +23,7 @@ from autodeploy.errors import AutodeployError, StoreError, UsageError
 from autodeploy.fleet import readback
 from autodeploy.results_db import rows
 from autodeploy.results_db.records import DeviceRecord
-from autodeploy.results_db.schema import FleetAgent, FleetBlob, FleetJob, FleetRun
+from autodeploy.results_db.schema import FleetAgent, FleetBlob, FleetBlobChunk, FleetJob, FleetRun
 from autodeploy.results_db.states import JobState, RunState
 
 if TYPE_CHECKING:
@@ -76,6 +80,8 @@ class Job:
     problem: str | None = None
     #: Until when a device registering after the submission takes a run of it; ``None``: none does.
     accept_late_until: datetime | None = None
+    #: A profile job's one config (``TrialConfig.to_dict``: measured, not tuned, on every device); ``None``: it tunes.
+    profile: dict[str, Any] | None = None
 
     def takes_late(self, at: datetime) -> bool:
         """Whether a device registering at ``at`` takes a run of it: open, and inside its ``--accept-late`` window."""
@@ -104,14 +110,13 @@ class Run:
     created_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    #: Where a running run's study stands (:class:`~autodeploy.results_db.states.RunPhase` words, ``screening 3/12``); ``None`` when not running.
+    phase: str | None = None
+    fingerprint: str = ""  # the device's (another name on the same machine shares it)
 
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def study_name(job_id: int, device: str) -> str:
@@ -139,51 +144,73 @@ def _agent(a: FleetAgent) -> Agent:
 
 def _job(j: FleetJob) -> Job:
     # options and data are JSON any database writer could have planted: checked, and a bad row reads unreadable, alone
-    problem = readback.job_problem(j.id, options=j.options, data=j.data)
-    options, data = (dict(j.options), j.data) if problem is None else ({}, None)
+    problem = readback.job_problem(j.id, options=j.options, data=j.data, profile=j.profile)
+    options, data, profile = (dict(j.options), j.data, j.profile) if problem is None else ({}, None, None)
     late = rows.utc(j.accept_late_until) if j.accept_late_until is not None else None
     return Job(j.id, j.model_name, j.model_file, j.model_sha256, data, options, j.devices, j.lost_after_s,
-               JobState(j.state), rows.utc(j.created_at), problem, late)  # fmt: skip
+               JobState(j.state), rows.utc(j.created_at), problem, late, profile)  # fmt: skip
 
 
 def _run(r: FleetRun, a: FleetAgent) -> Run:
     # every value any database writer could have planted, checked: a row that does not fit reads unreadable, alone
     v = readback.run_values(r.id, r.job_id, device=a.name, study=r.study, state=r.state, reason=r.reason,
-                            winner=r.winner, skipped=r.skipped)  # fmt: skip
+                            winner=r.winner, skipped=r.skipped, phase=r.phase)  # fmt: skip
     def at(ts: datetime | None) -> datetime | None:
         return rows.utc(ts) if ts is not None else None
 
     return Run(r.id, r.job_id, v.device, v.study, v.state, r.attempts, r.trials, v.winner, r.bundle_sha256, v.reason,
                v.skipped, rows.utc(a.heartbeat_at), r.queue_job, r.signature, at(r.created_at), at(r.started_at),
-               at(r.finished_at))  # fmt: skip
+               at(r.finished_at), v.phase if v.state == RunState.RUNNING else None, a.fingerprint)  # fmt: skip
 
 
 # -- blobs ------------------------------------------------------------------------------------------------
 
 
-#: The largest blob stored: PostgreSQL's bytea holds at most 1 GB.
+#: The bytes of one ``ad_fleet_blob_chunks`` row: a blob is read, hashed and written a chunk at a time, so a large
+#: model never sits whole in memory, nor in one statement.
+BLOB_CHUNK_BYTES = 4 * 2**20
+#: The largest blob stored. Chunks lift bytea's limit on one row, but not on one value: PostgreSQL checks a stored
+#: blob's SHA-256 over its chunks joined (:func:`_stored_digest`), which holds at most 1 GB; and every device
+#: downloads the blob for every job. A model this big is tuned on the device itself.
 MAX_BLOB_BYTES = 2**30 - 2**20
 
 
-def put_blob(store: Store, data: bytes, what: str = "a file") -> str:
-    """Store ``data`` once, under its SHA-256 (a second copy is not written); returns the digest. A row under
-    that digest whose bytes no longer hash to it (damaged, tampered with) is healed: its bytes are replaced.
+def put_blob(store: Store, source: Path | bytes, what: str = "a file") -> str:
+    """Store the file ``source`` (or these bytes) once, under its SHA-256; returns the digest. The bytes are read,
+    hashed and written :data:`BLOB_CHUNK_BYTES` at a time, in one transaction. A blob already stored under the
+    digest is kept as it is (a second copy is not written), unless its bytes no longer hash to it (damaged,
+    tampered with) or were pruned: then they are written anew.
 
     Raises:
-        UsageError: ``data`` is larger than :data:`MAX_BLOB_BYTES`.
+        UsageError: ``source`` is larger than :data:`MAX_BLOB_BYTES`.
+        StoreError: the file changed while it was stored (it no longer hashes to what was read first); nothing stored.
     """
-    if len(data) > MAX_BLOB_BYTES:
-        raise UsageError(f"{what} has {len(data):,} bytes: a fleet job stores at most {MAX_BLOB_BYTES:,} (PostgreSQL's "
-                         "bytea limit)", fix="tune it on the device itself (autodeploy tune --db URL)")  # fmt: skip
-    digest = sha256(data)
+    size = source.stat().st_size if isinstance(source, Path) else len(source)
+    if size > MAX_BLOB_BYTES:
+        raise UsageError(f"{what} has {size:,} bytes: a fleet job stores at most {MAX_BLOB_BYTES:,}",
+                         fix="tune it on the device itself (autodeploy tune --db URL)")  # fmt: skip
+    digest = _hashed(source, lambda chunk: None)  # first: a blob stored already is not sent again
 
     def insert(s: Session) -> None:
-        stored = _stored_digest(s, digest)
-        if stored is None:
-            s.add(FleetBlob(sha256=digest, size=len(data), data=data))
-        elif stored != digest:  # else "submit the job again" would find the damaged row and keep it
-            heal = sa.update(FleetBlob).where(FleetBlob.sha256 == digest)
-            s.execute(heal.values(data=data, size=len(data)))
+        row = s.scalar(sa.select(FleetBlob).where(FleetBlob.sha256 == digest).with_for_update())
+        sound = row is not None and row.pruned_at is None and row.size == size
+        if sound and _stored_digest(s, digest) == digest:
+            return
+        if row is None:
+            s.add(FleetBlob(sha256=digest, size=size))
+            s.flush()
+        else:  # else "submit the job again" would find the damaged (or pruned) blob and keep it
+            row.size, row.pruned_at = size, None
+            s.execute(sa.delete(FleetBlobChunk).where(FleetBlobChunk.sha256 == digest))
+        seqs = itertools.count()
+
+        def write(chunk: bytes) -> None:  # sent now, one statement a chunk (Core: the session keeps no copy)
+            s.execute(sa.insert(FleetBlobChunk).values(sha256=digest, seq=next(seqs), data=chunk))
+
+        written = _hashed(source, write)
+        if written != digest:
+            raise StoreError(f"{what} changed while it was stored in results database {store.url} (its SHA-256 read "
+                             f"{digest[:12]}, then {written[:12]}); nothing stored", fix="store it again once nothing writes to it")  # fmt: skip
 
     try:
         store.transaction("cannot store a blob in", insert, write=True)
@@ -192,37 +219,112 @@ def put_blob(store: Store, data: bytes, what: str = "a file") -> str:
     return digest
 
 
-def _stored_digest(s: Session, digest: str) -> str | None:
-    """The SHA-256 the bytes stored under ``digest`` hash to now (``None``: no such row), the row locked.
-    PostgreSQL hashes them where they are; SQLite, which cannot, sends them."""
-    row = sa.select(FleetBlob.sha256).where(FleetBlob.sha256 == digest).with_for_update()
+def _hashed(source: Path | bytes, each: Callable[[bytes], object]) -> str:
+    """The SHA-256 of ``source``, read :data:`BLOB_CHUNK_BYTES` at a time, each chunk handed to ``each``."""
+    digest = hashlib.sha256()
+    with open(source, "rb") if isinstance(source, Path) else io.BytesIO(source) as f:
+        for chunk in iter(lambda: f.read(BLOB_CHUNK_BYTES), b""):
+            digest.update(chunk)
+            each(chunk)
+    return digest.hexdigest()
+
+
+def _chunks(s: Session, digest: str) -> Iterator[bytes]:
+    """The blob's chunks in order, one query (and one chunk in memory) at a time."""
+    mine = FleetBlobChunk.sha256 == digest
+    for seq in s.scalars(sa.select(FleetBlobChunk.seq).where(mine).order_by(FleetBlobChunk.seq)).all():
+        yield s.scalar(sa.select(FleetBlobChunk.data).where(mine, FleetBlobChunk.seq == seq))
+
+
+def _stored_digest(s: Session, digest: str) -> str:
+    """The SHA-256 the chunks stored under ``digest`` hash to now, joined in order. PostgreSQL hashes them where
+    they are; SQLite, which cannot, sends them."""
     if s.get_bind().dialect.name == "postgresql":
-        return s.scalar(row.with_only_columns(sa.func.encode(sa.func.sha256(FleetBlob.data), "hex")))
-    data = s.scalar(row.with_only_columns(FleetBlob.data))
-    return None if data is None else sha256(data)
+        from sqlalchemy.dialects.postgresql import aggregate_order_by
+
+        none = sa.literal(b"", sa.LargeBinary)
+        joined = sa.func.string_agg(FleetBlobChunk.data, aggregate_order_by(none, FleetBlobChunk.seq))
+        # no chunk at all: the empty blob
+        hashed = sa.func.encode(sa.func.sha256(sa.func.coalesce(joined, none)), "hex")
+        return str(s.scalar(sa.select(hashed).where(FleetBlobChunk.sha256 == digest)))
+    hashed = hashlib.sha256()
+    for chunk in _chunks(s, digest):
+        hashed.update(chunk)
+    return hashed.hexdigest()
 
 
-def blob(store: Store, digest: str) -> bytes | None:
-    """The bytes stored under ``digest``, as stored (the caller checks them: :func:`checked_blob`)."""
-    query = sa.select(FleetBlob.data).where(FleetBlob.sha256 == digest)
-    return store.transaction("cannot read", lambda s: s.scalar(query))
-
-
-def checked_blob(store: Store, digest: str, what: str) -> bytes:
-    """The bytes under ``digest``, refused unless they still hash to it.
+def get_blob(store: Store, digest: str, path: Path, what: str) -> Path:
+    """Write the blob stored under ``digest`` to the file ``path`` a chunk at a time, hashing as it goes; refused
+    unless the bytes hash to ``digest``. On any failure nothing is left at ``path``.
 
     Raises:
-        StoreError: no such blob, or its bytes were changed (tampered with, or damaged) since stored.
+        StoreError: no such blob, it was pruned (``fleet prune``), or its bytes were changed (tampered with, or
+            damaged) since stored.
+        OSError: ``path`` cannot be written (the caller names the disk).
     """
-    data = blob(store, digest)
-    if data is None:
-        raise StoreError(f"{what} {digest[:12]} is not in results database {store.url}",
-                         fix="submit the job again (autodeploy fleet submit)")  # fmt: skip
-    if sha256(data) != digest:
-        raise StoreError(f"{what} {digest[:12]} in results database {store.url} does not match its SHA-256 "
-                         f"(it reads {sha256(data)[:12]}): changed or damaged since it was stored; not used",
-                         fix="submit the job again, so its bytes are stored anew")  # fmt: skip
-    return data
+
+    def copy(s: Session) -> str:
+        row = s.get(FleetBlob, digest)
+        if row is None:
+            raise StoreError(f"{what} {digest[:12]} is not in results database {store.url}",
+                             fix="submit the job again (autodeploy fleet submit)")  # fmt: skip
+        if row.pruned_at is not None:
+            raise StoreError(f"{what} {digest[:12]} was pruned from results database {store.url} on "
+                             f"{rows.utc(row.pruned_at):%Y-%m-%d %H:%M} UTC (autodeploy fleet prune)",
+                             fix="submit the job again (autodeploy fleet submit): its devices tune it anew and store new bundles")  # fmt: skip
+        hashed = hashlib.sha256()
+        with open(path, "wb") as f:
+            for chunk in _chunks(s, digest):
+                hashed.update(chunk)
+                f.write(chunk)
+        return hashed.hexdigest()
+
+    try:
+        got = store.transaction("cannot read", copy)
+        if got != digest:
+            raise StoreError(f"{what} {digest[:12]} in results database {store.url} does not match its SHA-256 "
+                             f"(it reads {got[:12]}): changed or damaged since it was stored; not used",
+                             fix="submit the job again, so its bytes are stored anew")  # fmt: skip
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return path
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What :func:`prune` removed (or, dry, would remove)."""
+
+    blobs: int
+    bytes: int
+    runs: int  # the runs whose bundle it was
+
+
+def prune(store: Store, before: datetime, *, dry_run: bool = False) -> Pruned:
+    """Remove the bytes of the winner bundles of runs that finished before ``before`` (``fleet prune``). A bundle
+    that a run not over, or one finished since, names stays, and so does any blob a job names (its model, its
+    data). The blob's row stays with ``pruned_at``: the runs keep its digest (their signed result names it), and
+    :func:`get_blob` says when it was pruned."""
+    named = FleetRun.bundle_sha256.is_not(None)
+    old = sa.select(FleetRun.bundle_sha256).where(named, FleetRun.finished_at < before)
+    since = sa.or_(FleetRun.finished_at.is_(None), FleetRun.finished_at >= before)
+    newer = sa.select(FleetRun.bundle_sha256).where(named, since)
+    data = FleetJob.data["sha256"].as_string()
+    # every job's model and data; never a NULL (NOT IN a list holding one is never true)
+    inputs = sa.union(sa.select(FleetJob.model_sha256), sa.select(data).where(data.is_not(None)))
+    query = sa.select(FleetBlob).where(FleetBlob.sha256.in_(old), FleetBlob.sha256.not_in(newer),
+                                       FleetBlob.sha256.not_in(inputs), FleetBlob.pruned_at.is_(None))  # fmt: skip
+
+    def update(s: Session) -> Pruned:
+        found = s.scalars(query.order_by(FleetBlob.sha256) if dry_run else query.with_for_update()).all()
+        digests = [b.sha256 for b in found]
+        runs = s.scalar(sa.select(sa.func.count()).where(FleetRun.bundle_sha256.in_(digests)))
+        if not dry_run and digests:
+            s.execute(sa.delete(FleetBlobChunk).where(FleetBlobChunk.sha256.in_(digests)))
+            s.execute(sa.update(FleetBlob).where(FleetBlob.sha256.in_(digests)).values(pruned_at=now()))
+        return Pruned(len(found), sum(b.size for b in found), int(runs or 0))
+
+    return store.transaction("cannot prune", update, write=not dry_run)
 
 
 # -- agents -----------------------------------------------------------------------------------------------
@@ -334,15 +436,16 @@ def retire(store: Store, name: str) -> tuple[list[int], list[int]]:
 
 def add_job(store: Store, *, model_name: str, model_file: str, model_sha256: str, data: dict[str, Any] | None,
             options: dict[str, Any], devices: str, lost_after_s: float, command: str | None,
-            accept_late_s: float = 0.0) -> tuple[Job, list[Run]]:  # fmt: skip
+            accept_late_s: float = 0.0, profile: dict[str, Any] | None = None) -> tuple[Job, list[Run]]:  # fmt: skip
     """Store a job and a queued run for every registered agent it selects, in one transaction; a device registering
-    later takes one only within ``accept_late_s`` of now (0: none does)."""
+    later takes one only within ``accept_late_s`` of now (0: none does). ``profile``: the one config a profile job
+    measures (``TrialConfig.to_dict``), else the job tunes."""
 
     def insert(s: Session) -> tuple[Job, list[Run]]:
         late = now() + timedelta(seconds=accept_late_s) if accept_late_s > 0 else None
         job = FleetJob(model_name=model_name, model_file=model_file, model_sha256=model_sha256, data=data,
                        options=options, devices=devices, lost_after_s=lost_after_s, state=JobState.OPEN.value,
-                       command=command, accept_late_until=late)  # fmt: skip
+                       command=command, accept_late_until=late, profile=profile)  # fmt: skip
         s.add(job)
         s.flush()
         serving = sa.select(FleetAgent).where(FleetAgent.retired_at.is_(None)).order_by(FleetAgent.id)
@@ -478,9 +581,24 @@ def check_held(store: Store, run: Run) -> None:
         raise StaleRun(run.id, run.attempts, current)
 
 
-def progress(store: Store, run: Run, trials: int) -> None:
-    """How many trials the run measured so far. Raises: StaleRun (see :func:`take`)."""
-    _fenced(store, run, trials=trials)
+def progress(store: Store, run: Run, *, trials: int | None = None, phase: str | None = None) -> None:
+    """How many trials the run measured so far, and where its study stands (:class:`~autodeploy.results_db.states.RunPhase`'s text): those given.
+    Raises: StaleRun (see :func:`take`)."""
+    values = {"trials": trials, "phase": phase}
+    _fenced(store, run, **{k: v for k, v in values.items() if v is not None})
+
+
+def queue_positions(store: Store) -> dict[int, int]:
+    """Every queued run's place in its device's line (1: next), by when it was made: an agent takes one run at a
+    time, so a device's running run, if any, goes first."""
+    query = (sa.select(FleetRun.id, FleetRun.agent_id).where(FleetRun.state == RunState.QUEUED.value)
+             .order_by(FleetRun.agent_id, FleetRun.created_at, FleetRun.id))  # fmt: skip
+    places: dict[int, int] = {}
+    seen: dict[int, int] = {}
+    for run_id, agent_id in store.transaction("cannot read", lambda s: s.execute(query).all()):
+        seen[agent_id] = seen.get(agent_id, 0) + 1
+        places[run_id] = seen[agent_id]
+    return places
 
 
 def finish(store: Store, run: Run, state: RunState | str, *, reason: str | None = None, winner: dict[str, Any] | None = None,
@@ -495,7 +613,7 @@ def finish(store: Store, run: Run, state: RunState | str, *, reason: str | None 
     state = RunState(state)  # a member, or its word
     assert state.final, state
     values = {"state": state.value, "reason": reason, "winner": winner, "bundle_sha256": bundle_sha256, "finished_at": now(),
-              "signature": signature}  # fmt: skip
+              "signature": signature, "phase": None}  # fmt: skip
     if skipped is not None:
         values["skipped"] = skipped
     _fenced(store, run, **values)
@@ -507,7 +625,7 @@ def requeue(store: Store, run: Run, reason: str) -> None:
     Raises:
         StaleRun: another agent took the run since.
     """
-    _fenced(store, run, state=RunState.QUEUED.value, reason=reason)
+    _fenced(store, run, state=RunState.QUEUED.value, reason=reason, phase=None)
 
 
 def note_skipped(store: Store, run: Run, skipped: list[dict[str, str]]) -> None:

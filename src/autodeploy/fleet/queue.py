@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
 #: PgQueuer's schema: its tables, types and trigger, apart from the store's (and from Optuna's).
 SCHEMA = "autodeploy_queue"
-#: The NOTIFY channel PgQueuer's trigger and listeners use (database-wide, so named for us).
+#: The NOTIFY channel of PgQueuer's trigger (database-wide, so named for us). No agent listens on it: each listens on
+#: its device's own (:func:`channel_of`), where its listener's health checks go and where a submit wakes it
+#: (:func:`wake`), so N agents' checks are N deliveries, not N x N.
 CHANNEL = "autodeploy_fleet"
 #: Advisory lock key held while installing the schema ("adqueue" in ASCII).
 _INSTALL_LOCK = 0x616471756575
@@ -34,6 +36,15 @@ _INSTALL_LOCK = 0x616471756575
 def entrypoint(device: str) -> str:
     """The queue entrypoint of a device: its runs are enqueued there and only its agent dequeues them."""
     return f"fleet.{device}"
+
+
+def channel_of(device: str) -> str:
+    """A device's own NOTIFY channel: ``autodeploy_fleet.NAME`` (a name too long for PostgreSQL's 63-byte channel
+    names goes by its SHA-256 instead)."""
+    import hashlib
+
+    name = f"{CHANNEL}.{device}"
+    return name if len(name) <= 63 else f"{CHANNEL}.{hashlib.sha256(device.encode()).hexdigest()[:40]}"
 
 
 def dedupe_key(run_id: int) -> str:
@@ -46,26 +57,28 @@ def dsn(url: str) -> str:
     return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def settings() -> Any:
-    """PgQueuer's object names, in :data:`SCHEMA`, with our channel."""
+def settings(channel: str = CHANNEL) -> Any:
+    """PgQueuer's object names, in :data:`SCHEMA`, with ``channel`` (the trigger's is always :data:`CHANNEL`)."""
     from pgqueuer.domain.settings import DBSettings
 
-    return DBSettings(db_schema=SCHEMA, channel=CHANNEL)
+    return DBSettings(db_schema=SCHEMA, channel=channel)
 
 
 @asynccontextmanager
-async def connected(url: str) -> AsyncIterator[Queries]:
-    """PgQueuer's queries over one autocommit psycopg connection to the store's database, the schema installed."""
+async def connected(url: str, device: str | None = None) -> AsyncIterator[Queries]:
+    """PgQueuer's queries over one autocommit psycopg connection to the store's database, the schema installed;
+    with ``device``, its health checks on that device's channel (:func:`channel_of`: an agent's)."""
     import psycopg
     from pgqueuer import PsycopgDriver, Queries
     from pgqueuer.adapters.persistence.qb import QueryBuilderEnvironment, QueryQueueBuilder
 
-    names = settings()
+    def queries_of(names: Any) -> Queries:
+        return Queries(PsycopgDriver(conn), qbe=QueryBuilderEnvironment(names), qbq=QueryQueueBuilder(names))
+
     name = f"autodeploy queue pid {os.getpid()}"  # pg_stat_activity names whose connection it is
     async with await psycopg.AsyncConnection.connect(dsn(url), autocommit=True, application_name=name) as conn:
-        queries = Queries(PsycopgDriver(conn), qbe=QueryBuilderEnvironment(names), qbq=QueryQueueBuilder(names))
-        await _install(conn, queries)
-        yield queries
+        await _install(conn, queries_of(settings()))  # the trigger notifies CHANNEL, whoever installs it
+        yield queries_of(settings(channel_of(device))) if device is not None else queries_of(settings())
 
 
 async def _install(conn: Any, queries: Queries) -> None:
@@ -87,7 +100,19 @@ async def enqueue(queries: Queries, runs: list[tuple[int, str]]) -> dict[int, in
         return {}
     ids = await queries.enqueue([entrypoint(d) for _, d in runs], [str(r).encode() for r, _ in runs], [0] * len(runs),
                                 dedupe_key=[dedupe_key(r) for r, _ in runs], on_conflict="skip")  # fmt: skip
+    await wake(queries, sorted({d for _, d in runs}))
     return {run: int(qid) for (run, _), qid in zip(runs, ids, strict=True) if qid is not None}
+
+
+async def wake(queries: Queries, devices: list[str]) -> None:
+    """Tell each device's agent that its queue changed (the event PgQueuer's trigger sends, on the device's own
+    channel): an idle agent looks at once instead of at its next poll."""
+    from pgqueuer.domain.models import TableChangedEvent, utc_now
+
+    for device in devices:
+        event = TableChangedEvent(channel=channel_of(device), sent_at=utc_now(), type="table_changed_event",
+                                  operation="insert", table=queries.qbe.settings.queue_table)  # fmt: skip
+        await queries.driver.notify(channel_of(device), event.model_dump_json())
 
 
 async def withdraw(queries: Queries, queue_jobs: list[int]) -> None:

@@ -48,6 +48,12 @@ class Winner(_Row):
     #: Why it is weaker than a finalist-proven winner (``search.summary.caveats``): a few short phrases.
     caveats: list[Short] = Field(default_factory=list, max_length=8)
     headline: Long | None = None
+    #: The statistic's interval (re-measured: over its rounds; a profile: over its calls), in ``value``'s unit.
+    ci: Annotated[list[float], Field(min_length=2, max_length=2)] | None = None
+    memory_mb: float | None = None  # peak RSS of its worker over the worker's baseline
+    accuracy: Short | None = None  # the verdict it passed (or failed, a profile's), in one phrase
+    #: A profile's every round statistic by name (``median``, ``p90``, ``items/s``): set beside any device's winner.
+    values: Annotated[dict[Short, float], Field(max_length=8)] | None = None
 
     @model_validator(mode="after")
     def _stored_before_caveats(self) -> Winner:
@@ -71,6 +77,7 @@ class _RunValues(_Row):
     reason: Long | None
     winner: Winner | None
     skipped: Annotated[list[Skipped], Field(max_length=MAX_SKIPPED)] | None
+    phase: Short | None = None
 
 
 class RunValues(NamedTuple):
@@ -80,6 +87,7 @@ class RunValues(NamedTuple):
     reason: str | None
     winner: dict[str, Any] | None
     skipped: list[dict[str, str]]
+    phase: str | None = None
 
 
 def run_values(run_id: int, job_id: int, **stored: Any) -> RunValues:
@@ -97,7 +105,8 @@ def run_values(run_id: int, job_id: int, **stored: Any) -> RunValues:
     if v.winner is not None:  # its known keys as written (an int stays an int: a signature covers them)
         written = stored["winner"]
         winner = {**v.winner.model_dump(), **{k: written[k] for k in Winner.model_fields if k in written}}
-    return RunValues(v.device, v.study, RunState(v.state), v.reason, winner, [s.model_dump() for s in v.skipped or ()])
+    return RunValues(v.device, v.study, RunState(v.state), v.reason, winner, [s.model_dump() for s in v.skipped or ()],
+                     v.phase)  # fmt: skip
 
 
 def _name(value: object) -> str:
@@ -105,9 +114,21 @@ def _name(value: object) -> str:
     return value[:SHORT] if isinstance(value, str) else "?"
 
 
+class _Profile(_Row):
+    """A profile job's config as ``fleet submit --profile`` writes it (``TrialConfig.to_dict``)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+    engine: Short
+    precision: Short
+    batch: Annotated[int, Field(ge=1)]
+    threads: Annotated[int, Field(ge=1)] | None
+    knobs: Annotated[dict[Short, str | int | float | bool | None], Field(max_length=MAX_OPTIONS)]
+
+
 class _JobValues(_Row):
     options: Annotated[dict[str, Any], Field(max_length=MAX_OPTIONS)]
     data: dict[str, Any] | None
+    profile: _Profile | None = None
 
 
 def job_problem(job_id: int, **stored: Any) -> str | None:

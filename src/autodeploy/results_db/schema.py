@@ -252,14 +252,28 @@ class FleetAgent(Base):
 
 
 class FleetBlob(Base):
-    """Bytes the fleet shares (a job's model and data, a run's winner bundle), known by their SHA-256."""
+    """Bytes the fleet shares (a job's model and data, a run's winner bundle), known by their SHA-256: this row
+    says what and how big, the bytes are its chunks (:class:`FleetBlobChunk`, revision 0012)."""
 
     __tablename__ = "ad_fleet_blobs"
 
     sha256: Mapped[str] = mapped_column(primary_key=True)
     size: Mapped[int] = mapped_column(sa.BigInteger)
-    data: Mapped[bytes] = mapped_column(sa.LargeBinary)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: When ``fleet prune`` removed its chunks (a winner bundle past retention); the row stays, so the runs that
+    #: name it keep their digest (their signed result names it) and ``fleet export`` says when. NULL: stored.
+    pruned_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class FleetBlobChunk(Base):
+    """One piece of a blob's bytes, ``seq`` from 0 (``fleet/ledger.py`` ``BLOB_CHUNK_BYTES`` each, the last
+    shorter): written and read one at a time, so a large model never sits whole in memory or in one statement."""
+
+    __tablename__ = "ad_fleet_blob_chunks"
+
+    sha256: Mapped[str] = mapped_column(sa.ForeignKey("ad_fleet_blobs.sha256"), primary_key=True)
+    seq: Mapped[int] = mapped_column(primary_key=True)
+    data: Mapped[bytes] = mapped_column(sa.LargeBinary)
 
 
 class FleetJob(Base):
@@ -282,6 +296,8 @@ class FleetJob(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     #: Until when a device that registers after the submission takes a run of it (``--accept-late``); NULL: none does.
     accept_late_until: Mapped[datetime | None] = mapped_column(default=None)
+    #: A profile job's one config (``TrialConfig.to_dict``), measured on every device; NULL: the job tunes.
+    profile: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True), default=None)
 
 
 class FleetRun(Base):
@@ -301,6 +317,8 @@ class FleetRun(Base):
     queue_job: Mapped[int | None] = mapped_column(sa.BigInteger)  # PgQueuer's job id, while queued
     attempts: Mapped[int] = mapped_column(default=0)  # times an agent took it (a lease taken back counts)
     trials: Mapped[int] = mapped_column(default=0)  # measured screening trials in its study so far
+    #: The study's current step as its agent last wrote it (``screening 3/12``, ``exporting``); NULL when not running.
+    phase: Mapped[str | None] = mapped_column(sa.Text, default=None)
     winner: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))
     bundle_sha256: Mapped[str | None] = mapped_column(sa.ForeignKey("ad_fleet_blobs.sha256"))
     reason: Mapped[str | None] = mapped_column(sa.Text)  # why it failed or was skipped; a note beside a winner

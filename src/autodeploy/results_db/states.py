@@ -90,6 +90,21 @@ class JobState(_Word):
     UNREADABLE = "unreadable", "red", "its row is not what autodeploy writes (never stored)"
 
 
+class JobKind(_Word):
+    """What a job does on each device (derived from its row: a profile job names its one config), never stored."""
+
+    def __new__(cls, value: str, words: str) -> JobKind:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.mark, member.words = None, words
+        return member
+
+    words: str
+
+    TUNE = "tune", "each device runs its own study and ships its winner"
+    PROFILE = "profile", "one given config measured on every device (fleet submit --profile), beside each device's own winner"
+
+
 class JobStatus(_Word):
     """Where a job stands, derived from its stored state and its runs as shown (never stored): what ``fleet status``
     prints and ``fleet status --wait`` waits for."""
@@ -124,6 +139,32 @@ class JobStatus(_Word):
         if all(r.final or r == RunState.LOST for r in runs):
             return cls.DONE if all(r in (RunState.DONE, RunState.SKIPPED) for r in runs) else cls.DONE_WITH_FAILURES
         return cls.QUEUED if all(r == RunState.QUEUED for r in runs) else cls.RUNNING
+
+
+class RunPhase(_Word):
+    """Where a running run's study stands, as its agent writes it (``ad_fleet_runs.phase``, with ``i/N`` where the
+    phase counts: :meth:`text`); ``fleet status`` and the Fleet page show it beside ``running``."""
+
+    def __new__(cls, value: str, counted: bool, words: str) -> RunPhase:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.mark, member.counted, member.words = None, counted, words
+        return member
+
+    #: Shown with ``i/N``: the trials screened of the budget, the finalist round of the rounds.
+    counted: bool
+    words: str
+
+    PREPARING = "preparing", False, "the model, its data, the reference outputs and the baseline"
+    SCREENING = "screening", True, "one short measurement per config the search asks for: trials done of the budget"
+    FINALIST_ROUND = "finalist round", True, "the finalists re-measured, interleaved: the round of the rounds"
+    WAITING = "waiting for the spread", False, "the next finalist round is not due yet (rounds are spread over time)"
+    EXPORTING = "exporting", False, "the winner's bundle is exported, verified and stored"
+    PROFILING = "profiling", False, "a profile job's one config is measured"
+
+    def text(self, i: int | None = None, n: int | None = None) -> str:
+        """As stored and shown: ``screening 3/12``, ``exporting``."""
+        return f"{self.value} {i}/{n}" if self.counted and i is not None and n is not None else self.value
 
 
 def check_constraint(states: type[_Word]) -> str:

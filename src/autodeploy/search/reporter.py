@@ -19,6 +19,7 @@ class Reporter:
     def study(self, name: str, objective: str) -> None: ...  # the study being run, before start
     def start(self, total: int, space: SearchSpace) -> None: ...
     def finalists(self, runs: int) -> None: ...  # the interleaved re-measurement begins: runs to come
+    def round(self, r: int, rounds: int) -> None: ...  # finalist round r (from 1) of at most ``rounds`` starts
     def phase(self, text: str) -> None: ...
     def note(self, text: str) -> None: ...  # something the user should read, e.g. a slow conversion skipped
     def rerun(self, runs: int) -> None: ...  # a finalist round runs again (it ran under load): runs added

@@ -136,6 +136,7 @@ def interleaved(ctx: StudyContext, configs: list[TrialConfig], screened: Sequenc
                 break  # one config left: every other one is wholly behind it
             _wait(schedule, r, started, f.rounds - r, busy_s / r, budget, reporter)
         round_started = time.monotonic()
+        reporter.round(r + 1, f.rounds)
         order = schedule.order(active)
         ran = one_round(long_ctx, configs, order, f"{r + 1}/{f.rounds}", reporter, memory, runs)
         first = _busiest(ran)
