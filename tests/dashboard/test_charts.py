@@ -139,3 +139,20 @@ def test_a_device_bar_of_a_rejected_config_is_hatched_and_says_why():
     (trace,) = charts.across_devices(best, queries.METRICS["latency"]).data
     assert list(trace.text) == ["✗ rejected", "baseline"] and list(trace.marker.pattern.shape) == ["/", ""]
     assert trace.customdata[0][1] == "peak memory 300.0 MB &gt; 100 MB"  # Plotly would read "<...>" as a tag
+
+
+def test_a_fleet_jobs_devices_stand_side_by_side_with_their_intervals_in_the_unit_that_reads_best():
+    def run(device: str, value: float, ci: list[float] | None, caveats: list[str]) -> dict:
+        winner = {"config": "onnxruntime/fp32/b1/t1/k=v", "statistic": "p90", "value": value, "value_text": "-",
+                  "speedup": 1.5, "caveats": caveats, **({"ci": ci} if ci else {})}  # fmt: skip
+        return {"device": device, "state": "done", "winner": winner, "study": f"fleet.1.{device}"}
+
+    record = {"job": 1, "model": "m", "status": "done", "devices": [run("a", 0.1, [0.09, 0.12], []),
+                                                                    run("b", 0.2, None, ["screening only"])]}  # fmt: skip
+    rows = pd.DataFrame(queries.fleet_rows([record]), columns=queries.FLEET_COLUMNS)
+    (bars,) = charts.fleet_job(rows, "job 1: <b>m</b>").data
+    assert list(bars.x) == ["a", "b"] and list(bars.y) == pytest.approx([100.0, 200.0])  # in µs
+    assert bars.error_y.array[0] == pytest.approx(20.0) and math.isnan(bars.error_y.array[1])  # b has no interval  # fmt: skip
+    assert list(bars.text) == ["1.50x", "1.50x, screening only"] and list(bars.marker.pattern.shape) == ["", "."]  # fmt: skip
+    fig = charts.fleet_job(rows, "job 1: <b>m</b>")
+    assert fig.layout.yaxis.title.text == "p90 (µs)" and "&lt;b&gt;" in fig.layout.title.text

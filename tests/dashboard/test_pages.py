@@ -283,7 +283,71 @@ def test_winners_agrees_with_the_study_record_the_cli_prints(monkeypatch, study_
     assert numbers(bars["data"][0]["x"])[0] == record["winner"]["statistic"]
 
 
-@pytest.mark.parametrize("page", ["overview", "winners", "compare", "pareto", "trials", "devices", "regressions"])
+KNOBS = "/graph_optimization_level=ORT_ENABLE_ALL,execution_mode=ORT_SEQUENTIAL,intra_op_spinning=0"
+
+
+def _winner(config: str, value: float, speedup: float, caveats: tuple[str, ...] = ()) -> dict:
+    return {"config": config + KNOBS, "statistic": "p90", "value": value, "value_text": f"{value:.3f} ms",
+            "speedup": speedup, "caveats": list(caveats)}  # fmt: skip
+
+
+def _run(job: int, device: str, state: str, winner: dict | None = None, **new_keys) -> dict:
+    """A device record of a fleet job as jobs.status writes it (``new_keys``: issue 51's, absent from older ones)."""
+    return {"device": device, "state": state, "winner": winner, "reason": None, "heartbeat_age_s": 3.0, "trials": 9,
+            "attempts": 1, "skipped": [], "study": f"fleet.{job}.{device}", **new_keys}  # fmt: skip
+
+
+def _job(job: int, status: str, devices: list[dict], **new_keys) -> dict:
+    return {"job": job, "model": "tiny-cnn", "model_sha256": "ab" * 32, "state": "open", "status": status,
+            "reason": None, "devices": devices, **new_keys}  # fmt: skip
+
+
+FLEET = [  # a tune job from before issue 51's keys, a running one, a profile job
+    _job(1, "done", [_run(1, "edge-a", "done", _winner("onnxruntime/int8/b1/t4", 3.2, 2.3456)),
+                     _run(1, "edge-b", "done", _winner("openvino/fp32/b1/t8", 5.5, 1.4321, ("screening only",)))]),
+    _job(2, "running", [_run(2, "edge-a", "running", phase="finalist round 2/3", trials_budget=12, fingerprint="fa"),
+                        _run(2, "edge-b", "queued", queue_position=1, fingerprint="fb")], kind="tune"),
+    _job(3, "done", [_run(3, "edge-a", "done", {**_winner("onnxruntime/fp32/b1/t4", 7.0, None), "statistic": "median",
+                                                 "ci": [6.9, 7.2], "values": {"median": 7.0, "p90": 7.4}},
+                          own_winner=_winner("onnxruntime/int8/b1/t4", 3.7, 2.3456), vs_own={"statistic": "p90", "ratio": 2.0}),
+                     _run(3, "edge-b", "done", {**_winner("onnxruntime/fp32/b1/t4", 8.0, None), "statistic": "median"},
+                          own_winner=None, vs_own=None)],
+         kind="profile", profile="onnxruntime/fp32/b1/t4" + KNOBS),
+]  # fmt: skip
+FLEET_DEVICES = [{"name": n, "tags": ["edge"], "fingerprint": f, "same_machine_as": [], "cpu": "Test CPU", "isa": ["avx2"],
+                  "engines": {"onnxruntime": "available (1.20.1)", "tensorrt": "unavailable: no GPU"}, "version": "0.9",
+                  "heartbeat_age_s": 3.0, "online": True, "running": None, "retired_at": None}
+                 for n, f in (("edge-a", "fa"), ("edge-b", "fb"))]  # fmt: skip
+
+
+def test_the_fleet_page_shows_progress_and_a_profile_job_beside_each_devices_own_winner(monkeypatch, tmp_path):  # fmt: skip
+    from autodeploy.fleet import jobs
+
+    monkeypatch.setattr(jobs, "status", lambda store, job_id=None: FLEET)
+    monkeypatch.setattr(jobs, "devices", lambda store, retired=False: FLEET_DEVICES)
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    Store.open(url).close()
+    at = open_page(monkeypatch, url, "fleet")
+    grid = at.markdown[0].value
+    assert grid.startswith("| Job | edge\\-a | edge\\-b |") and "None" not in grid
+    assert "finalist round 2/3, 9 of 12 trials" in grid and "\\#1 in the queue" in grid  # issue 51's keys
+    assert "profile of onnxruntime/fp32/b1/t4 |" in grid  # short; the knobs only in the link's title
+    assert "median 7\\.000 \\[6\\.900, 7\\.200\\] ms · 2\\.00x slower \\(p90\\) than its own winner onnxruntime/int8/b1/t4 \\(p90 3\\.700 ms\\)" in grid  # fmt: skip
+    assert "2\\.35x \\(p90\\)" in grid and ":orange[screening only]" in grid
+    runs = at.dataframe[0].value
+    assert list(runs.loc[runs["Job"] == 3, "Profiled vs own winner"]) == ["2.00x slower (p90)", ""]
+    assert not runs.isna().any().any()
+    assert set(runs["Knobs"]) == {KNOBS[1:], ""} and max(map(len, runs["Config"])) < 25
+    tune, profile = chart_specs(at)
+    assert len(tune["data"]) == 1 and list(tune["data"][0]["text"]) == ["2.35x", "1.43x, screening only"]
+    assert [t["name"] for t in profile["data"]] == ["profiled config", "its own winner"]
+    assert numbers(profile["data"][0]["y"]) == [7.4, 8.0] and profile["layout"]["yaxis"]["title"]["text"] == "p90 / median (ms)"  # fmt: skip
+    assert list(at.dataframe[1].value["Engines missing"]) == ["tensorrt", "tensorrt"]
+    at.multiselect(key="fleet_states").set_value(["queued"]).run()
+    assert at.markdown[0].value.splitlines()[0] == "| Job | edge\\-b |" and list(at.dataframe[0].value["Job"]) == [2]  # fmt: skip
+
+
+@pytest.mark.parametrize("page", ["overview", "winners", "compare", "pareto", "trials", "devices", "regressions", "fleet"])  # fmt: skip
 def test_every_page_renders_an_empty_store(monkeypatch, tmp_path, page):
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     Store.open(url).close()  # create the schema; the dashboard itself never writes

@@ -195,10 +195,16 @@ def test_export_gives_a_bundle_that_bundle_verify_accepts(scenario, tmp_path):
 
 
 def test_the_fleet_page_shows_jobs_by_devices(scenario, monkeypatch):
+    """Issue 51: human headers, no "None", short config labels (the knobs on hover), speed-ups to 2 decimals naming
+    their statistic, caveats shown, a chart of the devices side by side, the Devices block, filters that filter."""
+    import re
+
     pytest.importorskip("streamlit", reason="pip install 'autodeploy[dashboard]'")
     from streamlit.testing.v1 import AppTest
 
-    from autodeploy.dashboard import APP, DB_ENV
+    from autodeploy.dashboard import APP, DB_ENV, cache
+    from autodeploy.fleet import jobs
+    from autodeploy.results_db.store import Store
 
     monkeypatch.setenv(DB_ENV, scenario.url)
     at = AppTest.from_file(str(APP), default_timeout=60)
@@ -206,11 +212,30 @@ def test_the_fleet_page_shows_jobs_by_devices(scenario, monkeypatch):
     at.switch_page("app_pages/fleet.py")
     at.run()
     assert not at.exception and not at.error
-    grid = next(m.value for m in at.markdown if m.value.startswith("| job |"))
+    grid = next(m.value for m in at.markdown if m.value.startswith("| Job |"))
     assert "edge\\-a" in grid and "edge\\-b" in grid and grid.count(":green[done]") == 2
-    assert f"(trials?study=fleet.{scenario.job}.edge-a)" in grid
+    assert f"(trials?study=fleet.{scenario.job}.edge-a " in grid  # the link, the full config as its title
+    for d in scenario.status["devices"]:
+        short = "/".join(d["winner"]["config"].split("/")[:4])
+        assert f"[{cache.md(short)}](trials?study=fleet.{scenario.job}.{d['device']} " in grid
+    assert len(re.findall(r":orange\[[^]]*screening only", grid)) == 2  # the caveat, in the cell
+    assert re.search(r"\d\\\.\d\dx \\\((p90|median)\\\)", grid) and not re.search(r"\d\\\.\d{3,}x", grid)
     table = at.dataframe[0].value
-    assert set(table["state"]) == {"done"} and set(table["device"]) == {"edge-a", "edge-b"}
+    assert {"Job", "Device", "State", "Config", "Speed-up (statistic)", "Caveats", "Last heartbeat"} <= set(table.columns)  # fmt: skip
+    assert not any("_" in c for c in table.columns) and "None" not in table.to_string() and not table.isna().any().any()  # fmt: skip
+    assert set(table["State"]) == {"done"} and set(table["Device"]) == {"edge-a", "edge-b"}
+    assert all(len(c) < 40 for c in table["Config"]) and all(table["Speed-up (statistic)"].str.match(r"\d+\.\d\dx \("))  # fmt: skip
+    (chart,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]  # the job's devices side by side
+    assert sorted(chart["data"][0]["x"]) == ["edge-a", "edge-b"]
+    devices = at.dataframe[1].value  # the Devices block: both devices, one machine (one fingerprint)
+    with Store.open(scenario.url, readonly=True) as store:
+        fingerprints = {d["name"]: d["fingerprint"] for d in jobs.devices(store)}
+    assert dict(zip(devices["Device"], devices["Fingerprint"], strict=True)) == fingerprints
+    assert set(devices["Same machine as"]) == {"edge-a", "edge-b"} and "None" not in devices.to_string()
+    at.multiselect(key="fleet_devices").set_value(["edge-b"]).run()  # a filter narrows the rows
+    grid = next(m.value for m in at.markdown if m.value.startswith("| Job |"))
+    assert "edge\\-a" not in grid and list(at.dataframe[0].value["Device"]) == ["edge-b"]
+    assert list(at.dataframe[1].value["Device"]) == ["edge-b"]  # the Devices block too
 
 
 def test_the_fleet_page_in_chromium_links_each_cell_to_its_study(scenario, tmp_path):
@@ -228,13 +253,22 @@ def test_the_fleet_page_in_chromium_links_each_cell_to_its_study(scenario, tmp_p
         with sync_api.sync_playwright() as p:
             chromium = p.chromium.launch(executable_path=str(browser.CHROMIUM), headless=True, args=browser.CHROMIUM_ARGS)
             try:
-                page = chromium.new_page(viewport={"width": 1600, "height": 1600})
+                page = chromium.new_page(viewport={"width": 1600, "height": 900})
                 page.goto(f"http://127.0.0.1:{port}/fleet", timeout=browser.WAIT_MS)
                 page.get_by_role("heading", name="Fleet").wait_for(timeout=browser.WAIT_MS)
                 link = page.locator(f"a[href*='study=fleet.{scenario.job}.edge-b']")
                 link.first.wait_for(timeout=browser.WAIT_MS)
                 cell = page.locator("td", has=link.first)
                 assert "done" in cell.inner_text() and "onnxruntime/fp32" in cell.inner_text()
+                assert "screening only" in cell.inner_text() and "None" not in cell.inner_text()
+                winner = device(scenario.status, "edge-b")["winner"]["config"]
+                short = "/".join(winner.split("/")[:4])
+                assert link.first.inner_text() == short  # the whole label on hover:
+                assert link.first.get_attribute("title") == winner
+                grid = page.locator("table").first  # every device on the screen: no column pushed off it
+                assert grid.evaluate("t => t.scrollWidth <= t.parentElement.clientWidth + 1")
+                page.locator(".js-plotly-plot").first.wait_for(timeout=browser.WAIT_MS)  # fmt: skip
+                page.get_by_role("heading", name="Devices", exact=True).wait_for(timeout=browser.WAIT_MS)
                 page.screenshot(path=str(Path(browser._screenshot_dir()) / "fleet.png"))
                 page.goto(f"http://127.0.0.1:{port}/{link.first.get_attribute('href')}", timeout=browser.WAIT_MS)
                 page.get_by_role("heading", name="Trials", exact=True).wait_for(timeout=browser.WAIT_MS)  # not "Stored trials"

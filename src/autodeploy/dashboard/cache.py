@@ -24,6 +24,8 @@ from autodeploy.redact import mask_secrets
 from autodeploy.results_db.store import Store
 
 TTL_S = 30
+#: The fleet's records change while agents run: the Fleet page refreshes itself while a job is live.
+FLEET_TTL_S = 5
 ALL = "All"
 
 
@@ -112,13 +114,22 @@ def param_importance(url: str | None, name: str) -> tuple[pd.DataFrame | None, s
     return queries.param_importance(_optuna_storage(url), name)
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False)
+@st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
 def fleet_status(url: str | None) -> list[dict[str, Any]]:
     """Every fleet job's status record (:func:`autodeploy.fleet.jobs.status`: the agents' states, as
     ``fleet status`` shows them); none in a store that never held a fleet job."""
     from autodeploy.fleet import jobs
 
     return jobs.status(store(url))
+
+
+@st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
+def fleet_devices(url: str | None) -> list[dict[str, Any]]:
+    """Every fleet device's record (:func:`autodeploy.fleet.jobs.devices`, as ``fleet devices`` shows them): retired
+    ones left out; none in a store that never held a fleet agent."""
+    from autodeploy.fleet import jobs
+
+    return jobs.devices(store(url))
 
 
 # -- sidebar ------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from plotly.subplots import make_subplots
 
 from autodeploy import objectives
 from autodeploy.adapters import registry
-from autodeploy.dashboard.queries import BASELINE_LABEL, REJECTED, Metric
+from autodeploy.dashboard.queries import BASELINE_LABEL, REJECTED, Metric, vs_own_text
 from autodeploy.units import time_unit
 from autodeploy.verdict import Limits, sla_bounds_latency
 
@@ -335,6 +335,57 @@ def _mark(rejected: bool, role: str, baseline: bool) -> str:
     if rejected:
         return REJECTED_TEXT
     return "★ winner" if role == "winner" else "baseline" if baseline else ""
+
+
+#: A fleet winner weaker than a finalist-proven one (screening only, under load): hatched, its caveats written on it.
+CAVEAT_PATTERN = "."
+
+
+def fleet_job(rows: pd.DataFrame, title: str) -> go.Figure:
+    """One fleet job's devices side by side (rows of :func:`queries.fleet_rows`): each device's winner value in its
+    statistic's unit (a time in µs, ms or s, as reads best), with its interval where the record has one; a winner with
+    caveats is hatched and names them.
+
+    In a profile job each device's bar is the profiled config's value (blue) in the statistic of its own winner (green,
+    from its latest tune job) beside it, the ratio written on it. The axis turns logarithmic on a wide spread.
+    """
+    df = rows[rows["value"].notna()]
+    profile = bool((df["kind"] == "profile").any())
+    # a profile's own number where it has one in the own winner's statistic; the interval only on its own statistic
+    shown = df["value_as_own"].astype(float).fillna(df["value"]) if profile else df["value"].astype(float)
+    same = shown == df["value"]
+    unit = df["unit"].iloc[0] if len(df) else "ms"
+    scale, unit = time_unit(float(shown.max())) if unit == "ms" and len(df) else (1.0, unit)
+    value, low, high = shown * scale, df["ci_low"].astype(float).where(same) * scale, df["ci_high"].astype(float).where(same) * scale  # fmt: skip
+    error = {"type": "data", "array": (high - value).tolist(), "arrayminus": (value - low).tolist(),
+             "visible": bool(high.notna().any())}  # fmt: skip
+    hover = [f"{_text(lbl)}<br>{_text(s)} {_text(v)}" + (f"<br>{_text(c)}" if c else "")
+             for lbl, s, v, c in zip(df["label"], df["statistic"], df["value_text"], df["caveats"], strict=True)]  # fmt: skip
+    if profile:  # the number plotted, where it is not the one the record names
+        hover = [h + ("" if same_ else f"<br>its {_text(o)}: {v:.4g} {unit_name}") for h, same_, o, v, unit_name in
+                 zip(hover, same, df["own_statistic"], shown, df["unit"], strict=True)]  # fmt: skip
+        marks = [vs_own_text(r, s) for r, s in zip(df["ratio"], df["own_statistic"], strict=True)]
+    else:  # the speed-up over the study's baseline, then why the winner is weak
+        marks = [", ".join(t for t in (f"{s:.2f}x" if pd.notna(s) else "", c) if t)
+                 for c, s in zip(df["caveats"], df["speedup"], strict=True)]  # fmt: skip
+    fig = go.Figure(go.Bar(x=df["device"], y=value, error_y=error, text=marks, textposition="outside", hovertext=hover,
+                           name="profiled config" if profile else "★ winner", hoverinfo="text",
+                           marker={"color": _PALETTE[0] if profile else WINNER_COLOR,
+                                   "pattern": {"shape": [CAVEAT_PATTERN if c and not profile else "" for c in df["caveats"]]}}))  # fmt: skip
+    values, statistics = [value, high], df["statistic"]
+    if profile:
+        own = df[df["own_value"].notna()]
+        fig.add_trace(go.Bar(x=own["device"], y=own["own_value"].astype(float) * scale, name="its own winner",
+                             marker={"color": WINNER_COLOR}, hoverinfo="text",
+                             hovertext=[f"own winner: {_text(lbl)}<br>{_text(s)} {_text(v)}" for lbl, s, v in
+                                        zip(own["own_label"], own["own_statistic"], own["own_value_text"], strict=True)]))  # fmt: skip
+        values.append(own["own_value"].astype(float) * scale)
+        statistics = df["own_statistic"].where(~same, df["statistic"])
+    log = _axis(fig, "y", values, ms=False)
+    fig.update_layout(title=_text(title) + (" (log scale)" if log else ""), barmode="group", height=360,
+                      yaxis_title=f"{' / '.join(dict.fromkeys(statistics.dropna()))} ({unit})",
+                      showlegend=profile, margin={"t": 60})  # fmt: skip
+    return fig
 
 
 def gate_changes(metrics: pd.DataFrame) -> go.Figure:

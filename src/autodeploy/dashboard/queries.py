@@ -626,3 +626,120 @@ def _reason(r: Any, limits: verdict.Limits, objective: objectives.Objective | No
 
 def _number(value: Any) -> float | None:
     return None if value is None or pd.isna(value) else float(value)
+
+
+# -- fleet: jobs × devices, and the devices (records of autodeploy.fleet.jobs) -----------------------------------
+
+#: The units a rate objective's winner names as its statistic when it has no round statistic (``q/s``).
+_RATE_UNITS = frozenset(u for o in OBJECTIVES.values() if o.unit != "ms" for u in (o.unit, o.shown_unit))
+#: What a fleet row holds (:func:`fleet_rows`): the job's, then its device's run, then the winner's (a profile job:
+#: the profiled config's result) and, in a profile job, the device's own winner's (``own_*``).
+FLEET_COLUMNS = ["job", "kind", "profile", "model", "model_sha256", "job_status", "device", "fingerprint", "state",
+                 "phase", "queue_position", "trials", "trials_budget", "label", "config", "knobs", "engine",
+                 "statistic", "unit", "value", "ci_low", "ci_high", "value_text", "speedup", "caveats", "own_label",
+                 "own_config", "own_statistic", "own_value", "own_value_text", "value_as_own", "ratio", "reason", "skipped",
+                 "attempts", "started_at", "duration_s", "heartbeat_age_s", "study"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FleetFilters:
+    """The Fleet page's own filters; empty means no filter."""
+
+    jobs: tuple[int, ...] = ()
+    devices: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()
+
+
+def split_label(label: str) -> tuple[str, str]:
+    """A config label (:meth:`TrialConfig.label`) as its short part, ``engine/precision/bN/tT``, and its knobs
+    (``""`` without)."""
+    parts = label.split("/", 4)
+    return "/".join(parts[:4]), parts[4] if len(parts) > 4 else ""
+
+
+def statistic_unit(statistic: str | None) -> str:
+    """The unit of a fleet winner's value: its round statistic's (:data:`objectives.STATISTICS`: ``p90`` ms,
+    ``items/s``), else the rate it names (``q/s``), else ms."""
+    if statistic in objectives.STATISTICS:
+        return objectives.STATISTICS[statistic].unit
+    return statistic if statistic in _RATE_UNITS else "ms"
+
+
+def vs_own_text(ratio: float | None, statistic: str | None) -> str:
+    """A profiled config beside the device's own winner (``ratio`` > 1: that many times slower, as
+    :func:`autodeploy.fleet.jobs.vs_own` gives it): ``1.45x slower (p90)``; ``""`` without a ratio."""
+    if ratio is None or pd.isna(ratio) or ratio <= 0:
+        return ""
+    return f"{ratio:.2f}x slower ({statistic})" if ratio >= 1 else f"{1 / ratio:.2f}x faster ({statistic})"
+
+
+def fleet_rows(records: list[dict[str, Any]], fingerprints: Mapping[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """One row (:data:`FLEET_COLUMNS`) per job × device of ``fleet status`` records (:func:`autodeploy.fleet.jobs.status`).
+
+    A key a record lacks (one written before it was, or a kind of job without it) reads ``None``; a device's
+    fingerprint is its record's, else ``fingerprints``' (by device name, from :func:`autodeploy.fleet.jobs.devices`).
+    """
+    rows = []
+    for r in records:
+        job = {"job": r["job"], "kind": r.get("kind") or "tune", "profile": r.get("profile"), "model": r["model"],
+               "model_sha256": r.get("model_sha256"), "job_status": r["status"]}  # fmt: skip
+        for d in r["devices"]:
+            run = {"device": d["device"], "fingerprint": d.get("fingerprint") or (fingerprints or {}).get(d["device"]),
+                   "state": d["state"], "phase": d.get("phase"), "queue_position": d.get("queue_position"),
+                   "trials": d.get("trials"), "trials_budget": d.get("trials_budget"), "reason": d.get("reason"),
+                   "skipped": "; ".join(f"{s['engine']}: {s['reason']}" for s in d.get("skipped") or []),
+                   "attempts": d.get("attempts"), "started_at": d.get("started_at"), "duration_s": d.get("duration_s"),
+                   "heartbeat_age_s": d.get("heartbeat_age_s"), "study": d["study"]}  # fmt: skip
+            rows.append({**job, **run, **_winner_columns(d.get("winner"), d.get("own_winner"), d.get("vs_own"))})  # fmt: skip
+    return rows
+
+
+def _winner_columns(winner: dict[str, Any] | None, own: dict[str, Any] | None,
+                    vs_own: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+    """A winner's columns (a profile job's measured config) and its device's own winner's, with their ratio
+    (``vs_own``: :func:`autodeploy.fleet.jobs.vs_own`) and the profiled value in the own winner's statistic."""
+    w, o = winner or {}, own or {}
+    config, knobs = split_label(w["config"]) if w.get("config") else (None, None)
+    low, high = (w.get("ci") or (None, None))[:2]  # the interval, where the record has one
+    as_own = (w.get("values") or {}).get(o.get("statistic")) or (w.get("value") if o.get("statistic") == w.get("statistic") else None)  # fmt: skip
+    return {"label": w.get("config"), "config": config, "knobs": knobs, "engine": config.split("/")[0] if config else None,
+            "statistic": w.get("statistic"), "unit": statistic_unit(w.get("statistic")) if w else None,
+            "value": w.get("value"), "ci_low": low, "ci_high": high, "value_text": w.get("value_text"),
+            "speedup": w.get("speedup"), "caveats": ", ".join(w.get("caveats") or []), "own_label": o.get("config"),
+            "own_config": split_label(o["config"])[0] if o.get("config") else None, "own_statistic": o.get("statistic"),
+            "own_value": o.get("value"), "own_value_text": o.get("value_text"), "value_as_own": as_own if o else None,
+            "ratio": (vs_own or {}).get("ratio")}  # fmt: skip
+
+
+def fleet_filtered(rows: list[dict[str, Any]], page: FleetFilters, sidebar: Filters = Filters()) -> list[dict[str, Any]]:  # fmt: skip
+    """The rows ``page``'s filters and the sidebar's (model, device fingerprint, the winner's engine) keep."""
+    checks = [(page.jobs, "job", page.jobs), (page.devices, "device", page.devices), (page.states, "state", page.states),
+              (sidebar.model, "model_sha256", (sidebar.model,)), (sidebar.device, "fingerprint", (sidebar.device,)),
+              (sidebar.engines, "engine", sidebar.engines)]  # fmt: skip
+    return [r for r in rows if all(r[column] in allowed for given, column, allowed in checks if given)]
+
+
+def fleet_devices(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """The fleet's devices (:func:`autodeploy.fleet.jobs.devices`), those of one machine (one fingerprint) together:
+    the engines available with their versions, and those missing."""
+    rows = []
+    for d in records:
+        engines = {name: str(probe) for name, probe in (d.get("engines") or {}).items()}
+        run = d.get("running") or {}
+        rows.append({"device": d["name"], "tags": ", ".join(d.get("tags") or []), "fingerprint": d.get("fingerprint"),
+                     "same_machine_as": ", ".join(d.get("same_machine_as") or []), "cpu": d.get("cpu"),
+                     "isa": " ".join(d.get("isa") or []),
+                     "engines": ", ".join(f"{n} {_version(p)}".strip() for n, p in sorted(engines.items()) if p.startswith("available")),
+                     "missing": ", ".join(n for n, p in sorted(engines.items()) if not p.startswith("available")),
+                     "version": d.get("version"), "heartbeat_age_s": d.get("heartbeat_age_s"), "online": d.get("online"),
+                     "run_job": run.get("job"), "run_study": run.get("study"), "run_trials": run.get("trials"),
+                     "retired": bool(d.get("retired_at"))})  # fmt: skip
+    columns = ["device", "tags", "fingerprint", "same_machine_as", "cpu", "isa", "engines", "missing", "version",
+               "heartbeat_age_s", "online", "run_job", "run_study", "run_trials", "retired"]  # fmt: skip
+    return pd.DataFrame(rows, columns=columns).sort_values(["fingerprint", "device"], kind="stable", ignore_index=True)  # fmt: skip
+
+
+def _version(probe: str) -> str:
+    """The version in an engine's probe text (``available (1.20.1)``: ``1.20.1``), ``""`` without one."""
+    inside = probe.partition("(")[2].partition(")")[0]
+    return inside if probe.startswith("available (") else ""
