@@ -19,6 +19,8 @@ submitted job starts, and what idle agents cost PostgreSQL; in one run, on one m
    window, PostgreSQL's statements/s (``pg_stat_statements`` where the cluster is ours, else transactions/s
    from ``pg_stat_database``), its connections, and the agents' memory, per agent.
 4. **On paper**: 1,000 devices, from the per-agent numbers of the largest N.
+5. **Running agents** (``--running N``): N agents take one ``all`` job at once (the tiny study); the most
+   connections the database held while they ran it, beside the README's budget of 3 per agent.
 
 Usage::
 
@@ -26,6 +28,7 @@ Usage::
     python benchmarks/fleet.py --study-s 240    # longer studies: the fixed costs weigh less
     python benchmarks/fleet.py --quick          # 1 repeat of the tiny study, N = 1, 2, short windows (~3 min)
     python benchmarks/fleet.py --server URL     # an existing PostgreSQL whose user may CREATE DATABASE
+    python benchmarks/fleet.py --repeats 0 --agents "" --running 30   # 30 agents running one job: peak connections
 
 Without ``--server`` it starts a throwaway PostgreSQL 15 cluster on 127.0.0.1 (as the tests do; as the
 ``postgres`` user when run as root), with ``pg_stat_statements`` loaded. Run it on a quiet machine: it prints the
@@ -280,6 +283,31 @@ def idle_agents(server: Server, n: int, settle_s: float, window_s: float) -> dic
             stop(procs)
 
 
+# -- 5: agents running one job at once ----------------------------------------------------------------------
+
+
+def running_agents(server: Server, n: int, model: str, config: Path) -> dict[str, float]:
+    """N agents (waiting for work) take one ``all`` job at once: the most connections the database held while they
+    ran it (``pg_stat_activity``, sampled every 0.2 s), beside the README's budget of 3 per agent."""
+    with server.database() as db:
+        procs = [autodeploy("agent", "--db", db, "--name", "run-0")]  # first alone: it creates the tables
+        wait_for(lambda: tables_ready(db))
+        procs += [autodeploy("agent", "--db", db, "--name", f"run-{i}") for i in range(1, n)]
+        try:
+            wait_for(lambda: query(db, "SELECT count(*) FROM ad_fleet_agents")[0] == n, timeout=1800, step=1.0)
+            started = time.monotonic()
+            finish(autodeploy("fleet", "submit", model, "--config", str(config), "--devices", "all", "--db", db),
+                   "fleet submit")  # fmt: skip
+            peak, over = 0, "SELECT count(*) FROM ad_fleet_runs WHERE state NOT IN ('done', 'failed', 'skipped')"
+            while query(db, over)[0]:
+                peak = max(peak, server.connections(db))
+                time.sleep(0.2)
+            (done,) = query(db, "SELECT count(*) FROM ad_fleet_runs WHERE state = 'done'")
+            return {"n": n, "peak": peak, "budget": 3 * n, "done": done, "wall": time.monotonic() - started}
+        finally:
+            stop(procs)
+
+
 # -- the report ---------------------------------------------------------------------------------------------
 
 
@@ -291,6 +319,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="paired overhead runs, interleaved")
     parser.add_argument("--agents", default="1,10,50", help="idle agent counts")
     parser.add_argument("--window", type=float, default=60.0, help="seconds the idle agents are watched")
+    parser.add_argument("--running", type=int, default=0, help="agents running one job at once: their peak "
+                        "connections beside the budget (0: not measured; 30 in the issue)")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
@@ -310,8 +340,9 @@ def main() -> None:
         if not args.server:
             server.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")  # in the maintenance database
         first = pickup(server, args.model, tiny)  # also the warm-up of the agent's caches
-        direct(server, args.model, config, out)  # warm-ups: zoo build, references, artifacts cached
-        through_agent(server, args.model, config)
+        if args.repeats:
+            direct(server, args.model, config, out)  # warm-ups: zoo build, references, artifacts cached
+            through_agent(server, args.model, config)
         pairs = []
         for i in range(args.repeats):  # interleaved, each side first every other repeat (a drift hits both)
             if i % 2 == 0:
@@ -321,13 +352,21 @@ def main() -> None:
                 a = through_agent(server, args.model, config)
                 d = direct(server, args.model, config, out)
             pairs.append((d, a))
-        idle = [idle_agents(server, int(n), 5.0 if args.quick else 20.0, args.window) for n in args.agents.split(",")]
+        idle = [idle_agents(server, int(n), 5.0 if args.quick else 20.0, args.window) for n in args.agents.split(",") if n]
+        running = running_agents(server, args.running, args.model, tiny) if args.running else None
     report(pairs, first, idle, quick=args.quick)
+    if running is not None:
+        console.print(f"{running['n']} agents running one job at once (tiny study; {running['done']} runs done in "
+                      f"{running['wall']:.0f} s): at most {running['peak']} connections, budget 3 per agent = "
+                      f"{running['budget']} (README, \"Connections\")")  # fmt: skip
 
 
 def report(pairs: list[tuple[dict[str, float], dict[str, float]]], first: tuple[float, float],
            idle: list[dict[str, float]], quick: bool) -> None:  # fmt: skip
     med = statistics.median
+    if not pairs or not idle:  # --repeats 0 or --agents "": only the other parts
+        console.print(f"pick-up with an agent already waiting (tiny study): submit -> first stored trial {first[0]:.2f} s")
+        return
     table = Table(title="One study, both sides cold (two process starts each; every run on a fresh database)")
     for column in ("repeat", "direct s", "direct CPU s", "agent s", "agent CPU s", "agent / direct", "CPU ratio"):
         table.add_column(column)
