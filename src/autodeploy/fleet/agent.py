@@ -151,7 +151,10 @@ def serve(db: str | None, settings: AgentSettings, log: Log = lambda _: None) ->
     with Store.open(url, connections=STORE_CONNECTIONS) as store:  # its budget: these and the queue's one
         device = probe_device()
         ledger.check_binding(store, settings.name, device, key.pem)  # another device's name: refused before probing
-        agent = ledger.register(store, settings.name, device, engines_probed_apart(device), settings.tags, __version__,
+        # an agent that waits for work probes the engines in a child (it holds none while idle); one run --once
+        # takes its run at once and imports them anyway: a child would only pay the imports twice
+        engines = engines_here(device) if settings.once else engines_probed_apart(device)
+        agent = ledger.register(store, settings.name, device, engines, settings.tags, __version__,
                                 key.pem)  # fmt: skip
         log(f"device {agent.name}: fingerprint {agent.fingerprint} ({agent.cpu}), tags {', '.join(agent.tags) or '-'}")  # fmt: skip
         log(f"device {agent.name}: public key {key.public} ({key.id}): check its results with "
@@ -188,6 +191,8 @@ async def _serve(store: Store, agent: ledger.Agent, settings: AgentSettings, log
                     taken["runs"] += 1
             finally:
                 taken["busy"] -= 1
+            if settings.once and not await asyncio.to_thread(ledger.unfinished, store, agent.id):
+                manager.shutdown.set()  # now, not at the next heartbeat (up to 10 s later)
 
         async def heartbeat() -> None:
             while not manager.shutdown.is_set():
