@@ -363,10 +363,16 @@ def main() -> None:
 
 def report(pairs: list[tuple[dict[str, float], dict[str, float]]], first: tuple[float, float],
            idle: list[dict[str, float]], quick: bool) -> None:  # fmt: skip
+    if pairs:  # --repeats 0: not measured
+        _report_pairs(pairs, quick)
+    console.print(f"pick-up with an agent already waiting (tiny study): submit -> first stored trial {first[0]:.2f} s, "
+                  f"job stored -> run taken {first[1]:.2f} s (database clock)")  # fmt: skip
+    if idle:  # --agents "": not measured
+        _report_idle(idle)
+
+
+def _report_pairs(pairs: list[tuple[dict[str, float], dict[str, float]]], quick: bool) -> None:
     med = statistics.median
-    if not pairs or not idle:  # --repeats 0 or --agents "": only the other parts
-        console.print(f"pick-up with an agent already waiting (tiny study): submit -> first stored trial {first[0]:.2f} s")
-        return
     table = Table(title="One study, both sides cold (two process starts each; every run on a fresh database)")
     for column in ("repeat", "direct s", "direct CPU s", "agent s", "agent CPU s", "agent / direct", "CPU ratio"):
         table.add_column(column)
@@ -384,8 +390,9 @@ def report(pairs: list[tuple[dict[str, float], dict[str, float]]], first: tuple[
                   f"(goal <= 1.05), CPU {cpu:.3f}x")  # fmt: skip
     if tune < 60 and not quick:  # the goal is stated for a study of at least 60 s
         console.print(f"[yellow]the study took {tune:.0f} s, under 60 s: run it again with a larger --study-s[/]")
-    console.print(f"pick-up with an agent already waiting (tiny study): submit -> first stored trial {first[0]:.2f} s, "
-                  f"job stored -> run taken {first[1]:.2f} s (database clock)")  # fmt: skip
+
+
+def _report_idle(idle: list[dict[str, float]]) -> None:
     table = Table(title="Idle agents on PostgreSQL (each a process with the default 60 s lease)")
     for column in ("agents", "rate", "per agent", "connections", "per agent", "agents' memory"):
         table.add_column(column)
