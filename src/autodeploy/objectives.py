@@ -159,6 +159,12 @@ class Objective:
     #: How each finalist round reduces to one value when the finalists are re-measured interleaved: :data:`CALLS`
     #: or :data:`RATE`. ``None``: not re-measured, the winner is the screening's best.
     rounds: str | None = None
+    #: Its measure is read from an energy meter (``autodeploy.harness.energy``): a study on a machine without one
+    #: is refused before it starts.
+    needs_meter: bool = False
+    #: Its trials also time their start in fresh processes (``autodeploy.harness.cold_start``), with and without
+    #: the engine's compiled cache.
+    cold_start: bool = False
 
     @property
     def remeasured(self) -> bool:
@@ -179,8 +185,9 @@ class Objective:
 
     @property
     def latency_statistic(self) -> str | None:
-        """The latency statistic its values are (``p90``), ``None`` for a rate."""
-        return self.statistic.removesuffix("_ms") if self.unit == "ms" else None
+        """The latency statistic its values are (``p90``), ``None`` for a rate or a cost (CPU time, energy)."""
+        latencies = {s.record for s in STATISTICS.values() if s.unit == "ms"}
+        return self.statistic.removesuffix("_ms") if self.statistic in latencies else None
 
     @property
     def single(self) -> bool:
@@ -221,10 +228,12 @@ class Objective:
 
     def value_text(self, value: float | None, ci: tuple[float, float] | None = None) -> str:
         """The statistic with its unit (and interval): ``91.85 µs [90.1, 93.2]``, ``1234.5 items/s``, ``412.0 q/s``."""
-        from autodeploy.units import fmt_ms_ci
+        from autodeploy.units import fmt_mj, fmt_ms_ci
 
         if self.unit == "ms":
             return fmt_ms_ci(value, ci)
+        if self.unit == "mJ":
+            return fmt_mj(value)
         if value is None:
             return "-"
         bounds = "" if ci is None else f" [{ci[0]:.1f}, {ci[1]:.1f}]"
@@ -256,6 +265,24 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
         statistic="p90_ms", unit="ms", shown_unit="ms", words="p90, accuracy drop, memory",
         label="p90 ms, accuracy drop, MB", statistic_label="p90 latency (ms)", trial_metric="latency",
         batches=(1, 2, 4, 8, 16, 32),
+    ),
+    Objective(  # the worker's user + system CPU time per inference over the timed calls: a cost, never called energy
+        name="cpu-time", scenario="single-stream", directions=("minimize",), measures=("cpu_ms",),
+        statistic="cpu_ms_per_inference", unit="ms", shown_unit="ms", words="CPU time per inference",
+        label="CPU ms per inference", statistic_label="CPU time per inference (ms)", trial_metric="latency",
+        batches=(1,),
+    ),
+    Objective(  # joules per inference from the machine's energy meter, the idle draw subtracted; refused without one
+        name="energy", scenario="single-stream", directions=("minimize",), measures=("energy_mj",),
+        statistic="energy_mj_per_inference", unit="mJ", shown_unit="mJ", words="energy per inference",
+        label="mJ per inference", statistic_label="energy per inference (mJ)", trial_metric="latency",
+        batches=(1,), needs_meter=True,
+    ),
+    Objective(  # from a new process to its first result (load + first inference), from the compiled cache where used
+        name="cold-start", scenario="single-stream", directions=("minimize",), measures=("cold_start_ms",),
+        statistic="cold_start_ms", unit="ms", shown_unit="ms", words="cold start",
+        label="cold start ms", statistic_label="cold start (ms)", trial_metric="latency", batches=(1,),
+        cold_start=True,
     ),
 )}  # fmt: skip
 #: The objectives' names, in the table's order (the study config's choices).

@@ -4,7 +4,8 @@ Two record kinds, each carrying ``schema`` and ``schema_version``:
 
 - ``autodeploy.trial``: one trial (``bench``, ``results list|show``) with its config, model, device,
   engine version and :class:`~autodeploy.harness.result.Measurement` in its flat form
-  (times in ms, memory in MB, throughput in items/s: the unit is in every field name).
+  (times in ms, memory in MB, throughput in items/s: the unit is in every field name); and (issue 54) what its
+  timed phase cost the machine (``measurement.cost``: CPU time per inference, energy where a meter is).
 - ``autodeploy.study``: one study's summary (``tune``, ``results studies``): the winner, the runner-up,
   the finalists with the objective's statistic, its unit and 95% CI, the speedup over the ORT fp32
   default (for a model file run as given, over its engine at fp32: ``baseline`` names it, issue 39);
@@ -254,6 +255,49 @@ _ROOFLINE = {
                    "peak_gops": _NUM, "share": _NUM, "peak_kernel": _STR,
                    "uncounted": {"type": "array", "items": {"type": "string"}}},  # fmt: skip
 }
+_COST = {
+    "type": ["object", "null"],
+    "description": "what the timed phase cost the machine (autodeploy.harness.energy.Cost; absent: measured before "
+                   "it was recorded): cpu_s, the worker's user + system CPU seconds over the timed calls (every thread "
+                   "of the worker process, the engine's own included), and cpu_ms_per_inference, over items (calls x "
+                   "batch); where the machine has an energy meter, each counter's rise in readings (joules, the idle "
+                   "draw idle_w measured just before, counted: summed), energy_mj_per_inference above idle and the "
+                   "summed counters' source; else no_meter says why none. CPU time is a cost, never energy",
+    "required": ["calls", "items", "wall_s", "cpu_s", "cpu_ms_per_inference"],
+    "properties": {"calls": {"type": "integer"}, "items": {"type": "integer"}, "wall_s": {"type": "number"},
+                   "cpu_s": {"type": "number"}, "cpu_ms_per_inference": _NUM, "energy_mj_per_inference": _NUM,
+                   "source": _STR, "no_meter": _STR,
+                   "readings": {"type": "array", "items": {
+                       "type": "object", "required": ["source", "joules"],
+                       "properties": {"source": {"type": "string"}, "joules": {"type": "number"}, "idle_w": _NUM,
+                                      "counted": {"type": "boolean"}}}}},  # fmt: skip
+}
+_SPREAD = {"type": "object", "required": ["median", "low", "high"],
+           "properties": {"median": {"type": "number"}, "low": {"type": "number"}, "high": {"type": "number"},
+                          "coverage": _NUM}}  # fmt: skip
+_STARTS = {
+    "type": ["object", "null"],
+    "required": ["runs", "process_ms", "import_ms", "load_ms", "first_ms"],
+    "properties": {"runs": {"type": "array", "items": {
+                       "type": "object", "required": ["process_ms", "import_ms", "load_ms", "first_ms"],
+                       "properties": {"process_ms": {"type": "number"}, "import_ms": {"type": "number"},
+                                      "load_ms": {"type": "number"}, "first_ms": {"type": "number"}, "cache": _STR}}},
+                   "process_ms": _SPREAD, "import_ms": _SPREAD, "load_ms": _SPREAD, "first_ms": _SPREAD},  # fmt: skip
+}
+_COLD_START = {
+    "type": ["object", "null"],
+    "description": "the start in fresh processes (autodeploy.harness.cold_start.ColdStart; absent: not asked for): "
+                   "per start, process_ms from starting the process to its first result, of which import_ms importing "
+                   "the engine, load_ms its open (read and compile or deserialize) and first_ms the first call; each "
+                   "as the median of the starts with its order-statistic interval (low..high, coverage). without: "
+                   "starts without the engine's compiled cache; cached: starts from it (each run's cache: used, or "
+                   "remade and why), made: the first start with it, which made it; cache names the engine's cache "
+                   "or why it has none; value_ms: the median process_ms of the cached starts where every one used "
+                   "the cache, else of the others (the objective cold-start)",
+    "required": ["cache", "starts", "value_ms", "without"],
+    "properties": {"cache": {"type": "string"}, "starts": {"type": "integer"}, "value_ms": {"type": "number"},
+                   "without": _STARTS, "cached": _STARTS, "made": {"type": ["object", "null"]}},  # fmt: skip
+}
 _MEASUREMENT = {
     "type": ["object", "null"],
     "description": ("Times in ms, memory in MB, throughput in items/s; "
@@ -274,6 +318,8 @@ _MEASUREMENT = {
                     "as read back from the engine, and the server scenario's rate search"},
         "load": _LOAD,
         "roofline": _ROOFLINE,
+        "cost": _COST,
+        "cold_start": _COLD_START,
         "accuracy": {
             "type": ["object", "null"],
             "required": ["outputs", "n_samples", "constraint", "passed"],

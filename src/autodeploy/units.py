@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["fmt_ms", "fmt_ms_ci", "fmt_ms_range", "fmt_pct", "time_unit"]
+__all__ = ["fmt_mj", "fmt_ms", "fmt_ms_ci", "fmt_ms_range", "fmt_pct", "time_unit"]
 
 
 def fmt_ms(value: float | None) -> str:
@@ -26,6 +26,14 @@ def fmt_ms_range(low: float, high: float) -> str:
     """A range of times in ms in one unit (the higher one's): ``4.900–8.700 ms``."""
     scale, unit = time_unit(abs(high))
     return f"{_sig(low * scale)}–{_sig(high * scale)} {unit}"
+
+
+def fmt_mj(value: float | None) -> str:
+    """An energy given in mJ, in the unit that keeps 3-4 significant digits: 850.0 µJ, 4.500 mJ, 1.204 J."""
+    if value is None:
+        return "-"
+    scale, unit = (1000.0, "µJ") if abs(value) < 1.0 else (1.0, "mJ") if abs(value) < 1000.0 else (0.001, "J")
+    return f"{_sig(value * scale)} {unit}"
 
 
 def time_unit(ms: float) -> tuple[float, str]:

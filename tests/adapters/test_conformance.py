@@ -101,7 +101,7 @@ def test_the_shipped_runtime_runs_the_artifact_as_the_harness_does(engine, model
     shipped = tmp_path / "shipped"
     (shipped / "runtime").mkdir(parents=True)
     shutil.copyfile(autodeploy.bundle.loader.__file__, shipped / "loader.py")
-    for module in ("__init__", "base", "machine", name):
+    for module in ("__init__", "base", "machine", "cache", name):
         shutil.copyfile(Path(autodeploy.runtime.__file__).with_name(f"{module}.py"), shipped / "runtime" / f"{module}.py")
     spec = importlib.util.spec_from_file_location(f"shipped_loader_{engine.name}", shipped / "loader.py")
     loader = importlib.util.module_from_spec(spec)

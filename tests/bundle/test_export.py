@@ -19,7 +19,7 @@ def test_bundle_holds_the_artifact_unchanged_and_a_complete_manifest(stored, bun
     names = sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file())
     assert names == ["README.md", "loader.py", "manifest.json", "manifest.sha256", "model/artifact.json",
                      "model/model.onnx", "requirements.txt", "runtime/__init__.py", "runtime/base.py",
-                     "runtime/machine.py", "runtime/onnxruntime.py"]  # fmt: skip
+                     "runtime/cache.py", "runtime/machine.py", "runtime/onnxruntime.py"]  # fmt: skip
     for name in ("artifact.json", "model.onnx"):
         assert (bundle / "model" / name).read_bytes() == (stored.artifact.path / name).read_bytes()
     m = json.loads((bundle / "manifest.json").read_text())

@@ -17,6 +17,7 @@ from autodeploy.accuracy.records import Accuracy, OutputAccuracy
 from autodeploy.adapters.base import Artifact, TrialConfig
 from autodeploy.bundle.export import Source, build_manifest
 from autodeploy.harness import run
+from autodeploy.harness.energy import Cost, Reading
 from autodeploy.harness.load import Load
 from autodeploy.harness.result import Measurement, TrialResult
 from autodeploy.harness.stats import summarize
@@ -77,6 +78,26 @@ def test_a_measurements_share_of_peak_round_trips_through_its_dict_and_the_store
     assert row is not None and row.measurement is not None and row.measurement.roofline == line
     old = {k: v for k, v in d.items() if k != "roofline"}  # stored before revision 0008: none
     assert Measurement.from_dict(old).roofline is None and "roofline" not in Measurement.from_dict(old).to_dict()
+
+
+def test_what_a_measurement_cost_round_trips_through_its_dict_and_the_store(store: Store) -> None:
+    """Energy from a named meter beside the CPU time, and CPU time alone with why no energy (revision 0013)."""
+    metered = Cost(calls=400, items=800, wall_s=2.0, cpu_s=1.5, readings=(
+        Reading("powercap intel-rapl:0 package-0", 30.0, idle_w=5.0), Reading("powercap intel-rapl:0:0 core", 12.0,
+                                                                               idle_w=1.0, counted=False)))  # fmt: skip
+    bare = Cost(calls=400, items=400, wall_s=2.0, cpu_s=1.5, no_meter="no energy meter here: no powercap")
+    for uid, cost in (("e" * 32, metered), ("c" * 32, bare)):
+        m = dataclasses.replace(_measurement(100), cost=cost)
+        d = json.loads(json.dumps(m.to_dict()))
+        assert Measurement.from_dict(d) == m
+        store.add_trial(TrialResult(uid, CONFIG, "ok", "1.20.0", measurement=m), model=MODEL, device=DEVICE)
+        row = store.trial(TrialFilter(uid=uid), samples=False)
+        assert row is not None and row.measurement is not None and row.measurement.cost == cost
+    assert metered.energy_mj == pytest.approx((30.0 - 5.0 * 2.0) * 1e3 / 800)  # the package less its idle draw
+    assert metered.cpu_ms == pytest.approx(1.875)
+    assert bare.energy_mj is None and bare.to_dict()["cpu_ms_per_inference"] == pytest.approx(3.75)
+    old = {k: v for k, v in _measurement(100).to_dict().items() if k != "cost"}  # stored before revision 0013
+    assert Measurement.from_dict(old).cost is None and "cost" not in Measurement.from_dict(old).to_dict()
 
 
 def test_a_record_made_before_the_load_was_read_reads_back_without_one() -> None:

@@ -10,7 +10,10 @@ implicit calibration.
 A plan only runs under the TensorRT version and GPU architecture that built it, so the artifact
 records both (``meta.tensorrt``, ``meta.compute_capability``); they become the runtime settings,
 and :mod:`autodeploy.runtime.tensorrt` refuses a mismatch before deserializing. A GPU engine's
-speed does not depend on a CPU thread count, so threads are not searched for it.
+speed does not depend on a CPU thread count, so threads are not searched for it. The plan is TensorRT's
+compiled form (every start deserializes it); its *timing cache* (the kernel timings the builder measured) is
+kept beside the artifacts, one file per TensorRT version and GPU architecture (:func:`timing_cache_path`), and
+every build starts from it and adds to it, so a second build of another config spends less time timing tactics.
 
 The pure parts (profile shapes, compatibility check, GPU parsing) import nothing from
 TensorRT, so they are tested on machines without a GPU.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 from collections.abc import Mapping, Sequence
@@ -144,10 +148,13 @@ class TensorRTEngine(Engine):
         for name, (low, opt, high) in profile.items():
             trt_profile.set_shape(name, low, opt, high)
         builder_config.add_optimization_profile(trt_profile)
+        timings = timing_cache_path(outdir.parent, trt.__version__, rt.device_capability())
+        _use_timing_cache(builder_config, timings)
         plan = builder.build_serialized_network(network, builder_config)
         if plan is None:
             raise BuildError(f"TensorRT could not build a {config.precision} engine for {model.name}")
         (outdir / PLAN_FILE).write_bytes(bytes(plan))
+        _save_timing_cache(builder_config, timings)
         profile_record = {name: {"min": list(lo), "opt": list(opt), "max": list(hi)} for name, (lo, opt, hi) in profile.items()}
         return {"tensorrt": trt.__version__, "compute_capability": rt.device_capability(), "profile": profile_record}
 
@@ -175,6 +182,31 @@ PRECISION_FLAGS: dict[str, tuple[str, ...]] = {
 
 
 # -- pure parts (no TensorRT needed) -------------------------------------------------------
+
+
+def timing_cache_path(folder: Path, version: str, capability: str) -> Path:
+    """Where the timing cache of TensorRT ``version`` on GPUs of compute ``capability`` is kept in ``folder``:
+    timings measured under another version or on another architecture are never read back."""
+    return Path(folder) / f"tensorrt-timing-{version}-cc{capability}.cache"
+
+
+def _use_timing_cache(builder_config: Any, path: Path) -> None:
+    """Start the build from the timing cache at ``path`` (an empty one where there is none, or where TensorRT
+    refuses it: ``ignore_mismatch=False`` rejects timings of another device)."""
+    blob = path.read_bytes() if path.is_file() else b""
+    timings = builder_config.create_timing_cache(blob)
+    if timings is None or not builder_config.set_timing_cache(timings, ignore_mismatch=False):
+        builder_config.set_timing_cache(builder_config.create_timing_cache(b""), ignore_mismatch=False)
+
+
+def _save_timing_cache(builder_config: Any, path: Path) -> None:
+    """Write the build's timing cache (what it read, plus what it timed) to ``path``, atomically."""
+    timings = builder_config.get_timing_cache()
+    if timings is None:
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(bytes(timings.serialize()))
+    os.replace(tmp, path)
 
 
 def profile_shapes(model: ModelInfo, batch: int) -> dict[str, tuple[Shape, Shape, Shape]]:

@@ -28,6 +28,7 @@ from autodeploy.api._common import (
 from autodeploy.data import Dataset, shapes_from_data
 from autodeploy.device import probe_device
 from autodeploy.errors import ConversionError, EngineUnavailableError, UsageError
+from autodeploy.harness.cold_start import DEFAULT_STARTS
 from autodeploy.harness.result import CONVERSION_PREFIX, TrialResult, conversion_failed, headline
 from autodeploy.harness.run import HarnessSettings, run_trial
 from autodeploy.harness.timing import TimingPolicy
@@ -83,6 +84,9 @@ class BenchRequest:
             ``num_requests`` in flight, default the engine's optimum), ``multi-stream`` (latency with
             ``num_requests`` in flight) or ``server`` (highest Poisson rate whose p99 meets ``sla_ms``).
         sla_ms: the p99 bound of the ``server`` scenario (required there).
+        cold_start: also time the start in fresh processes (``True``: :data:`~autodeploy.harness.cold_start.DEFAULT_STARTS`
+            of each kind; a number: that many): from a new process to the first result, split into the load and
+            the first inference, without the engine's compiled cache and from it (``Measurement.cold_start``).
         retry_conversion: convert again although this engine's conversion of this model failed before (same engine
             version, device, shapes and build knobs, a stored trial): by default such a bench fails at once, in one
             line naming that trial, as a study prunes every precision of it.
@@ -118,6 +122,7 @@ class BenchRequest:
     memory_cap_mb: int | None = None
     scenario: str = DEFAULT_SCENARIO.name
     sla_ms: float | None = None
+    cold_start: bool | int = False
     retry_conversion: bool = False
     # Where it runs and reports; not part of the command that reproduces it.
     db: str | Store | None = None
@@ -132,6 +137,9 @@ class BenchRequest:
                              fix="put every setting in the TrialConfig")  # fmt: skip
         _check_scenario(self.scenario, self.sla_ms)
         _check_accuracy(self.accuracy)
+        if self.cold_start is not True and int(self.cold_start) < 0:
+            raise UsageError(f"cold_start must be True, False or a number of starts >= 1, got {self.cold_start}",
+                             fix=f"pass cold_start=True ({DEFAULT_STARTS} starts of each kind) or cold_start=N")  # fmt: skip
 
     @classmethod
     def of(
@@ -156,6 +164,10 @@ class BenchRequest:
             return self.config
         return TrialConfig(self.engine or default_engine, self.precision or "fp32", self.batch or 1,
                            self.threads, self.knobs or {})  # fmt: skip
+
+    def starts(self) -> int | None:
+        """Fresh processes per kind of start to time the cold start in, ``None`` where not asked for."""
+        return DEFAULT_STARTS if self.cold_start is True else (int(self.cold_start) or None)
 
     def given(self) -> dict[str, Any]:
         """The fields set away from their defaults, but for where it runs and reports: what the recorded call repeats."""
@@ -337,6 +349,7 @@ def _bench_settings(request: BenchRequest, cache: Path) -> HarnessSettings:
                            build_timeout_s=request.build_timeout_s, metric=request.metric,
                            max_metric_drop=request.max_metric_drop, max_accuracy_drop=drop,
                            min_cosine=cosine_for_drop(drop), accuracy_overrides=tuple(request.accuracy),
+                           cold_start=request.starts(),
                            **({"memory_cap_mb": request.memory_cap_mb} if request.memory_cap_mb else {}))  # fmt: skip
 
 

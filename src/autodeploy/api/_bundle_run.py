@@ -38,6 +38,8 @@ class BundleRun:
     warnings: tuple[str, ...]  # the loader's (another engine version, another device)
     #: Every input's shape as fed here (the bundle's own, or the ``shapes`` asked for).
     fed: dict[str, list[int]] = field(default_factory=dict)
+    #: What the open did with the bundle's compiled cache (``used``, ``remade: WHY``); ``None``: it ships none.
+    cache: str | None = None
 
     @property
     def same_device(self) -> bool:
@@ -120,7 +122,7 @@ def run_bundle(
     throughput = batch * len(timed.samples_ns) / (timed.samples_ns.sum() / 1e9)
     fed = {name: list(np.shape(value)) for name, value in feeds.items()}
     return BundleRun(manifest, probe_device(), summarize(timed.samples_ns), timed.warmup_calls, throughput,
-                     timed.load, tuple(predictor.warnings), fed)  # fmt: skip
+                     timed.load, tuple(predictor.warnings), fed, predictor.cache)  # fmt: skip
 
 
 def _bundle_feeds(manifest: dict[str, Any], root: Path, data: str | Path | Dataset | None,

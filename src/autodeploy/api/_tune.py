@@ -24,6 +24,7 @@ from autodeploy.api._common import (
 )
 from autodeploy.device import probe_device
 from autodeploy.errors import UsageError
+from autodeploy.harness.cold_start import DEFAULT_STARTS
 from autodeploy.harness.run import SYNTHETIC_NOTE, HarnessSettings
 from autodeploy.harness.timing import TimingPolicy
 from autodeploy.images import Preprocess
@@ -201,4 +202,5 @@ def _screening_settings(cfg: StudyConfig, workdir: Path) -> HarnessSettings:
     )
     return HarnessSettings(workdir=workdir, policy=policy, timeout_s=s.timeout_s, build_timeout_s=s.build_timeout_s,
                            max_accuracy_drop=drop, metric=cfg.metric, max_metric_drop=cfg.constraints.max_metric_drop,
-                           min_cosine=records.cosine_for_drop(drop))  # fmt: skip
+                           min_cosine=records.cosine_for_drop(drop),
+                           cold_start=DEFAULT_STARTS if cfg.objective.cold_start else None)  # fmt: skip

@@ -29,11 +29,12 @@ from autodeploy.bundle import loader
 from autodeploy.bundle.archive import write_tar
 from autodeploy.bundle.loader import KIND, MANIFEST, MANIFEST_DIGEST, MODEL_DIR, SCHEMA, BundleError
 from autodeploy.errors import BuildError, StoreError, UnknownEngineError, UsageError, WriteError
+from autodeploy.harness.cold_start import COMPILED_DIR
 from autodeploy.harness.result import headline
 from autodeploy.model import ModelInfo, TensorSpec
 from autodeploy.objectives import DEFAULT_SCENARIO, MEDIAN, P90, SCENARIOS, stored
 from autodeploy.redact import mask_secrets
-from autodeploy.runtime import machine
+from autodeploy.runtime import cache, machine
 from autodeploy.search import summary as study_words
 from autodeploy.shapes import ShapeSet, parse_key
 
@@ -43,8 +44,8 @@ if TYPE_CHECKING:
 
 REQUIREMENTS = "requirements.txt"
 README = "README.md"
-#: The runtime modules every bundle ships besides its engine's (the shared base and machine probe).
-RUNTIME_COMMON = ("__init__", "base", "machine")
+#: The runtime modules every bundle ships besides its engine's (the shared base, machine probe and compiled cache).
+RUNTIME_COMMON = ("__init__", "base", "machine", "cache")
 
 
 @dataclass(frozen=True)
@@ -551,6 +552,10 @@ def write_bundle(source: Source, dest: str | Path, *, tar: bool = False, command
         for name in (*RUNTIME_COMMON, manifest["engine"]["runtime"]):  # the same files the harness ran
             source_file = Path(runtime.__file__).with_name(f"{name}.py")
             shutil.copyfile(source_file, stage / loader.RUNTIME_DIR / source_file.name)
+        made = compiled_cache(artifact, manifest)
+        if made is not None:  # made here when the cold start was measured: shipped, verified like every file
+            shutil.copytree(made[0], stage / loader.COMPILED_DIR)
+            manifest["compiled_cache"] = made[1]
         (stage / REQUIREMENTS).write_text(requirements_txt(manifest))
         (stage / README).write_text(readme_md(manifest))
         seal(stage, manifest)
@@ -558,6 +563,20 @@ def write_bundle(source: Source, dest: str | Path, *, tar: bool = False, command
         if sign_key is not None:
             sign(stage, sign_key)
     return dest
+
+
+def compiled_cache(artifact: Artifact, manifest: Mapping[str, Any]) -> tuple[Path, dict[str, Any]] | None:
+    """The engine's compiled cache the harness made for the shipped artifact and settings on this machine
+    (``harness/cold_start.py``, kept beside the artifacts), and the manifest's record of it (the engine, its
+    version and the key: this device, the artifact, the settings); ``None`` where there is none, or it is not
+    whole or not made under this engine version here (``runtime/cache.py`` ``why_not``)."""
+    settings = manifest["runtime"]
+    folder = artifact.path.parent.parent / COMPILED_DIR / f"{artifact.path.name}-{cache.settings_key(settings)}"
+    engine, version = manifest["engine"]["runtime"], manifest["engine"]["runtime_version"]
+    key = cache.cache_key(artifact.key, settings)
+    if not folder.is_dir() or cache.why_not(folder, engine, version, key) is not None:
+        return None
+    return folder, {"dir": loader.COMPILED_DIR, "engine": engine, "version": version, "key": key}
 
 
 def _model_files(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

@@ -33,7 +33,9 @@ import importlib.abc
 import importlib.util
 import json
 import re
+import shutil
 import sys
+import tempfile
 import types
 import warnings
 from collections.abc import Mapping, Sequence
@@ -51,6 +53,8 @@ MANIFEST_DIGEST = "manifest.sha256"
 SIGNATURE = "bundle.sig"
 SIGN_INSTALL = "pip install model-signing pyopenssl (or 'autodeploy[sign]')"
 MODEL_DIR = "model"
+#: The folder of the engine's compiled cache made where the bundle was measured (``runtime/cache.py``), when shipped.
+COMPILED_DIR = "compiled"
 LOADER = "loader.py"
 REQUIREMENTS = "requirements.txt"
 #: The only requirement line a bundle may hold: ``name==version``. A path, URL, VCS link or pip option
@@ -424,9 +428,27 @@ class Predictor:
         _check_runtime_files(root, manifest)
         runtime = _runtime(manifest["engine"].get("runtime", manifest["engine"]["name"]), manifest)
         io = _runtime("base", manifest).IO.from_dict(manifest["model"])
-        self._runner = runtime.open(root / MODEL_DIR, manifest["runtime"], io)
+        self._copy: Path | None = None  # where the shipped compiled cache is used from (the bundle stays as verified)
+        self._runner = runtime.open(root / MODEL_DIR, self._settings(), io)
+        #: What the open did with the bundle's compiled cache: ``used``, or ``remade: WHY`` (made by another engine
+        #: version or for another device: the engine compiled the model here); ``None``: the bundle ships none.
+        self.cache = self._runner.cache
+        if self.cache is not None and self.cache != _runtime("cache", manifest).USED:
+            self.warnings.append(f"the bundle's compiled cache was not used ({self.cache}); the engine compiled "
+                                 "the model on this machine")  # fmt: skip
         self.input_dtypes, self.output_names = self._runner.input_dtypes, self._runner.output_names
         self._checked: set[tuple[Any, ...]] = set()  # feed shapes already checked against the measured ones
+
+    def _settings(self) -> dict[str, Any]:
+        """The runtime's settings, with the shipped compiled cache (a private copy of it) where there is one: the
+        runtime uses it only where this machine's engine version and device match the ones it was made under."""
+        settings = dict(self.manifest["runtime"])
+        if not self.manifest.get("compiled_cache") or not (self.root / COMPILED_DIR).is_dir():
+            return settings
+        self._copy = Path(tempfile.mkdtemp(prefix="autodeploy-bundle-cache-"))
+        shutil.copytree(self.root / COMPILED_DIR, self._copy / COMPILED_DIR)
+        key = _runtime("cache", self.manifest).cache_key(self.manifest["artifact"]["key"], settings)
+        return {**settings, "compiled_cache": {"dir": str(self._copy / COMPILED_DIR), "key": key}}
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -453,6 +475,8 @@ class Predictor:
 
     def close(self) -> None:
         self._runner.close()
+        if self._copy is not None:
+            shutil.rmtree(self._copy, ignore_errors=True)
 
     def __enter__(self) -> Predictor:
         return self
@@ -553,7 +577,7 @@ def _runtime(name: str, manifest: Mapping[str, Any] | None = None) -> types.Modu
     package = f"_autodeploy_runtime_{hashlib.sha256(str(folder).encode()).hexdigest()[:12]}"
     if package not in sys.modules:
         _exec_source(package, folder / "__init__.py", manifest, is_package=True)
-    for module in ("base", "machine", name):  # the shared modules first: the engine's imports them
+    for module in ("base", "machine", "cache", name):  # the shared modules first: the engine's imports them
         if f"{package}.{module}" not in sys.modules:
             _exec_source(f"{package}.{module}", folder / f"{module}.py", manifest)
     return sys.modules[f"{package}.{name}"]

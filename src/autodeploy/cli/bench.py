@@ -41,6 +41,7 @@ from autodeploy.cli._common import (
 )
 from autodeploy.data import parse_input_pins
 from autodeploy.errors import TrialFailed, UsageError
+from autodeploy.harness.cold_start import text as cold_start_text
 from autodeploy.harness.load import UNDER_LOAD_CORES
 from autodeploy.harness.result import TrialResult, headline
 from autodeploy.inhouse.search_time import stopped_note
@@ -112,6 +113,8 @@ def bench(
     ] = None,
     scenario: Annotated[str, typer.Option(help=SCENARIO_HELP)] = DEFAULT_SCENARIO.name,
     sla_ms: Annotated[float | None, typer.Option(help="p99 bound in ms of the server scenario (required there).")] = None,
+    cold_start: Annotated[bool, typer.Option(help="Also time the start in fresh processes (5 of each kind): load and "
+                                             "first inference, without the engine's compiled cache and from it.")] = False,
     retry_conversion: Annotated[bool, typer.Option(help="Convert again although this engine's conversion of the model failed in a stored trial here (by default: fail at once, naming it).")] = False,
     format: FormatOption = Format.table,
 ) -> None:
@@ -125,7 +128,7 @@ def bench(
         pins=parse_input_pins(input or []), metric=metric, max_metric_drop=max_metric_drop,
         max_accuracy_drop=max_accuracy_drop, accuracy=tuple(accuracy or ()), timing=timing, timeout_s=timeout,
         build_timeout_s=build_timeout, memory_cap_mb=memory_cap_mb, scenario=scenario, sla_ms=sla_ms,
-        retry_conversion=retry_conversion, db=db, command=command_line(),
+        cold_start=cold_start, retry_conversion=retry_conversion, db=db, command=command_line(),
     )  # fmt: skip
     with spinner() as show:
         records = api.bench_shapes(model, request=request, progress=show)
@@ -262,10 +265,16 @@ def _print_result(result: TrialResult, trial_id: int, model_name: str, shape: st
                           f"(mean batch {split['mean_batch']:.2f})")
     table.add_row("peak RSS over baseline", f"{result.peak_rss_mb:.1f} MB")
     table.add_row("artifact size", f"{result.artifact_mb:.2f} MB")
+    cost = result.measurement.cost if result.measurement is not None else None
+    if cost is not None:  # energy where a meter is, else CPU time and why no energy (harness/energy.py)
+        table.add_row("cost per inference", shown(cost.text()))
     load = result.measurement.load if result.measurement is not None else None
     if load is not None:
         table.add_row("machine load while timed", load_text(load))
     out.print(table)
+    cold = result.measurement.cold_start if result.measurement is not None else None
+    for line in cold_start_text(cold) if cold is not None else ():  # harness/cold_start.py: load, first inference
+        out.print(shown(line), soft_wrap=True)
     if load is not None and load.under_load:
         err.print(f"[yellow]under load[/]: other processes kept {load.other_cores:.2f} of {load.cpus} cores busy while "
                   f"this was timed (more than {UNDER_LOAD_CORES}): its times are likely slower and noisier than on a "

@@ -29,6 +29,7 @@ from autodeploy.cli._common import (
 from autodeploy.errors import UsageError
 from autodeploy.harness.load import UNDER_LOAD_CORES, Load
 from autodeploy.redact import mask_secrets
+from autodeploy.runtime.cache import USED
 
 app = typer.Typer(
     help="Check, describe and measure an exported bundle (folder or .tar.gz).", no_args_is_help=True
@@ -199,6 +200,8 @@ def run(
                              quiet=engine_noise, progress=show)  # fmt: skip
     for warning in run.warnings:
         err.print(f"[yellow]warning[/]: {shown(warning)}")
+    if run.cache == USED:  # else the loader's warning above said why it was not
+        out.print("started from the bundle's compiled cache (made where it was measured; same engine version and device)")
     m, stats, here = run.manifest, run.stats, run.device
     meas = run.recorded() or {}
     batch = m["settings"]["batch"]

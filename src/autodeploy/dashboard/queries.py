@@ -96,7 +96,7 @@ TRIAL_RENAMED = {**RENAMED, "id": "trial_id"}
 #: Columns the dashboard adds to the stored ones.
 DERIVED = ("config_label", "shape", "knobs", "latency_ms", "latency_ci_low", "latency_ci_high", "accuracy_passed",
            "accuracy_drop", "accuracy_constraint", "accuracy_record", "other_cores", "under_load", "gop", "gops",
-           "peak_gops", "share_of_peak")  # fmt: skip
+           "peak_gops", "share_of_peak", "cpu_s_per_1k", "energy_j_per_1k", "energy_source")  # fmt: skip
 
 
 def options(store: Store) -> Options:
@@ -160,13 +160,15 @@ def _trial_row(row: TrialRow) -> dict[str, Any]:
     if m is None:
         return out
     for key, value in m.to_dict(samples=False).items():
-        if key not in ("accuracy", "serving", "load", "roofline"):
+        if key not in ("accuracy", "serving", "load", "roofline", "cost"):
             out.update(_split(key, value))
     if m.load is not None:  # how busy the machine was while it ran (harness/load.py); empty before it was read
         out.update(other_cores=m.load.other_cores, under_load=m.load.under_load)
     if m.roofline is not None:  # its distance to this device's limit (roofline.py); empty before it was counted
         line = m.roofline
         out.update(gop=line.gop, gops=line.gops, peak_gops=line.peak_gops, share_of_peak=line.share)
+    if m.cost is not None:  # per 1,000 inferences (harness/energy.py): CPU s always, J where a meter is
+        out.update(cpu_s_per_1k=m.cost.cpu_ms, energy_j_per_1k=m.cost.energy_mj, energy_source=m.cost.source or None)
     latency, latency_ci = latency_claim(m.latency)
     low, high = latency_ci or (None, None)
     out.update(latency_ms=latency, latency_ci_low=low, latency_ci_high=high)

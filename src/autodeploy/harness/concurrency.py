@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autodeploy.errors import EngineError
+from autodeploy.harness.energy import Cost, CostMeter, Meters, idle_watts
 from autodeploy.harness.load import Load, LoadMeter
 from autodeploy.harness.timing import Clock, StopReason, TimingPolicy, warm_up
 from autodeploy.runtime.base import Pool
@@ -66,20 +67,26 @@ class LoopRun:
     warmup_calls: int
     stopped_by: StopReason
     load: Load | None = None  # how busy the machine was over the timed phase
+    cost: Cost | None = None  # CPU time and energy over it, per query (harness/energy.py)
 
 
-def closed_loop(pool: Pool, feeds: Feeds, policy: TimingPolicy, clock: Clock = time.perf_counter_ns) -> LoopRun:
+def closed_loop(pool: Pool, feeds: Feeds, policy: TimingPolicy, clock: Clock = time.perf_counter_ns,
+                meters: Meters | None = None) -> LoopRun:  # fmt: skip
     """Keep ``pool.requests`` queries in flight: warm up, then time under ``policy``'s stopping rules.
 
     Warm-up rounds (each: one query per request, then drain) follow :func:`~autodeploy.harness.timing.warm_up`.
     The timed phase starts queries until both ``min_samples`` have started and ``min_duration_s`` has
-    passed (or a cap is hit), then drains; the wall time runs from its start to the last query's end.
+    passed (or a cap is hit), then drains; the wall time runs from its start to the last query's end. CPU time
+    and ``meters``' energy are read as :func:`~autodeploy.harness.timing.time_calls` reads them.
     """
+    meters = meters or Meters(absent=("not looked for",))
+    idle = idle_watts(meters.counters)
     try:
         warmup = warm_up(lambda: _round(pool, feeds, clock), policy, clock)
         tracker = _Tracker(policy.max_samples, clock)
         pool.on_done = tracker.done  # the pool reports to the tracker of this phase
         meter = LoadMeter.start()
+        spent = CostMeter(meters, idle)
         start = clock()
         min_end, max_end = start + int(policy.min_duration_s * 1e9), start + int(policy.max_duration_s * 1e9)
         i, stopped_by, now = 0, "max_samples", start
@@ -97,13 +104,13 @@ def closed_loop(pool: Pool, feeds: Feeds, policy: TimingPolicy, clock: Clock = t
             i += 1
     finally:
         pool.drain()  # every request in flight ends before anything else happens
-    load = meter.stop()
+    load, cost = meter.stop(), spent.stop(i)
     tracker.raise_failure()
     latencies = tracker.ends[:i] - tracker.starts[:i]
     # The phase lasts until the last query ends, or until the loop decided to stop if every query
     # had already ended then (its wall time still counts: nothing was in flight only by our doing).
     end = max(int(tracker.ends[:i].max()), now)
-    return LoopRun(latencies, (end - start) / 1e9, pool.requests, warmup, stopped_by, load)  # type: ignore[arg-type]
+    return LoopRun(latencies, (end - start) / 1e9, pool.requests, warmup, stopped_by, load, cost)  # type: ignore[arg-type]
 
 
 def _round(pool: Pool, feeds: Feeds, clock: Clock) -> None:

@@ -16,6 +16,8 @@ from typing import Any
 from autodeploy.accuracy.records import Accuracy
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import ConversionError
+from autodeploy.harness.cold_start import ColdStart
+from autodeploy.harness.energy import Cost
 from autodeploy.harness.load import Load
 from autodeploy.harness.stats import LatencyStats, insufficient
 from autodeploy.roofline import Roofline
@@ -98,7 +100,7 @@ LATENCY_KEYS = {"n": "n_samples", "median": "median_ms", "mean": "mean_ms", "std
                 "min": "min_ms", "max": "max_ms", "median_ci": "median_ci", "p90": "p90_ms", "p90_ci": "p90_ci",
                 "p99": "p99_ms", "p99_ci": "p99_ci", "unstable": "unstable"}  # fmt: skip
 #: Measurement fields whose flat form is not the value itself.
-_NESTED = ("latency", "accuracy", "samples_ms", "serving", "load", "roofline")
+_NESTED = ("latency", "accuracy", "samples_ms", "serving", "load", "roofline", "cost", "cold_start")
 
 
 def _insufficient(n: int) -> tuple[str, ...]:
@@ -139,6 +141,13 @@ class Measurement:
     #: peak on this device (:mod:`autodeploy.roofline`); ``None`` for a model whose ops were not counted
     #: (a model file run as given) and for records made before it (stored before revision 0008).
     roofline: Roofline | None = None
+    #: The worker's CPU time over the timed phase and, where the machine has a meter, the energy, per inference
+    #: (:mod:`autodeploy.harness.energy`); ``None`` for records made before it (stored before revision 0013).
+    cost: Cost | None = None
+    #: The time from a new process to the first result, in fresh processes, with and without the engine's compiled
+    #: cache (:mod:`autodeploy.harness.cold_start`); ``None`` where not asked for (``bench --cold-start``, the
+    #: objective ``cold-start``) and for records made before it (stored before revision 0013).
+    cold_start: ColdStart | None = None
 
     @property
     def under_load(self) -> bool:
@@ -148,7 +157,7 @@ class Measurement:
     def to_dict(self, *, samples: bool = True) -> dict[str, Any]:
         """The flat, JSON-ready form, keys in :meth:`keys` order: the latency statistics under their
         :data:`LATENCY_KEYS`, ``accuracy`` as a dict, ``samples_ms`` only with ``samples``; then
-        ``serving``, ``load`` and ``roofline`` where they are set (a record without them keeps the format of bundle
+        ``serving``, ``load``, ``roofline``, ``cost`` and ``cold_start`` where they are set (a record without them keeps the format of bundle
         schema 1)."""
         flat = {key: getattr(self.latency, name) for name, key in LATENCY_KEYS.items()}
         flat.update({f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NESTED})
@@ -161,12 +170,16 @@ class Measurement:
             out["load"] = self.load.to_dict()
         if self.roofline is not None:
             out["roofline"] = self.roofline.to_dict()
+        if self.cost is not None:
+            out["cost"] = self.cost.to_dict()
+        if self.cold_start is not None:
+            out["cold_start"] = self.cold_start.to_dict()
         return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Measurement:
         """Read :meth:`to_dict`'s form back (lists for pairs are fine; missing ``samples_ms``, ``serving``,
-        ``load`` and ``roofline`` are ``None``)."""
+        ``load``, ``roofline``, ``cost`` and ``cold_start`` are ``None``)."""
         lat = {name: d[key] for name, key in LATENCY_KEYS.items()}
         for name in ("median_ci", "p90_ci", "p99_ci"):
             lat[name] = _pair(lat[name])
@@ -176,8 +189,11 @@ class Measurement:
         accuracy = None if d.get("accuracy") is None else Accuracy.from_dict(d["accuracy"])
         load = None if d.get("load") is None else Load.from_dict(d["load"])
         roofline = None if d.get("roofline") is None else Roofline.from_dict(d["roofline"])
+        cost = None if d.get("cost") is None else Cost.from_dict(d["cost"])
+        cold = None if d.get("cold_start") is None else ColdStart.from_dict(d["cold_start"])
         return cls(**rest, latency=latency, accuracy=accuracy, serving=d.get("serving"), load=load,
-                   roofline=roofline, samples_ms=None if samples is None else tuple(samples))  # fmt: skip
+                   roofline=roofline, cost=cost, cold_start=cold,
+                   samples_ms=None if samples is None else tuple(samples))  # fmt: skip
 
     @classmethod
     def keys(cls, *, samples: bool = True) -> tuple[str, ...]:

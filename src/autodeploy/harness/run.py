@@ -107,6 +107,10 @@ class HarnessSettings:
     #: Seconds an int8 build's float-layer search may spend (every engine's: ``inhouse/quantize/mixed.py``), and
     #: at most :data:`FLOAT_SEARCH_SHARE` of ``build_timeout_s``, which a study's time budget caps.
     float_search_s: float = 300.0
+    #: Fresh processes per kind of start (without the compiled cache, and from it) to time each measurement's cold
+    #: start in (:mod:`autodeploy.harness.cold_start`); ``None``: not measured (``bench --cold-start``, the
+    #: objective ``cold-start``).
+    cold_start: int | None = None
 
     def search_s(self) -> float:
         """What a build's float-layer search may spend: its own limit, within its share of the build's."""
@@ -519,5 +523,6 @@ def _spec(
         max_metric_drop=settings.max_metric_drop,
         accuracy_overrides=tuple(settings.accuracy_overrides),
         search_s=settings.search_s() if mode == "build" else None,
+        cold_start=settings.cold_start,
         **extra,
     )

@@ -50,6 +50,9 @@ class WorkerSpec:
     accuracy_from: str | None = None
     #: build mode: seconds an int8 float-layer search may spend (``HarnessSettings.search_s``; ``None``: no limit).
     search_s: float | None = None
+    #: measure mode: fresh processes per kind of start to time the cold start in (``harness/cold_start.py``);
+    #: ``None``: not measured.
+    cold_start: int | None = None
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))

@@ -15,6 +15,7 @@ from typing import Literal
 
 import numpy as np
 
+from autodeploy.harness.energy import Cost, CostMeter, Meters, idle_watts
 from autodeploy.harness.load import Load, LoadMeter
 
 Clock = Callable[[], int]
@@ -76,6 +77,8 @@ class TimedRun:
         warmup_calls: Calls made during warm-up (not in ``samples_ns``).
         stopped_by: ``"min_reached"`` when both minimums were met, else the cap that ended it.
         load: How busy the machine was over the timed phase (:mod:`autodeploy.harness.load`).
+        cost: The worker's CPU time and, where a meter is, the energy over the timed phase
+            (:mod:`autodeploy.harness.energy`), per call until the worker gives it its batch.
     """
 
     samples_ns: np.ndarray
@@ -83,6 +86,7 @@ class TimedRun:
     warmup_calls: int
     stopped_by: StopReason
     load: Load | None = None
+    cost: Cost | None = None
 
 
 def warm_up(fn: Callable[[], object], policy: TimingPolicy, clock: Clock = time.perf_counter_ns) -> int:
@@ -116,24 +120,30 @@ def _stable(durations: list[int], window: int, tolerance: float) -> bool:
 
 
 def time_calls(
-    fn: Callable[[], object], policy: TimingPolicy, clock: Clock = time.perf_counter_ns
-) -> TimedRun:
+    fn: Callable[[], object], policy: TimingPolicy, clock: Clock = time.perf_counter_ns,
+    meters: Meters | None = None,
+) -> TimedRun:  # fmt: skip
     """Warm ``fn`` up, then time it call by call under ``policy``'s stopping rules.
 
     Only ``fn()`` sits between the two clock reads; storing the sample and checking the
     stopping rules happen outside them, into a preallocated array. The end-of-call clock
     read doubles as "now" for the duration checks, so each call costs two clock reads. The
-    machine's load is read just before and after the timed phase, never inside it.
+    machine's load, the process's CPU time and ``meters``' energy counters are read just before and after
+    the timed phase, never inside it; the idle draw of ``meters`` before warm-up.
 
     Args:
         fn: The call to time, with its inputs already bound (e.g. ``lambda: runner.run(feeds)``).
         policy: Warm-up and stopping rules.
         clock: Monotonic clock in integer nanoseconds; injectable for tests.
+        meters: The energy counters to read (:func:`autodeploy.harness.energy.find`); none: CPU time only.
     """
+    meters = meters or Meters(absent=("not looked for",))
+    idle = idle_watts(meters.counters)
     warmup_calls = warm_up(fn, policy, clock)
     buf = np.empty(policy.max_samples, dtype=np.int64)
     max_samples, min_samples = policy.max_samples, policy.min_samples
     meter = LoadMeter.start()
+    spent = CostMeter(meters, idle)
     start = clock()
     min_end = start + int(policy.min_duration_s * 1e9)
     max_end = start + int(policy.max_duration_s * 1e9)
@@ -155,11 +165,12 @@ def time_calls(
         if t1 >= max_end:
             stopped_by = "max_duration"
             break
-    load = meter.stop()
+    load, cost = meter.stop(), spent.stop(i)
     return TimedRun(
         samples_ns=buf[:i].copy(),
         duration_s=(t1 - start) / 1e9,
         warmup_calls=warmup_calls,
         stopped_by=stopped_by,
         load=load,
+        cost=cost,
     )

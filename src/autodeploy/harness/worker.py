@@ -11,6 +11,7 @@ from __future__ import annotations
 import faulthandler
 import functools
 import gc
+import importlib
 import json
 import os
 import sys
@@ -32,6 +33,8 @@ from autodeploy.adapters.registry import load_target
 from autodeploy.data import Dataset
 from autodeploy.device import probe_device
 from autodeploy.errors import UnsupportedConfigError
+from autodeploy.harness import cold_start, energy
+from autodeploy.harness.cold_start import COMPILED_DIR, ColdStart
 from autodeploy.harness.concurrency import BatchPolicy, LoopRun, closed_loop, open_loop
 from autodeploy.harness.metric import load_metric, score
 from autodeploy.harness.result import Measurement, reason
@@ -43,6 +46,7 @@ from autodeploy.harness.timing import TimingPolicy, time_calls
 from autodeploy.inhouse.search_time import STOPPED_KEY, time_limit
 from autodeploy.model import ModelInfo, copy_unchanged
 from autodeploy.objectives import scenario_of
+from autodeploy.runtime.cache import Declared, cache_key
 
 
 class _Failed(Exception):
@@ -162,19 +166,21 @@ class _Job:
         runner, digests = self.load()
         feeds = batches[0]
         policy = TimingPolicy(**self.spec.policy)
+        meters = energy.find()  # read around the timed phase; none here: CPU time only, and why
         self.phase("warm-up and timing")
         if not scenario_of(self.spec.scenario).in_flight:  # one call at a time
-            timed = _step("run_failed", lambda: time_calls(lambda: runner.run(feeds), policy))
+            timed = _step("run_failed", lambda: time_calls(lambda: runner.run(feeds), policy, meters=meters))
             samples, duration, warmup, stopped_by = timed.samples_ns, timed.duration_s, timed.warmup_calls, timed.stopped_by
-            load = timed.load
+            load, cost = timed.load, timed.cost
             throughput = self.config.batch * len(samples) / (samples.sum() / 1e9)
             extra: dict[str, Any] = {}
         else:
             _step("run_failed", lambda: runner.run(feeds))  # the feeds are checked once, by the sync path
-            loop, extra = _step("run_failed", lambda: self._concurrent(runner, evaluation, feeds, policy))
+            loop, extra = _step("run_failed", lambda: self._concurrent(runner, evaluation, feeds, policy, meters))
             samples, duration, warmup, stopped_by = loop.samples_ns, loop.duration_s, loop.warmup_calls, loop.stopped_by
-            load = loop.load
+            load, cost = loop.load, loop.cost
             throughput = self.config.batch * len(samples) / duration
+        meters.close()
         compiled = runner.describe()
         if compiled:
             extra["compiled"] = compiled
@@ -193,12 +199,15 @@ class _Job:
             accuracy = self._compare(outputs, evaluation, time_major)
         accuracy_s = time.perf_counter() - started
         artifact = Artifact.read(Path(self.spec.artifact_path or ""))
+        cold = _step("run_failed", lambda: self._cold_start(artifact, feeds)) if self.spec.cold_start else None
         measurement = Measurement(
             scenario=self.spec.scenario, batch=self.config.batch, latency=summarize(samples),
             throughput=throughput, peak_rss_mb=peak / 2**20, artifact_mb=artifact.size_bytes() / 2**20,
             build_s=None,  # the parent knows it
             warmup_calls=warmup, duration_s=duration, accuracy=accuracy,
             samples_ms=tuple(float(x) for x in samples / 1e6), serving=extra or None, load=load,
+            cost=None if cost is None else cost.per_item(self.config.batch),
+            cold_start=cold,
         )  # fmt: skip
         return {
             "engine_version": version,
@@ -251,8 +260,22 @@ class _Job:
             return GraphFacts()
         return graph_facts(converted.path)
 
+    def _cold_start(self, artifact: Artifact, feeds: dict[str, np.ndarray]) -> ColdStart:
+        """The artifact started ``spec.cold_start`` times in fresh processes, with and without its engine's compiled
+        cache (:mod:`autodeploy.harness.cold_start`), each running the first batch once: after the timing and
+        accuracy, with the runner closed, so no start shares the machine with this process's model."""
+        self.phase(f"cold start: {self.spec.cold_start} fresh processes")
+        settings = self.engine.runtime_settings(artifact, self.config, self.model)
+        module = self.engine.runtime_module(self.config)
+        declared = getattr(importlib.import_module(module), "CACHE", None) or Declared(None, "its runtime declares none")
+        key = cache_key(artifact.key, settings)
+        folder = Path(self.spec.workdir).parent / COMPILED_DIR / f"{artifact.path.name}-{key['settings']}"
+        interface = {part: self.model.to_dict()[part] for part in ("inputs", "outputs")}
+        return cold_start.measure(module, artifact.path, settings, interface, feeds, declared=declared, key=key,
+                                  cache_dir=folder, starts=int(self.spec.cold_start or 0))  # fmt: skip
+
     def _concurrent(self, runner: Runner, evaluation: Dataset, feeds: dict[str, np.ndarray],
-                    policy: TimingPolicy) -> tuple[LoopRun, dict[str, Any]]:  # fmt: skip
+                    policy: TimingPolicy, meters: energy.Meters) -> tuple[LoopRun, dict[str, Any]]:  # fmt: skip
         """offline / multi-stream: the closed loop; server: the closed loop for capacity, then the rate search.
 
         The pool's requests stay in flight until drained, so the peak RSS read after covers them all.
@@ -261,7 +284,7 @@ class _Job:
         requests = knobs.get("num_requests", "AUTO")
         pool = runner.pool(None if requests == "AUTO" else int(requests))
         try:
-            loop = closed_loop(pool, feeds, policy)
+            loop = closed_loop(pool, feeds, policy, meters=meters)
             extra: dict[str, Any] = {"concurrency": {**pool.info, "requests": pool.requests}}
             if scenario_of(self.spec.scenario).rate_under_sla:
                 self.phase(f"{self.spec.scenario} scenario")

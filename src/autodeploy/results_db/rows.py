@@ -109,6 +109,8 @@ def measurement_columns(m: MeasurementRecord) -> dict[str, Any]:
     columns["serving"] = m.serving
     columns["load"] = None if m.load is None else m.load.to_dict()
     columns["roofline"] = None if m.roofline is None else m.roofline.to_dict()
+    columns["cost"] = None if m.cost is None else m.cost.to_dict()
+    columns["cold_start"] = None if m.cold_start is None else m.cold_start.to_dict()
     columns["accuracy_passed"] = None if m.accuracy is None else m.accuracy.passed
     return columns
 
@@ -121,7 +123,8 @@ def measurement_record(ms: Measurement, *, samples: bool) -> MeasurementRecord:
             d[key] = _pair(getattr(ms, f"{key}_low"), getattr(ms, f"{key}_high"))
         else:
             d[key] = getattr(ms, key)
-    return MeasurementRecord.from_dict({**d, "serving": ms.serving, "load": ms.load, "roofline": ms.roofline})
+    return MeasurementRecord.from_dict({**d, "serving": ms.serving, "load": ms.load, "roofline": ms.roofline,
+                                        "cost": ms.cost, "cold_start": ms.cold_start})  # fmt: skip
 
 
 def trial_query(where: TrialFilter, *, samples: bool) -> sa.Select[Any]:

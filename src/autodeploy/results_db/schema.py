@@ -168,6 +168,12 @@ class Measurement(Base):
     #: Operations per call, GOP/s achieved and share of the precision's peak (``roofline.Roofline``); NULL before
     #: revision 0008, or for a model whose operations were not counted (a model file run as given).
     roofline: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))
+    #: A start in fresh processes (load, first inference; with and without the compiled cache); NULL before revision
+    #: 0013 or where not asked for (``bench --cold-start``, objective ``cold-start``).
+    cold_start: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))
+    #: Energy per inference from a named meter, or the worker's CPU time per inference where none exists; NULL
+    #: before revision 0013.
+    cost: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))
 
 
 class GateRun(Base):

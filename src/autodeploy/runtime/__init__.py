@@ -2,7 +2,9 @@
 
 ``runtime/<engine>.py`` holds ``PACKAGES`` (the distributions whose version is the engine
 version), optionally ``VERSION_LOCKED = True`` (its artifacts run only under the engine version
-that built them: a bundle's loader then allows no other) and ``open(model_dir, settings, io) -> Runner``. ``settings`` are the engine's own
+that built them: a bundle's loader then allows no other), ``IMPORTS`` (what a fresh process imports to run it: a
+cold start times it apart from the load), ``CACHE`` (the engine's compiled cache, or why it has none:
+``cache.py``; ``settings["compiled_cache"]`` asks ``open`` to start from it) and ``open(model_dir, settings, io) -> Runner``. ``settings`` are the engine's own
 option names (ONNX Runtime ``intra_op_num_threads``, OpenVINO ``compile_model`` properties,
 ...), exactly as an adapter derives them from a trial config and as a bundle's manifest
 records them. The harness worker (through the adapters' ``load``) and the bundle loader run

@@ -88,6 +88,9 @@ class Runner(ABC):
         self.input_dtypes = io.input_dtypes
         self.output_names = io.output_names
         self._closed = False
+        #: What this open did with the engine's compiled cache (:mod:`.cache`): ``used``, ``made`` or
+        #: ``remade: WHY``; ``None`` where no cache was asked for (``settings["compiled_cache"]``).
+        self.cache: str | None = None
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one batch: ``{input name: array}`` -> ``{output name: array}``."""

@@ -9,6 +9,8 @@ ORT documents ``InferenceSession.run`` as thread-safe) or ``per_request`` (N ses
 ``intra_op_thread_affinities``: ``one_cpu_each`` pins each thread of the intra-op pool to a logical CPU of
 its own, resolved here, on the machine that runs it, into ORT's session config entry
 ``session.intra_op_thread_affinities`` (see :func:`affinities`); absent or ``none``: no pinning.
+``compiled_cache`` (given at open time, :mod:`.cache`): the graph as ORT optimized it here is saved to a cache
+folder (``SessionOptions.optimized_model_filepath``) and later opens load it with the optimizations off.
 """
 
 from __future__ import annotations
@@ -20,10 +22,17 @@ from typing import Any
 
 import numpy as np
 
+from . import cache, machine
 from .base import IO, Pool, Runner, ThreadPool, Unsupported
 
 PACKAGES = ("onnxruntime",)
+#: What a fresh process imports to run this engine (a cold start times it apart from the load).
+IMPORTS = ("onnxruntime",)
 MODEL_FILE = "model.onnx"
+#: ONNX Runtime's own compiled cache: the optimized graph, saved once and loaded as it is.
+CACHE = cache.Declared("optimized model file (SessionOptions.optimized_model_filepath): the graph as ONNX Runtime "
+                       "optimized it on this CPU, loaded with graph optimizations off")  # fmt: skip
+OPTIMIZED_FILE = "optimized.onnx"
 
 
 SESSIONS = ("shared", "per_request")
@@ -37,7 +46,22 @@ def open(model_dir: Path, settings: Mapping[str, Any], io: IO) -> Runner:  # noq
         raise Unsupported(f"sessions={settings.get('sessions')!r} is not one of {SESSIONS}",
                           fix="set sessions to shared or per_request")  # fmt: skip
     settings = {**settings, "affinities": affinities(settings)}
-    return _OrtRunner(_session(model_dir, settings), io, model_dir, settings)
+    source = Path(model_dir) / settings.get("model_file", MODEL_FILE)
+    asked = cache.settings_of(settings)
+    if asked is None:
+        return _OrtRunner(session(source, settings), io, source, settings)
+    folder, key = asked
+    version = machine.installed_version(PACKAGES)
+    state = cache.begin(folder, "onnxruntime", version, key)
+    optimized = folder / OPTIMIZED_FILE
+    if state == cache.USED:  # optimized already: optimizing it again is the time the cache saves
+        settings = {**settings, "graph_optimization_level": "ORT_DISABLE_ALL"}
+        runner = _OrtRunner(session(optimized, settings), io, optimized, settings)
+    else:
+        runner = _OrtRunner(session(source, settings, save_optimized=optimized), io, source, settings)
+        cache.seal(folder, "onnxruntime", version, key)
+    runner.cache = state
+    return runner
 
 
 def affinities(settings: Mapping[str, Any]) -> str | None:
@@ -64,9 +88,11 @@ def affinities(settings: Mapping[str, Any]) -> str | None:
     return ";".join(str(cpu + 1) for cpu in allowed[1:threads])
 
 
-def session(model: str | Path | bytes, settings: Mapping[str, Any] | None = None) -> Any:
+def session(model: str | Path | bytes, settings: Mapping[str, Any] | None = None, *,
+            save_optimized: Path | None = None) -> Any:  # fmt: skip
     """An ONNX Runtime CPU session on ``model`` (a file, or a serialized ModelProto) with ``settings``'
-    ``SessionOptions`` (the names above; absent ones take ORT's defaults).
+    ``SessionOptions`` (the names above; absent ones take ORT's defaults); ``save_optimized``: where ORT writes
+    the graph it optimized (``optimized_model_filepath``).
 
     The one place autodeploy opens ONNX Runtime: the runners here, and the sessions that are not a
     measured artifact (the quantizer's calibration and judge, the zoo's builders, TFLite's layout probe),
@@ -83,6 +109,8 @@ def session(model: str | Path | bytes, settings: Mapping[str, Any] | None = None
         ort.GraphOptimizationLevel, settings.get("graph_optimization_level", "ORT_ENABLE_ALL")
     )
     options.log_severity_level = 3  # warnings from quantized graphs are noise in a benchmark
+    if save_optimized is not None:
+        options.optimized_model_filepath = str(save_optimized)
     pinned = affinities(settings)
     if pinned:
         options.add_session_config_entry("session.intra_op_thread_affinities", pinned)
@@ -91,15 +119,11 @@ def session(model: str | Path | bytes, settings: Mapping[str, Any] | None = None
     )
 
 
-def _session(model_dir: Path, settings: Mapping[str, Any]) -> Any:
-    return session(Path(model_dir) / settings.get("model_file", MODEL_FILE), settings)
-
-
 class _OrtRunner(Runner):
-    def __init__(self, session: Any, io: IO, model_dir: Path, settings: Mapping[str, Any]) -> None:
+    def __init__(self, session: Any, io: IO, model: Path, settings: Mapping[str, Any]) -> None:
         super().__init__(io)
         self._session = session
-        self._model_dir, self._settings = model_dir, dict(settings)
+        self._model, self._settings = model, dict(settings)  # what a request's own session opens
 
     def _pool(self, requests: int | None) -> Pool:
         # Default: as many requests as the cores hold at the session's thread count.
@@ -109,7 +133,7 @@ class _OrtRunner(Runner):
         if self._settings.get("sessions", "shared") == "shared":
             sessions = [self._session] * n
         else:
-            sessions = [self._session] + [_session(self._model_dir, self._settings) for _ in range(n - 1)]
+            sessions = [self._session] + [session(self._model, self._settings) for _ in range(n - 1)]
         pool = ThreadPool([lambda feeds, s=s: s.run(names, dict(feeds)) for s in sessions])
         pool.info.update(sessions=len({id(s) for s in sessions}), intra_op_num_threads=threads)
         return pool

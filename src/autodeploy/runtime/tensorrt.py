@@ -18,9 +18,16 @@ from typing import Any
 
 import numpy as np
 
+from . import cache
 from .base import IO, FeedError, Pool, Runner, RuntimeFailure, ThreadPool, Unsupported
 
 PACKAGES = ("tensorrt", "tensorrt-cu12", "tensorrt-cu13")
+#: What a fresh process imports to run this engine (a cold start times it apart from the load).
+IMPORTS = ("tensorrt",)
+#: The artifact is TensorRT's compiled form already: every start deserializes the plan. What TensorRT caches
+#: besides, the timing cache, speeds up builds (``adapters/tensorrt.py`` keeps one per version and GPU).
+CACHE = cache.Declared(None, "the artifact is TensorRT's serialized engine, deserialized by every start; its "
+                             "timing cache speeds up builds, not starts")  # fmt: skip
 #: A plan runs only under the TensorRT version that built it (see :func:`check_plan_compatible`).
 VERSION_LOCKED = True
 MODEL_FILE = "model.plan"

@@ -18,9 +18,16 @@ from typing import Any
 
 import numpy as np
 
+from . import cache
 from .base import IO, Pool, Runner, ThreadPool, Unsupported
 
 PACKAGES = ("ai-edge-litert",)
+#: What a fresh process imports to run this engine (a cold start times it apart from the load).
+IMPORTS = ("ai_edge_litert.interpreter",)
+#: XNNPACK can keep its packed weights in a file (``TfLiteXNNPackDelegateOptions.weight_cache_file_path``), but
+#: ai-edge-litert's Python ``Interpreter`` (2.1) takes no path for it, nor an XNNPACK delegate with options.
+CACHE = cache.Declared(None, "this LiteRT's Python Interpreter takes no XNNPACK weight cache path "
+                             "(weight_cache_file_path is a C++ delegate option)")  # fmt: skip
 MODEL_FILE = "model.tflite"
 LAYOUT_FILE = "layout.json"
 

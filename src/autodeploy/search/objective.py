@@ -19,11 +19,11 @@ from autodeploy.objectives import Objective
 from autodeploy.verdict import Limits, Measured, sla_bounds_latency
 
 if TYPE_CHECKING:
-    from autodeploy.harness.result import TrialResult
+    from autodeploy.harness.result import Measurement, TrialResult
     from autodeploy.results_db.records import TrialRow
     from autodeploy.search.config import Constraints
 
-__all__ = ["Metrics", "rejections", "values", "violations"]
+__all__ = ["Metrics", "has_measures", "rejections", "values", "violations"]
 
 
 @dataclass(frozen=True)
@@ -37,20 +37,31 @@ class Metrics:
     peak_rss_mb: float | None
     accuracy_drop: float
     server_rate: float | None = None
+    #: The worker's CPU ms and the energy (mJ, idle subtracted) per inference (``harness/energy.py``'s ``Cost``);
+    #: ``None`` where not measured: no meter, or a trial stored before revision 0013.
+    cpu_ms: float | None = None
+    energy_mj: float | None = None
+    #: The median time from a new process to its first result (``harness/cold_start.py`` ``ColdStart.value_ms``);
+    #: ``None`` where not measured (asked for only by the objective ``cold-start``).
+    cold_start_ms: float | None = None
 
     @classmethod
     def of_result(cls, r: TrialResult) -> Metrics:
         assert r.latency is not None and r.accuracy is not None
         server = r.extra.get("server") or {}
+        cost = r.measurement.cost if r.measurement is not None else None
         return cls(r.uid, r.latency.median, r.latency.p90, r.throughput, r.peak_rss_mb,
-                   accuracy_drop(r.accuracy), server.get("max_rate_qps"))  # fmt: skip
+                   accuracy_drop(r.accuracy), server.get("max_rate_qps"), cost and cost.cpu_ms,
+                   cost and cost.energy_mj, cold_start_ms(r.measurement))  # fmt: skip
 
     @classmethod
     def of_row(cls, r: TrialRow) -> Metrics:
         assert r.median_ms is not None and r.accuracy is not None
         server = ((r.measurement.serving if r.measurement else None) or {}).get("server") or {}
+        cost = r.measurement.cost if r.measurement is not None else None
         return cls(r.uid, r.median_ms, r.p90_ms, r.throughput, r.peak_rss_mb, accuracy_drop(r.accuracy),
-                   server.get("max_rate_qps"))  # fmt: skip
+                   server.get("max_rate_qps"), cost and cost.cpu_ms, cost and cost.energy_mj,
+                   cold_start_ms(r.measurement))  # fmt: skip
 
     @property
     def latency_ms(self) -> float:
@@ -60,6 +71,19 @@ class Metrics:
     def measured(self, server_rate: float | None = None) -> Measured:
         """What the constraints judge (:mod:`autodeploy.verdict`)."""
         return Measured(self.latency_ms, self.accuracy_drop, self.peak_rss_mb, server_rate)
+
+
+def cold_start_ms(measurement: Measurement | None) -> float | None:
+    """A measurement's cold start (:attr:`~autodeploy.harness.cold_start.ColdStart.value_ms`), ``None`` where not
+    measured."""
+    cold = None if measurement is None else measurement.cold_start
+    return None if cold is None else cold.value_ms
+
+
+def has_measures(m: Metrics, objective: Objective) -> bool:
+    """Whether ``m`` holds every measure ``objective`` optimizes: a stored trial made before one was measured
+    (CPU time, before revision 0013) would count it as 0, the best, and is measured again instead."""
+    return all(getattr(m, name) is not None for name in objective.measures)
 
 
 def values(m: Metrics, objective: Objective) -> list[float]:

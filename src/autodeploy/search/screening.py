@@ -21,7 +21,7 @@ from autodeploy.search.budget import SLOW_BUILD_GUESS_S, Budget, duration_text
 from autodeploy.search.config import StudyConfig
 from autodeploy.search.context import StudyCase, StudyContext
 from autodeploy.search.memory import Memory, accuracy_key
-from autodeploy.search.objective import Metrics, rejections, values, violations
+from autodeploy.search.objective import Metrics, has_measures, rejections, values, violations
 from autodeploy.search.portfolio import unseen_branches
 from autodeploy.search.reporter import Reporter
 from autodeploy.search.space import SearchSpace, suggest, unsupported_reason
@@ -263,8 +263,9 @@ def _walls(per_shape: dict[str, Measured]) -> dict[str, float]:
 
 def combine(weighted: list[tuple[float, Metrics]]) -> Metrics:
     """One set of metrics for a weighted mix of shapes: latencies are the mix's expected latency
-    (weighted mean), throughput the mix's items/s (weighted harmonic mean), accuracy drop and
-    memory the worst shape's, so a config that fails at one shape fails for the mix."""
+    (weighted mean), throughput the mix's items/s (weighted harmonic mean), CPU time and energy per inference
+    their weighted mean, accuracy drop and memory the worst shape's, so a config that fails at one shape fails
+    for the mix."""
     total = sum(w for w, _ in weighted)
 
     def mean(values: list[float | None]) -> float | None:
@@ -281,7 +282,9 @@ def combine(weighted: list[tuple[float, Metrics]]) -> Metrics:
     rss = [m.peak_rss_mb for m in ms if m.peak_rss_mb is not None]
     return Metrics(ms[-1].uid, mean([m.median_ms for m in ms]) or 0.0, mean([m.p90_ms for m in ms]),
                    rate([m.throughput for m in ms]), max(rss) if rss else None,
-                   max(m.accuracy_drop for m in ms), rate([m.server_rate for m in ms]))  # fmt: skip
+                   max(m.accuracy_drop for m in ms), rate([m.server_rate for m in ms]),
+                   mean([m.cpu_ms for m in ms]), mean([m.energy_mj for m in ms]),
+                   mean([m.cold_start_ms for m in ms]))  # fmt: skip
 
 
 def _measure_case(
@@ -299,7 +302,7 @@ def _measure_case(
                              engine_version=version, shape_key=case.key, scenario=cfg.objective.scenario,
                              measured_only=True, newest_first=True)  # fmt: skip
         row = ctx.store.trial(repeat, samples=False)
-        if row is not None and row.accuracy is not None:
+        if row is not None and row.accuracy is not None and has_measures(Metrics.of_row(row), cfg.objective):
             return Measured(Metrics.of_row(row), row.uid, reused=True, accuracy=row.accuracy, accuracy_uid=row.uid)
     artifact_key = _artifact_key(ctx, config) if memory is not None else ""
     built = memory.artifacts.get(artifact_key) if memory is not None else None

@@ -15,6 +15,7 @@ from uuid import uuid4
 
 from autodeploy.adapters.base import TrialConfig
 from autodeploy.errors import TrialFailed, UsageError
+from autodeploy.harness import energy
 from autodeploy.harness import load as machine_load
 from autodeploy.harness.result import TrialResult
 from autodeploy.harness.run import prepare, reference
@@ -69,6 +70,7 @@ def run_study(ctx: StudyContext, reporter: Reporter | None = None) -> StudySumma
     cfg = ctx.config
     budget = Budget(cfg.time_budget_s)
     check_study_name(ctx.name)
+    _check_meter(cfg.objective)
     _check_same_model_and_device(ctx)
     _check_same_judge(ctx)
     before = machine_load.sample()
@@ -221,6 +223,17 @@ def _improved(old: float | None, new: float | None, minimize: bool) -> bool:
     if old is None:
         return True
     return new < old * (1 - IMPROVEMENT) if minimize else new > old * (1 + IMPROVEMENT)
+
+
+def _check_meter(objective: Objective) -> None:
+    """An objective read from an energy meter runs only where the machine has one (its workers read the same)."""
+    if not objective.needs_meter:
+        return
+    meters = energy.find()
+    meters.close()
+    if not meters.metered:
+        raise UsageError(f"objective {objective.name!r} needs an energy meter and this machine has none "
+                         f"({meters.why_none()})", fix="--objective cpu-time, the worker's CPU time per inference")  # fmt: skip
 
 
 def _check_same_model_and_device(ctx: StudyContext) -> None:

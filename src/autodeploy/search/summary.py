@@ -230,6 +230,8 @@ def _value(value: float | None, statistic: str, objective: str) -> str:
     known = objectives.stored(objective)
     if known is not None and known.higher_is_better:
         return known.value_text(value)
+    if known is not None and known.latency_statistic is None:  # a cost (CPU time, energy): its words name it
+        return f"{known.words} {known.value_text(value)}"
     return f"{statistic} {fmt_ms(value)}"
 
 

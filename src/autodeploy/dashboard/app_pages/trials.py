@@ -51,9 +51,13 @@ st.subheader("Stored trials")
 stored = queries.judged(cache.trials(url, replace(filters, study=name)), studies)
 st.dataframe(stored[["trial_id", "phase", "status", "failure_kind", "config_label", "verdict", "reason", "shape",
                      "latency_ms", "median_ms", "n_samples", "accuracy_drop", "gops", "share_of_peak", "peak_rss_mb",
-                     "under_load", "other_cores", "created_at"]], hide_index=True,
+                     "cpu_s_per_1k", "energy_j_per_1k", "under_load", "other_cores", "created_at"]], hide_index=True,
              column_config={"gops": "GOP/s", "share_of_peak": st.column_config.NumberColumn(
-                 "share of peak", format="percent", help="GOP/s over the precision's peak on this device")})  # fmt: skip
+                 "share of peak", format="percent", help="GOP/s over the precision's peak on this device"),
+                 "cpu_s_per_1k": st.column_config.NumberColumn("CPU s / 1k inferences", help="the worker's user + "
+                                                               "system CPU time over the timed calls"),
+                 "energy_j_per_1k": st.column_config.NumberColumn("J / 1k inferences", help="from the machine's "
+                                                                  "energy meter, idle draw subtracted; empty: none")})  # fmt: skip
 if stored["under_load"].fillna(False).astype(bool).any():
     st.caption(f"under_load: other processes kept more than {UNDER_LOAD_CORES} of a core busy while the trial was "
                "timed (other_cores: how many, on average); its times are likely slower and noisier.")  # fmt: skip
