@@ -25,7 +25,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "autodeploy"
 
 #: Import names whose distribution is not installed here (TensorRT needs an NVIDIA GPU), so
 #: ``packages_distributions`` cannot name it: import name -> the distribution pyproject declares.
-NOT_INSTALLED_HERE = {"tensorrt": "tensorrt-cu12", "cuda": "cuda-python"}
+NOT_INSTALLED_HERE = {"tensorrt": "tensorrt-cu12", "cuda": "cuda-python", "pynvml": "nvidia-ml-py"}
 
 #: What the core CLI loads: the console script's module and the library entry points.
 CORE_ENTRY_POINTS = ("autodeploy.cli.app", "autodeploy.api")

@@ -147,7 +147,10 @@ def test_the_fleet_json_record_holds_only_checked_values(postgres_url, capsys):
     job_a = next(r for r in json.loads(out) if r["job"] == ids["job_a"])
     devices = {d["device"]: d for d in job_a["devices"]}
     assert devices["bad"]["state"] == "unreadable" and devices["bad"]["winner"] is None
-    assert set(devices["good"]["winner"]) == set(GOOD_WINNER)  # a key no agent writes is not passed on
+    from autodeploy.fleet.readback import Winner
+
+    shown = devices["good"]["winner"]  # a key no agent writes is not passed on; a known one unwritten reads its default
+    assert "beacon" not in shown and set(GOOD_WINNER) <= set(shown) <= set(Winner.model_fields), shown
 
 
 @pytest.mark.postgres
@@ -166,14 +169,14 @@ def test_the_fleet_page_renders_good_jobs_and_no_live_link_from_a_planted_row(po
     at.switch_page("app_pages/fleet.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    grid = next(m.value for m in at.markdown if m.value.startswith("| job |"))
+    grid = next(m.value for m in at.markdown if m.value.startswith("| Job |"))
     assert (
         grid.count(":green[done]") == 3 and ":red[unreadable]" in grid
     )  # both jobs' good runs, and the evil one
     assert "](http" not in grid and "![" not in grid  # no Markdown link or image is live
     assert "\\[x\\]\\(http" in grid  # the statistic shown, escaped
     table = at.dataframe[0].value
-    assert set(table["state"]) == {"done", "unreadable"}
+    assert set(table["State"]) == {"done", "unreadable"}
 
 
 # -- partial: a full disk under a fleet agent -------------------------------------------------------------

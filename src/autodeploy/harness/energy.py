@@ -134,7 +134,7 @@ def nvml_gpus() -> tuple[list[Counter], str | None]:
     try:
         import pynvml
     except ImportError:
-        return [], "NVML: nvidia-ml-py is not installed (pip install nvidia-ml-py)"
+        return [], "NVML: nvidia-ml-py is not installed (pip install 'autodeploy[energy]' on a machine with an NVIDIA GPU)"
     try:
         pynvml.nvmlInit()
         count = pynvml.nvmlDeviceGetCount()
