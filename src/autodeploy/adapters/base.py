@@ -42,6 +42,7 @@ from autodeploy.errors import BuildError, UnsupportedConfigError, UsageError
 from autodeploy.model import INT8_OPS
 from autodeploy.runtime import machine
 from autodeploy.runtime.base import IO, MAX_REQUESTS, Runner
+from autodeploy.runtime.cache import file_sha256
 
 __all__ = ["ARTIFACT_FILE", "IO", "NATIVE_ISA", "Artifact", "Availability", "Engine", "EngineSpace", "Runner",
            "TrialConfig", "TritonBackend", "TritonParameters", "int8_saturates", "io_of"]  # fmt: skip
@@ -323,11 +324,11 @@ class Artifact:
 
     def digests(self) -> dict[str, str]:
         """SHA-256 of every file as it is now, ``artifact.json`` included: what a measurement records."""
-        return {name: _file_sha256(self.path / name) for name in (ARTIFACT_FILE, *self.files)}
+        return {name: file_sha256(self.path / name) for name in (ARTIFACT_FILE, *self.files)}
 
     def changed(self) -> list[str]:
         """The files whose content is not what the build wrote (empty for an intact artifact)."""
-        return [name for name in self.files if self.sha256.get(name) != _file_sha256(self.path / name)]
+        return [name for name in self.files if self.sha256.get(name) != file_sha256(self.path / name)]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -545,7 +546,7 @@ class Engine(ABC):
             files = tuple(sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()))
             if not files:
                 raise BuildError(f"{self.name} build wrote no files for {config.label()}")
-            digests = {name: _file_sha256(tmp / name) for name in files}
+            digests = {name: file_sha256(tmp / name) for name in files}
             artifact = Artifact(final, self.name, version, config.precision, key, files, meta, digests, model.sha256)
             (tmp / ARTIFACT_FILE).write_text(json.dumps(artifact.to_dict(), indent=2))
             try:
@@ -677,14 +678,6 @@ def _check_serving_knob(knob: str, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise UnsupportedConfigError(f"max_queue_delay_us={value!r}: the queue delay must be an integer >= 0 µs",
                                      fix="pass --knob max_queue_delay_us=0 or more")  # fmt: skip
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def discard(folder: Path) -> None:
